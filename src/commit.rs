@@ -1,0 +1,410 @@
+//! Group commit: many callers, one redb write transaction, one fsync (DESIGN §6).
+//!
+//! A caller's operation runs on the caller's own thread, against the group's open
+//! `WriteTransaction`, under the group mutex. Then the caller waits for the group's commit.
+//! Any member seals the group (commits it) once no other caller is on its way in
+//! (`arrivals == 0`), the group is full, or it has been open for `GATHER_MAX`. Nobody is
+//! answered before the commit that covers its operation.
+//!
+//! Operations validate before they write, so a refused call (stale token, bad option) leaves
+//! the transaction clean and just reports its error after the commit. An operation that
+//! fails after writing (an `ack_with` closure error, a storage error) aborts the whole group:
+//! its caller gets the error at once, and every other member runs its operation again in a
+//! fresh group (`Replay`). A group that wrote nothing is aborted instead of committed, so a
+//! refused call costs no fsync.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use redb::{Database, ReadableTable, WriteTransaction};
+
+use crate::error::{Error, Result};
+use crate::schema::{META, META_NEXT_ID, META_NEXT_TOKEN};
+
+/// How long a group may stay open gathering members.
+const GATHER_MAX: Duration = Duration::from_millis(1);
+/// The most operations one group takes.
+const GROUP_MEMBERS_MAX: usize = 1024;
+/// With `Durability::None`, every this-many commits is made durable anyway, so redb can
+/// reuse pages (non-durable commits pin them) and the file does not grow without bound.
+const NON_DURABLE_COMMITS_MAX: u64 = 256;
+
+thread_local! {
+    /// Set while this thread runs an operation inside a group: a queue call from there (an
+    /// `ack_with` closure calling the queue) would deadlock on the group mutex.
+    static IN_GROUP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Counters kept in `leaseq_meta`, read once at the start of a group and written once at
+/// its seal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counters {
+    pub next_id: u64,
+    pub next_token: u64,
+}
+
+impl Counters {
+    pub(crate) fn read(tx: &WriteTransaction) -> Result<Counters> {
+        let meta = tx.open_table(META)?;
+        let get = |k: &str| -> Result<u64> {
+            let v = meta
+                .get(k)?
+                .ok_or_else(|| Error::corrupted(format!("leaseq_meta has no {k}")))?
+                .value();
+            if v == 0 {
+                return Err(Error::corrupted(format!("leaseq_meta {k} is 0")));
+            }
+            Ok(v)
+        };
+        Ok(Counters {
+            next_id: get(META_NEXT_ID)?,
+            next_token: get(META_NEXT_TOKEN)?,
+        })
+    }
+
+    fn write(&self, tx: &WriteTransaction) -> Result<()> {
+        let mut meta = tx.open_table(META)?;
+        meta.insert(META_NEXT_ID, self.next_id)?;
+        meta.insert(META_NEXT_TOKEN, self.next_token)?;
+        Ok(())
+    }
+}
+
+/// What an operation sees of its group: the transaction, the counters, and two flags it
+/// sets when it writes and when it makes work available.
+pub(crate) struct Ctx<'g> {
+    pub tx: &'g WriteTransaction,
+    pub counters: &'g mut Counters,
+    /// Set by any operation that wrote: the group must commit.
+    pub dirty: &'g mut bool,
+    /// Set by any operation that made or scheduled work: wake blocked consumers on commit.
+    pub wake: &'g mut bool,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn alloc_id(&mut self) -> u64 {
+        let id = self.counters.next_id;
+        self.counters.next_id += 1;
+        id
+    }
+
+    pub(crate) fn alloc_token(&mut self) -> u64 {
+        let t = self.counters.next_token;
+        self.counters.next_token += 1;
+        t
+    }
+}
+
+#[derive(Debug, Clone)]
+enum GroupResult {
+    Committed,
+    Replay,
+    Failed(String),
+}
+
+struct OpenGroup {
+    tx: WriteTransaction,
+    counters: Counters,
+    counters_at_start: Counters,
+    dirty: bool,
+    wake: bool,
+    members: usize,
+    opened_at: Instant,
+    result: Arc<OnceLock<GroupResult>>,
+}
+
+#[derive(Default)]
+struct State {
+    open: Option<OpenGroup>,
+    sealing: bool,
+    /// Set after a failed commit: redb refuses writes on this handle until it is reopened.
+    poisoned: Option<String>,
+    commits: u64,
+}
+
+/// Durability of the queue's commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Every call returns after the fsync that covers it (shared by the calls of a group).
+    #[default]
+    Immediate,
+    /// Calls return before their commit is durable (redb `Durability::None`). A crash or
+    /// power loss may lose every call since the last durable commit: enqueues that returned
+    /// `Ok`, acks, leases. leaseq makes every 256th commit durable, and
+    /// [`Queue::flush`](crate::Queue::flush) makes everything so far durable.
+    None,
+}
+
+pub(crate) struct Committer {
+    state: Mutex<State>,
+    cv: Condvar,
+    arrivals: AtomicUsize,
+    durability: Durability,
+    quick_repair: bool,
+    /// Bumped after every commit that made work available; blocked consumers wait on it.
+    work_epoch: Mutex<u64>,
+    work_cv: Condvar,
+}
+
+/// Decides whether an error from an operation leaves the transaction clean (a refusal made
+/// before any write) or dirty (the group must abort).
+fn is_refusal(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::LeaseLost { .. }
+            | Error::JobNotFound { .. }
+            | Error::InvalidState { .. }
+            | Error::InvalidOption { .. }
+            | Error::PayloadTooLarge { .. }
+            | Error::KeyTooLong { .. }
+    )
+}
+
+impl Committer {
+    pub(crate) fn new(durability: Durability, quick_repair: bool) -> Committer {
+        Committer {
+            state: Mutex::new(State::default()),
+            cv: Condvar::new(),
+            arrivals: AtomicUsize::new(0),
+            durability,
+            quick_repair,
+            work_epoch: Mutex::new(0),
+            work_cv: Condvar::new(),
+        }
+    }
+
+    /// Runs `op` inside a group transaction and returns its result once the group's commit
+    /// is durable (per the queue's durability). `op` may run more than once (replay after
+    /// another member's failure); it must only touch the transaction and the context.
+    ///
+    /// # Errors
+    /// `op`'s own error; `Reentrant` from inside another operation; `CommitFailed` if the
+    /// commit failed (now or earlier on this handle); storage errors from `begin_write`.
+    pub(crate) fn run<T>(
+        &self,
+        db: &Database,
+        op: &mut dyn FnMut(&mut Ctx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        if IN_GROUP.with(|c| c.get()) {
+            return Err(Error::Reentrant);
+        }
+        loop {
+            self.arrivals.fetch_add(1, Ordering::SeqCst);
+            let mut st = self.state.lock();
+            let (value, result) = self.join(db, &mut st, op)?;
+            match self.await_group(&mut st, &result) {
+                GroupResult::Committed => return value,
+                GroupResult::Replay => continue,
+                GroupResult::Failed(detail) => return Err(Error::CommitFailed { detail }),
+            }
+        }
+    }
+
+    /// Opens a group if none is open, applies `op` to it and returns `op`'s value together
+    /// with the group's result cell. Decrements `arrivals` on every path.
+    #[allow(clippy::type_complexity)]
+    fn join<T>(
+        &self,
+        db: &Database,
+        st: &mut parking_lot::MutexGuard<'_, State>,
+        op: &mut dyn FnMut(&mut Ctx<'_>) -> Result<T>,
+    ) -> Result<(Result<T>, Arc<OnceLock<GroupResult>>)> {
+        let leave = || {
+            if self.arrivals.fetch_sub(1, Ordering::SeqCst) == 1 {
+                self.cv.notify_all();
+            }
+        };
+        while st.sealing && st.poisoned.is_none() {
+            self.cv.wait(st);
+        }
+        if let Some(detail) = &st.poisoned {
+            leave();
+            return Err(Error::CommitFailed {
+                detail: detail.clone(),
+            });
+        }
+        if st.open.is_none() {
+            match self.begin(db, st.commits) {
+                Ok(g) => st.open = Some(g),
+                Err(e) => {
+                    leave();
+                    return Err(e);
+                }
+            }
+        }
+        let g = st.open.as_mut().expect("a group is open");
+        IN_GROUP.with(|c| c.set(true));
+        let applied = catch_unwind(AssertUnwindSafe(|| {
+            let mut ctx = Ctx {
+                tx: &g.tx,
+                counters: &mut g.counters,
+                dirty: &mut g.dirty,
+                wake: &mut g.wake,
+            };
+            op(&mut ctx)
+        }));
+        IN_GROUP.with(|c| c.set(false));
+        leave();
+        match applied {
+            Ok(Ok(v)) => {
+                g.members += 1;
+                Ok((Ok(v), g.result.clone()))
+            }
+            Ok(Err(e)) if is_refusal(&e) => {
+                g.members += 1;
+                Ok((Err(e), g.result.clone()))
+            }
+            Ok(Err(e)) => {
+                self.abort_open(st);
+                Err(e)
+            }
+            Err(panic) => {
+                // Caller closures run under their own catch_unwind (ack_with), so this is
+                // the storage engine: report it as corruption, never unwind through the API.
+                self.abort_open(st);
+                Err(Error::corrupted(format!(
+                    "storage engine panicked: {}",
+                    crate::panic_message(&*panic)
+                )))
+            }
+        }
+    }
+
+    fn begin(&self, db: &Database, commits: u64) -> Result<OpenGroup> {
+        let mut tx = db.begin_write()?;
+        let durable = match self.durability {
+            Durability::Immediate => true,
+            Durability::None => commits % NON_DURABLE_COMMITS_MAX == NON_DURABLE_COMMITS_MAX - 1,
+        };
+        if !durable {
+            tx.set_durability(redb::Durability::None)
+                .map_err(|e| Error::Storage(e.into()))?;
+        }
+        if self.quick_repair {
+            tx.set_quick_repair(true);
+        }
+        let counters = Counters::read(&tx)?;
+        Ok(OpenGroup {
+            tx,
+            counters,
+            counters_at_start: counters,
+            dirty: false,
+            wake: false,
+            members: 0,
+            opened_at: Instant::now(),
+            result: Arc::new(OnceLock::new()),
+        })
+    }
+
+    /// Aborts the open group: its members replay in a new group.
+    fn abort_open(&self, st: &mut State) {
+        if let Some(g) = st.open.take() {
+            let _ = g.result.set(GroupResult::Replay);
+            // An abort error leaves nothing to undo: the transaction is dropped either way.
+            let _ = catch_unwind(AssertUnwindSafe(|| g.tx.abort()));
+            self.cv.notify_all();
+        }
+    }
+
+    /// Waits until the member's group has a result, sealing it when it is this member's turn.
+    fn await_group(
+        &self,
+        st: &mut parking_lot::MutexGuard<'_, State>,
+        result: &Arc<OnceLock<GroupResult>>,
+    ) -> GroupResult {
+        loop {
+            if let Some(r) = result.get() {
+                return r.clone();
+            }
+            let mine_open = st
+                .open
+                .as_ref()
+                .is_some_and(|g| Arc::ptr_eq(&g.result, result));
+            if mine_open {
+                let g = st.open.as_ref().expect("checked");
+                let deadline = g.opened_at + GATHER_MAX;
+                let ready = self.arrivals.load(Ordering::SeqCst) == 0
+                    || g.members >= GROUP_MEMBERS_MAX
+                    || Instant::now() >= deadline;
+                if ready {
+                    self.seal(st);
+                    continue;
+                }
+                self.cv.wait_until(st, deadline);
+            } else {
+                // Another member is sealing it (or it was aborted and the result is set).
+                self.cv.wait(st);
+            }
+        }
+    }
+
+    /// Commits the open group outside the mutex, then publishes its result.
+    fn seal(&self, st: &mut parking_lot::MutexGuard<'_, State>) {
+        let g = st.open.take().expect("sealing an open group");
+        debug_assert!(g.counters.next_id >= g.counters_at_start.next_id);
+        debug_assert!(g.counters.next_token >= g.counters_at_start.next_token);
+        st.sealing = true;
+        let wake = g.wake;
+        let result_cell = g.result.clone();
+        let outcome = parking_lot::MutexGuard::unlocked(st, || {
+            catch_unwind(AssertUnwindSafe(|| commit_group(g)))
+                .unwrap_or_else(|_| Err("storage engine panicked during commit".to_string()))
+        });
+        st.sealing = false;
+        let result = match outcome {
+            Ok(()) => {
+                st.commits += 1;
+                GroupResult::Committed
+            }
+            Err(detail) => {
+                st.poisoned = Some(detail.clone());
+                GroupResult::Failed(detail)
+            }
+        };
+        let committed = matches!(result, GroupResult::Committed);
+        let _ = result_cell.set(result);
+        self.cv.notify_all();
+        if committed && wake {
+            self.notify_work();
+        }
+    }
+
+    pub(crate) fn notify_work(&self) {
+        *self.work_epoch.lock() += 1;
+        self.work_cv.notify_all();
+    }
+
+    pub(crate) fn work_epoch(&self) -> u64 {
+        *self.work_epoch.lock()
+    }
+
+    /// Blocks until work is announced after `epoch`, or `timeout` passes.
+    pub(crate) fn wait_for_work(&self, epoch: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut e = self.work_epoch.lock();
+        while *e == epoch {
+            if self.work_cv.wait_until(&mut e, deadline).timed_out() {
+                return;
+            }
+        }
+    }
+}
+
+fn commit_group(g: OpenGroup) -> std::result::Result<(), String> {
+    if !g.dirty {
+        debug_assert_eq!(
+            g.counters, g.counters_at_start,
+            "counters moved without a write"
+        );
+        // Nothing was written: no fsync needed, and every member read committed state.
+        return g.tx.abort().map_err(|e| e.to_string());
+    }
+    if g.counters != g.counters_at_start {
+        g.counters.write(&g.tx).map_err(|e| e.to_string())?;
+    }
+    g.tx.commit().map_err(|e| e.to_string())
+}

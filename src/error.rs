@@ -1,0 +1,198 @@
+//! The one error type of leaseq.
+
+use std::path::PathBuf;
+
+use crate::job::{JobId, JobState};
+
+/// A boxed error from caller code (the closure given to [`Lease::ack_with`](crate::Lease::ack_with)).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with leaseq's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in leaseq.
+///
+/// Every variant that refuses an input (`PayloadTooLarge`, `KeyTooLong`, `InvalidOption`,
+/// `LeaseLost`, `JobNotFound`, `InvalidState`, `Reentrant`) is returned *before* anything is
+/// written: the file is unchanged by the refused call.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The file is not a leaseq file: not a redb database at all, or a redb database without
+    /// leaseq's tables (use [`Builder::attach`](crate::Builder::attach) to add them on purpose).
+    /// The file was not modified.
+    #[error("{path}: not a leaseq file ({detail})")]
+    NotLeaseq {
+        /// The path that was opened.
+        path: PathBuf,
+        /// What was found instead.
+        detail: String,
+    },
+    /// The file is shorter than a redb header (0 bytes included). leaseq never recreates or
+    /// deletes such a file; the file was not modified.
+    #[error("{path}: truncated file ({len_bytes} bytes)")]
+    Truncated {
+        /// The path that was opened.
+        path: PathBuf,
+        /// Its length in bytes.
+        len_bytes: u64,
+    },
+    /// Stored data failed a check: a redb checksum or structure error, a job record that does
+    /// not decode, or a panic inside the storage engine caught at leaseq's boundary.
+    #[error("corrupted: {detail}")]
+    Corrupted {
+        /// What was inconsistent.
+        detail: String,
+    },
+    /// The file was written by a newer leaseq (format version `found`); this build reads
+    /// versions up to `supported`. The file was not modified.
+    #[error("file format version {found} is newer than this leaseq supports ({supported})")]
+    UnsupportedVersion {
+        /// The version stored in the file.
+        found: u64,
+        /// The newest version this build reads.
+        supported: u64,
+    },
+    /// The file is already open, by this process or another. The open ran no recovery.
+    #[error("{path}: already open by this or another process")]
+    AlreadyOpen {
+        /// The path that was opened.
+        path: PathBuf,
+    },
+    /// A payload is larger than the queue's limit
+    /// ([`Builder::payload_bytes_max`](crate::Builder::payload_bytes_max)).
+    #[error("payload of {size_bytes} bytes exceeds the limit of {limit_bytes} bytes")]
+    PayloadTooLarge {
+        /// The payload's size in bytes.
+        size_bytes: usize,
+        /// The limit in bytes.
+        limit_bytes: usize,
+    },
+    /// An idempotency key or dedup key is longer than [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX).
+    #[error("{field} of {size_bytes} bytes exceeds the limit of {limit_bytes} bytes")]
+    KeyTooLong {
+        /// `"idempotency_key"` or `"dedup_key"`.
+        field: &'static str,
+        /// The key's size in bytes.
+        size_bytes: usize,
+        /// The limit in bytes.
+        limit_bytes: usize,
+    },
+    /// An option is out of range (zero lease, lease above the cap, zero max attempts, a delay
+    /// whose due time overflows). Nothing is clamped silently.
+    #[error("invalid option {field}: {reason}")]
+    InvalidOption {
+        /// The option's name, e.g. `"lease"`.
+        field: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The lease token is no longer current: the job was redelivered (its lease expired and a
+    /// later dequeue took it), acked, nacked, failed, or recovered by a reopen. The fencing
+    /// token check of DESIGN §1.4. Nothing was changed.
+    #[error("lease lost: job {job_id} with token {token} is no longer leased under that token")]
+    LeaseLost {
+        /// The job the lease was for.
+        job_id: JobId,
+        /// The stale token.
+        token: u64,
+    },
+    /// No job with this id exists (never enqueued, or already acked or purged).
+    #[error("job {job_id} not found")]
+    JobNotFound {
+        /// The id asked for.
+        job_id: JobId,
+    },
+    /// The job exists but is in a state the call does not apply to (e.g. `requeue_dead` on a
+    /// job that is not dead).
+    #[error("job {job_id} is {actual:?}, the call needs {expected}")]
+    InvalidState {
+        /// The job.
+        job_id: JobId,
+        /// Its current state.
+        actual: JobState,
+        /// The state the call needs.
+        expected: &'static str,
+    },
+    /// The closure given to `ack_with` returned an error. Its transaction was aborted: no effect,
+    /// no applied-ids marker, no ack; the job stays leased until its deadline and is then
+    /// delivered again.
+    #[error("effect failed: {0}")]
+    Effect(#[source] BoxError),
+    /// A typed payload did not serialize or deserialize (bincode).
+    #[error("payload codec: {detail}")]
+    PayloadCodec {
+        /// The codec's message.
+        detail: String,
+    },
+    /// A queue operation was called from inside an `ack_with` closure, which runs while the
+    /// queue's write transaction is open; it would deadlock, so it is refused.
+    #[error("queue operation called from inside an ack_with closure")]
+    Reentrant,
+    /// A commit returned an error. Its changes may or may not have become durable; redb refuses
+    /// further writes on this handle, so every later write returns this error too. Reopen the
+    /// file: recovery and the applied-ids markers tell what happened.
+    #[error("commit failed (outcome unknown, reopen the queue): {detail}")]
+    CommitFailed {
+        /// The storage engine's message.
+        detail: String,
+    },
+    /// Any other error from the storage engine (redb).
+    #[error("storage: {0}")]
+    Storage(#[source] redb::Error),
+    /// An I/O error outside redb (creating, syncing or renaming the file).
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    pub(crate) fn corrupted(detail: impl Into<String>) -> Error {
+        Error::Corrupted {
+            detail: detail.into(),
+        }
+    }
+
+    pub(crate) fn invalid_option(field: &'static str, reason: impl Into<String>) -> Error {
+        Error::InvalidOption {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<redb::Error> for Error {
+    fn from(e: redb::Error) -> Error {
+        match e {
+            redb::Error::Corrupted(detail) => Error::Corrupted { detail },
+            redb::Error::ValueTooLarge(size) => Error::PayloadTooLarge {
+                size_bytes: size,
+                limit_bytes: crate::PAYLOAD_BYTES_MAX_CAP,
+            },
+            other => Error::Storage(other),
+        }
+    }
+}
+
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Error {
+                Error::from(redb::Error::from(e))
+            }
+        }
+    )*};
+}
+from_redb!(
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::DatabaseError
+);
+
+impl From<redb::CommitError> for Error {
+    fn from(e: redb::CommitError) -> Error {
+        Error::CommitFailed {
+            detail: e.to_string(),
+        }
+    }
+}

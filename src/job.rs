@@ -1,0 +1,183 @@
+//! Jobs as callers see them: ids, states, enqueue options and results.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A job's id: unique in its file, assigned at enqueue, increasing, never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(pub u64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The state a job is in. A job is in exactly one state (DESIGN §2):
+///
+/// ```text
+/// enqueue ──► Scheduled (delay) ──due──► Ready ──dequeue──► Leased
+/// Leased ──ack──► gone      Leased ──nack / lease expiry / reopen──► Ready or Scheduled
+/// Leased ──fail, or attempts exhausted──► Dead ──requeue_dead──► Ready
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Waiting for its due time (a delay or a backoff).
+    Scheduled,
+    /// Available to the next dequeue.
+    Ready,
+    /// Handed to a consumer under a lease.
+    Leased,
+    /// In the dead-letter state: out of attempts, or failed on purpose.
+    Dead,
+}
+
+/// Options for one enqueue. Built with chained setters from `EnqueueOptions::default()`.
+///
+/// ```
+/// use leaseq::EnqueueOptions;
+/// use std::time::Duration;
+/// let opts = EnqueueOptions::default()
+///     .idempotency_key("order-42")
+///     .priority(-1)
+///     .delay(Duration::from_secs(10))
+///     .max_attempts(3);
+/// # let _ = opts;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnqueueOptions {
+    pub(crate) idempotency_key: Option<Vec<u8>>,
+    pub(crate) dedup_key: Option<Vec<u8>>,
+    pub(crate) priority: i32,
+    pub(crate) delay: Option<Duration>,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) lease: Option<Duration>,
+}
+
+impl EnqueueOptions {
+    /// The key under which [`Lease::ack_with`](crate::Lease::ack_with) records the job's
+    /// effect as applied (at most [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX) bytes). Jobs sharing
+    /// a key share one effect: the second `ack_with` finds it applied and skips the closure.
+    /// Defaults to the job's own id.
+    pub fn idempotency_key(mut self, key: impl AsRef<[u8]>) -> Self {
+        self.idempotency_key = Some(key.as_ref().to_vec());
+        self
+    }
+
+    /// Producer dedup (at most [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX) bytes): while a live job
+    /// (scheduled, ready, leased or dead) holds this key, another enqueue with it returns
+    /// [`Enqueued::Duplicate`] with that job's id and adds nothing. The key is released when
+    /// its job is acked. This is not exactly-once: it only keeps one job per key at a time.
+    pub fn dedup_key(mut self, key: impl AsRef<[u8]>) -> Self {
+        self.dedup_key = Some(key.as_ref().to_vec());
+        self
+    }
+
+    /// Priority: lower values are served first (as in Oban, River and BullMQ); default 0.
+    /// Within one priority, jobs are served in the order they became available, then by id.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Makes the job due `delay` from now (whole milliseconds); until then no dequeue
+    /// returns it and its delay never counts against a lease.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// Deliveries allowed before the job goes to the dead-letter state (at least 1; default:
+    /// the queue's [`Builder::max_attempts`](crate::Builder::max_attempts)).
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = Some(max_attempts);
+        self
+    }
+
+    /// This job's lease duration (visibility timeout), instead of the queue's default
+    /// [`Builder::lease`](crate::Builder::lease). Whole milliseconds, from 1 ms to
+    /// [`LEASE_MAX`](crate::LEASE_MAX).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+}
+
+/// What an enqueue did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Enqueued {
+    /// A new job was added under this id.
+    New(JobId),
+    /// The dedup key is held by this live job; nothing was added.
+    Duplicate(JobId),
+}
+
+impl Enqueued {
+    /// The id of the new job, or of the job that holds the dedup key.
+    pub fn id(self) -> JobId {
+        match self {
+            Enqueued::New(id) | Enqueued::Duplicate(id) => id,
+        }
+    }
+}
+
+/// The result of [`Lease::ack_with`](crate::Lease::ack_with).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Applied {
+    /// The closure ran and its writes committed together with the applied-ids marker and
+    /// the ack.
+    Now,
+    /// The idempotency key was already applied: the closure did not run; the job was acked.
+    AlreadyApplied,
+}
+
+/// A snapshot of one job, for inspection ([`Queue::job`](crate::Queue::job)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobInfo {
+    /// The job's id.
+    pub id: JobId,
+    /// Its state.
+    pub state: JobState,
+    /// Deliveries so far (each dequeue counts one, however it ends).
+    pub attempts: u32,
+    /// Deliveries allowed before the dead-letter state.
+    pub max_attempts: u32,
+    /// Priority (lower is served first).
+    pub priority: i32,
+    /// Scheduled: when it is due; Ready: when it became available (Unix ms).
+    pub run_at_ms: u64,
+    /// Leased: the lease deadline (Unix ms).
+    pub lease_deadline_ms: Option<u64>,
+    /// Leased: the current lease token.
+    pub lease_token: Option<u64>,
+    /// When it was enqueued (Unix ms).
+    pub created_ms: u64,
+    /// Why the last attempt ended badly (nack reason, "lease expired", fail reason).
+    pub last_error: Option<String>,
+    /// The idempotency key, if one was given.
+    pub idempotency_key: Option<Vec<u8>>,
+    /// The dedup key, if one was given.
+    pub dedup_key: Option<Vec<u8>>,
+    /// The payload's length in bytes.
+    pub payload_bytes: usize,
+}
+
+/// Counts of jobs per state. Kept by redb's per-table lengths, so they always agree with a
+/// scan (checked by [`Queue::check`](crate::Queue::check)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// All live jobs (`scheduled + ready + leased + dead`).
+    pub total: u64,
+    /// Waiting for a delay or backoff.
+    pub scheduled: u64,
+    /// Available now.
+    pub ready: u64,
+    /// Under a lease.
+    pub leased: u64,
+    /// Dead-lettered.
+    pub dead: u64,
+    /// Applied-ids markers kept.
+    pub applied: u64,
+}

@@ -1,0 +1,172 @@
+//! A delivered job under a lease, and the calls that end or extend it.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::{BoxError, Result};
+use crate::job::{Applied, JobId, JobState};
+use crate::queue::Queue;
+use crate::store;
+
+/// A job handed to a consumer, leased until [`deadline_ms`](Lease::deadline_ms), under a
+/// fencing token.
+///
+/// End it with [`ack`](Lease::ack), [`ack_with`](Lease::ack_with), [`nack`](Lease::nack) or
+/// [`fail`](Lease::fail), each of which consumes it. A lease that is dropped, or outlives its
+/// deadline, is delivered again (at-least-once). Every call checks the token first: once the
+/// job was delivered again, acked, or recovered by a reopen, this lease's calls return
+/// [`Error::LeaseLost`](crate::Error::LeaseLost) and change nothing.
+///
+/// An ack, nack, fail or extend that arrives after the deadline, but before any dequeue
+/// reclaimed the job, still succeeds: the token is still current and no other consumer has
+/// the job (as SQS accepts a `DeleteMessage` for a message not yet received again).
+#[must_use = "a lease that is not acked is delivered again when it expires"]
+pub struct Lease {
+    pub(crate) queue: Queue,
+    pub(crate) id: u64,
+    pub(crate) token: u64,
+    pub(crate) attempt: u32,
+    pub(crate) deadline_ms: u64,
+    pub(crate) payload: Vec<u8>,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("id", &self.id)
+            .field("token", &self.token)
+            .field("attempt", &self.attempt)
+            .field("deadline_ms", &self.deadline_ms)
+            .field("payload_bytes", &self.payload.len())
+            .finish()
+    }
+}
+
+impl Lease {
+    /// The job's id.
+    pub fn id(&self) -> JobId {
+        JobId(self.id)
+    }
+
+    /// The payload bytes as enqueued.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// Decodes a payload enqueued with [`Queue::enqueue_value`].
+    ///
+    /// # Errors
+    /// [`Error::PayloadCodec`](crate::Error::PayloadCodec) if the bytes are not a `T`.
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        crate::codec::decode_payload(&self.payload)
+    }
+
+    /// Which delivery this is: 1 for the first, counting every earlier delivery however it
+    /// ended (nack, lease expiry, crash).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The fencing token of this delivery (unique in the file, increasing).
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The lease deadline, in Unix milliseconds of the queue's clock.
+    pub fn deadline_ms(&self) -> u64 {
+        self.deadline_ms
+    }
+
+    /// Acks the job: removes it (and releases its dedup key). One durable commit.
+    ///
+    /// This is the at-least-once ack: if the work had effects, a crash between them and this
+    /// ack repeats them. Use [`ack_with`](Lease::ack_with) for an exactly-once effect.
+    ///
+    /// # Errors
+    /// `LeaseLost` if the token is stale; `CommitFailed` or `Storage` from the storage engine.
+    pub fn ack(self) -> Result<()> {
+        let (id, token) = (self.id, self.token);
+        self.queue.run(&mut |ctx| store::ack(ctx, id, token))
+    }
+
+    /// Acks the job and applies its effect in one redb write transaction: the closure's writes
+    /// to the caller's own tables (in the queue's file, see [`Queue::database`]), the
+    /// applied-ids marker for the job's idempotency key, and the ack commit together or not at
+    /// all. If the key is already applied (an earlier delivery, or another job with the same
+    /// key, committed its effect), the closure does not run and the job is acked:
+    /// [`Applied::AlreadyApplied`]. This is the exactly-once effect of DESIGN §1.3.
+    ///
+    /// The closure may run more than once (when a concurrent operation in the same group
+    /// commit fails, the group is replayed) and must only touch the transaction. It must not
+    /// open leaseq's tables (`leaseq_*`) or call the queue (that returns `Reentrant`).
+    ///
+    /// # Errors
+    /// `Effect` with the closure's error (or panic message): nothing was written, the job stays
+    /// leased until its deadline; `LeaseLost` if the token is stale; `CommitFailed` or
+    /// `Storage` from the storage engine.
+    pub fn ack_with<F>(self, mut effect: F) -> Result<Applied>
+    where
+        F: FnMut(&redb::WriteTransaction) -> std::result::Result<(), BoxError>,
+    {
+        let (id, token) = (self.id, self.token);
+        let now_ms = self.queue.now_ms();
+        self.queue
+            .run(&mut |ctx| store::ack_with(ctx, id, token, now_ms, &mut effect))
+    }
+
+    /// Gives the job back now, recording `reason` as its last error: it is ready again
+    /// (served after the jobs that were already available), or dead if this was its last
+    /// attempt. Returns the state it went to.
+    ///
+    /// # Errors
+    /// `LeaseLost` if the token is stale; `CommitFailed` or `Storage` from the storage engine.
+    pub fn nack(self, reason: &str) -> Result<JobState> {
+        self.nack_after(reason, Duration::ZERO)
+    }
+
+    /// Gives the job back to be due after `backoff` (whole milliseconds; as SQS's
+    /// `ChangeMessageVisibility` before giving up a message), or dead if this was its last
+    /// attempt. The backoff does not count against any lease. Returns the state it went to.
+    ///
+    /// # Errors
+    /// `InvalidOption` if `backoff` is above [`DELAY_MAX`](crate::DELAY_MAX); `LeaseLost` if the
+    /// token is stale; `CommitFailed` or `Storage` from the storage engine.
+    pub fn nack_after(self, reason: &str, backoff: Duration) -> Result<JobState> {
+        if backoff > crate::DELAY_MAX {
+            return Err(crate::Error::invalid_option("backoff", "above DELAY_MAX"));
+        }
+        let (id, token) = (self.id, self.token);
+        let backoff_ms = crate::clock::duration_ms(backoff);
+        let now_ms = self.queue.now_ms();
+        self.queue
+            .run(&mut |ctx| store::nack(ctx, id, token, now_ms, backoff_ms, reason))
+    }
+
+    /// Moves the job to the dead-letter state now, with `reason` (kept up to 4096 bytes, cut
+    /// at a character boundary) as its last error, whatever attempts it has left.
+    ///
+    /// # Errors
+    /// `LeaseLost` if the token is stale; `CommitFailed` or `Storage` from the storage engine.
+    pub fn fail(self, reason: &str) -> Result<()> {
+        let (id, token) = (self.id, self.token);
+        self.queue
+            .run(&mut |ctx| store::fail(ctx, id, token, reason))
+    }
+
+    /// Sets the deadline to now + `by` (never added to the old deadline), as SQS's
+    /// `ChangeMessageVisibility`. `by` is whole milliseconds, from 1 ms to
+    /// [`LEASE_MAX`](crate::LEASE_MAX). On success [`deadline_ms`](Lease::deadline_ms) is the
+    /// new deadline. One durable commit.
+    ///
+    /// # Errors
+    /// `InvalidOption` for a zero or too long `by`; `LeaseLost` if the token is stale;
+    /// `CommitFailed` or `Storage` from the storage engine.
+    pub fn extend(&mut self, by: Duration) -> Result<()> {
+        let (id, token) = (self.id, self.token);
+        let now_ms = self.queue.now_ms();
+        self.deadline_ms = self
+            .queue
+            .run(&mut |ctx| store::extend(ctx, id, token, now_ms, by))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,92 @@
+//! # leaseq
+//!
+//! An embedded, single-process, synchronous, persistent job queue stored in one
+//! [redb](https://docs.rs/redb) file.
+//!
+//! - **At-least-once delivery, never a lost job.** An [`enqueue`](Queue::enqueue) that
+//!   returned `Ok` survives a crash or power loss. A consumer takes a job under a *lease*
+//!   (a deadline, like SQS's visibility timeout); a job not acked before its lease ends, or
+//!   whose process died, is delivered again. Reopening the file after a crash puts every
+//!   orphaned lease back before the first dequeue.
+//! - **Exactly-once effect.** [`Lease::ack_with`] commits the consumer's own writes, the
+//!   applied-ids marker for the job's idempotency key and the ack in one redb write
+//!   transaction. A redelivered job whose key is applied changes nothing.
+//! - **Fencing.** Every delivery carries a fresh token; an ack, nack, fail or extend with a
+//!   stale one returns [`Error::LeaseLost`] and changes nothing.
+//! - **Producer dedup** ([`EnqueueOptions::dedup_key`]) keeps one live job per key. It is not
+//!   exactly-once; consumer idempotency is.
+//!
+//! ```
+//! use leaseq::{Applied, EnqueueOptions, Queue};
+//! use redb::TableDefinition;
+//! use std::time::Duration;
+//!
+//! const ORDERS: TableDefinition<&str, &str> = TableDefinition::new("orders");
+//!
+//! let dir = tempfile::tempdir()?;
+//! let queue = Queue::builder()
+//!     .lease(Duration::from_secs(30))
+//!     .max_attempts(5)
+//!     .open(dir.path().join("app.leaseq"))?;
+//! queue.enqueue(b"pay order 42", EnqueueOptions::default().idempotency_key("order-42"))?;
+//!
+//! if let Some(lease) = queue.dequeue_timeout(Duration::from_secs(1))? {
+//!     let outcome = lease.ack_with(|tx| {
+//!         let mut orders = tx.open_table(ORDERS)?; // the caller's own table, same file
+//!         orders.insert("order-42", "paid")?;
+//!         Ok(())
+//!     })?;
+//!     assert_eq!(outcome, Applied::Now);
+//! }
+//! assert!(queue.is_applied("order-42")?);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod clock;
+mod codec;
+mod commit;
+mod error;
+mod job;
+mod lease;
+mod queue;
+mod schema;
+mod store;
+
+#[cfg(feature = "sim")]
+pub mod sim;
+
+use std::time::Duration;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use commit::Durability;
+pub use error::{BoxError, Error, Result};
+pub use job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Stats};
+pub use lease::Lease;
+pub use queue::{Builder, Queue, Recovery};
+pub use schema::FORMAT_VERSION;
+pub use store::Violation;
+
+/// Longest lease (visibility timeout) accepted: 12 hours, as SQS's maximum.
+pub const LEASE_MAX: Duration = Duration::from_secs(12 * 60 * 60);
+/// Longest delay or backoff accepted: 365 days.
+pub const DELAY_MAX: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+/// Most deliveries a job may be allowed.
+pub const MAX_ATTEMPTS_CAP: u32 = 1_000_000;
+/// Longest idempotency key or dedup key, in bytes.
+pub const KEY_BYTES_MAX: usize = 512;
+/// The highest payload limit a queue may be configured with, in bytes (64 MiB).
+pub const PAYLOAD_BYTES_MAX_CAP: usize = 64 << 20;
+
+/// The message of a caught panic.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}

@@ -1,0 +1,728 @@
+//! The queue handle, its builder, and opening, creating and attaching files.
+
+use std::fmt;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use redb::{Database, ReadableDatabase, ReadableTable, StorageBackend};
+
+use crate::clock::{Clock, SystemClock};
+use crate::commit::{Committer, Ctx, Durability};
+use crate::error::{Error, Result};
+use crate::job::{EnqueueOptions, Enqueued, JobId, JobInfo, Stats};
+use crate::lease::Lease;
+use crate::schema::{
+    APPLIED, DEAD, DEDUP, FORMAT_VERSION, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
+    META_NEXT_TOKEN, READY, SCHEDULED,
+};
+use crate::store::{self, Config, Violation};
+
+/// redb's file header: a file shorter than this cannot be a database.
+const REDB_HEADER_BYTES: u64 = 320;
+const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+
+/// What the open found and did before returning the queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Leases of the previous process put back to ready.
+    pub leases_returned: u64,
+    /// Leases of the previous process whose job had no attempts left: dead-lettered.
+    pub leases_dead_lettered: u64,
+    /// Whether redb repaired the file (the previous process did not close it).
+    pub repaired: bool,
+    /// Whether the open created a new file.
+    pub created: bool,
+}
+
+/// Settings for opening a queue. Start from [`Queue::builder`].
+///
+/// ```no_run
+/// use leaseq::Queue;
+/// use std::time::Duration;
+/// let queue = Queue::builder()
+///     .lease(Duration::from_secs(30))
+///     .max_attempts(5)
+///     .cache_bytes(32 << 20)
+///     .open("app.leaseq")?;
+/// # Ok::<(), leaseq::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Builder {
+    lease: Duration,
+    max_attempts: u32,
+    cache_bytes: usize,
+    payload_bytes_max: usize,
+    durability: Durability,
+    quick_repair: bool,
+    clock: Arc<dyn Clock>,
+    on_repair: Option<Arc<dyn Fn(f64) + Send + Sync>>,
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("lease", &self.lease)
+            .field("max_attempts", &self.max_attempts)
+            .field("cache_bytes", &self.cache_bytes)
+            .field("payload_bytes_max", &self.payload_bytes_max)
+            .field("durability", &self.durability)
+            .field("quick_repair", &self.quick_repair)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            lease: Duration::from_secs(30),
+            max_attempts: 5,
+            cache_bytes: 64 << 20,
+            payload_bytes_max: 1 << 20,
+            durability: Durability::Immediate,
+            quick_repair: false,
+            clock: Arc::new(SystemClock),
+            on_repair: None,
+        }
+    }
+}
+
+impl Builder {
+    /// Default lease duration (visibility timeout) of a delivery; default 30 s, as SQS's
+    /// default visibility timeout. From 1 ms to [`LEASE_MAX`](crate::LEASE_MAX), checked at
+    /// open.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Default deliveries per job before the dead-letter state; default 5. At least 1, at most
+    /// [`MAX_ATTEMPTS_CAP`](crate::MAX_ATTEMPTS_CAP), checked at open.
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// redb's page cache, in bytes; default 64 MiB (redb's own default is 1 GiB).
+    pub fn cache_bytes(mut self, bytes: usize) -> Self {
+        self.cache_bytes = bytes;
+        self
+    }
+
+    /// Largest payload accepted, in bytes; default 1 MiB, at most
+    /// [`PAYLOAD_BYTES_MAX_CAP`](crate::PAYLOAD_BYTES_MAX_CAP), checked at open.
+    pub fn payload_bytes_max(mut self, bytes: usize) -> Self {
+        self.payload_bytes_max = bytes;
+        self
+    }
+
+    /// When calls return relative to the fsync; default [`Durability::Immediate`].
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// redb's quick-repair: every commit also saves the allocator state (a second fsync), so
+    /// the open after a crash takes milliseconds instead of a full repair whose time grows
+    /// with the file. Default off.
+    pub fn quick_repair(mut self, enabled: bool) -> Self {
+        self.quick_repair = enabled;
+        self
+    }
+
+    /// The time source; default [`SystemClock`]. Use a [`ManualClock`](crate::ManualClock) in
+    /// tests.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Called during a repair at open with the progress in `[0.0, 1.0)`: a file that was not
+    /// closed cleanly needs one, and a large file takes seconds.
+    pub fn on_repair(mut self, callback: impl Fn(f64) + Send + Sync + 'static) -> Self {
+        self.on_repair = Some(Arc::new(callback));
+        self
+    }
+
+    fn config(&self) -> Result<Config> {
+        let lease_ms = store::lease_ms_checked("lease", self.lease)?;
+        if self.max_attempts == 0 || self.max_attempts > crate::MAX_ATTEMPTS_CAP {
+            return Err(Error::invalid_option(
+                "max_attempts",
+                format!(
+                    "{} is outside 1..={}",
+                    self.max_attempts,
+                    crate::MAX_ATTEMPTS_CAP
+                ),
+            ));
+        }
+        if self.payload_bytes_max > crate::PAYLOAD_BYTES_MAX_CAP {
+            return Err(Error::invalid_option(
+                "payload_bytes_max",
+                format!("above the cap of {} bytes", crate::PAYLOAD_BYTES_MAX_CAP),
+            ));
+        }
+        Ok(Config {
+            lease_ms,
+            max_attempts: self.max_attempts,
+            payload_bytes_max: self.payload_bytes_max,
+        })
+    }
+
+    fn redb_builder(&self, repaired: &Arc<AtomicBool>) -> redb::Builder {
+        let mut b = redb::Builder::new();
+        b.set_cache_size(self.cache_bytes);
+        let repaired = repaired.clone();
+        let on_repair = self.on_repair.clone();
+        b.set_repair_callback(move |session| {
+            repaired.store(true, Ordering::SeqCst);
+            if let Some(cb) = &on_repair {
+                cb(session.progress());
+            }
+        });
+        b
+    }
+
+    /// Opens the queue file at `path`, creating it if no file is there.
+    ///
+    /// A new file is created atomically: built at a temporary path beside it, closed,
+    /// fsynced, linked into place (never over an existing file), and the directory fsynced,
+    /// because a power loss inside redb's first create can leave a file redb refuses to open.
+    /// An existing file is never recreated or deleted. Before the queue is returned, every
+    /// lease left by a previous process goes back to ready, or dead when out of attempts, in
+    /// one transaction ([`Queue::recovery`] reports it); the exclusive file lock proves that
+    /// process is gone.
+    ///
+    /// # Errors
+    /// - `InvalidOption` for a builder setting out of range (nothing is opened);
+    /// - `AlreadyOpen` if this or another process has the file open (no recovery runs);
+    /// - `Truncated` for a file shorter than a redb header (0 bytes included);
+    /// - `NotLeaseq` for a file that is not a redb database, or a redb database without
+    ///   leaseq's tables (use [`Builder::attach`]); the file is left byte-identical;
+    /// - `UnsupportedVersion` for a newer format, also leaving the file byte-identical;
+    /// - `Corrupted` if redb or leaseq finds damage (panics in redb are caught);
+    /// - `Io` or `Storage` for I/O failures.
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<Queue> {
+        let cfg = self.config()?;
+        let path = path.as_ref();
+        let mut created = false;
+        match fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                create_atomically(path)?;
+                created = true;
+            }
+            Err(e) => return Err(e.into()),
+            Ok(m) if !m.is_file() => {
+                return Err(Error::NotLeaseq {
+                    path: path.to_path_buf(),
+                    detail: "not a regular file".into(),
+                });
+            }
+            Ok(_) => {}
+        }
+        check_header(path)?;
+        let repaired = Arc::new(AtomicBool::new(false));
+        let builder = self.redb_builder(&repaired);
+        let already_open = || Error::AlreadyOpen {
+            path: path.to_path_buf(),
+        };
+        // A read-only look first: it never writes, so a foreign or newer file stays
+        // byte-identical. A file that needs repair (a crashed writer) cannot be opened
+        // read-only; it is then checked after the writable open.
+        match guarded(|| builder.open_read_only(path).map_err(Error::from)) {
+            Ok(ro) => {
+                let rtx = ro.begin_read()?;
+                verify_format(&rtx, path)?;
+            }
+            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => return Err(already_open()),
+            Err(Error::Storage(redb::Error::RepairAborted)) => {}
+            Err(e) => return Err(e),
+        }
+        let db = match guarded(|| builder.open(path).map_err(Error::from)) {
+            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => return Err(already_open()),
+            other => other?,
+        };
+        let db = DbBox::new(db);
+        verify_format(&db.get().begin_read()?, path)?;
+        let repaired = repaired.load(Ordering::SeqCst);
+        self.finish(db, cfg, Some(path.to_path_buf()), repaired, created)
+    }
+
+    /// Opens a queue on a caller-supplied redb storage backend (for example the power-loss
+    /// simulator of the `sim` feature). An empty backend is initialized as a new queue; a
+    /// non-empty one must hold a leaseq database.
+    ///
+    /// # Errors
+    /// As [`Builder::open`], without the path-based checks.
+    pub fn open_backend(&self, backend: impl StorageBackend) -> Result<Queue> {
+        let cfg = self.config()?;
+        let empty = backend.len().map_err(Error::Io)? == 0;
+        let repaired = Arc::new(AtomicBool::new(false));
+        let db = guarded(|| {
+            self.redb_builder(&repaired)
+                .create_with_backend(backend)
+                .map_err(Error::from)
+        })?;
+        let db = DbBox::new(db);
+        if empty {
+            init_tables(db.get())?;
+        }
+        verify_format(&db.get().begin_read()?, Path::new("<backend>"))?;
+        let repaired = repaired.load(Ordering::SeqCst);
+        self.finish(db, cfg, None, repaired, empty)
+    }
+
+    /// Adds leaseq's tables to the caller's own redb database (if they are not there yet) and
+    /// returns a queue that shares it: the caller keeps using its tables through
+    /// [`Queue::database`]. Leases found in the database are recovered as at open, so attach
+    /// only a database this process alone writes.
+    ///
+    /// # Errors
+    /// `UnsupportedVersion` for leaseq tables of a newer format; `NotLeaseq` if a table named
+    /// `leaseq_*` exists with other types; `Storage` or `Corrupted` from redb.
+    pub fn attach(&self, db: Database) -> Result<Queue> {
+        let cfg = self.config()?;
+        let db = DbBox::new(db);
+        init_tables(db.get())?;
+        verify_format(&db.get().begin_read()?, Path::new("<attached>"))?;
+        self.finish(db, cfg, None, false, false)
+    }
+
+    fn finish(
+        &self,
+        db: DbBox,
+        cfg: Config,
+        path: Option<PathBuf>,
+        repaired: bool,
+        created: bool,
+    ) -> Result<Queue> {
+        let inner = Inner {
+            db,
+            committer: Committer::new(self.durability, self.quick_repair),
+            cfg,
+            clock: self.clock.clone(),
+            path,
+            recovery: Recovery::default(),
+        };
+        let now_ms = inner.clock.now_ms();
+        let (returned, dead) = inner.committer.run(inner.db.get(), &mut |ctx| {
+            store::recover_leases(ctx, now_ms)
+        })?;
+        let inner = Inner {
+            recovery: Recovery {
+                leases_returned: returned,
+                leases_dead_lettered: dead,
+                repaired,
+                created,
+            },
+            ..inner
+        };
+        Ok(Queue {
+            inner: Arc::new(inner),
+        })
+    }
+}
+
+/// Converts a panic inside the storage engine into `Corrupted`: no panic crosses leaseq's API.
+fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        Err(Error::corrupted(format!(
+            "storage engine panicked: {}",
+            crate::panic_message(&*p)
+        )))
+    })
+}
+
+/// Refuses files that cannot be redb databases before redb sees them.
+fn check_header(path: &Path) -> Result<()> {
+    let mut file = fs::File::open(path)?;
+    let len_bytes = file.metadata()?.len();
+    let mut magic = [0u8; REDB_MAGIC.len()];
+    let n = file.by_ref().take(magic.len() as u64).read(&mut magic)?;
+    if n == magic.len() && magic != REDB_MAGIC {
+        return Err(Error::NotLeaseq {
+            path: path.to_path_buf(),
+            detail: "no redb header".into(),
+        });
+    }
+    if len_bytes < REDB_HEADER_BYTES {
+        return Err(Error::Truncated {
+            path: path.to_path_buf(),
+            len_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// Checks that the snapshot holds leaseq's tables in a format this build reads.
+fn verify_format(rtx: &redb::ReadTransaction, path: &Path) -> Result<()> {
+    let not_leaseq = |detail: String| Error::NotLeaseq {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let meta = match rtx.open_table(META) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => {
+            return Err(not_leaseq("a redb database without leaseq tables".into()));
+        }
+        Err(redb::TableError::TableTypeMismatch { .. }) => {
+            return Err(not_leaseq("leaseq_meta has foreign types".into()));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let version = meta
+        .get(META_FORMAT_VERSION)?
+        .map(|v| v.value())
+        .ok_or_else(|| not_leaseq("leaseq_meta has no format version".into()))?;
+    if version > FORMAT_VERSION {
+        return Err(Error::UnsupportedVersion {
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    if version == 0 {
+        return Err(Error::corrupted("format version 0"));
+    }
+    // Every table must be there with its types.
+    let tables = [
+        rtx.open_table(JOBS).map(drop),
+        rtx.open_table(READY).map(drop),
+        rtx.open_table(SCHEDULED).map(drop),
+        rtx.open_table(LEASES).map(drop),
+        rtx.open_table(DEAD).map(drop),
+        rtx.open_table(DEDUP).map(drop),
+        rtx.open_table(APPLIED).map(drop),
+    ];
+    for t in tables {
+        t.map_err(|e| Error::corrupted(format!("leaseq table: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Creates leaseq's tables and counters where they are missing; idempotent.
+fn init_tables(db: &Database) -> Result<()> {
+    let tx = db.begin_write()?;
+    {
+        tx.open_table(JOBS)?;
+        tx.open_table(READY)?;
+        tx.open_table(SCHEDULED)?;
+        tx.open_table(LEASES)?;
+        tx.open_table(DEAD)?;
+        tx.open_table(DEDUP)?;
+        tx.open_table(APPLIED)?;
+        let mut meta = tx.open_table(META).map_err(|e| match e {
+            redb::TableError::TableTypeMismatch { .. } => Error::NotLeaseq {
+                path: PathBuf::from("<attached>"),
+                detail: "leaseq_meta has foreign types".into(),
+            },
+            e => e.into(),
+        })?;
+        for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
+            if meta.get(key)?.is_none() {
+                let initial = if key == META_FORMAT_VERSION {
+                    FORMAT_VERSION
+                } else {
+                    1
+                };
+                meta.insert(key, initial)?;
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// Builds a new queue file at a temporary path, fsyncs it, and links it into place without
+/// ever replacing an existing file; then fsyncs the directory.
+fn create_atomically(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::invalid_option("path", "has no file name"))?;
+    let tmp = dir.join(format!(
+        ".{}.leaseq-create-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = fs::remove_file(&tmp);
+    let built = (|| -> Result<()> {
+        let db = redb::Builder::new().set_cache_size(1 << 20).create(&tmp)?;
+        init_tables(&db)?;
+        drop(db);
+        fs::File::open(&tmp)?.sync_all()?;
+        match fs::hard_link(&tmp, path) {
+            Ok(()) => {}
+            // Another opener created it first: use theirs.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e.into()),
+        }
+        fs::File::open(&dir)?.sync_all()?;
+        Ok(())
+    })();
+    let _ = fs::remove_file(&tmp);
+    built
+}
+
+/// Owns the database; drops it inside `catch_unwind` so a panic in redb's drop (seen on
+/// corrupted files) does not cross leaseq's API.
+struct DbBox(Option<Database>);
+
+impl DbBox {
+    fn new(db: Database) -> DbBox {
+        DbBox(Some(db))
+    }
+
+    fn get(&self) -> &Database {
+        self.0.as_ref().expect("database present until drop")
+    }
+}
+
+impl Drop for DbBox {
+    fn drop(&mut self) {
+        if let Some(db) = self.0.take() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
+        }
+    }
+}
+
+struct Inner {
+    // Field order matters: the committer (holding no transaction once idle) drops before the
+    // database.
+    committer: Committer,
+    db: DbBox,
+    cfg: Config,
+    clock: Arc<dyn Clock>,
+    path: Option<PathBuf>,
+    recovery: Recovery,
+}
+
+/// A persistent job queue in one redb file. Cheap to clone (a shared handle); `Send + Sync`.
+///
+/// Every mutating call returns after the commit that covers it is durable (with the default
+/// [`Durability::Immediate`]); concurrent calls from many threads share commits (group
+/// commit). The file closes when the last handle, including every outstanding [`Lease`], is
+/// dropped.
+#[derive(Clone)]
+pub struct Queue {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Queue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Queue")
+            .field("path", &self.inner.path)
+            .field("recovery", &self.inner.recovery)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Queue {
+    /// Opens (or creates) the queue at `path` with default settings; see [`Builder::open`].
+    ///
+    /// # Errors
+    /// As [`Builder::open`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Queue> {
+        Builder::default().open(path)
+    }
+
+    /// A builder with default settings.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.inner.clock.now_ms()
+    }
+
+    pub(crate) fn run<T>(&self, op: &mut dyn FnMut(&mut Ctx<'_>) -> Result<T>) -> Result<T> {
+        self.inner.committer.run(self.inner.db.get(), op)
+    }
+
+    /// Enqueues a job with `payload` (at most the builder's `payload_bytes_max` bytes) and
+    /// returns its id once the commit is durable.
+    ///
+    /// # Errors
+    /// `PayloadTooLarge`, `KeyTooLong` or `InvalidOption` before anything is written;
+    /// `CommitFailed`, `Storage` or `Reentrant` otherwise.
+    pub fn enqueue(&self, payload: &[u8], opts: EnqueueOptions) -> Result<Enqueued> {
+        let now_ms = self.now_ms();
+        let cfg = self.inner.cfg;
+        self.run(&mut |ctx| store::enqueue(ctx, &cfg, now_ms, payload, &opts))
+    }
+
+    /// Enqueues `value` encoded with bincode (serde); read it back with [`Lease::decode`].
+    ///
+    /// # Errors
+    /// `PayloadCodec` if `value` does not serialize; otherwise as [`Queue::enqueue`].
+    pub fn enqueue_value<T: serde::Serialize + ?Sized>(
+        &self,
+        value: &T,
+        opts: EnqueueOptions,
+    ) -> Result<Enqueued> {
+        self.enqueue(&crate::codec::encode_payload(value)?, opts)
+    }
+
+    /// Takes the next job if one is available now, or returns `None` at once.
+    ///
+    /// Before taking one, moves due delayed jobs to ready and reclaims expired leases (at most
+    /// 256 of each per call; an expired job with attempts left is ready again at the back
+    /// of its priority, otherwise dead with "lease expired"). The job is leased for its lease
+    /// duration under a fresh token, its attempt counted, and it is returned only after that
+    /// commit. A check that finds nothing costs a read, not a commit.
+    ///
+    /// # Errors
+    /// `Corrupted` if an index disagrees with a job record; `CommitFailed`, `Storage` or
+    /// `Reentrant`.
+    pub fn dequeue(&self) -> Result<Option<Lease>> {
+        Ok(self.try_dequeue()?.0)
+    }
+
+    fn try_dequeue(&self) -> Result<(Option<Lease>, Option<u64>)> {
+        let now_ms = self.now_ms();
+        let (work, next_due_ms) = guarded(|| {
+            let rtx = self.inner.db.get().begin_read()?;
+            store::probe(&rtx, now_ms)
+        })?;
+        if !work {
+            return Ok((None, next_due_ms));
+        }
+        let cfg = self.inner.cfg;
+        let leased = self.run(&mut |ctx| store::dequeue(ctx, &cfg, now_ms))?;
+        Ok((
+            leased.map(|l| Lease {
+                queue: self.clone(),
+                id: l.id,
+                token: l.token,
+                attempt: l.attempt,
+                deadline_ms: l.deadline_ms,
+                payload: l.payload,
+            }),
+            None,
+        ))
+    }
+
+    /// Takes the next job, waiting up to `timeout` for one. Wakes when a commit makes work
+    /// available (an enqueue, a nack, a requeue) and at the next due time or lease deadline,
+    /// never by polling in a tight loop.
+    ///
+    /// # Errors
+    /// As [`Queue::dequeue`].
+    pub fn dequeue_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let epoch = self.inner.committer.work_epoch();
+            let (lease, next_due_ms) = self.try_dequeue()?;
+            if lease.is_some() {
+                return Ok(lease);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let mut wait = deadline - now;
+            if let Some(due_ms) = next_due_ms {
+                let until_due = due_ms.saturating_sub(self.now_ms()).max(1);
+                wait = wait.min(Duration::from_millis(until_due));
+            }
+            self.inner.committer.wait_for_work(epoch, wait);
+        }
+    }
+
+    /// A snapshot of one job, or `None` if no job has this id (never enqueued, or acked).
+    ///
+    /// # Errors
+    /// `Corrupted` if its record does not decode; `Storage`.
+    pub fn job(&self, id: JobId) -> Result<Option<JobInfo>> {
+        guarded(|| store::job(&self.inner.db.get().begin_read()?, id.0))
+    }
+
+    /// Counts of jobs per state, read from one snapshot.
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn stats(&self) -> Result<Stats> {
+        guarded(|| store::stats(&self.inner.db.get().begin_read()?))
+    }
+
+    /// Live jobs (scheduled, ready, leased and dead).
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn len(&self) -> Result<u64> {
+        Ok(self.stats()?.total)
+    }
+
+    /// Whether no live job is left (none scheduled, ready, leased or dead).
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Checks every invariant of the file (each job in exactly one state; every index and the
+    /// jobs table agree both ways; dedup entries name their job; counters ahead of every id
+    /// and token) and returns the violations found, at most 1000. Empty means consistent.
+    /// Reads the whole queue: meant for tests, the CLI and after crashes.
+    ///
+    /// # Errors
+    /// `Storage`, or `Corrupted` if redb cannot read the tables.
+    pub fn check(&self) -> Result<Vec<Violation>> {
+        guarded(|| store::check(self.inner.db.get()))
+    }
+
+    /// Moves a dead job back to ready with its attempts reset to 0, as a fresh job at the
+    /// back of its priority.
+    ///
+    /// # Errors
+    /// `JobNotFound`; `InvalidState` if the job is not dead; `CommitFailed` or `Storage`.
+    pub fn requeue_dead(&self, id: JobId) -> Result<()> {
+        let now_ms = self.now_ms();
+        self.run(&mut |ctx| store::requeue_dead(ctx, id.0, now_ms))
+    }
+
+    /// Whether an effect with this idempotency key has been applied by
+    /// [`Lease::ack_with`].
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn is_applied(&self, idempotency_key: impl AsRef<[u8]>) -> Result<bool> {
+        guarded(|| store::is_applied(&self.inner.db.get().begin_read()?, idempotency_key.as_ref()))
+    }
+
+    /// What the open found: leases recovered, whether redb repaired the file.
+    pub fn recovery(&self) -> Recovery {
+        self.inner.recovery
+    }
+
+    /// The redb database in the queue's file, for the caller's own tables (used together with
+    /// [`Lease::ack_with`]). Tables named `leaseq_*` belong to leaseq. A write transaction
+    /// begun here blocks the queue's commits until it ends, so never call the queue while
+    /// holding one.
+    pub fn database(&self) -> &Database {
+        self.inner.db.get()
+    }
+
+    /// The file's path, when opened from a path.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    /// Makes every earlier commit durable (one empty `Immediate` commit). Needed only with
+    /// [`Durability::None`].
+    ///
+    /// # Errors
+    /// `CommitFailed` or `Storage`.
+    pub fn flush(&self) -> Result<()> {
+        let tx = self.inner.db.get().begin_write()?;
+        tx.commit()?;
+        Ok(())
+    }
+}

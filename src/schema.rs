@@ -1,0 +1,90 @@
+//! The on-disk format: every table leaseq owns, its key layout, and the format version.
+//!
+//! All names start with `leaseq_`; the caller's own tables may share the file. Integer tuple
+//! keys compare numerically in redb, so the orderings below need no manual byte encoding.
+//!
+//! | table | key | value | meaning |
+//! |---|---|---|---|
+//! | `leaseq_jobs` | job id | encoded [`JobRecord`](crate::codec::JobRecord) | every live job, one row each |
+//! | `leaseq_ready` | (priority rank, available_ms, job id) | () | jobs a dequeue may take; the first entry is served first |
+//! | `leaseq_scheduled` | (run_at_ms, job id) | () | delayed or backing-off jobs, due at `run_at_ms` |
+//! | `leaseq_leases` | (deadline_ms, job id) | () | leased jobs by lease deadline |
+//! | `leaseq_dead` | job id | () | dead-lettered jobs |
+//! | `leaseq_dedup` | dedup key | job id | producer dedup: the live job that owns the key |
+//! | `leaseq_applied` | applied key | applied_ms | idempotency keys whose effect committed |
+//! | `leaseq_meta` | name | u64 | format version and counters |
+//!
+//! Version history: 1, the first format.
+
+use redb::TableDefinition;
+
+/// The format version this build writes, and the newest it reads.
+pub const FORMAT_VERSION: u64 = 1;
+
+pub(crate) type ReadyKey = (u32, u64, u64);
+
+pub(crate) const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("leaseq_jobs");
+pub(crate) const READY: TableDefinition<ReadyKey, ()> = TableDefinition::new("leaseq_ready");
+pub(crate) const SCHEDULED: TableDefinition<(u64, u64), ()> =
+    TableDefinition::new("leaseq_scheduled");
+pub(crate) const LEASES: TableDefinition<(u64, u64), ()> = TableDefinition::new("leaseq_leases");
+pub(crate) const DEAD: TableDefinition<u64, ()> = TableDefinition::new("leaseq_dead");
+pub(crate) const DEDUP: TableDefinition<&[u8], u64> = TableDefinition::new("leaseq_dedup");
+pub(crate) const APPLIED: TableDefinition<&[u8], u64> = TableDefinition::new("leaseq_applied");
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("leaseq_meta");
+
+/// `leaseq_meta` keys.
+pub(crate) const META_FORMAT_VERSION: &str = "format_version";
+/// The next job id to hand out (ids start at 1, never reused).
+pub(crate) const META_NEXT_ID: &str = "next_id";
+/// The next lease token to hand out (tokens start at 1, never reused, across reopens).
+pub(crate) const META_NEXT_TOKEN: &str = "next_token";
+
+/// Ready-queue rank of a priority: lower priority values are served first, as in Oban, River
+/// and BullMQ. The map is order-preserving from `i32` onto `u32`.
+pub(crate) fn priority_rank(priority: i32) -> u32 {
+    (i64::from(priority) - i64::from(i32::MIN)) as u32
+}
+
+/// The key under which an effect's applied-ids marker is stored: a caller's idempotency key
+/// (tag 1) or, by default, the job id (tag 0), so the two can never collide.
+pub(crate) fn applied_key(idempotency_key: Option<&[u8]>, job_id: u64) -> Vec<u8> {
+    match idempotency_key {
+        Some(k) => {
+            let mut v = Vec::with_capacity(k.len() + 1);
+            v.push(1);
+            v.extend_from_slice(k);
+            v
+        }
+        None => {
+            let mut v = Vec::with_capacity(9);
+            v.push(0);
+            v.extend_from_slice(&job_id.to_be_bytes());
+            v
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priority_rank_preserves_order_at_both_ends() {
+        let ps = [i32::MIN, i32::MIN + 1, -1, 0, 1, i32::MAX - 1, i32::MAX];
+        for w in ps.windows(2) {
+            assert!(priority_rank(w[0]) < priority_rank(w[1]), "{w:?}");
+        }
+        assert_eq!(priority_rank(i32::MIN), 0);
+        assert_eq!(priority_rank(i32::MAX), u32::MAX);
+    }
+
+    #[test]
+    fn applied_keys_of_ids_and_caller_keys_never_collide() {
+        let by_id = applied_key(None, 7);
+        let by_key = applied_key(Some(&7u64.to_be_bytes()), 0);
+        assert_ne!(by_id, by_key);
+        assert_eq!(by_id[0], 0);
+        assert_eq!(by_key[0], 1);
+    }
+}

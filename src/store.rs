@@ -1,0 +1,751 @@
+//! Every change leaseq makes to its tables, as functions over one open write transaction
+//! (a group commit's [`Ctx`]), plus the read-only views (stats, inspection, `check`).
+//!
+//! Each mutating function validates everything it can before its first write, so a refusal
+//! (`LeaseLost`, `InvalidOption`, ...) leaves the transaction untouched and the rest of the
+//! group can still commit. Each keeps the invariant of DESIGN §2: a job is in exactly one
+//! state, and the state's index holds exactly the job's entry.
+
+use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table};
+
+use crate::codec::{JobRecord, StoredState};
+use crate::commit::Ctx;
+use crate::error::{BoxError, Error, Result};
+use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Stats};
+use crate::schema::{
+    APPLIED, DEAD, DEDUP, FORMAT_VERSION, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
+    META_NEXT_TOKEN, READY, SCHEDULED, applied_key, priority_rank,
+};
+
+/// At most this many due scheduled jobs are promoted, and this many expired leases
+/// reclaimed, per dequeue: a sweep never makes one call slow.
+pub(crate) const SWEEP_MAX: usize = 256;
+/// `last_error` keeps at most this many bytes of a reason (cut at a char boundary).
+pub(crate) const REASON_BYTES_MAX: usize = 4096;
+/// Most violations `check` lists before it stops.
+const VIOLATIONS_MAX: usize = 1000;
+
+pub(crate) const REASON_EXPIRED: &str = "lease expired";
+pub(crate) const REASON_ABANDONED: &str = "lease abandoned: the process holding it exited";
+
+/// Queue-wide settings an operation needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Config {
+    pub lease_ms: u64,
+    pub max_attempts: u32,
+    pub payload_bytes_max: usize,
+}
+
+/// A job handed out by a dequeue, before it becomes a `Lease`.
+#[derive(Debug)]
+pub(crate) struct Leased {
+    pub id: u64,
+    pub token: u64,
+    pub attempt: u32,
+    pub deadline_ms: u64,
+    pub payload: Vec<u8>,
+}
+
+fn truncate_reason(reason: &str) -> String {
+    if reason.len() <= REASON_BYTES_MAX {
+        return reason.to_string();
+    }
+    let mut end = REASON_BYTES_MAX;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    reason[..end].to_string()
+}
+
+/// Checks a lease duration option: 1 ms to `LEASE_MAX`, whole milliseconds.
+pub(crate) fn lease_ms_checked(field: &'static str, d: std::time::Duration) -> Result<u64> {
+    let ms = crate::clock::duration_ms(d);
+    if ms == 0 {
+        return Err(Error::invalid_option(field, "must be at least 1 ms"));
+    }
+    if d > crate::LEASE_MAX {
+        return Err(Error::invalid_option(
+            field,
+            format!(
+                "{ms} ms is above the cap of {} ms",
+                crate::LEASE_MAX.as_millis()
+            ),
+        ));
+    }
+    Ok(ms)
+}
+
+fn check_key(field: &'static str, key: Option<&Vec<u8>>) -> Result<()> {
+    match key {
+        Some(k) if k.len() > crate::KEY_BYTES_MAX => Err(Error::KeyTooLong {
+            field,
+            size_bytes: k.len(),
+            limit_bytes: crate::KEY_BYTES_MAX,
+        }),
+        Some(k) if k.is_empty() => Err(Error::invalid_option(field, "must not be empty")),
+        _ => Ok(()),
+    }
+}
+
+/// Validates one enqueue and builds its record (state and run_at set, id not yet known).
+pub(crate) fn new_record(
+    cfg: &Config,
+    now_ms: u64,
+    payload: &[u8],
+    opts: &EnqueueOptions,
+) -> Result<JobRecord> {
+    if payload.len() > cfg.payload_bytes_max {
+        return Err(Error::PayloadTooLarge {
+            size_bytes: payload.len(),
+            limit_bytes: cfg.payload_bytes_max,
+        });
+    }
+    check_key("idempotency_key", opts.idempotency_key.as_ref())?;
+    check_key("dedup_key", opts.dedup_key.as_ref())?;
+    let max_attempts = opts.max_attempts.unwrap_or(cfg.max_attempts);
+    if max_attempts == 0 || max_attempts > crate::MAX_ATTEMPTS_CAP {
+        return Err(Error::invalid_option(
+            "max_attempts",
+            format!("{max_attempts} is outside 1..={}", crate::MAX_ATTEMPTS_CAP),
+        ));
+    }
+    let lease_ms = opts
+        .lease
+        .map(|d| lease_ms_checked("lease", d))
+        .transpose()?;
+    let delay_ms = match opts.delay {
+        Some(d) if d > crate::DELAY_MAX => {
+            return Err(Error::invalid_option(
+                "delay",
+                format!("above the cap of {} ms", crate::DELAY_MAX.as_millis()),
+            ));
+        }
+        Some(d) => crate::clock::duration_ms(d),
+        None => 0,
+    };
+    let run_at_ms = now_ms
+        .checked_add(delay_ms)
+        .ok_or_else(|| Error::invalid_option("delay", "due time overflows"))?;
+    Ok(JobRecord {
+        state: if delay_ms > 0 {
+            StoredState::Scheduled
+        } else {
+            StoredState::Ready
+        },
+        priority: opts.priority,
+        run_at_ms,
+        attempts: 0,
+        max_attempts,
+        lease_ms,
+        created_ms: now_ms,
+        idempotency_key: opts.idempotency_key.clone(),
+        dedup_key: opts.dedup_key.clone(),
+        last_error: None,
+        payload: payload.to_vec(),
+    })
+}
+
+/// The tables a state change touches, opened together.
+struct Tables<'t> {
+    jobs: Table<'t, u64, &'static [u8]>,
+    ready: Table<'t, (u32, u64, u64), ()>,
+    scheduled: Table<'t, (u64, u64), ()>,
+    leases: Table<'t, (u64, u64), ()>,
+    dead: Table<'t, u64, ()>,
+    dedup: Table<'t, &'static [u8], u64>,
+}
+
+impl<'t> Tables<'t> {
+    fn open(tx: &'t redb::WriteTransaction) -> Result<Tables<'t>> {
+        Ok(Tables {
+            jobs: tx.open_table(JOBS)?,
+            ready: tx.open_table(READY)?,
+            scheduled: tx.open_table(SCHEDULED)?,
+            leases: tx.open_table(LEASES)?,
+            dead: tx.open_table(DEAD)?,
+            dedup: tx.open_table(DEDUP)?,
+        })
+    }
+
+    fn get(&self, id: u64) -> Result<Option<JobRecord>> {
+        match self.jobs.get(id)? {
+            Some(v) => JobRecord::decode(v.value())
+                .map(Some)
+                .map_err(|e| Error::corrupted(format!("job {id}: {e}"))),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes `rec` under `id` and adds the index entry of its state. The caller has
+    /// already removed the entry of its previous state.
+    fn put(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
+        rec.validate()?;
+        self.jobs.insert(id, rec.encode()?.as_slice())?;
+        let fresh = match rec.state {
+            StoredState::Ready => self
+                .ready
+                .insert((priority_rank(rec.priority), rec.run_at_ms, id), ())?
+                .is_none(),
+            StoredState::Scheduled => self.scheduled.insert((rec.run_at_ms, id), ())?.is_none(),
+            StoredState::Leased { deadline_ms, .. } => {
+                self.leases.insert((deadline_ms, id), ())?.is_none()
+            }
+            StoredState::Dead => self.dead.insert(id, ())?.is_none(),
+        };
+        if !fresh {
+            return Err(Error::corrupted(format!(
+                "job {id}: index entry already present"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Removes the index entry of `rec`'s current state.
+    fn unindex(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
+        let present = match rec.state {
+            StoredState::Ready => self
+                .ready
+                .remove((priority_rank(rec.priority), rec.run_at_ms, id))?
+                .is_some(),
+            StoredState::Scheduled => self.scheduled.remove((rec.run_at_ms, id))?.is_some(),
+            StoredState::Leased { deadline_ms, .. } => {
+                self.leases.remove((deadline_ms, id))?.is_some()
+            }
+            StoredState::Dead => self.dead.remove(id)?.is_some(),
+        };
+        if !present {
+            return Err(Error::corrupted(format!(
+                "job {id}: no index entry for state {:?}",
+                rec.state.public()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Deletes the job and releases its dedup key if the job still owns it.
+    fn delete(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
+        self.unindex(id, rec)?;
+        self.jobs.remove(id)?;
+        if let Some(k) = &rec.dedup_key {
+            let owner = self.dedup.get(k.as_slice())?.map(|v| v.value());
+            if owner == Some(id) {
+                self.dedup.remove(k.as_slice())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The record of a job leased under `token`, or `LeaseLost`.
+    fn leased(&self, id: u64, token: u64) -> Result<JobRecord> {
+        match self.get(id)? {
+            Some(rec) if matches!(rec.state, StoredState::Leased { token: t, .. } if t == token) => {
+                Ok(rec)
+            }
+            _ => Err(Error::LeaseLost {
+                job_id: JobId(id),
+                token,
+            }),
+        }
+    }
+
+    /// Ends a delivery that did not ack: back to ready at `requeue_at_ms` (the back of its
+    /// priority: a job whose leases keep expiring never starves the jobs behind it),
+    /// scheduled if that is in the future, or dead when the attempts are used up.
+    fn end_attempt(
+        &mut self,
+        id: u64,
+        mut rec: JobRecord,
+        reason: &str,
+        now_ms: u64,
+        requeue_at_ms: u64,
+    ) -> Result<JobState> {
+        debug_assert!(matches!(rec.state, StoredState::Leased { .. }));
+        self.unindex(id, &rec)?;
+        rec.last_error = Some(truncate_reason(reason));
+        if rec.attempts >= rec.max_attempts {
+            rec.state = StoredState::Dead;
+        } else {
+            rec.run_at_ms = requeue_at_ms;
+            rec.state = if requeue_at_ms > now_ms {
+                StoredState::Scheduled
+            } else {
+                StoredState::Ready
+            };
+        }
+        self.put(id, &rec)?;
+        Ok(rec.state.public())
+    }
+}
+
+pub(crate) fn enqueue(
+    ctx: &mut Ctx<'_>,
+    cfg: &Config,
+    now_ms: u64,
+    payload: &[u8],
+    opts: &EnqueueOptions,
+) -> Result<Enqueued> {
+    let rec = new_record(cfg, now_ms, payload, opts)?;
+    let mut t = Tables::open(ctx.tx)?;
+    if let Some(k) = &rec.dedup_key
+        && let Some(owner) = t.dedup.get(k.as_slice())?
+    {
+        return Ok(Enqueued::Duplicate(JobId(owner.value())));
+    }
+    let id = ctx.alloc_id();
+    *ctx.dirty = true;
+    *ctx.wake = true;
+    if t.jobs.get(id)?.is_some() {
+        return Err(Error::corrupted(format!("job id {id} is already in use")));
+    }
+    t.put(id, &rec)?;
+    if let Some(k) = &rec.dedup_key {
+        t.dedup.insert(k.as_slice(), id)?;
+    }
+    Ok(Enqueued::New(JobId(id)))
+}
+
+/// Promotes due scheduled jobs and reclaims expired leases, at most `SWEEP_MAX` of each.
+fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
+    let due: Vec<(u64, u64)> = t
+        .scheduled
+        .range(..=(now_ms, u64::MAX))?
+        .take(SWEEP_MAX)
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_, _>>()?;
+    for (run_at_ms, id) in due {
+        let mut rec = t
+            .get(id)?
+            .ok_or_else(|| Error::corrupted(format!("scheduled job {id} has no record")))?;
+        if rec.state != StoredState::Scheduled || rec.run_at_ms != run_at_ms {
+            return Err(Error::corrupted(format!(
+                "scheduled entry of job {id} disagrees"
+            )));
+        }
+        *ctx.dirty = true;
+        t.unindex(id, &rec)?;
+        rec.state = StoredState::Ready;
+        t.put(id, &rec)?;
+    }
+    let expired: Vec<(u64, u64)> = t
+        .leases
+        .range(..=(now_ms, u64::MAX))?
+        .take(SWEEP_MAX)
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_, _>>()?;
+    for (_, id) in expired {
+        let rec = t
+            .get(id)?
+            .ok_or_else(|| Error::corrupted(format!("leased job {id} has no record")))?;
+        *ctx.dirty = true;
+        t.end_attempt(id, rec, REASON_EXPIRED, now_ms, now_ms)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn dequeue(ctx: &mut Ctx<'_>, cfg: &Config, now_ms: u64) -> Result<Option<Leased>> {
+    let mut t = Tables::open(ctx.tx)?;
+    sweep(&mut t, ctx, now_ms)?;
+    let Some(first) = t.ready.first()? else {
+        return Ok(None);
+    };
+    let (rank, run_at_ms, id) = first.0.value();
+    drop(first);
+    let mut rec = t
+        .get(id)?
+        .ok_or_else(|| Error::corrupted(format!("ready job {id} has no record")))?;
+    if rec.state != StoredState::Ready
+        || priority_rank(rec.priority) != rank
+        || rec.run_at_ms != run_at_ms
+    {
+        return Err(Error::corrupted(format!(
+            "ready entry of job {id} disagrees"
+        )));
+    }
+    *ctx.dirty = true;
+    t.unindex(id, &rec)?;
+    let token = ctx.alloc_token();
+    let lease_ms = rec.lease_ms.unwrap_or(cfg.lease_ms);
+    let deadline_ms = now_ms.saturating_add(lease_ms);
+    rec.attempts += 1;
+    rec.state = StoredState::Leased { token, deadline_ms };
+    t.put(id, &rec)?;
+    Ok(Some(Leased {
+        id,
+        token,
+        attempt: rec.attempts,
+        deadline_ms,
+        payload: rec.payload,
+    }))
+}
+
+pub(crate) fn ack(ctx: &mut Ctx<'_>, id: u64, token: u64) -> Result<()> {
+    let mut t = Tables::open(ctx.tx)?;
+    let rec = t.leased(id, token)?;
+    *ctx.dirty = true;
+    t.delete(id, &rec)
+}
+
+pub(crate) fn ack_with(
+    ctx: &mut Ctx<'_>,
+    id: u64,
+    token: u64,
+    now_ms: u64,
+    effect: &mut dyn FnMut(&redb::WriteTransaction) -> Result<(), BoxError>,
+) -> Result<Applied> {
+    let rec = Tables::open(ctx.tx)?.leased(id, token)?;
+    let key = applied_key(rec.idempotency_key.as_deref(), id);
+    let already = ctx.tx.open_table(APPLIED)?.get(key.as_slice())?.is_some();
+    *ctx.dirty = true;
+    if !already {
+        // leaseq's tables are closed here: the closure may open any table of its own. A panic
+        // in it becomes an error like any other, so the group aborts cleanly.
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| effect(ctx.tx)));
+        match ran {
+            Ok(r) => r.map_err(Error::Effect)?,
+            Err(panic) => {
+                return Err(Error::Effect(
+                    format!("closure panicked: {}", crate::panic_message(&*panic)).into(),
+                ));
+            }
+        }
+        ctx.tx.open_table(APPLIED)?.insert(key.as_slice(), now_ms)?;
+    }
+    Tables::open(ctx.tx)?.delete(id, &rec)?;
+    Ok(if already {
+        Applied::AlreadyApplied
+    } else {
+        Applied::Now
+    })
+}
+
+pub(crate) fn nack(
+    ctx: &mut Ctx<'_>,
+    id: u64,
+    token: u64,
+    now_ms: u64,
+    backoff_ms: u64,
+    reason: &str,
+) -> Result<JobState> {
+    let mut t = Tables::open(ctx.tx)?;
+    let rec = t.leased(id, token)?;
+    let at = now_ms
+        .checked_add(backoff_ms)
+        .ok_or_else(|| Error::invalid_option("backoff", "due time overflows"))?;
+    *ctx.dirty = true;
+    *ctx.wake = true;
+    t.end_attempt(id, rec, reason, now_ms, at)
+}
+
+pub(crate) fn fail(ctx: &mut Ctx<'_>, id: u64, token: u64, reason: &str) -> Result<()> {
+    let mut t = Tables::open(ctx.tx)?;
+    let mut rec = t.leased(id, token)?;
+    *ctx.dirty = true;
+    t.unindex(id, &rec)?;
+    rec.last_error = Some(truncate_reason(reason));
+    rec.state = StoredState::Dead;
+    t.put(id, &rec)
+}
+
+pub(crate) fn extend(
+    ctx: &mut Ctx<'_>,
+    id: u64,
+    token: u64,
+    now_ms: u64,
+    by: std::time::Duration,
+) -> Result<u64> {
+    let lease_ms = lease_ms_checked("extend", by)?;
+    let mut t = Tables::open(ctx.tx)?;
+    let mut rec = t.leased(id, token)?;
+    let deadline_ms = now_ms.saturating_add(lease_ms);
+    *ctx.dirty = true;
+    t.unindex(id, &rec)?;
+    rec.state = StoredState::Leased { token, deadline_ms };
+    t.put(id, &rec)?;
+    Ok(deadline_ms)
+}
+
+pub(crate) fn requeue_dead(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<()> {
+    let mut t = Tables::open(ctx.tx)?;
+    let mut rec = t.get(id)?.ok_or(Error::JobNotFound { job_id: JobId(id) })?;
+    if rec.state != StoredState::Dead {
+        return Err(Error::InvalidState {
+            job_id: JobId(id),
+            actual: rec.state.public(),
+            expected: "Dead",
+        });
+    }
+    *ctx.dirty = true;
+    *ctx.wake = true;
+    t.unindex(id, &rec)?;
+    rec.attempts = 0;
+    rec.run_at_ms = now_ms;
+    rec.state = StoredState::Ready;
+    t.put(id, &rec)
+}
+
+/// Returns every lease in the file to ready (or dead when out of attempts): run at open, when
+/// the file lock proves the process that held them is gone. Returns (returned, dead-lettered).
+pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<(u64, u64)> {
+    let mut t = Tables::open(ctx.tx)?;
+    let all: Vec<(u64, u64)> = t
+        .leases
+        .iter()?
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_, _>>()?;
+    let (mut returned, mut dead) = (0, 0);
+    for (_, id) in all {
+        let rec = t
+            .get(id)?
+            .ok_or_else(|| Error::corrupted(format!("leased job {id} has no record")))?;
+        *ctx.dirty = true;
+        *ctx.wake = true;
+        match t.end_attempt(id, rec, REASON_ABANDONED, now_ms, now_ms)? {
+            JobState::Dead => dead += 1,
+            _ => returned += 1,
+        }
+    }
+    Ok((returned, dead))
+}
+
+/// What a dequeue would find, read without a write transaction: whether anything is ready,
+/// due or expired now, and the earliest future due time or lease deadline.
+pub(crate) fn probe(rtx: &ReadTransaction, now_ms: u64) -> Result<(bool, Option<u64>)> {
+    let ready = rtx.open_table(READY)?;
+    if !ready.is_empty()? {
+        return Ok((true, None));
+    }
+    let first_key = |def| -> Result<Option<u64>> {
+        let table = rtx.open_table::<(u64, u64), ()>(def)?;
+        let first = table.first()?;
+        Ok(first.map(|(k, _)| k.value().0))
+    };
+    let next_run = first_key(SCHEDULED)?;
+    let next_deadline = first_key(LEASES)?;
+    let work = next_run.is_some_and(|t| t <= now_ms) || next_deadline.is_some_and(|t| t <= now_ms);
+    let next = [next_run, next_deadline].into_iter().flatten().min();
+    Ok((work, next))
+}
+
+pub(crate) fn stats(rtx: &ReadTransaction) -> Result<Stats> {
+    Ok(Stats {
+        total: rtx.open_table(JOBS)?.len()?,
+        scheduled: rtx.open_table(SCHEDULED)?.len()?,
+        ready: rtx.open_table(READY)?.len()?,
+        leased: rtx.open_table(LEASES)?.len()?,
+        dead: rtx.open_table(DEAD)?.len()?,
+        applied: rtx.open_table(APPLIED)?.len()?,
+    })
+}
+
+pub(crate) fn job(rtx: &ReadTransaction, id: u64) -> Result<Option<JobInfo>> {
+    let jobs = rtx.open_table(JOBS)?;
+    let Some(v) = jobs.get(id)? else {
+        return Ok(None);
+    };
+    let rec = JobRecord::decode(v.value())?;
+    let (lease_token, lease_deadline_ms) = match rec.state {
+        StoredState::Leased { token, deadline_ms } => (Some(token), Some(deadline_ms)),
+        _ => (None, None),
+    };
+    Ok(Some(JobInfo {
+        id: JobId(id),
+        state: rec.state.public(),
+        attempts: rec.attempts,
+        max_attempts: rec.max_attempts,
+        priority: rec.priority,
+        run_at_ms: rec.run_at_ms,
+        lease_deadline_ms,
+        lease_token,
+        created_ms: rec.created_ms,
+        last_error: rec.last_error,
+        idempotency_key: rec.idempotency_key,
+        dedup_key: rec.dedup_key,
+        payload_bytes: rec.payload.len(),
+    }))
+}
+
+/// Whether the applied-ids marker for this idempotency key exists.
+pub(crate) fn is_applied(rtx: &ReadTransaction, key: &[u8]) -> Result<bool> {
+    Ok(rtx
+        .open_table(APPLIED)?
+        .get(applied_key(Some(key), 0).as_slice())?
+        .is_some())
+}
+
+/// One broken invariant found by [`Queue::check`](crate::Queue::check).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The job concerned, when there is one.
+    pub job_id: Option<JobId>,
+    /// What is wrong.
+    pub detail: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.job_id {
+            Some(id) => write!(f, "job {id}: {}", self.detail),
+            None => f.write_str(&self.detail),
+        }
+    }
+}
+
+/// Checks every invariant of DESIGN §2/§3 over a read snapshot: each job decodes and is in
+/// exactly one state; each state's index and the jobs table agree both ways; dedup entries
+/// point at the job that holds the key; counters are ahead of every id and token.
+/// Memory stays bounded: reverse checks look each index entry up instead of collecting ids.
+pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
+    let rtx = db.begin_read()?;
+    let mut out = Vec::new();
+    let mut v = |job: Option<u64>, detail: String| {
+        if out.len() < VIOLATIONS_MAX {
+            out.push(Violation {
+                job_id: job.map(JobId),
+                detail,
+            });
+        }
+    };
+    let meta = rtx.open_table(META)?;
+    let get = |k: &str| -> Result<Option<u64>> { Ok(meta.get(k)?.map(|g| g.value())) };
+    if get(META_FORMAT_VERSION)? != Some(FORMAT_VERSION) {
+        v(
+            None,
+            format!("format version is {:?}", get(META_FORMAT_VERSION)?),
+        );
+    }
+    let next_id = get(META_NEXT_ID)?.unwrap_or(0);
+    let next_token = get(META_NEXT_TOKEN)?.unwrap_or(0);
+    if next_id == 0 || next_token == 0 {
+        v(None, "counters missing from leaseq_meta".into());
+    }
+    let jobs = rtx.open_table(JOBS)?;
+    let ready = rtx.open_table(READY)?;
+    let scheduled = rtx.open_table(SCHEDULED)?;
+    let leases = rtx.open_table(LEASES)?;
+    let dead = rtx.open_table(DEAD)?;
+    let dedup = rtx.open_table(DEDUP)?;
+    let mut counts = [0u64; 4];
+    for entry in jobs.iter()? {
+        let (k, val) = entry?;
+        let id = k.value();
+        if id == 0 || id >= next_id {
+            v(Some(id), format!("id not below next_id {next_id}"));
+        }
+        let rec = match JobRecord::decode(val.value()) {
+            Ok(r) => r,
+            Err(e) => {
+                v(Some(id), format!("record does not decode: {e}"));
+                continue;
+            }
+        };
+        let indexed = match rec.state {
+            StoredState::Ready => {
+                counts[0] += 1;
+                ready
+                    .get((priority_rank(rec.priority), rec.run_at_ms, id))?
+                    .is_some()
+            }
+            StoredState::Scheduled => {
+                counts[1] += 1;
+                scheduled.get((rec.run_at_ms, id))?.is_some()
+            }
+            StoredState::Leased { token, deadline_ms } => {
+                counts[2] += 1;
+                if token == 0 || token >= next_token {
+                    v(
+                        Some(id),
+                        format!("token {token} not below next_token {next_token}"),
+                    );
+                }
+                leases.get((deadline_ms, id))?.is_some()
+            }
+            StoredState::Dead => {
+                counts[3] += 1;
+                dead.get(id)?.is_some()
+            }
+        };
+        if !indexed {
+            v(
+                Some(id),
+                format!("{:?} but missing from its index", rec.state.public()),
+            );
+        }
+        if let Some(key) = &rec.dedup_key
+            && dedup.get(key.as_slice())?.map(|g| g.value()) != Some(id)
+        {
+            v(
+                Some(id),
+                "holds a dedup key the dedup table does not map to it".into(),
+            );
+        }
+    }
+    let lens = [ready.len()?, scheduled.len()?, leases.len()?, dead.len()?];
+    for ((name, count), len) in ["ready", "scheduled", "leases", "dead"]
+        .iter()
+        .zip(counts)
+        .zip(lens)
+    {
+        if count != len {
+            v(
+                None,
+                format!("{count} jobs are {name} but its index has {len} entries"),
+            );
+        }
+    }
+    // Reverse direction: every index entry names a job in the matching state and place.
+    let state_of = |id: u64| -> Result<Option<JobRecord>> {
+        match jobs.get(id)? {
+            Some(g) => Ok(JobRecord::decode(g.value()).ok()),
+            None => Ok(None),
+        }
+    };
+    for e in ready.iter()? {
+        let (rank, run_at, id) = e?.0.value();
+        let ok = state_of(id)?.is_some_and(|r| {
+            r.state == StoredState::Ready
+                && priority_rank(r.priority) == rank
+                && r.run_at_ms == run_at
+        });
+        if !ok {
+            v(Some(id), "ready entry without a matching ready job".into());
+        }
+    }
+    for e in scheduled.iter()? {
+        let (run_at, id) = e?.0.value();
+        let ok = state_of(id)?
+            .is_some_and(|r| r.state == StoredState::Scheduled && r.run_at_ms == run_at);
+        if !ok {
+            v(
+                Some(id),
+                "scheduled entry without a matching scheduled job".into(),
+            );
+        }
+    }
+    for e in leases.iter()? {
+        let (deadline, id) = e?.0.value();
+        let ok = state_of(id)?.is_some_and(
+            |r| matches!(r.state, StoredState::Leased { deadline_ms, .. } if deadline_ms == deadline),
+        );
+        if !ok {
+            v(Some(id), "lease entry without a matching leased job".into());
+        }
+    }
+    for e in dead.iter()? {
+        let id = e?.0.value();
+        if !state_of(id)?.is_some_and(|r| r.state == StoredState::Dead) {
+            v(Some(id), "dead entry without a dead job".into());
+        }
+    }
+    for e in dedup.iter()? {
+        let (k, owner) = e?;
+        let owner = owner.value();
+        let ok = state_of(owner)?.is_some_and(|r| r.dedup_key.as_deref() == Some(k.value()));
+        if !ok {
+            v(
+                Some(owner),
+                "dedup entry names a job that does not hold the key".into(),
+            );
+        }
+    }
+    Ok(out)
+}
