@@ -105,7 +105,6 @@ impl EnqueueOptions {
 
 /// What an enqueue did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use]
 pub enum Enqueued {
     /// A new job was added under this id.
     New(JobId),
@@ -124,7 +123,6 @@ impl Enqueued {
 
 /// The result of [`Lease::ack_with`](crate::Lease::ack_with).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use]
 pub enum Applied {
     /// The closure ran and its writes committed together with the applied-ids marker and
     /// the ack.

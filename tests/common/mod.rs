@@ -48,42 +48,79 @@ pub fn assert_consistent(q: &Queue) {
 pub const CHILD_ENV: &str = "LEASEQ_TEST_CHILD";
 pub const CHILD_PATH_ENV: &str = "LEASEQ_TEST_CHILD_PATH";
 
-/// Re-runs this test binary as a child that executes only `entry_test` with the scenario
-/// `scenario` on `path`. The child prints `READY` when it reached its kill point.
-pub fn spawn_child(entry_test: &str, scenario: &str, path: &Path) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", entry_test, "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, scenario)
-        .env(CHILD_PATH_ENV, path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap()
+/// A child process re-running this test binary as one scenario; killed (SIGKILL) on drop,
+/// so a failing test never leaks it.
+pub struct ChildProc {
+    child: Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
 }
 
-/// Waits for the child's `READY` line (its lines before that are returned), then SIGKILLs it.
-pub fn kill_when_ready(mut child: Child) -> Vec<String> {
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = Vec::new();
-    for line in BufReader::new(stdout).lines() {
-        let line = line.unwrap();
-        if line == "READY" {
-            child.kill().unwrap(); // SIGKILL on Unix
-            child.wait().unwrap();
-            return lines;
-        }
-        lines.push(line);
+impl ChildProc {
+    /// Re-runs this test binary as a child that executes only `entry_test` with the scenario
+    /// `scenario` on `path`.
+    pub fn spawn(entry_test: &str, scenario: &str, path: &Path) -> ChildProc {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", entry_test, "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, scenario)
+            .env(CHILD_PATH_ENV, path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        ChildProc { child, lines }
     }
-    let status = child.wait().unwrap();
-    panic!("child exited ({status}) before READY; output: {lines:?}");
+
+    /// The messages the child sent with [`say`] until it said `READY`.
+    pub fn until_ready(&mut self) -> Vec<String> {
+        let mut said = Vec::new();
+        for line in self.lines.by_ref() {
+            let line = line.unwrap();
+            // libtest may print "test name ... " on the same line before the child's output.
+            match line.find("@@ ").map(|i| &line[i + 3..]) {
+                Some("READY") => return said,
+                Some(msg) => said.push(msg.to_string()),
+                None => {} // libtest's own output
+            }
+        }
+        panic!("child exited before READY; it said {said:?}");
+    }
+
+    /// SIGKILLs the child and reaps it.
+    pub fn kill(mut self) {
+        self.kill_now();
+    }
+
+    fn kill_now(&mut self) {
+        let _ = self.child.kill(); // SIGKILL on Unix
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ChildProc {
+    fn drop(&mut self) {
+        self.kill_now();
+    }
+}
+
+/// In a child: send a message to the parent.
+pub fn say(msg: impl std::fmt::Display) {
+    use std::io::Write;
+    println!("@@ {msg}");
+    std::io::stdout().flush().unwrap();
 }
 
 /// In a child: announce the kill point and wait to be killed.
 pub fn ready_to_die() -> ! {
-    println!("READY");
-    use std::io::Write;
-    std::io::stdout().flush().unwrap();
+    say("READY");
     loop {
         std::thread::sleep(Duration::from_secs(60));
     }
+}
+
+/// In a child: the scenario name and queue path, or `None` when not run as a child.
+pub fn child_scenario() -> Option<(String, PathBuf)> {
+    let scenario = std::env::var(CHILD_ENV).ok()?;
+    let path = std::env::var(CHILD_PATH_ENV).unwrap();
+    Some((scenario, PathBuf::from(path)))
 }

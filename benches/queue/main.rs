@@ -1,0 +1,278 @@
+//! Speed of leaseq against the SQLite baseline, at the same durability.
+//!
+//! Results: `target/criterion/<group>/<side>/new/estimates.json`, one function per side
+//! (`QueueUnderTest::NAME`) in every queue group; throughput is in jobs.
+//!
+//! Adding a side: implement [`common::QueueUnderTest`] for it in a module of this bench and
+//! add one `run_group::<ThatQueue>(...)` line in [`queue_groups`].
+
+mod common;
+mod sqlite;
+
+use std::fs::OpenOptions;
+use std::hint::black_box;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput};
+use tempfile::TempDir;
+
+use crate::common::{Gate, QueueUnderTest};
+use crate::sqlite::SqliteQueue;
+
+/// Jobs per iteration of the batch group.
+const BATCH: usize = 100;
+
+/// Jobs per iteration of the concurrent groups.
+const CONCURRENT_JOBS: usize = 256;
+
+/// The queue benchmarks, one criterion group each.
+#[derive(Clone, Copy, Debug)]
+enum Group {
+    /// One durable enqueue per iteration.
+    Enqueue1,
+    /// One thread: enqueue, dequeue, ack with effect; one job per iteration.
+    Cycle1,
+    /// One thread: enqueue, then ack the previously leased job and lease the next one in one
+    /// transaction (`ack_and_dequeue_next`); one job per iteration.
+    Cycle1AckNext,
+    /// One thread: enqueue 100, dequeue 100, ack 100, one transaction each.
+    CycleBatch100,
+    /// `producers` and `consumers` threads, every call durable; `CONCURRENT_JOBS` jobs
+    /// enqueued and fully acked per iteration, wall time.
+    Concurrent { producers: usize, consumers: usize },
+}
+
+impl Group {
+    const ALL: [Group; 6] = [
+        Group::Enqueue1,
+        Group::Cycle1,
+        Group::Cycle1AckNext,
+        Group::CycleBatch100,
+        Group::Concurrent {
+            producers: 4,
+            consumers: 4,
+        },
+        Group::Concurrent {
+            producers: 16,
+            consumers: 16,
+        },
+    ];
+
+    fn name(self) -> String {
+        match self {
+            Group::Enqueue1 => "enqueue_1".into(),
+            Group::Cycle1 => "cycle_1".into(),
+            Group::Cycle1AckNext => "cycle_1_ack_next".into(),
+            Group::CycleBatch100 => "cycle_batch_100".into(),
+            Group::Concurrent {
+                producers,
+                consumers,
+            } => format!("cycle_concurrent_{producers}x{consumers}"),
+        }
+    }
+
+    fn jobs_per_iteration(self) -> usize {
+        match self {
+            Group::Enqueue1 | Group::Cycle1 | Group::Cycle1AckNext => 1,
+            Group::CycleBatch100 => BATCH,
+            Group::Concurrent { .. } => CONCURRENT_JOBS,
+        }
+    }
+}
+
+fn configure(group: &mut BenchmarkGroup<'_, WallTime>, jobs_per_iteration: usize, slow: bool) {
+    group
+        .throughput(Throughput::Elements(jobs_per_iteration as u64))
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(if slow { 5 } else { 3 }));
+    if slow {
+        group.sampling_mode(SamplingMode::Flat);
+    }
+}
+
+/// Every queue group, each with one function per side.
+fn queue_groups(c: &mut Criterion) {
+    for kind in Group::ALL {
+        let mut group = c.benchmark_group(kind.name());
+        configure(
+            &mut group,
+            kind.jobs_per_iteration(),
+            matches!(kind, Group::Concurrent { .. }),
+        );
+        run_group::<SqliteQueue>(&mut group, kind);
+        // run_group::<leaseq_side::LeaseqQueue>(&mut group, kind);
+        group.finish();
+    }
+}
+
+/// A queue and the temporary directory holding its files (dropped in this order).
+struct Instance<Q> {
+    queue: Q,
+    _dir: TempDir,
+}
+
+impl<Q: QueueUnderTest> Instance<Q> {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Self {
+            queue: Q::open(dir.path()),
+            _dir: dir,
+        }
+    }
+}
+
+/// Benchmarks side `Q` as function `Q::NAME` of `group`, on one fresh queue instance that
+/// lives for the whole benchmark (created only if the benchmark is not filtered out).
+fn run_group<Q: QueueUnderTest>(group: &mut BenchmarkGroup<'_, WallTime>, kind: Group) {
+    let payload = common::payload();
+    let mut instance: Option<Instance<Q>> = None;
+    // `leased` carries the job leased by the previous iteration of `Cycle1AckNext`.
+    let mut leased: Option<Q::Job> = None;
+    group.bench_function(Q::NAME, |b| {
+        let queue = &instance.get_or_insert_with(Instance::new).queue;
+        match kind {
+            Group::Enqueue1 => b.iter(|| queue.enqueue(black_box(&payload))),
+            Group::Cycle1 => b.iter(|| {
+                queue.enqueue(&payload);
+                let job = queue.dequeue().expect("the job just enqueued");
+                queue.ack_with_effect(job);
+            }),
+            Group::Cycle1AckNext => b.iter(|| {
+                queue.enqueue(&payload);
+                let next = match leased.take() {
+                    Some(job) => queue.ack_and_dequeue_next(job),
+                    // First iteration: nothing leased yet.
+                    None => queue.dequeue(),
+                };
+                leased = Some(next.expect("the job just enqueued"));
+            }),
+            Group::CycleBatch100 => {
+                let payloads = vec![payload.clone(); BATCH];
+                b.iter(|| {
+                    queue.enqueue_batch(&payloads);
+                    let jobs = queue.dequeue_batch(BATCH);
+                    assert_eq!(jobs.len(), BATCH, "dequeue_batch came back short");
+                    queue.ack_batch_with_effect(jobs);
+                });
+            }
+            Group::Concurrent {
+                producers,
+                consumers,
+            } => b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| concurrent_run(queue, &payload, producers, consumers))
+                    .sum()
+            }),
+        }
+    });
+}
+
+/// `producers` threads enqueue `CONCURRENT_JOBS` jobs between them while `consumers`
+/// threads dequeue and ack them with effects; returns the wall time from the start signal
+/// until every job is acked.
+fn concurrent_run<Q: QueueUnderTest>(
+    queue: &Q,
+    payload: &[u8],
+    producers: usize,
+    consumers: usize,
+) -> Duration {
+    assert_eq!(CONCURRENT_JOBS % producers, 0);
+    let per_producer = CONCURRENT_JOBS / producers;
+    let gate = Gate::new(CONCURRENT_JOBS);
+    let start = Barrier::new(producers + consumers + 1);
+    thread::scope(|s| {
+        let mut threads = Vec::with_capacity(producers + consumers);
+        for _ in 0..producers {
+            threads.push(s.spawn(|| {
+                start.wait();
+                for _ in 0..per_producer {
+                    queue.enqueue(payload);
+                    gate.publish();
+                }
+            }));
+        }
+        for _ in 0..consumers {
+            threads.push(s.spawn(|| {
+                start.wait();
+                while gate.claim() {
+                    let job = queue.dequeue().expect("a committed job must be ready");
+                    queue.ack_with_effect(job);
+                }
+            }));
+        }
+        start.wait();
+        let started = Instant::now();
+        for thread in threads {
+            thread.join().expect("benchmark thread panicked");
+        }
+        started.elapsed()
+    })
+}
+
+/// The physical limit: one 64-byte append plus `sync_data` per iteration (`fsync`), and,
+/// for reference, one 64-byte overwrite inside a preallocated file plus `sync_data`
+/// (`fsync_overwrite`: no size change, so no file-system metadata to commit; SQLite's WAL
+/// is in that regime once it has wrapped around after a checkpoint).
+fn fsync_limit(c: &mut Criterion) {
+    const PREALLOCATED: u64 = 1 << 20;
+    let mut group = c.benchmark_group("fsync_limit");
+    configure(&mut group, 1, false);
+    let record = common::payload();
+    let mut append = None;
+    group.bench_function("fsync", |b| {
+        let (file, _) = append.get_or_insert_with(|| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.path().join("fsync.log"))
+                .expect("open");
+            (file, dir)
+        });
+        b.iter(|| {
+            file.write_all(&record).expect("write");
+            file.sync_data().expect("sync_data");
+        });
+    });
+    let mut overwrite = None;
+    let mut offset = 0;
+    group.bench_function("fsync_overwrite", |b| {
+        let (file, _) = overwrite.get_or_insert_with(|| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut file = OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true)
+                .open(dir.path().join("fsync.dat"))
+                .expect("open");
+            // Really allocate the blocks (not a sparse file), durably.
+            let zeros = vec![0; 1 << 16];
+            for _ in 0..PREALLOCATED / (1 << 16) {
+                file.write_all(&zeros).expect("preallocate");
+            }
+            file.sync_all().expect("sync_all");
+            (file, dir)
+        });
+        b.iter(|| {
+            file.write_all_at(&record, offset).expect("write");
+            file.sync_data().expect("sync_data");
+            offset = (offset + record.len() as u64) % PREALLOCATED;
+        });
+    });
+    group.finish();
+}
+
+fn main() {
+    sqlite::self_check();
+    let mut c = Criterion::default().configure_from_args();
+    fsync_limit(&mut c);
+    queue_groups(&mut c);
+    c.final_summary();
+}

@@ -1,0 +1,233 @@
+//! The exactly-once effect (`ack_with`) and the group commit under concurrent callers.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{Fixture, LEASE, assert_consistent};
+use leaseq::{Applied, EnqueueOptions, Error, JobState, Queue};
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+
+const EFFECTS: TableDefinition<u64, u64> = TableDefinition::new("effects");
+
+fn effects(q: &Queue) -> HashMap<u64, u64> {
+    let rtx = q.database().begin_read().unwrap();
+    match rtx.open_table(EFFECTS) {
+        Ok(t) => t
+            .iter()
+            .unwrap()
+            .map(|e| {
+                let (k, v) = e.unwrap();
+                (k.value(), v.value())
+            })
+            .collect(),
+        Err(redb::TableError::TableDoesNotExist(_)) => HashMap::new(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn bump(tx: &redb::WriteTransaction, key: u64) -> Result<(), leaseq::BoxError> {
+    let mut t = tx.open_table(EFFECTS)?;
+    let n = t.get(key)?.map_or(0, |v| v.value());
+    t.insert(key, n + 1)?;
+    Ok(())
+}
+
+#[test]
+fn failing_effect_writes_nothing_and_the_job_is_redelivered() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a = q.enqueue(b"A", EnqueueOptions::default()).unwrap().id();
+    let l = q.dequeue().unwrap().unwrap();
+    let token = l.token();
+    let err = l
+        .ack_with(|tx| {
+            bump(tx, 1)?;
+            Err("payment provider said no".into())
+        })
+        .unwrap_err();
+    match err {
+        Error::Effect(e) => assert_eq!(e.to_string(), "payment provider said no"),
+        other => panic!("expected Effect, got {other:?}"),
+    }
+    assert!(effects(&q).is_empty(), "the effect's write was rolled back");
+    let info = q.job(a).unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.lease_token),
+        (JobState::Leased, Some(token))
+    );
+    f.clock.advance(LEASE + Duration::from_millis(1));
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.attempt(), 2);
+    assert_eq!(l.ack_with(|tx| bump(tx, 1)).unwrap(), Applied::Now);
+    assert_eq!(effects(&q), HashMap::from([(1, 1)]));
+    assert_consistent(&q);
+}
+
+#[test]
+fn panicking_effect_is_an_error_and_the_queue_keeps_working() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.enqueue(b"A", EnqueueOptions::default()).unwrap();
+    let l = q.dequeue().unwrap().unwrap();
+    let err = l
+        .ack_with(|tx| {
+            bump(tx, 1)?;
+            panic!("bug in the effect");
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Effect(e) if e.to_string().contains("bug in the effect")),
+        "{err:?}"
+    );
+    assert!(effects(&q).is_empty());
+    q.enqueue(b"B", EnqueueOptions::default()).unwrap();
+    assert_eq!(q.len().unwrap(), 2);
+    assert_consistent(&q);
+}
+
+#[test]
+fn queue_calls_inside_an_effect_are_refused_not_deadlocked() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.enqueue(b"A", EnqueueOptions::default()).unwrap();
+    let l = q.dequeue().unwrap().unwrap();
+    let inner = q.clone();
+    let err = l
+        .ack_with(|_| {
+            inner.enqueue(b"from inside", EnqueueOptions::default())?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Effect(e) if e.downcast_ref::<Error>().is_some_and(|e| matches!(e, Error::Reentrant))),
+        "{err:?}"
+    );
+    assert_eq!(q.len().unwrap(), 1);
+}
+
+#[test]
+fn default_idempotency_key_is_the_job_id() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a = q.enqueue(b"A", EnqueueOptions::default()).unwrap().id();
+    let b = q.enqueue(b"B", EnqueueOptions::default()).unwrap().id();
+    for _ in 0..2 {
+        let l = q.dequeue().unwrap().unwrap();
+        let id = l.id().0;
+        assert_eq!(l.ack_with(|tx| bump(tx, id)).unwrap(), Applied::Now);
+    }
+    assert_eq!(effects(&q), HashMap::from([(a.0, 1), (b.0, 1)]));
+    assert_eq!(q.stats().unwrap().applied, 2);
+    // A caller key equal to an id's bytes does not collide with the id's marker.
+    assert!(!q.is_applied(a.0.to_be_bytes()).unwrap());
+}
+
+// Many producers and consumers share group commits; some effects fail on their first try,
+// which aborts their group and replays the other members. Every job's effect must land
+// exactly once, every failed one be redelivered, and the file stay consistent.
+#[test]
+fn concurrent_callers_with_failing_effects_apply_each_effect_once() {
+    const PRODUCERS: u64 = 4;
+    const CONSUMERS: usize = 4;
+    const PER_PRODUCER: u64 = 150;
+    let dir = tempfile::tempdir().unwrap();
+    let q = Queue::builder()
+        .lease(Duration::from_millis(200))
+        .max_attempts(100)
+        .open(dir.path().join("q.leaseq"))
+        .unwrap();
+    let total = PRODUCERS * PER_PRODUCER;
+    let acked = Arc::new(AtomicU64::new(0));
+    let failures = Arc::new(AtomicU64::new(0));
+    let closure_runs = Arc::new(AtomicU64::new(0));
+    std::thread::scope(|s| {
+        for p in 0..PRODUCERS {
+            let q = q.clone();
+            s.spawn(move || {
+                for i in 0..PER_PRODUCER {
+                    let n = p * PER_PRODUCER + i;
+                    q.enqueue(&n.to_le_bytes(), EnqueueOptions::default())
+                        .unwrap();
+                }
+            });
+        }
+        for _ in 0..CONSUMERS {
+            let q = q.clone();
+            let (acked, failures, runs) = (acked.clone(), failures.clone(), closure_runs.clone());
+            s.spawn(move || {
+                while acked.load(Ordering::SeqCst) < total {
+                    let Some(l) = q.dequeue_timeout(Duration::from_millis(50)).unwrap() else {
+                        continue;
+                    };
+                    let n = u64::from_le_bytes(l.payload().try_into().unwrap());
+                    let first_try = l.attempt() == 1;
+                    let r = l.ack_with(|tx| {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        bump(tx, n)?;
+                        if first_try && n % 7 == 0 {
+                            return Err("first attempt of every 7th job fails".into());
+                        }
+                        Ok(())
+                    });
+                    match r {
+                        Ok(Applied::Now) => {
+                            acked.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Ok(Applied::AlreadyApplied) => panic!("job {n} applied twice"),
+                        Err(Error::Effect(_)) => {
+                            failures.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            });
+        }
+    });
+    let fx = effects(&q);
+    assert_eq!(fx.len() as u64, total);
+    assert!(fx.values().all(|&c| c == 1), "an effect landed twice");
+    assert_eq!(failures.load(Ordering::SeqCst), total.div_ceil(7));
+    assert!(closure_runs.load(Ordering::SeqCst) >= total + failures.load(Ordering::SeqCst));
+    let s = q.stats().unwrap();
+    assert_eq!((s.total, s.applied), (0, total));
+    let rtx = q.database().begin_read().unwrap();
+    assert_eq!(rtx.open_table(EFFECTS).unwrap().len().unwrap(), total);
+    drop(rtx);
+    assert_consistent(&q);
+}
+
+// Waiting consumers wake on the commit of new work, well before their timeout.
+#[test]
+fn blocked_dequeue_wakes_on_enqueue() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = Queue::open(dir.path().join("q.leaseq")).unwrap();
+    let consumer = {
+        let q = q.clone();
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            let l = q.dequeue_timeout(Duration::from_secs(60)).unwrap();
+            (l.map(|l| l.payload().to_vec()), start.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    q.enqueue(b"wake", EnqueueOptions::default()).unwrap();
+    let (payload, waited) = consumer.join().unwrap();
+    assert_eq!(payload.as_deref(), Some(&b"wake"[..]));
+    // Not a timing test of speed: only that it did not sit out its 60 s timeout.
+    assert!(waited < Duration::from_secs(30), "woke after {waited:?}");
+}
+
+#[test]
+fn dequeue_timeout_returns_none_when_nothing_comes() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = Queue::open(dir.path().join("q.leaseq")).unwrap();
+    assert!(
+        q.dequeue_timeout(Duration::from_millis(20))
+            .unwrap()
+            .is_none()
+    );
+}

@@ -1,0 +1,189 @@
+//! Opening, creating and refusing files: atomic create, foreign files left byte-identical,
+//! a second open refused (C21), newer format versions refused.
+
+mod common;
+
+use std::fs;
+
+use common::{ChildProc, Fixture, assert_consistent, child_scenario, ready_to_die, say};
+use leaseq::{EnqueueOptions, Error, Queue};
+use redb::TableDefinition;
+
+fn refused_unchanged(f: &Fixture, bytes: &[u8]) -> Error {
+    fs::write(&f.path, bytes).unwrap();
+    let err = f.builder().open(&f.path).unwrap_err();
+    assert_eq!(
+        fs::read(&f.path).unwrap(),
+        bytes,
+        "refused file was modified"
+    );
+    err
+}
+
+#[test]
+fn text_file_is_refused_unchanged() {
+    let f = Fixture::new();
+    let err = refused_unchanged(
+        &f,
+        b"hello, I am a text file that is long enough to hold a header.\n",
+    );
+    assert!(matches!(err, Error::NotLeaseq { .. }), "{err:?}");
+    let long_text = "line of text\n".repeat(1000);
+    let err = refused_unchanged(&f, long_text.as_bytes());
+    assert!(matches!(err, Error::NotLeaseq { .. }), "{err:?}");
+}
+
+#[test]
+fn empty_and_short_files_are_refused_unchanged_never_recreated() {
+    let f = Fixture::new();
+    let err = refused_unchanged(&f, b"");
+    assert!(
+        matches!(err, Error::Truncated { len_bytes: 0, .. }),
+        "{err:?}"
+    );
+    let err = refused_unchanged(&f, b"redb\x1A\x0A\xA9\x0D\x0A");
+    assert!(
+        matches!(err, Error::Truncated { len_bytes: 9, .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn plain_redb_file_is_refused_unchanged_and_attach_adds_tables() {
+    const NOTES: TableDefinition<u64, &str> = TableDefinition::new("notes");
+    let f = Fixture::new();
+    {
+        let db = redb::Database::create(&f.path).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(NOTES).unwrap().insert(1, "mine").unwrap();
+        tx.commit().unwrap();
+    }
+    let bytes = fs::read(&f.path).unwrap();
+    let err = f.builder().open(&f.path).unwrap_err();
+    assert!(matches!(err, Error::NotLeaseq { .. }), "{err:?}");
+    assert_eq!(
+        fs::read(&f.path).unwrap(),
+        bytes,
+        "refused redb file was modified"
+    );
+
+    // Explicit attach: leaseq's tables join the caller's database; its data stays.
+    let db = redb::Database::create(&f.path).unwrap();
+    let q = f.builder().attach(db).unwrap();
+    let id = q.enqueue(b"job", EnqueueOptions::default()).unwrap().id();
+    {
+        use redb::ReadableDatabase;
+        let rtx = q.database().begin_read().unwrap();
+        let notes = rtx.open_table(NOTES).unwrap();
+        assert_eq!(notes.get(1).unwrap().unwrap().value(), "mine");
+    }
+    drop(q);
+    // Now it is a leaseq file: a plain open works and finds the job.
+    let q = f.open();
+    assert_eq!(q.dequeue().unwrap().unwrap().id(), id);
+}
+
+#[test]
+fn newer_format_version_is_refused_unchanged() {
+    const META: TableDefinition<&str, u64> = TableDefinition::new("leaseq_meta");
+    let f = Fixture::new();
+    drop(f.open());
+    {
+        let db = redb::Database::open(&f.path).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(META)
+            .unwrap()
+            .insert("format_version", leaseq::FORMAT_VERSION + 1)
+            .unwrap();
+        tx.commit().unwrap();
+    }
+    let bytes = fs::read(&f.path).unwrap();
+    match f.builder().open(&f.path) {
+        Err(Error::UnsupportedVersion { found, supported }) => {
+            assert_eq!(
+                (found, supported),
+                (leaseq::FORMAT_VERSION + 1, leaseq::FORMAT_VERSION)
+            );
+        }
+        other => panic!("expected UnsupportedVersion, got {other:?}"),
+    }
+    assert_eq!(fs::read(&f.path).unwrap(), bytes);
+}
+
+#[test]
+fn create_leaves_no_temporary_file_and_reopen_keeps_jobs() {
+    let f = Fixture::new();
+    let q = f.open();
+    assert!(q.recovery().created);
+    let id = q.enqueue(b"kept", EnqueueOptions::default()).unwrap().id();
+    drop(q);
+    let names: Vec<_> = fs::read_dir(f.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, vec!["q.leaseq".to_string()]);
+    let q = f.open();
+    assert!(!q.recovery().created);
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!((l.id(), l.payload()), (id, &b"kept"[..]));
+}
+
+#[test]
+fn directory_path_is_refused() {
+    let f = Fixture::new();
+    let err = f.builder().open(f.dir.path()).unwrap_err();
+    assert!(matches!(err, Error::NotLeaseq { .. }), "{err:?}");
+}
+
+// C21: a second open in the same process is refused, runs no recovery, and the first
+// handle's lease is intact.
+#[test]
+fn second_open_in_process_is_refused_and_runs_no_recovery() {
+    let f = Fixture::new();
+    let q = f.open();
+    let id = q.enqueue(b"A", EnqueueOptions::default()).unwrap().id();
+    let l = q.dequeue().unwrap().unwrap();
+    match f.builder().open(&f.path) {
+        Err(Error::AlreadyOpen { path }) => assert_eq!(path, f.path),
+        other => panic!("expected AlreadyOpen, got {other:?}"),
+    }
+    let info = q.job(id).unwrap().unwrap();
+    assert_eq!(info.lease_token, Some(l.token()));
+    l.ack().unwrap();
+    assert_consistent(&q);
+}
+
+/// Child side of `second_open_from_another_process_is_refused`.
+#[test]
+fn child_entry_files() {
+    let Some((scenario, path)) = child_scenario() else {
+        return; // Only meaningful when re-executed by a parent test.
+    };
+    assert_eq!(scenario, "hold_open");
+    let q = Queue::open(&path).unwrap();
+    let l = q.dequeue().unwrap().unwrap();
+    say(l.token());
+    ready_to_die();
+}
+
+// C21 across processes: the other process's open is refused without hanging.
+#[test]
+fn second_open_from_another_process_is_refused() {
+    let f = Fixture::new();
+    {
+        let q = Queue::open(&f.path).unwrap();
+        let _ = q.enqueue(b"A", EnqueueOptions::default()).unwrap();
+    }
+    let mut child = ChildProc::spawn("child_entry_files", "hold_open", &f.path);
+    let said = child.until_ready();
+    let token: u64 = said[0].parse().unwrap();
+    let err = Queue::open(&f.path).unwrap_err();
+    assert!(matches!(err, Error::AlreadyOpen { .. }), "{err:?}");
+    child.kill();
+    // Once the holder is gone, the open recovers its lease.
+    let q = Queue::open(&f.path).unwrap();
+    assert_eq!(q.recovery().leases_returned, 1);
+    let l = q.dequeue().unwrap().unwrap();
+    assert!(l.token() > token);
+    assert_eq!(l.attempt(), 2);
+}

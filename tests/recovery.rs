@@ -1,0 +1,217 @@
+//! Crash recovery with real processes: a child re-runs this test binary, works on the queue
+//! and is killed with SIGKILL; the parent reopens the file and checks what was promised.
+//! Scenario ids refer to ../shared/cases/SCENARIOS.md.
+
+mod common;
+
+use common::{ChildProc, Fixture, assert_consistent, child_scenario, ready_to_die, say};
+use leaseq::{Applied, EnqueueOptions, JobState, Queue};
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+
+const EFFECTS: TableDefinition<&str, u64> = TableDefinition::new("effects");
+
+fn effect_count(q: &Queue, key: &str) -> u64 {
+    let rtx = q.database().begin_read().unwrap();
+    match rtx.open_table(EFFECTS) {
+        Ok(t) => t.get(key).unwrap().map_or(0, |v| v.value()),
+        Err(redb::TableError::TableDoesNotExist(_)) => 0,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Adds one to the effect counter of `key` in the caller's table.
+fn bump(tx: &redb::WriteTransaction, key: &str) -> Result<(), leaseq::BoxError> {
+    let mut t = tx.open_table(EFFECTS)?;
+    let n = t.get(key)?.map_or(0, |v| v.value());
+    t.insert(key, n + 1)?;
+    Ok(())
+}
+
+/// The child side of every test here, selected by the scenario name.
+#[test]
+fn child_entry_recovery() {
+    let Some((scenario, path)) = child_scenario() else {
+        return; // Only meaningful when re-executed by a parent test.
+    };
+    let q = Queue::builder().max_attempts(3).open(&path).unwrap();
+    match scenario.as_str() {
+        "lease_one" => {
+            let l = q.dequeue().unwrap().unwrap();
+            say(format!("{} {}", l.id(), l.attempt()));
+            ready_to_die();
+        }
+        "enq5_deq2_ack1" => {
+            for i in 0..5 {
+                let _ = q
+                    .enqueue(format!("job{i}").as_bytes(), EnqueueOptions::default())
+                    .unwrap();
+            }
+            let first = q.dequeue().unwrap().unwrap();
+            let _second = q.dequeue().unwrap().unwrap();
+            first.ack().unwrap();
+            ready_to_die();
+        }
+        "die_inside_effect" => {
+            let l = q.dequeue().unwrap().unwrap();
+            let _ = l.ack_with(|tx| {
+                bump(tx, "E")?;
+                ready_to_die() // killed with the effect written but not committed
+            });
+            unreachable!();
+        }
+        "effect_then_die" => {
+            let l = q.dequeue().unwrap().unwrap();
+            let outcome = l.ack_with(|tx| bump(tx, "E")).unwrap();
+            say(format!("{outcome:?}"));
+            ready_to_die();
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+}
+
+fn open(f: &Fixture) -> Queue {
+    Queue::builder().max_attempts(3).open(&f.path).unwrap()
+}
+
+// C05: the killed process's lease comes back at once, at attempt 2; B is still served.
+#[test]
+fn killed_consumer_lease_is_redelivered_at_reopen() {
+    let f = Fixture::new();
+    let (a, b) = {
+        let q = open(&f);
+        let a = q.enqueue(b"A", EnqueueOptions::default()).unwrap().id();
+        let b = q.enqueue(b"B", EnqueueOptions::default()).unwrap().id();
+        (a, b)
+    };
+    let mut child = ChildProc::spawn("child_entry_recovery", "lease_one", &f.path);
+    let said = child.until_ready();
+    assert_eq!(said, vec![format!("{a} 1")]);
+    child.kill();
+
+    let q = open(&f);
+    assert_eq!(q.recovery().leases_returned, 1);
+    assert_consistent(&q);
+    let s = q.stats().unwrap();
+    assert_eq!((s.total, s.ready, s.leased, s.dead), (2, 2, 0, 0));
+    let mut seen = Vec::new();
+    while let Some(l) = q.dequeue().unwrap() {
+        seen.push((l.id(), l.attempt()));
+        l.ack().unwrap();
+    }
+    seen.sort();
+    assert_eq!(seen, vec![(a, 2), (b, 1)]);
+}
+
+// C06: crash while holding A, three times: each reopen makes A available at once, and after
+// the third crash A is dead, never lost.
+#[test]
+fn repeated_crashes_dead_letter_after_max_attempts() {
+    let f = Fixture::new();
+    let a = open(&f)
+        .enqueue(b"A", EnqueueOptions::default())
+        .unwrap()
+        .id();
+    for attempt in 1..=3u32 {
+        let mut child = ChildProc::spawn("child_entry_recovery", "lease_one", &f.path);
+        assert_eq!(child.until_ready(), vec![format!("{a} {attempt}")]);
+        child.kill();
+        if attempt < 3 {
+            // Peek without consuming: a fresh open shows it ready right away.
+            let q = open(&f);
+            assert_eq!(q.recovery().leases_returned, 1);
+            assert_eq!(q.job(a).unwrap().unwrap().state, JobState::Ready);
+            assert_consistent(&q);
+        }
+    }
+    let q = open(&f);
+    assert_eq!(q.recovery().leases_dead_lettered, 1);
+    let info = q.job(a).unwrap().unwrap();
+    assert_eq!((info.state, info.attempts), (JobState::Dead, 3));
+    assert!(info.last_error.unwrap().contains("abandoned"));
+    assert!(q.dequeue().unwrap().is_none());
+    assert_consistent(&q);
+}
+
+// C07: counters agree with a scan after a crash, and the drain yields exactly the rest.
+#[test]
+fn counters_match_scan_after_crash_and_drain_yields_the_rest() {
+    let f = Fixture::new();
+    drop(open(&f));
+    let mut child = ChildProc::spawn("child_entry_recovery", "enq5_deq2_ack1", &f.path);
+    child.until_ready();
+    child.kill();
+    let q = open(&f);
+    assert_consistent(&q);
+    let s = q.stats().unwrap();
+    assert_eq!((s.total, s.ready, s.leased, s.dead), (4, 4, 0, 0));
+    let mut drained = 0;
+    while let Some(l) = q.dequeue().unwrap() {
+        assert!(!q.is_empty().unwrap(), "is_empty before the drain ends");
+        l.ack().unwrap();
+        drained += 1;
+    }
+    assert_eq!(drained, 4);
+    assert!(q.is_empty().unwrap());
+}
+
+// C09, abort half: killed inside the effect transaction, neither the effect nor the applied
+// marker exists; the redelivery applies the effect once.
+#[test]
+fn crash_inside_effect_leaves_nothing_and_redelivery_applies_once() {
+    let f = Fixture::new();
+    let a = open(&f)
+        .enqueue(b"A", EnqueueOptions::default().idempotency_key("order-1"))
+        .unwrap()
+        .id();
+    let mut child = ChildProc::spawn("child_entry_recovery", "die_inside_effect", &f.path);
+    child.until_ready();
+    child.kill();
+    let q = open(&f);
+    assert_eq!(effect_count(&q, "E"), 0);
+    assert!(!q.is_applied("order-1").unwrap());
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!((l.id(), l.attempt()), (a, 2));
+    assert_eq!(l.ack_with(|tx| bump(tx, "E")).unwrap(), Applied::Now);
+    assert_eq!(effect_count(&q, "E"), 1);
+    assert!(q.is_applied("order-1").unwrap());
+    assert_consistent(&q);
+}
+
+// C09, commit half: the effect committed with its marker and ack; after the crash the job is
+// gone, and a second job with the same idempotency key (a redelivery by the producer) finds
+// it applied and does not run the effect again.
+#[test]
+fn committed_effect_survives_crash_and_is_never_applied_twice() {
+    let f = Fixture::new();
+    open(&f)
+        .enqueue(b"A", EnqueueOptions::default().idempotency_key("order-2"))
+        .unwrap();
+    let mut child = ChildProc::spawn("child_entry_recovery", "effect_then_die", &f.path);
+    assert_eq!(child.until_ready(), vec!["Now".to_string()]);
+    child.kill();
+    let q = open(&f);
+    assert_eq!(q.recovery().leases_returned, 0);
+    assert_eq!(q.len().unwrap(), 0);
+    assert_eq!(effect_count(&q, "E"), 1);
+    q.enqueue(
+        b"A again",
+        EnqueueOptions::default().idempotency_key("order-2"),
+    )
+    .unwrap();
+    let l = q.dequeue().unwrap().unwrap();
+    let mut ran = false;
+    let outcome = l
+        .ack_with(|tx| {
+            ran = true;
+            bump(tx, "E")
+        })
+        .unwrap();
+    assert_eq!(outcome, Applied::AlreadyApplied);
+    assert!(!ran);
+    assert_eq!(effect_count(&q, "E"), 1);
+    let rtx = q.database().begin_read().unwrap();
+    assert_eq!(rtx.open_table(EFFECTS).unwrap().len().unwrap(), 1);
+    drop(rtx);
+    assert!(q.is_empty().unwrap());
+    assert_consistent(&q);
+}
