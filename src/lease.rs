@@ -85,8 +85,24 @@ impl Lease {
     /// # Errors
     /// `LeaseLost` if the token is stale; `CommitFailed` or `Storage` from the storage engine.
     pub fn ack(self) -> Result<()> {
-        let (id, token) = (self.id, self.token);
-        self.queue.run(&mut |ctx| store::ack(ctx, id, token))
+        let key = [(self.id, self.token)];
+        self.queue.run(&mut |ctx| store::ack(ctx, &key))
+    }
+
+    /// Acks this job and leases the next available one in the same commit: a worker loop
+    /// pays one fsync per job for both. The next job is dequeued as by
+    /// [`Queue::dequeue`] (`None` if nothing is available now).
+    ///
+    /// # Errors
+    /// As [`Lease::ack`] (a stale token leases nothing) and [`Queue::dequeue`].
+    pub fn ack_and_next(self) -> Result<Option<Lease>> {
+        let key = [(self.id, self.token)];
+        let (now_ms, cfg) = (self.queue.now_ms(), self.queue.config());
+        let mut next = self.queue.run(&mut |ctx| {
+            store::ack(ctx, &key)?;
+            store::dequeue(ctx, &cfg, now_ms, 1)
+        })?;
+        Ok(next.pop().map(|l| self.queue.lease(l)))
     }
 
     /// Acks the job and applies its effect in one redb write transaction: the closure's writes
@@ -108,10 +124,31 @@ impl Lease {
     where
         F: FnMut(&redb::WriteTransaction) -> std::result::Result<(), BoxError>,
     {
-        let (id, token) = (self.id, self.token);
+        let key = [(self.id, self.token)];
         let now_ms = self.queue.now_ms();
-        self.queue
-            .run(&mut |ctx| store::ack_with(ctx, id, token, now_ms, &mut effect))
+        let mut applied = self
+            .queue
+            .run(&mut |ctx| store::ack_with(ctx, &key, now_ms, &mut |tx, _| effect(tx)))?;
+        Ok(applied.remove(0))
+    }
+
+    /// [`Lease::ack_with`] and the next dequeue in one commit: the effect, the marker, the
+    /// ack and the next lease become durable together. Returns the outcome and the next job
+    /// (`None` if nothing is available now).
+    ///
+    /// # Errors
+    /// As [`Lease::ack_with`] (on any error nothing is leased) and [`Queue::dequeue`].
+    pub fn ack_with_and_next<F>(self, mut effect: F) -> Result<(Applied, Option<Lease>)>
+    where
+        F: FnMut(&redb::WriteTransaction) -> std::result::Result<(), BoxError>,
+    {
+        let key = [(self.id, self.token)];
+        let (now_ms, cfg) = (self.queue.now_ms(), self.queue.config());
+        let (mut applied, mut next) = self.queue.run(&mut |ctx| {
+            let applied = store::ack_with(ctx, &key, now_ms, &mut |tx, _| effect(tx))?;
+            Ok((applied, store::dequeue(ctx, &cfg, now_ms, 1)?))
+        })?;
+        Ok((applied.remove(0), next.pop().map(|l| self.queue.lease(l))))
     }
 
     /// Gives the job back now, recording `reason` as its last error: it is ready again

@@ -75,6 +75,8 @@ pub const LEASE_MAX: Duration = Duration::from_secs(12 * 60 * 60);
 pub const DELAY_MAX: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// Most deliveries a job may be allowed.
 pub const MAX_ATTEMPTS_CAP: u32 = 1_000_000;
+/// Most jobs or leases one batch call takes.
+pub const BATCH_MAX: usize = 10_000;
 /// Longest idempotency key or dedup key, in bytes.
 pub const KEY_BYTES_MAX: usize = 512;
 /// The highest payload limit a queue may be configured with, in bytes (64 MiB).

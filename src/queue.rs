@@ -13,7 +13,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, StorageBackend};
 use crate::clock::{Clock, SystemClock};
 use crate::commit::{Committer, Ctx, Durability};
 use crate::error::{Error, Result};
-use crate::job::{EnqueueOptions, Enqueued, JobId, JobInfo, Stats};
+use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, Stats};
 use crate::lease::Lease;
 use crate::schema::{
     APPLIED, DEAD, DEDUP, FORMAT_VERSION, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
@@ -327,6 +327,13 @@ impl Builder {
     }
 }
 
+fn batch_too_large(field: &'static str) -> Error {
+    Error::invalid_option(
+        field,
+        format!("a batch holds 1 to {} items", crate::BATCH_MAX),
+    )
+}
+
 /// Converts a panic inside the storage engine into `Corrupted`: no panic crosses leaseq's API.
 fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
@@ -541,6 +548,10 @@ impl Queue {
         self.inner.clock.now_ms()
     }
 
+    pub(crate) fn config(&self) -> Config {
+        self.inner.cfg
+    }
+
     pub(crate) fn run<T>(&self, op: &mut dyn FnMut(&mut Ctx<'_>) -> Result<T>) -> Result<T> {
         self.inner.committer.run(self.inner.db.get(), op)
     }
@@ -552,9 +563,9 @@ impl Queue {
     /// `PayloadTooLarge`, `KeyTooLong` or `InvalidOption` before anything is written;
     /// `CommitFailed`, `Storage` or `Reentrant` otherwise.
     pub fn enqueue(&self, payload: &[u8], opts: EnqueueOptions) -> Result<Enqueued> {
-        let now_ms = self.now_ms();
-        let cfg = self.inner.cfg;
-        self.run(&mut |ctx| store::enqueue(ctx, &cfg, now_ms, payload, &opts))
+        let mut out = self.enqueue_batch([(payload, opts)])?;
+        debug_assert_eq!(out.len(), 1);
+        Ok(out.remove(0))
     }
 
     /// Enqueues `value` encoded with bincode (serde); read it back with [`Lease::decode`].
@@ -567,6 +578,34 @@ impl Queue {
         opts: EnqueueOptions,
     ) -> Result<Enqueued> {
         self.enqueue(&crate::codec::encode_payload(value)?, opts)
+    }
+
+    /// Enqueues up to [`BATCH_MAX`](crate::BATCH_MAX) jobs in one commit (one fsync) and returns
+    /// one result per job, in order. All or nothing: if any job is refused, none is added. A
+    /// dedup key held by a live job, or by an earlier job of the same batch, yields
+    /// `Duplicate` for that job.
+    ///
+    /// # Errors
+    /// `InvalidOption` for an empty or oversized batch; `PayloadTooLarge`, `KeyTooLong` or
+    /// `InvalidOption` for the first job refused (nothing is written); `CommitFailed`,
+    /// `Storage` or `Reentrant` otherwise.
+    pub fn enqueue_batch<'p>(
+        &self,
+        jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
+    ) -> Result<Vec<Enqueued>> {
+        let now_ms = self.now_ms();
+        let cfg = self.inner.cfg;
+        let mut records = Vec::new();
+        for (payload, opts) in jobs {
+            if records.len() == crate::BATCH_MAX {
+                return Err(batch_too_large("jobs"));
+            }
+            records.push(store::new_record(&cfg, now_ms, payload, &opts)?);
+        }
+        if records.is_empty() {
+            return Err(Error::invalid_option("jobs", "the batch is empty"));
+        }
+        self.run(&mut |ctx| store::enqueue(ctx, &records))
     }
 
     /// Takes the next job if one is available now, or returns `None` at once.
@@ -585,27 +624,94 @@ impl Queue {
     }
 
     fn try_dequeue(&self) -> Result<(Option<Lease>, Option<u64>)> {
+        let (mut leases, next_due_ms) = self.try_dequeue_batch(1)?;
+        Ok((leases.pop(), next_due_ms))
+    }
+
+    fn try_dequeue_batch(&self, max: usize) -> Result<(Vec<Lease>, Option<u64>)> {
+        if max == 0 || max > crate::BATCH_MAX {
+            return Err(batch_too_large("max"));
+        }
         let now_ms = self.now_ms();
         let (work, next_due_ms) = guarded(|| {
             let rtx = self.inner.db.get().begin_read()?;
             store::probe(&rtx, now_ms)
         })?;
         if !work {
-            return Ok((None, next_due_ms));
+            return Ok((Vec::new(), next_due_ms));
         }
         let cfg = self.inner.cfg;
-        let leased = self.run(&mut |ctx| store::dequeue(ctx, &cfg, now_ms))?;
-        Ok((
-            leased.map(|l| Lease {
-                queue: self.clone(),
-                id: l.id,
-                token: l.token,
-                attempt: l.attempt,
-                deadline_ms: l.deadline_ms,
-                payload: l.payload,
-            }),
-            None,
-        ))
+        let leased = self.run(&mut |ctx| store::dequeue(ctx, &cfg, now_ms, max))?;
+        Ok((leased.into_iter().map(|l| self.lease(l)).collect(), None))
+    }
+
+    pub(crate) fn lease(&self, l: store::Leased) -> Lease {
+        Lease {
+            queue: self.clone(),
+            id: l.id,
+            token: l.token,
+            attempt: l.attempt,
+            deadline_ms: l.deadline_ms,
+            payload: l.payload,
+        }
+    }
+
+    /// Takes up to `max` jobs available now (at most [`BATCH_MAX`](crate::BATCH_MAX)) in one
+    /// commit, in queue order; an empty `Vec` if none is available. Each is leased, counted
+    /// and fenced as by [`Queue::dequeue`].
+    ///
+    /// # Errors
+    /// `InvalidOption` for `max` of 0 or above `BATCH_MAX`; otherwise as [`Queue::dequeue`].
+    pub fn dequeue_batch(&self, max: usize) -> Result<Vec<Lease>> {
+        Ok(self.try_dequeue_batch(max)?.0)
+    }
+
+    /// Acks every lease in one commit, or none: if any token is stale the whole call returns
+    /// `LeaseLost` (naming the first stale lease) and changes nothing.
+    ///
+    /// # Errors
+    /// `InvalidOption` for an empty or oversized batch, or a lease of another queue;
+    /// `LeaseLost`; `CommitFailed` or `Storage`.
+    pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<()> {
+        let keys = self.batch_keys(&leases)?;
+        self.run(&mut |ctx| store::ack(ctx, &keys))
+    }
+
+    /// [`Lease::ack_with`] for many leases in one transaction and one commit: for each lease
+    /// whose idempotency key is not yet applied, `effect(tx, lease)` runs, then the markers
+    /// and acks are written; all commit together or not at all. Returns one [`Applied`] per
+    /// lease, in order. If any token is stale, nothing runs and the call returns `LeaseLost`.
+    /// Two leases with the same idempotency key: the first applies, the second is
+    /// `AlreadyApplied`.
+    ///
+    /// # Errors
+    /// As [`Queue::ack_batch`], plus `Effect` with the first closure error (nothing written;
+    /// every job stays leased).
+    pub fn ack_with_batch<F>(&self, leases: Vec<Lease>, mut effect: F) -> Result<Vec<Applied>>
+    where
+        F: FnMut(&redb::WriteTransaction, &Lease) -> std::result::Result<(), crate::BoxError>,
+    {
+        let keys = self.batch_keys(&leases)?;
+        let now_ms = self.now_ms();
+        self.run(&mut |ctx| {
+            store::ack_with(ctx, &keys, now_ms, &mut |tx, i| effect(tx, &leases[i]))
+        })
+    }
+
+    fn batch_keys(&self, leases: &[Lease]) -> Result<Vec<(u64, u64)>> {
+        if leases.is_empty() {
+            return Err(Error::invalid_option("leases", "the batch is empty"));
+        }
+        if leases.len() > crate::BATCH_MAX {
+            return Err(batch_too_large("leases"));
+        }
+        if leases
+            .iter()
+            .any(|l| !Arc::ptr_eq(&l.queue.inner, &self.inner))
+        {
+            return Err(Error::invalid_option("leases", "a lease of another queue"));
+        }
+        Ok(leases.iter().map(|l| (l.id, l.token)).collect())
     }
 
     /// Takes the next job, waiting up to `timeout` for one. Wakes when a commit makes work

@@ -277,31 +277,31 @@ impl<'t> Tables<'t> {
     }
 }
 
-pub(crate) fn enqueue(
-    ctx: &mut Ctx<'_>,
-    cfg: &Config,
-    now_ms: u64,
-    payload: &[u8],
-    opts: &EnqueueOptions,
-) -> Result<Enqueued> {
-    let rec = new_record(cfg, now_ms, payload, opts)?;
+/// Adds validated records (from [`new_record`]) in order. A dedup key held by a live job,
+/// or by an earlier record of the same batch, makes that record a `Duplicate`.
+pub(crate) fn enqueue(ctx: &mut Ctx<'_>, records: &[JobRecord]) -> Result<Vec<Enqueued>> {
     let mut t = Tables::open(ctx.tx)?;
-    if let Some(k) = &rec.dedup_key
-        && let Some(owner) = t.dedup.get(k.as_slice())?
-    {
-        return Ok(Enqueued::Duplicate(JobId(owner.value())));
+    let mut out = Vec::with_capacity(records.len());
+    for rec in records {
+        if let Some(k) = &rec.dedup_key
+            && let Some(owner) = t.dedup.get(k.as_slice())?
+        {
+            out.push(Enqueued::Duplicate(JobId(owner.value())));
+            continue;
+        }
+        let id = ctx.alloc_id();
+        *ctx.dirty = true;
+        *ctx.wake = true;
+        if t.jobs.get(id)?.is_some() {
+            return Err(Error::corrupted(format!("job id {id} is already in use")));
+        }
+        t.put(id, rec)?;
+        if let Some(k) = &rec.dedup_key {
+            t.dedup.insert(k.as_slice(), id)?;
+        }
+        out.push(Enqueued::New(JobId(id)));
     }
-    let id = ctx.alloc_id();
-    *ctx.dirty = true;
-    *ctx.wake = true;
-    if t.jobs.get(id)?.is_some() {
-        return Err(Error::corrupted(format!("job id {id} is already in use")));
-    }
-    t.put(id, &rec)?;
-    if let Some(k) = &rec.dedup_key {
-        t.dedup.insert(k.as_slice(), id)?;
-    }
-    Ok(Enqueued::New(JobId(id)))
+    Ok(out)
 }
 
 /// Promotes due scheduled jobs and reclaims expired leases, at most `SWEEP_MAX` of each.
@@ -342,64 +342,105 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn dequeue(ctx: &mut Ctx<'_>, cfg: &Config, now_ms: u64) -> Result<Option<Leased>> {
+/// Sweeps, then leases up to `max` ready jobs in queue order.
+pub(crate) fn dequeue(
+    ctx: &mut Ctx<'_>,
+    cfg: &Config,
+    now_ms: u64,
+    max: usize,
+) -> Result<Vec<Leased>> {
+    debug_assert!((1..=crate::BATCH_MAX).contains(&max));
     let mut t = Tables::open(ctx.tx)?;
     sweep(&mut t, ctx, now_ms)?;
-    let Some(first) = t.ready.first()? else {
-        return Ok(None);
-    };
-    let (rank, run_at_ms, id) = first.0.value();
-    drop(first);
-    let mut rec = t
-        .get(id)?
-        .ok_or_else(|| Error::corrupted(format!("ready job {id} has no record")))?;
-    if rec.state != StoredState::Ready
-        || priority_rank(rec.priority) != rank
-        || rec.run_at_ms != run_at_ms
-    {
-        return Err(Error::corrupted(format!(
-            "ready entry of job {id} disagrees"
-        )));
+    let mut out = Vec::new();
+    while out.len() < max {
+        let Some(first) = t.ready.first()? else {
+            break;
+        };
+        let (rank, run_at_ms, id) = first.0.value();
+        drop(first);
+        let mut rec = t
+            .get(id)?
+            .ok_or_else(|| Error::corrupted(format!("ready job {id} has no record")))?;
+        if rec.state != StoredState::Ready
+            || priority_rank(rec.priority) != rank
+            || rec.run_at_ms != run_at_ms
+        {
+            return Err(Error::corrupted(format!(
+                "ready entry of job {id} disagrees"
+            )));
+        }
+        *ctx.dirty = true;
+        t.unindex(id, &rec)?;
+        let token = ctx.alloc_token();
+        let lease_ms = rec.lease_ms.unwrap_or(cfg.lease_ms);
+        let deadline_ms = now_ms.saturating_add(lease_ms);
+        rec.attempts += 1;
+        rec.state = StoredState::Leased { token, deadline_ms };
+        t.put(id, &rec)?;
+        out.push(Leased {
+            id,
+            token,
+            attempt: rec.attempts,
+            deadline_ms,
+            payload: rec.payload,
+        });
     }
-    *ctx.dirty = true;
-    t.unindex(id, &rec)?;
-    let token = ctx.alloc_token();
-    let lease_ms = rec.lease_ms.unwrap_or(cfg.lease_ms);
-    let deadline_ms = now_ms.saturating_add(lease_ms);
-    rec.attempts += 1;
-    rec.state = StoredState::Leased { token, deadline_ms };
-    t.put(id, &rec)?;
-    Ok(Some(Leased {
-        id,
-        token,
-        attempt: rec.attempts,
-        deadline_ms,
-        payload: rec.payload,
-    }))
+    Ok(out)
 }
 
-pub(crate) fn ack(ctx: &mut Ctx<'_>, id: u64, token: u64) -> Result<()> {
+/// Checks every `(id, token)` is a current lease, before anything is written.
+fn leased_all(t: &Tables<'_>, leases: &[(u64, u64)]) -> Result<Vec<JobRecord>> {
+    debug_assert!(
+        {
+            let mut ids: Vec<u64> = leases.iter().map(|l| l.0).collect();
+            ids.sort_unstable();
+            ids.windows(2).all(|w| w[0] != w[1])
+        },
+        "one job twice in a batch"
+    );
+    leases
+        .iter()
+        .map(|&(id, token)| t.leased(id, token))
+        .collect()
+}
+
+/// Acks every lease, or none: a stale token anywhere refuses the whole batch.
+pub(crate) fn ack(ctx: &mut Ctx<'_>, leases: &[(u64, u64)]) -> Result<()> {
     let mut t = Tables::open(ctx.tx)?;
-    let rec = t.leased(id, token)?;
+    let records = leased_all(&t, leases)?;
     *ctx.dirty = true;
-    t.delete(id, &rec)
+    for (&(id, _), rec) in leases.iter().zip(&records) {
+        t.delete(id, rec)?;
+    }
+    Ok(())
 }
 
+/// The effect callback of [`ack_with`]: gets the transaction and the index of the lease in
+/// the batch.
+pub(crate) type Effect<'a> = dyn FnMut(&redb::WriteTransaction, usize) -> Result<(), BoxError> + 'a;
+
+/// Acks every lease with its effect in this transaction, or none: a stale token anywhere
+/// refuses the whole batch before any effect runs. A lease whose idempotency key is already
+/// applied (also by an earlier lease of the same batch) is acked without its effect.
 pub(crate) fn ack_with(
     ctx: &mut Ctx<'_>,
-    id: u64,
-    token: u64,
+    leases: &[(u64, u64)],
     now_ms: u64,
-    effect: &mut dyn FnMut(&redb::WriteTransaction) -> Result<(), BoxError>,
-) -> Result<Applied> {
-    let rec = Tables::open(ctx.tx)?.leased(id, token)?;
-    let key = applied_key(rec.idempotency_key.as_deref(), id);
-    let already = ctx.tx.open_table(APPLIED)?.get(key.as_slice())?.is_some();
+    effect: &mut Effect<'_>,
+) -> Result<Vec<Applied>> {
+    let records = leased_all(&Tables::open(ctx.tx)?, leases)?;
     *ctx.dirty = true;
-    if !already {
+    let mut out = Vec::with_capacity(leases.len());
+    for (i, (&(id, _), rec)) in leases.iter().zip(&records).enumerate() {
+        let key = applied_key(rec.idempotency_key.as_deref(), id);
+        if ctx.tx.open_table(APPLIED)?.get(key.as_slice())?.is_some() {
+            out.push(Applied::AlreadyApplied);
+            continue;
+        }
         // leaseq's tables are closed here: the closure may open any table of its own. A panic
         // in it becomes an error like any other, so the group aborts cleanly.
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| effect(ctx.tx)));
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| effect(ctx.tx, i)));
         match ran {
             Ok(r) => r.map_err(Error::Effect)?,
             Err(panic) => {
@@ -409,13 +450,13 @@ pub(crate) fn ack_with(
             }
         }
         ctx.tx.open_table(APPLIED)?.insert(key.as_slice(), now_ms)?;
+        out.push(Applied::Now);
     }
-    Tables::open(ctx.tx)?.delete(id, &rec)?;
-    Ok(if already {
-        Applied::AlreadyApplied
-    } else {
-        Applied::Now
-    })
+    let mut t = Tables::open(ctx.tx)?;
+    for (&(id, _), rec) in leases.iter().zip(&records) {
+        t.delete(id, rec)?;
+    }
+    Ok(out)
 }
 
 pub(crate) fn nack(

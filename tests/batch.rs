@@ -1,0 +1,289 @@
+//! Batch calls and ack-and-fetch-next: one commit each, with the same fencing and attempt
+//! counting as the single calls; a batch holding one stale lease fails whole and changes
+//! nothing.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{Fixture, LEASE, assert_consistent};
+use leaseq::{Applied, EnqueueOptions, Enqueued, Error, JobState, Queue};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+
+const EFFECTS: TableDefinition<u64, u64> = TableDefinition::new("effects");
+
+fn effects(q: &Queue) -> HashMap<u64, u64> {
+    let rtx = q.database().begin_read().unwrap();
+    match rtx.open_table(EFFECTS) {
+        Ok(t) => t
+            .iter()
+            .unwrap()
+            .map(|e| {
+                let (k, v) = e.unwrap();
+                (k.value(), v.value())
+            })
+            .collect(),
+        Err(_) => HashMap::new(),
+    }
+}
+
+fn bump(tx: &redb::WriteTransaction, key: u64) -> Result<(), leaseq::BoxError> {
+    let mut t = tx.open_table(EFFECTS)?;
+    let n = t.get(key)?.map_or(0, |v| v.value());
+    t.insert(key, n + 1)?;
+    Ok(())
+}
+
+fn payloads(n: usize) -> Vec<Vec<u8>> {
+    (0..n).map(|i| format!("job-{i}").into_bytes()).collect()
+}
+
+#[test]
+fn enqueue_batch_keeps_order_and_dedups_within_the_batch() {
+    let f = Fixture::new();
+    let q = f.open();
+    let p = payloads(5);
+    let res = q
+        .enqueue_batch([
+            (&p[0][..], EnqueueOptions::default()),
+            (&p[1][..], EnqueueOptions::default().dedup_key("k")),
+            (&p[2][..], EnqueueOptions::default().dedup_key("k")),
+            (&p[3][..], EnqueueOptions::default()),
+        ])
+        .unwrap();
+    let ids: Vec<_> = res.iter().map(|e| e.id()).collect();
+    assert!(matches!(res[2], Enqueued::Duplicate(id) if id == ids[1]));
+    assert!(matches!(res[3], Enqueued::New(_)));
+    assert!(ids[0] < ids[1] && ids[1] < ids[3]);
+    let order: Vec<_> = q
+        .dequeue_batch(10)
+        .unwrap()
+        .iter()
+        .map(|l| l.id())
+        .collect();
+    assert_eq!(order, vec![ids[0], ids[1], ids[3]]);
+    assert_consistent(&q);
+}
+
+#[test]
+fn enqueue_batch_with_one_refused_job_writes_nothing() {
+    let f = Fixture::new();
+    let q = f.builder().payload_bytes_max(10).open(&f.path).unwrap();
+    let before = std::fs::read(&f.path).unwrap();
+    let err = q
+        .enqueue_batch([
+            (&b"fine"[..], EnqueueOptions::default()),
+            (&[0u8; 11][..], EnqueueOptions::default()),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::PayloadTooLarge { size_bytes: 11, .. }),
+        "{err:?}"
+    );
+    let err = q
+        .enqueue_batch(std::iter::empty::<(&[u8], EnqueueOptions)>())
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidOption { field: "jobs", .. }),
+        "{err:?}"
+    );
+    assert_eq!(q.len().unwrap(), 0);
+    assert_eq!(std::fs::read(&f.path).unwrap(), before);
+}
+
+#[test]
+fn dequeue_batch_leases_in_order_with_fresh_tokens() {
+    let f = Fixture::new();
+    let q = f.open();
+    let p = payloads(7);
+    let ids: Vec<_> = q
+        .enqueue_batch(p.iter().map(|b| (&b[..], EnqueueOptions::default())))
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id())
+        .collect();
+    let first = q.dequeue_batch(4).unwrap();
+    let rest = q.dequeue_batch(100).unwrap();
+    assert!(q.dequeue_batch(3).unwrap().is_empty());
+    let got: Vec<_> = first.iter().chain(&rest).map(|l| l.id()).collect();
+    assert_eq!(got, ids);
+    let mut tokens: Vec<_> = first.iter().chain(&rest).map(|l| l.token()).collect();
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 7);
+    assert!(first.iter().chain(&rest).all(|l| l.attempt() == 1));
+    assert!(matches!(
+        q.dequeue_batch(0),
+        Err(Error::InvalidOption { field: "max", .. })
+    ));
+    assert!(matches!(
+        q.dequeue_batch(leaseq::BATCH_MAX + 1),
+        Err(Error::InvalidOption { field: "max", .. })
+    ));
+    q.ack_batch(first).unwrap();
+    q.ack_batch(rest).unwrap();
+    assert!(q.is_empty().unwrap());
+    assert_consistent(&q);
+}
+
+/// Leases three jobs, then lets only the middle lease expire and redelivers that job:
+/// returns the three original leases (the middle one now stale) and the middle job's current
+/// lease.
+fn three_leases_middle_stale(f: &Fixture, q: &Queue) -> (Vec<leaseq::Lease>, leaseq::Lease) {
+    let p = payloads(3);
+    q.enqueue_batch(p.iter().map(|b| (&b[..], EnqueueOptions::default())))
+        .unwrap();
+    let mut leases = q.dequeue_batch(3).unwrap();
+    f.clock.advance(LEASE / 2);
+    leases[0].extend(LEASE).unwrap();
+    leases[2].extend(LEASE).unwrap();
+    f.clock.advance(LEASE / 2 + Duration::from_millis(1));
+    let current = q.dequeue().unwrap().unwrap();
+    assert_eq!((current.id(), current.attempt()), (leases[1].id(), 2));
+    (leases, current)
+}
+
+#[test]
+fn ack_batch_with_a_stale_lease_fails_whole_and_changes_nothing() {
+    let f = Fixture::new();
+    let q = f.open();
+    let (mut leases, current) = three_leases_middle_stale(&f, &q);
+    let ids: Vec<_> = leases.iter().map(|l| l.id()).collect();
+    let before: Vec<_> = ids.iter().map(|&id| q.job(id).unwrap().unwrap()).collect();
+    let stale = leases.remove(1);
+    let (first, third) = (leases.remove(0), leases.remove(0));
+    match q.ack_batch(vec![first, stale, third]) {
+        Err(Error::LeaseLost { job_id, .. }) => assert_eq!(job_id, ids[1]),
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    let after: Vec<_> = ids.iter().map(|&id| q.job(id).unwrap().unwrap()).collect();
+    assert_eq!(after, before, "nothing acked");
+    assert_eq!(q.stats().unwrap().leased, 3);
+    current.ack().unwrap();
+    assert_consistent(&q);
+}
+
+#[test]
+fn ack_with_batch_with_a_stale_lease_runs_no_effect() {
+    let f = Fixture::new();
+    let q = f.open();
+    let (leases, current) = three_leases_middle_stale(&f, &q);
+    let mut ran = 0;
+    let err = q
+        .ack_with_batch(leases, |tx, l| {
+            ran += 1;
+            bump(tx, l.id().0)
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+    assert_eq!(ran, 0);
+    assert!(effects(&q).is_empty());
+    assert_eq!(q.stats().unwrap().leased, 3);
+    assert_eq!(current.ack_with(|tx| bump(tx, 9)).unwrap(), Applied::Now);
+    assert_eq!(effects(&q), HashMap::from([(9, 1)]));
+    assert_consistent(&q);
+}
+
+#[test]
+fn ack_with_batch_applies_each_key_once_and_refuses_stale_batches_whole() {
+    let f = Fixture::new();
+    let q = f.open();
+    let p = payloads(4);
+    let res = q
+        .enqueue_batch([
+            (&p[0][..], EnqueueOptions::default().idempotency_key("a")),
+            (&p[1][..], EnqueueOptions::default().idempotency_key("b")),
+            (&p[2][..], EnqueueOptions::default().idempotency_key("a")),
+            (&p[3][..], EnqueueOptions::default().idempotency_key("c")),
+        ])
+        .unwrap();
+    let key_of = |id: leaseq::JobId| res.iter().position(|e| e.id() == id).unwrap() as u64;
+    let leases = q.dequeue_batch(4).unwrap();
+    // An effect error anywhere: nothing is written, every job stays leased.
+    let err = q
+        .ack_with_batch(leases, |tx, l| {
+            bump(tx, key_of(l.id()))?;
+            if key_of(l.id()) == 3 {
+                return Err("no".into());
+            }
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::Effect(_)));
+    assert!(effects(&q).is_empty());
+    assert_eq!(q.stats().unwrap().leased, 4);
+
+    f.clock.advance(LEASE + Duration::from_millis(1));
+    let leases = q.dequeue_batch(4).unwrap();
+    assert!(leases.iter().all(|l| l.attempt() == 2));
+    let applied = q
+        .ack_with_batch(leases, |tx, l| bump(tx, key_of(l.id())))
+        .unwrap();
+    assert_eq!(
+        applied,
+        vec![
+            Applied::Now,
+            Applied::Now,
+            Applied::AlreadyApplied,
+            Applied::Now
+        ]
+    );
+    assert_eq!(effects(&q), HashMap::from([(0, 1), (1, 1), (3, 1)]));
+    assert!(q.is_empty().unwrap());
+    assert_consistent(&q);
+}
+
+#[test]
+fn batch_of_another_queue_is_refused() {
+    let f = Fixture::new();
+    let g = Fixture::new();
+    let q = f.open();
+    let other = g.open();
+    other.enqueue(b"x", EnqueueOptions::default()).unwrap();
+    let l = other.dequeue().unwrap().unwrap();
+    assert!(matches!(
+        q.ack_batch(vec![l]),
+        Err(Error::InvalidOption {
+            field: "leases",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn ack_and_next_acks_and_leases_in_one_call() {
+    let f = Fixture::new();
+    let q = f.open();
+    let p = payloads(3);
+    let ids: Vec<_> = q
+        .enqueue_batch(p.iter().map(|b| (&b[..], EnqueueOptions::default())))
+        .unwrap()
+        .iter()
+        .map(|e| e.id())
+        .collect();
+    let l = q.dequeue().unwrap().unwrap();
+    let l = l.ack_and_next().unwrap().unwrap();
+    assert_eq!(l.id(), ids[1]);
+    assert_eq!(q.job(ids[0]).unwrap(), None);
+    let (applied, next) = l.ack_with_and_next(|tx| bump(tx, 1)).unwrap();
+    assert_eq!(applied, Applied::Now);
+    let next = next.unwrap();
+    assert_eq!(next.id(), ids[2]);
+    assert_eq!(next.ack_and_next().unwrap().map(|l| l.id()), None);
+    assert!(q.is_empty().unwrap());
+
+    // Stale: nothing acked, nothing leased.
+    let a = q.enqueue(b"a", EnqueueOptions::default()).unwrap().id();
+    let b = q.enqueue(b"b", EnqueueOptions::default()).unwrap().id();
+    let stale = q.dequeue().unwrap().unwrap();
+    f.clock.advance(LEASE + Duration::from_millis(1));
+    let current = q.dequeue().unwrap().unwrap(); // b first (a went to the back)
+    assert_eq!(current.id(), b);
+    let err = stale.ack_and_next().unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { job_id, .. } if job_id == a));
+    let info = q.job(a).unwrap().unwrap();
+    assert_eq!((info.state, info.attempts), (JobState::Ready, 1));
+    current.ack().unwrap();
+    assert_consistent(&q);
+}
