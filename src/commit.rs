@@ -3,8 +3,12 @@
 //! A caller's operation runs on the caller's own thread, against the group's open
 //! `WriteTransaction`, under the group mutex. Then the caller waits for the group's commit.
 //! Any member seals the group (commits it) once no other caller is on its way in
-//! (`arrivals == 0`), the group is full, or it has been open for `GATHER_MAX`. Nobody is
-//! answered before the commit that covers its operation.
+//! (`arrivals == 0`) and every member of the previous group has come back with its next
+//! operation (`returning == 0`: threads in a worker loop call again right after their
+//! answer, so waiting for them makes one group per round instead of two half groups), or the
+//! group is full, or it has been open for the last commit's duration (at most `GATHER_MAX`).
+//! A lone caller never waits. Nobody is answered before the commit that covers its
+//! operation.
 //!
 //! Operations validate before they write, so a refused call (stale token, bad option) leaves
 //! the transaction clean and just reports its error after the commit. An operation that
@@ -37,14 +41,23 @@ thread_local! {
     /// Set while this thread runs an operation inside a group: a queue call from there (an
     /// `ack_with` closure calling the queue) would deadlock on the group mutex.
     static IN_GROUP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// (committer address, sequence number) of the last group this thread was a member of:
+    /// tells a thread returning from the previous group apart from a new arrival.
+    static LAST_GROUP: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
-/// Counters kept in `leaseq_meta`, read once at the start of a group and written once at
-/// its seal.
+/// Ids and lease tokens handed out in blocks: `leaseq_meta` stores the end of the reserved
+/// block (every id or token ever used is below it), so the counter row is written once per
+/// `COUNTER_BLOCK` allocations instead of on every commit. Unused numbers of a block are
+/// skipped after a reopen; ids and tokens stay unique and increasing.
+pub(crate) const COUNTER_BLOCK: u64 = 1024;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Counters {
-    pub next_id: u64,
-    pub next_token: u64,
+    next_id: u64,
+    id_end: u64,
+    next_token: u64,
+    token_end: u64,
 }
 
 impl Counters {
@@ -55,22 +68,40 @@ impl Counters {
                 .get(k)?
                 .ok_or_else(|| Error::corrupted(format!("leaseq_meta has no {k}")))?
                 .value();
-            if v == 0 {
-                return Err(Error::corrupted(format!("leaseq_meta {k} is 0")));
+            if v == 0 || v > u64::MAX / 2 {
+                return Err(Error::corrupted(format!("leaseq_meta {k} is {v}")));
             }
             Ok(v)
         };
+        let (id_end, token_end) = (get(META_NEXT_ID)?, get(META_NEXT_TOKEN)?);
         Ok(Counters {
-            next_id: get(META_NEXT_ID)?,
-            next_token: get(META_NEXT_TOKEN)?,
+            next_id: id_end,
+            id_end,
+            next_token: token_end,
+            token_end,
         })
     }
 
     fn write(&self, tx: &WriteTransaction) -> Result<()> {
         let mut meta = tx.open_table(META)?;
-        meta.insert(META_NEXT_ID, self.next_id)?;
-        meta.insert(META_NEXT_TOKEN, self.next_token)?;
+        meta.insert(META_NEXT_ID, self.id_end)?;
+        meta.insert(META_NEXT_TOKEN, self.token_end)?;
         Ok(())
+    }
+
+    /// Whether the reserved blocks moved (the meta row must be written).
+    fn reserved_moved(&self, since: &Counters) -> bool {
+        (self.id_end, self.token_end) != (since.id_end, since.token_end)
+    }
+
+    fn take(next: &mut u64, end: &mut u64) -> u64 {
+        debug_assert!(*next <= *end);
+        if *next == *end {
+            *end += COUNTER_BLOCK;
+        }
+        let n = *next;
+        *next += 1;
+        n
     }
 }
 
@@ -87,15 +118,13 @@ pub(crate) struct Ctx<'g> {
 
 impl Ctx<'_> {
     pub(crate) fn alloc_id(&mut self) -> u64 {
-        let id = self.counters.next_id;
-        self.counters.next_id += 1;
-        id
+        let c = &mut *self.counters;
+        Counters::take(&mut c.next_id, &mut c.id_end)
     }
 
     pub(crate) fn alloc_token(&mut self) -> u64 {
-        let t = self.counters.next_token;
-        self.counters.next_token += 1;
-        t
+        let c = &mut *self.counters;
+        Counters::take(&mut c.next_token, &mut c.token_end)
     }
 }
 
@@ -113,6 +142,7 @@ struct OpenGroup {
     dirty: bool,
     wake: bool,
     members: usize,
+    seq: u64,
     opened_at: Instant,
     result: Arc<OnceLock<GroupResult>>,
 }
@@ -124,6 +154,35 @@ struct State {
     /// Set after a failed commit: redb refuses writes on this handle until it is reopened.
     poisoned: Option<String>,
     commits: u64,
+    /// The counters as of the last commit (read from `leaseq_meta` by the first group).
+    counters: Option<Counters>,
+    stats: CommitStats,
+    /// Sequence number of the next group to open.
+    next_seq: u64,
+    /// Members of group `returning_seq` (the last committed) not yet back with a new call.
+    returning: usize,
+    returning_seq: u64,
+    /// How long the last commit took: the longest a group waits for its members.
+    last_commit: Duration,
+}
+
+/// Group-commit counters of one queue handle since it was opened, from
+/// [`Queue::commit_stats`](crate::Queue::commit_stats).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Groups that wrote and were committed (each one redb commit, one fsync when durable).
+    pub commits: u64,
+    /// Operations answered by those commits (`operations / commits` is the mean group size).
+    pub operations: u64,
+    /// Groups that wrote nothing (only refusals or empty sweeps) and were closed without a
+    /// commit.
+    pub aborted_clean: u64,
+    /// Groups aborted by a failing operation and replayed.
+    pub replayed: u64,
+    /// Time spent inside redb commits (the fsync included), in microseconds.
+    pub commit_micros: u64,
+    /// Time groups spent open, from their first operation to their seal, in microseconds.
+    pub gather_micros: u64,
 }
 
 /// Durability of the queue's commits.
@@ -228,15 +287,24 @@ impl Committer {
             });
         }
         if st.open.is_none() {
-            match self.begin(db, st.commits) {
-                Ok(g) => st.open = Some(g),
+            match self.begin(db, st.commits, st.counters) {
+                Ok(mut g) => {
+                    g.seq = st.next_seq;
+                    st.next_seq += 1;
+                    st.open = Some(g);
+                }
                 Err(e) => {
                     leave();
                     return Err(e);
                 }
             }
         }
+        let me = self as *const Committer as usize;
+        if LAST_GROUP.with(|c| c.get()) == (me, st.returning_seq) && st.returning > 0 {
+            st.returning -= 1;
+        }
         let g = st.open.as_mut().expect("a group is open");
+        LAST_GROUP.with(|c| c.set((me, g.seq)));
         IN_GROUP.with(|c| c.set(true));
         let applied = catch_unwind(AssertUnwindSafe(|| {
             let mut ctx = Ctx {
@@ -274,7 +342,7 @@ impl Committer {
         }
     }
 
-    fn begin(&self, db: &Database, commits: u64) -> Result<OpenGroup> {
+    fn begin(&self, db: &Database, commits: u64, cached: Option<Counters>) -> Result<OpenGroup> {
         let mut tx = db.begin_write()?;
         let durable = match self.durability {
             Durability::Immediate => true,
@@ -287,7 +355,10 @@ impl Committer {
         if self.quick_repair {
             tx.set_quick_repair(true);
         }
-        let counters = Counters::read(&tx)?;
+        let counters = match cached {
+            Some(c) => c,
+            None => Counters::read(&tx)?,
+        };
         Ok(OpenGroup {
             tx,
             counters,
@@ -295,6 +366,7 @@ impl Committer {
             dirty: false,
             wake: false,
             members: 0,
+            seq: 0,
             opened_at: Instant::now(),
             result: Arc::new(OnceLock::new()),
         })
@@ -303,6 +375,7 @@ impl Committer {
     /// Aborts the open group: its members replay in a new group.
     fn abort_open(&self, st: &mut State) {
         if let Some(g) = st.open.take() {
+            st.stats.replayed += 1;
             let _ = g.result.set(GroupResult::Replay);
             // An abort error leaves nothing to undo: the transaction is dropped either way.
             let _ = catch_unwind(AssertUnwindSafe(|| g.tx.abort()));
@@ -326,8 +399,8 @@ impl Committer {
                 .is_some_and(|g| Arc::ptr_eq(&g.result, result));
             if mine_open {
                 let g = st.open.as_ref().expect("checked");
-                let deadline = g.opened_at + GATHER_MAX;
-                let ready = self.arrivals.load(Ordering::SeqCst) == 0
+                let deadline = g.opened_at + st.last_commit.min(GATHER_MAX);
+                let ready = (self.arrivals.load(Ordering::SeqCst) == 0 && st.returning == 0)
                     || g.members >= GROUP_MEMBERS_MAX
                     || Instant::now() >= deadline;
                 if ready {
@@ -349,15 +422,30 @@ impl Committer {
         debug_assert!(g.counters.next_token >= g.counters_at_start.next_token);
         st.sealing = true;
         let wake = g.wake;
+        let counters = g.counters;
+        let (members, dirty, seq) = (g.members, g.dirty, g.seq);
         let result_cell = g.result.clone();
+        let started = Instant::now();
+        st.stats.gather_micros += u64::try_from((started - g.opened_at).as_micros()).unwrap_or(0);
         let outcome = parking_lot::MutexGuard::unlocked(st, || {
             catch_unwind(AssertUnwindSafe(|| commit_group(g)))
                 .unwrap_or_else(|_| Err("storage engine panicked during commit".to_string()))
         });
         st.sealing = false;
+        st.last_commit = started.elapsed();
+        st.stats.commit_micros += u64::try_from(st.last_commit.as_micros()).unwrap_or(0);
+        st.returning_seq = seq;
+        st.returning = if outcome.is_ok() { members } else { 0 };
         let result = match outcome {
             Ok(()) => {
                 st.commits += 1;
+                st.counters = Some(counters);
+                if dirty {
+                    st.stats.commits += 1;
+                    st.stats.operations += members as u64;
+                } else {
+                    st.stats.aborted_clean += 1;
+                }
                 GroupResult::Committed
             }
             Err(detail) => {
@@ -371,6 +459,10 @@ impl Committer {
         if committed && wake {
             self.notify_work();
         }
+    }
+
+    pub(crate) fn stats(&self) -> CommitStats {
+        self.state.lock().stats
     }
 
     pub(crate) fn notify_work(&self) {
@@ -403,7 +495,7 @@ fn commit_group(g: OpenGroup) -> std::result::Result<(), String> {
         // Nothing was written: no fsync needed, and every member read committed state.
         return g.tx.abort().map_err(|e| e.to_string());
     }
-    if g.counters != g.counters_at_start {
+    if g.counters.reserved_moved(&g.counters_at_start) {
         g.counters.write(&g.tx).map_err(|e| e.to_string())?;
     }
     g.tx.commit().map_err(|e| e.to_string())

@@ -61,7 +61,7 @@ pub mod sim;
 use std::time::Duration;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use commit::Durability;
+pub use commit::{CommitStats, Durability};
 pub use error::{BoxError, Error, Result};
 pub use job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Stats};
 pub use lease::Lease;

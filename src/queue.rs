@@ -803,6 +803,11 @@ impl Queue {
         guarded(|| store::is_applied(&self.inner.db.get().begin_read()?, idempotency_key.as_ref()))
     }
 
+    /// How this handle's commits were shared: groups committed and operations they answered.
+    pub fn commit_stats(&self) -> crate::CommitStats {
+        self.inner.committer.stats()
+    }
+
     /// What the open found: leases recovered, whether redb repaired the file.
     pub fn recovery(&self) -> Recovery {
         self.inner.recovery

@@ -429,31 +429,32 @@ pub(crate) fn ack_with(
     now_ms: u64,
     effect: &mut Effect<'_>,
 ) -> Result<Vec<Applied>> {
-    let records = leased_all(&Tables::open(ctx.tx)?, leases)?;
+    let tx = ctx.tx;
+    let mut t = Tables::open(tx)?;
+    let records = leased_all(&t, leases)?;
+    let mut applied = tx.open_table(APPLIED)?;
     *ctx.dirty = true;
     let mut out = Vec::with_capacity(leases.len());
     for (i, (&(id, _), rec)) in leases.iter().zip(&records).enumerate() {
         let key = applied_key(rec.idempotency_key.as_deref(), id);
-        if ctx.tx.open_table(APPLIED)?.get(key.as_slice())?.is_some() {
+        if applied.get(key.as_slice())?.is_some() {
             out.push(Applied::AlreadyApplied);
-            continue;
-        }
-        // leaseq's tables are closed here: the closure may open any table of its own. A panic
-        // in it becomes an error like any other, so the group aborts cleanly.
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| effect(ctx.tx, i)));
-        match ran {
-            Ok(r) => r.map_err(Error::Effect)?,
-            Err(panic) => {
-                return Err(Error::Effect(
-                    format!("closure panicked: {}", crate::panic_message(&*panic)).into(),
-                ));
+        } else {
+            // leaseq's tables stay open: the closure may open any table but `leaseq_*` ones
+            // (redb would refuse those as already open). A panic in it becomes an error like
+            // any other, so the group aborts cleanly.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| effect(tx, i)));
+            match ran {
+                Ok(r) => r.map_err(Error::Effect)?,
+                Err(panic) => {
+                    return Err(Error::Effect(
+                        format!("closure panicked: {}", crate::panic_message(&*panic)).into(),
+                    ));
+                }
             }
+            applied.insert(key.as_slice(), now_ms)?;
+            out.push(Applied::Now);
         }
-        ctx.tx.open_table(APPLIED)?.insert(key.as_slice(), now_ms)?;
-        out.push(Applied::Now);
-    }
-    let mut t = Tables::open(ctx.tx)?;
-    for (&(id, _), rec) in leases.iter().zip(&records) {
         t.delete(id, rec)?;
     }
     Ok(out)

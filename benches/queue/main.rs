@@ -7,6 +7,7 @@
 //! add one `run_group::<ThatQueue>(...)` line in [`queue_groups`].
 
 mod common;
+mod leaseq_side;
 mod sqlite;
 
 use std::fs::OpenOptions;
@@ -106,7 +107,7 @@ fn queue_groups(c: &mut Criterion) {
             matches!(kind, Group::Concurrent { .. }),
         );
         run_group::<SqliteQueue>(&mut group, kind);
-        // run_group::<leaseq_side::LeaseqQueue>(&mut group, kind);
+        run_group::<leaseq_side::LeaseqQueue>(&mut group, kind);
         group.finish();
     }
 }

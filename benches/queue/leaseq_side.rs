@@ -1,0 +1,93 @@
+//! leaseq as a `QueueUnderTest`: the same logical steps as the SQLite side, every call
+//! durable (`Durability::Immediate`) before it returns.
+
+use std::path::Path;
+
+use leaseq::{EnqueueOptions, Lease, Queue};
+use redb::TableDefinition;
+
+use crate::common::QueueUnderTest;
+
+/// The effect row: job id -> a copy of its payload (as the SQLite side's `effects` table).
+const EFFECTS: TableDefinition<u64, &[u8]> = TableDefinition::new("effects");
+
+pub struct LeaseqQueue {
+    queue: Queue,
+}
+
+fn effect(tx: &redb::WriteTransaction, lease: &Lease) -> Result<(), leaseq::BoxError> {
+    tx.open_table(EFFECTS)?
+        .insert(lease.id().0, lease.payload())?;
+    Ok(())
+}
+
+fn expect_applied(applied: leaseq::Applied) {
+    assert_eq!(
+        applied,
+        leaseq::Applied::Now,
+        "a job's effect was already applied"
+    );
+}
+
+impl QueueUnderTest for LeaseqQueue {
+    const NAME: &'static str = "leaseq";
+    type Job = Lease;
+
+    fn open(dir: &Path) -> Self {
+        let queue = Queue::open(dir.join("bench.leaseq")).expect("open leaseq");
+        LeaseqQueue { queue }
+    }
+
+    fn enqueue(&self, payload: &[u8]) {
+        self.queue
+            .enqueue(payload, EnqueueOptions::default())
+            .expect("enqueue");
+    }
+
+    fn enqueue_batch(&self, payloads: &[Vec<u8>]) {
+        self.queue
+            .enqueue_batch(payloads.iter().map(|p| (&p[..], EnqueueOptions::default())))
+            .expect("enqueue_batch");
+    }
+
+    fn dequeue(&self) -> Option<Lease> {
+        self.queue.dequeue().expect("dequeue")
+    }
+
+    fn dequeue_batch(&self, max: usize) -> Vec<Lease> {
+        self.queue.dequeue_batch(max).expect("dequeue_batch")
+    }
+
+    fn ack_with_effect(&self, job: Lease) {
+        let id = job.id().0;
+        let payload = job.payload().to_vec();
+        let applied = job
+            .ack_with(|tx| {
+                tx.open_table(EFFECTS)?.insert(id, payload.as_slice())?;
+                Ok(())
+            })
+            .expect("ack_with");
+        expect_applied(applied);
+    }
+
+    fn ack_batch_with_effect(&self, jobs: Vec<Lease>) {
+        let applied = self
+            .queue
+            .ack_with_batch(jobs, effect)
+            .expect("ack_with_batch");
+        applied.into_iter().for_each(expect_applied);
+    }
+
+    fn ack_and_dequeue_next(&self, job: Lease) -> Option<Lease> {
+        let id = job.id().0;
+        let payload = job.payload().to_vec();
+        let (applied, next) = job
+            .ack_with_and_next(|tx| {
+                tx.open_table(EFFECTS)?.insert(id, payload.as_slice())?;
+                Ok(())
+            })
+            .expect("ack_with_and_next");
+        expect_applied(applied);
+        next
+    }
+}
