@@ -642,7 +642,13 @@ impl Queue {
         }
         let cfg = self.inner.cfg;
         let leased = self.run(&mut |ctx| store::dequeue(ctx, &cfg, now_ms, max))?;
-        Ok((leased.into_iter().map(|l| self.lease(l)).collect(), None))
+        // Nothing leased although work was seen (another consumer took it, or a bounded
+        // sweep has more to do): look again soon rather than waiting out the timeout.
+        let next_due_ms = leased.is_empty().then_some(now_ms);
+        Ok((
+            leased.into_iter().map(|l| self.lease(l)).collect(),
+            next_due_ms,
+        ))
     }
 
     pub(crate) fn lease(&self, l: store::Leased) -> Lease {

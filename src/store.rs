@@ -322,6 +322,7 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
             )));
         }
         *ctx.dirty = true;
+        *ctx.wake = true;
         t.unindex(id, &rec)?;
         rec.state = StoredState::Ready;
         t.put(id, &rec)?;
@@ -337,6 +338,7 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
             .get(id)?
             .ok_or_else(|| Error::corrupted(format!("leased job {id} has no record")))?;
         *ctx.dirty = true;
+        *ctx.wake = true;
         t.end_attempt(id, rec, REASON_EXPIRED, now_ms, now_ms)?;
     }
     Ok(())
