@@ -1,8 +1,11 @@
 //! The one place bytes become values: job records and typed payloads (bincode 2).
 //!
-//! Records read from disk are checked before use: a version byte, a decode limit so no length
-//! field can make leaseq allocate more than the record's own size, and the invariants of
-//! [`JobRecord::validate`].
+//! Records read from disk are checked before use: a version byte, a checksum (redb checks its
+//! pages only when it repairs, so a flipped payload byte would otherwise pass unseen), a decode
+//! limit so no length field can make leaseq allocate more than the record's own size, and the
+//! invariants of [`JobRecord::validate`].
+//!
+//! Record layout: `[version: u8][bincode body][FNV-1a 64 of version and body: u64 LE]`.
 
 use bincode::config::{self, Configuration, Fixint, Limit, LittleEndian};
 use serde::{Deserialize, Serialize};
@@ -99,17 +102,25 @@ impl JobRecord {
             self.validate().is_ok(),
             "encoding an invalid record: {self:?}"
         );
-        let mut out = Vec::with_capacity(self.payload.len() + 64);
+        let mut out = Vec::with_capacity(self.payload.len() + 80);
         out.push(RECORD_VERSION);
         bincode::serde::encode_into_std_write(self, &mut out, record_config())
             .map_err(|e| Error::corrupted(format!("job record encode: {e}")))?;
+        let sum = fnv1a64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
         Ok(out)
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<JobRecord> {
-        let Some((&version, body)) = bytes.split_first() else {
-            return Err(Error::corrupted("job record: empty"));
-        };
+        if bytes.len() < 1 + 8 {
+            return Err(Error::corrupted("job record: too short"));
+        }
+        let (checked, sum) = bytes.split_at(bytes.len() - 8);
+        let sum = u64::from_le_bytes(sum.try_into().expect("8 bytes"));
+        if fnv1a64(checked) != sum {
+            return Err(Error::corrupted("job record: checksum mismatch"));
+        }
+        let (&version, body) = checked.split_first().expect("at least 1 byte");
         if version != RECORD_VERSION {
             return Err(Error::corrupted(format!(
                 "job record: unknown record version {version}"
@@ -127,6 +138,13 @@ impl JobRecord {
         record.validate()?;
         Ok(record)
     }
+}
+
+/// FNV-1a, 64-bit: a cheap checksum against bit rot and stray writes (not an adversary).
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// Encodes a typed payload (bincode 2, standard configuration, via serde).
@@ -194,17 +212,55 @@ mod tests {
         }
     }
 
+    /// Re-seals `bytes` (a record whose body was edited) with a valid checksum.
+    fn reseal(mut bytes: Vec<u8>) -> Vec<u8> {
+        let n = bytes.len() - 8;
+        let sum = fnv1a64(&bytes[..n]);
+        bytes[n..].copy_from_slice(&sum.to_le_bytes());
+        bytes
+    }
+
     #[test]
     fn a_huge_length_prefix_does_not_allocate() {
-        // Version byte, then a state tag and a payload length claiming ~2^60 bytes.
+        // A payload length claiming ~2^60 bytes, behind a valid checksum.
         let mut bytes = record().encode().unwrap();
-        let n = bytes.len();
-        // The payload length is the 8 bytes before the payload itself.
+        let n = bytes.len() - 8;
+        // The payload length is the 8 bytes before the 5-byte payload itself.
         bytes[n - 5 - 8..n - 5].copy_from_slice(&(1u64 << 60).to_le_bytes());
-        assert!(matches!(
-            JobRecord::decode(&bytes),
-            Err(Error::Corrupted { .. })
-        ));
+        let err = JobRecord::decode(&reseal(bytes)).unwrap_err();
+        assert!(
+            matches!(&err, Error::Corrupted { detail } if detail.contains("decode")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_detected() {
+        let bytes = record().encode().unwrap();
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut flipped = bytes.clone();
+                flipped[i] ^= 1 << bit;
+                assert!(
+                    matches!(JobRecord::decode(&flipped), Err(Error::Corrupted { .. })),
+                    "flip of bit {bit} of byte {i} went unnoticed"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_record_breaking_an_invariant_is_refused_after_decode() {
+        let mut r = record();
+        r.attempts = 0; // a leased record must have an attempt counted
+        let mut bytes = vec![RECORD_VERSION];
+        bincode::serde::encode_into_std_write(&r, &mut bytes, record_config()).unwrap();
+        bytes.extend_from_slice(&[0; 8]);
+        let err = JobRecord::decode(&reseal(bytes)).unwrap_err();
+        assert!(
+            matches!(&err, Error::Corrupted { detail } if detail.contains("no attempt")),
+            "{err:?}"
+        );
     }
 
     #[test]

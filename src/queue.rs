@@ -233,23 +233,38 @@ impl Builder {
         // A read-only look first: it never writes, so a foreign or newer file stays
         // byte-identical. A file that needs repair (a crashed writer) cannot be opened
         // read-only; it is then checked after the writable open.
+        let mut saved = None;
         match guarded(|| builder.open_read_only(path).map_err(Error::from)) {
             Ok(ro) => {
                 let rtx = ro.begin_read()?;
                 verify_format(&rtx, path)?;
+                // What recovery will read must decode now, so a damaged lease is refused
+                // before the writable open touches the file.
+                guarded(|| store::check_leases(&rtx))?;
             }
             Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => return Err(already_open()),
-            Err(Error::Storage(redb::Error::RepairAborted)) => {}
+            // Needs repair. redb's repair rewrites the header before it can fail (a
+            // truncated file, say), so keep the header to put back if the open fails.
+            Err(Error::Storage(redb::Error::RepairAborted)) => saved = Some(SavedHead::read(path)?),
             Err(e) => return Err(e),
         }
-        let db = match guarded(|| builder.open(path).map_err(Error::from)) {
-            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => return Err(already_open()),
-            other => other?,
-        };
-        let db = DbBox::new(db);
-        verify_format(&db.get().begin_read()?, path)?;
-        let repaired = repaired.load(Ordering::SeqCst);
-        self.finish(db, cfg, Some(path.to_path_buf()), repaired, created)
+        let opened = guarded(|| builder.open(path).map_err(Error::from)).and_then(|db| {
+            let db = DbBox::new(db);
+            verify_format(&db.get().begin_read()?, path)?;
+            let repaired = repaired.load(Ordering::SeqCst);
+            self.finish(db, cfg, Some(path.to_path_buf()), repaired, created)
+        });
+        match opened {
+            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => Err(already_open()),
+            Err(e) => {
+                // The database is closed again here (dropped inside `and_then`).
+                if let Some(saved) = saved {
+                    saved.restore(path)?;
+                }
+                Err(e)
+            }
+            Ok(queue) => Ok(queue),
+        }
     }
 
     /// Opens a queue on a caller-supplied redb storage backend (for example the power-loss
@@ -342,6 +357,39 @@ fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
             crate::panic_message(&*p)
         )))
     })
+}
+
+/// The first page and the length of a file, put back when an open that needed repair fails,
+/// so a refused file stays byte-identical.
+struct SavedHead {
+    head: Vec<u8>,
+    len_bytes: u64,
+}
+
+impl SavedHead {
+    const HEAD_BYTES: u64 = 4096;
+
+    fn read(path: &Path) -> Result<SavedHead> {
+        let file = fs::File::open(path)?;
+        let len_bytes = file.metadata()?.len();
+        let mut head = Vec::new();
+        file.take(Self::HEAD_BYTES).read_to_end(&mut head)?;
+        Ok(SavedHead { head, len_bytes })
+    }
+
+    fn restore(&self, path: &Path) -> Result<()> {
+        use std::io::{Seek, SeekFrom, Write};
+        let now = SavedHead::read(path)?;
+        if now.head == self.head && now.len_bytes == self.len_bytes {
+            return Ok(());
+        }
+        let mut file = fs::OpenOptions::new().write(true).open(path)?;
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(&self.head)?;
+        file.set_len(self.len_bytes)?;
+        file.sync_all()?;
+        Ok(())
+    }
 }
 
 /// Refuses files that cannot be redb databases before redb sees them.

@@ -124,3 +124,33 @@ pub fn child_scenario() -> Option<(String, PathBuf)> {
     let path = std::env::var(CHILD_PATH_ENV).unwrap();
     Some((scenario, PathBuf::from(path)))
 }
+
+impl ChildProc {
+    /// The next message the child sent with [`say`] (`READY` included), or `None` once its
+    /// output ended (it exited or was killed).
+    pub fn next_message(&mut self) -> Option<String> {
+        for line in self.lines.by_ref() {
+            let line = line.ok()?;
+            if let Some(i) = line.find("@@ ") {
+                return Some(line[i + 3..].to_string());
+            }
+        }
+        None
+    }
+
+    /// Whether the child already exited on its own (and how), without waiting.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// SIGKILLs the child, reaps it, and returns the messages it sent that were not read
+    /// yet (everything it wrote before it died stays readable in the pipe).
+    pub fn kill_and_collect(mut self) -> Vec<String> {
+        self.kill_now();
+        let mut rest = Vec::new();
+        while let Some(m) = self.next_message() {
+            rest.push(m);
+        }
+        rest
+    }
+}
