@@ -54,17 +54,30 @@ fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// (key, line) for every line of every file; files that are not UTF-8 text are skipped.
+/// (key, line) for every line of every file, each file once however often it is named;
+/// files that are not UTF-8 text are skipped.
 fn read_lines(inputs: &[PathBuf]) -> Result<Vec<(String, String)>, Error> {
     let mut files = Vec::new();
     for p in inputs {
-        collect_files(p, &mut files)?;
+        collect_files(p, &mut files)
+            .map_err(|e| format!("cannot read input {}: {e}", p.display()))?;
     }
+    let mut seen = std::collections::HashSet::new();
     let mut lines = Vec::new();
     for f in files {
-        let Ok(text) = std::fs::read_to_string(&f) else {
-            eprintln!("skipping {} (not UTF-8 text)", f.display());
-            continue;
+        let canonical = f
+            .canonicalize()
+            .map_err(|e| format!("cannot read input {}: {e}", f.display()))?;
+        if !seen.insert(canonical) {
+            continue; // named twice (e.g. `src src/lib.rs`): one job per line, once
+        }
+        let text = match std::fs::read_to_string(&f) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                eprintln!("skipping {} (not UTF-8 text)", f.display());
+                continue;
+            }
+            Err(e) => return Err(format!("cannot read input {}: {e}", f.display()).into()),
         };
         for (i, line) in text.lines().enumerate() {
             lines.push((format!("{}:{}", f.display(), i + 1), line.to_string()));
@@ -147,6 +160,7 @@ fn run() -> Result<bool, Error> {
         // Bulk load without an fsync per line, then one flush makes it all durable.
         let queue = Queue::builder()
             .durability(Durability::None)
+            .payload_bytes_max(leaseq::PAYLOAD_BYTES_MAX_CAP)
             .open(&queue_path)?;
         for (key, line) in &lines {
             queue.enqueue_value(
@@ -161,7 +175,7 @@ fn run() -> Result<bool, Error> {
     let mut crashes = 0u32;
     let mut remaining = jobs;
     loop {
-        let kill = crashes < crashes_min && remaining > 1;
+        let kill = crashes < crashes_min && remaining > 0;
         let mut child = Command::new(&exe)
             .arg("--worker")
             .arg(&queue_path)
@@ -169,20 +183,29 @@ fn run() -> Result<bool, Error> {
             .spawn()?;
         let mut out = BufReader::new(child.stdout.take().ok_or("no worker stdout")?).lines();
         if kill {
-            // Kill after a random share of what is left, early enough to leave work behind.
-            let kill_after = rng.u64(1..=remaining.div_ceil(crashes_min as u64 + 1).max(1));
+            // Kill after a random share of what is left, early enough to leave work behind;
+            // with little left, kill before the first ack (during start-up or recovery).
+            let kills_left = u64::from(crashes_min - crashes);
+            let kill_after = if remaining <= kills_left {
+                0
+            } else {
+                rng.u64(1..=remaining.div_ceil(kills_left + 1).max(1))
+            };
             let mut acked = 0;
             // Keep reading (`out` stays open until after the kill) so the worker never sees
             // a closed pipe: it must die by SIGKILL, not by an I/O error.
-            for line in out.by_ref() {
-                if line? == "acked" {
-                    acked += 1;
-                    if acked >= kill_after {
-                        break;
+            while acked < kill_after {
+                match out.next() {
+                    Some(line) => {
+                        if line? == "acked" {
+                            acked += 1;
+                        }
                     }
+                    None => break, // the worker finished (or failed) on its own
                 }
             }
-            std::thread::sleep(Duration::from_micros(rng.u64(0..3000)));
+            let jitter_us = if kill_after == 0 { 0..20_000 } else { 0..3000 };
+            std::thread::sleep(Duration::from_micros(rng.u64(jitter_us)));
             child.kill()?; // SIGKILL
             child.wait()?;
             drop(out);
@@ -254,9 +277,20 @@ fn run() -> Result<bool, Error> {
         && violations.is_empty()
         && stats.total == 0
         && crashes >= crashes_min;
-    println!(
-        "verified: jobs={jobs} lost={lost} duplicate_effects={duplicate_effects} redeliveries={redeliveries} crashes={crashes}"
+    if crashes < crashes_min {
+        eprintln!("only {crashes} of {crashes_min} crashes happened");
+    }
+    if stats.total != 0 {
+        eprintln!("{} job(s) left in the queue", stats.total);
+    }
+    let line = format!(
+        "jobs={jobs} lost={lost} duplicate_effects={duplicate_effects} redeliveries={redeliveries} crashes={crashes}"
     );
+    if ok {
+        println!("verified: {line}");
+    } else {
+        println!("NOT verified: {line}");
+    }
     Ok(ok)
 }
 

@@ -61,6 +61,9 @@ pub(crate) struct JobRecord {
     /// This job's lease duration; `None` uses the queue's default at dequeue time.
     pub lease_ms: Option<u64>,
     pub created_ms: u64,
+    /// Ready: its place in line within its priority (from the sequence counter shared with
+    /// lease tokens; assigned each time the job becomes ready).
+    pub seq: u64,
     pub idempotency_key: Option<Vec<u8>>,
     pub dedup_key: Option<Vec<u8>>,
     pub last_error: Option<String>,
@@ -185,6 +188,7 @@ mod tests {
             max_attempts: 3,
             lease_ms: Some(60_000),
             created_ms: 4,
+            seq: 3,
             idempotency_key: Some(b"k".to_vec()),
             dedup_key: None,
             last_error: Some("boom".into()),

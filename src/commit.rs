@@ -40,7 +40,9 @@ const NON_DURABLE_COMMITS_MAX: u64 = 256;
 thread_local! {
     /// Set while this thread runs an operation inside a group: a queue call from there (an
     /// `ack_with` closure calling the queue) would deadlock on the group mutex.
-    static IN_GROUP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The committer (by address; 0 for none) whose group this thread is running an
+    /// operation in.
+    static IN_GROUP: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// (committer address, sequence number) of the last group this thread was a member of:
     /// tells a thread returning from the previous group apart from a new arrival.
     static LAST_GROUP: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
@@ -122,6 +124,11 @@ impl Ctx<'_> {
         Counters::take(&mut c.next_id, &mut c.id_end)
     }
 
+    /// A ready-queue position: from the token counter, so increasing and unique.
+    pub(crate) fn alloc_seq(&mut self) -> u64 {
+        self.alloc_token()
+    }
+
     pub(crate) fn alloc_token(&mut self) -> u64 {
         let c = &mut *self.counters;
         Counters::take(&mut c.next_token, &mut c.token_end)
@@ -143,6 +150,8 @@ struct OpenGroup {
     wake: bool,
     members: usize,
     seq: u64,
+    /// Whether this group commits with `Durability::Immediate`.
+    durable: bool,
     opened_at: Instant,
     result: Arc<OnceLock<GroupResult>>,
 }
@@ -153,7 +162,8 @@ struct State {
     sealing: bool,
     /// Set after a failed commit: redb refuses writes on this handle until it is reopened.
     poisoned: Option<String>,
-    commits: u64,
+    /// Commits since the last durable one (`Durability::None` only).
+    non_durable_commits: u64,
     /// The counters as of the last commit (read from `leaseq_meta` by the first group).
     counters: Option<Counters>,
     stats: CommitStats,
@@ -248,9 +258,7 @@ impl Committer {
         db: &Database,
         op: &mut dyn FnMut(&mut Ctx<'_>) -> Result<T>,
     ) -> Result<T> {
-        if IN_GROUP.with(|c| c.get()) {
-            return Err(Error::Reentrant);
-        }
+        self.check_reentrant()?;
         loop {
             self.arrivals.fetch_add(1, Ordering::SeqCst);
             let mut st = self.state.lock();
@@ -287,7 +295,16 @@ impl Committer {
             });
         }
         if st.open.is_none() {
-            match self.begin(db, st.commits, st.counters) {
+            let begun = catch_unwind(AssertUnwindSafe(|| {
+                self.begin(db, st.non_durable_commits, st.counters)
+            }))
+            .unwrap_or_else(|p| {
+                Err(Error::corrupted(format!(
+                    "storage engine panicked: {}",
+                    crate::panic_message(&*p)
+                )))
+            });
+            match begun {
                 Ok(mut g) => {
                     g.seq = st.next_seq;
                     st.next_seq += 1;
@@ -305,7 +322,7 @@ impl Committer {
         }
         let g = st.open.as_mut().expect("a group is open");
         LAST_GROUP.with(|c| c.set((me, g.seq)));
-        IN_GROUP.with(|c| c.set(true));
+        IN_GROUP.with(|c| c.set(me));
         let applied = catch_unwind(AssertUnwindSafe(|| {
             let mut ctx = Ctx {
                 tx: &g.tx,
@@ -315,7 +332,7 @@ impl Committer {
             };
             op(&mut ctx)
         }));
-        IN_GROUP.with(|c| c.set(false));
+        IN_GROUP.with(|c| c.set(0));
         leave();
         match applied {
             Ok(Ok(v)) => {
@@ -342,11 +359,16 @@ impl Committer {
         }
     }
 
-    fn begin(&self, db: &Database, commits: u64, cached: Option<Counters>) -> Result<OpenGroup> {
+    fn begin(
+        &self,
+        db: &Database,
+        non_durable_commits: u64,
+        cached: Option<Counters>,
+    ) -> Result<OpenGroup> {
         let mut tx = db.begin_write()?;
         let durable = match self.durability {
             Durability::Immediate => true,
-            Durability::None => commits % NON_DURABLE_COMMITS_MAX == NON_DURABLE_COMMITS_MAX - 1,
+            Durability::None => non_durable_commits + 1 >= NON_DURABLE_COMMITS_MAX,
         };
         if !durable {
             tx.set_durability(redb::Durability::None)
@@ -367,6 +389,7 @@ impl Committer {
             wake: false,
             members: 0,
             seq: 0,
+            durable,
             opened_at: Instant::now(),
             result: Arc::new(OnceLock::new()),
         })
@@ -423,7 +446,7 @@ impl Committer {
         st.sealing = true;
         let wake = g.wake;
         let counters = g.counters;
-        let (members, dirty, seq) = (g.members, g.dirty, g.seq);
+        let (members, dirty, seq, durable) = (g.members, g.dirty, g.seq, g.durable);
         let result_cell = g.result.clone();
         let started = Instant::now();
         st.stats.gather_micros += u64::try_from((started - g.opened_at).as_micros()).unwrap_or(0);
@@ -438,9 +461,15 @@ impl Committer {
         st.returning = if outcome.is_ok() { members } else { 0 };
         let result = match outcome {
             Ok(()) => {
-                st.commits += 1;
                 st.counters = Some(counters);
                 if dirty {
+                    // Only a group that really committed counts towards (or is) the periodic
+                    // durable commit; a clean group was aborted and made nothing durable.
+                    st.non_durable_commits = if durable {
+                        0
+                    } else {
+                        st.non_durable_commits + 1
+                    };
                     st.stats.commits += 1;
                     st.stats.operations += members as u64;
                 } else {
@@ -459,6 +488,15 @@ impl Committer {
         if committed && wake {
             self.notify_work();
         }
+    }
+
+    /// `Reentrant` when called from inside one of this committer's operations (an
+    /// `ack_with` closure): the group mutex and redb's write slot are held there.
+    pub(crate) fn check_reentrant(&self) -> Result<()> {
+        if IN_GROUP.with(|c| c.get()) == self as *const Committer as usize {
+            return Err(Error::Reentrant);
+        }
+        Ok(())
     }
 
     pub(crate) fn stats(&self) -> CommitStats {

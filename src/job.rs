@@ -74,7 +74,11 @@ impl EnqueueOptions {
     }
 
     /// Priority: lower values are served first (as in Oban, River and BullMQ); default 0.
-    /// Within one priority, jobs are served in the order they became available, then by id.
+    /// Within one priority, jobs are served in the order they became ready: enqueued, found
+    /// due by a dequeue, or given back by a nack, a lease expiry or `requeue_dead` (a job
+    /// given back goes behind every job already ready). The order does not depend on the
+    /// clock. When more than 256 delayed jobs come due at once, a dequeue promotes the 256
+    /// earliest, so a later-due job of a higher priority can wait for the next dequeue.
     pub fn priority(mut self, priority: i32) -> Self {
         self.priority = priority;
         self

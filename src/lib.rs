@@ -53,6 +53,7 @@ mod job;
 mod lease;
 mod queue;
 mod schema;
+mod scratch;
 mod store;
 
 #[cfg(feature = "sim")]

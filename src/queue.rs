@@ -19,6 +19,7 @@ use crate::schema::{
     APPLIED, DEAD, DEDUP, FORMAT_VERSION, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
     META_NEXT_TOKEN, READY, SCHEDULED,
 };
+use crate::scratch::ScratchBackend;
 use crate::store::{self, Config, Violation};
 
 /// redb's file header: a file shorter than this cannot be a database.
@@ -207,8 +208,12 @@ impl Builder {
     /// - `Corrupted` if redb or leaseq finds damage (panics in redb are caught);
     /// - `Io` or `Storage` for I/O failures.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Queue> {
-        let cfg = self.config()?;
         let path = path.as_ref();
+        guarded(|| self.open_path(path))
+    }
+
+    fn open_path(&self, path: &Path) -> Result<Queue> {
+        let cfg = self.config()?;
         let mut created = false;
         match fs::metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -243,9 +248,23 @@ impl Builder {
                 guarded(|| store::check_leases(&rtx))?;
             }
             Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => return Err(already_open()),
-            // Needs repair. redb's repair rewrites the header before it can fail (a
-            // truncated file, say), so keep the header to put back if the open fails.
-            Err(Error::Storage(redb::Error::RepairAborted)) => saved = Some(SavedHead::read(path)?),
+            // Needs repair, which writes. Repair a scratch copy first (writes kept in
+            // memory) and look at that, so a foreign, newer or damaged file is refused
+            // unchanged. Keep the header too, to put back if the real open fails anyway.
+            Err(Error::Storage(redb::Error::RepairAborted)) => {
+                saved = Some(SavedHead::read(path)?);
+                let scratch = ScratchBackend::new(fs::File::open(path)?)?;
+                let db = guarded(|| {
+                    redb::Builder::new()
+                        .set_cache_size(self.cache_bytes)
+                        .create_with_backend(scratch)
+                        .map_err(Error::from)
+                })?;
+                let db = DbBox::new(db);
+                let rtx = db.get().begin_read()?;
+                verify_format(&rtx, path)?;
+                store::check_leases(&rtx)?;
+            }
             Err(e) => return Err(e),
         }
         let opened = guarded(|| builder.open(path).map_err(Error::from)).and_then(|db| {
@@ -274,6 +293,10 @@ impl Builder {
     /// # Errors
     /// As [`Builder::open`], without the path-based checks.
     pub fn open_backend(&self, backend: impl StorageBackend) -> Result<Queue> {
+        guarded(|| self.open_on_backend(backend))
+    }
+
+    fn open_on_backend(&self, backend: impl StorageBackend) -> Result<Queue> {
         let cfg = self.config()?;
         let empty = backend.len().map_err(Error::Io)? == 0;
         let repaired = Arc::new(AtomicBool::new(false));
@@ -300,8 +323,14 @@ impl Builder {
     /// `UnsupportedVersion` for leaseq tables of a newer format; `NotLeaseq` if a table named
     /// `leaseq_*` exists with other types; `Storage` or `Corrupted` from redb.
     pub fn attach(&self, db: Database) -> Result<Queue> {
+        guarded(|| self.attach_db(db))
+    }
+
+    fn attach_db(&self, db: Database) -> Result<Queue> {
         let cfg = self.config()?;
         let db = DbBox::new(db);
+        // Refuse a newer format or foreign `leaseq_*` tables before writing anything.
+        precheck_attach(&db.get().begin_read()?)?;
         init_tables(db.get())?;
         verify_format(&db.get().begin_read()?, Path::new("<attached>"))?;
         self.finish(db, cfg, None, false, false)
@@ -442,6 +471,15 @@ fn verify_format(rtx: &redb::ReadTransaction, path: &Path) -> Result<()> {
     if version == 0 {
         return Err(Error::corrupted("format version 0"));
     }
+    // The counters the first commit will read.
+    for key in [META_NEXT_ID, META_NEXT_TOKEN] {
+        match meta.get(key)?.map(|v| v.value()) {
+            Some(v) if v > 0 && v <= u64::MAX / 2 => {}
+            other => {
+                return Err(Error::corrupted(format!("leaseq_meta {key} is {other:?}")));
+            }
+        }
+    }
     // Every table must be there with its types.
     let tables = [
         rtx.open_table(JOBS).map(drop),
@@ -462,20 +500,21 @@ fn verify_format(rtx: &redb::ReadTransaction, path: &Path) -> Result<()> {
 fn init_tables(db: &Database) -> Result<()> {
     let tx = db.begin_write()?;
     {
-        tx.open_table(JOBS)?;
-        tx.open_table(READY)?;
-        tx.open_table(SCHEDULED)?;
-        tx.open_table(LEASES)?;
-        tx.open_table(DEAD)?;
-        tx.open_table(DEDUP)?;
-        tx.open_table(APPLIED)?;
-        let mut meta = tx.open_table(META).map_err(|e| match e {
-            redb::TableError::TableTypeMismatch { .. } => Error::NotLeaseq {
+        let foreign = |e: redb::TableError| match e {
+            redb::TableError::TableTypeMismatch { table, .. } => Error::NotLeaseq {
                 path: PathBuf::from("<attached>"),
-                detail: "leaseq_meta has foreign types".into(),
+                detail: format!("{table} has foreign types"),
             },
             e => e.into(),
-        })?;
+        };
+        tx.open_table(JOBS).map_err(foreign)?;
+        tx.open_table(READY).map_err(foreign)?;
+        tx.open_table(SCHEDULED).map_err(foreign)?;
+        tx.open_table(LEASES).map_err(foreign)?;
+        tx.open_table(DEAD).map_err(foreign)?;
+        tx.open_table(DEDUP).map_err(foreign)?;
+        tx.open_table(APPLIED).map_err(foreign)?;
+        let mut meta = tx.open_table(META).map_err(foreign)?;
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {
                 let initial = if key == META_FORMAT_VERSION {
@@ -491,6 +530,42 @@ fn init_tables(db: &Database) -> Result<()> {
     Ok(())
 }
 
+/// Before `attach` writes: a newer format version, or a `leaseq_*` table with other types,
+/// is refused while the caller's database is still untouched.
+fn precheck_attach(rtx: &redb::ReadTransaction) -> Result<()> {
+    fn check<K: redb::Key + 'static, V: redb::Value + 'static>(
+        rtx: &redb::ReadTransaction,
+        def: redb::TableDefinition<K, V>,
+    ) -> Result<()> {
+        match rtx.open_table(def) {
+            Ok(_) | Err(redb::TableError::TableDoesNotExist(_)) => Ok(()),
+            Err(redb::TableError::TableTypeMismatch { table, .. }) => Err(Error::NotLeaseq {
+                path: PathBuf::from("<attached>"),
+                detail: format!("{table} has foreign types"),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+    check(rtx, JOBS)?;
+    check(rtx, READY)?;
+    check(rtx, SCHEDULED)?;
+    check(rtx, LEASES)?;
+    check(rtx, DEAD)?;
+    check(rtx, DEDUP)?;
+    check(rtx, APPLIED)?;
+    check(rtx, META)?;
+    if let Ok(meta) = rtx.open_table(META)
+        && let Some(found) = meta.get(META_FORMAT_VERSION)?.map(|v| v.value())
+        && found > FORMAT_VERSION
+    {
+        return Err(Error::UnsupportedVersion {
+            found,
+            supported: FORMAT_VERSION,
+        });
+    }
+    Ok(())
+}
+
 /// Builds a new queue file at a temporary path, fsyncs it, and links it into place without
 /// ever replacing an existing file; then fsyncs the directory.
 fn create_atomically(path: &Path) -> Result<()> {
@@ -498,14 +573,17 @@ fn create_atomically(path: &Path) -> Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::invalid_option("path", "has no file name"))?;
+    if path.file_name().is_none() {
+        return Err(Error::invalid_option("path", "has no file name"));
+    }
+    // Unique per process and per call, and short (the final name may be near the limit).
+    static CREATES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let tmp = dir.join(format!(
-        ".{}.leaseq-create-{}",
-        name.to_string_lossy(),
-        std::process::id()
+        ".leaseq-create-{}-{}",
+        std::process::id(),
+        CREATES.fetch_add(1, Ordering::Relaxed)
     ));
+    // A leftover of a crashed process that had our pid: nobody else can be using it.
     let _ = fs::remove_file(&tmp);
     let built = (|| -> Result<()> {
         let db = redb::Builder::new().set_cache_size(1 << 20).create(&tmp)?;
@@ -770,12 +848,15 @@ impl Queue {
 
     /// Takes the next job, waiting up to `timeout` for one. Wakes when a commit makes work
     /// available (an enqueue, a nack, a requeue) and at the next due time or lease deadline,
-    /// never by polling in a tight loop.
+    /// never by polling in a tight loop. A write transaction the caller holds on
+    /// [`Queue::database`] blocks it (like every queue write) until that transaction ends,
+    /// whatever the timeout.
     ///
     /// # Errors
     /// As [`Queue::dequeue`].
     pub fn dequeue_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
-        let deadline = Instant::now() + timeout;
+        // A timeout too long to add to the monotonic clock waits without end.
+        let deadline = Instant::now().checked_add(timeout);
         loop {
             let epoch = self.inner.committer.work_epoch();
             let (lease, next_due_ms) = self.try_dequeue()?;
@@ -783,10 +864,11 @@ impl Queue {
                 return Ok(lease);
             }
             let now = Instant::now();
-            if now >= deadline {
-                return Ok(None);
-            }
-            let mut wait = deadline - now;
+            let mut wait = match deadline {
+                Some(d) if now >= d => return Ok(None),
+                Some(d) => d - now,
+                None => Duration::from_secs(3600),
+            };
             if let Some(due_ms) = next_due_ms {
                 let until_due = due_ms.saturating_sub(self.now_ms()).max(1);
                 wait = wait.min(Duration::from_millis(until_due));
@@ -884,10 +966,13 @@ impl Queue {
     /// [`Durability::None`].
     ///
     /// # Errors
-    /// `CommitFailed` or `Storage`.
+    /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` or `Storage`.
     pub fn flush(&self) -> Result<()> {
-        let tx = self.inner.db.get().begin_write()?;
-        tx.commit()?;
-        Ok(())
+        self.inner.committer.check_reentrant()?;
+        guarded(|| {
+            let tx = self.inner.db.get().begin_write()?;
+            tx.commit()?;
+            Ok(())
+        })
     }
 }

@@ -6,7 +6,7 @@
 //! | table | key | value | meaning |
 //! |---|---|---|---|
 //! | `leaseq_jobs` | job id | encoded [`JobRecord`](crate::codec::JobRecord) | every live job, one row each |
-//! | `leaseq_ready` | (priority rank, available_ms, job id) | () | jobs a dequeue may take; the first entry is served first |
+//! | `leaseq_ready` | (priority rank, seq, job id) | () | jobs a dequeue may take; the first entry is served first; `seq` is drawn each time a job becomes ready, so within a priority jobs are served in the order they became ready, whatever the clock does |
 //! | `leaseq_scheduled` | (run_at_ms, job id) | () | delayed or backing-off jobs, due at `run_at_ms` |
 //! | `leaseq_leases` | (deadline_ms, job id) | () | leased jobs by lease deadline |
 //! | `leaseq_dead` | job id | () | dead-lettered jobs |

@@ -138,6 +138,7 @@ pub(crate) fn new_record(
         max_attempts,
         lease_ms,
         created_ms: now_ms,
+        seq: 0,
         idempotency_key: opts.idempotency_key.clone(),
         dedup_key: opts.dedup_key.clone(),
         last_error: None,
@@ -184,7 +185,7 @@ impl<'t> Tables<'t> {
         let fresh = match rec.state {
             StoredState::Ready => self
                 .ready
-                .insert((priority_rank(rec.priority), rec.run_at_ms, id), ())?
+                .insert((priority_rank(rec.priority), rec.seq, id), ())?
                 .is_none(),
             StoredState::Scheduled => self.scheduled.insert((rec.run_at_ms, id), ())?.is_none(),
             StoredState::Leased { deadline_ms, .. } => {
@@ -205,7 +206,7 @@ impl<'t> Tables<'t> {
         let present = match rec.state {
             StoredState::Ready => self
                 .ready
-                .remove((priority_rank(rec.priority), rec.run_at_ms, id))?
+                .remove((priority_rank(rec.priority), rec.seq, id))?
                 .is_some(),
             StoredState::Scheduled => self.scheduled.remove((rec.run_at_ms, id))?.is_some(),
             StoredState::Leased { deadline_ms, .. } => {
@@ -253,6 +254,7 @@ impl<'t> Tables<'t> {
     /// scheduled if that is in the future, or dead when the attempts are used up.
     fn end_attempt(
         &mut self,
+        ctx: &mut Ctx<'_>,
         id: u64,
         mut rec: JobRecord,
         reason: &str,
@@ -269,6 +271,7 @@ impl<'t> Tables<'t> {
             rec.state = if requeue_at_ms > now_ms {
                 StoredState::Scheduled
             } else {
+                rec.seq = ctx.alloc_seq();
                 StoredState::Ready
             };
         }
@@ -295,7 +298,11 @@ pub(crate) fn enqueue(ctx: &mut Ctx<'_>, records: &[JobRecord]) -> Result<Vec<En
         if t.jobs.get(id)?.is_some() {
             return Err(Error::corrupted(format!("job id {id} is already in use")));
         }
-        t.put(id, rec)?;
+        let mut rec = rec.clone();
+        if rec.state == StoredState::Ready {
+            rec.seq = ctx.alloc_seq();
+        }
+        t.put(id, &rec)?;
         if let Some(k) = &rec.dedup_key {
             t.dedup.insert(k.as_slice(), id)?;
         }
@@ -324,6 +331,7 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
         *ctx.dirty = true;
         *ctx.wake = true;
         t.unindex(id, &rec)?;
+        rec.seq = ctx.alloc_seq();
         rec.state = StoredState::Ready;
         t.put(id, &rec)?;
     }
@@ -339,7 +347,7 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
             .ok_or_else(|| Error::corrupted(format!("leased job {id} has no record")))?;
         *ctx.dirty = true;
         *ctx.wake = true;
-        t.end_attempt(id, rec, REASON_EXPIRED, now_ms, now_ms)?;
+        t.end_attempt(ctx, id, rec, REASON_EXPIRED, now_ms, now_ms)?;
     }
     Ok(())
 }
@@ -359,14 +367,12 @@ pub(crate) fn dequeue(
         let Some(first) = t.ready.first()? else {
             break;
         };
-        let (rank, run_at_ms, id) = first.0.value();
+        let (rank, seq, id) = first.0.value();
         drop(first);
         let mut rec = t
             .get(id)?
             .ok_or_else(|| Error::corrupted(format!("ready job {id} has no record")))?;
-        if rec.state != StoredState::Ready
-            || priority_rank(rec.priority) != rank
-            || rec.run_at_ms != run_at_ms
+        if rec.state != StoredState::Ready || priority_rank(rec.priority) != rank || rec.seq != seq
         {
             return Err(Error::corrupted(format!(
                 "ready entry of job {id} disagrees"
@@ -429,6 +435,8 @@ pub(crate) fn ack_with(
     let mut t = Tables::open(tx)?;
     let records = leased_all(&t, leases)?;
     let mut applied = tx.open_table(APPLIED)?;
+    // Held open (unused) so a closure that opens `leaseq_meta` is refused by redb as well.
+    let _meta = tx.open_table(META)?;
     *ctx.dirty = true;
     let mut out = Vec::with_capacity(leases.len());
     for (i, (&(id, _), rec)) in leases.iter().zip(&records).enumerate() {
@@ -471,7 +479,7 @@ pub(crate) fn nack(
         .ok_or_else(|| Error::invalid_option("backoff", "due time overflows"))?;
     *ctx.dirty = true;
     *ctx.wake = true;
-    t.end_attempt(id, rec, reason, now_ms, at)
+    t.end_attempt(ctx, id, rec, reason, now_ms, at)
 }
 
 pub(crate) fn fail(ctx: &mut Ctx<'_>, id: u64, token: u64, reason: &str) -> Result<()> {
@@ -519,6 +527,7 @@ pub(crate) fn requeue_dead(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<()
     t.unindex(id, &rec)?;
     rec.attempts = 0;
     rec.run_at_ms = now_ms;
+    rec.seq = ctx.alloc_seq();
     rec.state = StoredState::Ready;
     t.put(id, &rec)
 }
@@ -539,7 +548,7 @@ pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<(u64, u64
             .ok_or_else(|| Error::corrupted(format!("leased job {id} has no record")))?;
         *ctx.dirty = true;
         *ctx.wake = true;
-        match t.end_attempt(id, rec, REASON_ABANDONED, now_ms, now_ms)? {
+        match t.end_attempt(ctx, id, rec, REASON_ABANDONED, now_ms, now_ms)? {
             JobState::Dead => dead += 1,
             _ => returned += 1,
         }
@@ -703,7 +712,7 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
             StoredState::Ready => {
                 counts[0] += 1;
                 ready
-                    .get((priority_rank(rec.priority), rec.run_at_ms, id))?
+                    .get((priority_rank(rec.priority), rec.seq, id))?
                     .is_some()
             }
             StoredState::Scheduled => {
@@ -761,11 +770,9 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
         }
     };
     for e in ready.iter()? {
-        let (rank, run_at, id) = e?.0.value();
+        let (rank, seq, id) = e?.0.value();
         let ok = state_of(id)?.is_some_and(|r| {
-            r.state == StoredState::Ready
-                && priority_rank(r.priority) == rank
-                && r.run_at_ms == run_at
+            r.state == StoredState::Ready && priority_rank(r.priority) == rank && r.seq == seq
         });
         if !ok {
             v(Some(id), "ready entry without a matching ready job".into());

@@ -112,3 +112,36 @@ fn flush_makes_non_durable_enqueues_survive_power_loss() {
         );
     }
 }
+
+// Durability::None still makes every 256th commit durable, even when groups that wrote
+// nothing (refused calls) are mixed in.
+#[test]
+fn non_durable_mode_makes_every_256th_commit_durable() {
+    let disk = SimDisk::new(7);
+    let q = open(&disk, Durability::None).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..600u32 {
+        ids.push(
+            q.enqueue(&i.to_le_bytes(), EnqueueOptions::default())
+                .unwrap()
+                .id()
+                .0,
+        );
+        if i % 3 == 2 {
+            // A refused call: its group writes nothing and is not committed. Every fourth
+            // group is one of these, so a rule that counted them would land the periodic
+            // durable commit (group 255, 511, ...) on them every time.
+            assert!(q.requeue_dead(leaseq::JobId(u64::MAX)).is_err());
+        }
+    }
+    disk.crash_now();
+    drop(q);
+    let (_disk, q) = reopen(&disk, 7);
+    let present = drain_ids(&q);
+    assert!(
+        present.len() >= 512,
+        "only {} of 600 survived",
+        present.len()
+    );
+    assert!(present.iter().all(|id| ids.contains(id)));
+}

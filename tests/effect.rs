@@ -231,3 +231,50 @@ fn dequeue_timeout_returns_none_when_nothing_comes() {
             .is_none()
     );
 }
+
+#[test]
+fn flush_inside_an_effect_is_refused_and_another_queue_is_allowed() {
+    let f = Fixture::new();
+    let g = Fixture::new();
+    let q = f.open();
+    let other = g.open();
+    q.enqueue(b"A", EnqueueOptions::default()).unwrap();
+    let l = q.dequeue().unwrap().unwrap();
+    let (inner, other2) = (q.clone(), other.clone());
+    let applied = l
+        .ack_with(|_| {
+            assert!(matches!(inner.flush(), Err(Error::Reentrant)));
+            other2.enqueue(b"elsewhere", EnqueueOptions::default())?;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(applied, Applied::Now);
+    assert_eq!(other.len().unwrap(), 1);
+}
+
+#[test]
+fn effect_cannot_open_leaseq_tables() {
+    const META: TableDefinition<&str, u64> = TableDefinition::new("leaseq_meta");
+    const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("leaseq_jobs");
+    let f = Fixture::new();
+    let q = f.open();
+    for which in 0..2 {
+        q.enqueue(b"A", EnqueueOptions::default()).unwrap();
+        let l = q.dequeue().unwrap().unwrap();
+        let id = l.id();
+        let err = l
+            .ack_with(|tx| {
+                if which == 0 {
+                    tx.open_table(META)?.insert("next_token", 1)?;
+                } else {
+                    tx.open_table(JOBS)?.remove(id.0)?;
+                }
+                Ok(())
+            })
+            .unwrap_err();
+        assert!(matches!(err, Error::Effect(_)), "{err:?}");
+        assert_consistent(&q);
+        f.clock.advance(LEASE + Duration::from_millis(1));
+        q.dequeue().unwrap().unwrap().ack().unwrap();
+    }
+}

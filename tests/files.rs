@@ -7,7 +7,7 @@ use std::fs;
 
 use common::{ChildProc, Fixture, assert_consistent, child_scenario, ready_to_die, say};
 use leaseq::{EnqueueOptions, Error, Queue};
-use redb::TableDefinition;
+use redb::{ReadableDatabase, TableDefinition, TableHandle};
 
 fn refused_unchanged(f: &Fixture, bytes: &[u8]) -> Error {
     fs::write(&f.path, bytes).unwrap();
@@ -159,10 +159,36 @@ fn child_entry_files() {
     let Some((scenario, path)) = child_scenario() else {
         return; // Only meaningful when re-executed by a parent test.
     };
-    assert_eq!(scenario, "hold_open");
-    let q = Queue::open(&path).unwrap();
-    let l = q.dequeue().unwrap().unwrap();
-    say(l.token());
+    match scenario.as_str() {
+        "hold_open" => {
+            let q = Queue::open(&path).unwrap();
+            let l = q.dequeue().unwrap().unwrap();
+            say(l.token());
+            ready_to_die(); // while holding the queue and the lease
+        }
+        // Leave a redb file that needs repair: commit, then die without closing.
+        "crash_plain_redb" => {
+            const NOTES: TableDefinition<u64, &str> = TableDefinition::new("notes");
+            let db = redb::Database::create(&path).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.open_table(NOTES).unwrap().insert(1, "mine").unwrap();
+            tx.commit().unwrap();
+            std::mem::forget(db);
+        }
+        "crash_newer_version" => {
+            drop(Queue::open(&path).unwrap());
+            const META: TableDefinition<&str, u64> = TableDefinition::new("leaseq_meta");
+            let db = redb::Database::open(&path).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.open_table(META)
+                .unwrap()
+                .insert("format_version", leaseq::FORMAT_VERSION + 1)
+                .unwrap();
+            tx.commit().unwrap();
+            std::mem::forget(db);
+        }
+        other => panic!("unknown scenario {other}"),
+    }
     ready_to_die();
 }
 
@@ -186,4 +212,108 @@ fn second_open_from_another_process_is_refused() {
     let l = q.dequeue().unwrap().unwrap();
     assert!(l.token() > token);
     assert_eq!(l.attempt(), 2);
+}
+
+/// Runs `scenario` in a child that dies (SIGKILL) without closing the file it wrote.
+fn crashed_file(f: &Fixture, scenario: &str) -> Vec<u8> {
+    let mut child = ChildProc::spawn("child_entry_files", scenario, &f.path);
+    child.until_ready();
+    child.kill();
+    fs::read(&f.path).unwrap()
+}
+
+// A foreign redb file left by a crashed writer needs repair, which writes; the open still
+// refuses it byte-identical (the repair is tried on a scratch copy in memory first).
+#[test]
+fn crashed_foreign_redb_file_is_refused_unchanged() {
+    let f = Fixture::new();
+    let bytes = crashed_file(&f, "crash_plain_redb");
+    let err = f.builder().open(&f.path).unwrap_err();
+    assert!(matches!(err, Error::NotLeaseq { .. }), "{err:?}");
+    assert_eq!(
+        fs::read(&f.path).unwrap(),
+        bytes,
+        "refused file was modified"
+    );
+}
+
+#[test]
+fn crashed_newer_version_file_is_refused_unchanged() {
+    let f = Fixture::new();
+    let bytes = crashed_file(&f, "crash_newer_version");
+    let err = f.builder().open(&f.path).unwrap_err();
+    assert!(matches!(err, Error::UnsupportedVersion { .. }), "{err:?}");
+    assert_eq!(
+        fs::read(&f.path).unwrap(),
+        bytes,
+        "refused file was modified"
+    );
+}
+
+// attach refuses a newer format before writing anything into the caller's database.
+#[test]
+fn attach_refuses_newer_format_without_writing() {
+    const META: TableDefinition<&str, u64> = TableDefinition::new("leaseq_meta");
+    let f = Fixture::new();
+    {
+        let db = redb::Database::create(&f.path).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(META)
+            .unwrap()
+            .insert("format_version", leaseq::FORMAT_VERSION + 1)
+            .unwrap();
+        tx.commit().unwrap();
+    }
+    let db = redb::Database::open(&f.path).unwrap();
+    let err = f.builder().attach(db).unwrap_err();
+    assert!(matches!(err, Error::UnsupportedVersion { .. }), "{err:?}");
+    // Nothing was added: the caller's database still holds only its own table.
+    let db = redb::Database::open(&f.path).unwrap();
+    let rtx = db.begin_read().unwrap();
+    let names: Vec<String> = rtx
+        .list_tables()
+        .unwrap()
+        .map(|t| t.name().to_string())
+        .collect();
+    assert_eq!(names, vec!["leaseq_meta".to_string()]);
+}
+
+// Many threads opening one new path at once: one gets the queue, the others AlreadyOpen.
+#[test]
+fn concurrent_first_opens_create_one_file() {
+    for round in 0..10 {
+        let f = Fixture::new();
+        let results: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| f.builder().open(&f.path)))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let opened = results.iter().filter(|r| r.is_ok()).count();
+        for r in &results {
+            assert!(
+                matches!(r, Ok(_) | Err(Error::AlreadyOpen { .. })),
+                "round {round}: {r:?}"
+            );
+        }
+        assert!(opened >= 1, "round {round}: no open succeeded");
+        drop(results);
+        // Exactly one file, no temporary left behind.
+        assert_eq!(fs::read_dir(f.dir.path()).unwrap().count(), 1);
+    }
+}
+
+#[test]
+fn attach_refuses_a_foreign_leaseq_table() {
+    const JOBS: TableDefinition<&str, &str> = TableDefinition::new("leaseq_jobs");
+    let f = Fixture::new();
+    let db = redb::Database::create(&f.path).unwrap();
+    let tx = db.begin_write().unwrap();
+    tx.open_table(JOBS)
+        .unwrap()
+        .insert("mine", "not leaseq's")
+        .unwrap();
+    tx.commit().unwrap();
+    let err = f.builder().attach(db).unwrap_err();
+    assert!(matches!(err, Error::NotLeaseq { .. }), "{err:?}");
 }

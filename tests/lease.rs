@@ -621,3 +621,59 @@ fn dedup_key_keeps_one_live_job_and_is_released_on_ack() {
     assert!(matches!(b, Enqueued::New(id) if id != a.id()));
     assert_consistent(&q);
 }
+
+// Ties within one millisecond: a job given back goes behind every job already ready, by
+// the order jobs became ready, not by id or clock time.
+#[test]
+fn job_given_back_in_the_same_millisecond_goes_behind() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a = enq(&q, b"A");
+    let b = enq(&q, b"B");
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.id(), a);
+    l.nack("again").unwrap();
+    assert_eq!(q.dequeue().unwrap().unwrap().id(), b);
+    assert_eq!(q.dequeue().unwrap().unwrap().id(), a);
+
+    // requeue_dead in the same millisecond: behind C.
+    let g = Fixture::new();
+    let q = g.builder().max_attempts(1).open(&g.path).unwrap();
+    let d = enq(&q, b"D");
+    q.dequeue().unwrap().unwrap().fail("x").unwrap();
+    let c = enq(&q, b"C");
+    q.requeue_dead(d).unwrap();
+    let order: Vec<_> = q
+        .dequeue_batch(10)
+        .unwrap()
+        .iter()
+        .map(|l| l.id())
+        .collect();
+    assert_eq!(order, vec![c, d]);
+}
+
+// FIFO does not depend on the clock: a clock stepping back keeps enqueue order.
+#[test]
+fn clock_stepping_back_keeps_fifo() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a = enq(&q, b"A");
+    f.clock.set_ms(common::T0_MS - 5_000);
+    let b = enq(&q, b"B");
+    let order: Vec<_> = q
+        .dequeue_batch(10)
+        .unwrap()
+        .iter()
+        .map(|l| l.id())
+        .collect();
+    assert_eq!(order, vec![a, b]);
+}
+
+#[test]
+fn dequeue_timeout_with_an_endless_timeout_does_not_panic() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a = enq(&q, b"A");
+    let l = q.dequeue_timeout(Duration::MAX).unwrap().unwrap();
+    assert_eq!(l.id(), a);
+}

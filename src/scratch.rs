@@ -1,0 +1,177 @@
+//! A storage backend for looking at a file that needs repair without changing it.
+//!
+//! A file left by a crashed writer cannot be opened read-only: redb must repair it first,
+//! and the repair writes. To refuse a foreign or newer file byte-identical even then, leaseq
+//! first opens it on a [`ScratchBackend`]: reads come from the file, writes stay in memory
+//! (4 KiB pages), nothing is synced. Only if that look finds a leaseq file it can read does
+//! the real, writable open follow.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+use parking_lot::Mutex;
+
+const PAGE_BYTES: u64 = 4096;
+
+/// Reads through to a file; keeps every write in memory.
+#[derive(Debug)]
+pub(crate) struct ScratchBackend {
+    file: File,
+    file_len: u64,
+    state: Mutex<Scratch>,
+}
+
+#[derive(Debug)]
+struct Scratch {
+    len: u64,
+    /// Written pages, whole; a page not here reads from the file (zeros past its end).
+    pages: HashMap<u64, Box<[u8]>>,
+}
+
+impl ScratchBackend {
+    pub(crate) fn new(file: File) -> io::Result<ScratchBackend> {
+        let file_len = file.metadata()?.len();
+        Ok(ScratchBackend {
+            file,
+            file_len,
+            state: Mutex::new(Scratch {
+                len: file_len,
+                pages: HashMap::new(),
+            }),
+        })
+    }
+
+    /// The file's own bytes of page `n` (zeros past the end of the file).
+    fn file_page(&self, n: u64) -> io::Result<Box<[u8]>> {
+        let mut page = vec![0u8; PAGE_BYTES as usize].into_boxed_slice();
+        let start = n * PAGE_BYTES;
+        if start < self.file_len {
+            let end = (start + PAGE_BYTES).min(self.file_len);
+            self.file
+                .read_exact_at(&mut page[..(end - start) as usize], start)?;
+        }
+        Ok(page)
+    }
+}
+
+fn out_of_range() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "read past the end of the storage",
+    )
+}
+
+impl redb::StorageBackend for ScratchBackend {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.state.lock().len)
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        let st = self.state.lock();
+        let end = offset
+            .checked_add(out.len() as u64)
+            .ok_or_else(out_of_range)?;
+        if end > st.len {
+            return Err(out_of_range());
+        }
+        let mut pos = offset;
+        while pos < end {
+            let n = pos / PAGE_BYTES;
+            let in_page = (pos % PAGE_BYTES) as usize;
+            let take = ((PAGE_BYTES - pos % PAGE_BYTES).min(end - pos)) as usize;
+            let dst = &mut out[(pos - offset) as usize..][..take];
+            match st.pages.get(&n) {
+                Some(page) => dst.copy_from_slice(&page[in_page..in_page + take]),
+                None => dst.copy_from_slice(&self.file_page(n)?[in_page..in_page + take]),
+            }
+            pos += take as u64;
+        }
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let mut st = self.state.lock();
+        if len < st.len {
+            // Bytes past the new end must read as zeros if the file grows again.
+            let first_dropped = len.div_ceil(PAGE_BYTES);
+            st.pages.retain(|&n, _| n < first_dropped);
+            if !len.is_multiple_of(PAGE_BYTES) {
+                let n = len / PAGE_BYTES;
+                let mut page = match st.pages.remove(&n) {
+                    Some(p) => p,
+                    None => self.file_page(n)?,
+                };
+                page[(len % PAGE_BYTES) as usize..].fill(0);
+                st.pages.insert(n, page);
+            }
+            // Pages of the file beyond the cut must not show through again either.
+            let file_pages = self.file_len.div_ceil(PAGE_BYTES);
+            for n in first_dropped..file_pages {
+                st.pages
+                    .insert(n, vec![0u8; PAGE_BYTES as usize].into_boxed_slice());
+            }
+        }
+        st.len = len;
+        Ok(())
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let mut st = self.state.lock();
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or_else(out_of_range)?;
+        if end > st.len {
+            return Err(out_of_range());
+        }
+        let mut pos = offset;
+        while pos < end {
+            let n = pos / PAGE_BYTES;
+            let in_page = (pos % PAGE_BYTES) as usize;
+            let take = ((PAGE_BYTES - pos % PAGE_BYTES).min(end - pos)) as usize;
+            let page = match st.pages.entry(n) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(self.file_page(n)?),
+            };
+            page[in_page..in_page + take].copy_from_slice(&data[(pos - offset) as usize..][..take]);
+            pos += take as u64;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redb::StorageBackend;
+    use std::io::Write;
+
+    #[test]
+    fn writes_stay_in_memory_and_reads_see_them() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        let original: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        f.write_all(&original).unwrap();
+        let b = ScratchBackend::new(File::open(f.path()).unwrap()).unwrap();
+        b.write(4090, &[9; 20]).unwrap();
+        let mut got = vec![0; 30];
+        b.read(4085, &mut got).unwrap();
+        assert_eq!(&got[..5], &original[4085..4090]);
+        assert_eq!(&got[5..25], &[9; 20]);
+        assert_eq!(&got[25..], &original[4110..4115]);
+        b.set_len(5000).unwrap();
+        b.set_len(12_000).unwrap();
+        let mut tail = vec![1; 7000];
+        b.read(5000, &mut tail).unwrap();
+        assert!(
+            tail.iter().all(|&x| x == 0),
+            "bytes past a cut read as zeros"
+        );
+        assert!(b.read(11_999, &mut [0; 2]).is_err());
+        assert_eq!(std::fs::read(f.path()).unwrap(), original, "file untouched");
+    }
+}
