@@ -930,8 +930,19 @@ impl Queue {
         self.run(&mut |ctx| store::requeue_dead(ctx, id.0, now_ms))
     }
 
+    /// Deletes a job that is not leased (scheduled, ready or dead) and releases its dedup key,
+    /// as BullMQ's `Job.remove`: for dead jobs that will not be retried, or work that is no
+    /// longer wanted. A leased job must be ended through its lease (ack, nack, fail).
+    ///
+    /// # Errors
+    /// `JobNotFound`; `InvalidState` if the job is leased; `CommitFailed` or `Storage`.
+    pub fn remove(&self, id: JobId) -> Result<()> {
+        self.run(&mut |ctx| store::remove(ctx, id.0))
+    }
+
     /// Whether an effect with this idempotency key has been applied by
-    /// [`Lease::ack_with`].
+    /// [`Lease::ack_with`]. (A job enqueued without an idempotency key is keyed by its id in
+    /// a separate space, not reachable from here.)
     ///
     /// # Errors
     /// `Storage`.

@@ -532,6 +532,21 @@ pub(crate) fn requeue_dead(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<()
     t.put(id, &rec)
 }
 
+/// Deletes a job that is not leased (scheduled, ready or dead), releasing its dedup key.
+pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64) -> Result<()> {
+    let mut t = Tables::open(ctx.tx)?;
+    let rec = t.get(id)?.ok_or(Error::JobNotFound { job_id: JobId(id) })?;
+    if matches!(rec.state, StoredState::Leased { .. }) {
+        return Err(Error::InvalidState {
+            job_id: JobId(id),
+            actual: JobState::Leased,
+            expected: "Scheduled, Ready or Dead",
+        });
+    }
+    *ctx.dirty = true;
+    t.delete(id, &rec)
+}
+
 /// Returns every lease in the file to ready (or dead when out of attempts): run at open, when
 /// the file lock proves the process that held them is gone. Returns (returned, dead-lettered).
 pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<(u64, u64)> {

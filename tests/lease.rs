@@ -677,3 +677,46 @@ fn dequeue_timeout_with_an_endless_timeout_does_not_panic() {
     let l = q.dequeue_timeout(Duration::MAX).unwrap().unwrap();
     assert_eq!(l.id(), a);
 }
+
+// remove: deletes a scheduled, ready or dead job and frees its dedup key; a leased job must
+// be ended through its lease.
+#[test]
+fn remove_deletes_unleased_jobs_and_frees_their_dedup_key() {
+    let f = Fixture::new();
+    let q = f.builder().max_attempts(1).open(&f.path).unwrap();
+    let a = q
+        .enqueue(b"A", EnqueueOptions::default().dedup_key("k"))
+        .unwrap()
+        .id();
+    q.dequeue().unwrap().unwrap().fail("broken").unwrap();
+    assert!(matches!(
+        q.enqueue(b"A2", EnqueueOptions::default().dedup_key("k")).unwrap(),
+        Enqueued::Duplicate(id) if id == a
+    ));
+    q.remove(a).unwrap();
+    assert_eq!(q.job(a).unwrap(), None);
+    let b = q
+        .enqueue(b"B", EnqueueOptions::default().dedup_key("k"))
+        .unwrap();
+    assert!(matches!(b, Enqueued::New(id) if id != a));
+    let delayed = q
+        .enqueue(
+            b"D",
+            EnqueueOptions::default().delay(Duration::from_secs(60)),
+        )
+        .unwrap()
+        .id();
+    q.remove(delayed).unwrap();
+    let l = q.dequeue().unwrap().unwrap();
+    assert!(matches!(
+        q.remove(l.id()),
+        Err(Error::InvalidState {
+            actual: JobState::Leased,
+            ..
+        })
+    ));
+    l.ack().unwrap();
+    assert!(matches!(q.remove(a), Err(Error::JobNotFound { .. })));
+    assert!(q.is_empty().unwrap());
+    assert_consistent(&q);
+}
