@@ -287,8 +287,11 @@ impl Builder {
     }
 
     /// Opens a queue on a caller-supplied redb storage backend (for example the power-loss
-    /// simulator of the `sim` feature). An empty backend is initialized as a new queue; a
-    /// non-empty one must hold a leaseq database.
+    /// simulator of the `sim` feature). An empty backend, or one holding a redb database with
+    /// no tables at all, is initialized as a new queue; any other must hold a leaseq database.
+    /// Unlike a path, a backend cannot be created atomically: a power loss inside redb's very
+    /// first write of the header can leave it unopenable (redb: "magic number mismatch");
+    /// start such a backend afresh.
     ///
     /// # Errors
     /// As [`Builder::open`], without the path-based checks.
@@ -306,12 +309,18 @@ impl Builder {
                 .map_err(Error::from)
         })?;
         let db = DbBox::new(db);
-        if empty {
+        // A backend has no atomic create: a crash inside its first open can leave an empty
+        // redb database (no tables at all), which is finished here as a new queue.
+        let blank = empty || {
+            let rtx = db.get().begin_read()?;
+            rtx.list_tables()?.next().is_none() && rtx.list_multimap_tables()?.next().is_none()
+        };
+        if blank {
             init_tables(db.get())?;
         }
         verify_format(&db.get().begin_read()?, Path::new("<backend>"))?;
         let repaired = repaired.load(Ordering::SeqCst);
-        self.finish(db, cfg, None, repaired, empty)
+        self.finish(db, cfg, None, repaired, blank)
     }
 
     /// Adds leaseq's tables to the caller's own redb database (if they are not there yet) and

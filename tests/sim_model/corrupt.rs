@@ -1,0 +1,230 @@
+//! Opening corrupted queue files (the `open_corrupt` fuzz target and its regression tests): no
+//! panic may cross leaseq's API; leaseq catches redb's panics at its boundary and returns
+//! `Error::Corrupted`. Any `Err` is fine.
+//!
+//! A valid small queue file is built once (jobs in every state, applied markers, dedup keys,
+//! an effect table). An input's first byte picks the base image (bit 0: closed cleanly, or the
+//! process killed with leases held, so the open repairs and recovers) and how it is opened
+//! (bit 1: on a `SimDisk`, or from a file through `Queue::open`, which also runs the file
+//! checks); then every 4 bytes are one edit: a 24-bit offset and a byte XORed in there (an even
+//! first byte keeps the edit in the first 16 KiB: redb's header and first pages). A last lone
+//! byte truncates the image to that many 256ths. The queue is then opened, checked, read,
+//! drained and written to.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use leaseq::sim::SimDisk;
+use leaseq::{EnqueueOptions, JobId, ManualClock, Queue};
+use redb::ReadableTable;
+
+use super::{EFFECTS, T0_MS};
+
+fn builder(clock: &ManualClock) -> leaseq::Builder {
+    Queue::builder()
+        .lease(Duration::from_secs(1))
+        .max_attempts(3)
+        .cache_bytes(1 << 20)
+        .clock(clock.clone())
+}
+
+/// A small queue with jobs in every state: (closed cleanly, process killed with leases held).
+pub fn base_images() -> &'static (Vec<u8>, Vec<u8>) {
+    static IMAGES: OnceLock<(Vec<u8>, Vec<u8>)> = OnceLock::new();
+    IMAGES.get_or_init(|| {
+        let clock = ManualClock::new(T0_MS);
+        let disk = SimDisk::new(7);
+        let q = builder(&clock).open_backend(disk.backend()).unwrap();
+        for i in 0..24u32 {
+            let mut o = EnqueueOptions::default().priority((i % 3) as i32 - 1);
+            if i % 2 == 0 {
+                o = o.idempotency_key(format!("k{}", i % 5));
+            }
+            if i % 4 == 1 {
+                o = o.dedup_key(format!("d{i}"));
+            }
+            if i % 5 == 4 {
+                o = o.delay(Duration::from_secs(60));
+            }
+            if i % 7 == 3 {
+                o = o.max_attempts(1);
+            }
+            let payload = vec![i as u8; 16 + (i as usize * 97) % 3000];
+            q.enqueue(&payload, o).unwrap();
+        }
+        let mut held = Vec::new();
+        for i in 0..12 {
+            let Some(l) = q.dequeue().unwrap() else { break };
+            match i % 4 {
+                0 => {
+                    l.ack_with(|tx| {
+                        let mut t = tx.open_table(EFFECTS)?;
+                        t.insert(format!("e{i}").as_str(), 1)?;
+                        Ok(())
+                    })
+                    .unwrap();
+                }
+                1 => {
+                    l.nack_after("later", Duration::from_secs(5)).unwrap();
+                }
+                2 => l.fail("dead on purpose").unwrap(),
+                _ => held.push(l),
+            }
+        }
+        let killed = disk.live_image();
+        drop(held);
+        drop(q);
+        (disk.live_image(), killed)
+    })
+}
+
+/// Runs `f`; a panic out of it came through leaseq's API.
+fn no_panic<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        format!("PANIC THROUGH LEASEQ'S API in {what}: {msg}")
+    })
+}
+
+fn exercise(q: &Queue, clock: &ManualClock) -> Result<(), String> {
+    let _ = no_panic("check", || q.check())?;
+    let _ = no_panic("stats", || q.stats())?;
+    let _ = no_panic("recovery", || q.recovery())?;
+    for id in 1..40 {
+        let _ = no_panic("job", || q.job(JobId(id)))?;
+    }
+    for k in 0..5 {
+        let _ = no_panic("is_applied", || q.is_applied(format!("k{k}")))?;
+    }
+    clock.advance(Duration::from_secs(120));
+    for i in 0..24u32 {
+        let lease = match no_panic("dequeue", || q.dequeue())? {
+            Ok(Some(l)) => l,
+            _ => break,
+        };
+        let _ = match i % 5 {
+            0 => no_panic("ack", || lease.ack())?,
+            1 => no_panic("nack", || lease.nack("again").map(drop))?,
+            2 => no_panic("fail", || lease.fail("no"))?,
+            _ => no_panic("ack_with", || {
+                lease
+                    .ack_with(|tx| {
+                        let mut t = tx.open_table(EFFECTS)?;
+                        let key = format!("x{i}");
+                        let n = t.get(key.as_str())?.map_or(0, |v| v.value());
+                        t.insert(key.as_str(), n + 1)?;
+                        Ok(())
+                    })
+                    .map(drop)
+            })?,
+        };
+    }
+    let _ = no_panic("enqueue", || {
+        q.enqueue(b"after", EnqueueOptions::default().dedup_key("d1"))
+    })?;
+    let _ = no_panic("dequeue_batch", || q.dequeue_batch(4).map(drop))?;
+    let _ = no_panic("requeue_dead", || q.requeue_dead(JobId(3)))?;
+    let _ = no_panic("check", || q.check())?;
+    Ok(())
+}
+
+/// The base image an input picks, with its edits applied, and the mode byte.
+pub fn corrupted_image(data: &[u8]) -> Option<(u8, Vec<u8>)> {
+    let (&mode, edits) = data.split_first()?;
+    let (clean, killed) = base_images();
+    let mut image = if mode & 1 == 0 {
+        clean.clone()
+    } else {
+        killed.clone()
+    };
+    for e in edits.chunks(4) {
+        match *e {
+            [a, b, c, x] => {
+                let raw = u32::from_le_bytes([a, b, c, 0]) as usize;
+                let off = if a & 1 == 0 { raw % 16384 } else { raw };
+                if !image.is_empty() {
+                    let i = off % image.len();
+                    image[i] ^= if x == 0 { 0xFF } else { x };
+                }
+            }
+            [a] => {
+                let keep = image.len() * usize::from(a) / 256;
+                image.truncate(keep);
+            }
+            _ => {}
+        }
+    }
+    Some((mode, image))
+}
+
+/// Opens and uses the corrupted image `data` describes. `Err` names a panic that came through
+/// leaseq's API.
+pub fn open_corrupt(data: &[u8]) -> Result<(), String> {
+    match corrupted_image(data) {
+        Some((mode, image)) => open_image(mode, image),
+        None => Ok(()),
+    }
+}
+
+/// Flips bytes of the page of the cleanly closed base image that holds `leaseq_meta`'s
+/// `format_version` row (its header and first entry offsets: the first `span` bytes) with each
+/// of `xors`, opening every result on a `SimDisk`. `Err` names the first panic that came
+/// through leaseq's API.
+pub fn meta_page_sweep(span: usize, xors: &[u8]) -> Result<usize, String> {
+    const PAGE: usize = 4096;
+    let clean = &base_images().0;
+    let needle = b"format_version";
+    let at = clean
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .ok_or("no format_version row in the base image")?;
+    let page = at / PAGE * PAGE;
+    let mut opened = 0;
+    for off in page..(page + span).min(clean.len()) {
+        for &x in xors {
+            let mut image = clean.clone();
+            image[off] ^= x;
+            open_image(0, image).map_err(|e| format!("byte {off} ^ {x:#04x}: {e}"))?;
+            opened += 1;
+        }
+    }
+    Ok(opened)
+}
+
+/// Opens `image` (on a `SimDisk` if bit 1 of `mode` is clear, else from a file), then checks,
+/// reads, drains and writes to it.
+pub fn open_image(mode: u8, image: Vec<u8>) -> Result<(), String> {
+    let clock = ManualClock::new(T0_MS + 10_000);
+    if mode & 2 == 0 {
+        let disk = SimDisk::from_image(image, u64::from(mode));
+        let opened = no_panic("open_backend", || {
+            builder(&clock).open_backend(disk.backend())
+        })?;
+        if let Ok(q) = opened {
+            exercise(&q, &clock)?;
+            no_panic("drop", || drop(q))?;
+        }
+    } else {
+        // tmpfs when there is one: every commit fsyncs.
+        let shm = std::path::Path::new("/dev/shm");
+        let dir = if shm.is_dir() {
+            tempfile::tempdir_in(shm)
+        } else {
+            tempfile::tempdir()
+        }
+        .map_err(|e| format!("tempdir: {e}"))?;
+        let path = dir.path().join("q.leaseq");
+        std::fs::write(&path, &image).map_err(|e| format!("write: {e}"))?;
+        let opened = no_panic("open", || builder(&clock).open(&path))?;
+        if let Ok(q) = opened {
+            exercise(&q, &clock)?;
+            no_panic("drop", || drop(q))?;
+        }
+    }
+    Ok(())
+}

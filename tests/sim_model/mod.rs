@@ -1,0 +1,1682 @@
+//! Model-based crash test harness (DESIGN §8), shared by `tests/crash_sim.rs` and the fuzz
+//! targets in `fuzz/`.
+//!
+//! One seed (or one fuzzer input) drives a single-threaded, deterministic workload over leaseq's
+//! public API on a [`SimDisk`]: enqueues (single and batch, with every option, some invalid on
+//! purpose), dequeues (single and batch), acks, `ack_with` effects on a caller table (single,
+//! batch, `ack_and_next`, `ack_with_and_next`, effects that fail after writing), nacks, extends,
+//! fails, `requeue_dead`, `remove`, `flush`, clock steps (also backwards), clean reopens, process
+//! kills, power cuts between calls, and crashes at a random I/O call (`crash_after`), sometimes a
+//! second one during the recovery open. One seed in six runs with `Durability::None`.
+//!
+//! A [`model::Model`] tracks what each `Ok` promised; every answer is checked against it, and
+//! every few calls and after every reopen the whole queue (every job, the stats, the applied-ids
+//! markers, the effect table, `check()`) must equal it. A call the crash hit returned `Err` and
+//! may or may not have committed: the queue must hold it wholly or not at all. With
+//! `Durability::None`, a crash may lose the calls since the last durable point (a flush, a clean
+//! close), but only a suffix of them: the queue must equal the model after some prefix.
+//!
+//! Some states differ only in what the API does not show (the id and token counters, the order
+//! of the ready line: an uncommitted `extend` changes nothing else once the reopen returns the
+//! lease). So the harness keeps every state that agrees with all answers so far (its "worlds",
+//! usually one) and lets the answers that follow tell them apart; it fails when none is left.
+#![allow(dead_code)]
+
+pub mod corrupt;
+pub mod model;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use leaseq::sim::SimDisk;
+use leaseq::{
+    Applied, Clock, Durability, EnqueueOptions, Enqueued, Error, JobId, JobInfo, JobState, Lease,
+    ManualClock, Queue,
+};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+
+use model::{DeqPred, EKind, EnqSpec, LastErr, MEnq, MJob, MRes, MState, Model, PENDING_BASE};
+
+/// The caller's own table that `ack_with` effects increment: effect key -> count.
+pub const EFFECTS: TableDefinition<&str, u64> = TableDefinition::new("effects");
+
+/// The clock's start (Unix ms).
+pub const T0_MS: u64 = 1_700_000_000_000;
+/// The queue's default lease and max attempts in every workload.
+pub const LEASE_MS: u64 = 1_000;
+pub const MAX_ATTEMPTS: u32 = 3;
+/// Idempotency keys are drawn from this many names, so several jobs share one effect.
+const IDEM_KEYS: u64 = 6;
+const DEDUP_KEYS: u64 = 4;
+/// Live jobs above this make the workload consume instead of produce.
+const LIVE_JOBS_SOFT_MAX: usize = 40;
+const HELD_LEASES_MAX: usize = 8;
+
+/// Where the workload's choices come from: a seeded RNG (tests) or fuzzer bytes.
+pub enum Src {
+    Rng(fastrand::Rng),
+    Bytes { data: Vec<u8>, pos: usize },
+}
+
+impl Src {
+    /// A number in `0..n` (`n >= 1`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        assert!(n >= 1);
+        match self {
+            Src::Rng(r) => r.u64(0..n),
+            Src::Bytes { data, pos } => {
+                if n == 1 {
+                    return 0;
+                }
+                let width = if n <= 256 { 1 } else { 4 };
+                let mut v = 0u64;
+                for _ in 0..width {
+                    v = (v << 8) | u64::from(data.get(*pos).copied().unwrap_or(0));
+                    *pos += 1;
+                }
+                v % n
+            }
+        }
+    }
+
+    /// True with probability `num / den`.
+    pub fn chance(&mut self, num: u64, den: u64) -> bool {
+        self.below(den) < num
+    }
+
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
+    }
+
+    /// Fuzzer bytes all used.
+    pub fn exhausted(&self) -> bool {
+        matches!(self, Src::Bytes { data, pos } if *pos >= data.len())
+    }
+}
+
+/// How long a workload runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Steps per workload: `min_steps..=max_steps` (fuzzer inputs stop when their bytes run out).
+    pub min_steps: usize,
+    pub max_steps: usize,
+    /// Compare the whole queue with the model every this many steps (besides every reopen).
+    pub full_check_every: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            min_steps: 40,
+            max_steps: 160,
+            full_check_every: 6,
+        }
+    }
+}
+
+/// What one workload did and found.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub seed: u64,
+    pub steps: usize,
+    /// Planned power failures (`crash_after`) that hit an I/O call and were reopened from the
+    /// crash image, including those during a recovery open.
+    pub crashes: u64,
+    /// Of those, the ones that hit the recovery open itself.
+    pub crashes_in_recovery: u64,
+    /// Crashes whose hit call returned `Err` while it had reached the disk: outcome uncertain.
+    pub uncertain_calls: u64,
+    /// Of those, how many turned out committed.
+    pub uncertain_committed: u64,
+    /// Other reopens: clean closes, process kills, power cuts between calls.
+    pub reopens: u64,
+    /// Durability::None reopens that found the queue as it was some calls back.
+    pub non_durable_lost: u64,
+    /// Reopens after which more than one state agreed with everything seen (told apart by the
+    /// calls that followed).
+    pub ambiguous_reopens: u64,
+    /// The most such states at once.
+    pub worlds_max: u64,
+    pub violation: Option<String>,
+    pub log: Vec<String>,
+}
+
+impl Outcome {
+    /// The seed's report: the violation and the op log.
+    pub fn report(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "crash-sim seed {} VIOLATION after {} steps: {}",
+            self.seed,
+            self.steps,
+            self.violation.as_deref().unwrap_or("none")
+        );
+        let _ = writeln!(s, "op log ({} lines):", self.log.len());
+        for line in &self.log {
+            let _ = writeln!(s, "  {line}");
+        }
+        s
+    }
+}
+
+/// Runs the workload of `seed`.
+pub fn run_seed(seed: u64, settings: Settings) -> Outcome {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let steps = rng.usize(settings.min_steps..=settings.max_steps);
+    run(Src::Rng(rng), seed, steps, settings)
+}
+
+/// Runs the workload a fuzzer input describes: 8 bytes of disk seed, then one byte per choice.
+pub fn run_bytes(data: &[u8], settings: Settings) -> Outcome {
+    let mut seed_bytes = [0u8; 8];
+    let n = data.len().min(8);
+    seed_bytes[..n].copy_from_slice(&data[..n]);
+    let seed = u64::from_le_bytes(seed_bytes);
+    let src = Src::Bytes {
+        data: data[n..].to_vec(),
+        pos: 0,
+    };
+    run(src, seed, settings.max_steps, settings)
+}
+
+fn run(src: Src, seed: u64, steps: usize, settings: Settings) -> Outcome {
+    let mut r = Runner::new(src, seed, settings);
+    // A panic (in leaseq or here) is a violation too; keep the op log that led to it.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.run(steps)))
+        .unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(format!("PANIC: {msg}"))
+        });
+    r.out.steps = r.step;
+    let mut out = std::mem::take(&mut r.out);
+    out.seed = seed;
+    out.log = std::mem::take(&mut r.log);
+    if let Err(v) = result {
+        out.violation = Some(v);
+    }
+    out
+}
+
+/// One state the queue may be in: the model, and with `Durability::None` the model at the last
+/// durable point (a flush, a clean close) and after every call since, oldest first: a crash may
+/// leave any of them (a prefix of the calls), nothing else.
+#[derive(Clone)]
+struct World {
+    m: Model,
+    hist: Vec<Model>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reboot {
+    /// Drop the queue (clean close), reopen on the same disk.
+    Clean,
+    /// Drop the queue, reopen a copy of the file on a new disk.
+    CleanCopy,
+    /// Kill the process: the file as the OS has it (live image), without the close.
+    Kill,
+    /// Power fails between calls: the crash image of the disk now.
+    PowerCut,
+    /// Power failed at a planned I/O call: the crash image.
+    Crash,
+}
+
+struct Runner {
+    src: Src,
+    seed: u64,
+    settings: Settings,
+    disk: SimDisk,
+    disks_made: u64,
+    clock: ManualClock,
+    queue: Option<Queue>,
+    leases: Vec<Lease>,
+    /// The worlds if the call the crash hit did commit.
+    uncertain: Option<(String, Vec<World>)>,
+    crash_armed: bool,
+    /// The queue runs with `Durability::None`: calls return before their commit is durable.
+    none_mode: bool,
+    /// Every state the queue may be in that agrees with all answers so far (usually one; more
+    /// when a reopen left states that differ only in what the API does not show, such as the
+    /// id and token counters or the order of the ready line; later answers tell them apart).
+    worlds: Vec<World>,
+    quick_repair: bool,
+    small_cache: bool,
+    enqueues: u64,
+    step: usize,
+    log: Vec<String>,
+    out: Outcome,
+}
+
+/// A leaseq error, as the model names it.
+fn ekind(e: &Error) -> Option<EKind> {
+    Some(match e {
+        Error::LeaseLost { .. } => EKind::LeaseLost,
+        Error::InvalidOption { .. } => EKind::InvalidOption,
+        Error::KeyTooLong { .. } => EKind::KeyTooLong,
+        Error::JobNotFound { .. } => EKind::JobNotFound,
+        Error::InvalidState { .. } => EKind::InvalidState,
+        Error::Effect(_) => EKind::Effect,
+        _ => return None,
+    })
+}
+
+fn fmt_err(e: &Error) -> String {
+    let s = e.to_string();
+    if s.chars().count() > 160 {
+        format!("{}...", s.chars().take(160).collect::<String>())
+    } else {
+        s
+    }
+}
+
+/// What a delivered lease showed, and its token.
+type Delivered = (DeqPred, u64);
+
+fn delivered(l: &Lease) -> Delivered {
+    (
+        DeqPred {
+            id: l.id().0,
+            attempt: l.attempt(),
+            deadline_ms: l.deadline_ms(),
+            payload: l.payload().to_vec(),
+        },
+        l.token(),
+    )
+}
+
+/// An answer, reduced to what the model predicts.
+enum Got {
+    Enq(Vec<Enqueued>),
+    Deq(Vec<Delivered>),
+    Unit,
+    Applied(Vec<Applied>),
+    Next(Option<Applied>, Option<Delivered>),
+    State(JobState),
+    Deadline(u64),
+}
+
+/// A delivery for the op log: id, attempt, deadline, token, payload size.
+fn fmt_delivery(d: &Delivered) -> String {
+    format!(
+        "job {} attempt {} deadline {} token {} ({}B)",
+        d.0.id,
+        d.0.attempt,
+        d.0.deadline_ms as i64 - T0_MS as i64,
+        d.1,
+        d.0.payload.len()
+    )
+}
+
+impl std::fmt::Debug for Got {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Got::Enq(v) => write!(f, "{v:?}"),
+            Got::Deq(v) => write!(
+                f,
+                "[{}]",
+                v.iter().map(fmt_delivery).collect::<Vec<_>>().join(", ")
+            ),
+            Got::Unit => write!(f, "()"),
+            Got::Applied(v) => write!(f, "{v:?}"),
+            Got::Next(a, n) => write!(f, "{a:?}, next {:?}", n.as_ref().map(fmt_delivery)),
+            Got::State(s) => write!(f, "{s:?}"),
+            Got::Deadline(d) => write!(f, "deadline {}", *d as i64 - T0_MS as i64),
+        }
+    }
+}
+
+impl Got {
+    fn changes(&self) -> bool {
+        match self {
+            Got::Enq(v) => v.iter().any(|e| matches!(e, Enqueued::New(_))),
+            Got::Deq(v) => !v.is_empty(),
+            _ => true,
+        }
+    }
+}
+
+/// What an `Ok` answer names that the model learns from it: new job ids in order, and the
+/// tokens of the leases handed out.
+#[derive(Default)]
+struct Learned {
+    ids: Vec<u64>,
+    tokens: Vec<(u64, u64)>,
+    duplicates: Vec<u64>,
+}
+
+/// Checks an `Ok` answer against the prediction; ids and tokens must be fresh and increasing.
+fn check_answer(pred: &MRes, got: &Got, max_id: u64, max_token: u64) -> Result<Learned, String> {
+    let mut learned = Learned::default();
+    let mismatch = || format!("answered Ok {got:?}, the model expects {pred:?}");
+    let check_delivery = |p: &DeqPred, g: &Delivered, learned: &mut Learned| {
+        if p != &g.0 {
+            return Err(mismatch());
+        }
+        let last = learned.tokens.last().map_or(max_token, |t| t.1);
+        if g.1 <= last {
+            return Err(format!(
+                "delivered job {} under token {}, not above every token before ({last})",
+                g.0.id, g.1
+            ));
+        }
+        learned.tokens.push((g.0.id, g.1));
+        Ok(())
+    };
+    match (pred, got) {
+        (MRes::Enq(p), Got::Enq(g)) if p.len() == g.len() => {
+            let mut named: BTreeMap<u64, u64> = BTreeMap::new();
+            for (p, g) in p.iter().zip(g) {
+                match (p, g) {
+                    (MEnq::New(pending), Enqueued::New(JobId(id))) => {
+                        let last = learned.ids.last().copied().unwrap_or(max_id);
+                        if *id <= last || *id >= PENDING_BASE {
+                            return Err(format!(
+                                "enqueue returned id {id}, not above every id before ({last})"
+                            ));
+                        }
+                        named.insert(*pending, *id);
+                        learned.ids.push(*id);
+                    }
+                    (MEnq::Duplicate(owner), Enqueued::Duplicate(JobId(id))) => {
+                        let want = if *owner >= PENDING_BASE {
+                            named.get(owner).copied()
+                        } else {
+                            Some(*owner)
+                        };
+                        if want != Some(*id) {
+                            return Err(mismatch());
+                        }
+                        learned.duplicates.push(*id);
+                    }
+                    _ => return Err(mismatch()),
+                }
+            }
+        }
+        (MRes::Deq(p), Got::Deq(g)) if p.len() == g.len() => {
+            for (p, g) in p.iter().zip(g) {
+                check_delivery(p, g, &mut learned)?;
+            }
+        }
+        (MRes::Unit, Got::Unit) => {}
+        (MRes::Applied(a), Got::Applied(b)) if a == b => {}
+        (MRes::State(a), Got::State(b)) if a == b => {}
+        (MRes::Deadline(a), Got::Deadline(b)) if a == b => {}
+        (MRes::Next(pa, pn), Got::Next(ga, gn)) if pa == ga => match (pn, gn) {
+            (None, None) => {}
+            (Some(p), Some(g)) => check_delivery(p, g, &mut learned)?,
+            _ => return Err(mismatch()),
+        },
+        _ => return Err(mismatch()),
+    }
+    Ok(learned)
+}
+
+impl Runner {
+    fn new(src: Src, seed: u64, settings: Settings) -> Runner {
+        Runner {
+            src,
+            seed,
+            settings,
+            disk: SimDisk::new(seed),
+            disks_made: 1,
+            clock: ManualClock::new(T0_MS),
+            queue: None,
+            leases: Vec::new(),
+            uncertain: None,
+            crash_armed: false,
+            none_mode: false,
+            worlds: vec![World {
+                m: Model::new(LEASE_MS, MAX_ATTEMPTS),
+                hist: Vec::new(),
+            }],
+            quick_repair: false,
+            small_cache: false,
+            enqueues: 0,
+            step: 0,
+            log: Vec::new(),
+            out: Outcome::default(),
+        }
+    }
+
+    fn log(&mut self, line: String) {
+        let t = self.clock.now_ms() as i64 - T0_MS as i64;
+        self.log.push(format!("#{:<3} t={t:+} {line}", self.step));
+    }
+
+    fn fresh_disk_seed(&mut self) -> u64 {
+        self.disks_made += 1;
+        self.seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(self.disks_made)
+    }
+
+    fn open(&mut self) -> Result<Queue, Error> {
+        let mut b = Queue::builder()
+            .lease(Duration::from_millis(LEASE_MS))
+            .max_attempts(MAX_ATTEMPTS)
+            .clock(self.clock.clone())
+            .quick_repair(self.quick_repair)
+            .durability(if self.none_mode {
+                Durability::None
+            } else {
+                Durability::Immediate
+            });
+        if self.small_cache {
+            b = b.cache_bytes(256 << 10);
+        }
+        b.open_backend(self.disk.backend())
+    }
+
+    fn q(&self) -> Queue {
+        self.queue.clone().expect("queue open")
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn run(&mut self, steps: usize) -> Result<(), String> {
+        self.quick_repair = self.src.chance(1, 3);
+        self.small_cache = self.src.chance(1, 4);
+        self.none_mode = self.src.chance(1, 6);
+        let q = self
+            .open()
+            .map_err(|e| format!("creating the queue on an empty disk failed: {e}"))?;
+        self.log(format!(
+            "open new queue (quick_repair={}, small_cache={}, durability {})",
+            self.quick_repair,
+            self.small_cache,
+            if self.none_mode { "None" } else { "Immediate" }
+        ));
+        for w in &mut self.worlds {
+            w.hist = vec![w.m.clone()];
+        }
+        self.queue = Some(q);
+        while self.step < steps && !self.src.exhausted() {
+            self.step += 1;
+            self.one_step()?;
+            if self.disk.is_crashed() {
+                self.after_crash()?;
+            } else if self.step.is_multiple_of(self.settings.full_check_every) {
+                self.full_check()?;
+            }
+        }
+        // Finish with a reopen of some kind, checked like every other.
+        self.step += 1;
+        let kind = if self.crash_armed {
+            Reboot::Clean // the close may hit the planned crash
+        } else {
+            self.pick_reboot()
+        };
+        self.reboot(kind)
+    }
+
+    fn pick_reboot(&mut self) -> Reboot {
+        self.src.pick(&[
+            Reboot::Clean,
+            Reboot::CleanCopy,
+            Reboot::Kill,
+            Reboot::Kill,
+            Reboot::PowerCut,
+        ])
+    }
+
+    /// The first world: what the workload's choices are made from.
+    fn model(&self) -> &Model {
+        &self.worlds[0].m
+    }
+
+    /// Compares the queue with every world; keeps those that agree.
+    fn full_check(&mut self) -> Result<(), String> {
+        let q = self.q();
+        let mut first_diff = None;
+        let mut kept = Vec::new();
+        for mut w in std::mem::take(&mut self.worlds) {
+            match compare(&q, &mut w.m) {
+                Ok(()) => kept.push(w),
+                Err(d) => {
+                    first_diff.get_or_insert(d);
+                }
+            }
+        }
+        if kept.is_empty() {
+            return Err(format!(
+                "queue disagrees with the model (no crash): {}",
+                first_diff.unwrap_or_default().join("; ")
+            ));
+        }
+        self.worlds = kept;
+        Ok(())
+    }
+
+    fn one_step(&mut self) -> Result<(), String> {
+        let mut choice = self.src.below(100);
+        if choice < 21 && self.model().jobs.len() >= LIVE_JOBS_SOFT_MAX {
+            choice += 21; // consume instead of producing
+        }
+        if (40..71).contains(&choice) && self.leases.is_empty() {
+            choice = 25; // nothing held: dequeue
+        }
+        if self.none_mode && (78..84).contains(&choice) {
+            choice = 98; // flush often: the durable points of Durability::None
+        }
+        match choice {
+            0..16 => self.op_enqueue(1),
+            16..21 => {
+                let n = 2 + self.src.below(4) as usize;
+                self.op_enqueue(n)
+            }
+            21..35 => self.op_dequeue(1),
+            35..40 => {
+                let max = if self.src.chance(1, 20) {
+                    0
+                } else {
+                    1 + self.src.below(4) as usize
+                };
+                self.op_dequeue(max)
+            }
+            40..45 => self.op_ack(1),
+            45..48 => {
+                let n = 1 + self.src.below(3) as usize;
+                self.op_ack(n)
+            }
+            48..56 => self.op_ack_with(1, false),
+            56..59 => {
+                let n = 1 + self.src.below(3) as usize;
+                self.op_ack_with(n, true)
+            }
+            59..62 => self.op_ack_next(false),
+            62..65 => self.op_ack_next(true),
+            65..70 => self.op_nack(),
+            70..71 => self.op_drop_lease(),
+            71..74 => {
+                if self.leases.is_empty() {
+                    self.op_dequeue(1)
+                } else {
+                    self.op_extend()
+                }
+            }
+            74..76 => {
+                if self.leases.is_empty() {
+                    self.op_dequeue(1)
+                } else {
+                    self.op_fail()
+                }
+            }
+            76..77 => self.op_requeue_dead(),
+            77..78 => self.op_remove(),
+            78..91 => {
+                self.op_clock();
+                Ok(())
+            }
+            91..95 => {
+                if !self.crash_armed {
+                    let n = self.src.below(48);
+                    self.disk.crash_after(n);
+                    self.crash_armed = true;
+                    self.log(format!(
+                        "arm crash at mutating op +{n} (disk at {})",
+                        self.disk.mutating_ops()
+                    ));
+                }
+                Ok(())
+            }
+            95..98 => {
+                if self.crash_armed {
+                    return self.op_dequeue(1);
+                }
+                let kind = self.pick_reboot();
+                self.reboot(kind)
+            }
+            98 => self.op_flush(),
+            _ => {
+                self.log("full check".to_string());
+                self.full_check()
+            }
+        }
+    }
+
+    /// `flush`: an empty durable commit; changes nothing the model sees.
+    fn op_flush(&mut self) -> Result<(), String> {
+        match self.q().flush() {
+            Ok(()) => {
+                self.log("flush -> Ok".to_string());
+                if self.none_mode && !self.disk.is_crashed() {
+                    for w in &mut self.worlds {
+                        w.hist = vec![w.m.clone()];
+                    }
+                }
+            }
+            Err(e) => {
+                self.log(format!("flush -> Err {}", fmt_err(&e)));
+                if !self.disk.is_crashed() {
+                    return Err(format!("flush failed without a crash: {e}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes up to `n` held leases out, at random.
+    fn take_leases(&mut self, n: usize) -> Vec<Lease> {
+        let mut out = Vec::new();
+        while out.len() < n && !self.leases.is_empty() {
+            let i = self.src.below(self.leases.len() as u64) as usize;
+            out.push(self.leases.swap_remove(i));
+        }
+        out
+    }
+
+    fn take_lease(&mut self) -> Lease {
+        self.take_leases(1).pop().expect("a lease is held")
+    }
+
+    fn hold(&mut self, lease: Lease) {
+        if self.leases.len() >= HELD_LEASES_MAX {
+            let old = self.leases.swap_remove(0);
+            self.log(format!("  drop lease of job {} (too many held)", old.id()));
+        }
+        self.leases.push(lease);
+    }
+
+    /// Settles one call: compares the answer with what `apply` predicts in every world, keeps
+    /// the worlds that agree (moved by the call) and fails if none does. Returns the answer if
+    /// it was `Ok`.
+    fn settle(
+        &mut self,
+        what: &str,
+        apply: &dyn Fn(&mut Model) -> MRes,
+        got: Result<Got, Error>,
+        crashed_before: bool,
+    ) -> Result<Option<Got>, String> {
+        let crashed_after = self.disk.is_crashed();
+        let worlds = std::mem::take(&mut self.worlds);
+        let preds: Vec<(Model, MRes)> = worlds
+            .iter()
+            .map(|w| {
+                let mut m1 = w.m.clone();
+                let pred = apply(&mut m1);
+                (m1, pred)
+            })
+            .collect();
+        match got {
+            Ok(got) => {
+                self.log(format!("{what} -> Ok {got:?}"));
+                if crashed_before && got.changes() && !self.none_mode {
+                    return Err(format!(
+                        "{what}: answered Ok {got:?} on a disk that had already lost power: \
+                         that promise cannot be durable"
+                    ));
+                }
+                let mut first_err = None;
+                let mut duplicates = Vec::new();
+                for (w, (mut m1, pred)) in worlds.into_iter().zip(preds) {
+                    match check_answer(&pred, &got, w.m.max_id, w.m.max_token) {
+                        Ok(learned) => {
+                            m1.assign_ids(&learned.ids);
+                            for (id, token) in learned.tokens {
+                                m1.set_token(id, token);
+                            }
+                            let mut hist = w.hist;
+                            if self.none_mode && got.changes() {
+                                hist.push(m1.clone());
+                            }
+                            duplicates = learned.duplicates;
+                            self.worlds.push(World { m: m1, hist });
+                        }
+                        Err(e) => {
+                            first_err.get_or_insert(e);
+                        }
+                    }
+                }
+                if self.worlds.is_empty() {
+                    return Err(format!("{what}: {}", first_err.unwrap_or_default()));
+                }
+                if !crashed_after {
+                    // The dedup invariant: a Duplicate names a job the queue can find.
+                    let q = self.q();
+                    for id in duplicates {
+                        match q.job(JobId(id)) {
+                            Ok(Some(_)) => {}
+                            other => {
+                                return Err(format!(
+                                    "{what}: answered Duplicate({id}) but job({id}) is {other:?}"
+                                ));
+                            }
+                        }
+                    }
+                }
+                Ok(Some(got))
+            }
+            Err(e) => {
+                self.log(format!("{what} -> Err {}", fmt_err(&e)));
+                if !crashed_after {
+                    let first_pred = preds[0].1.clone();
+                    for (w, (_, pred)) in worlds.into_iter().zip(preds) {
+                        // A refusal changes nothing: the world stays as it was.
+                        if matches!(pred, MRes::Err(k) if ekind(&e) == Some(k)) {
+                            self.worlds.push(w);
+                        }
+                    }
+                    if self.worlds.is_empty() {
+                        return Err(format!(
+                            "{what}: failed without a crash: {e}; the model expects {first_pred:?}"
+                        ));
+                    }
+                } else {
+                    if !crashed_before {
+                        // The crash hit this call: it may or may not have committed.
+                        let committed: Vec<World> = worlds
+                            .iter()
+                            .zip(&preds)
+                            .filter(|(_, (_, pred))| pred.changes())
+                            .map(|(w, (m1, _))| {
+                                let mut hist = w.hist.clone();
+                                if self.none_mode {
+                                    hist.push(m1.clone());
+                                }
+                                World {
+                                    m: m1.clone(),
+                                    hist,
+                                }
+                            })
+                            .collect();
+                        if !committed.is_empty() {
+                            self.log("  ^ the crash hit this call: outcome uncertain".to_string());
+                            self.uncertain = Some((what.to_string(), committed));
+                        }
+                    }
+                    self.worlds = worlds;
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    fn gen_spec(&mut self) -> EnqSpec {
+        self.enqueues += 1;
+        let len = match self.src.below(20) {
+            0 => self.src.below(20_000) as usize,
+            1 => 0,
+            _ => 8 + self.src.below(56) as usize,
+        };
+        let tag = self.enqueues;
+        let payload: Vec<u8> = (0..len)
+            .map(|i| {
+                if i < 8 {
+                    tag.to_le_bytes()[i]
+                } else {
+                    (i as u64 ^ tag.wrapping_mul(31)) as u8
+                }
+            })
+            .collect();
+        let mut spec = EnqSpec {
+            payload,
+            ..EnqSpec::default()
+        };
+        if self.src.chance(3, 5) {
+            spec.idem = Some(format!("k{}", self.src.below(IDEM_KEYS)));
+        }
+        if self.src.chance(1, 4) {
+            spec.dedup = Some(format!("d{}", self.src.below(DEDUP_KEYS)));
+        }
+        spec.priority = self.src.pick(&[0, 0, 0, -1, 1, 7, i32::MIN, i32::MAX]);
+        if self.src.chance(1, 3) {
+            spec.delay_ms = Some(self.src.pick(&[0, 1, 50, 500, 1_000, 5_000]));
+        }
+        if self.src.chance(2, 5) {
+            spec.max_attempts = Some(self.src.pick(&[1, 1, 2, 4]));
+        }
+        if self.src.chance(1, 3) {
+            spec.lease_ms = Some(self.src.pick(&[1, 20, 300, 2_000]));
+        }
+        if self.src.chance(1, 40) {
+            // Invalid on purpose: a typed error that writes nothing.
+            match self.src.below(6) {
+                0 => spec.max_attempts = Some(0),
+                1 => spec.idem = Some(String::new()),
+                2 => spec.lease_ms = Some(0),
+                3 => spec.dedup = Some("x".repeat(model::KEY_BYTES_MAX + 1)),
+                4 => spec.delay_ms = Some(model::DELAY_MAX_MS + 1),
+                _ => spec.lease_ms = Some(model::LEASE_MAX_MS + 1),
+            }
+        }
+        spec
+    }
+
+    fn op_enqueue(&mut self, n: usize) -> Result<(), String> {
+        let specs: Vec<EnqSpec> = (0..n).map(|_| self.gen_spec()).collect();
+        let opts: Vec<EnqueueOptions> = specs
+            .iter()
+            .map(|spec| {
+                let mut o = EnqueueOptions::default().priority(spec.priority);
+                if let Some(k) = &spec.idem {
+                    o = o.idempotency_key(k);
+                }
+                if let Some(k) = &spec.dedup {
+                    o = o.dedup_key(k);
+                }
+                if let Some(d) = spec.delay_ms {
+                    o = o.delay(Duration::from_millis(d));
+                }
+                if let Some(m) = spec.max_attempts {
+                    o = o.max_attempts(m);
+                }
+                if let Some(l) = spec.lease_ms {
+                    o = o.lease(Duration::from_millis(l));
+                }
+                o
+            })
+            .collect();
+        let what = format!(
+            "{} [{}]",
+            if n == 1 { "enqueue" } else { "enqueue_batch" },
+            specs
+                .iter()
+                .map(|s| format!(
+                    "{}B idem={:?} dedup={:?} prio={} delay={:?} max={:?} lease={:?}",
+                    s.payload.len(),
+                    s.idem,
+                    s.dedup
+                        .as_ref()
+                        .map(|d| if d.len() > 8 { "<too long>" } else { d }),
+                    s.priority,
+                    s.delay_ms,
+                    s.max_attempts,
+                    s.lease_ms
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        let now = self.now();
+        let apply = |m: &mut Model| m.enqueue(now, &specs);
+        let crashed_before = self.disk.is_crashed();
+        let q = self.q();
+        let got = if n == 1 {
+            let o = opts.into_iter().next().expect("one");
+            q.enqueue(&specs[0].payload, o).map(|e| Got::Enq(vec![e]))
+        } else {
+            q.enqueue_batch(specs.iter().map(|s| s.payload.as_slice()).zip(opts))
+                .map(Got::Enq)
+        };
+        self.settle(&what, &apply, got, crashed_before)?;
+        Ok(())
+    }
+
+    fn op_dequeue(&mut self, max: usize) -> Result<(), String> {
+        let now = self.now();
+        let apply = |m: &mut Model| m.dequeue(now, max);
+        let crashed_before = self.disk.is_crashed();
+        let q = self.q();
+        let (got, leases) = if max == 1 && self.src.chance(4, 5) {
+            match q.dequeue() {
+                Ok(l) => {
+                    let leases: Vec<Lease> = l.into_iter().collect();
+                    (Ok(Got::Deq(leases.iter().map(delivered).collect())), leases)
+                }
+                Err(e) => (Err(e), Vec::new()),
+            }
+        } else {
+            match q.dequeue_batch(max) {
+                Ok(leases) => (Ok(Got::Deq(leases.iter().map(delivered).collect())), leases),
+                Err(e) => (Err(e), Vec::new()),
+            }
+        };
+        let what = if max == 1 {
+            "dequeue".to_string()
+        } else {
+            format!("dequeue_batch({max})")
+        };
+        if self.settle(&what, &apply, got, crashed_before)?.is_some() {
+            for l in leases {
+                self.hold(l);
+            }
+        }
+        Ok(())
+    }
+
+    fn op_drop_lease(&mut self) -> Result<(), String> {
+        let lease = self.take_lease();
+        self.log(format!(
+            "drop lease of job {} (token {})",
+            lease.id(),
+            lease.token()
+        ));
+        drop(lease);
+        Ok(())
+    }
+
+    fn op_ack(&mut self, n: usize) -> Result<(), String> {
+        let leases = self.take_leases(n);
+        let keys: Vec<(u64, u64)> = leases.iter().map(|l| (l.id().0, l.token())).collect();
+        let apply = |m: &mut Model| m.ack(&keys);
+        let crashed_before = self.disk.is_crashed();
+        let (what, got) = if n == 1 {
+            let lease = leases.into_iter().next().expect("one");
+            ("ack", lease.ack())
+        } else {
+            ("ack_batch", self.q().ack_batch(leases))
+        };
+        let got = got.map(|()| Got::Unit);
+        self.settle(&format!("{what} {keys:?}"), &apply, got, crashed_before)?;
+        Ok(())
+    }
+
+    /// The effect key of a job: its idempotency key as the queue holds it, or its id; for a
+    /// stale lease of a job already gone any key will do: its closure must not run.
+    fn effect_key(&self, id: u64) -> String {
+        match self.queue.as_ref().map(|q| q.job(JobId(id))) {
+            Some(Ok(Some(info))) => match info.idempotency_key {
+                Some(k) => String::from_utf8_lossy(&k).into_owned(),
+                None => format!("#{id}"),
+            },
+            _ => match self.model().jobs.get(&id) {
+                Some(j) => j.effect_key(id),
+                None => format!("#{id}"),
+            },
+        }
+    }
+
+    fn op_ack_with(&mut self, n: usize, batch: bool) -> Result<(), String> {
+        let leases = self.take_leases(n);
+        let keys: Vec<(u64, u64)> = leases.iter().map(|l| (l.id().0, l.token())).collect();
+        let effect_keys: BTreeMap<u64, String> = keys
+            .iter()
+            .map(|&(id, _)| (id, self.effect_key(id)))
+            .collect();
+        let fails_at = self
+            .src
+            .chance(1, 10)
+            .then(|| self.src.below(keys.len() as u64) as usize);
+        let fails_id = fails_at.map(|i| keys[i].0);
+        let apply = |m: &mut Model| m.ack_with(&keys, fails_at);
+        let crashed_before = self.disk.is_crashed();
+        let effect = |tx: &redb::WriteTransaction, id: u64| -> Result<(), leaseq::BoxError> {
+            let key = effect_keys[&id].as_str();
+            let mut t = tx.open_table(EFFECTS)?;
+            let n = t.get(key)?.map_or(0, |v| v.value());
+            t.insert(key, n + 1)?;
+            if fails_id == Some(id) {
+                return Err("effect refused on purpose (after writing)".into());
+            }
+            Ok(())
+        };
+        let got = if batch {
+            self.q()
+                .ack_with_batch(leases, |tx, l| effect(tx, l.id().0))
+                .map(Got::Applied)
+        } else {
+            let lease = leases.into_iter().next().expect("one");
+            let id = lease.id().0;
+            lease
+                .ack_with(|tx| effect(tx, id))
+                .map(|a| Got::Applied(vec![a]))
+        };
+        let what = format!(
+            "{} {keys:?} keys {:?}{}",
+            if batch { "ack_with_batch" } else { "ack_with" },
+            effect_keys.values().collect::<Vec<_>>(),
+            match fails_id {
+                Some(id) => format!(" (effect of job {id} fails)"),
+                None => String::new(),
+            }
+        );
+        self.settle(&what, &apply, got, crashed_before)?;
+        Ok(())
+    }
+
+    fn op_ack_next(&mut self, with_effect: bool) -> Result<(), String> {
+        let lease = self.take_lease();
+        let (id, token) = (lease.id().0, lease.token());
+        let key = self.effect_key(id);
+        let effect_fails = with_effect && self.src.chance(1, 10);
+        let now = self.now();
+        let apply = |m: &mut Model| m.ack_next(id, token, now, with_effect, effect_fails);
+        let crashed_before = self.disk.is_crashed();
+        let (got, next) = if with_effect {
+            let r = lease.ack_with_and_next(|tx| {
+                let mut t = tx.open_table(EFFECTS)?;
+                let n = t.get(key.as_str())?.map_or(0, |v| v.value());
+                t.insert(key.as_str(), n + 1)?;
+                if effect_fails {
+                    return Err("effect refused on purpose (after writing)".into());
+                }
+                Ok(())
+            });
+            match r {
+                Ok((a, next)) => (Ok(Got::Next(Some(a), next.as_ref().map(delivered))), next),
+                Err(e) => (Err(e), None),
+            }
+        } else {
+            match lease.ack_and_next() {
+                Ok(next) => (Ok(Got::Next(None, next.as_ref().map(delivered))), next),
+                Err(e) => (Err(e), None),
+            }
+        };
+        let what = format!(
+            "{} job {id} token {token}{}",
+            if with_effect {
+                format!("ack_with_and_next key {key}")
+            } else {
+                "ack_and_next".to_string()
+            },
+            if effect_fails { " (effect fails)" } else { "" }
+        );
+        if self.settle(&what, &apply, got, crashed_before)?.is_some()
+            && let Some(l) = next
+        {
+            self.hold(l);
+        }
+        Ok(())
+    }
+
+    fn reason(&mut self) -> String {
+        if self.src.chance(1, 30) {
+            // Longer than leaseq keeps, with multi-byte characters at the cut.
+            format!("{}{}", model::REASON_PREFIX, "é".repeat(3000))
+        } else {
+            format!("{}{}", model::REASON_PREFIX, self.step)
+        }
+    }
+
+    fn op_nack(&mut self) -> Result<(), String> {
+        let lease = self.take_lease();
+        let (id, token) = (lease.id().0, lease.token());
+        let backoff_ms = if self.src.chance(1, 30) {
+            model::DELAY_MAX_MS + 1
+        } else {
+            self.src.pick(&[0, 0, 1, 100, 2_000])
+        };
+        let reason = self.reason();
+        let now = self.now();
+        let apply = |m: &mut Model| m.nack(id, token, now, backoff_ms, &reason);
+        let crashed_before = self.disk.is_crashed();
+        let got = if backoff_ms == 0 && self.src.chance(1, 2) {
+            lease.nack(&reason)
+        } else {
+            lease.nack_after(&reason, Duration::from_millis(backoff_ms))
+        }
+        .map(Got::State);
+        let what = format!("nack job {id} token {token} backoff {backoff_ms}ms");
+        self.settle(&what, &apply, got, crashed_before)?;
+        Ok(())
+    }
+
+    fn op_fail(&mut self) -> Result<(), String> {
+        let lease = self.take_lease();
+        let (id, token) = (lease.id().0, lease.token());
+        let reason = self.reason();
+        let apply = |m: &mut Model| m.fail(id, token, &reason);
+        let crashed_before = self.disk.is_crashed();
+        let got = lease.fail(&reason).map(|()| Got::Unit);
+        let what = format!("fail job {id} token {token}");
+        self.settle(&what, &apply, got, crashed_before)?;
+        Ok(())
+    }
+
+    fn op_extend(&mut self) -> Result<(), String> {
+        let i = self.src.below(self.leases.len() as u64) as usize;
+        let by_ms = if self.src.chance(1, 30) {
+            self.src.pick(&[0, model::LEASE_MAX_MS + 1])
+        } else {
+            self.src.pick(&[1, 50, 1_000, 5_000])
+        };
+        let (id, token) = (self.leases[i].id().0, self.leases[i].token());
+        let now = self.now();
+        let apply = |m: &mut Model| m.extend(id, token, now, by_ms);
+        let crashed_before = self.disk.is_crashed();
+        let lease = &mut self.leases[i];
+        let got = lease
+            .extend(Duration::from_millis(by_ms))
+            .map(|()| Got::Deadline(lease.deadline_ms()));
+        let what = format!("extend job {id} token {token} by {by_ms}ms");
+        self.settle(&what, &apply, got, crashed_before)?;
+        Ok(())
+    }
+
+    fn op_requeue_dead(&mut self) -> Result<(), String> {
+        let dead: Vec<u64> = self
+            .model()
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == MState::Dead)
+            .map(|(&id, _)| id)
+            .collect();
+        let id = if !dead.is_empty() && self.src.chance(3, 4) {
+            dead[self.src.below(dead.len() as u64) as usize]
+        } else if !self.model().jobs.is_empty() && self.src.chance(1, 2) {
+            // A live job that is not dead: InvalidState.
+            let ids: Vec<u64> = self.model().jobs.keys().copied().collect();
+            ids[self.src.below(ids.len() as u64) as usize]
+        } else {
+            // Acked, or never handed out: JobNotFound.
+            let gone: Vec<u64> = self.model().gone.iter().copied().collect();
+            if gone.is_empty() || self.src.chance(1, 3) {
+                self.model().max_id + 1 + self.src.below(3)
+            } else {
+                gone[self.src.below(gone.len() as u64) as usize]
+            }
+        };
+        let now = self.now();
+        let apply = |m: &mut Model| m.requeue_dead(id, now);
+        let crashed_before = self.disk.is_crashed();
+        let got = self.q().requeue_dead(JobId(id)).map(|()| Got::Unit);
+        self.settle(
+            &format!("requeue_dead job {id}"),
+            &apply,
+            got,
+            crashed_before,
+        )?;
+        Ok(())
+    }
+
+    fn op_remove(&mut self) -> Result<(), String> {
+        let ids: Vec<u64> = self.model().jobs.keys().copied().collect();
+        let id = if !ids.is_empty() && self.src.chance(4, 5) {
+            ids[self.src.below(ids.len() as u64) as usize]
+        } else {
+            self.model().max_id + 1
+        };
+        let apply = |m: &mut Model| m.remove(id);
+        let crashed_before = self.disk.is_crashed();
+        let got = self.q().remove(JobId(id)).map(|()| Got::Unit);
+        self.settle(&format!("remove job {id}"), &apply, got, crashed_before)?;
+        Ok(())
+    }
+
+    fn op_clock(&mut self) {
+        if self.src.chance(1, 15) {
+            let back = self.src.pick(&[1, 100, 700]);
+            self.clock.set_ms(self.clock.now_ms() - back);
+            self.log(format!("clock back {back}ms"));
+        } else {
+            let by = self.src.pick(&[1, 10, 100, 500, 1_000, 1_000, 3_000]);
+            self.clock.advance(Duration::from_millis(by));
+            self.log(format!("clock +{by}ms"));
+        }
+    }
+
+    /// The disk lost power during the last step. Make a call or two more (each must fail, or
+    /// answer without promising a change), then reboot from the crash image.
+    fn after_crash(&mut self) -> Result<(), String> {
+        let extra = self.src.below(3);
+        for _ in 0..extra {
+            self.step += 1;
+            match self.src.below(3) {
+                0 => self.op_enqueue(1)?,
+                1 => self.op_dequeue(1)?,
+                _ => {
+                    if self.leases.is_empty() {
+                        self.op_enqueue(1)?;
+                    } else {
+                        self.op_ack_with(1, false)?;
+                    }
+                }
+            }
+        }
+        self.step += 1;
+        self.reboot(Reboot::Crash)
+    }
+
+    fn reboot(&mut self, kind: Reboot) -> Result<(), String> {
+        self.leases.clear();
+        let queue = self.queue.take().expect("queue open");
+        let image = match kind {
+            Reboot::Clean => {
+                drop(queue);
+                None
+            }
+            Reboot::CleanCopy => {
+                drop(queue);
+                Some(self.disk.live_image())
+            }
+            Reboot::Kill => {
+                let image = self.disk.live_image();
+                drop(queue); // its close writes to a disk no one reads again
+                Some(image)
+            }
+            Reboot::PowerCut => {
+                self.disk.crash_now();
+                drop(queue);
+                Some(self.disk.crash_image())
+            }
+            Reboot::Crash => {
+                drop(queue);
+                Some(self.disk.crash_image())
+            }
+        };
+        // A planned crash can also hit the close of a clean reboot.
+        let (kind, image) =
+            if matches!(kind, Reboot::Clean | Reboot::CleanCopy) && self.disk.is_crashed() {
+                self.log("  ^ the planned crash hit the close".to_string());
+                (Reboot::Crash, Some(self.disk.crash_image()))
+            } else {
+                (kind, image)
+            };
+        if kind == Reboot::Crash {
+            self.out.crashes += 1;
+        } else {
+            self.out.reopens += 1;
+        }
+        if let Some(image) = image {
+            let s = self.fresh_disk_seed();
+            self.disk = SimDisk::from_image(image, s);
+            self.crash_armed = false;
+        }
+        self.quick_repair = self.src.chance(1, 3);
+        // Sometimes power fails again during the recovery open.
+        let second = self.src.chance(1, 4);
+        if second {
+            let n = self.src.below(24);
+            self.disk.crash_after(n);
+            self.crash_armed = true;
+        }
+        self.log(format!(
+            "reboot {kind:?} (quick_repair={}{})",
+            self.quick_repair,
+            if second {
+                ", crash armed during open"
+            } else {
+                ""
+            }
+        ));
+        let mut two_opens = false;
+        let q = match self.open() {
+            Ok(q) => q,
+            Err(e) => {
+                if !self.disk.is_crashed() {
+                    return Err(format!("reopen after {kind:?} failed: {e}"));
+                }
+                self.log(format!(
+                    "  open -> Err {} (crash during recovery)",
+                    fmt_err(&e)
+                ));
+                self.out.crashes += 1;
+                self.out.crashes_in_recovery += 1;
+                two_opens = true;
+                let image = self.disk.crash_image();
+                let s = self.fresh_disk_seed();
+                self.disk = SimDisk::from_image(image, s);
+                self.crash_armed = false;
+                self.open().map_err(|e| {
+                    format!("reopen after a crash during the recovery open failed: {e}")
+                })?
+            }
+        };
+        if self.crash_armed && !self.disk.is_crashed() && self.src.chance(1, 2) {
+            self.disk.crash_after(u64::MAX); // disarm
+            self.crash_armed = false;
+        }
+        let rec = q.recovery();
+        self.log(format!(
+            "  open -> Ok (returned {}, dead-lettered {}, repaired {})",
+            rec.leases_returned, rec.leases_dead_lettered, rec.repaired
+        ));
+        let now = self.now();
+        // What the file may hold, in every world: the world; with the call the crash hit, if
+        // any; with Durability::None after anything but a clean close, the state after any
+        // prefix of the calls since the last durable point.
+        let clean = matches!(kind, Reboot::Clean | Reboot::CleanCopy);
+        let uncertain = self.uncertain.take();
+        if let Some((what, _)) = &uncertain {
+            self.out.uncertain_calls += 1;
+            self.log(format!("  uncertain: {what}"));
+        }
+        let mut sources: Vec<(&'static str, &World)> = Vec::new();
+        if let Some((_, ws)) = &uncertain {
+            sources.extend(ws.iter().map(|w| ("committed", w)));
+        }
+        sources.extend(self.worlds.iter().map(|w| ("as is", w)));
+        let mut candidates: Vec<(&'static str, Model)> = Vec::new();
+        for (label, w) in &sources {
+            candidates.push((label, w.m.clone()));
+            if self.none_mode && !clean {
+                for m in w.hist.iter().rev().skip(1) {
+                    candidates.push(("prefix", m.clone()));
+                }
+            }
+        }
+        let mut matched: Vec<(&'static str, World)> = Vec::new();
+        let mut diffs = Vec::new();
+        let mut seen: Vec<Model> = Vec::new();
+        for (label, cand) in candidates {
+            if seen.contains(&cand) {
+                continue;
+            }
+            seen.push(cand.clone());
+            let mut m = cand.clone();
+            let (returned, dead) = m.recover(now);
+            let mut d = Vec::new();
+            if !two_opens && (rec.leases_returned, rec.leases_dead_lettered) != (returned, dead) {
+                d.push(format!(
+                    "recovery returned {} and dead-lettered {} leases, the model expects \
+                     {returned} and {dead}",
+                    rec.leases_returned, rec.leases_dead_lettered
+                ));
+            }
+            if d.is_empty()
+                && let Err(more) = compare(&q, &mut m)
+            {
+                d.extend(more);
+            }
+            if d.is_empty() {
+                // The state found is on the new disk, durable; the recovery commit may not be.
+                let mut before = cand;
+                let named: Vec<u64> = m
+                    .jobs
+                    .keys()
+                    .copied()
+                    .filter(|id| *id > before.max_id && *id < model::PENDING_BASE)
+                    .collect();
+                if before.pending().len() == named.len() {
+                    before.assign_ids(&named);
+                }
+                matched.push((
+                    label,
+                    World {
+                        hist: vec![before, m.clone()],
+                        m,
+                    },
+                ));
+            } else if diffs.len() < 3 {
+                diffs.push(format!("[{label}] {}", d.join("; ")));
+            }
+        }
+        if matched.is_empty() {
+            return Err(format!(
+                "after reboot {kind:?}, the queue matches no outcome the calls allow: {}",
+                diffs.join(" | ")
+            ));
+        }
+        let labels: Vec<&str> = matched.iter().map(|(l, _)| *l).collect();
+        if labels.iter().all(|l| *l == "committed") {
+            self.out.uncertain_committed += 1;
+        }
+        if labels.iter().all(|l| *l == "prefix") {
+            self.out.non_durable_lost += 1;
+        }
+        if matched.len() > 1 {
+            self.out.ambiguous_reopens += 1;
+        }
+        self.out.worlds_max = self.out.worlds_max.max(matched.len() as u64);
+        self.log(format!("  the file holds: {labels:?}"));
+        self.worlds = matched.into_iter().map(|(_, w)| w).collect();
+        self.queue = Some(q);
+        Ok(())
+    }
+}
+
+/// Reads the caller's effect table.
+fn read_effects(q: &Queue) -> Result<BTreeMap<String, u64>, String> {
+    let rtx = q
+        .database()
+        .begin_read()
+        .map_err(|e| format!("begin_read: {e}"))?;
+    let table = match rtx.open_table(EFFECTS) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(BTreeMap::new()),
+        Err(e) => return Err(format!("open effects table: {e}")),
+    };
+    let mut out = BTreeMap::new();
+    for row in table.iter().map_err(|e| format!("effects iter: {e}"))? {
+        let (k, v) = row.map_err(|e| format!("effects row: {e}"))?;
+        out.insert(k.value().to_string(), v.value());
+    }
+    Ok(out)
+}
+
+/// One job as the queue shows it against the model; the differences, named by the contract
+/// they break.
+fn compare_job(id: u64, got: &JobInfo, want: &MJob) -> Vec<String> {
+    let mut d = Vec::new();
+    let mut diff = |what: &str, g: String, w: String| {
+        if g != w {
+            d.push(format!("job {id}: {what} is {g}, expected {w}"));
+        }
+    };
+    if got.attempts < want.attempts {
+        diff(
+            "ATTEMPTS LOST: attempts",
+            got.attempts.to_string(),
+            want.attempts.to_string(),
+        );
+    } else if got.attempts > want.attempts {
+        diff(
+            "ATTEMPTS DOUBLE-COUNTED: attempts",
+            got.attempts.to_string(),
+            want.attempts.to_string(),
+        );
+    }
+    diff(
+        "state",
+        format!("{:?}", got.state),
+        format!("{:?}", want.state.public()),
+    );
+    diff(
+        "max_attempts",
+        got.max_attempts.to_string(),
+        want.max_attempts.to_string(),
+    );
+    diff(
+        "priority",
+        got.priority.to_string(),
+        want.priority.to_string(),
+    );
+    diff(
+        "created_ms",
+        got.created_ms.to_string(),
+        want.created_ms.to_string(),
+    );
+    diff(
+        "payload_bytes",
+        got.payload_bytes.to_string(),
+        want.payload.len().to_string(),
+    );
+    diff(
+        "idempotency_key",
+        format!("{:?}", got.idempotency_key),
+        format!("{:?}", want.idem.as_ref().map(|k| k.as_bytes().to_vec())),
+    );
+    diff(
+        "dedup_key",
+        format!("{:?}", got.dedup_key),
+        format!("{:?}", want.dedup.as_ref().map(|k| k.as_bytes().to_vec())),
+    );
+    if matches!(want.state, MState::Ready | MState::Scheduled) {
+        diff(
+            "run_at_ms",
+            got.run_at_ms.to_string(),
+            want.run_at_ms.to_string(),
+        );
+    }
+    let (tok, dl) = match want.state {
+        MState::Leased { token, deadline_ms } => (Some(token), Some(deadline_ms)),
+        _ => (None, None),
+    };
+    diff(
+        "lease_token",
+        format!("{:?}", got.lease_token),
+        format!("{tok:?}"),
+    );
+    diff(
+        "lease_deadline_ms",
+        format!("{:?}", got.lease_deadline_ms),
+        format!("{dl:?}"),
+    );
+    let last_ok = match (&want.last_error, &got.last_error) {
+        (LastErr::None, None) => true,
+        (LastErr::Reason(w), Some(g)) => w == g,
+        (LastErr::Expired | LastErr::Abandoned, Some(g)) => !g.starts_with(model::REASON_PREFIX),
+        _ => false,
+    };
+    if !last_ok {
+        let g = got
+            .last_error
+            .as_ref()
+            .map(|s| s.chars().take(40).collect::<String>());
+        d.push(format!(
+            "job {id}: last_error is {g:?}, expected {:?}",
+            match &want.last_error {
+                LastErr::Reason(r) => LastErr::Reason(r.chars().take(40).collect()),
+                other => other.clone(),
+            }
+        ));
+    }
+    d
+}
+
+/// Compares the whole queue with the model: `check()`, every job ever enqueued (by id), the
+/// stats, the applied-ids markers of every idempotency key, and the effect table. A pending job
+/// (an enqueue the crash hit, id never returned) is looked for above the largest known id and
+/// named in the model when found. Returns the differences (at most 12).
+pub fn compare(q: &Queue, m: &mut Model) -> Result<(), Vec<String>> {
+    let mut d: Vec<String> = Vec::new();
+    let fail = |what: String| vec![what];
+    match q.check() {
+        Ok(v) if v.is_empty() => {}
+        Ok(v) => d.push(format!(
+            "CHECK: check() reports {} violations: {}",
+            v.len(),
+            v.iter()
+                .take(5)
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        Err(e) => return Err(fail(format!("check() failed: {e}"))),
+    }
+    let stats = q
+        .stats()
+        .map_err(|e| fail(format!("stats() failed: {e}")))?;
+    let pending = m.pending();
+    if !pending.is_empty() {
+        // Enqueues the crash hit whose jobs are there: find them above every id handed out
+        // (ids are reserved in blocks, so a reopen may skip some), in order.
+        if stats.total != m.jobs.len() as u64 {
+            return Err(fail(format!(
+                "the queue holds {} jobs, not {} (the model with the uncertain enqueue)",
+                stats.total,
+                m.jobs.len()
+            )));
+        }
+        let mut found = Vec::new();
+        let mut id = m.max_id + 1;
+        while found.len() < pending.len() && id < m.max_id + 8192 {
+            match q.job(JobId(id)) {
+                Ok(Some(_)) => found.push(id),
+                Ok(None) => {}
+                Err(e) => return Err(fail(format!("job({id}) failed: {e}"))),
+            }
+            id += 1;
+        }
+        if found.len() < pending.len() {
+            return Err(fail(format!(
+                "the uncertain enqueue's {} jobs are counted but only {} found by id",
+                pending.len(),
+                found.len()
+            )));
+        }
+        m.assign_ids(&found);
+    }
+    m.self_check();
+    for (&id, want) in &m.jobs {
+        match q.job(JobId(id)) {
+            Ok(Some(got)) => d.extend(compare_job(id, &got, want)),
+            Ok(None) => d.push(format!(
+                "LOST JOB: job {id} ({:?}, attempts {}) whose enqueue returned Ok is gone",
+                want.state.public(),
+                want.attempts
+            )),
+            Err(e) => return Err(fail(format!("job({id}) failed: {e}"))),
+        }
+        if d.len() >= 12 {
+            return Err(d);
+        }
+    }
+    if stats.total != m.jobs.len() as u64 {
+        // Some job the model does not hold is there: name it.
+        for id in 1..=m.max_id + 1 {
+            if m.jobs.contains_key(&id) {
+                continue;
+            }
+            match q.job(JobId(id)) {
+                Ok(Some(g)) if m.gone.contains(&id) => d.push(format!(
+                    "ACKED JOB CAME BACK: job {id}, acked with Ok, is {:?} (attempts {})",
+                    g.state, g.attempts
+                )),
+                Ok(Some(g)) => d.push(format!(
+                    "UNKNOWN JOB: job {id} ({:?}) was never enqueued with Ok",
+                    g.state
+                )),
+                Ok(None) => {}
+                Err(e) => return Err(fail(format!("job({id}) failed: {e}"))),
+            }
+        }
+    }
+    let (total, scheduled, ready, leased, dead) = m.counts();
+    let want = (
+        total,
+        scheduled,
+        ready,
+        leased,
+        dead,
+        m.applied.len() as u64,
+    );
+    let got = (
+        stats.total,
+        stats.scheduled,
+        stats.ready,
+        stats.leased,
+        stats.dead,
+        stats.applied,
+    );
+    if got != want {
+        d.push(format!(
+            "stats (total, scheduled, ready, leased, dead, applied) are {got:?}, expected {want:?}"
+        ));
+    }
+    let effects = read_effects(q).map_err(fail)?;
+    for (k, &n) in &effects {
+        if n > 1 {
+            d.push(format!(
+                "EFFECT APPLIED TWICE: effect {k} applied {n} times"
+            ));
+        }
+    }
+    if effects != m.effects {
+        d.push(format!(
+            "EFFECTS: the effect table is {effects:?}, expected {:?}",
+            m.effects
+        ));
+    }
+    for i in 0..IDEM_KEYS {
+        let k = format!("k{i}");
+        let got = q
+            .is_applied(&k)
+            .map_err(|e| fail(format!("is_applied failed: {e}")))?;
+        let want = m.applied.contains(&k);
+        if got != want {
+            d.push(format!(
+                "MARKER: is_applied({k}) is {got}, expected {want} (effect count {:?})",
+                effects.get(&k)
+            ));
+        }
+        if got != effects.contains_key(&k) {
+            d.push(format!(
+                "MARKER WITHOUT EFFECT (or effect without marker): key {k}, marker {got}, effect {:?}",
+                effects.get(&k)
+            ));
+        }
+    }
+    if d.is_empty() {
+        Ok(())
+    } else {
+        d.truncate(12);
+        Err(d)
+    }
+}

@@ -1,0 +1,647 @@
+//! The reference model: what leaseq's public contract says the queue holds after every call
+//! that returned `Ok`, as a pure, deterministic state machine (DESIGN §1, §2).
+//!
+//! It mirrors the documented semantics only: states and their transitions, attempts counted per
+//! delivery, dead-lettering at `max_attempts`, priority order (lower first, then in the order jobs
+//! became ready: enqueued, found due by a dequeue, or given back), dedup keys owned by one live
+//! job, applied-ids markers and the caller's effect table. Job ids and lease tokens are not predicted: they are taken from the
+//! queue's answers and only checked to be fresh (larger than every one seen before).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use leaseq::{Applied, JobState};
+
+pub const DELAY_MAX_MS: u64 = leaseq::DELAY_MAX.as_millis() as u64;
+pub const LEASE_MAX_MS: u64 = leaseq::LEASE_MAX.as_millis() as u64;
+pub const BATCH_MAX: usize = leaseq::BATCH_MAX;
+pub const KEY_BYTES_MAX: usize = leaseq::KEY_BYTES_MAX;
+/// leaseq keeps at most this many bytes of a reason (cut at a char boundary).
+pub const REASON_BYTES_MAX: usize = 4096;
+/// Placeholder ids of jobs whose ids are not known yet: the model adds a job under
+/// `PENDING_BASE + n` at enqueue, and names it when the answer (or, for an enqueue the crash
+/// hit, the reopened queue) gives its id. They sort after every real id, in enqueue order, as
+/// the real ids will.
+pub const PENDING_BASE: u64 = u64::MAX - 4096;
+/// Every reason the workload passes to `nack`/`fail` starts with this, so leaseq's own reasons
+/// ("lease expired", ...) can be told apart.
+pub const REASON_PREFIX: &str = "why:";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MState {
+    Scheduled,
+    Ready,
+    Leased { token: u64, deadline_ms: u64 },
+    Dead,
+}
+
+impl MState {
+    pub fn public(&self) -> JobState {
+        match self {
+            MState::Scheduled => JobState::Scheduled,
+            MState::Ready => JobState::Ready,
+            MState::Leased { .. } => JobState::Leased,
+            MState::Dead => JobState::Dead,
+        }
+    }
+}
+
+/// The last error a job records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LastErr {
+    None,
+    /// A reason the workload gave (already truncated as leaseq keeps it).
+    Reason(String),
+    /// leaseq's own reason for a lease that expired and was reclaimed by a dequeue.
+    Expired,
+    /// leaseq's own reason for a lease returned by a reopen.
+    Abandoned,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MJob {
+    pub payload: Vec<u8>,
+    pub priority: i32,
+    pub max_attempts: u32,
+    pub lease_ms: Option<u64>,
+    pub idem: Option<String>,
+    pub dedup: Option<String>,
+    pub created_ms: u64,
+    pub attempts: u32,
+    /// Scheduled: due time. Ready: when it became available.
+    pub run_at_ms: u64,
+    /// Ready: its place in line within its priority (the model's own counter).
+    pub seq: u64,
+    pub state: MState,
+    pub last_error: LastErr,
+}
+
+impl MJob {
+    /// The key of this job's effect in the caller's table and in the applied-ids markers: its
+    /// idempotency key, or its id when it has none (leaseq's default).
+    pub fn effect_key(&self, id: u64) -> String {
+        match &self.idem {
+            Some(k) => k.clone(),
+            None => format!("#{id}"),
+        }
+    }
+}
+
+/// One enqueue as the workload asks for it (possibly invalid on purpose).
+#[derive(Debug, Clone, Default)]
+pub struct EnqSpec {
+    pub payload: Vec<u8>,
+    pub idem: Option<String>,
+    pub dedup: Option<String>,
+    pub priority: i32,
+    pub delay_ms: Option<u64>,
+    pub max_attempts: Option<u32>,
+    pub lease_ms: Option<u64>,
+}
+
+/// The kinds of error the model predicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EKind {
+    LeaseLost,
+    InvalidOption,
+    KeyTooLong,
+    JobNotFound,
+    InvalidState,
+    Effect,
+}
+
+/// One predicted enqueue result; ids at or above [`PENDING_BASE`] are placeholders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MEnq {
+    New(u64),
+    Duplicate(u64),
+}
+
+/// What a dequeue is predicted to hand out (the token is not predicted).
+#[derive(Clone, PartialEq, Eq)]
+pub struct DeqPred {
+    pub id: u64,
+    pub attempt: u32,
+    pub deadline_ms: u64,
+    pub payload: Vec<u8>,
+}
+
+impl std::fmt::Debug for DeqPred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "job {} attempt {} deadline_ms {} ({}B, tag {:?})",
+            self.id,
+            self.attempt,
+            self.deadline_ms,
+            self.payload.len(),
+            self.payload.get(..8.min(self.payload.len()))
+        )
+    }
+}
+
+/// A predicted result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MRes {
+    /// `enqueue` (one entry) or `enqueue_batch`.
+    Enq(Vec<MEnq>),
+    /// `dequeue` (at most one entry) or `dequeue_batch`.
+    Deq(Vec<DeqPred>),
+    Unit,
+    /// `ack_with` (one entry) or `ack_with_batch`.
+    Applied(Vec<Applied>),
+    /// `ack_and_next` (no `Applied`) or `ack_with_and_next`.
+    Next(Option<Applied>, Option<DeqPred>),
+    State(JobState),
+    Deadline(u64),
+    Err(EKind),
+}
+
+impl MRes {
+    /// Whether a call with this answer changed the queue.
+    pub fn changes(&self) -> bool {
+        match self {
+            MRes::Enq(v) => v.iter().any(|e| matches!(e, MEnq::New(_))),
+            MRes::Deq(v) => !v.is_empty(),
+            MRes::Err(_) => false,
+            _ => true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Model {
+    /// The queue's default lease and max attempts (builder settings).
+    pub lease_ms: u64,
+    pub max_attempts: u32,
+    pub jobs: BTreeMap<u64, MJob>,
+    /// Jobs acked (`ack`, `ack_with`) or removed (`remove`) with `Ok`, or found so after a
+    /// crash: they must never come back.
+    pub gone: BTreeSet<u64>,
+    pub dedup: BTreeMap<String, u64>,
+    /// Effect keys whose applied-ids marker exists.
+    pub applied: BTreeSet<String>,
+    /// The caller's effect table: effect key -> times applied.
+    pub effects: BTreeMap<String, u64>,
+    /// The largest job id and lease token the queue has handed out so far.
+    pub max_id: u64,
+    pub max_token: u64,
+    /// The next place in the ready line.
+    pub next_seq: u64,
+}
+
+pub fn truncate_reason(reason: &str) -> String {
+    if reason.len() <= REASON_BYTES_MAX {
+        return reason.to_string();
+    }
+    let mut end = REASON_BYTES_MAX;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    reason[..end].to_string()
+}
+
+impl Model {
+    pub fn new(lease_ms: u64, max_attempts: u32) -> Model {
+        Model {
+            lease_ms,
+            max_attempts,
+            jobs: BTreeMap::new(),
+            gone: BTreeSet::new(),
+            dedup: BTreeMap::new(),
+            applied: BTreeSet::new(),
+            effects: BTreeMap::new(),
+            max_id: 0,
+            max_token: 0,
+            next_seq: 1,
+        }
+    }
+
+    /// Makes a job ready: it goes behind every job already ready.
+    fn make_ready(&mut self, id: u64) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let job = self.jobs.get_mut(&id).expect("job made ready");
+        job.seq = seq;
+        job.state = MState::Ready;
+    }
+
+    fn leased(&self, id: u64, token: u64) -> Result<(), EKind> {
+        match self.jobs.get(&id).map(|j| &j.state) {
+            Some(MState::Leased { token: t, .. }) if *t == token => Ok(()),
+            _ => Err(EKind::LeaseLost),
+        }
+    }
+
+    /// A job leaves the queue (ack): its dedup key is released if it still owns it.
+    fn delete(&mut self, id: u64) {
+        let job = self.jobs.remove(&id).expect("deleting a live job");
+        if let Some(k) = &job.dedup
+            && self.dedup.get(k) == Some(&id)
+        {
+            self.dedup.remove(k);
+        }
+        self.gone.insert(id);
+    }
+
+    /// Ends a delivery that did not ack (nack, expiry, reopen).
+    fn end_attempt(&mut self, id: u64, err: LastErr, now_ms: u64, requeue_at_ms: u64) -> JobState {
+        let job = self.jobs.get_mut(&id).expect("ending a live job's attempt");
+        debug_assert!(matches!(job.state, MState::Leased { .. }));
+        job.last_error = err;
+        if job.attempts >= job.max_attempts {
+            job.state = MState::Dead;
+        } else {
+            job.run_at_ms = requeue_at_ms;
+            if requeue_at_ms > now_ms {
+                job.state = MState::Scheduled;
+            } else {
+                self.make_ready(id);
+            }
+        }
+        self.jobs[&id].state.public()
+    }
+
+    fn validate(&self, spec: &EnqSpec) -> Result<(), EKind> {
+        for key in [&spec.idem, &spec.dedup].into_iter().flatten() {
+            if key.len() > KEY_BYTES_MAX {
+                return Err(EKind::KeyTooLong);
+            }
+            if key.is_empty() {
+                return Err(EKind::InvalidOption);
+            }
+        }
+        let max_attempts = spec.max_attempts.unwrap_or(self.max_attempts);
+        if max_attempts == 0
+            || spec.lease_ms.is_some_and(|l| l == 0 || l > LEASE_MAX_MS)
+            || spec.delay_ms.is_some_and(|d| d > DELAY_MAX_MS)
+        {
+            return Err(EKind::InvalidOption);
+        }
+        Ok(())
+    }
+
+    /// `enqueue` is a batch of one. All or nothing: the first invalid job refuses the batch.
+    /// A dedup key held by a live job or an earlier job of the batch gives `Duplicate`.
+    pub fn enqueue(&mut self, now_ms: u64, specs: &[EnqSpec]) -> MRes {
+        if specs.is_empty() || specs.len() > BATCH_MAX {
+            return MRes::Err(EKind::InvalidOption);
+        }
+        for spec in specs {
+            if let Err(e) = self.validate(spec) {
+                return MRes::Err(e);
+            }
+        }
+        let mut out = Vec::new();
+        for spec in specs {
+            if let Some(k) = &spec.dedup
+                && let Some(&owner) = self.dedup.get(k)
+            {
+                out.push(MEnq::Duplicate(owner));
+                continue;
+            }
+            let delay_ms = spec.delay_ms.unwrap_or(0);
+            let job = MJob {
+                payload: spec.payload.clone(),
+                priority: spec.priority,
+                max_attempts: spec.max_attempts.unwrap_or(self.max_attempts),
+                lease_ms: spec.lease_ms,
+                idem: spec.idem.clone(),
+                dedup: spec.dedup.clone(),
+                created_ms: now_ms,
+                attempts: 0,
+                run_at_ms: now_ms + delay_ms,
+                seq: 0,
+                state: MState::Scheduled,
+                last_error: LastErr::None,
+            };
+            let id = PENDING_BASE + self.pending().len() as u64;
+            if let Some(k) = &spec.dedup {
+                self.dedup.insert(k.clone(), id);
+            }
+            self.jobs.insert(id, job);
+            if delay_ms == 0 {
+                self.make_ready(id);
+            }
+            out.push(MEnq::New(id));
+        }
+        MRes::Enq(out)
+    }
+
+    /// The placeholder ids, in enqueue order.
+    pub fn pending(&self) -> Vec<u64> {
+        self.jobs.range(PENDING_BASE..).map(|(&id, _)| id).collect()
+    }
+
+    /// Names the pending jobs, in enqueue order, with their real ids.
+    pub fn assign_ids(&mut self, ids: &[u64]) {
+        let pending = self.pending();
+        assert_eq!(pending.len(), ids.len(), "model: naming pending jobs");
+        for (&p, &id) in pending.iter().zip(ids) {
+            let job = self.jobs.remove(&p).expect("pending job");
+            if let Some(k) = &job.dedup
+                && self.dedup.get(k) == Some(&p)
+            {
+                self.dedup.insert(k.clone(), id);
+            }
+            assert!(self.jobs.insert(id, job).is_none(), "model: id {id} reused");
+            self.max_id = self.max_id.max(id);
+        }
+    }
+
+    /// Whether a dequeue at `now_ms` finds anything to do (ready jobs, due delays, expired
+    /// leases).
+    pub fn has_work(&self, now_ms: u64) -> bool {
+        self.jobs.values().any(|j| match j.state {
+            MState::Ready => true,
+            MState::Scheduled => j.run_at_ms <= now_ms,
+            MState::Leased { deadline_ms, .. } => deadline_ms <= now_ms,
+            MState::Dead => false,
+        })
+    }
+
+    /// Promotes due scheduled jobs, then reclaims expired leases (the sweep of every dequeue).
+    fn sweep(&mut self, now_ms: u64) {
+        let mut due: Vec<(u64, u64)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == MState::Scheduled && j.run_at_ms <= now_ms)
+            .map(|(&id, j)| (j.run_at_ms, id))
+            .collect();
+        due.sort_unstable();
+        assert!(due.len() <= 256, "model: workload exceeds the sweep bound");
+        for (_, id) in due {
+            self.make_ready(id);
+        }
+        let mut expired: Vec<(u64, u64)> = self
+            .jobs
+            .iter()
+            .filter_map(|(&id, j)| match j.state {
+                MState::Leased { deadline_ms, .. } if deadline_ms <= now_ms => {
+                    Some((deadline_ms, id))
+                }
+                _ => None,
+            })
+            .collect();
+        expired.sort_unstable();
+        assert!(
+            expired.len() <= 256,
+            "model: workload exceeds the sweep bound"
+        );
+        for (_, id) in expired {
+            self.end_attempt(id, LastErr::Expired, now_ms, now_ms);
+        }
+    }
+
+    /// The job a dequeue takes next: lowest priority value, then first to become ready.
+    fn first_ready(&self) -> Option<u64> {
+        self.jobs
+            .iter()
+            .filter(|(_, j)| j.state == MState::Ready)
+            .min_by_key(|&(&id, j)| (j.priority, j.seq, id))
+            .map(|(&id, _)| id)
+    }
+
+    /// `dequeue` (`max` 1) or `dequeue_batch`: sweeps, then leases up to `max` ready jobs in
+    /// queue order. Leased jobs get token 0 until [`Model::set_token`] names it.
+    pub fn dequeue(&mut self, now_ms: u64, max: usize) -> MRes {
+        if max == 0 || max > BATCH_MAX {
+            return MRes::Err(EKind::InvalidOption);
+        }
+        MRes::Deq(self.dequeue_inner(now_ms, max))
+    }
+
+    fn dequeue_inner(&mut self, now_ms: u64, max: usize) -> Vec<DeqPred> {
+        let mut out = Vec::new();
+        if !self.has_work(now_ms) {
+            return out;
+        }
+        self.sweep(now_ms);
+        while out.len() < max {
+            let Some(id) = self.first_ready() else {
+                break;
+            };
+            let default_lease = self.lease_ms;
+            let job = self.jobs.get_mut(&id).expect("ready job");
+            job.attempts += 1;
+            let deadline_ms = now_ms.saturating_add(job.lease_ms.unwrap_or(default_lease));
+            job.state = MState::Leased {
+                token: 0,
+                deadline_ms,
+            };
+            out.push(DeqPred {
+                id,
+                attempt: job.attempts,
+                deadline_ms,
+                payload: job.payload.clone(),
+            });
+        }
+        out
+    }
+
+    pub fn set_token(&mut self, id: u64, token: u64) {
+        let job = self
+            .jobs
+            .get_mut(&id)
+            .expect("model: naming the token of a live job");
+        match &mut job.state {
+            MState::Leased { token: t, .. } => *t = token,
+            other => panic!("model: token for a job in state {other:?}"),
+        }
+        self.max_token = self.max_token.max(token);
+    }
+
+    /// `ack` (one lease) or `ack_batch`: every token current, or `LeaseLost` and no change.
+    pub fn ack(&mut self, leases: &[(u64, u64)]) -> MRes {
+        if leases.is_empty() || leases.len() > BATCH_MAX {
+            return MRes::Err(EKind::InvalidOption);
+        }
+        for &(id, token) in leases {
+            if let Err(e) = self.leased(id, token) {
+                return MRes::Err(e);
+            }
+        }
+        for &(id, _) in leases {
+            self.delete(id);
+        }
+        MRes::Unit
+    }
+
+    /// `ack_with` (one lease) or `ack_with_batch`, whose closure increments each job's effect
+    /// key; the closure of the lease at `fails_at` fails after writing (the whole call then
+    /// fails and changes nothing). A key applied before, or by an earlier lease of the batch,
+    /// acks without running the closure.
+    pub fn ack_with(&mut self, leases: &[(u64, u64)], fails_at: Option<usize>) -> MRes {
+        if leases.is_empty() || leases.len() > BATCH_MAX {
+            return MRes::Err(EKind::InvalidOption);
+        }
+        for &(id, token) in leases {
+            if let Err(e) = self.leased(id, token) {
+                return MRes::Err(e);
+            }
+        }
+        let before = self.clone();
+        let mut out = Vec::new();
+        for (i, &(id, _)) in leases.iter().enumerate() {
+            let key = self.jobs[&id].effect_key(id);
+            if self.applied.contains(&key) {
+                out.push(Applied::AlreadyApplied);
+            } else {
+                if fails_at == Some(i) {
+                    *self = before;
+                    return MRes::Err(EKind::Effect);
+                }
+                *self.effects.entry(key.clone()).or_insert(0) += 1;
+                self.applied.insert(key);
+                out.push(Applied::Now);
+            }
+            self.delete(id);
+        }
+        MRes::Applied(out)
+    }
+
+    /// `ack_and_next` (`with_effect` false) or `ack_with_and_next`: the ack, then a dequeue of
+    /// one, in one commit; nothing if the ack is refused.
+    pub fn ack_next(
+        &mut self,
+        id: u64,
+        token: u64,
+        now_ms: u64,
+        with_effect: bool,
+        effect_fails: bool,
+    ) -> MRes {
+        let applied = if with_effect {
+            match self.ack_with(&[(id, token)], effect_fails.then_some(0)) {
+                MRes::Applied(a) => Some(a[0]),
+                err => return err,
+            }
+        } else {
+            match self.ack(&[(id, token)]) {
+                MRes::Unit => None,
+                err => return err,
+            }
+        };
+        MRes::Next(applied, self.dequeue_inner(now_ms, 1).pop())
+    }
+
+    pub fn nack(
+        &mut self,
+        id: u64,
+        token: u64,
+        now_ms: u64,
+        backoff_ms: u64,
+        reason: &str,
+    ) -> MRes {
+        if backoff_ms > DELAY_MAX_MS {
+            return MRes::Err(EKind::InvalidOption);
+        }
+        if let Err(e) = self.leased(id, token) {
+            return MRes::Err(e);
+        }
+        let at = now_ms + backoff_ms;
+        MRes::State(self.end_attempt(id, LastErr::Reason(truncate_reason(reason)), now_ms, at))
+    }
+
+    pub fn fail(&mut self, id: u64, token: u64, reason: &str) -> MRes {
+        if let Err(e) = self.leased(id, token) {
+            return MRes::Err(e);
+        }
+        let job = self.jobs.get_mut(&id).expect("leased job");
+        job.last_error = LastErr::Reason(truncate_reason(reason));
+        job.state = MState::Dead;
+        MRes::Unit
+    }
+
+    pub fn extend(&mut self, id: u64, token: u64, now_ms: u64, by_ms: u64) -> MRes {
+        if by_ms == 0 || by_ms > LEASE_MAX_MS {
+            return MRes::Err(EKind::InvalidOption);
+        }
+        if let Err(e) = self.leased(id, token) {
+            return MRes::Err(e);
+        }
+        let deadline_ms = now_ms.saturating_add(by_ms);
+        self.jobs.get_mut(&id).expect("leased job").state = MState::Leased { token, deadline_ms };
+        MRes::Deadline(deadline_ms)
+    }
+
+    pub fn requeue_dead(&mut self, id: u64, now_ms: u64) -> MRes {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return MRes::Err(EKind::JobNotFound);
+        };
+        if job.state != MState::Dead {
+            return MRes::Err(EKind::InvalidState);
+        }
+        job.attempts = 0;
+        job.run_at_ms = now_ms;
+        self.make_ready(id);
+        MRes::Unit
+    }
+
+    /// `Queue::remove`: deletes a job that is not leased, releasing its dedup key.
+    pub fn remove(&mut self, id: u64) -> MRes {
+        match self.jobs.get(&id).map(|j| &j.state) {
+            None => MRes::Err(EKind::JobNotFound),
+            Some(MState::Leased { .. }) => MRes::Err(EKind::InvalidState),
+            Some(_) => {
+                self.delete(id);
+                MRes::Unit
+            }
+        }
+    }
+
+    /// What an open does before handing the queue out: every lease goes back to ready, or to
+    /// dead when out of attempts, attempts unchanged. Returns (returned, dead-lettered).
+    pub fn recover(&mut self, now_ms: u64) -> (u64, u64) {
+        let mut leased: Vec<(u64, u64)> = self
+            .jobs
+            .iter()
+            .filter_map(|(&id, j)| match j.state {
+                MState::Leased { deadline_ms, .. } => Some((deadline_ms, id)),
+                _ => None,
+            })
+            .collect();
+        leased.sort_unstable();
+        let (mut returned, mut dead) = (0, 0);
+        for (_, id) in leased {
+            match self.end_attempt(id, LastErr::Abandoned, now_ms, now_ms) {
+                JobState::Dead => dead += 1,
+                _ => returned += 1,
+            }
+        }
+        (returned, dead)
+    }
+
+    /// Counts per state: (total, scheduled, ready, leased, dead).
+    pub fn counts(&self) -> (u64, u64, u64, u64, u64) {
+        let mut c = (self.jobs.len() as u64, 0, 0, 0, 0);
+        for j in self.jobs.values() {
+            match j.state {
+                MState::Scheduled => c.1 += 1,
+                MState::Ready => c.2 += 1,
+                MState::Leased { .. } => c.3 += 1,
+                MState::Dead => c.4 += 1,
+            }
+        }
+        c
+    }
+
+    /// The model's own invariants; a failure here is a bug in the model, not in leaseq.
+    pub fn self_check(&self) {
+        for (k, &n) in &self.effects {
+            assert_eq!(n, 1, "model: effect {k} applied {n} times");
+            assert!(self.applied.contains(k), "model: effect {k} without marker");
+        }
+        for (k, owner) in &self.dedup {
+            let job = self.jobs.get(owner).expect("model: dedup owner is live");
+            assert_eq!(job.dedup.as_deref(), Some(k.as_str()));
+        }
+        for j in self.jobs.values() {
+            assert!(j.attempts <= j.max_attempts, "model: attempts above max");
+            if matches!(j.state, MState::Ready | MState::Scheduled) {
+                assert!(
+                    j.attempts < j.max_attempts,
+                    "model: runnable without attempts"
+                );
+            }
+        }
+    }
+}
