@@ -203,7 +203,8 @@ pub enum Durability {
     Immediate,
     /// Calls return before their commit is durable (redb `Durability::None`). A crash or
     /// power loss may lose every call since the last durable commit: enqueues that returned
-    /// `Ok`, acks, leases. leaseq makes every 256th commit durable, and
+    /// `Ok`, acks, leases; the job ids and lease tokens those calls returned may then be
+    /// handed out again. leaseq makes every 256th commit durable, and
     /// [`Queue::flush`](crate::Queue::flush) makes everything so far durable.
     None,
 }
