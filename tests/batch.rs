@@ -7,33 +7,8 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{Fixture, LEASE, assert_consistent};
+use common::{Fixture, LEASE, assert_consistent, bump, effects};
 use leaseq::{Applied, EnqueueOptions, Enqueued, Error, JobState, Queue};
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
-
-const EFFECTS: TableDefinition<u64, u64> = TableDefinition::new("effects");
-
-fn effects(q: &Queue) -> HashMap<u64, u64> {
-    let rtx = q.database().begin_read().unwrap();
-    match rtx.open_table(EFFECTS) {
-        Ok(t) => t
-            .iter()
-            .unwrap()
-            .map(|e| {
-                let (k, v) = e.unwrap();
-                (k.value(), v.value())
-            })
-            .collect(),
-        Err(_) => HashMap::new(),
-    }
-}
-
-fn bump(tx: &redb::WriteTransaction, key: u64) -> Result<(), leaseq::BoxError> {
-    let mut t = tx.open_table(EFFECTS)?;
-    let n = t.get(key)?.map_or(0, |v| v.value());
-    t.insert(key, n + 1)?;
-    Ok(())
-}
 
 fn payloads(n: usize) -> Vec<Vec<u8>> {
     (0..n).map(|i| format!("job-{i}").into_bytes()).collect()

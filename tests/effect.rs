@@ -7,34 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::{Fixture, LEASE, assert_consistent};
+use common::{EFFECTS, Fixture, LEASE, assert_consistent, bump, effects};
 use leaseq::{Applied, EnqueueOptions, Error, JobState, Queue};
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
-
-const EFFECTS: TableDefinition<u64, u64> = TableDefinition::new("effects");
-
-fn effects(q: &Queue) -> HashMap<u64, u64> {
-    let rtx = q.database().begin_read().unwrap();
-    match rtx.open_table(EFFECTS) {
-        Ok(t) => t
-            .iter()
-            .unwrap()
-            .map(|e| {
-                let (k, v) = e.unwrap();
-                (k.value(), v.value())
-            })
-            .collect(),
-        Err(redb::TableError::TableDoesNotExist(_)) => HashMap::new(),
-        Err(e) => panic!("{e}"),
-    }
-}
-
-fn bump(tx: &redb::WriteTransaction, key: u64) -> Result<(), leaseq::BoxError> {
-    let mut t = tx.open_table(EFFECTS)?;
-    let n = t.get(key)?.map_or(0, |v| v.value());
-    t.insert(key, n + 1)?;
-    Ok(())
-}
+use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
 
 #[test]
 fn failing_effect_writes_nothing_and_the_job_is_redelivered() {

@@ -154,3 +154,33 @@ impl ChildProc {
         rest
     }
 }
+
+/// The caller's effect table of the effect tests: key -> times the effect was applied.
+pub const EFFECTS: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("effects");
+
+/// Every effect counter, read from a fresh snapshot (empty before the first effect).
+pub fn effects(q: &Queue) -> std::collections::HashMap<u64, u64> {
+    use redb::{ReadableDatabase, ReadableTable};
+    let rtx = q.database().begin_read().unwrap();
+    match rtx.open_table(EFFECTS) {
+        Ok(t) => t
+            .iter()
+            .unwrap()
+            .map(|e| {
+                let (k, v) = e.unwrap();
+                (k.value(), v.value())
+            })
+            .collect(),
+        Err(redb::TableError::TableDoesNotExist(_)) => std::collections::HashMap::new(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The effect: adds one to `key`'s counter, inside the `ack_with` transaction.
+pub fn bump(tx: &redb::WriteTransaction, key: u64) -> Result<(), leaseq::BoxError> {
+    use redb::ReadableTable;
+    let mut t = tx.open_table(EFFECTS)?;
+    let n = t.get(key)?.map_or(0, |v| v.value());
+    t.insert(key, n + 1)?;
+    Ok(())
+}
