@@ -127,11 +127,17 @@ fn crash_sim() {
             t[7]
         );
     }
-    println!(
-        "crash-sim: seeds={seeds} crashes={} violations={}",
-        crashes.load(Ordering::SeqCst),
-        failures.len()
-    );
+    // Written to the process's stdout directly, not through println!, so the line shows in
+    // `cargo test` output even though libtest captures what passing tests print.
+    {
+        use std::io::Write;
+        let line = format!(
+            "crash-sim: seeds={seeds} crashes={} violations={}\n",
+            crashes.load(Ordering::SeqCst),
+            failures.len()
+        );
+        let _ = std::io::stdout().write_all(line.as_bytes());
+    }
     assert!(
         failures.is_empty(),
         "{} of {seeds} seeds found violations; first: seed {} (replay with LEASEQ_SIM_SEED={})",
