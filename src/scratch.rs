@@ -56,6 +56,33 @@ impl ScratchBackend {
     }
 }
 
+/// Calls `f(page, offset in page, offset in the buffer, bytes)` for each page piece of the
+/// range `offset .. offset + len`, after checking the range lies within `storage_len`.
+fn for_each_page(
+    offset: u64,
+    len: usize,
+    storage_len: u64,
+    mut f: impl FnMut(u64, usize, usize, usize) -> io::Result<()>,
+) -> io::Result<()> {
+    let end = offset.checked_add(len as u64).ok_or_else(out_of_range)?;
+    if end > storage_len {
+        return Err(out_of_range());
+    }
+    let mut pos = offset;
+    while pos < end {
+        let in_page = pos % PAGE_BYTES;
+        let take = (PAGE_BYTES - in_page).min(end - pos);
+        f(
+            pos / PAGE_BYTES,
+            in_page as usize,
+            (pos - offset) as usize,
+            take as usize,
+        )?;
+        pos += take;
+    }
+    Ok(())
+}
+
 fn out_of_range() -> io::Error {
     io::Error::new(
         io::ErrorKind::UnexpectedEof,
@@ -70,25 +97,14 @@ impl redb::StorageBackend for ScratchBackend {
 
     fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
         let st = self.state.lock();
-        let end = offset
-            .checked_add(out.len() as u64)
-            .ok_or_else(out_of_range)?;
-        if end > st.len {
-            return Err(out_of_range());
-        }
-        let mut pos = offset;
-        while pos < end {
-            let n = pos / PAGE_BYTES;
-            let in_page = (pos % PAGE_BYTES) as usize;
-            let take = ((PAGE_BYTES - pos % PAGE_BYTES).min(end - pos)) as usize;
-            let dst = &mut out[(pos - offset) as usize..][..take];
+        for_each_page(offset, out.len(), st.len, |n, in_page, at, take| {
+            let dst = &mut out[at..at + take];
             match st.pages.get(&n) {
                 Some(page) => dst.copy_from_slice(&page[in_page..in_page + take]),
                 None => dst.copy_from_slice(&self.file_page(n)?[in_page..in_page + take]),
             }
-            pos += take as u64;
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
@@ -122,26 +138,16 @@ impl redb::StorageBackend for ScratchBackend {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        let mut st = self.state.lock();
-        let end = offset
-            .checked_add(data.len() as u64)
-            .ok_or_else(out_of_range)?;
-        if end > st.len {
-            return Err(out_of_range());
-        }
-        let mut pos = offset;
-        while pos < end {
-            let n = pos / PAGE_BYTES;
-            let in_page = (pos % PAGE_BYTES) as usize;
-            let take = ((PAGE_BYTES - pos % PAGE_BYTES).min(end - pos)) as usize;
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        for_each_page(offset, data.len(), st.len, |n, in_page, at, take| {
             let page = match st.pages.entry(n) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => e.insert(self.file_page(n)?),
             };
-            page[in_page..in_page + take].copy_from_slice(&data[(pos - offset) as usize..][..take]);
-            pos += take as u64;
-        }
-        Ok(())
+            page[in_page..in_page + take].copy_from_slice(&data[at..at + take]);
+            Ok(())
+        })
     }
 }
 
