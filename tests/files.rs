@@ -9,14 +9,22 @@ use common::{ChildProc, Fixture, assert_consistent, child_scenario, ready_to_die
 use leaseq::{EnqueueOptions, Error, Queue};
 use redb::{ReadableDatabase, TableDefinition, TableHandle};
 
+/// Asserts the file still holds exactly `bytes` (without printing megabytes on failure).
+fn assert_unchanged(f: &Fixture, bytes: &[u8]) {
+    let now = fs::read(&f.path).unwrap();
+    let first_diff = now.iter().zip(bytes).position(|(a, b)| a != b);
+    assert!(
+        now == bytes,
+        "refused file was modified: {} bytes, was {}; first difference at {first_diff:?}",
+        now.len(),
+        bytes.len()
+    );
+}
+
 fn refused_unchanged(f: &Fixture, bytes: &[u8]) -> Error {
     fs::write(&f.path, bytes).unwrap();
     let err = f.builder().open(&f.path).unwrap_err();
-    assert_eq!(
-        fs::read(&f.path).unwrap(),
-        bytes,
-        "refused file was modified"
-    );
+    assert_unchanged(f, bytes);
     err
 }
 
@@ -61,11 +69,7 @@ fn plain_redb_file_is_refused_unchanged_and_attach_adds_tables() {
     let bytes = fs::read(&f.path).unwrap();
     let err = f.builder().open(&f.path).unwrap_err();
     assert!(matches!(err, Error::NotLeaseq { .. }), "{err:?}");
-    assert_eq!(
-        fs::read(&f.path).unwrap(),
-        bytes,
-        "refused redb file was modified"
-    );
+    assert_unchanged(&f, &bytes);
 
     // Explicit attach: leaseq's tables join the caller's database; its data stays.
     let db = redb::Database::create(&f.path).unwrap();
@@ -107,7 +111,7 @@ fn newer_format_version_is_refused_unchanged() {
         }
         other => panic!("expected UnsupportedVersion, got {other:?}"),
     }
-    assert_eq!(fs::read(&f.path).unwrap(), bytes);
+    assert_unchanged(&f, &bytes);
 }
 
 #[test]
@@ -222,32 +226,26 @@ fn crashed_file(f: &Fixture, scenario: &str) -> Vec<u8> {
     fs::read(&f.path).unwrap()
 }
 
-// A foreign redb file left by a crashed writer needs repair, which writes; the open still
-// refuses it byte-identical (the repair is tried on a scratch copy in memory first).
+/// A file left by a crashed writer needs repair, which writes; the open must still refuse
+/// it byte-identical (the repair is tried on a scratch copy in memory first).
+fn crashed_file_is_refused_unchanged(scenario: &str, expected: fn(&Error) -> bool) {
+    let f = Fixture::new();
+    let bytes = crashed_file(&f, scenario);
+    let err = f.builder().open(&f.path).unwrap_err();
+    assert!(expected(&err), "{scenario}: {err:?}");
+    assert_unchanged(&f, &bytes);
+}
+
 #[test]
 fn crashed_foreign_redb_file_is_refused_unchanged() {
-    let f = Fixture::new();
-    let bytes = crashed_file(&f, "crash_plain_redb");
-    let err = f.builder().open(&f.path).unwrap_err();
-    assert!(matches!(err, Error::NotLeaseq { .. }), "{err:?}");
-    assert_eq!(
-        fs::read(&f.path).unwrap(),
-        bytes,
-        "refused file was modified"
-    );
+    crashed_file_is_refused_unchanged("crash_plain_redb", |e| matches!(e, Error::NotLeaseq { .. }));
 }
 
 #[test]
 fn crashed_newer_version_file_is_refused_unchanged() {
-    let f = Fixture::new();
-    let bytes = crashed_file(&f, "crash_newer_version");
-    let err = f.builder().open(&f.path).unwrap_err();
-    assert!(matches!(err, Error::UnsupportedVersion { .. }), "{err:?}");
-    assert_eq!(
-        fs::read(&f.path).unwrap(),
-        bytes,
-        "refused file was modified"
-    );
+    crashed_file_is_refused_unchanged("crash_newer_version", |e| {
+        matches!(e, Error::UnsupportedVersion { .. })
+    });
 }
 
 // attach refuses a newer format before writing anything into the caller's database.

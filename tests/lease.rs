@@ -15,6 +15,17 @@ fn enq(q: &leaseq::Queue, payload: &[u8]) -> leaseq::JobId {
     }
 }
 
+/// Dequeues and acks until the queue has nothing ready; returns the ids in delivery order.
+fn drain_ids(q: &leaseq::Queue) -> Vec<leaseq::JobId> {
+    std::iter::from_fn(|| q.dequeue().unwrap())
+        .map(|l| {
+            let id = l.id();
+            l.ack().unwrap();
+            id
+        })
+        .collect()
+}
+
 fn lease_plus_1ms() -> Duration {
     LEASE + Duration::from_millis(1)
 }
@@ -405,13 +416,7 @@ fn priority_then_fifo_order_survives_reopen() {
         ids.push(low);
     }
     let q = f.open();
-    let order: Vec<_> = std::iter::from_fn(|| q.dequeue().unwrap())
-        .map(|l| {
-            let id = l.id();
-            l.ack().unwrap();
-            id
-        })
-        .collect();
+    let order = drain_ids(&q);
     assert_eq!(order, ids);
 }
 
@@ -437,13 +442,7 @@ fn nack_puts_job_behind_available_work() {
     f.clock.advance(Duration::from_millis(1));
     la.nack("again").unwrap();
     lb.nack("b").unwrap();
-    let order: Vec<_> = std::iter::from_fn(|| q.dequeue().unwrap())
-        .map(|l| {
-            let id = l.id();
-            l.ack().unwrap();
-            id
-        })
-        .collect();
+    let order = drain_ids(&q);
     assert_eq!(order, vec![c, a, b]);
 }
 
@@ -643,12 +642,7 @@ fn job_given_back_in_the_same_millisecond_goes_behind() {
     q.dequeue().unwrap().unwrap().fail("x").unwrap();
     let c = enq(&q, b"C");
     q.requeue_dead(d).unwrap();
-    let order: Vec<_> = q
-        .dequeue_batch(10)
-        .unwrap()
-        .iter()
-        .map(|l| l.id())
-        .collect();
+    let order = drain_ids(&q);
     assert_eq!(order, vec![c, d]);
 }
 
@@ -660,12 +654,7 @@ fn clock_stepping_back_keeps_fifo() {
     let a = enq(&q, b"A");
     f.clock.set_ms(common::T0_MS - 5_000);
     let b = enq(&q, b"B");
-    let order: Vec<_> = q
-        .dequeue_batch(10)
-        .unwrap()
-        .iter()
-        .map(|l| l.id())
-        .collect();
+    let order = drain_ids(&q);
     assert_eq!(order, vec![a, b]);
 }
 
