@@ -238,7 +238,6 @@ impl Builder {
         // A read-only look first: it never writes, so a foreign or newer file stays
         // byte-identical. A file that needs repair (a crashed writer) cannot be opened
         // read-only; it is then checked after the writable open.
-        let mut saved = None;
         match guarded(|| builder.open_read_only(path).map_err(Error::from)) {
             Ok(ro) => {
                 let rtx = ro.begin_read()?;
@@ -250,9 +249,8 @@ impl Builder {
             Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => return Err(already_open()),
             // Needs repair, which writes. Repair a scratch copy first (writes kept in
             // memory) and look at that, so a foreign, newer or damaged file is refused
-            // unchanged. Keep the header too, to put back if the real open fails anyway.
+            // unchanged.
             Err(Error::Storage(redb::Error::RepairAborted)) => {
-                saved = Some(SavedHead::read(path)?);
                 let scratch = ScratchBackend::new(fs::File::open(path)?)?;
                 let db = guarded(|| {
                     redb::Builder::new()
@@ -275,14 +273,7 @@ impl Builder {
         });
         match opened {
             Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => Err(already_open()),
-            Err(e) => {
-                // The database is closed again here (dropped inside `and_then`).
-                if let Some(saved) = saved {
-                    saved.restore(path)?;
-                }
-                Err(e)
-            }
-            Ok(queue) => Ok(queue),
+            other => other,
         }
     }
 
@@ -395,39 +386,6 @@ fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
             crate::panic_message(&*p)
         )))
     })
-}
-
-/// The first page and the length of a file, put back when an open that needed repair fails,
-/// so a refused file stays byte-identical.
-struct SavedHead {
-    head: Vec<u8>,
-    len_bytes: u64,
-}
-
-impl SavedHead {
-    const HEAD_BYTES: u64 = 4096;
-
-    fn read(path: &Path) -> Result<SavedHead> {
-        let file = fs::File::open(path)?;
-        let len_bytes = file.metadata()?.len();
-        let mut head = Vec::new();
-        file.take(Self::HEAD_BYTES).read_to_end(&mut head)?;
-        Ok(SavedHead { head, len_bytes })
-    }
-
-    fn restore(&self, path: &Path) -> Result<()> {
-        use std::io::{Seek, SeekFrom, Write};
-        let now = SavedHead::read(path)?;
-        if now.head == self.head && now.len_bytes == self.len_bytes {
-            return Ok(());
-        }
-        let mut file = fs::OpenOptions::new().write(true).open(path)?;
-        file.seek(SeekFrom::Start(0))?;
-        file.write_all(&self.head)?;
-        file.set_len(self.len_bytes)?;
-        file.sync_all()?;
-        Ok(())
-    }
 }
 
 /// Refuses files that cannot be redb databases before redb sees them.
