@@ -252,6 +252,7 @@ impl Builder {
             // unchanged.
             Err(Error::Storage(redb::Error::RepairAborted)) => {
                 let scratch = ScratchBackend::new(fs::File::open(path)?)?;
+                let retire = scratch.retire_handle();
                 let db = guarded(|| {
                     redb::Builder::new()
                         .set_cache_size(self.cache_bytes)
@@ -259,9 +260,14 @@ impl Builder {
                         .map_err(Error::from)
                 })?;
                 let db = DbBox::new(db);
-                let rtx = db.get().begin_read()?;
-                verify_format(&rtx, path)?;
-                store::check_leases(&rtx)?;
+                let looked = guarded(|| {
+                    let rtx = db.get().begin_read()?;
+                    verify_format(&rtx, path)?;
+                    store::check_leases(&rtx)
+                });
+                // The scratch copy is thrown away: close it without saving its state.
+                retire.retire(db.get());
+                looked?;
             }
             Err(e) => return Err(e),
         }

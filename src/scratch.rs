@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
@@ -21,6 +23,31 @@ pub(crate) struct ScratchBackend {
     file: File,
     file_len: u64,
     state: Mutex<Scratch>,
+    /// Set once the look is over: every later write or sync fails (see [`Retire`]).
+    retired: Arc<AtomicBool>,
+}
+
+/// Ends a scratch look cheaply. Closing a redb database saves its allocator state, a
+/// commit whose cost grows with the file (~40 ms for 270 MiB), all of it thrown away with
+/// the scratch copy. After [`Retire::retire`], every write and sync of the backend fails;
+/// redb latches the first such failure and then closes without writing anything.
+#[derive(Debug, Clone)]
+pub(crate) struct Retire(Arc<AtomicBool>);
+
+impl Retire {
+    /// Makes every later write, `set_len` and sync of the scratch backend fail, then lets
+    /// `db` fail one commit so that its close skips the allocator-state save.
+    pub(crate) fn retire(&self, db: &redb::Database) {
+        self.0.store(true, Ordering::SeqCst);
+        // The commit is meant to fail (its first write does); its error is the point.
+        let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            db.begin_write().map(|tx| tx.commit().is_err())
+        }));
+        debug_assert!(
+            !matches!(failed, Ok(Ok(false))),
+            "a retired scratch commit succeeded"
+        );
+    }
 }
 
 #[derive(Debug)]
@@ -40,7 +67,20 @@ impl ScratchBackend {
                 len: file_len,
                 pages: HashMap::new(),
             }),
+            retired: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// The switch that ends this backend's look (take it before handing the backend to redb).
+    pub(crate) fn retire_handle(&self) -> Retire {
+        Retire(self.retired.clone())
+    }
+
+    fn check_live(&self) -> io::Result<()> {
+        if self.retired.load(Ordering::SeqCst) {
+            return Err(io::Error::other("scratch copy retired"));
+        }
+        Ok(())
     }
 
     /// The file's own bytes of page `n` (zeros past the end of the file).
@@ -108,6 +148,7 @@ impl redb::StorageBackend for ScratchBackend {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
+        self.check_live()?;
         let mut st = self.state.lock();
         if len < st.len {
             // Bytes past the new end must read as zeros if the file grows again.
@@ -134,10 +175,11 @@ impl redb::StorageBackend for ScratchBackend {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        Ok(())
+        self.check_live()
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.check_live()?;
         let mut guard = self.state.lock();
         let st = &mut *guard;
         for_each_page(offset, data.len(), st.len, |n, in_page, at, take| {
@@ -154,7 +196,7 @@ impl redb::StorageBackend for ScratchBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redb::StorageBackend;
+    use redb::{ReadableDatabase, StorageBackend};
     use std::io::Write;
 
     #[test]
@@ -179,5 +221,38 @@ mod tests {
         );
         assert!(b.read(11_999, &mut [0; 2]).is_err());
         assert_eq!(std::fs::read(f.path()).unwrap(), original, "file untouched");
+    }
+
+    #[test]
+    fn a_retired_scratch_refuses_commits_and_leaves_the_file_alone() {
+        const T: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("t");
+        let f = tempfile::NamedTempFile::new().unwrap();
+        {
+            let db = redb::Database::create(f.path()).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.open_table(T).unwrap().insert(1, 2).unwrap();
+            tx.commit().unwrap();
+        }
+        let before = std::fs::read(f.path()).unwrap();
+        let b = ScratchBackend::new(File::open(f.path()).unwrap()).unwrap();
+        let retire = b.retire_handle();
+        let db = redb::Builder::new().create_with_backend(b).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(T).unwrap().insert(3, 4).unwrap();
+        tx.commit().unwrap();
+        retire.retire(&db);
+        let tx = db.begin_write();
+        assert!(
+            tx.is_err() || tx.unwrap().commit().is_err(),
+            "a commit after retire must fail"
+        );
+        let rtx = db.begin_read().unwrap();
+        assert_eq!(
+            rtx.open_table(T).unwrap().get(3).unwrap().unwrap().value(),
+            4
+        );
+        drop(rtx);
+        drop(db);
+        assert_eq!(std::fs::read(f.path()).unwrap(), before, "file untouched");
     }
 }
