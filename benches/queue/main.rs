@@ -44,7 +44,8 @@ enum Group {
     /// One thread: enqueue 100, dequeue 100, ack 100, one transaction each.
     CycleBatch100,
     /// `producers` and `consumers` threads, every call durable; `CONCURRENT_JOBS` jobs
-    /// enqueued and fully acked per iteration, wall time.
+    /// enqueued and fully acked per iteration, wall time. Consumers ack each job together
+    /// with leasing the next (`ack_and_dequeue_next`), as a worker loop does.
     Concurrent { producers: usize, consumers: usize },
 }
 
@@ -175,8 +176,8 @@ fn run_group<Q: QueueUnderTest>(group: &mut BenchmarkGroup<'_, WallTime>, kind: 
 }
 
 /// `producers` threads enqueue `CONCURRENT_JOBS` jobs between them while `consumers`
-/// threads dequeue and ack them with effects; returns the wall time from the start signal
-/// until every job is acked.
+/// threads lease and ack them with effects (each ack leasing the next job); returns the wall
+/// time from the start signal until every job is acked.
 fn concurrent_run<Q: QueueUnderTest>(
     queue: &Q,
     payload: &[u8],
@@ -201,10 +202,19 @@ fn concurrent_run<Q: QueueUnderTest>(
         for _ in 0..consumers {
             threads.push(s.spawn(|| {
                 start.wait();
-                while gate.claim() {
-                    let job = queue.dequeue().expect("a committed job must be ready");
-                    queue.ack_with_effect(job);
+                // A worker loop: each job is acked together with leasing the next one, in
+                // one transaction; a permit is claimed before every lease, so each finds a
+                // committed job. The last job of a consumer is acked alone.
+                if !gate.claim() {
+                    return;
                 }
+                let mut job = queue.dequeue().expect("a committed job must be ready");
+                while gate.claim() {
+                    job = queue
+                        .ack_and_dequeue_next(job)
+                        .expect("a committed job must be ready");
+                }
+                queue.ack_with_effect(job);
             }));
         }
         start.wait();
