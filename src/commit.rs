@@ -9,9 +9,11 @@
 //! answer, so waiting for them makes one group per round instead of two half groups), or the
 //! group is full, or it has been open for the last commit's duration (at most `GATHER_MAX`).
 //! A lone caller never waits. Nobody is answered before the commit that covers its
-//! operation. Waiters are split by what they wait for (entry, sealing, result), so an event
-//! wakes only the threads it concerns: on 2 cores, waking every waiter on every event cost
-//! a third of the CPU at 4x4.
+//! operation. Waiters are split by what they wait for, so an event wakes only the threads it
+//! concerns: callers waiting to enter (a condvar), the leader waiting to seal (a condvar of
+//! its own), members waiting for their result (parked, and unparked one by one once it is
+//! set, so they never queue on the group mutex to read it). On 2 cores, waking every waiter
+//! on every event cost a third of the CPU at 4x4.
 //!
 //! Operations validate before they write, so a refused call (stale token, bad option) leaves
 //! the transaction clean and just reports its error after the commit. An operation that
@@ -152,6 +154,9 @@ struct OpenGroup {
     dirty: bool,
     wake: bool,
     members: usize,
+    /// Members other than the leader, parked until the result is set (woken one by one
+    /// with `unpark`: no condvar, so they never queue on the group mutex to read it).
+    waiters: Vec<std::thread::Thread>,
     seq: u64,
     /// Whether this group commits with `Durability::Immediate`.
     durable: bool,
@@ -220,8 +225,6 @@ pub(crate) struct Committer {
     /// notified when the last arrival leaves, the last returning member is back, or the
     /// group fills up. Only the leader waits here, so nobody else wakes for these events.
     leader_cv: Condvar,
-    /// Members waiting for their group's result (notified once it is set).
-    done_cv: Condvar,
     arrivals: AtomicUsize,
     durability: Durability,
     quick_repair: bool,
@@ -250,7 +253,6 @@ impl Committer {
             state: Mutex::new(State::default()),
             enter_cv: Condvar::new(),
             leader_cv: Condvar::new(),
-            done_cv: Condvar::new(),
             arrivals: AtomicUsize::new(0),
             durability,
             quick_repair,
@@ -412,6 +414,7 @@ impl Committer {
             dirty: false,
             wake: false,
             members: 0,
+            waiters: Vec::new(),
             seq: 0,
             durable,
             opened_at: Instant::now(),
@@ -427,7 +430,7 @@ impl Committer {
             // An abort error leaves nothing to undo: the transaction is dropped either way.
             let _ = catch_unwind(AssertUnwindSafe(|| g.tx.abort()));
             self.leader_cv.notify_all();
-            self.done_cv.notify_all();
+            g.waiters.iter().for_each(std::thread::Thread::unpark);
         }
     }
 
@@ -439,6 +442,9 @@ impl Committer {
         result: &Arc<OnceLock<GroupResult>>,
         leader: bool,
     ) -> GroupResult {
+        if !leader {
+            return self.await_result(st, result);
+        }
         loop {
             if let Some(r) = result.get() {
                 return r.clone();
@@ -447,7 +453,7 @@ impl Committer {
                 .open
                 .as_ref()
                 .is_some_and(|g| Arc::ptr_eq(&g.result, result));
-            if mine_open && leader {
+            if mine_open {
                 let g = st.open.as_ref().expect("checked");
                 let deadline = g.opened_at + st.last_commit.min(GATHER_MAX);
                 let ready = (self.arrivals.load(Ordering::SeqCst) == 0 && st.returning == 0)
@@ -459,15 +465,52 @@ impl Committer {
                 }
                 self.leader_cv.wait_until(st, deadline);
             } else {
-                // The leader seals it (or it was aborted and the result is set).
-                self.done_cv.wait(st);
+                // Sealed by this leader on another path: the result is set at the seal's
+                // end, before `enter_cv` is notified.
+                self.enter_cv.wait(st);
+            }
+        }
+    }
+
+    /// A member that is not the leader: parks, outside the group mutex, until its group's
+    /// result is set (the sealer or an abort unparks every registered member).
+    fn await_result(
+        &self,
+        st: &mut parking_lot::MutexGuard<'_, State>,
+        result: &Arc<OnceLock<GroupResult>>,
+    ) -> GroupResult {
+        if let Some(r) = result.get() {
+            return r.clone();
+        }
+        // The member joined under this same lock hold, so its group is still open.
+        match st.open.as_mut() {
+            Some(g) if Arc::ptr_eq(&g.result, result) => {
+                g.waiters.push(std::thread::current());
+                parking_lot::MutexGuard::unlocked(st, || {
+                    loop {
+                        if let Some(r) = result.get() {
+                            return r.clone();
+                        }
+                        std::thread::park();
+                    }
+                })
+            }
+            _ => {
+                debug_assert!(false, "a member's group closed before it waited");
+                loop {
+                    if let Some(r) = result.get() {
+                        return r.clone();
+                    }
+                    self.enter_cv.wait(st);
+                }
             }
         }
     }
 
     /// Commits the open group outside the mutex, then publishes its result.
     fn seal(&self, st: &mut parking_lot::MutexGuard<'_, State>) {
-        let g = st.open.take().expect("sealing an open group");
+        let mut g = st.open.take().expect("sealing an open group");
+        let waiters = std::mem::take(&mut g.waiters);
         debug_assert!(g.counters.next_id >= g.counters_at_start.next_id);
         debug_assert!(g.counters.next_token >= g.counters_at_start.next_token);
         st.sealing = true;
@@ -511,7 +554,7 @@ impl Committer {
         };
         let committed = matches!(result, GroupResult::Committed);
         let _ = result_cell.set(result);
-        self.done_cv.notify_all();
+        waiters.iter().for_each(std::thread::Thread::unpark);
         self.enter_cv.notify_all();
         if committed && wake {
             self.notify_work();

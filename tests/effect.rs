@@ -167,6 +167,8 @@ fn concurrent_callers_with_failing_effects_apply_each_effect_once() {
     assert!(fx.values().all(|&c| c == 1), "an effect landed twice");
     assert_eq!(failures.load(Ordering::SeqCst), total.div_ceil(7));
     assert!(closure_runs.load(Ordering::SeqCst) >= total + failures.load(Ordering::SeqCst));
+    // Every failing closure aborted its group (parked members were woken to replay).
+    assert!(q.commit_stats().replayed >= failures.load(Ordering::SeqCst));
     let s = q.stats().unwrap();
     assert_eq!((s.total, s.applied), (0, total));
     let rtx = q.database().begin_read().unwrap();
