@@ -7,7 +7,10 @@
 //! (`arrivals == 0`) and every member of the previous group has come back with its next
 //! operation (`returning == 0`: threads in a worker loop call again right after their
 //! answer, so waiting for them makes one group per round instead of two half groups), or the
-//! group is full, or it has been open for the last commit's duration (at most `GATHER_MAX`).
+//! group is full, or it has been open for twice the last commit's duration (at most
+//! `GATHER_MAX`): at 16x16 on 2 cores the members' serial operations take longer than one
+//! commit, and waiting up to two (24-26 operations per group instead of 18-19) gave +13%
+//! jobs/s; at 4x4 the two bounds measured the same.
 //! A lone caller never waits. Nobody is answered before the commit that covers its
 //! operation. Waiters are split by what they wait for, so an event wakes only the threads it
 //! concerns: callers waiting to enter (a condvar), the leader waiting to seal (a condvar of
@@ -35,7 +38,7 @@ use crate::error::{Error, Result};
 use crate::schema::{META, META_NEXT_ID, META_NEXT_TOKEN};
 
 /// How long a group may stay open gathering members.
-const GATHER_MAX: Duration = Duration::from_millis(1);
+const GATHER_MAX: Duration = Duration::from_millis(2);
 /// The most operations one group takes.
 const GROUP_MEMBERS_MAX: usize = 1024;
 /// With `Durability::None`, every this-many commits is made durable anyway, so redb can
@@ -455,7 +458,7 @@ impl Committer {
                 .is_some_and(|g| Arc::ptr_eq(&g.result, result));
             if mine_open {
                 let g = st.open.as_ref().expect("checked");
-                let deadline = g.opened_at + st.last_commit.min(GATHER_MAX);
+                let deadline = g.opened_at + (st.last_commit * 2).min(GATHER_MAX);
                 let ready = (self.arrivals.load(Ordering::SeqCst) == 0 && st.returning == 0)
                     || g.members >= GROUP_MEMBERS_MAX
                     || Instant::now() >= deadline;
