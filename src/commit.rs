@@ -28,7 +28,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -45,15 +45,18 @@ const GROUP_MEMBERS_MAX: usize = 1024;
 /// reuse pages (non-durable commits pin them) and the file does not grow without bound.
 const NON_DURABLE_COMMITS_MAX: u64 = 256;
 
+/// Source of committer ids (0 means "none" in the thread-locals below). An id, not the
+/// committer's address: the committer moves (into the queue's `Arc`) after its first group.
+static NEXT_COMMITTER_ID: AtomicU64 = AtomicU64::new(1);
+
 thread_local! {
     /// Set while this thread runs an operation inside a group: a queue call from there (an
     /// `ack_with` closure calling the queue) would deadlock on the group mutex.
-    /// The committer (by address; 0 for none) whose group this thread is running an
-    /// operation in.
-    static IN_GROUP: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    /// (committer address, sequence number) of the last group this thread was a member of:
+    /// The committer (by id; 0 for none) whose group this thread is running an operation in.
+    static IN_GROUP: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// (committer id, sequence number) of the last group this thread was a member of:
     /// tells a thread returning from the previous group apart from a new arrival.
-    static LAST_GROUP: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
+    static LAST_GROUP: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 /// Ids and lease tokens handed out in blocks: `leaseq_meta` stores the end of the reserved
@@ -183,7 +186,7 @@ struct State {
     /// Members of group `returning_seq` (the last committed) not yet back with a new call.
     returning: usize,
     returning_seq: u64,
-    /// How long the last commit took: the longest a group waits for its members.
+    /// How long the last commit took: a group waits at most twice that for its members.
     last_commit: Duration,
 }
 
@@ -204,6 +207,10 @@ pub struct CommitStats {
     pub commit_micros: u64,
     /// Time groups spent open, from their first operation to their seal, in microseconds.
     pub gather_micros: u64,
+    /// Groups sealed because their gathering bound passed (twice the last commit, at most
+    /// 2 ms) while callers were still expected, rather than because every expected caller
+    /// had joined or the group was full. A lone caller never adds to it.
+    pub deadline_seals: u64,
 }
 
 /// Durability of the queue's commits.
@@ -221,6 +228,8 @@ pub enum Durability {
 }
 
 pub(crate) struct Committer {
+    /// Unique per committer, for the thread-locals `IN_GROUP` and `LAST_GROUP`.
+    id: u64,
     state: Mutex<State>,
     /// Callers waiting to join while a group is sealing (notified when the seal ends).
     enter_cv: Condvar,
@@ -253,6 +262,7 @@ fn is_refusal(e: &Error) -> bool {
 impl Committer {
     pub(crate) fn new(durability: Durability, quick_repair: bool) -> Committer {
         Committer {
+            id: NEXT_COMMITTER_ID.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(State::default()),
             enter_cv: Condvar::new(),
             leader_cv: Condvar::new(),
@@ -336,7 +346,7 @@ impl Committer {
                 }
             }
         }
-        let me = self as *const Committer as usize;
+        let me = self.id;
         if LAST_GROUP.with(|c| c.get()) == (me, st.returning_seq) && st.returning > 0 {
             st.returning -= 1;
             if st.returning == 0 {
@@ -459,10 +469,13 @@ impl Committer {
             if mine_open {
                 let g = st.open.as_ref().expect("checked");
                 let deadline = g.opened_at + (st.last_commit * 2).min(GATHER_MAX);
-                let ready = (self.arrivals.load(Ordering::SeqCst) == 0 && st.returning == 0)
-                    || g.members >= GROUP_MEMBERS_MAX
-                    || Instant::now() >= deadline;
-                if ready {
+                let complete = (self.arrivals.load(Ordering::SeqCst) == 0 && st.returning == 0)
+                    || g.members >= GROUP_MEMBERS_MAX;
+                let expired = !complete && Instant::now() >= deadline;
+                if expired {
+                    st.stats.deadline_seals += 1;
+                }
+                if complete || expired {
                     self.seal(st);
                     continue;
                 }
@@ -567,7 +580,7 @@ impl Committer {
     /// `Reentrant` when called from inside one of this committer's operations (an
     /// `ack_with` closure): the group mutex and redb's write slot are held there.
     pub(crate) fn check_reentrant(&self) -> Result<()> {
-        if IN_GROUP.with(|c| c.get()) == self as *const Committer as usize {
+        if IN_GROUP.with(|c| c.get()) == self.id {
             return Err(Error::Reentrant);
         }
         Ok(())

@@ -262,3 +262,55 @@ fn ack_and_next_acks_and_leases_in_one_call() {
     current.ack().unwrap();
     assert_consistent(&q);
 }
+
+// Group commit: a lone caller never waits for company, so none of its groups is sealed by
+// the gathering bound, each of its calls is one group, and every call is one commit.
+#[test]
+fn a_lone_caller_never_waits_for_company() {
+    let f = Fixture::new();
+    let q = f.open();
+    let before = q.commit_stats();
+    for i in 0..50u32 {
+        q.enqueue(&i.to_le_bytes(), EnqueueOptions::default())
+            .unwrap();
+        let l = q.dequeue().unwrap().expect("the job just enqueued");
+        l.ack().unwrap();
+    }
+    let s = q.commit_stats();
+    assert_eq!(s.deadline_seals, before.deadline_seals, "{s:?}");
+    assert_eq!(s.commits - before.commits, 150, "{s:?}");
+    assert_eq!(s.operations - before.operations, 150, "{s:?}");
+}
+
+// Concurrent callers do share commits: with 8 threads, fewer commits than calls.
+#[test]
+fn concurrent_callers_share_commits() {
+    const THREADS: u32 = 8;
+    const PER_THREAD: u32 = 40;
+    let f = Fixture::new();
+    let q = f.open();
+    let before = q.commit_stats();
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let q = q.clone();
+            s.spawn(move || {
+                for i in 0..PER_THREAD {
+                    q.enqueue(
+                        &(t * PER_THREAD + i).to_le_bytes(),
+                        EnqueueOptions::default(),
+                    )
+                    .unwrap();
+                }
+            });
+        }
+    });
+    let s = q.commit_stats();
+    let ops = s.operations - before.operations;
+    assert_eq!(ops, u64::from(THREADS * PER_THREAD));
+    assert!(
+        s.commits - before.commits < ops,
+        "no commit was shared: {s:?}"
+    );
+    assert_eq!(q.len().unwrap(), ops);
+    assert_consistent(&q);
+}
