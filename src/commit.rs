@@ -3,14 +3,14 @@
 //! A caller's operation runs on the caller's own thread, against the group's open
 //! `WriteTransaction`, under the group mutex. Then the caller waits for the group's commit.
 //! The member that opened the group (its leader) seals it (commits it) once no other caller
-//! is on its way in
-//! (`arrivals == 0`) and every member of the previous group has come back with its next
-//! operation (`returning == 0`: threads in a worker loop call again right after their
-//! answer, so waiting for them makes one group per round instead of two half groups), or the
-//! group is full, or it has been open for twice the last commit's duration (at most
-//! `GATHER_MAX`): at 16x16 on 2 cores the members' serial operations take longer than one
-//! commit, and waiting up to two (24-26 operations per group instead of 18-19) gave +13%
-//! jobs/s; at 4x4 the two bounds measured the same.
+//! is on its way in (`arrivals == 0`) and every member of the previous group has come back
+//! with its next operation (`returning == 0`: threads in a worker loop call again right after
+//! their answer, so waiting for them makes one group per round instead of two half groups;
+//! counted only after a group with more than one member, so a lone caller, or threads taking
+//! turns, never wait), or the group is full, or it has been open for twice the last commit's
+//! duration (at most `GATHER_MAX`): at 16x16 on 2 cores the members' serial operations take
+//! longer than one commit, and waiting up to two (24-26 operations per group instead of
+//! 18-19) gave +13% jobs/s; at 4x4 the two bounds measured the same.
 //! A lone caller never waits. Nobody is answered before the commit that covers its
 //! operation. Waiters are split by what they wait for, so an event wakes only the threads it
 //! concerns: callers waiting to enter (a condvar), the leader waiting to seal (a condvar of
@@ -50,10 +50,10 @@ const NON_DURABLE_COMMITS_MAX: u64 = 256;
 static NEXT_COMMITTER_ID: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    /// Set while this thread runs an operation inside a group: a queue call from there (an
-    /// `ack_with` closure calling the queue) would deadlock on the group mutex.
-    /// The committer (by id; 0 for none) whose group this thread is running an operation in.
-    static IN_GROUP: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The committers (by id) whose groups this thread is running an operation in, innermost
+    /// last: a call to one of them from there (an `ack_with` closure calling its own queue,
+    /// directly or through another queue's closure) would deadlock on the group mutex.
+    static IN_GROUP: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
     /// (committer id, sequence number) of the last group this thread was a member of:
     /// tells a thread returning from the previous group apart from a new arrival.
     static LAST_GROUP: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
@@ -201,7 +201,8 @@ pub struct CommitStats {
     /// Groups that wrote nothing (only refusals or empty sweeps) and were closed without a
     /// commit.
     pub aborted_clean: u64,
-    /// Groups aborted by a failing operation and replayed.
+    /// Groups aborted by a failing operation (an `ack_with` closure error, a storage error);
+    /// their other members, if any, ran again in a new group.
     pub replayed: u64,
     /// Time spent inside redb commits (the fsync included), in microseconds.
     pub commit_micros: u64,
@@ -314,7 +315,15 @@ impl Committer {
                 self.leader_cv.notify_one();
             }
         };
-        while st.sealing && st.poisoned.is_none() {
+        // Wait while a group is sealing, or while the open one is full (its leader has been
+        // told to seal it), so no group takes more than `GROUP_MEMBERS_MAX` operations.
+        while st.poisoned.is_none()
+            && (st.sealing
+                || st
+                    .open
+                    .as_ref()
+                    .is_some_and(|g| g.members >= GROUP_MEMBERS_MAX))
+        {
             self.enter_cv.wait(st);
         }
         if let Some(detail) = &st.poisoned {
@@ -355,7 +364,7 @@ impl Committer {
         }
         let g = st.open.as_mut().expect("a group is open");
         LAST_GROUP.with(|c| c.set((me, g.seq)));
-        IN_GROUP.with(|c| c.set(me));
+        IN_GROUP.with(|c| c.borrow_mut().push(me));
         let applied = catch_unwind(AssertUnwindSafe(|| {
             let mut ctx = Ctx {
                 tx: &g.tx,
@@ -365,7 +374,10 @@ impl Committer {
             };
             op(&mut ctx)
         }));
-        IN_GROUP.with(|c| c.set(0));
+        IN_GROUP.with(|c| {
+            let popped = c.borrow_mut().pop();
+            debug_assert_eq!(popped, Some(me), "IN_GROUP is a stack");
+        });
         leave();
         match applied {
             Ok(Ok(v)) => {
@@ -481,8 +493,9 @@ impl Committer {
                 }
                 self.leader_cv.wait_until(st, deadline);
             } else {
-                // Sealed by this leader on another path: the result is set at the seal's
-                // end, before `enter_cv` is notified.
+                // Unreachable: only the leader seals its group, and an abort sets the result
+                // before removing it. Waiting for the end of a seal is correct regardless.
+                debug_assert!(false, "a leader's group closed without a result");
                 self.enter_cv.wait(st);
             }
         }
@@ -544,7 +557,13 @@ impl Committer {
         st.last_commit = started.elapsed();
         st.stats.commit_micros += u64::try_from(st.last_commit.as_micros()).unwrap_or(0);
         st.returning_seq = seq;
-        st.returning = if outcome.is_ok() { members } else { 0 };
+        // Waiting for returning members pays only when the group had company: a lone
+        // caller's next call (or another thread taking turns with it) must not wait for it.
+        st.returning = if outcome.is_ok() && members > 1 {
+            members
+        } else {
+            0
+        };
         let result = match outcome {
             Ok(()) => {
                 st.counters = Some(counters);
@@ -580,7 +599,7 @@ impl Committer {
     /// `Reentrant` when called from inside one of this committer's operations (an
     /// `ack_with` closure): the group mutex and redb's write slot are held there.
     pub(crate) fn check_reentrant(&self) -> Result<()> {
-        if IN_GROUP.with(|c| c.get()) == self.id {
+        if IN_GROUP.with(|c| c.borrow().contains(&self.id)) {
             return Err(Error::Reentrant);
         }
         Ok(())

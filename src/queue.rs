@@ -731,6 +731,10 @@ impl Queue {
         if max == 0 || max > crate::BATCH_MAX {
             return Err(batch_too_large("max"));
         }
+        // Before the probe: from inside an `ack_with` closure, "nothing ready" must not
+        // pass for an answer (and `dequeue_timeout` must not wait for a commit this very
+        // thread is holding up).
+        self.inner.committer.check_reentrant()?;
         let now_ms = self.now_ms();
         let (work, next_due_ms) = guarded(|| {
             let rtx = self.inner.db.get().begin_read()?;
@@ -828,6 +832,7 @@ impl Queue {
     /// # Errors
     /// As [`Queue::dequeue`].
     pub fn dequeue_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
+        self.inner.committer.check_reentrant()?;
         // A timeout too long to add to the monotonic clock waits without end.
         let deadline = Instant::now().checked_add(timeout);
         loop {

@@ -184,6 +184,16 @@ impl<'t> Tables<'t> {
         })
     }
 
+    /// Opens every index table now.
+    fn open_all(&mut self) -> Result<()> {
+        self.ready()?;
+        self.scheduled()?;
+        self.leases()?;
+        self.dead()?;
+        self.dedup()?;
+        Ok(())
+    }
+
     fn ready(&mut self) -> Result<&mut Table<'t, (u32, u64, u64), ()>> {
         lazy(&mut self.ready, self.tx, READY)
     }
@@ -469,6 +479,9 @@ pub(crate) fn ack_with(
 ) -> Result<Vec<Applied>> {
     let tx = ctx.tx;
     let mut t = Tables::open(tx)?;
+    // Every leaseq table is held open while closures run, so redb refuses a closure that
+    // opens one (lazy opening would leave the unused index tables open to it).
+    t.open_all()?;
     let records = leased_all(&t, leases)?;
     let mut applied = tx.open_table(APPLIED)?;
     // Held open (unused) so a closure that opens `leaseq_meta` is refused by redb as well.
