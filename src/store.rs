@@ -146,6 +146,34 @@ pub(crate) fn new_record(
     })
 }
 
+/// Removes exactly the entries `sorted` (ascending, unique) from `table`, all within `range`,
+/// in one pass; `Corrupted` if any of them is missing.
+fn remove_dense<K, V>(
+    table: &mut Table<'_, K, V>,
+    range: std::ops::RangeInclusive<K>,
+    sorted: &[K],
+    name: &str,
+) -> Result<()>
+where
+    K: redb::Key + Ord + Copy + std::fmt::Debug + 'static,
+    for<'a> K: std::borrow::Borrow<K::SelfType<'a>> + From<K::SelfType<'a>>,
+    V: redb::Value + 'static,
+{
+    let mut removed = 0;
+    table.retain_in(range, |k, _| {
+        let gone = sorted.binary_search(&K::from(k)).is_ok();
+        removed += usize::from(gone);
+        !gone
+    })?;
+    if removed != sorted.len() {
+        return Err(Error::corrupted(format!(
+            "{name}: {removed} of {} entries to delete were present",
+            sorted.len()
+        )));
+    }
+    Ok(())
+}
+
 /// The tables a state change touches. `jobs` is opened at once, the index tables when
 /// first used: every table opened in a transaction costs an open, a close and a root check
 /// at commit (about a fifth of an operation's CPU when all six were opened every time).
@@ -282,6 +310,58 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
+    /// Deletes the leased jobs `leases[i].0` (records `records[i]`): like [`Tables::delete`]
+    /// for each, but the job rows and lease entries of a batch are removed in one pass where
+    /// their keys are dense (a single delete rebuilds its leaf: 100 deletes cost ~120 µs one
+    /// by one, ~15 µs in one pass). A pass scans at most twice as many entries as it removes.
+    fn delete_leased(&mut self, leases: &[(u64, u64)], records: &[JobRecord]) -> Result<()> {
+        debug_assert_eq!(leases.len(), records.len());
+        let mut keys: Vec<(u64, u64)> = Vec::with_capacity(records.len());
+        for (&(id, _), rec) in leases.iter().zip(records) {
+            let StoredState::Leased { deadline_ms, .. } = rec.state else {
+                return Err(Error::corrupted(format!("job {id} is not leased")));
+            };
+            keys.push((deadline_ms, id));
+        }
+        keys.sort_unstable();
+        let (Some(&first), Some(&last)) = (keys.first(), keys.last()) else {
+            return Ok(());
+        };
+        let dense = |lo: u64, hi: u64, n: usize| n >= 2 && hi - lo < 2 * n as u64;
+        if first.0 == last.0 && dense(first.1, last.1, keys.len()) {
+            remove_dense(self.leases()?, first..=last, &keys, "leaseq_leases")?;
+        } else {
+            for &k in &keys {
+                if self.leases()?.remove(k)?.is_none() {
+                    return Err(Error::corrupted(format!("job {}: no lease entry", k.1)));
+                }
+            }
+        }
+        let mut ids: Vec<u64> = keys.iter().map(|&(_, id)| id).collect();
+        ids.sort_unstable();
+        if dense(ids[0], ids[ids.len() - 1], ids.len()) {
+            remove_dense(
+                &mut self.jobs,
+                ids[0]..=ids[ids.len() - 1],
+                &ids,
+                "leaseq_jobs",
+            )?;
+        } else {
+            for &id in &ids {
+                self.jobs.remove(id)?;
+            }
+        }
+        for (&(id, _), rec) in leases.iter().zip(records) {
+            if let Some(k) = &rec.dedup_key {
+                let owner = self.dedup()?.get(k.as_slice())?.map(|v| v.value());
+                if owner == Some(id) {
+                    self.dedup()?.remove(k.as_slice())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The record of a job leased under `token`, or `LeaseLost`.
     fn leased(&self, id: u64, token: u64) -> Result<JobRecord> {
         match self.get(id)? {
@@ -408,13 +488,38 @@ pub(crate) fn dequeue(
     debug_assert!((1..=crate::BATCH_MAX).contains(&max));
     let mut t = Tables::open(ctx.tx)?;
     sweep(&mut t, ctx, now_ms)?;
-    let mut out = Vec::new();
-    while out.len() < max {
-        let Some(first) = t.ready()?.first()? else {
-            break;
-        };
-        let (rank, seq, id) = first.0.value();
-        drop(first);
+    // The first `max` ready entries, in queue order, then removed: one at a time for one, in
+    // one pass for more (a single delete rebuilds its leaf: 100 cost ~120 µs one by one,
+    // ~15 µs in one pass).
+    let firsts: Vec<(u32, u64, u64)> = t
+        .ready()?
+        .iter()?
+        .take(max)
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_, _>>()?;
+    match firsts.as_slice() {
+        [] => return Ok(Vec::new()),
+        [one] => {
+            *ctx.dirty = true;
+            t.ready()?.remove(*one)?;
+        }
+        [.., last] => {
+            *ctx.dirty = true;
+            let mut removed = 0;
+            t.ready()?.retain_in(..=*last, |_, ()| {
+                removed += 1;
+                false
+            })?;
+            if removed != firsts.len() {
+                return Err(Error::corrupted(format!(
+                    "leaseq_ready: {removed} entries up to {last:?}, {} read",
+                    firsts.len()
+                )));
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(firsts.len());
+    for (rank, seq, id) in firsts {
         let mut rec = t
             .get(id)?
             .ok_or_else(|| Error::corrupted(format!("ready job {id} has no record")))?;
@@ -424,8 +529,7 @@ pub(crate) fn dequeue(
                 "ready entry of job {id} disagrees"
             )));
         }
-        *ctx.dirty = true;
-        t.unindex(id, &rec)?;
+        // Its ready entry was removed above.
         let token = ctx.alloc_token();
         let lease_ms = rec.lease_ms.unwrap_or(cfg.lease_ms);
         let deadline_ms = now_ms.saturating_add(lease_ms);
@@ -458,10 +562,7 @@ pub(crate) fn ack(ctx: &mut Ctx<'_>, leases: &[(u64, u64)]) -> Result<()> {
     let mut t = Tables::open(ctx.tx)?;
     let records = leased_all(&t, leases)?;
     *ctx.dirty = true;
-    for (&(id, _), rec) in leases.iter().zip(&records) {
-        t.delete(id, rec)?;
-    }
-    Ok(())
+    t.delete_leased(leases, &records)
 }
 
 /// The effect callback of [`ack_with`]: gets the transaction and the index of the lease in
@@ -508,8 +609,8 @@ pub(crate) fn ack_with(
             applied.insert(key.as_slice(), now_ms)?;
             out.push(Applied::Now);
         }
-        t.delete(id, rec)?;
     }
+    t.delete_leased(leases, &records)?;
     Ok(out)
 }
 

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::{Fixture, LEASE, assert_consistent, bump, effects};
-use leaseq::{Applied, EnqueueOptions, Enqueued, Error, JobState, Queue};
+use leaseq::{Applied, EnqueueOptions, Enqueued, Error, JobId, JobState, Lease, Queue};
 
 fn payloads(n: usize) -> Vec<Vec<u8>> {
     (0..n).map(|i| format!("job-{i}").into_bytes()).collect()
@@ -312,5 +312,66 @@ fn concurrent_callers_share_commits() {
         "no commit was shared: {s:?}"
     );
     assert_eq!(q.len().unwrap(), ops);
+    assert_consistent(&q);
+}
+
+// Batch acks and batch leases remove their index entries in one pass where the keys are
+// dense, one by one otherwise: both must remove exactly the acked jobs, never a neighbour
+// inside the range of a pass (job 6 below), and keep every other lease working.
+#[test]
+fn batch_ack_removes_exactly_its_jobs_dense_or_scattered() {
+    let f = Fixture::new();
+    let q = f.open();
+    let ids: Vec<JobId> = q
+        .enqueue_batch(
+            payloads(30)
+                .iter()
+                .map(|p| (&p[..], EnqueueOptions::default())),
+        )
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id())
+        .collect();
+    let first = q.dequeue_batch(10).unwrap(); // jobs 0..10, one deadline
+    f.clock.advance(Duration::from_millis(5));
+    let second = q.dequeue_batch(10).unwrap(); // jobs 10..20, a later deadline
+    assert_eq!(first.iter().map(Lease::id).collect::<Vec<_>>(), ids[..10]);
+    assert_eq!(
+        second.iter().map(Lease::id).collect::<Vec<_>>(),
+        ids[10..20]
+    );
+    let mut held: HashMap<JobId, Lease> = first
+        .into_iter()
+        .chain(second)
+        .map(|l| (l.id(), l))
+        .collect();
+    let mut take = |idx: &[usize]| -> Vec<Lease> {
+        idx.iter().map(|&i| held.remove(&ids[i]).unwrap()).collect()
+    };
+    // Dense (one deadline, ids 4..=8 without 6): one pass over a range holding job 6.
+    q.ack_batch(take(&[4, 5, 7, 8])).unwrap();
+    // Scattered: two deadlines, sparse ids.
+    q.ack_batch(take(&[1, 3, 12, 19])).unwrap();
+    // Dense within the second deadline, acked with effects.
+    q.ack_with_batch(take(&[14, 15, 16]), |tx, l| bump(tx, l.id().0))
+        .unwrap();
+    let gone = [1, 3, 4, 5, 7, 8, 12, 14, 15, 16, 19];
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(
+            q.job(*id).unwrap().is_none(),
+            gone.contains(&i),
+            "job index {i}"
+        );
+    }
+    assert_eq!(effects(&q).len(), 3);
+    assert_consistent(&q);
+    // Every lease still held is still current: ack them all, then the ready rest.
+    let rest: Vec<Lease> = held.into_values().collect();
+    assert_eq!(rest.len(), 20 - 11);
+    q.ack_batch(rest).unwrap();
+    let ready = q.dequeue_batch(100).unwrap();
+    assert_eq!(ready.iter().map(Lease::id).collect::<Vec<_>>(), ids[20..]);
+    q.ack_batch(ready).unwrap();
+    assert_eq!(q.stats().unwrap().total, 0);
     assert_consistent(&q);
 }
