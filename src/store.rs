@@ -301,6 +301,11 @@ impl<'t> Tables<'t> {
     fn delete(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
         self.unindex(id, rec)?;
         self.jobs.remove(id)?;
+        self.release_dedup(id, rec)
+    }
+
+    /// Releases the dedup key of deleted job `id` if the job still owns it.
+    fn release_dedup(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
         if let Some(k) = &rec.dedup_key {
             let owner = self.dedup()?.get(k.as_slice())?.map(|v| v.value());
             if owner == Some(id) {
@@ -331,10 +336,8 @@ impl<'t> Tables<'t> {
         if first.0 == last.0 && dense(first.1, last.1, keys.len()) {
             remove_dense(self.leases()?, first..=last, &keys, "leaseq_leases")?;
         } else {
-            for &k in &keys {
-                if self.leases()?.remove(k)?.is_none() {
-                    return Err(Error::corrupted(format!("job {}: no lease entry", k.1)));
-                }
+            for (&(id, _), rec) in leases.iter().zip(records) {
+                self.unindex(id, rec)?;
             }
         }
         let mut ids: Vec<u64> = keys.iter().map(|&(_, id)| id).collect();
@@ -352,12 +355,7 @@ impl<'t> Tables<'t> {
             }
         }
         for (&(id, _), rec) in leases.iter().zip(records) {
-            if let Some(k) = &rec.dedup_key {
-                let owner = self.dedup()?.get(k.as_slice())?.map(|v| v.value());
-                if owner == Some(id) {
-                    self.dedup()?.remove(k.as_slice())?;
-                }
-            }
+            self.release_dedup(id, rec)?;
         }
         Ok(())
     }
