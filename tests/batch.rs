@@ -14,6 +14,19 @@ fn payloads(n: usize) -> Vec<Vec<u8>> {
     (0..n).map(|i| format!("job-{i}").into_bytes()).collect()
 }
 
+/// Enqueues `payloads(n)` in one batch and returns the new jobs' ids, in order.
+fn enqueue_ids(q: &Queue, n: usize) -> Vec<JobId> {
+    q.enqueue_batch(
+        payloads(n)
+            .iter()
+            .map(|b| (&b[..], EnqueueOptions::default())),
+    )
+    .unwrap()
+    .into_iter()
+    .map(|e| e.id())
+    .collect()
+}
+
 #[test]
 fn enqueue_batch_keeps_order_and_dedups_within_the_batch() {
     let f = Fixture::new();
@@ -71,13 +84,7 @@ fn enqueue_batch_with_one_refused_job_writes_nothing() {
 fn dequeue_batch_leases_in_order_with_fresh_tokens() {
     let f = Fixture::new();
     let q = f.open();
-    let p = payloads(7);
-    let ids: Vec<_> = q
-        .enqueue_batch(p.iter().map(|b| (&b[..], EnqueueOptions::default())))
-        .unwrap()
-        .into_iter()
-        .map(|e| e.id())
-        .collect();
+    let ids = enqueue_ids(&q, 7);
     let first = q.dequeue_batch(4).unwrap();
     let rest = q.dequeue_batch(100).unwrap();
     assert!(q.dequeue_batch(3).unwrap().is_empty());
@@ -230,13 +237,7 @@ fn batch_of_another_queue_is_refused() {
 fn ack_and_next_acks_and_leases_in_one_call() {
     let f = Fixture::new();
     let q = f.open();
-    let p = payloads(3);
-    let ids: Vec<_> = q
-        .enqueue_batch(p.iter().map(|b| (&b[..], EnqueueOptions::default())))
-        .unwrap()
-        .iter()
-        .map(|e| e.id())
-        .collect();
+    let ids = enqueue_ids(&q, 3);
     let l = q.dequeue().unwrap().unwrap();
     let l = l.ack_and_next().unwrap().unwrap();
     assert_eq!(l.id(), ids[1]);
@@ -322,16 +323,7 @@ fn concurrent_callers_share_commits() {
 fn batch_ack_removes_exactly_its_jobs_dense_or_scattered() {
     let f = Fixture::new();
     let q = f.open();
-    let ids: Vec<JobId> = q
-        .enqueue_batch(
-            payloads(30)
-                .iter()
-                .map(|p| (&p[..], EnqueueOptions::default())),
-        )
-        .unwrap()
-        .into_iter()
-        .map(|e| e.id())
-        .collect();
+    let ids = enqueue_ids(&q, 30);
     let first = q.dequeue_batch(10).unwrap(); // jobs 0..10, one deadline
     f.clock.advance(Duration::from_millis(5));
     let second = q.dequeue_batch(10).unwrap(); // jobs 10..20, a later deadline

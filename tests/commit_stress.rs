@@ -57,6 +57,23 @@ fn is_reentrant_effect(r: &Result<Applied, Error>) -> bool {
     matches!(r, Err(Error::Effect(e)) if e.downcast_ref::<Error>().is_some_and(|e| matches!(e, Error::Reentrant)))
 }
 
+/// Enqueues one job on `q`, leases it and acks it with `body` as the effect, under a watchdog;
+/// asserts the ack failed with `Effect(Reentrant)` and returns the queue's length after it.
+fn assert_refused_inside_closure(
+    what: &'static str,
+    q: Queue,
+    body: impl FnMut(&redb::WriteTransaction) -> Result<(), leaseq::BoxError> + Send + 'static,
+) -> u64 {
+    let (refused, got, len) = watchdog(what, 8, move || {
+        q.enqueue(b"A", EnqueueOptions::default()).unwrap();
+        let l = q.dequeue().unwrap().unwrap();
+        let r = l.ack_with(body);
+        (is_reentrant_effect(&r), format!("{r:?}"), q.len().unwrap())
+    });
+    assert!(refused, "{what}: expected Effect(Reentrant), got {got}");
+    len
+}
+
 // ---------------------------------------------------------------------------------------
 // Reentrancy: a call to the same queue from inside an `ack_with` closure must be refused
 // with `Reentrant`, whatever else the closure did first.
@@ -72,21 +89,15 @@ fn is_reentrant_effect(r: &Result<Applied, Error>) -> bool {
 fn reentrant_call_after_using_another_queue_is_refused_not_deadlocked() {
     let f = Fixture::new();
     let g = Fixture::new();
-    let a = f.open();
-    let b = g.open();
-    let r = watchdog("A call after a B call inside A's closure", 8, move || {
-        a.enqueue(b"A", EnqueueOptions::default()).unwrap();
-        let l = a.dequeue().unwrap().unwrap();
-        let (a2, b2) = (a.clone(), b.clone());
-        let r = l.ack_with(move |_| {
-            b2.enqueue(b"elsewhere", EnqueueOptions::default())?;
+    let (a, b) = (f.open(), g.open());
+    let a2 = a.clone();
+    let len =
+        assert_refused_inside_closure("A call after a B call inside A's closure", a, move |_| {
+            b.enqueue(b"elsewhere", EnqueueOptions::default())?;
             a2.enqueue(b"same queue", EnqueueOptions::default())?;
             Ok(())
         });
-        (is_reentrant_effect(&r), format!("{r:?}"), a.len().unwrap())
-    });
-    assert!(r.0, "expected Effect(Reentrant), got {}", r.1);
-    assert_eq!(r.2, 1, "the refused closure changed nothing");
+    assert_eq!(len, 1, "the refused closure changed nothing");
 }
 
 // Nested deeper: A's closure acks a job of queue B with a closure of its own, which calls A.
@@ -143,24 +154,17 @@ fn reentrant_call_through_another_queues_closure_is_refused_not_deadlocked() {
 fn reentrant_flush_after_using_another_queue_is_refused_not_deadlocked() {
     let f = Fixture::new();
     let g = Fixture::new();
-    let a = f.open();
-    let b = g.open();
-    let r = watchdog(
+    let (a, b) = (f.open(), g.open());
+    let a2 = a.clone();
+    assert_refused_inside_closure(
         "A.flush() after a B call inside A's closure",
-        8,
-        move || {
-            a.enqueue(b"A", EnqueueOptions::default()).unwrap();
-            let l = a.dequeue().unwrap().unwrap();
-            let (a2, b2) = (a.clone(), b.clone());
-            let r = l.ack_with(move |_| {
-                b2.enqueue(b"elsewhere", EnqueueOptions::default())?;
-                a2.flush()?;
-                Ok(())
-            });
-            (is_reentrant_effect(&r), format!("{r:?}"))
+        a,
+        move |_| {
+            b.enqueue(b"elsewhere", EnqueueOptions::default())?;
+            a2.flush()?;
+            Ok(())
         },
     );
-    assert!(r.0, "expected Effect(Reentrant), got {}", r.1);
 }
 
 // Regression (found in review, fixed): `dequeue_timeout` did not check reentrancy. From
@@ -172,18 +176,12 @@ fn reentrant_flush_after_using_another_queue_is_refused_not_deadlocked() {
 fn dequeue_timeout_inside_a_closure_is_refused_not_blocked() {
     let f = Fixture::new();
     let q = f.open();
-    let r = watchdog("dequeue_timeout inside a closure", 8, move || {
-        q.enqueue(b"A", EnqueueOptions::default()).unwrap();
-        let l = q.dequeue().unwrap().unwrap();
-        let inner = q.clone();
-        let r = l.ack_with(move |_| {
-            let got = inner.dequeue_timeout(Duration::from_secs(3600))?;
-            assert!(got.is_none());
-            Ok(())
-        });
-        (is_reentrant_effect(&r), format!("{r:?}"))
+    let inner = q.clone();
+    assert_refused_inside_closure("dequeue_timeout inside a closure", q, move |_| {
+        let got = inner.dequeue_timeout(Duration::from_secs(3600))?;
+        assert!(got.is_none());
+        Ok(())
     });
-    assert!(r.0, "expected Effect(Reentrant), got {}", r.1);
 }
 
 // Every mutating call from inside a closure is refused with `Reentrant` and the closure's
