@@ -241,9 +241,39 @@ pub(crate) struct Committer {
     arrivals: AtomicUsize,
     durability: Durability,
     quick_repair: bool,
-    /// Bumped after every commit that made work available; blocked consumers wait on it.
-    work_epoch: Mutex<u64>,
-    work_cv: Condvar,
+    /// Blocked consumers wait on it; shared with the queue's clock (see `ClockWaker`).
+    work: Arc<WorkSignal>,
+}
+
+/// What blocked consumers wait on: an epoch bumped after every commit that made work
+/// available, and whenever the queue's clock jumps (a [`ManualClock`](crate::ManualClock)
+/// advanced).
+#[derive(Debug, Default)]
+pub(crate) struct WorkSignal {
+    epoch: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl WorkSignal {
+    pub(crate) fn notify(&self) {
+        *self.epoch.lock() += 1;
+        self.cv.notify_all();
+    }
+
+    pub(crate) fn epoch(&self) -> u64 {
+        *self.epoch.lock()
+    }
+
+    /// Blocks until the epoch moves past `epoch`, or `timeout` passes.
+    pub(crate) fn wait(&self, epoch: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut e = self.epoch.lock();
+        while *e == epoch {
+            if self.cv.wait_until(&mut e, deadline).timed_out() {
+                return;
+            }
+        }
+    }
 }
 
 /// Decides whether an error from an operation leaves the transaction clean (a refusal made
@@ -270,8 +300,7 @@ impl Committer {
             arrivals: AtomicUsize::new(0),
             durability,
             quick_repair,
-            work_epoch: Mutex::new(0),
-            work_cv: Condvar::new(),
+            work: Arc::new(WorkSignal::default()),
         }
     }
 
@@ -592,7 +621,7 @@ impl Committer {
         waiters.iter().for_each(std::thread::Thread::unpark);
         self.enter_cv.notify_all();
         if committed && wake {
-            self.notify_work();
+            self.work.notify();
         }
     }
 
@@ -609,24 +638,9 @@ impl Committer {
         self.state.lock().stats
     }
 
-    pub(crate) fn notify_work(&self) {
-        *self.work_epoch.lock() += 1;
-        self.work_cv.notify_all();
-    }
-
-    pub(crate) fn work_epoch(&self) -> u64 {
-        *self.work_epoch.lock()
-    }
-
-    /// Blocks until work is announced after `epoch`, or `timeout` passes.
-    pub(crate) fn wait_for_work(&self, epoch: u64, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        let mut e = self.work_epoch.lock();
-        while *e == epoch {
-            if self.work_cv.wait_until(&mut e, deadline).timed_out() {
-                return;
-            }
-        }
+    /// What blocked consumers wait on.
+    pub(crate) fn work(&self) -> &Arc<WorkSignal> {
+        &self.work
     }
 }
 

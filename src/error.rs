@@ -38,7 +38,9 @@ pub enum Error {
         len_bytes: u64,
     },
     /// Stored data failed a check: a redb checksum or structure error, a job record that does
-    /// not decode, or a panic inside the storage engine caught at leaseq's boundary.
+    /// not decode (for a call aimed at that one job: passes over many jobs quarantine such a
+    /// row and go on, see [`Queue::quarantined`](crate::Queue::quarantined)), or a panic
+    /// inside the storage engine caught at leaseq's boundary.
     #[error("corrupted: {detail}")]
     Corrupted {
         /// What was inconsistent.
@@ -114,9 +116,11 @@ pub enum Error {
         /// The state the call needs.
         expected: &'static str,
     },
-    /// The closure given to `ack_with` returned an error. Its transaction was aborted: no effect,
-    /// no applied-ids marker, no ack; the job stays leased until its deadline and is then
-    /// delivered again.
+    /// The closure given to `ack_with` returned an error (or panicked: the panic's message).
+    /// Its transaction was dropped: no effect, no applied-ids marker, no ack. Then the job was
+    /// given back with this error's text as its last error, as by
+    /// [`Lease::nack`](crate::Lease::nack): ready at once, or dead when that was its last
+    /// attempt; the lease is stale from then on.
     #[error("effect failed: {0}")]
     Effect(#[source] BoxError),
     /// A typed payload did not serialize or deserialize (bincode).

@@ -182,4 +182,24 @@ pub struct Stats {
     pub dead: u64,
     /// Applied-ids markers kept.
     pub applied: u64,
+    /// Job rows moved to quarantine because they failed their checks (not counted in
+    /// `total`); see [`Queue::quarantined`](crate::Queue::quarantined).
+    pub quarantined: u64,
+}
+
+/// A job row that failed its checks (a checksum mismatch, a record that does not decode or
+/// breaks an invariant) and was moved aside whole by the pass that met it (a dequeue, a lease
+/// recovery at open), so the rest of the queue goes on. Its bytes are kept as found
+/// ([`Queue::quarantined_record`](crate::Queue::quarantined_record)); it is never delivered,
+/// and a dedup key it held stays held until [`Queue::remove`](crate::Queue::remove) deletes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantined {
+    /// The job's id.
+    pub job_id: JobId,
+    /// When it was quarantined (Unix ms of the queue's clock).
+    pub quarantined_ms: u64,
+    /// What its check found (at most 4096 bytes).
+    pub reason: String,
+    /// The length of the row's bytes as found.
+    pub record_bytes: usize,
 }

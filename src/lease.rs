@@ -12,10 +12,18 @@ use crate::store;
 /// fencing token.
 ///
 /// End it with [`ack`](Lease::ack), [`ack_with`](Lease::ack_with), [`nack`](Lease::nack) or
-/// [`fail`](Lease::fail), each of which consumes it. A lease that is dropped, or outlives its
-/// deadline, is delivered again (at-least-once). Every call checks the token first: once the
-/// job was delivered again, acked, or recovered by a reopen, this lease's calls return
-/// [`Error::LeaseLost`](crate::Error::LeaseLost) and change nothing.
+/// [`fail`](Lease::fail). A lease that is never ended, or outlives its deadline, is delivered
+/// again (at-least-once).
+///
+/// **Every call borrows the lease, and the store decides.** A lease is a receipt (the job's id
+/// and the token of this delivery), as SQS's receipt handle: each call checks the token first,
+/// and once the job was acked, given back, delivered again or recovered by a reopen, every call
+/// returns [`Error::LeaseLost`](crate::Error::LeaseLost) and changes nothing. So whatever a call
+/// returns, the caller still holds what it needs to end the attempt: after a refusal
+/// (`InvalidOption`, `Reentrant`, a storage error) the lease is as current as before and can
+/// still be acked, nacked, failed or extended. One call ends an attempt on its own when it
+/// fails: [`ack_with`](Lease::ack_with) whose closure fails gives the job back with the
+/// closure's error as its last error (see there).
 ///
 /// An ack, nack, fail or extend that arrives after the deadline, but before any dequeue
 /// reclaimed the job, still succeeds: the token is still current and no other consumer has
@@ -77,16 +85,23 @@ impl Lease {
         self.deadline_ms
     }
 
+    fn key(&self) -> [(u64, u64); 1] {
+        [(self.id, self.token)]
+    }
+
     /// Acks the job: removes it (and releases its dedup key). One durable commit.
     ///
     /// This is the at-least-once ack: if the work had effects, a crash between them and this
     /// ack repeats them. Use [`ack_with`](Lease::ack_with) for an exactly-once effect.
     ///
     /// # Errors
-    /// `LeaseLost` if the token is stale; `CommitFailed` or `Storage` from the storage engine.
-    pub fn ack(self) -> Result<()> {
-        let key = [(self.id, self.token)];
-        self.queue.run(&mut |ctx| store::ack(ctx, &key))
+    /// `LeaseLost` if the token is stale; `Corrupted` if the job's row is damaged (a later
+    /// dequeue quarantines it once the lease ends); `Reentrant` from inside an `ack_with`
+    /// closure; `CommitFailed` or `Storage` from the storage engine. The lease stays current
+    /// after every error but `LeaseLost` (and a `CommitFailed` whose commit did land).
+    pub fn ack(&self) -> Result<()> {
+        let key = self.key();
+        single(self.queue.run(&mut |ctx| store::ack(ctx, &key))?)
     }
 
     /// Acks this job and leases the next available one in the same commit: a worker loop
@@ -94,15 +109,17 @@ impl Lease {
     /// [`Queue::dequeue`] (`None` if nothing is available now).
     ///
     /// # Errors
-    /// As [`Lease::ack`] (a stale token leases nothing) and [`Queue::dequeue`].
-    pub fn ack_and_next(self) -> Result<Option<Lease>> {
-        let key = [(self.id, self.token)];
+    /// As [`Lease::ack`] (a refused ack leases nothing) and [`Queue::dequeue`].
+    pub fn ack_and_next(&self) -> Result<Option<Lease>> {
+        let key = self.key();
         let (now_ms, cfg) = (self.queue.now_ms(), self.queue.config());
-        let mut next = self.queue.run(&mut |ctx| {
-            store::ack(ctx, &key)?;
-            store::dequeue(ctx, &cfg, now_ms, 1)
-        })?;
-        Ok(next.pop().map(|l| self.queue.lease(l)))
+        let next = self.queue.run(&mut |ctx| {
+            if let Err(e) = single(store::ack(ctx, &key)?) {
+                return Ok(Err(e));
+            }
+            Ok(Ok(store::dequeue(ctx, &cfg, now_ms, 1)?))
+        })??;
+        Ok(next.into_iter().next().map(|l| self.queue.lease(l)))
     }
 
     /// Acks the job and applies its effect in one redb write transaction: the closure's writes
@@ -116,20 +133,24 @@ impl Lease {
     /// commit fails, the group is replayed) and must only touch the transaction. It must not
     /// open leaseq's tables (`leaseq_*`) or call the queue (that returns `Reentrant`).
     ///
+    /// **A failing closure ends the attempt**: when it returns an error or panics, its
+    /// transaction is dropped (none of its writes, no marker, no ack), and the job is given
+    /// back as by [`nack`](Lease::nack) with the closure's error as its last error: ready at
+    /// once, or dead when this was its last attempt (as a worker in Oban or River whose
+    /// `perform` fails). That costs a second commit; then this lease is stale.
+    ///
     /// # Errors
-    /// `Effect` with the closure's error (or panic message): nothing was written, the job stays
-    /// leased until its deadline; `LeaseLost` if the token is stale; `CommitFailed` or
-    /// `Storage` from the storage engine.
-    pub fn ack_with<F>(self, mut effect: F) -> Result<Applied>
+    /// `Effect` with the closure's error (or panic message), after the job was given back;
+    /// `LeaseLost` if the token is stale (the closure did not run); `Corrupted`, `Reentrant`,
+    /// `CommitFailed` or `Storage` as [`Lease::ack`].
+    pub fn ack_with<F>(&self, mut effect: F) -> Result<Applied>
     where
         F: FnMut(&redb::WriteTransaction) -> std::result::Result<(), BoxError>,
     {
-        let key = [(self.id, self.token)];
-        let now_ms = self.queue.now_ms();
-        let mut applied = self
+        let (applied, _) = self
             .queue
-            .run(&mut |ctx| store::ack_with(ctx, &key, now_ms, &mut |tx, _| effect(tx)))?;
-        Ok(applied.remove(0))
+            .ack_with_keys(&self.key(), &mut |tx, _| effect(tx), false)?;
+        single(applied)
     }
 
     /// [`Lease::ack_with`] and the next dequeue in one commit: the effect, the marker, the
@@ -137,18 +158,20 @@ impl Lease {
     /// (`None` if nothing is available now).
     ///
     /// # Errors
-    /// As [`Lease::ack_with`] (on any error nothing is leased) and [`Queue::dequeue`].
-    pub fn ack_with_and_next<F>(self, mut effect: F) -> Result<(Applied, Option<Lease>)>
+    /// As [`Lease::ack_with`] (on any error nothing is leased; a failing closure gives the
+    /// job back) and [`Queue::dequeue`].
+    pub fn ack_with_and_next<F>(&self, mut effect: F) -> Result<(Applied, Option<Lease>)>
     where
         F: FnMut(&redb::WriteTransaction) -> std::result::Result<(), BoxError>,
     {
-        let key = [(self.id, self.token)];
-        let (now_ms, cfg) = (self.queue.now_ms(), self.queue.config());
-        let (mut applied, mut next) = self.queue.run(&mut |ctx| {
-            let applied = store::ack_with(ctx, &key, now_ms, &mut |tx, _| effect(tx))?;
-            Ok((applied, store::dequeue(ctx, &cfg, now_ms, 1)?))
-        })?;
-        Ok((applied.remove(0), next.pop().map(|l| self.queue.lease(l))))
+        let (applied, next) =
+            self.queue
+                .ack_with_keys(&self.key(), &mut |tx, _| effect(tx), true)?;
+        let applied = single(applied)?;
+        Ok((
+            applied,
+            next.into_iter().next().map(|l| self.queue.lease(l)),
+        ))
     }
 
     /// Gives the job back now, recording `reason` as its last error: it is ready again
@@ -156,8 +179,8 @@ impl Lease {
     /// attempt. Returns the state it went to.
     ///
     /// # Errors
-    /// `LeaseLost` if the token is stale; `CommitFailed` or `Storage` from the storage engine.
-    pub fn nack(self, reason: &str) -> Result<JobState> {
+    /// As [`Lease::nack_after`].
+    pub fn nack(&self, reason: &str) -> Result<JobState> {
         self.nack_after(reason, Duration::ZERO)
     }
 
@@ -166,9 +189,9 @@ impl Lease {
     /// attempt. The backoff does not count against any lease. Returns the state it went to.
     ///
     /// # Errors
-    /// `InvalidOption` if `backoff` is above [`DELAY_MAX`](crate::DELAY_MAX); `LeaseLost` if the
-    /// token is stale; `CommitFailed` or `Storage` from the storage engine.
-    pub fn nack_after(self, reason: &str, backoff: Duration) -> Result<JobState> {
+    /// `InvalidOption` if `backoff` is above [`DELAY_MAX`](crate::DELAY_MAX) (nothing written,
+    /// the lease stays current); otherwise as [`Lease::ack`].
+    pub fn nack_after(&self, reason: &str, backoff: Duration) -> Result<JobState> {
         if backoff > crate::DELAY_MAX {
             return Err(crate::Error::invalid_option("backoff", "above DELAY_MAX"));
         }
@@ -183,8 +206,8 @@ impl Lease {
     /// at a character boundary) as its last error, whatever attempts it has left.
     ///
     /// # Errors
-    /// `LeaseLost` if the token is stale; `CommitFailed` or `Storage` from the storage engine.
-    pub fn fail(self, reason: &str) -> Result<()> {
+    /// As [`Lease::ack`].
+    pub fn fail(&self, reason: &str) -> Result<()> {
         let (id, token) = (self.id, self.token);
         self.queue
             .run(&mut |ctx| store::fail(ctx, id, token, reason))
@@ -196,8 +219,8 @@ impl Lease {
     /// new deadline. One durable commit.
     ///
     /// # Errors
-    /// `InvalidOption` for a zero or too long `by`; `LeaseLost` if the token is stale;
-    /// `CommitFailed` or `Storage` from the storage engine.
+    /// `InvalidOption` for a zero or too long `by` (nothing written, the lease stays
+    /// current); otherwise as [`Lease::ack`].
     pub fn extend(&mut self, by: Duration) -> Result<()> {
         let (id, token) = (self.id, self.token);
         let now_ms = self.queue.now_ms();
@@ -206,4 +229,12 @@ impl Lease {
             .run(&mut |ctx| store::extend(ctx, id, token, now_ms, by))?;
         Ok(())
     }
+}
+
+/// The one outcome of a call made on one lease.
+fn single<T>(mut outcomes: Vec<Result<T>>) -> Result<T> {
+    debug_assert_eq!(outcomes.len(), 1);
+    outcomes
+        .pop()
+        .unwrap_or_else(|| Err(crate::Error::corrupted("no outcome for the lease")))
 }

@@ -61,10 +61,10 @@ pub mod sim;
 
 use std::time::Duration;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ClockWaker, ManualClock, SystemClock};
 pub use commit::{CommitStats, Durability};
 pub use error::{BoxError, Error, Result};
-pub use job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Stats};
+pub use job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Quarantined, Stats};
 pub use lease::Lease;
 pub use queue::{Builder, Queue, Recovery};
 pub use schema::FORMAT_VERSION;
@@ -82,6 +82,9 @@ pub const BATCH_MAX: usize = 10_000;
 pub const KEY_BYTES_MAX: usize = 512;
 /// The highest payload limit a queue may be configured with, in bytes (64 MiB).
 pub const PAYLOAD_BYTES_MAX_CAP: usize = 64 << 20;
+/// The longest a consumer blocked in [`Queue::dequeue_timeout`] waits for a due time before
+/// reading the clock again (250 ms), so a clock that jumps forward delivers due work within it.
+pub const DUE_RECHECK_MAX: Duration = Duration::from_millis(250);
 
 /// The message of a caught panic.
 pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {

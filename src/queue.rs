@@ -13,7 +13,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, StorageBackend};
 use crate::clock::{Clock, SystemClock};
 use crate::commit::{Committer, Ctx, Durability};
 use crate::error::{Error, Result};
-use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, Stats};
+use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, Quarantined, Stats};
 use crate::lease::Lease;
 use crate::schema::{
     APPLIED, DEAD, DEDUP, FORMAT_VERSION, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
@@ -37,6 +37,9 @@ pub struct Recovery {
     pub repaired: bool,
     /// Whether the open created a new file.
     pub created: bool,
+    /// Leased job rows that failed their checks and were quarantined instead of returned
+    /// (see [`Queue::quarantined`]).
+    pub quarantined: u64,
 }
 
 /// Settings for opening a queue. Start from [`Queue::builder`].
@@ -359,15 +362,19 @@ impl Builder {
             recovery: Recovery::default(),
         };
         let now_ms = inner.clock.now_ms();
-        let (returned, dead) = inner.committer.run(inner.db.get(), &mut |ctx| {
+        let recovered = inner.committer.run(inner.db.get(), &mut |ctx| {
             store::recover_leases(ctx, now_ms)
         })?;
+        inner
+            .clock
+            .subscribe(crate::clock::ClockWaker::new(inner.committer.work()));
         let inner = Inner {
             recovery: Recovery {
-                leases_returned: returned,
-                leases_dead_lettered: dead,
+                leases_returned: recovered.returned,
+                leases_dead_lettered: recovered.dead,
                 repaired,
                 created,
+                quarantined: recovered.quarantined,
             },
             ..inner
         };
@@ -715,9 +722,13 @@ impl Queue {
     /// duration under a fresh token, its attempt counted, and it is returned only after that
     /// commit. A check that finds nothing costs a read, not a commit.
     ///
+    /// One bad row never stops it: a job row that fails its checks is quarantined
+    /// ([`Queue::quarantined`]) and an index entry that does not match its job is dropped
+    /// (the job keeps its own entry), and the dequeue goes on with the next job.
+    ///
     /// # Errors
-    /// `Corrupted` if an index disagrees with a job record; `CommitFailed`, `Storage` or
-    /// `Reentrant`.
+    /// `CommitFailed`, `Storage` or `Reentrant`; `Corrupted` only for damage redb itself
+    /// reports.
     pub fn dequeue(&self) -> Result<Option<Lease>> {
         Ok(self.try_dequeue()?.0)
     }
@@ -775,36 +786,95 @@ impl Queue {
         Ok(self.try_dequeue_batch(max)?.0)
     }
 
-    /// Acks every lease in one commit, or none: if any token is stale the whole call returns
-    /// `LeaseLost` (naming the first stale lease) and changes nothing.
+    /// Acks every lease in one commit and returns one outcome per lease, in order: `Ok(())`
+    /// for each lease acked; `Err(LeaseLost)` for a lease that is no longer current, or
+    /// `Err(Corrupted)` for one whose job row is damaged, neither of which holds up the
+    /// others (as SQS's `DeleteMessageBatch` reports each entry). The leases stay with the
+    /// caller: after a whole-call error every one of them is as current as before.
     ///
     /// # Errors
-    /// `InvalidOption` for an empty or oversized batch, or a lease of another queue;
-    /// `LeaseLost`; `CommitFailed` or `Storage`.
-    pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<()> {
-        let keys = self.batch_keys(&leases)?;
+    /// For the whole call, nothing written: `InvalidOption` for an empty or oversized batch or
+    /// a lease of another queue; `Reentrant`; `CommitFailed` or `Storage`.
+    pub fn ack_batch(&self, leases: &[Lease]) -> Result<Vec<Result<()>>> {
+        let keys = self.batch_keys(leases)?;
         self.run(&mut |ctx| store::ack(ctx, &keys))
     }
 
-    /// [`Lease::ack_with`] for many leases in one transaction and one commit: for each lease
-    /// whose idempotency key is not yet applied, `effect(tx, lease)` runs, then the markers
-    /// and acks are written; all commit together or not at all. Returns one [`Applied`] per
-    /// lease, in order. If any token is stale, nothing runs and the call returns `LeaseLost`.
-    /// Two leases with the same idempotency key: the first applies, the second is
-    /// `AlreadyApplied`.
+    /// [`Lease::ack_with`] for many leases in one transaction and one commit: for each current
+    /// lease whose idempotency key is not yet applied, `effect(tx, lease)` runs, then the
+    /// markers and acks are written; they commit together. Returns one outcome per lease, in
+    /// order: `Ok(Applied)`; `Err(LeaseLost)` or `Err(Corrupted)` as in
+    /// [`Queue::ack_batch`] (the closure did not run for it); `Err(Effect)` for a lease whose
+    /// closure failed: that job was given back with the closure's error as its last error
+    /// (as by [`Lease::ack_with`]), and the other leases' effects still commit (their closures
+    /// run again in a fresh transaction, one more per failing lease). Two leases with the same
+    /// idempotency key: the first applies, the second is `AlreadyApplied`.
     ///
     /// # Errors
-    /// As [`Queue::ack_batch`], plus `Effect` with the first closure error (nothing written;
-    /// every job stays leased).
-    pub fn ack_with_batch<F>(&self, leases: Vec<Lease>, mut effect: F) -> Result<Vec<Applied>>
+    /// As [`Queue::ack_batch`].
+    pub fn ack_with_batch<F>(&self, leases: &[Lease], mut effect: F) -> Result<Vec<Result<Applied>>>
     where
         F: FnMut(&redb::WriteTransaction, &Lease) -> std::result::Result<(), crate::BoxError>,
     {
-        let keys = self.batch_keys(&leases)?;
-        let now_ms = self.now_ms();
-        self.run(&mut |ctx| {
-            store::ack_with(ctx, &keys, now_ms, &mut |tx, i| effect(tx, &leases[i]))
-        })
+        let keys = self.batch_keys(leases)?;
+        let (applied, _) = self.ack_with_keys(&keys, &mut |tx, i| effect(tx, &leases[i]), false)?;
+        Ok(applied)
+    }
+
+    /// Runs `store::ack_with` over `keys` (then, with `next`, a dequeue of one) in one commit.
+    /// A closure that fails drops the transaction; the call then runs again with that lease
+    /// marked, so its job is given back with the closure's error and the other leases' effects
+    /// commit (no dequeue once a closure has failed). At most one run more than there are
+    /// leases. The closure errors come back in their leases' places.
+    pub(crate) fn ack_with_keys(
+        &self,
+        keys: &[(u64, u64)],
+        effect: &mut store::Effect<'_>,
+        next: bool,
+    ) -> Result<(Vec<Result<Applied>>, Vec<store::Leased>)> {
+        let (now_ms, cfg) = (self.now_ms(), self.inner.cfg);
+        let mut failed: Vec<Option<String>> = vec![None; keys.len()];
+        let mut errors: Vec<Option<crate::BoxError>> = keys.iter().map(|_| None).collect();
+        for _ in 0..=keys.len() {
+            // The lease whose closure is running, until it returns `Ok` (a panic leaves it set).
+            let mut failing = None;
+            let dequeue = next && errors.iter().all(Option::is_none);
+            let ran = self.run(&mut |ctx| {
+                let applied = store::ack_with(ctx, keys, now_ms, &failed, &mut |tx, i| {
+                    failing = Some(i);
+                    let r = effect(tx, i);
+                    if r.is_ok() {
+                        failing = None;
+                    }
+                    r
+                })?;
+                // The next job only after an ack that happened: a refused one leases nothing.
+                let leased = if dequeue && applied.iter().all(Result::is_ok) {
+                    store::dequeue(ctx, &cfg, now_ms, 1)?
+                } else {
+                    Vec::new()
+                };
+                Ok((applied, leased))
+            });
+            match (ran, failing) {
+                (Ok((mut applied, leased)), _) => {
+                    for (outcome, error) in applied.iter_mut().zip(errors) {
+                        if let Some(e) = error {
+                            *outcome = Err(Error::Effect(e));
+                        }
+                    }
+                    return Ok((applied, leased));
+                }
+                (Err(Error::Effect(e)), Some(i)) if failed[i].is_none() => {
+                    failed[i] = Some(e.to_string());
+                    errors[i] = Some(e);
+                }
+                (Err(e), _) => return Err(e),
+            }
+        }
+        Err(Error::corrupted(
+            "ack_with: more failing closures than leases",
+        ))
     }
 
     fn batch_keys(&self, leases: &[Lease]) -> Result<Vec<(u64, u64)>> {
@@ -825,7 +895,10 @@ impl Queue {
 
     /// Takes the next job, waiting up to `timeout` for one. Wakes when a commit makes work
     /// available (an enqueue, a nack, a requeue) and at the next due time or lease deadline,
-    /// never by polling in a tight loop. A write transaction the caller holds on
+    /// never by polling in a tight loop. While a due time is pending it reads the clock again
+    /// at least every [`DUE_RECHECK_MAX`](crate::DUE_RECHECK_MAX) (250 ms), so a clock that
+    /// jumps forward (an NTP step) delivers the job within that; a
+    /// [`ManualClock`](crate::ManualClock) wakes it at once. A write transaction the caller holds on
     /// [`Queue::database`] blocks it (like every queue write) until that transaction ends,
     /// whatever the timeout.
     ///
@@ -835,8 +908,9 @@ impl Queue {
         self.inner.committer.check_reentrant()?;
         // A timeout too long to add to the monotonic clock waits without end.
         let deadline = Instant::now().checked_add(timeout);
+        let work = self.inner.committer.work();
         loop {
-            let epoch = self.inner.committer.work_epoch();
+            let epoch = work.epoch();
             let (lease, next_due_ms) = self.try_dequeue()?;
             if lease.is_some() {
                 return Ok(lease);
@@ -848,10 +922,14 @@ impl Queue {
                 None => Duration::from_secs(3600),
             };
             if let Some(due_ms) = next_due_ms {
+                // The clock may jump before the due time (an NTP step): look again at least
+                // every DUE_RECHECK_MAX.
                 let until_due = due_ms.saturating_sub(self.now_ms()).max(1);
-                wait = wait.min(Duration::from_millis(until_due));
+                wait = wait
+                    .min(Duration::from_millis(until_due))
+                    .min(crate::DUE_RECHECK_MAX);
             }
-            self.inner.committer.wait_for_work(epoch, wait);
+            work.wait(epoch, wait);
         }
     }
 
@@ -912,6 +990,11 @@ impl Queue {
     /// as BullMQ's `Job.remove`: for dead jobs that will not be retried, or work that is no
     /// longer wanted. A leased job must be ended through its lease (ack, nack, fail).
     ///
+    /// Also deletes a quarantined row ([`Queue::quarantined`]) or a job row that fails its
+    /// checks, whatever its state (which cannot be read), with every index and dedup entry
+    /// naming it. Finding those entries reads the index and dedup tables whole: only the
+    /// repair of a damaged file pays that.
+    ///
     /// # Errors
     /// `JobNotFound`; `InvalidState` if the job is leased; `CommitFailed` or `Storage`.
     pub fn remove(&self, id: JobId) -> Result<()> {
@@ -919,13 +1002,49 @@ impl Queue {
     }
 
     /// Whether an effect with this idempotency key has been applied by
-    /// [`Lease::ack_with`]. (A job enqueued without an idempotency key is keyed by its id in
-    /// a separate space, not reachable from here.)
+    /// [`Lease::ack_with`].
+    ///
+    /// Only caller keys ([`EnqueueOptions::idempotency_key`]) can be asked about. A job
+    /// enqueued without one is keyed by its own id, and that marker guards nothing a caller
+    /// could ask about: ids are never reused, and the effect, the marker and the removal of
+    /// the job commit together, so no later delivery of that job can exist. (Such markers
+    /// need not be kept at all once the job is gone; a job id is not a question this answers.)
+    /// To learn whether a job's effect landed, read the caller's own table it wrote.
     ///
     /// # Errors
     /// `Storage`.
     pub fn is_applied(&self, idempotency_key: impl AsRef<[u8]>) -> Result<bool> {
         guarded(|| store::is_applied(&self.inner.db.get().begin_read()?, idempotency_key.as_ref()))
+    }
+
+    /// Quarantined job rows, by job id, after `after` (exclusive; `None` from the first), at
+    /// most `max` of them (at most [`BATCH_MAX`](crate::BATCH_MAX)): rows a dequeue or the
+    /// lease recovery at open found failing their checks and moved aside whole, so the rest
+    /// of the queue went on. Page through with the last id returned.
+    /// [`Queue::quarantined_record`] gives a row's bytes; [`Queue::remove`] deletes it.
+    ///
+    /// # Errors
+    /// `InvalidOption` for `max` of 0 or above `BATCH_MAX`; `Storage`.
+    pub fn quarantined(&self, after: Option<JobId>, max: usize) -> Result<Vec<Quarantined>> {
+        if max == 0 || max > crate::BATCH_MAX {
+            return Err(batch_too_large("max"));
+        }
+        guarded(|| {
+            store::quarantined(
+                &self.inner.db.get().begin_read()?,
+                after.map(|id| id.0),
+                max,
+            )
+        })
+    }
+
+    /// The bytes of a quarantined job row as they were found (at most the record cap, 64 MiB
+    /// and change), or `None` if the job is not quarantined.
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn quarantined_record(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        guarded(|| store::quarantined_record(&self.inner.db.get().begin_read()?, id.0))
     }
 
     /// How this handle's commits were shared: groups committed and operations they answered.

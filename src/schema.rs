@@ -13,8 +13,11 @@
 //! | `leaseq_dedup` | dedup key | job id | producer dedup: the live job that owns the key |
 //! | `leaseq_applied` | applied key | applied_ms | idempotency keys whose effect committed |
 //! | `leaseq_meta` | name | u64 | format version and counters |
+//! | `leaseq_quarantine` | job id | (quarantined_ms, reason, raw record bytes) | job rows that failed their checks, moved aside whole so the rest of the queue goes on |
 //!
-//! Version history: 1, the first format.
+//! Version history: 1, the first format. `leaseq_quarantine` was added within version 1: it is
+//! created by the first write that quarantines a row, a file without it has nothing
+//! quarantined, and an older build that does not know it ignores it.
 
 use redb::TableDefinition;
 
@@ -32,6 +35,10 @@ pub(crate) const DEAD: TableDefinition<u64, ()> = TableDefinition::new("leaseq_d
 pub(crate) const DEDUP: TableDefinition<&[u8], u64> = TableDefinition::new("leaseq_dedup");
 pub(crate) const APPLIED: TableDefinition<&[u8], u64> = TableDefinition::new("leaseq_applied");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("leaseq_meta");
+/// A quarantined row: when it was moved aside (Unix ms), why, and its bytes as they were found.
+pub(crate) type QuarantineValue = (u64, &'static str, &'static [u8]);
+pub(crate) const QUARANTINE: TableDefinition<u64, QuarantineValue> =
+    TableDefinition::new("leaseq_quarantine");
 
 /// `leaseq_meta` keys.
 pub(crate) const META_FORMAT_VERSION: &str = "format_version";

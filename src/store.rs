@@ -6,15 +6,17 @@
 //! group can still commit. Each keeps the invariant of DESIGN §2: a job is in exactly one
 //! state, and the state's index holds exactly the job's entry.
 
-use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table};
+use redb::{
+    ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
+};
 
 use crate::codec::{JobRecord, StoredState};
 use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
-use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Stats};
+use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Quarantined, Stats};
 use crate::schema::{
     APPLIED, DEAD, DEDUP, FORMAT_VERSION, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
-    META_NEXT_TOKEN, READY, SCHEDULED, applied_key, priority_rank,
+    META_NEXT_TOKEN, QUARANTINE, QuarantineValue, READY, SCHEDULED, applied_key, priority_rank,
 };
 
 /// At most this many due scheduled jobs are promoted, and this many expired leases
@@ -55,6 +57,14 @@ fn truncate_reason(reason: &str) -> String {
         end -= 1;
     }
     reason[..end].to_string()
+}
+
+/// The error of a call aimed at one job whose row is damaged.
+fn damaged(id: u64, why: &str) -> Error {
+    Error::corrupted(format!(
+        "job {id}: record damaged ({why}); the next dequeue that meets it quarantines it, \
+         or delete it with Queue::remove"
+    ))
 }
 
 /// Checks a lease duration option: 1 ms to `LEASE_MAX`, whole milliseconds.
@@ -185,6 +195,14 @@ struct Tables<'t> {
     leases: Option<Table<'t, (u64, u64), ()>>,
     dead: Option<Table<'t, u64, ()>>,
     dedup: Option<Table<'t, &'static [u8], u64>>,
+    quarantine: Option<Table<'t, u64, QuarantineValue>>,
+}
+
+/// A job row as read: absent, present but failing its checks (the reason), or good.
+enum Row {
+    Missing,
+    Damaged(String),
+    Good(JobRecord),
 }
 
 /// The table in `slot`, opened from `tx` on first use.
@@ -209,16 +227,18 @@ impl<'t> Tables<'t> {
             leases: None,
             dead: None,
             dedup: None,
+            quarantine: None,
         })
     }
 
-    /// Opens every index table now.
+    /// Opens every index table now (and `leaseq_quarantine`, creating it if needed).
     fn open_all(&mut self) -> Result<()> {
         self.ready()?;
         self.scheduled()?;
         self.leases()?;
         self.dead()?;
         self.dedup()?;
+        lazy(&mut self.quarantine, self.tx, QUARANTINE)?;
         Ok(())
     }
 
@@ -242,13 +262,88 @@ impl<'t> Tables<'t> {
         lazy(&mut self.dedup, self.tx, DEDUP)
     }
 
+    /// The row of job `id`; `Err` only for storage errors, never for a damaged row.
+    fn row(&self, id: u64) -> Result<Row> {
+        Ok(match self.jobs.get(id)? {
+            None => Row::Missing,
+            Some(v) => match JobRecord::decode(v.value()) {
+                Ok(rec) => Row::Good(rec),
+                Err(e) => Row::Damaged(e.to_string()),
+            },
+        })
+    }
+
+    /// The record of job `id` for a call aimed at that one job: a damaged row is `Corrupted`
+    /// (nothing written; a pass quarantines it, or [`remove`] deletes it).
     fn get(&self, id: u64) -> Result<Option<JobRecord>> {
-        match self.jobs.get(id)? {
-            Some(v) => JobRecord::decode(v.value())
-                .map(Some)
-                .map_err(|e| Error::corrupted(format!("job {id}: {e}"))),
-            None => Ok(None),
+        match self.row(id)? {
+            Row::Missing => Ok(None),
+            Row::Good(rec) => Ok(Some(rec)),
+            Row::Damaged(why) => Err(damaged(id, &why)),
         }
+    }
+
+    /// Moves the damaged row of job `id` whole into `leaseq_quarantine` (its bytes as found,
+    /// with `reason`), so the pass that met it goes on with the rest. The caller has removed
+    /// the index entry that led to it. A dedup key the job held stays held by it until
+    /// [`remove`] deletes the quarantined row.
+    fn quarantine(&mut self, ctx: &mut Ctx<'_>, id: u64, reason: &str, now_ms: u64) -> Result<()> {
+        let raw = self
+            .jobs
+            .remove(id)?
+            .ok_or_else(|| Error::corrupted(format!("job {id}: no row to quarantine")))?;
+        *ctx.dirty = true;
+        let reason = truncate_reason(reason);
+        tracing::warn!(job_id = id, %reason, "leaseq: job record quarantined");
+        lazy(&mut self.quarantine, self.tx, QUARANTINE)?
+            .insert(id, (now_ms, reason.as_str(), raw.value()))?;
+        Ok(())
+    }
+
+    /// After a pass removed an index entry (of job `id`) that did not match the job's row:
+    /// a damaged row is quarantined; a good row gets back its own index entry if that is
+    /// missing (an index entry damaged in place); nothing is left to do for a missing row.
+    /// Returns whether a row was quarantined.
+    fn settle_stray(&mut self, ctx: &mut Ctx<'_>, id: u64, row: Row, now_ms: u64) -> Result<bool> {
+        *ctx.dirty = true;
+        match row {
+            Row::Missing => {
+                tracing::warn!(job_id = id, "leaseq: index entry without a job row dropped");
+                Ok(false)
+            }
+            Row::Good(rec) => {
+                tracing::warn!(
+                    job_id = id,
+                    "leaseq: index entry disagreeing with its job dropped"
+                );
+                self.reindex(id, &rec)?;
+                Ok(false)
+            }
+            Row::Damaged(why) => {
+                self.quarantine(ctx, id, &why, now_ms)?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Inserts the index entry of `rec`'s state (a no-op if it is there).
+    fn reindex(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
+        match rec.state {
+            StoredState::Ready => {
+                self.ready()?
+                    .insert((priority_rank(rec.priority), rec.seq, id), ())?;
+            }
+            StoredState::Scheduled => {
+                self.scheduled()?.insert((rec.run_at_ms, id), ())?;
+            }
+            StoredState::Leased { deadline_ms, .. } => {
+                self.leases()?.insert((deadline_ms, id), ())?;
+            }
+            StoredState::Dead => {
+                self.dead()?.insert(id, ())?;
+            }
+        }
+        Ok(())
     }
 
     /// Writes `rec` under `id` and adds the index entry of its state. The caller has
@@ -363,17 +458,24 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// The record of a job leased under `token`, or `LeaseLost`.
-    fn leased(&self, id: u64, token: u64) -> Result<JobRecord> {
-        match self.get(id)? {
-            Some(rec) if matches!(rec.state, StoredState::Leased { token: t, .. } if t == token) => {
+    /// Whether `(id, token)` is a current lease: its record, or the refusal for this one lease
+    /// (`LeaseLost`; `Corrupted` for a damaged row). Only storage errors are outside.
+    fn lease_of(&self, id: u64, token: u64) -> Result<Result<JobRecord>> {
+        Ok(match self.row(id)? {
+            Row::Good(rec) if matches!(rec.state, StoredState::Leased { token: t, .. } if t == token) => {
                 Ok(rec)
             }
+            Row::Damaged(why) => Err(damaged(id, &why)),
             _ => Err(Error::LeaseLost {
                 job_id: JobId(id),
                 token,
             }),
-        }
+        })
+    }
+
+    /// The record of a job leased under `token`, or `LeaseLost` (`Corrupted` if damaged).
+    fn leased(&self, id: u64, token: u64) -> Result<JobRecord> {
+        self.lease_of(id, token)?
     }
 
     /// Ends a delivery that did not ack: back to ready at `requeue_at_ms` (the back of its
@@ -438,7 +540,9 @@ pub(crate) fn enqueue(ctx: &mut Ctx<'_>, records: &[JobRecord]) -> Result<Vec<En
     Ok(out)
 }
 
-/// Promotes due scheduled jobs and reclaims expired leases, at most `SWEEP_MAX` of each.
+/// Promotes due scheduled jobs and reclaims expired leases, at most `SWEEP_MAX` of each. An
+/// entry whose row is damaged or disagrees is settled (quarantined, dropped) and the sweep
+/// goes on.
 fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
     let due: Vec<(u64, u64)> = t
         .scheduled()?
@@ -447,20 +551,22 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
         .map(|e| e.map(|(k, _)| k.value()))
         .collect::<Result<_, _>>()?;
     for (run_at_ms, id) in due {
-        let mut rec = t
-            .get(id)?
-            .ok_or_else(|| Error::corrupted(format!("scheduled job {id} has no record")))?;
-        if rec.state != StoredState::Scheduled || rec.run_at_ms != run_at_ms {
-            return Err(Error::corrupted(format!(
-                "scheduled entry of job {id} disagrees"
-            )));
-        }
         *ctx.dirty = true;
         *ctx.wake = true;
-        t.unindex(id, &rec)?;
-        rec.seq = ctx.alloc_seq();
-        rec.state = StoredState::Ready;
-        t.put(id, &rec)?;
+        match t.row(id)? {
+            Row::Good(mut rec)
+                if rec.state == StoredState::Scheduled && rec.run_at_ms == run_at_ms =>
+            {
+                t.unindex(id, &rec)?;
+                rec.seq = ctx.alloc_seq();
+                rec.state = StoredState::Ready;
+                t.put(id, &rec)?;
+            }
+            row => {
+                t.scheduled()?.remove((run_at_ms, id))?;
+                t.settle_stray(ctx, id, row, now_ms)?;
+            }
+        }
     }
     let expired: Vec<(u64, u64)> = t
         .leases()?
@@ -468,15 +574,48 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
         .take(SWEEP_MAX)
         .map(|e| e.map(|(k, _)| k.value()))
         .collect::<Result<_, _>>()?;
-    for (_, id) in expired {
-        let rec = t
-            .get(id)?
-            .ok_or_else(|| Error::corrupted(format!("leased job {id} has no record")))?;
+    for (deadline_ms, id) in expired {
         *ctx.dirty = true;
         *ctx.wake = true;
-        t.end_attempt(ctx, id, rec, REASON_EXPIRED, now_ms, now_ms)?;
+        end_lease_entry(t, ctx, (deadline_ms, id), REASON_EXPIRED, now_ms)?;
     }
     Ok(())
+}
+
+/// What ending one lease entry did.
+enum Ended {
+    Returned,
+    Dead,
+    Quarantined,
+    Stray,
+}
+
+/// Ends the attempt behind lease entry `(deadline_ms, id)` (lease expiry, recovery at open):
+/// ready or dead as [`Tables::end_attempt`]; a damaged row is quarantined and an entry that
+/// does not match its row is dropped, so one bad row never stops the pass.
+fn end_lease_entry(
+    t: &mut Tables<'_>,
+    ctx: &mut Ctx<'_>,
+    (deadline_ms, id): (u64, u64),
+    reason: &str,
+    now_ms: u64,
+) -> Result<Ended> {
+    match t.row(id)? {
+        Row::Good(rec) if matches!(rec.state, StoredState::Leased { deadline_ms: d, .. } if d == deadline_ms) => {
+            Ok(match t.end_attempt(ctx, id, rec, reason, now_ms, now_ms)? {
+                JobState::Dead => Ended::Dead,
+                _ => Ended::Returned,
+            })
+        }
+        row => {
+            t.leases()?.remove((deadline_ms, id))?;
+            Ok(if t.settle_stray(ctx, id, row, now_ms)? {
+                Ended::Quarantined
+            } else {
+                Ended::Stray
+            })
+        }
+    }
 }
 
 /// Sweeps, then leases up to `max` ready jobs in queue order.
@@ -520,17 +659,22 @@ pub(crate) fn dequeue(
         }
     }
     let mut out = Vec::with_capacity(firsts.len());
+    let mut strays = Vec::new();
     for (rank, seq, id) in firsts {
-        let mut rec = t
-            .get(id)?
-            .ok_or_else(|| Error::corrupted(format!("ready job {id} has no record")))?;
-        if rec.state != StoredState::Ready || priority_rank(rec.priority) != rank || rec.seq != seq
-        {
-            return Err(Error::corrupted(format!(
-                "ready entry of job {id} disagrees"
-            )));
-        }
         // Its ready entry was removed above.
+        let mut rec = match t.row(id)? {
+            Row::Good(rec)
+                if rec.state == StoredState::Ready
+                    && priority_rank(rec.priority) == rank
+                    && rec.seq == seq =>
+            {
+                rec
+            }
+            _ => {
+                strays.push(id);
+                continue;
+            }
+        };
         let token = ctx.alloc_token();
         let lease_ms = rec.lease_ms.unwrap_or(cfg.lease_ms);
         let deadline_ms = now_ms.saturating_add(lease_ms);
@@ -545,55 +689,86 @@ pub(crate) fn dequeue(
             payload: rec.payload,
         });
     }
+    // Settled after the leases, from the rows as they are now: a stray entry's job may be one
+    // this dequeue just leased through its own entry.
+    for id in strays {
+        let row = t.row(id)?;
+        t.settle_stray(ctx, id, row, now_ms)?;
+    }
     Ok(out)
 }
 
-/// Checks every `(id, token)` is a current lease, before anything is written.
-fn leased_all(t: &Tables<'_>, leases: &[(u64, u64)]) -> Result<Vec<JobRecord>> {
-    // Two leases of one job in a batch: at most one holds the current token, so the other
-    // is refused below as stale.
-    leases
-        .iter()
-        .map(|&(id, token)| t.leased(id, token))
-        .collect()
-}
-
-/// Acks every lease, or none: a stale token anywhere refuses the whole batch.
-pub(crate) fn ack(ctx: &mut Ctx<'_>, leases: &[(u64, u64)]) -> Result<()> {
+/// Acks every current lease of the batch; a lease that is not current (`LeaseLost`) or whose
+/// row is damaged (`Corrupted`) is reported in its place and changes nothing, so the others
+/// are not held up by it (as SQS's `DeleteMessageBatch` reports each entry).
+pub(crate) fn ack(ctx: &mut Ctx<'_>, leases: &[(u64, u64)]) -> Result<Vec<Result<()>>> {
     let mut t = Tables::open(ctx.tx)?;
-    let records = leased_all(&t, leases)?;
-    *ctx.dirty = true;
-    t.delete_leased(leases, &records)
+    let mut out = Vec::with_capacity(leases.len());
+    let (mut keys, mut records) = (Vec::new(), Vec::new());
+    for &(id, token) in leases {
+        match t.lease_of(id, token)? {
+            Ok(rec) => {
+                keys.push((id, token));
+                records.push(rec);
+                out.push(Ok(()));
+            }
+            Err(e) => out.push(Err(e)),
+        }
+    }
+    if !keys.is_empty() {
+        *ctx.dirty = true;
+        t.delete_leased(&keys, &records)?;
+    }
+    Ok(out)
 }
 
 /// The effect callback of [`ack_with`]: gets the transaction and the index of the lease in
 /// the batch.
 pub(crate) type Effect<'a> = dyn FnMut(&redb::WriteTransaction, usize) -> Result<(), BoxError> + 'a;
 
-/// Acks every lease with its effect in this transaction, or none: a stale token anywhere
-/// refuses the whole batch before any effect runs. A lease whose idempotency key is already
-/// applied (also by an earlier lease of the same batch) is acked without its effect.
+/// Acks every current lease with its effect in this transaction (stale or damaged ones are
+/// reported in their place, as by [`ack`]). A lease whose idempotency key is already applied
+/// (also by an earlier lease of the same batch) is acked without its effect. A lease with
+/// `failed[i]` set had its effect fail in an earlier run of this call: its closure does not
+/// run again, and its job is given back with that error as its last error (as a nack: ready
+/// now, or dead when out of attempts), reported as `Effect`. A closure that fails now
+/// fails the whole transaction with `Effect`; the caller runs it again with that lease marked.
 pub(crate) fn ack_with(
     ctx: &mut Ctx<'_>,
     leases: &[(u64, u64)],
     now_ms: u64,
+    failed: &[Option<String>],
     effect: &mut Effect<'_>,
-) -> Result<Vec<Applied>> {
+) -> Result<Vec<Result<Applied>>> {
+    debug_assert_eq!(leases.len(), failed.len());
     let tx = ctx.tx;
     let mut t = Tables::open(tx)?;
     // Every leaseq table is held open while closures run, so redb refuses a closure that
     // opens one (lazy opening would leave the unused index tables open to it).
     t.open_all()?;
-    let records = leased_all(&t, leases)?;
     let mut applied = tx.open_table(APPLIED)?;
     // Held open (unused) so a closure that opens `leaseq_meta` is refused by redb as well.
     let _meta = tx.open_table(META)?;
-    *ctx.dirty = true;
     let mut out = Vec::with_capacity(leases.len());
-    for (i, (&(id, _), rec)) in leases.iter().zip(&records).enumerate() {
+    let (mut keys, mut records) = (Vec::new(), Vec::new());
+    for (i, &(id, token)) in leases.iter().enumerate() {
+        let rec = match t.lease_of(id, token)? {
+            Ok(rec) => rec,
+            Err(e) => {
+                out.push(Err(e));
+                continue;
+            }
+        };
+        *ctx.dirty = true;
+        if let Some(reason) = &failed[i] {
+            *ctx.wake = true;
+            t.end_attempt(ctx, id, rec, reason, now_ms, now_ms)?;
+            out.push(Err(Error::Effect(reason.clone().into())));
+            continue;
+        }
         let key = applied_key(rec.idempotency_key.as_deref(), id);
         if applied.get(key.as_slice())?.is_some() {
-            out.push(Applied::AlreadyApplied);
+            out.push(Ok(Applied::AlreadyApplied));
         } else {
             // leaseq's tables stay open: the closure may open any table but `leaseq_*` ones
             // (redb would refuse those as already open). A panic in it becomes an error like
@@ -608,10 +783,14 @@ pub(crate) fn ack_with(
                 }
             }
             applied.insert(key.as_slice(), now_ms)?;
-            out.push(Applied::Now);
+            out.push(Ok(Applied::Now));
         }
+        keys.push((id, token));
+        records.push(rec);
     }
-    t.delete_leased(leases, &records)?;
+    if !keys.is_empty() {
+        t.delete_leased(&keys, &records)?;
+    }
     Ok(out)
 }
 
@@ -683,62 +862,91 @@ pub(crate) fn requeue_dead(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<()
     t.put(id, &rec)
 }
 
-/// Deletes a job that is not leased (scheduled, ready or dead), releasing its dedup key.
+/// Deletes a job that is not leased (scheduled, ready or dead), releasing its dedup key. A
+/// damaged row (in any state: its state cannot be read) or a quarantined one is deleted too,
+/// with every index entry and dedup entry naming it: these scans read whole tables, which
+/// only damage repair pays.
 pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64) -> Result<()> {
     let mut t = Tables::open(ctx.tx)?;
-    let rec = t.get(id)?.ok_or(Error::JobNotFound { job_id: JobId(id) })?;
-    if matches!(rec.state, StoredState::Leased { .. }) {
-        return Err(Error::InvalidState {
-            job_id: JobId(id),
-            actual: JobState::Leased,
-            expected: "Scheduled, Ready or Dead",
-        });
+    match t.row(id)? {
+        Row::Good(rec) => {
+            if matches!(rec.state, StoredState::Leased { .. }) {
+                return Err(Error::InvalidState {
+                    job_id: JobId(id),
+                    actual: JobState::Leased,
+                    expected: "Scheduled, Ready or Dead",
+                });
+            }
+            *ctx.dirty = true;
+            t.delete(id, &rec)
+        }
+        Row::Damaged(_) => {
+            *ctx.dirty = true;
+            t.ready()?.retain(|(_, _, j), ()| j != id)?;
+            t.scheduled()?.retain(|(_, j), ()| j != id)?;
+            t.leases()?.retain(|(_, j), ()| j != id)?;
+            t.dead()?.remove(id)?;
+            t.dedup()?.retain(|_, owner| owner != id)?;
+            t.jobs.remove(id)?;
+            Ok(())
+        }
+        Row::Missing => {
+            let quarantined = match ctx.tx.open_table(QUARANTINE) {
+                Ok(mut q) => q.remove(id)?.is_some(),
+                Err(redb::TableError::TableDoesNotExist(_)) => false,
+                Err(e) => return Err(e.into()),
+            };
+            if !quarantined {
+                return Err(Error::JobNotFound { job_id: JobId(id) });
+            }
+            *ctx.dirty = true;
+            t.dedup()?.retain(|_, owner| owner != id)?;
+            Ok(())
+        }
     }
-    *ctx.dirty = true;
-    t.delete(id, &rec)
+}
+
+/// What lease recovery at open did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Recovered {
+    pub returned: u64,
+    pub dead: u64,
+    pub quarantined: u64,
 }
 
 /// Returns every lease in the file to ready (or dead when out of attempts): run at open, when
-/// the file lock proves the process that held them is gone. Returns (returned, dead-lettered).
-pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<(u64, u64)> {
+/// the file lock proves the process that held them is gone. A leased row that is damaged is
+/// quarantined and the rest are recovered.
+pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<Recovered> {
     let mut t = Tables::open(ctx.tx)?;
     let all: Vec<(u64, u64)> = t
         .leases()?
         .iter()?
         .map(|e| e.map(|(k, _)| k.value()))
         .collect::<Result<_, _>>()?;
-    let (mut returned, mut dead) = (0, 0);
-    for (_, id) in all {
-        let rec = t
-            .get(id)?
-            .ok_or_else(|| Error::corrupted(format!("leased job {id} has no record")))?;
+    let mut out = Recovered::default();
+    for entry in all {
         *ctx.dirty = true;
         *ctx.wake = true;
-        match t.end_attempt(ctx, id, rec, REASON_ABANDONED, now_ms, now_ms)? {
-            JobState::Dead => dead += 1,
-            _ => returned += 1,
+        match end_lease_entry(&mut t, ctx, entry, REASON_ABANDONED, now_ms)? {
+            Ended::Returned => out.returned += 1,
+            Ended::Dead => out.dead += 1,
+            Ended::Quarantined => out.quarantined += 1,
+            Ended::Stray => {}
         }
     }
-    Ok((returned, dead))
+    Ok(out)
 }
 
-/// Checks, over a read snapshot, that every lease entry names a job record that decodes and
-/// is leased with that deadline: what lease recovery at open will read.
+/// Reads, over a read snapshot, every lease entry and the job row it names: what lease
+/// recovery at open will read, so damage that redb itself reports refuses the file before
+/// anything is written. A row that redb reads but that fails leaseq's own checks is not an
+/// error here: recovery quarantines it.
 pub(crate) fn check_leases(rtx: &ReadTransaction) -> Result<()> {
     let jobs = rtx.open_table(JOBS)?;
     for e in rtx.open_table(LEASES)?.iter()? {
-        let (deadline, id) = e?.0.value();
-        let rec = jobs
-            .get(id)?
-            .ok_or_else(|| Error::corrupted(format!("leased job {id} has no record")))?;
-        let rec = JobRecord::decode(rec.value())
-            .map_err(|e| Error::corrupted(format!("job {id}: {e}")))?;
-        if !matches!(rec.state, StoredState::Leased { deadline_ms, .. } if deadline_ms == deadline)
-        {
-            return Err(Error::corrupted(format!(
-                "lease entry of job {id} disagrees"
-            )));
-        }
+        let (_, id) = e?.0.value();
+        jobs.get(id)?;
     }
     Ok(())
 }
@@ -770,15 +978,71 @@ pub(crate) fn stats(rtx: &ReadTransaction) -> Result<Stats> {
         leased: rtx.open_table(LEASES)?.len()?,
         dead: rtx.open_table(DEAD)?.len()?,
         applied: rtx.open_table(APPLIED)?.len()?,
+        quarantined: match quarantine_table(rtx)? {
+            Some(q) => q.len()?,
+            None => 0,
+        },
     })
+}
+
+/// `leaseq_quarantine` in a snapshot, or `None` if nothing was ever quarantined in the file.
+fn quarantine_table(rtx: &ReadTransaction) -> Result<Option<ReadOnlyTable<u64, QuarantineValue>>> {
+    match rtx.open_table(QUARANTINE) {
+        Ok(t) => Ok(Some(t)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Up to `max` quarantined rows, by job id, from `after` (exclusive) on.
+pub(crate) fn quarantined(
+    rtx: &ReadTransaction,
+    after: Option<u64>,
+    max: usize,
+) -> Result<Vec<Quarantined>> {
+    let Some(q) = quarantine_table(rtx)? else {
+        return Ok(Vec::new());
+    };
+    let start = after.map_or(0, |a| a.saturating_add(1));
+    if after == Some(u64::MAX) {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for e in q.range(start..)?.take(max) {
+        let (k, v) = e?;
+        let (quarantined_ms, reason, raw) = v.value();
+        out.push(Quarantined {
+            job_id: JobId(k.value()),
+            quarantined_ms,
+            reason: reason.to_string(),
+            record_bytes: raw.len(),
+        });
+    }
+    Ok(out)
+}
+
+/// The bytes of a quarantined row as they were found, or `None` if `id` is not quarantined.
+pub(crate) fn quarantined_record(rtx: &ReadTransaction, id: u64) -> Result<Option<Vec<u8>>> {
+    let Some(q) = quarantine_table(rtx)? else {
+        return Ok(None);
+    };
+    Ok(q.get(id)?.map(|v| v.value().2.to_vec()))
 }
 
 pub(crate) fn job(rtx: &ReadTransaction, id: u64) -> Result<Option<JobInfo>> {
     let jobs = rtx.open_table(JOBS)?;
     let Some(v) = jobs.get(id)? else {
+        if let Some(q) = quarantine_table(rtx)?
+            && let Some(v) = q.get(id)?
+        {
+            return Err(Error::corrupted(format!(
+                "job {id} is quarantined: {}",
+                v.value().1
+            )));
+        }
         return Ok(None);
     };
-    let rec = JobRecord::decode(v.value())?;
+    let rec = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
     let (lease_token, lease_deadline_ms) = match rec.state {
         StoredState::Leased { token, deadline_ms } => (Some(token), Some(deadline_ms)),
         _ => (None, None),
@@ -970,10 +1234,27 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
             v(Some(id), "dead entry without a dead job".into());
         }
     }
+    let quarantine = quarantine_table(&rtx)?;
+    if let Some(q) = &quarantine {
+        for e in q.iter()? {
+            let (k, row) = e?;
+            let id = k.value();
+            v(Some(id), format!("quarantined: {}", row.value().1));
+            if jobs.get(id)?.is_some() {
+                v(Some(id), "both quarantined and in leaseq_jobs".into());
+            }
+        }
+    }
     for e in dedup.iter()? {
         let (k, owner) = e?;
         let owner = owner.value();
-        let ok = state_of(owner)?.is_some_and(|r| r.dedup_key.as_deref() == Some(k.value()));
+        // A quarantined job keeps its key until it is removed (reported above).
+        let held = match &quarantine {
+            Some(q) => q.get(owner)?.is_some(),
+            None => false,
+        };
+        let ok =
+            held || state_of(owner)?.is_some_and(|r| r.dedup_key.as_deref() == Some(k.value()));
         if !ok {
             v(
                 Some(owner),

@@ -19,8 +19,10 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{ChildProc, Fixture, LEASE, T0_MS, assert_consistent, child_scenario, say};
-use leaseq::{Durability, EnqueueOptions, Enqueued, Error, JobId, JobState, ManualClock, Queue};
+use common::{ChildProc, Fixture, LEASE, T0_MS, all_ok, assert_consistent, child_scenario, say};
+use leaseq::{
+    Durability, EnqueueOptions, Enqueued, Error, JobId, JobState, Lease, ManualClock, Queue,
+};
 use redb::TableDefinition;
 
 /// The caller's table the C22 queue's `ack_with` effects write.
@@ -91,12 +93,16 @@ fn build_thousand_job_queue(path: &Path) -> (Vec<u8>, Vec<u8>) {
             .unwrap();
     }
     let mut leases = q.dequeue_batch(400).unwrap().into_iter();
-    q.ack_batch(leases.by_ref().take(120).collect()).unwrap();
-    q.ack_with_batch(leases.by_ref().take(120).collect(), |tx, l| {
-        tx.open_table(EFFECTS)?.insert(l.id().0, 1)?;
-        Ok(())
-    })
-    .unwrap();
+    let acked: Vec<Lease> = leases.by_ref().take(120).collect();
+    all_ok(q.ack_batch(&acked).unwrap());
+    let applied: Vec<Lease> = leases.by_ref().take(120).collect();
+    all_ok(
+        q.ack_with_batch(&applied, |tx, l| {
+            tx.open_table(EFFECTS)?.insert(l.id().0, 1)?;
+            Ok(())
+        })
+        .unwrap(),
+    );
     for l in leases.by_ref().take(60) {
         l.fail("failed on purpose").unwrap();
     }
@@ -207,7 +213,11 @@ fn drain(q: &Queue) -> Result<Drained, Error> {
                 .entry(l.id().0)
                 .or_insert_with(|| hash(l.payload()));
         }
-        q.ack_batch(batch)?;
+        for (l, r) in batch.iter().zip(q.ack_batch(&batch)?) {
+            if let Err(e) = r {
+                problems.push(format!("job {}: ack refused: {e}", l.id()));
+            }
+        }
     }
     let mut dead = Vec::new();
     for id in 1..=JOBS + 10 {

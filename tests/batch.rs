@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{Fixture, LEASE, assert_consistent, bump, effects};
+use common::{Fixture, LEASE, all_ok, assert_consistent, bump, effects};
 use leaseq::{Applied, EnqueueOptions, Enqueued, Error, JobId, JobState, Lease, Queue};
 
 fn payloads(n: usize) -> Vec<Vec<u8>> {
@@ -103,8 +103,8 @@ fn dequeue_batch_leases_in_order_with_fresh_tokens() {
         q.dequeue_batch(leaseq::BATCH_MAX + 1),
         Err(Error::InvalidOption { field: "max", .. })
     ));
-    q.ack_batch(first).unwrap();
-    q.ack_batch(rest).unwrap();
+    all_ok(q.ack_batch(&first).unwrap());
+    all_ok(q.ack_batch(&rest).unwrap());
     assert!(q.is_empty().unwrap());
     assert_consistent(&q);
 }
@@ -126,49 +126,79 @@ fn three_leases_middle_stale(f: &Fixture, q: &Queue) -> (Vec<leaseq::Lease>, lea
     (leases, current)
 }
 
+/// C34: a batch with one stale lease acks the others (their work is done) and reports the
+/// stale one in its place; the stale job stays with its new holder.
 #[test]
-fn ack_batch_with_a_stale_lease_fails_whole_and_changes_nothing() {
-    let f = Fixture::new();
-    let q = f.open();
-    let (mut leases, current) = three_leases_middle_stale(&f, &q);
-    let ids: Vec<_> = leases.iter().map(|l| l.id()).collect();
-    let before: Vec<_> = ids.iter().map(|&id| q.job(id).unwrap().unwrap()).collect();
-    let stale = leases.remove(1);
-    let (first, third) = (leases.remove(0), leases.remove(0));
-    match q.ack_batch(vec![first, stale, third]) {
-        Err(Error::LeaseLost { job_id, .. }) => assert_eq!(job_id, ids[1]),
-        other => panic!("expected LeaseLost, got {other:?}"),
-    }
-    let after: Vec<_> = ids.iter().map(|&id| q.job(id).unwrap().unwrap()).collect();
-    assert_eq!(after, before, "nothing acked");
-    assert_eq!(q.stats().unwrap().leased, 3);
-    current.ack().unwrap();
-    assert_consistent(&q);
-}
-
-#[test]
-fn ack_with_batch_with_a_stale_lease_runs_no_effect() {
+fn ack_batch_with_a_stale_lease_acks_the_rest_and_reports_it() {
     let f = Fixture::new();
     let q = f.open();
     let (leases, current) = three_leases_middle_stale(&f, &q);
-    let mut ran = 0;
-    let err = q
-        .ack_with_batch(leases, |tx, l| {
-            ran += 1;
-            bump(tx, l.id().0)
-        })
-        .unwrap_err();
-    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
-    assert_eq!(ran, 0);
-    assert!(effects(&q).is_empty());
-    assert_eq!(q.stats().unwrap().leased, 3);
-    assert_eq!(current.ack_with(|tx| bump(tx, 9)).unwrap(), Applied::Now);
-    assert_eq!(effects(&q), HashMap::from([(9, 1)]));
+    let ids: Vec<_> = leases.iter().map(|l| l.id()).collect();
+    let held = q.job(ids[1]).unwrap().unwrap();
+    let out = q.ack_batch(&leases).unwrap();
+    match out.as_slice() {
+        [Ok(()), Err(Error::LeaseLost { job_id, token }), Ok(())] => {
+            assert_eq!((*job_id, *token), (ids[1], leases[1].token()));
+        }
+        other => panic!("expected [Ok, LeaseLost, Ok], got {other:?}"),
+    }
+    assert_eq!(q.job(ids[0]).unwrap(), None);
+    assert_eq!(q.job(ids[2]).unwrap(), None);
+    assert_eq!(
+        q.job(ids[1]).unwrap().unwrap(),
+        held,
+        "the new holder's lease untouched"
+    );
+    // The acked jobs never come back, whatever the clock does.
+    f.clock.advance(LEASE * 3);
+    let again = q
+        .dequeue()
+        .unwrap()
+        .expect("the middle job, its new lease expired");
+    assert_eq!((again.id(), again.attempt()), (ids[1], 3));
+    assert!(q.dequeue().unwrap().is_none());
+    assert!(matches!(current.ack(), Err(Error::LeaseLost { .. })));
+    again.ack().unwrap();
+    assert!(q.is_empty().unwrap());
     assert_consistent(&q);
 }
 
 #[test]
-fn ack_with_batch_applies_each_key_once_and_refuses_stale_batches_whole() {
+fn ack_with_batch_with_a_stale_lease_runs_no_effect_for_it() {
+    let f = Fixture::new();
+    let q = f.open();
+    let (leases, current) = three_leases_middle_stale(&f, &q);
+    let mut ran = Vec::new();
+    let out = q
+        .ack_with_batch(&leases, |tx, l| {
+            ran.push(l.id());
+            bump(tx, l.id().0)
+        })
+        .unwrap();
+    assert!(
+        matches!(
+            out.as_slice(),
+            [
+                Ok(Applied::Now),
+                Err(Error::LeaseLost { .. }),
+                Ok(Applied::Now)
+            ]
+        ),
+        "{out:?}"
+    );
+    assert_eq!(ran, vec![leases[0].id(), leases[2].id()]);
+    assert_eq!(
+        effects(&q),
+        HashMap::from([(leases[0].id().0, 1), (leases[2].id().0, 1)])
+    );
+    assert_eq!(q.stats().unwrap().leased, 1);
+    assert_eq!(current.ack_with(|tx| bump(tx, 9)).unwrap(), Applied::Now);
+    assert_eq!(effects(&q).len(), 3);
+    assert_consistent(&q);
+}
+
+#[test]
+fn ack_with_batch_applies_each_key_once_and_gives_back_only_a_failing_effect() {
     let f = Fixture::new();
     let q = f.open();
     let p = payloads(4);
@@ -182,35 +212,39 @@ fn ack_with_batch_applies_each_key_once_and_refuses_stale_batches_whole() {
         .unwrap();
     let key_of = |id: leaseq::JobId| res.iter().position(|e| e.id() == id).unwrap() as u64;
     let leases = q.dequeue_batch(4).unwrap();
-    // An effect error anywhere: nothing is written, every job stays leased.
-    let err = q
-        .ack_with_batch(leases, |tx, l| {
+    // The effect of job 3 fails after writing: none of its writes stay, its job is given back
+    // with the error; the other effects commit.
+    let out = q
+        .ack_with_batch(&leases, |tx, l| {
             bump(tx, key_of(l.id()))?;
             if key_of(l.id()) == 3 {
                 return Err("no".into());
             }
             Ok(())
         })
-        .unwrap_err();
-    assert!(matches!(err, Error::Effect(_)));
-    assert!(effects(&q).is_empty());
-    assert_eq!(q.stats().unwrap().leased, 4);
-
-    f.clock.advance(LEASE + Duration::from_millis(1));
-    let leases = q.dequeue_batch(4).unwrap();
-    assert!(leases.iter().all(|l| l.attempt() == 2));
-    let applied = q
-        .ack_with_batch(leases, |tx, l| bump(tx, key_of(l.id())))
         .unwrap();
-    assert_eq!(
-        applied,
-        vec![
-            Applied::Now,
-            Applied::Now,
-            Applied::AlreadyApplied,
-            Applied::Now
-        ]
-    );
+    match out.as_slice() {
+        [
+            Ok(Applied::Now),
+            Ok(Applied::Now),
+            Ok(Applied::AlreadyApplied),
+            Err(Error::Effect(e)),
+        ] => assert_eq!(e.to_string(), "no"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(effects(&q), HashMap::from([(0, 1), (1, 1)]));
+    let back = q.job(res[3].id()).unwrap().unwrap();
+    assert_eq!(back.state, JobState::Ready);
+    assert_eq!(back.last_error.as_deref(), Some("no"));
+    assert_eq!(q.stats().unwrap().leased, 0);
+
+    let again = q.dequeue_batch(4).unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!((again[0].id(), again[0].attempt()), (res[3].id(), 2));
+    let applied = q
+        .ack_with_batch(&again, |tx, l| bump(tx, key_of(l.id())))
+        .unwrap();
+    assert!(matches!(applied.as_slice(), [Ok(Applied::Now)]));
     assert_eq!(effects(&q), HashMap::from([(0, 1), (1, 1), (3, 1)]));
     assert!(q.is_empty().unwrap());
     assert_consistent(&q);
@@ -225,7 +259,7 @@ fn batch_of_another_queue_is_refused() {
     other.enqueue(b"x", EnqueueOptions::default()).unwrap();
     let l = other.dequeue().unwrap().unwrap();
     assert!(matches!(
-        q.ack_batch(vec![l]),
+        q.ack_batch(&[l]),
         Err(Error::InvalidOption {
             field: "leases",
             ..
@@ -341,12 +375,14 @@ fn batch_ack_removes_exactly_its_jobs_dense_or_scattered() {
         idx.iter().map(|&i| held.remove(&ids[i]).unwrap()).collect()
     };
     // Dense (one deadline, ids 4..=8 without 6): one pass over a range holding job 6.
-    q.ack_batch(take(&[4, 5, 7, 8])).unwrap();
+    all_ok(q.ack_batch(&take(&[4, 5, 7, 8])).unwrap());
     // Scattered: two deadlines, sparse ids.
-    q.ack_batch(take(&[1, 3, 12, 19])).unwrap();
+    all_ok(q.ack_batch(&take(&[1, 3, 12, 19])).unwrap());
     // Dense within the second deadline, acked with effects.
-    q.ack_with_batch(take(&[14, 15, 16]), |tx, l| bump(tx, l.id().0))
-        .unwrap();
+    all_ok(
+        q.ack_with_batch(&take(&[14, 15, 16]), |tx, l| bump(tx, l.id().0))
+            .unwrap(),
+    );
     let gone = [1, 3, 4, 5, 7, 8, 12, 14, 15, 16, 19];
     for (i, id) in ids.iter().enumerate() {
         assert_eq!(
@@ -360,10 +396,10 @@ fn batch_ack_removes_exactly_its_jobs_dense_or_scattered() {
     // Every lease still held is still current: ack them all, then the ready rest.
     let rest: Vec<Lease> = held.into_values().collect();
     assert_eq!(rest.len(), 20 - 11);
-    q.ack_batch(rest).unwrap();
+    all_ok(q.ack_batch(&rest).unwrap());
     let ready = q.dequeue_batch(100).unwrap();
     assert_eq!(ready.iter().map(Lease::id).collect::<Vec<_>>(), ids[20..]);
-    q.ack_batch(ready).unwrap();
+    all_ok(q.ack_batch(&ready).unwrap());
     assert_eq!(q.stats().unwrap().total, 0);
     assert_consistent(&q);
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Fixture, LEASE, assert_consistent, bump, effects};
-use leaseq::{Applied, Durability, EnqueueOptions, Enqueued, Error, JobId, Lease, Queue};
+use leaseq::{Applied, Durability, EnqueueOptions, Enqueued, Error, JobId, JobState, Lease, Queue};
 
 /// Runs `f` on its own thread and returns its result; fails the test if it has not finished
 /// after `secs` seconds (a deadlock: the stuck thread is left behind, parked).
@@ -186,6 +186,7 @@ fn dequeue_timeout_inside_a_closure_is_refused_not_blocked() {
 
 // Every mutating call from inside a closure is refused with `Reentrant` and the closure's
 // writes are rolled back; the lease the refused calls tried to end or extend is unchanged.
+// The failed closure gives its own job back, recording the refusal as its last error.
 #[test]
 fn every_mutating_call_inside_a_closure_is_refused() {
     let f = Fixture::new();
@@ -249,10 +250,21 @@ fn every_mutating_call_inside_a_closure_is_refused() {
                 effects(&q).is_empty(),
                 "{name}: the closure's write was rolled back"
             );
+            let back = q.job(l.id()).unwrap().unwrap();
+            assert_eq!(
+                back.state,
+                JobState::Ready,
+                "{name}: the job was given back"
+            );
+            assert_eq!(
+                back.last_error,
+                Some(Error::Reentrant.to_string()),
+                "{name}: the closure's error is its last error"
+            );
             assert_consistent(&q);
         }
         let s = q.stats().unwrap();
-        assert_eq!((s.ready, s.leased, s.dead), (3, 9, 1), "{s:?}");
+        assert_eq!((s.ready, s.leased, s.dead), (3 + 8, 1, 1), "{s:?}");
         let info = q.job(victim_id).unwrap().unwrap();
         assert_eq!(info.lease_token, Some(victim_token));
         assert_eq!(info.lease_deadline_ms, Some(victim_deadline));
@@ -737,14 +749,19 @@ fn consume(w: &World, k: usize, lease: Lease, rng: &mut fastrand::Rng) {
                 let mut all = vec![l];
                 all.extend(q.dequeue_batch(2).unwrap());
                 let ids: Vec<u64> = all.iter().map(|l| l.id().0).collect();
-                match q.ack_with_batch(all, |tx, l| bump(tx, l.id().0)) {
-                    Ok(applied) => {
-                        for (id, a) in ids.into_iter().zip(applied) {
-                            assert_eq!(a, Applied::Now, "job {id}");
-                            m.complete(id, Done::Effect);
+                match q.ack_with_batch(&all, |tx, l| bump(tx, l.id().0)) {
+                    Ok(outcomes) => {
+                        for (id, r) in ids.into_iter().zip(outcomes) {
+                            match r {
+                                Ok(a) => {
+                                    assert_eq!(a, Applied::Now, "job {id}");
+                                    m.complete(id, Done::Effect);
+                                }
+                                Err(Error::LeaseLost { .. }) => {}
+                                Err(e) => panic!("ack_with_batch, job {id}: {e}"),
+                            }
                         }
                     }
-                    Err(Error::LeaseLost { .. }) => {}
                     Err(e) => panic!("ack_with_batch: {e}"),
                 }
             }

@@ -12,12 +12,11 @@ use leaseq::{Applied, EnqueueOptions, Error, JobState, Queue};
 use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
 
 #[test]
-fn failing_effect_writes_nothing_and_the_job_is_redelivered() {
+fn failing_effect_writes_nothing_and_the_job_is_given_back_with_its_error() {
     let f = Fixture::new();
     let q = f.open();
     let a = q.enqueue(b"A", EnqueueOptions::default()).unwrap().id();
     let l = q.dequeue().unwrap().unwrap();
-    let token = l.token();
     let err = l
         .ack_with(|tx| {
             bump(tx, 1)?;
@@ -30,11 +29,13 @@ fn failing_effect_writes_nothing_and_the_job_is_redelivered() {
     }
     assert!(effects(&q).is_empty(), "the effect's write was rolled back");
     let info = q.job(a).unwrap().unwrap();
-    assert_eq!(
-        (info.state, info.lease_token),
-        (JobState::Leased, Some(token))
+    assert_eq!((info.state, info.lease_token), (JobState::Ready, None));
+    assert_eq!(info.last_error.as_deref(), Some("payment provider said no"));
+    assert!(
+        matches!(l.ack(), Err(Error::LeaseLost { .. })),
+        "the attempt is over"
     );
-    f.clock.advance(LEASE + Duration::from_millis(1));
+    // Delivered again at once, not after the lease.
     let l = q.dequeue().unwrap().unwrap();
     assert_eq!(l.attempt(), 2);
     assert_eq!(l.ack_with(|tx| bump(tx, 1)).unwrap(), Applied::Now);
@@ -59,6 +60,9 @@ fn panicking_effect_is_an_error_and_the_queue_keeps_working() {
         "{err:?}"
     );
     assert!(effects(&q).is_empty());
+    let info = q.job(l.id()).unwrap().unwrap();
+    assert_eq!(info.state, JobState::Ready);
+    assert!(info.last_error.unwrap().contains("bug in the effect"));
     q.enqueue(b"B", EnqueueOptions::default()).unwrap();
     assert_eq!(q.len().unwrap(), 2);
     assert_consistent(&q);

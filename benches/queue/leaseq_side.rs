@@ -73,9 +73,11 @@ impl QueueUnderTest for LeaseqQueue {
     fn ack_batch_with_effect(&self, jobs: Vec<Lease>) {
         let applied = self
             .queue
-            .ack_with_batch(jobs, effect)
+            .ack_with_batch(&jobs, effect)
             .expect("ack_with_batch");
-        applied.into_iter().for_each(expect_applied);
+        applied
+            .into_iter()
+            .for_each(|a| expect_applied(a.expect("a lease of the batch")));
     }
 
     fn ack_and_dequeue_next(&self, job: Lease) -> Option<Lease> {

@@ -184,3 +184,13 @@ pub fn bump(tx: &redb::WriteTransaction, key: u64) -> Result<(), leaseq::BoxErro
     t.insert(key, n + 1)?;
     Ok(())
 }
+
+/// The per-lease outcomes of a batch ack, every one of which must be `Ok`: the values.
+#[track_caller]
+pub fn all_ok<T: std::fmt::Debug>(outcomes: Vec<leaseq::Result<T>>) -> Vec<T> {
+    outcomes
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.unwrap_or_else(|e| panic!("lease {i} of the batch: {e}")))
+        .collect()
+}

@@ -294,7 +294,8 @@ enum Got {
     Enq(Vec<Enqueued>),
     Deq(Vec<Delivered>),
     Unit,
-    Applied(Vec<Applied>),
+    Acked(Vec<Result<(), Option<EKind>>>),
+    Applied(Vec<Result<Applied, Option<EKind>>>),
     Next(Option<Applied>, Option<Delivered>),
     State(JobState),
     Deadline(u64),
@@ -322,6 +323,7 @@ impl std::fmt::Debug for Got {
                 v.iter().map(fmt_delivery).collect::<Vec<_>>().join(", ")
             ),
             Got::Unit => write!(f, "()"),
+            Got::Acked(v) => write!(f, "{v:?}"),
             Got::Applied(v) => write!(f, "{v:?}"),
             Got::Next(a, n) => write!(f, "{a:?}, next {:?}", n.as_ref().map(fmt_delivery)),
             Got::State(s) => write!(f, "{s:?}"),
@@ -335,9 +337,26 @@ impl Got {
         match self {
             Got::Enq(v) => v.iter().any(|e| matches!(e, Enqueued::New(_))),
             Got::Deq(v) => !v.is_empty(),
+            Got::Acked(v) => v.iter().any(Result::is_ok),
+            Got::Applied(v) => v
+                .iter()
+                .any(|r| matches!(r, Ok(_) | Err(Some(EKind::Effect)))),
             _ => true,
         }
     }
+}
+
+/// Whether a batch call's per-lease outcomes are the predicted ones.
+fn same_outcomes<T: PartialEq + Copy>(
+    pred: &[Result<T, EKind>],
+    got: &[Result<T, Option<EKind>>],
+) -> bool {
+    pred.len() == got.len() && pred.iter().zip(got).all(|(p, g)| p.map_err(Some) == *g)
+}
+
+/// Per-lease outcomes of a batch call, reduced to what the model names.
+fn outcomes<T>(v: Vec<Result<T, Error>>) -> Vec<Result<T, Option<EKind>>> {
+    v.into_iter().map(|r| r.map_err(|e| ekind(&e))).collect()
 }
 
 /// What an `Ok` answer names that the model learns from it: new job ids in order, and the
@@ -403,7 +422,8 @@ fn check_answer(pred: &MRes, got: &Got, max_id: u64, max_token: u64) -> Result<L
             }
         }
         (MRes::Unit, Got::Unit) => {}
-        (MRes::Applied(a), Got::Applied(b)) if a == b => {}
+        (MRes::Acked(a), Got::Acked(b)) if same_outcomes(a, b) => {}
+        (MRes::Applied(a), Got::Applied(b)) if same_outcomes(a, b) => {}
         (MRes::State(a), Got::State(b)) if a == b => {}
         (MRes::Deadline(a), Got::Deadline(b)) if a == b => {}
         (MRes::Next(pa, pn), Got::Next(ga, gn)) if pa == ga => match (pn, gn) {
@@ -676,6 +696,17 @@ impl Runner {
         self.take_leases(1).pop().expect("a lease is held")
     }
 
+    /// Holds leases again after a call on them returned an error (without a crash): a
+    /// refused call leaves the attempt with the caller, who can still end it; a lease the
+    /// call did end is stale, and every later call on it must be refused.
+    fn hold_after_error(&mut self, leases: Vec<Lease>, answered: bool) {
+        if !answered && !self.disk.is_crashed() {
+            for l in leases {
+                self.hold(l);
+            }
+        }
+    }
+
     fn hold(&mut self, lease: Lease) {
         if self.leases.len() >= HELD_LEASES_MAX {
             let old = self.leases.swap_remove(0);
@@ -757,10 +788,19 @@ impl Runner {
                 self.log(format!("{what} -> Err {}", fmt_err(&e)));
                 if !crashed_after {
                     let first_pred = preds[0].1.clone();
-                    for (w, (_, pred)) in worlds.into_iter().zip(preds) {
-                        // A refusal changes nothing: the world stays as it was.
-                        if matches!(pred, MRes::Err(k) if ekind(&e) == Some(k)) {
-                            self.worlds.push(w);
+                    for (w, (m1, pred)) in worlds.into_iter().zip(preds) {
+                        match pred {
+                            // A refusal changes nothing: the world stays as it was.
+                            MRes::Err(k) if ekind(&e) == Some(k) => self.worlds.push(w),
+                            // An error that still ended the attempt: the world moved.
+                            MRes::EndedErr(k) if ekind(&e) == Some(k) => {
+                                let mut hist = w.hist;
+                                if self.none_mode {
+                                    hist.push(m1.clone());
+                                }
+                                self.worlds.push(World { m: m1, hist });
+                            }
+                            _ => {}
                         }
                     }
                     if self.worlds.is_empty() {
@@ -954,16 +994,25 @@ impl Runner {
     fn op_ack(&mut self, n: usize) -> Result<(), String> {
         let leases = self.take_leases(n);
         let keys: Vec<(u64, u64)> = leases.iter().map(|l| (l.id().0, l.token())).collect();
-        let apply = |m: &mut Model| m.ack(&keys);
-        let crashed_before = self.disk.is_crashed();
-        let (what, got) = if n == 1 {
-            let lease = leases.into_iter().next().expect("one");
-            ("ack", lease.ack())
-        } else {
-            ("ack_batch", self.q().ack_batch(leases))
+        let batch = n > 1;
+        let apply = |m: &mut Model| {
+            if batch {
+                m.ack(&keys)
+            } else {
+                m.ack_one(keys[0].0, keys[0].1)
+            }
         };
-        let got = got.map(|()| Got::Unit);
-        self.settle(&format!("{what} {keys:?}"), &apply, got, crashed_before)?;
+        let crashed_before = self.disk.is_crashed();
+        let (what, got) = if batch {
+            let got = self.q().ack_batch(&leases).map(|v| Got::Acked(outcomes(v)));
+            ("ack_batch", got)
+        } else {
+            ("ack", leases[0].ack().map(|()| Got::Unit))
+        };
+        let answered = self
+            .settle(&format!("{what} {keys:?}"), &apply, got, crashed_before)?
+            .is_some();
+        self.hold_after_error(leases, answered);
         Ok(())
     }
 
@@ -993,29 +1042,37 @@ impl Runner {
             .src
             .chance(1, 10)
             .then(|| self.src.below(keys.len() as u64) as usize);
-        let fails_id = fails_at.map(|i| keys[i].0);
-        let apply = |m: &mut Model| m.ack_with(&keys, fails_at);
+        // The lease (id and token) whose closure fails: a batch may hold a stale and the
+        // current lease of one job.
+        let fails = fails_at.map(|i| keys[i]);
+        let fails_id = fails.map(|(id, _)| id);
+        let now = self.now();
+        let apply = |m: &mut Model| {
+            if batch {
+                m.ack_with(&keys, fails_at, now)
+            } else {
+                m.ack_with_one(keys[0].0, keys[0].1, fails_at.is_some(), now)
+            }
+        };
         let crashed_before = self.disk.is_crashed();
-        let effect = |tx: &redb::WriteTransaction, id: u64| -> Result<(), leaseq::BoxError> {
-            let key = effect_keys[&id].as_str();
+        let effect = |tx: &redb::WriteTransaction, l: &Lease| -> Result<(), leaseq::BoxError> {
+            let key = effect_keys[&l.id().0].as_str();
             let mut t = tx.open_table(EFFECTS)?;
             let n = t.get(key)?.map_or(0, |v| v.value());
             t.insert(key, n + 1)?;
-            if fails_id == Some(id) {
-                return Err("effect refused on purpose (after writing)".into());
+            if fails == Some((l.id().0, l.token())) {
+                return Err(model::EFFECT_ERROR.into());
             }
             Ok(())
         };
         let got = if batch {
             self.q()
-                .ack_with_batch(leases, |tx, l| effect(tx, l.id().0))
-                .map(Got::Applied)
+                .ack_with_batch(&leases, effect)
+                .map(|v| Got::Applied(outcomes(v)))
         } else {
-            let lease = leases.into_iter().next().expect("one");
-            let id = lease.id().0;
-            lease
-                .ack_with(|tx| effect(tx, id))
-                .map(|a| Got::Applied(vec![a]))
+            leases[0]
+                .ack_with(|tx| effect(tx, &leases[0]))
+                .map(|a| Got::Applied(vec![Ok(a)]))
         };
         let what = format!(
             "{} {keys:?} keys {:?}{}",
@@ -1026,7 +1083,8 @@ impl Runner {
                 None => String::new(),
             }
         );
-        self.settle(&what, &apply, got, crashed_before)?;
+        let answered = self.settle(&what, &apply, got, crashed_before)?.is_some();
+        self.hold_after_error(leases, answered);
         Ok(())
     }
 
@@ -1044,7 +1102,7 @@ impl Runner {
                 let n = t.get(key.as_str())?.map_or(0, |v| v.value());
                 t.insert(key.as_str(), n + 1)?;
                 if effect_fails {
-                    return Err("effect refused on purpose (after writing)".into());
+                    return Err(model::EFFECT_ERROR.into());
                 }
                 Ok(())
             });
@@ -1067,11 +1125,11 @@ impl Runner {
             },
             if effect_fails { " (effect fails)" } else { "" }
         );
-        if self.settle(&what, &apply, got, crashed_before)?.is_some()
-            && let Some(l) = next
-        {
+        let answered = self.settle(&what, &apply, got, crashed_before)?.is_some();
+        if answered && let Some(l) = next {
             self.hold(l);
         }
+        self.hold_after_error(vec![lease], answered);
         Ok(())
     }
 
@@ -1103,7 +1161,8 @@ impl Runner {
         }
         .map(Got::State);
         let what = format!("nack job {id} token {token} backoff {backoff_ms}ms");
-        self.settle(&what, &apply, got, crashed_before)?;
+        let answered = self.settle(&what, &apply, got, crashed_before)?.is_some();
+        self.hold_after_error(vec![lease], answered);
         Ok(())
     }
 
@@ -1115,7 +1174,8 @@ impl Runner {
         let crashed_before = self.disk.is_crashed();
         let got = lease.fail(&reason).map(|()| Got::Unit);
         let what = format!("fail job {id} token {token}");
-        self.settle(&what, &apply, got, crashed_before)?;
+        let answered = self.settle(&what, &apply, got, crashed_before)?.is_some();
+        self.hold_after_error(vec![lease], answered);
         Ok(())
     }
 

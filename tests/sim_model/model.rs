@@ -25,6 +25,9 @@ pub const PENDING_BASE: u64 = u64::MAX - 4096;
 /// Every reason the workload passes to `nack`/`fail` starts with this, so leaseq's own reasons
 /// ("lease expired", ...) can be told apart.
 pub const REASON_PREFIX: &str = "why:";
+/// The error of every `ack_with` closure the workload makes fail: the last error its job
+/// records when it is given back.
+pub const EFFECT_ERROR: &str = "effect refused on purpose (after writing)";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MState {
@@ -147,13 +150,19 @@ pub enum MRes {
     /// `dequeue` (at most one entry) or `dequeue_batch`.
     Deq(Vec<DeqPred>),
     Unit,
-    /// `ack_with` (one entry) or `ack_with_batch`.
-    Applied(Vec<Applied>),
+    /// `ack_batch`: one outcome per lease.
+    Acked(Vec<Result<(), EKind>>),
+    /// `ack_with` (one entry, `Ok`) or `ack_with_batch` (one outcome per lease).
+    Applied(Vec<Result<Applied, EKind>>),
     /// `ack_and_next` (no `Applied`) or `ack_with_and_next`.
     Next(Option<Applied>, Option<DeqPred>),
     State(JobState),
     Deadline(u64),
+    /// A refusal: the call changed nothing.
     Err(EKind),
+    /// An error after which the call still ended the attempt (`ack_with` whose closure
+    /// failed gives the job back).
+    EndedErr(EKind),
 }
 
 impl MRes {
@@ -162,6 +171,8 @@ impl MRes {
         match self {
             MRes::Enq(v) => v.iter().any(|e| matches!(e, MEnq::New(_))),
             MRes::Deq(v) => !v.is_empty(),
+            MRes::Acked(v) => v.iter().any(Result::is_ok),
+            MRes::Applied(v) => v.iter().any(|r| matches!(r, Ok(_) | Err(EKind::Effect))),
             MRes::Err(_) => false,
             _ => true,
         }
@@ -450,53 +461,85 @@ impl Model {
         self.max_token = self.max_token.max(token);
     }
 
-    /// `ack` (one lease) or `ack_batch`: every token current, or `LeaseLost` and no change.
+    /// `ack_batch`: every current lease is acked; a stale one is `LeaseLost` in its place and
+    /// holds up nothing.
     pub fn ack(&mut self, leases: &[(u64, u64)]) -> MRes {
         if leases.is_empty() || leases.len() > BATCH_MAX {
             return MRes::Err(EKind::InvalidOption);
         }
-        for &(id, token) in leases {
-            if let Err(e) = self.leased(id, token) {
-                return MRes::Err(e);
+        let out = leases
+            .iter()
+            .map(|&(id, token)| self.leased(id, token))
+            .collect::<Vec<_>>();
+        for (&(id, _), r) in leases.iter().zip(&out) {
+            if r.is_ok() {
+                self.delete(id);
             }
         }
-        for &(id, _) in leases {
-            self.delete(id);
-        }
-        MRes::Unit
+        MRes::Acked(out)
     }
 
-    /// `ack_with` (one lease) or `ack_with_batch`, whose closure increments each job's effect
-    /// key; the closure of the lease at `fails_at` fails after writing (the whole call then
-    /// fails and changes nothing). A key applied before, or by an earlier lease of the batch,
-    /// acks without running the closure.
-    pub fn ack_with(&mut self, leases: &[(u64, u64)], fails_at: Option<usize>) -> MRes {
+    /// `Lease::ack`: the batch of one, as a plain answer.
+    pub fn ack_one(&mut self, id: u64, token: u64) -> MRes {
+        match self.ack(&[(id, token)]) {
+            MRes::Acked(v) => match v[0] {
+                Ok(()) => MRes::Unit,
+                Err(k) => MRes::Err(k),
+            },
+            other => other,
+        }
+    }
+
+    /// `ack_with_batch`, whose closure increments each job's effect key; the closure of the
+    /// lease at `fails_at` fails after writing: none of its writes stay, its job is given back
+    /// with the closure's error as its last error (`Effect` in its place), and the other
+    /// current leases are acked with their effects. A stale lease is `LeaseLost` in its place.
+    /// A key applied before, or by an earlier lease of the batch, acks without running the
+    /// closure.
+    pub fn ack_with(
+        &mut self,
+        leases: &[(u64, u64)],
+        fails_at: Option<usize>,
+        now_ms: u64,
+    ) -> MRes {
         if leases.is_empty() || leases.len() > BATCH_MAX {
             return MRes::Err(EKind::InvalidOption);
         }
-        for &(id, token) in leases {
-            if let Err(e) = self.leased(id, token) {
-                return MRes::Err(e);
-            }
-        }
-        let before = self.clone();
         let mut out = Vec::new();
-        for (i, &(id, _)) in leases.iter().enumerate() {
+        for (i, &(id, token)) in leases.iter().enumerate() {
+            if let Err(e) = self.leased(id, token) {
+                out.push(Err(e));
+                continue;
+            }
             let key = self.jobs[&id].effect_key(id);
             if self.applied.contains(&key) {
-                out.push(Applied::AlreadyApplied);
+                out.push(Ok(Applied::AlreadyApplied));
+            } else if fails_at == Some(i) {
+                let reason = LastErr::Reason(EFFECT_ERROR.to_string());
+                self.end_attempt(id, reason, now_ms, now_ms);
+                out.push(Err(EKind::Effect));
+                continue;
             } else {
-                if fails_at == Some(i) {
-                    *self = before;
-                    return MRes::Err(EKind::Effect);
-                }
                 *self.effects.entry(key.clone()).or_insert(0) += 1;
                 self.applied.insert(key);
-                out.push(Applied::Now);
+                out.push(Ok(Applied::Now));
             }
             self.delete(id);
         }
         MRes::Applied(out)
+    }
+
+    /// `Lease::ack_with`: the batch of one, as a plain answer (an `Effect` error ended the
+    /// attempt).
+    pub fn ack_with_one(&mut self, id: u64, token: u64, fails: bool, now_ms: u64) -> MRes {
+        match self.ack_with(&[(id, token)], fails.then_some(0), now_ms) {
+            MRes::Applied(v) => match v[0] {
+                Ok(a) => MRes::Applied(vec![Ok(a)]),
+                Err(EKind::Effect) => MRes::EndedErr(EKind::Effect),
+                Err(k) => MRes::Err(k),
+            },
+            other => other,
+        }
     }
 
     /// `ack_and_next` (`with_effect` false) or `ack_with_and_next`: the ack, then a dequeue of
@@ -510,12 +553,12 @@ impl Model {
         effect_fails: bool,
     ) -> MRes {
         let applied = if with_effect {
-            match self.ack_with(&[(id, token)], effect_fails.then_some(0)) {
-                MRes::Applied(a) => Some(a[0]),
+            match self.ack_with_one(id, token, effect_fails, now_ms) {
+                MRes::Applied(a) => Some(a[0].expect("ack_with_one answers Ok in a vec")),
                 err => return err,
             }
         } else {
-            match self.ack(&[(id, token)]) {
+            match self.ack_one(id, token) {
                 MRes::Unit => None,
                 err => return err,
             }
