@@ -628,66 +628,70 @@ pub(crate) fn dequeue(
     debug_assert!((1..=crate::BATCH_MAX).contains(&max));
     let mut t = Tables::open(ctx.tx)?;
     sweep(&mut t, ctx, now_ms)?;
-    // The first `max` ready entries, in queue order, then removed: one at a time for one, in
-    // one pass for more (a single delete rebuilds its leaf: 100 cost ~120 µs one by one,
-    // ~15 µs in one pass).
-    let firsts: Vec<(u32, u64, u64)> = t
-        .ready()?
-        .iter()?
-        .take(max)
-        .map(|e| e.map(|(k, _)| k.value()))
-        .collect::<Result<_, _>>()?;
-    match firsts.as_slice() {
-        [] => return Ok(Vec::new()),
-        [one] => {
-            *ctx.dirty = true;
-            t.ready()?.remove(*one)?;
-        }
-        [.., last] => {
-            *ctx.dirty = true;
-            let mut removed = 0;
-            t.ready()?.retain_in(..=*last, |_, ()| {
-                removed += 1;
-                false
-            })?;
-            if removed != firsts.len() {
-                return Err(Error::corrupted(format!(
-                    "leaseq_ready: {removed} entries up to {last:?}, {} read",
-                    firsts.len()
-                )));
-            }
-        }
-    }
-    let mut out = Vec::with_capacity(firsts.len());
+    let mut out = Vec::with_capacity(max);
+    // Entries whose row is damaged or does not match: settled below. At most `SWEEP_MAX` per
+    // call, so a file full of damage cannot make one dequeue slow.
     let mut strays = Vec::new();
-    for (rank, seq, id) in firsts {
-        // Its ready entry was removed above.
-        let mut rec = match t.row(id)? {
-            Row::Good(rec)
-                if rec.state == StoredState::Ready
-                    && priority_rank(rec.priority) == rank
-                    && rec.seq == seq =>
-            {
-                rec
+    while out.len() < max && strays.len() < SWEEP_MAX {
+        // The first entries still wanted, in queue order, then removed: one at a time for
+        // one, in one pass for more (a single delete rebuilds its leaf: 100 cost ~120 µs one
+        // by one, ~15 µs in one pass).
+        let firsts: Vec<(u32, u64, u64)> = t
+            .ready()?
+            .iter()?
+            .take(max - out.len())
+            .map(|e| e.map(|(k, _)| k.value()))
+            .collect::<Result<_, _>>()?;
+        match firsts.as_slice() {
+            [] => break,
+            [one] => {
+                *ctx.dirty = true;
+                t.ready()?.remove(*one)?;
             }
-            _ => {
-                strays.push(id);
-                continue;
+            [.., last] => {
+                *ctx.dirty = true;
+                let mut removed = 0;
+                t.ready()?.retain_in(..=*last, |_, ()| {
+                    removed += 1;
+                    false
+                })?;
+                if removed != firsts.len() {
+                    return Err(Error::corrupted(format!(
+                        "leaseq_ready: {removed} entries up to {last:?}, {} read",
+                        firsts.len()
+                    )));
+                }
             }
-        };
-        let token = ctx.alloc_token();
-        let lease_ms = rec.lease_ms.unwrap_or(cfg.lease_ms);
-        let deadline_ms = now_ms.saturating_add(lease_ms);
-        rec.attempts += 1;
-        rec.state = StoredState::Leased { token, deadline_ms };
-        t.put(id, &rec)?;
-        out.push(Leased {
-            id,
-            token,
-            attempt: rec.attempts,
-            deadline_ms,
-            payload: rec.payload,
-        });
+        }
+        for (rank, seq, id) in firsts {
+            // Its ready entry was removed above.
+            let mut rec = match t.row(id)? {
+                Row::Good(rec)
+                    if rec.state == StoredState::Ready
+                        && priority_rank(rec.priority) == rank
+                        && rec.seq == seq =>
+                {
+                    rec
+                }
+                _ => {
+                    strays.push(id);
+                    continue;
+                }
+            };
+            let token = ctx.alloc_token();
+            let lease_ms = rec.lease_ms.unwrap_or(cfg.lease_ms);
+            let deadline_ms = now_ms.saturating_add(lease_ms);
+            rec.attempts += 1;
+            rec.state = StoredState::Leased { token, deadline_ms };
+            t.put(id, &rec)?;
+            out.push(Leased {
+                id,
+                token,
+                attempt: rec.attempts,
+                deadline_ms,
+                payload: rec.payload,
+            });
+        }
     }
     // Settled after the leases, from the rows as they are now: a stray entry's job may be one
     // this dequeue just leased through its own entry.
