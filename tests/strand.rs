@@ -300,8 +300,7 @@ fn make_call(q: &Queue, other: &Queue, call: Call, fault: Fault, lease: &mut Lea
         Ok(mut v) => v
             .pop()
             .unwrap()
-            .err()
-            .expect("the lease's outcome is an error"),
+            .expect_err("the lease's outcome is an error"),
         Err(e) => e,
     };
     let r: Error = match call {
