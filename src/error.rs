@@ -119,8 +119,8 @@ pub enum Error {
     /// The closure given to `ack_with` returned an error (or panicked: the panic's message).
     /// Its transaction was dropped: no effect, no applied-ids marker, no ack. Then the job was
     /// given back with this error's text as its last error, as by
-    /// [`Lease::nack`](crate::Lease::nack): ready at once, or dead when that was its last
-    /// attempt; the lease is stale from then on.
+    /// [`Lease::nack`](crate::Lease::nack): due after the retry policy's delay, or dead when
+    /// that was its last attempt; the lease is stale from then on.
     #[error("effect failed: {0}")]
     Effect(#[source] BoxError),
     /// A typed payload did not serialize or deserialize (bincode).

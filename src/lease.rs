@@ -135,9 +135,9 @@ impl Lease {
     ///
     /// **A failing closure ends the attempt**: when it returns an error or panics, its
     /// transaction is dropped (none of its writes, no marker, no ack), and the job is given
-    /// back as by [`nack`](Lease::nack) with the closure's error as its last error: ready at
-    /// once, or dead when this was its last attempt (as a worker in Oban or River whose
-    /// `perform` fails). That costs a second commit; then this lease is stale.
+    /// back as by [`nack`](Lease::nack) with the closure's error as its last error: due after
+    /// the retry policy's delay, or dead when this was its last attempt (as a worker in Oban
+    /// or River whose `perform` fails). That costs a second commit; then this lease is stale.
     ///
     /// # Errors
     /// `Effect` with the closure's error (or panic message), after the job was given back;
@@ -174,19 +174,21 @@ impl Lease {
         ))
     }
 
-    /// Gives the job back now, recording `reason` as its last error: it is ready again
-    /// (served after the jobs that were already available), or dead if this was its last
-    /// attempt. Returns the state it went to.
+    /// Gives the job back, recording `reason` as its last error: due after the queue's
+    /// [`RetryPolicy`](crate::RetryPolicy) delay for this attempt (with
+    /// [`RetryPolicy::immediate`](crate::RetryPolicy::immediate): ready at once, behind the
+    /// jobs already ready), or dead if this was its last attempt. Returns the state it went to.
     ///
     /// # Errors
-    /// As [`Lease::nack_after`].
+    /// As [`Lease::ack`].
     pub fn nack(&self, reason: &str) -> Result<JobState> {
-        self.nack_after(reason, Duration::ZERO)
+        self.give_back(reason, None)
     }
 
-    /// Gives the job back to be due after `backoff` (whole milliseconds; as SQS's
-    /// `ChangeMessageVisibility` before giving up a message), or dead if this was its last
-    /// attempt. The backoff does not count against any lease. Returns the state it went to.
+    /// Gives the job back to be due after `backoff` (whole milliseconds; `Duration::ZERO`:
+    /// ready at once), whatever the retry policy says (as SQS's `ChangeMessageVisibility`
+    /// before giving up a message), or dead if this was its last attempt. The backoff does not
+    /// count against any lease. Returns the state it went to.
     ///
     /// # Errors
     /// `InvalidOption` if `backoff` is above [`DELAY_MAX`](crate::DELAY_MAX) (nothing written,
@@ -195,11 +197,14 @@ impl Lease {
         if backoff > crate::DELAY_MAX {
             return Err(crate::Error::invalid_option("backoff", "above DELAY_MAX"));
         }
-        let (id, token) = (self.id, self.token);
-        let backoff_ms = crate::clock::duration_ms(backoff);
-        let now_ms = self.queue.now_ms();
+        self.give_back(reason, Some(crate::clock::duration_ms(backoff)))
+    }
+
+    fn give_back(&self, reason: &str, backoff_ms: Option<u64>) -> Result<JobState> {
+        let key = (self.id, self.token);
+        let (now_ms, cfg) = (self.queue.now_ms(), self.queue.config());
         self.queue
-            .run(&mut |ctx| store::nack(ctx, id, token, now_ms, backoff_ms, reason))
+            .run(&mut |ctx| store::nack(ctx, &cfg, key, now_ms, backoff_ms, reason))
     }
 
     /// Moves the job to the dead-letter state now, with `reason` (kept up to 4096 bytes, cut

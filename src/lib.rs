@@ -52,6 +52,7 @@ mod error;
 mod job;
 mod lease;
 mod queue;
+mod retry;
 mod schema;
 mod scratch;
 mod store;
@@ -67,6 +68,7 @@ pub use error::{BoxError, Error, Result};
 pub use job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Quarantined, Stats};
 pub use lease::Lease;
 pub use queue::{Builder, Queue, Recovery};
+pub use retry::RetryPolicy;
 pub use schema::FORMAT_VERSION;
 pub use store::Violation;
 

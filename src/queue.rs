@@ -15,6 +15,7 @@ use crate::commit::{Committer, Ctx, Durability};
 use crate::error::{Error, Result};
 use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, Quarantined, Stats};
 use crate::lease::Lease;
+use crate::retry::RetryPolicy;
 use crate::schema::{
     APPLIED, DEAD, DEDUP, FORMAT_VERSION, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
     META_NEXT_TOKEN, READY, SCHEDULED,
@@ -64,6 +65,7 @@ pub struct Builder {
     quick_repair: bool,
     clock: Arc<dyn Clock>,
     on_repair: Option<Arc<dyn Fn(f64) + Send + Sync>>,
+    retry: RetryPolicy,
 }
 
 impl fmt::Debug for Builder {
@@ -76,6 +78,7 @@ impl fmt::Debug for Builder {
             .field("durability", &self.durability)
             .field("quick_repair", &self.quick_repair)
             .field("clock", &self.clock)
+            .field("retry", &self.retry)
             .finish()
     }
 }
@@ -91,6 +94,7 @@ impl Default for Builder {
             quick_repair: false,
             clock: Arc::new(SystemClock),
             on_repair: None,
+            retry: RetryPolicy::default(),
         }
     }
 }
@@ -138,6 +142,15 @@ impl Builder {
         self
     }
 
+    /// How long a job waits before its next attempt after one that ended without an ack (a
+    /// `nack` without an explicit backoff, an expired lease, a failing `ack_with` closure);
+    /// default [`RetryPolicy::default`] (exponential from 1 s, capped at 1 hour, 10 %
+    /// jitter). Checked at open: see [`RetryPolicy`] for the ranges.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
     /// The time source; default [`SystemClock`]. Use a [`ManualClock`](crate::ManualClock) in
     /// tests.
     pub fn clock(mut self, clock: impl Clock) -> Self {
@@ -170,10 +183,12 @@ impl Builder {
                 format!("above the cap of {} bytes", crate::PAYLOAD_BYTES_MAX_CAP),
             ));
         }
+        self.retry.validate("retry")?;
         Ok(Config {
             lease_ms,
             max_attempts: self.max_attempts,
             payload_bytes_max: self.payload_bytes_max,
+            retry: self.retry,
         })
     }
 
@@ -840,7 +855,7 @@ impl Queue {
             let mut failing = None;
             let dequeue = next && errors.iter().all(Option::is_none);
             let ran = self.run(&mut |ctx| {
-                let applied = store::ack_with(ctx, keys, now_ms, &failed, &mut |tx, i| {
+                let applied = store::ack_with(ctx, keys, &cfg, now_ms, &failed, &mut |tx, i| {
                     failing = Some(i);
                     let r = effect(tx, i);
                     if r.is_ok() {

@@ -36,6 +36,13 @@ pub(crate) struct Config {
     pub lease_ms: u64,
     pub max_attempts: u32,
     pub payload_bytes_max: usize,
+    pub retry: crate::RetryPolicy,
+}
+
+/// When a job whose attempt `rec.attempts` just ended without an ack is due again: now plus
+/// the retry policy's delay.
+fn retry_at_ms(cfg: &Config, id: u64, rec: &JobRecord, now_ms: u64) -> u64 {
+    now_ms.saturating_add(cfg.retry.delay_ms(JobId(id), rec.attempts))
 }
 
 /// A job handed out by a dequeue, before it becomes a `Lease`.
@@ -543,7 +550,7 @@ pub(crate) fn enqueue(ctx: &mut Ctx<'_>, records: &[JobRecord]) -> Result<Vec<En
 /// Promotes due scheduled jobs and reclaims expired leases, at most `SWEEP_MAX` of each. An
 /// entry whose row is damaged or disagrees is settled (quarantined, dropped) and the sweep
 /// goes on.
-fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
+fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, cfg: &Config, now_ms: u64) -> Result<()> {
     let due: Vec<(u64, u64)> = t
         .scheduled()?
         .range(..=(now_ms, u64::MAX))?
@@ -577,7 +584,7 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
     for (deadline_ms, id) in expired {
         *ctx.dirty = true;
         *ctx.wake = true;
-        end_lease_entry(t, ctx, (deadline_ms, id), REASON_EXPIRED, now_ms)?;
+        end_lease_entry(t, ctx, (deadline_ms, id), REASON_EXPIRED, Some(cfg), now_ms)?;
     }
     Ok(())
 }
@@ -591,18 +598,22 @@ enum Ended {
 }
 
 /// Ends the attempt behind lease entry `(deadline_ms, id)` (lease expiry, recovery at open):
-/// ready or dead as [`Tables::end_attempt`]; a damaged row is quarantined and an entry that
-/// does not match its row is dropped, so one bad row never stops the pass.
+/// ready or dead as [`Tables::end_attempt`], due after the retry policy of `retry` (`None`:
+/// at once); a damaged row is quarantined and an entry that does not match its row is
+/// dropped, so one bad row never stops the pass.
 fn end_lease_entry(
     t: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     (deadline_ms, id): (u64, u64),
     reason: &str,
+    retry: Option<&Config>,
     now_ms: u64,
 ) -> Result<Ended> {
     match t.row(id)? {
-        Row::Good(rec) if matches!(rec.state, StoredState::Leased { deadline_ms: d, .. } if d == deadline_ms) => {
-            Ok(match t.end_attempt(ctx, id, rec, reason, now_ms, now_ms)? {
+        Row::Good(rec) if matches!(rec.state, StoredState::Leased { deadline_ms: d, .. } if d == deadline_ms) =>
+        {
+            let at_ms = retry.map_or(now_ms, |cfg| retry_at_ms(cfg, id, &rec, now_ms));
+            Ok(match t.end_attempt(ctx, id, rec, reason, now_ms, at_ms)? {
                 JobState::Dead => Ended::Dead,
                 _ => Ended::Returned,
             })
@@ -627,7 +638,7 @@ pub(crate) fn dequeue(
 ) -> Result<Vec<Leased>> {
     debug_assert!((1..=crate::BATCH_MAX).contains(&max));
     let mut t = Tables::open(ctx.tx)?;
-    sweep(&mut t, ctx, now_ms)?;
+    sweep(&mut t, ctx, cfg, now_ms)?;
     let mut out = Vec::with_capacity(max);
     // Entries whose row is damaged or does not match: settled below. At most `SWEEP_MAX` per
     // call, so a file full of damage cannot make one dequeue slow.
@@ -734,12 +745,13 @@ pub(crate) type Effect<'a> = dyn FnMut(&redb::WriteTransaction, usize) -> Result
 /// reported in their place, as by [`ack`]). A lease whose idempotency key is already applied
 /// (also by an earlier lease of the same batch) is acked without its effect. A lease with
 /// `failed[i]` set had its effect fail in an earlier run of this call: its closure does not
-/// run again, and its job is given back with that error as its last error (as a nack: ready
-/// now, or dead when out of attempts), reported as `Effect`. A closure that fails now
+/// run again, and its job is given back with that error as its last error (as a nack through
+/// the retry policy, or dead when out of attempts), reported as `Effect`. A closure that fails now
 /// fails the whole transaction with `Effect`; the caller runs it again with that lease marked.
 pub(crate) fn ack_with(
     ctx: &mut Ctx<'_>,
     leases: &[(u64, u64)],
+    cfg: &Config,
     now_ms: u64,
     failed: &[Option<String>],
     effect: &mut Effect<'_>,
@@ -766,7 +778,8 @@ pub(crate) fn ack_with(
         *ctx.dirty = true;
         if let Some(reason) = &failed[i] {
             *ctx.wake = true;
-            t.end_attempt(ctx, id, rec, reason, now_ms, now_ms)?;
+            let at_ms = retry_at_ms(cfg, id, &rec, now_ms);
+            t.end_attempt(ctx, id, rec, reason, now_ms, at_ms)?;
             out.push(Err(Error::Effect(reason.clone().into())));
             continue;
         }
@@ -798,19 +811,24 @@ pub(crate) fn ack_with(
     Ok(out)
 }
 
+/// Ends the attempt of lease `(id, token)` with `reason`: due after `backoff_ms`, or after the
+/// retry policy's delay when `None`; dead when out of attempts.
 pub(crate) fn nack(
     ctx: &mut Ctx<'_>,
-    id: u64,
-    token: u64,
+    cfg: &Config,
+    (id, token): (u64, u64),
     now_ms: u64,
-    backoff_ms: u64,
+    backoff_ms: Option<u64>,
     reason: &str,
 ) -> Result<JobState> {
     let mut t = Tables::open(ctx.tx)?;
     let rec = t.leased(id, token)?;
-    let at = now_ms
-        .checked_add(backoff_ms)
-        .ok_or_else(|| Error::invalid_option("backoff", "due time overflows"))?;
+    let at = match backoff_ms {
+        Some(b) => now_ms
+            .checked_add(b)
+            .ok_or_else(|| Error::invalid_option("backoff", "due time overflows"))?,
+        None => retry_at_ms(cfg, id, &rec, now_ms),
+    };
     *ctx.dirty = true;
     *ctx.wake = true;
     t.end_attempt(ctx, id, rec, reason, now_ms, at)
@@ -932,7 +950,7 @@ pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<Recovered
     for entry in all {
         *ctx.dirty = true;
         *ctx.wake = true;
-        match end_lease_entry(&mut t, ctx, entry, REASON_ABANDONED, now_ms)? {
+        match end_lease_entry(&mut t, ctx, entry, REASON_ABANDONED, None, now_ms)? {
             Ended::Returned => out.returned += 1,
             Ended::Dead => out.dead += 1,
             Ended::Quarantined => out.quarantined += 1,

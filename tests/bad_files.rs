@@ -65,6 +65,7 @@ fn variant(e: &Error) -> String {
 /// closed cleanly.
 fn build_thousand_job_queue(path: &Path) -> (Vec<u8>, Vec<u8>) {
     let q = Queue::builder()
+        .retry(leaseq::RetryPolicy::immediate())
         .clock(ManualClock::new(T0_MS))
         .lease(LEASE)
         .max_attempts(3)
@@ -159,6 +160,7 @@ struct Drained {
 /// non-durable commits (the drain is about reading what is there, not about fsyncs).
 fn c22_builder() -> leaseq::Builder {
     Queue::builder()
+        .retry(leaseq::RetryPolicy::immediate())
         .clock(ManualClock::new(T0_MS + 365 * 24 * 3600 * 1000))
         .lease(LEASE)
         .max_attempts(3)

@@ -28,6 +28,7 @@ fn ms(n: u64) -> Duration {
 
 fn builder(f: &Fixture, d: Durability) -> leaseq::Builder {
     Queue::builder()
+        .retry(leaseq::RetryPolicy::immediate())
         .lease(ms(LEASE_MS))
         .max_attempts(MAX_ATTEMPTS)
         .clock(f.clock.clone())

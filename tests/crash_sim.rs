@@ -202,6 +202,7 @@ fn regression_ack_batch_with_a_stale_and_the_current_lease_of_one_job() {
         let clock = ManualClock::new(sim_model::T0_MS);
         let disk = SimDisk::new(1);
         let q = Queue::builder()
+            .retry(leaseq::RetryPolicy::immediate())
             .clock(clock.clone())
             .open_backend(disk.backend())
             .unwrap();

@@ -116,6 +116,7 @@ fn child_entry_process_kill() {
     let (seed, round) = (words.next().unwrap(), words.next().unwrap());
     let p = plan(seed, round);
     let q = match Queue::builder()
+        .retry(leaseq::RetryPolicy::immediate())
         .lease(ms(p.lease_ms))
         .max_attempts(p.max_attempts)
         .open(&path)
@@ -1134,7 +1135,7 @@ fn kill_model_flags_every_kind_of_broken_promise() {
     assert_eq!(la.ack_with(|tx| bump(tx, "k1")).unwrap(), Applied::Now);
     let lb = q.dequeue().unwrap().unwrap();
     assert_eq!(lb.id().0, b);
-    lb.nack("back").unwrap(); // b: Ready, attempts 1
+    lb.nack("back").unwrap(); // b: Scheduled (the default retry policy backs off), attempts 1
     let lc = q.dequeue().unwrap().unwrap();
     assert_eq!(lc.id().0, c);
     let tc = lc.token();
@@ -1196,7 +1197,7 @@ fn kill_model_flags_every_kind_of_broken_promise() {
         (
             "dead job revived",
             vec![format!("FAIL {b} 7")],
-            format!("job {b} was dead-lettered and is now Ready"),
+            format!("job {b} was dead-lettered and is now Scheduled"),
         ),
         (
             "attempts went back",

@@ -29,8 +29,13 @@ impl Fixture {
         }
     }
 
+    /// Retries at once: the scenario tests count deliveries and read states right after a
+    /// nack or an expiry (the retry policy has tests of its own, `tests/retry.rs`).
     pub fn builder(&self) -> Builder {
-        Queue::builder().lease(LEASE).clock(self.clock.clone())
+        Queue::builder()
+            .lease(LEASE)
+            .clock(self.clock.clone())
+            .retry(leaseq::RetryPolicy::immediate())
     }
 
     pub fn open(&self) -> Queue {

@@ -23,6 +23,7 @@ use super::{EFFECTS, T0_MS};
 
 fn builder(clock: &ManualClock) -> leaseq::Builder {
     Queue::builder()
+        .retry(leaseq::RetryPolicy::immediate())
         .lease(Duration::from_secs(1))
         .max_attempts(3)
         .cache_bytes(1 << 20)

@@ -477,6 +477,7 @@ impl Runner {
 
     fn open(&mut self) -> Result<Queue, Error> {
         let mut b = Queue::builder()
+            .retry(leaseq::RetryPolicy::immediate())
             .lease(Duration::from_millis(LEASE_MS))
             .max_attempts(MAX_ATTEMPTS)
             .clock(self.clock.clone())
