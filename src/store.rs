@@ -783,8 +783,18 @@ pub(crate) fn ack_with(
             out.push(Err(Error::Effect(reason.clone().into())));
             continue;
         }
-        let key = applied_key(rec.idempotency_key.as_deref(), id);
-        if applied.get(key.as_slice())?.is_some() {
+        // Only a caller's idempotency key gets a marker. A job without one is keyed by its
+        // own id, and that marker would guard nothing: ids are never reused, and the effect
+        // and the removal of the job commit together, so no later delivery can ask.
+        let key = rec
+            .idempotency_key
+            .as_deref()
+            .map(|k| applied_key(Some(k), id));
+        let already = match &key {
+            Some(k) => applied.get(k.as_slice())?.is_some(),
+            None => false,
+        };
+        if already {
             out.push(Ok(Applied::AlreadyApplied));
         } else {
             // leaseq's tables stay open: the closure may open any table but `leaseq_*` ones
@@ -799,7 +809,9 @@ pub(crate) fn ack_with(
                     ));
                 }
             }
-            applied.insert(key.as_slice(), now_ms)?;
+            if let Some(k) = &key {
+                applied.insert(k.as_slice(), now_ms)?;
+            }
             out.push(Ok(Applied::Now));
         }
         keys.push((id, token));

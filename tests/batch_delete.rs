@@ -73,6 +73,16 @@ fn applied_key(idem: Option<&[u8]>, id: u64) -> Vec<u8> {
     }
 }
 
+/// Whether an effect under idempotency key `idem` runs now (its key not applied yet), marking
+/// it applied. A job without a key is keyed by its id: it always runs, and leaseq keeps no
+/// marker for it (it would guard nothing once the job is gone).
+fn first_apply(applied: &mut HashSet<Vec<u8>>, idem: Option<&[u8]>) -> bool {
+    match idem {
+        None => true,
+        Some(k) => applied.insert(applied_key(Some(k), 0)),
+    }
+}
+
 #[derive(Default)]
 struct Model {
     jobs: BTreeMap<u64, MJob>,
@@ -796,7 +806,7 @@ impl Harness {
                 want.push(Err("LeaseLost"));
             } else if failed == Some(id) {
                 want.push(Err("Effect"));
-            } else if applied.insert(applied_key(self.m.jobs[&id].idem.as_deref(), id)) {
+            } else if first_apply(&mut applied, self.m.jobs[&id].idem.as_deref()) {
                 want.push(Ok(Applied::Now));
                 calls.push(id);
             } else {
@@ -910,7 +920,7 @@ impl Harness {
             let mut want = Vec::new();
             for &id in &ids {
                 let j = &self.m.jobs[&id];
-                if applied.insert(applied_key(j.idem.as_deref(), id)) {
+                if first_apply(&mut applied, j.idem.as_deref()) {
                     want.push(Applied::Now);
                     *self.m.effects.entry(id).or_default() += 1;
                 } else {
@@ -973,11 +983,7 @@ impl Harness {
                 self.held.extend(got);
             }
             3 => {
-                let key = self
-                    .m
-                    .jobs
-                    .get(&id)
-                    .map(|j| applied_key(j.idem.as_deref(), id));
+                let idem = self.m.jobs.get(&id).map(|j| j.idem.clone());
                 let mut ran = 0;
                 let and_next = self.rng.bool();
                 let r = if and_next {
@@ -998,8 +1004,8 @@ impl Harness {
                     return self.check_unchanged(&[id]);
                 }
                 let (applied, next) = r.unwrap();
-                let key = key.unwrap();
-                if self.m.applied.insert(key) {
+                let idem = idem.unwrap();
+                if first_apply(&mut self.m.applied, idem.as_deref()) {
                     assert_eq!((applied, ran), (Applied::Now, 1));
                     *self.m.effects.entry(id).or_default() += 1;
                 } else {

@@ -400,6 +400,8 @@ struct QModel {
     completed: Mutex<HashMap<u64, (u32, Done)>>,
     /// (dedup key's first id, the id a later `Duplicate` named).
     duplicates: Mutex<Vec<(u64, u64)>>,
+    /// Ids enqueued with a caller idempotency key (only those keep an applied marker).
+    keyed: Mutex<HashSet<u64>>,
     /// `Effect` errors (each one aborted its group).
     effect_errors: AtomicU64,
     reentrant_refusals: AtomicU64,
@@ -477,7 +479,12 @@ impl QModel {
         );
         let s = q.stats().unwrap();
         assert_eq!(s.total, 0, "{name}: jobs left: {s:?}");
-        assert_eq!(s.applied, with_effect.len() as u64, "{name}: {s:?}");
+        let keyed = self.keyed.lock().unwrap();
+        let markers = with_effect.iter().filter(|id| keyed.contains(id)).count();
+        assert_eq!(
+            s.applied, markers as u64,
+            "{name}: one marker per keyed effect: {s:?}"
+        );
         assert_consistent(q);
         let cs = q.commit_stats();
         assert!(
@@ -638,10 +645,11 @@ fn produce(w: &World, p: u64, iterations: u64) {
             }
             _ => {
                 let key = format!("i-{p}-{i}");
-                m.enqueued(
+                let id = m.enqueued(
                     q.enqueue(&payload, EnqueueOptions::default().idempotency_key(key))
                         .unwrap(),
                 );
+                m.keyed.lock().unwrap().insert(id);
             }
         }
     }
