@@ -204,7 +204,7 @@ impl Lease {
         let key = (self.id, self.token);
         let (now_ms, cfg) = (self.queue.now_ms(), self.queue.config());
         self.queue
-            .run(&mut |ctx| store::nack(ctx, &cfg, key, now_ms, backoff_ms, reason))
+            .run(&mut |ctx| store::nack(ctx, &cfg, key, now_ms, backoff_ms, reason))?
     }
 
     /// Moves the job to the dead-letter state now, with `reason` (kept up to 4096 bytes, cut
@@ -215,7 +215,7 @@ impl Lease {
     pub fn fail(&self, reason: &str) -> Result<()> {
         let (id, token) = (self.id, self.token);
         self.queue
-            .run(&mut |ctx| store::fail(ctx, id, token, reason))
+            .run(&mut |ctx| store::fail(ctx, id, token, reason))?
     }
 
     /// Sets the deadline to now + `by` (never added to the old deadline), as SQS's
@@ -231,7 +231,7 @@ impl Lease {
         let now_ms = self.queue.now_ms();
         self.deadline_ms = self
             .queue
-            .run(&mut |ctx| store::extend(ctx, id, token, now_ms, by))?;
+            .run(&mut |ctx| store::extend(ctx, id, token, now_ms, by))??;
         Ok(())
     }
 }

@@ -738,8 +738,9 @@ impl Queue {
     /// commit. A check that finds nothing costs a read, not a commit.
     ///
     /// One bad row never stops it: a job row that fails its checks is quarantined
-    /// ([`Queue::quarantined`]) and an index entry that does not match its job is dropped
-    /// (the job keeps its own entry), and the dequeue goes on with the next job.
+    /// ([`Queue::quarantined`]), an index entry that does not match its job is dropped (the
+    /// job keeps its own entry), and the dequeue goes on with the next job; it answers `None`
+    /// only when no job is available.
     ///
     /// # Errors
     /// `CommitFailed`, `Storage` or `Reentrant`; `Corrupted` only for damage redb itself
@@ -810,6 +811,7 @@ impl Queue {
     /// # Errors
     /// For the whole call, nothing written: `InvalidOption` for an empty or oversized batch or
     /// a lease of another queue; `Reentrant`; `CommitFailed` or `Storage`.
+    #[must_use = "a lease of the batch may be LeaseLost: its outcome is in the Vec"]
     pub fn ack_batch(&self, leases: &[Lease]) -> Result<Vec<Result<()>>> {
         let keys = self.batch_keys(leases)?;
         self.run(&mut |ctx| store::ack(ctx, &keys))
@@ -827,6 +829,7 @@ impl Queue {
     ///
     /// # Errors
     /// As [`Queue::ack_batch`].
+    #[must_use = "a lease of the batch may be LeaseLost or Effect: its outcome is in the Vec"]
     pub fn ack_with_batch<F>(&self, leases: &[Lease], mut effect: F) -> Result<Vec<Result<Applied>>>
     where
         F: FnMut(&redb::WriteTransaction, &Lease) -> std::result::Result<(), crate::BoxError>,
@@ -873,8 +876,10 @@ impl Queue {
             });
             match (ran, failing) {
                 (Ok((mut applied, leased)), _) => {
+                    // The closure's own error in place of its text, where the job was given
+                    // back (a lease that went stale in between keeps its `LeaseLost`).
                     for (outcome, error) in applied.iter_mut().zip(errors) {
-                        if let Some(e) = error {
+                        if let (Some(e), Err(Error::Effect(_))) = (error, &outcome) {
                             *outcome = Err(Error::Effect(e));
                         }
                     }
@@ -998,7 +1003,7 @@ impl Queue {
     /// `JobNotFound`; `InvalidState` if the job is not dead; `CommitFailed` or `Storage`.
     pub fn requeue_dead(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
-        self.run(&mut |ctx| store::requeue_dead(ctx, id.0, now_ms))
+        self.run(&mut |ctx| store::requeue_dead(ctx, id.0, now_ms))?
     }
 
     /// Deletes a job that is not leased (scheduled, ready or dead) and releases its dedup key,
@@ -1013,7 +1018,7 @@ impl Queue {
     /// # Errors
     /// `JobNotFound`; `InvalidState` if the job is leased; `CommitFailed` or `Storage`.
     pub fn remove(&self, id: JobId) -> Result<()> {
-        self.run(&mut |ctx| store::remove(ctx, id.0))
+        self.run(&mut |ctx| store::remove(ctx, id.0))?
     }
 
     /// Whether an effect with this idempotency key has been applied by

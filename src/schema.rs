@@ -16,8 +16,9 @@
 //! | `leaseq_quarantine` | job id | (quarantined_ms, reason, raw record bytes) | job rows that failed their checks, moved aside whole so the rest of the queue goes on |
 //!
 //! Version history: 1, the first format. `leaseq_quarantine` was added within version 1: it is
-//! created by the first write that quarantines a row, a file without it has nothing
-//! quarantined, and an older build that does not know it ignores it.
+//! created by the first `ack_with` (held open while closures run, so they cannot open it) or
+//! the first quarantine; a file without it has nothing quarantined, and an older build that
+//! does not know it ignores it.
 
 use redb::TableDefinition;
 

@@ -69,8 +69,8 @@ fn truncate_reason(reason: &str) -> String {
 /// The error of a call aimed at one job whose row is damaged.
 fn damaged(id: u64, why: &str) -> Error {
     Error::corrupted(format!(
-        "job {id}: record damaged ({why}); the next dequeue that meets it quarantines it, \
-         or delete it with Queue::remove"
+        "job {id}: record damaged ({why}); a dequeue quarantines it when it meets it (ready, \
+         due or expired), or delete it with Queue::remove"
     ))
 }
 
@@ -164,7 +164,8 @@ pub(crate) fn new_record(
 }
 
 /// Removes exactly the entries `sorted` (ascending, unique) from `table`, all within `range`,
-/// in one pass; `Corrupted` if any of them is missing.
+/// in one pass. An entry that is missing (index damage) is logged, not an error: the rows it
+/// stood for are deleted all the same.
 fn remove_dense<K, V>(
     table: &mut Table<'_, K, V>,
     range: std::ops::RangeInclusive<K>,
@@ -182,11 +183,13 @@ where
         removed += usize::from(gone);
         !gone
     })?;
+    debug_assert!(removed <= sorted.len());
     if removed != sorted.len() {
-        return Err(Error::corrupted(format!(
-            "{name}: {removed} of {} entries to delete were present",
-            sorted.len()
-        )));
+        tracing::warn!(
+            table = name,
+            missing = sorted.len() - removed,
+            "leaseq: index entries to delete were missing"
+        );
     }
     Ok(())
 }
@@ -280,16 +283,6 @@ impl<'t> Tables<'t> {
         })
     }
 
-    /// The record of job `id` for a call aimed at that one job: a damaged row is `Corrupted`
-    /// (nothing written; a pass quarantines it, or [`remove`] deletes it).
-    fn get(&self, id: u64) -> Result<Option<JobRecord>> {
-        match self.row(id)? {
-            Row::Missing => Ok(None),
-            Row::Good(rec) => Ok(Some(rec)),
-            Row::Damaged(why) => Err(damaged(id, &why)),
-        }
-    }
-
     /// Moves the damaged row of job `id` whole into `leaseq_quarantine` (its bytes as found,
     /// with `reason`), so the pass that met it goes on with the rest. The caller has removed
     /// the index entry that led to it. A dedup key the job held stays held by it until
@@ -335,30 +328,24 @@ impl<'t> Tables<'t> {
 
     /// Inserts the index entry of `rec`'s state (a no-op if it is there).
     fn reindex(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
-        match rec.state {
-            StoredState::Ready => {
-                self.ready()?
-                    .insert((priority_rank(rec.priority), rec.seq, id), ())?;
-            }
-            StoredState::Scheduled => {
-                self.scheduled()?.insert((rec.run_at_ms, id), ())?;
-            }
-            StoredState::Leased { deadline_ms, .. } => {
-                self.leases()?.insert((deadline_ms, id), ())?;
-            }
-            StoredState::Dead => {
-                self.dead()?.insert(id, ())?;
-            }
+        self.index(id, rec).map(drop)
+    }
+
+    /// Writes `rec` under `id` and adds the index entry of its state. The caller has
+    /// already removed the entry of its previous state. An entry already there (a stray one
+    /// with the same key, index damage) is logged and kept: it now names the job rightly.
+    fn put(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
+        rec.validate()?;
+        self.jobs.insert(id, rec.encode()?.as_slice())?;
+        if !self.index(id, rec)? {
+            tracing::warn!(job_id = id, "leaseq: index entry was already present");
         }
         Ok(())
     }
 
-    /// Writes `rec` under `id` and adds the index entry of its state. The caller has
-    /// already removed the entry of its previous state.
-    fn put(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
-        rec.validate()?;
-        self.jobs.insert(id, rec.encode()?.as_slice())?;
-        let fresh = match rec.state {
+    /// Inserts the index entry of `rec`'s state; whether it was absent.
+    fn index(&mut self, id: u64, rec: &JobRecord) -> Result<bool> {
+        Ok(match rec.state {
             StoredState::Ready => self
                 .ready()?
                 .insert((priority_rank(rec.priority), rec.seq, id), ())?
@@ -368,16 +355,11 @@ impl<'t> Tables<'t> {
                 self.leases()?.insert((deadline_ms, id), ())?.is_none()
             }
             StoredState::Dead => self.dead()?.insert(id, ())?.is_none(),
-        };
-        if !fresh {
-            return Err(Error::corrupted(format!(
-                "job {id}: index entry already present"
-            )));
-        }
-        Ok(())
+        })
     }
 
-    /// Removes the index entry of `rec`'s current state.
+    /// Removes the index entry of `rec`'s current state. A missing entry (index damage) is
+    /// logged, not an error, so the job can still leave that state.
     fn unindex(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
         let present = match rec.state {
             StoredState::Ready => self
@@ -391,10 +373,11 @@ impl<'t> Tables<'t> {
             StoredState::Dead => self.dead()?.remove(id)?.is_some(),
         };
         if !present {
-            return Err(Error::corrupted(format!(
-                "job {id}: no index entry for state {:?}",
-                rec.state.public()
-            )));
+            tracing::warn!(
+                job_id = id,
+                state = ?rec.state.public(),
+                "leaseq: the job's index entry was missing"
+            );
         }
         Ok(())
     }
@@ -478,11 +461,6 @@ impl<'t> Tables<'t> {
                 token,
             }),
         })
-    }
-
-    /// The record of a job leased under `token`, or `LeaseLost` (`Corrupted` if damaged).
-    fn leased(&self, id: u64, token: u64) -> Result<JobRecord> {
-        self.lease_of(id, token)?
     }
 
     /// Ends a delivery that did not ack: back to ready at `requeue_at_ms` (the back of its
@@ -640,10 +618,11 @@ pub(crate) fn dequeue(
     let mut t = Tables::open(ctx.tx)?;
     sweep(&mut t, ctx, cfg, now_ms)?;
     let mut out = Vec::with_capacity(max);
-    // Entries whose row is damaged or does not match: settled below. At most `SWEEP_MAX` per
-    // call, so a file full of damage cannot make one dequeue slow.
+    // Entries whose row is damaged or does not match: settled below. Each is settled once (its
+    // entry removed), so however much damage lies ahead of the first good job, the loop ends,
+    // and a dequeue never answers "nothing" while a job is ready.
     let mut strays = Vec::new();
-    while out.len() < max && strays.len() < SWEEP_MAX {
+    while out.len() < max {
         // The first entries still wanted, in queue order, then removed: one at a time for
         // one, in one pass for more (a single delete rebuilds its leaf: 100 cost ~120 µs one
         // by one, ~15 µs in one pass).
@@ -823,6 +802,20 @@ pub(crate) fn ack_with(
     Ok(out)
 }
 
+// The calls aimed at one job below answer `Ok(Err(refusal))` for a refusal about that job
+// (`LeaseLost`, `Corrupted` for its damaged row, ...): nothing was written, and the group
+// commit goes on without replaying its other members. An outer `Err` aborts the group.
+
+/// The record of lease `(id, token)`, or the refusal, as the first step of a call on it.
+macro_rules! lease_or_refuse {
+    ($t:expr, $id:expr, $token:expr) => {
+        match $t.lease_of($id, $token)? {
+            Ok(rec) => rec,
+            Err(refusal) => return Ok(Err(refusal)),
+        }
+    };
+}
+
 /// Ends the attempt of lease `(id, token)` with `reason`: due after `backoff_ms`, or after the
 /// retry policy's delay when `None`; dead when out of attempts.
 pub(crate) fn nack(
@@ -832,9 +825,9 @@ pub(crate) fn nack(
     now_ms: u64,
     backoff_ms: Option<u64>,
     reason: &str,
-) -> Result<JobState> {
+) -> Result<Result<JobState>> {
     let mut t = Tables::open(ctx.tx)?;
-    let rec = t.leased(id, token)?;
+    let rec = lease_or_refuse!(t, id, token);
     let at = match backoff_ms {
         Some(b) => now_ms
             .checked_add(b)
@@ -843,17 +836,17 @@ pub(crate) fn nack(
     };
     *ctx.dirty = true;
     *ctx.wake = true;
-    t.end_attempt(ctx, id, rec, reason, now_ms, at)
+    t.end_attempt(ctx, id, rec, reason, now_ms, at).map(Ok)
 }
 
-pub(crate) fn fail(ctx: &mut Ctx<'_>, id: u64, token: u64, reason: &str) -> Result<()> {
+pub(crate) fn fail(ctx: &mut Ctx<'_>, id: u64, token: u64, reason: &str) -> Result<Result<()>> {
     let mut t = Tables::open(ctx.tx)?;
-    let mut rec = t.leased(id, token)?;
+    let mut rec = lease_or_refuse!(t, id, token);
     *ctx.dirty = true;
     t.unindex(id, &rec)?;
     rec.last_error = Some(truncate_reason(reason));
     rec.state = StoredState::Dead;
-    t.put(id, &rec)
+    t.put(id, &rec).map(Ok)
 }
 
 pub(crate) fn extend(
@@ -862,10 +855,10 @@ pub(crate) fn extend(
     token: u64,
     now_ms: u64,
     by: std::time::Duration,
-) -> Result<u64> {
+) -> Result<Result<u64>> {
     let lease_ms = lease_ms_checked("extend", by)?;
     let mut t = Tables::open(ctx.tx)?;
-    let mut rec = t.leased(id, token)?;
+    let mut rec = lease_or_refuse!(t, id, token);
     let deadline_ms = now_ms
         .checked_add(lease_ms)
         .ok_or_else(|| Error::invalid_option("extend", "deadline overflows"))?;
@@ -873,18 +866,22 @@ pub(crate) fn extend(
     t.unindex(id, &rec)?;
     rec.state = StoredState::Leased { token, deadline_ms };
     t.put(id, &rec)?;
-    Ok(deadline_ms)
+    Ok(Ok(deadline_ms))
 }
 
-pub(crate) fn requeue_dead(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<()> {
+pub(crate) fn requeue_dead(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<Result<()>> {
     let mut t = Tables::open(ctx.tx)?;
-    let mut rec = t.get(id)?.ok_or(Error::JobNotFound { job_id: JobId(id) })?;
+    let mut rec = match t.row(id)? {
+        Row::Good(rec) => rec,
+        Row::Damaged(why) => return Ok(Err(damaged(id, &why))),
+        Row::Missing => return Ok(Err(Error::JobNotFound { job_id: JobId(id) })),
+    };
     if rec.state != StoredState::Dead {
-        return Err(Error::InvalidState {
+        return Ok(Err(Error::InvalidState {
             job_id: JobId(id),
             actual: rec.state.public(),
             expected: "Dead",
-        });
+        }));
     }
     *ctx.dirty = true;
     *ctx.wake = true;
@@ -893,26 +890,29 @@ pub(crate) fn requeue_dead(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<()
     rec.run_at_ms = now_ms;
     rec.seq = ctx.alloc_seq();
     rec.state = StoredState::Ready;
-    t.put(id, &rec)
+    t.put(id, &rec).map(Ok)
 }
 
 /// Deletes a job that is not leased (scheduled, ready or dead), releasing its dedup key. A
 /// damaged row (in any state: its state cannot be read) or a quarantined one is deleted too,
-/// with every index entry and dedup entry naming it: these scans read whole tables, which
-/// only damage repair pays.
-pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64) -> Result<()> {
+/// with every index and dedup entry naming it: these scans read whole tables, which only
+/// damage repair pays. So is a leased job whose lease entry is missing (no sweep or reopen
+/// can find it), and a dead-letter entry naming no job.
+pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64) -> Result<Result<()>> {
     let mut t = Tables::open(ctx.tx)?;
     match t.row(id)? {
         Row::Good(rec) => {
-            if matches!(rec.state, StoredState::Leased { .. }) {
-                return Err(Error::InvalidState {
+            if let StoredState::Leased { deadline_ms, .. } = rec.state
+                && t.leases()?.get((deadline_ms, id))?.is_some()
+            {
+                return Ok(Err(Error::InvalidState {
                     job_id: JobId(id),
                     actual: JobState::Leased,
                     expected: "Scheduled, Ready or Dead",
-                });
+                }));
             }
             *ctx.dirty = true;
-            t.delete(id, &rec)
+            t.delete(id, &rec).map(Ok)
         }
         Row::Damaged(_) => {
             *ctx.dirty = true;
@@ -922,7 +922,7 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64) -> Result<()> {
             t.dead()?.remove(id)?;
             t.dedup()?.retain(|_, owner| owner != id)?;
             t.jobs.remove(id)?;
-            Ok(())
+            Ok(Ok(()))
         }
         Row::Missing => {
             let quarantined = match ctx.tx.open_table(QUARANTINE) {
@@ -930,12 +930,17 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64) -> Result<()> {
                 Err(redb::TableError::TableDoesNotExist(_)) => false,
                 Err(e) => return Err(e.into()),
             };
-            if !quarantined {
-                return Err(Error::JobNotFound { job_id: JobId(id) });
+            // A dead-letter entry naming no job is found by its id alone (the other indexes
+            // are keyed by time or place: a pass that meets such an entry drops it).
+            let stray_dead = t.dead()?.remove(id)?.is_some();
+            if !quarantined && !stray_dead {
+                return Ok(Err(Error::JobNotFound { job_id: JobId(id) }));
             }
             *ctx.dirty = true;
-            t.dedup()?.retain(|_, owner| owner != id)?;
-            Ok(())
+            if quarantined {
+                t.dedup()?.retain(|_, owner| owner != id)?;
+            }
+            Ok(Ok(()))
         }
     }
 }
