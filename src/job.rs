@@ -148,8 +148,11 @@ pub struct JobInfo {
     pub max_attempts: u32,
     /// Priority (lower is served first).
     pub priority: i32,
-    /// Scheduled: when it is due; Ready: when it became available (Unix ms).
+    /// Scheduled: when it is due; Ready: when it became available; Dead: when it died
+    /// (Unix ms).
     pub run_at_ms: u64,
+    /// Dead: when it died (Unix ms; the same as `run_at_ms`).
+    pub died_ms: Option<u64>,
     /// Leased: the lease deadline (Unix ms).
     pub lease_deadline_ms: Option<u64>,
     /// Leased: the current lease token.
@@ -164,6 +167,25 @@ pub struct JobInfo {
     pub dedup_key: Option<Vec<u8>>,
     /// The payload's length in bytes.
     pub payload_bytes: usize,
+}
+
+/// One page of [`Queue::jobs`](crate::Queue::jobs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobPage {
+    /// The jobs, in the state's order (ready: the order they will be dequeued; scheduled: by
+    /// due time; leased: by lease deadline; dead: by id).
+    pub jobs: Vec<JobInfo>,
+    /// Where the next page starts, or `None` if this page reached the end.
+    pub next: Option<JobCursor>,
+}
+
+/// Where a page of [`Queue::jobs`](crate::Queue::jobs) ends: pass it back as `after` for the
+/// next page. Valid for the state it was read from only. Jobs that change state between two
+/// pages may be missed or seen twice (as any paging over live data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobCursor {
+    pub(crate) state: JobState,
+    pub(crate) key: (u64, u64, u64),
 }
 
 /// Counts of jobs per state. Kept by redb's per-table lengths, so they always agree with a
@@ -185,6 +207,14 @@ pub struct Stats {
     /// Job rows moved to quarantine because they failed their checks (not counted in
     /// `total`); see [`Queue::quarantined`](crate::Queue::quarantined).
     pub quarantined: u64,
+}
+
+impl Stats {
+    /// Jobs still to be done: scheduled, ready or leased (not dead). What
+    /// [`Queue::len`](crate::Queue::len) counts.
+    pub fn pending(&self) -> u64 {
+        self.scheduled + self.ready + self.leased
+    }
 }
 
 /// A job row that failed its checks (a checksum mismatch, a record that does not decode or

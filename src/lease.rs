@@ -213,9 +213,9 @@ impl Lease {
     /// # Errors
     /// As [`Lease::ack`].
     pub fn fail(&self, reason: &str) -> Result<()> {
-        let (id, token) = (self.id, self.token);
+        let (key, now_ms) = (self.key()[0], self.queue.now_ms());
         self.queue
-            .run(&mut |ctx| store::fail(ctx, id, token, reason))?
+            .run(&mut |ctx| store::fail(ctx, key, now_ms, reason))?
     }
 
     /// Sets the deadline to now + `by` (never added to the old deadline), as SQS's

@@ -13,7 +13,10 @@ use redb::{Database, ReadableDatabase, ReadableTable, StorageBackend};
 use crate::clock::{Clock, SystemClock};
 use crate::commit::{Committer, Ctx, Durability};
 use crate::error::{Error, Result};
-use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, Quarantined, Stats};
+use crate::job::{
+    Applied, EnqueueOptions, Enqueued, JobCursor, JobId, JobInfo, JobPage, JobState, Quarantined,
+    Stats,
+};
 use crate::lease::Lease;
 use crate::retry::RetryPolicy;
 use crate::schema::{
@@ -969,20 +972,113 @@ impl Queue {
         guarded(|| store::stats(&self.inner.db.get().begin_read()?))
     }
 
-    /// Live jobs (scheduled, ready, leased and dead).
+    /// Jobs still to be done: scheduled, ready or leased, not dead ([`Stats::pending`]), so
+    /// "drain until empty" ends when the work is done even if some jobs died. Dead jobs are
+    /// counted by [`Stats::dead`] (and in [`Stats::total`]).
     ///
     /// # Errors
     /// `Storage`.
     pub fn len(&self) -> Result<u64> {
-        Ok(self.stats()?.total)
+        Ok(self.stats()?.pending())
     }
 
-    /// Whether no live job is left (none scheduled, ready, leased or dead).
+    /// Whether no job is left to do (none scheduled, ready or leased; dead jobs may remain).
     ///
     /// # Errors
     /// `Storage`.
     pub fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
+    }
+
+    /// Up to `limit` jobs in `state` (1 to [`BATCH_MAX`](crate::BATCH_MAX)), after `after`
+    /// (the `next` of the previous page; `None` from the start), in that state's order: ready
+    /// in the order they will be dequeued, scheduled by due time, leased by deadline, dead by
+    /// id. Read from one snapshot; a row that fails its checks is skipped (`check` reports
+    /// it). With [`JobInfo::last_error`] and [`JobInfo::died_ms`], the dead-letter view;
+    /// [`Queue::payload`] reads a job's payload.
+    ///
+    /// # Errors
+    /// `InvalidOption` for `limit` of 0 or above `BATCH_MAX`, or a cursor of another state;
+    /// `Storage`.
+    pub fn jobs(&self, state: JobState, after: Option<JobCursor>, limit: usize) -> Result<JobPage> {
+        if limit == 0 || limit > crate::BATCH_MAX {
+            return Err(batch_too_large("limit"));
+        }
+        if after.is_some_and(|c| c.state != state) {
+            return Err(Error::invalid_option("after", "a cursor of another state"));
+        }
+        let (jobs, last) = guarded(|| {
+            store::list(
+                &self.inner.db.get().begin_read()?,
+                state,
+                after.map(|c| c.key),
+                limit,
+            )
+        })?;
+        let next = last.map(|key| JobCursor { state, key });
+        Ok(JobPage { jobs, next })
+    }
+
+    /// The payload of job `id` as enqueued, or `None` if no job has this id.
+    ///
+    /// # Errors
+    /// `Corrupted` if its row is damaged or quarantined; `Storage`.
+    pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        guarded(|| store::payload(&self.inner.db.get().begin_read()?, id.0))
+    }
+
+    /// Moves every dead job back to ready with its attempts reset, as
+    /// [`Queue::requeue_dead`] for each, in commits of up to [`BATCH_MAX`](crate::BATCH_MAX)
+    /// jobs; returns how many were requeued. Each job moves once: requeueing twice never
+    /// makes two jobs. Jobs that die while it runs may be requeued too.
+    ///
+    /// # Errors
+    /// `Reentrant`; `CommitFailed` or `Storage` (the commits before it stay).
+    pub fn requeue_dead_all(&self) -> Result<u64> {
+        self.each_in_state(JobState::Dead, store::StateAction::Requeue)
+    }
+
+    /// Deletes every job in `state` (dead, scheduled or ready; never leased: a leased job is
+    /// ended through its lease), releasing their dedup keys, in commits of up to
+    /// [`BATCH_MAX`](crate::BATCH_MAX) jobs; returns how many were deleted. As BullMQ's
+    /// `obliterate` / `clean` by state.
+    ///
+    /// # Errors
+    /// `InvalidOption` for `JobState::Leased` (nothing written); `Reentrant`; `CommitFailed` or
+    /// `Storage` (the commits before it stay).
+    pub fn purge(&self, state: JobState) -> Result<u64> {
+        if state == JobState::Leased {
+            return Err(Error::invalid_option(
+                "state",
+                "leased jobs are ended through their leases",
+            ));
+        }
+        self.each_in_state(state, store::StateAction::Purge)
+    }
+
+    /// Runs `action` over the jobs in `state`, a batch per commit, until none is left or as
+    /// many batches ran as there were jobs at the start (so jobs arriving meanwhile cannot
+    /// keep it going).
+    fn each_in_state(&self, state: JobState, action: store::StateAction) -> Result<u64> {
+        let stats = self.stats()?;
+        let at_start = match state {
+            JobState::Scheduled => stats.scheduled,
+            JobState::Ready => stats.ready,
+            JobState::Leased => stats.leased,
+            JobState::Dead => stats.dead,
+        };
+        let batches = at_start.div_ceil(crate::BATCH_MAX as u64) + 1;
+        let mut total = 0;
+        for _ in 0..batches {
+            let now_ms = self.now_ms();
+            let (n, more) = self
+                .run(&mut |ctx| store::sweep_state(ctx, state, action, now_ms, crate::BATCH_MAX))?;
+            total += n;
+            if !more {
+                break;
+            }
+        }
+        Ok(total)
     }
 
     /// Checks every invariant of the file (each job in exactly one state; every index and the

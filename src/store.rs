@@ -16,7 +16,8 @@ use crate::error::{BoxError, Error, Result};
 use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Quarantined, Stats};
 use crate::schema::{
     APPLIED, DEAD, DEDUP, FORMAT_VERSION, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
-    META_NEXT_TOKEN, QUARANTINE, QuarantineValue, READY, SCHEDULED, applied_key, priority_rank,
+    META_NEXT_TOKEN, QUARANTINE, QuarantineValue, READY, ReadyKey, SCHEDULED, applied_key,
+    priority_rank,
 };
 
 /// At most this many due scheduled jobs are promoted, and this many expired leases
@@ -480,6 +481,7 @@ impl<'t> Tables<'t> {
         rec.last_error = Some(truncate_reason(reason));
         if rec.attempts >= rec.max_attempts {
             rec.state = StoredState::Dead;
+            rec.run_at_ms = now_ms;
         } else {
             rec.run_at_ms = requeue_at_ms;
             rec.state = if requeue_at_ms > now_ms {
@@ -839,13 +841,19 @@ pub(crate) fn nack(
     t.end_attempt(ctx, id, rec, reason, now_ms, at).map(Ok)
 }
 
-pub(crate) fn fail(ctx: &mut Ctx<'_>, id: u64, token: u64, reason: &str) -> Result<Result<()>> {
+pub(crate) fn fail(
+    ctx: &mut Ctx<'_>,
+    (id, token): (u64, u64),
+    now_ms: u64,
+    reason: &str,
+) -> Result<Result<()>> {
     let mut t = Tables::open(ctx.tx)?;
     let mut rec = lease_or_refuse!(t, id, token);
     *ctx.dirty = true;
     t.unindex(id, &rec)?;
     rec.last_error = Some(truncate_reason(reason));
     rec.state = StoredState::Dead;
+    rec.run_at_ms = now_ms;
     t.put(id, &rec).map(Ok)
 }
 
@@ -1082,17 +1090,23 @@ pub(crate) fn job(rtx: &ReadTransaction, id: u64) -> Result<Option<JobInfo>> {
         return Ok(None);
     };
     let rec = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
+    Ok(Some(info(id, rec)))
+}
+
+/// A job as callers see it.
+fn info(id: u64, rec: JobRecord) -> JobInfo {
     let (lease_token, lease_deadline_ms) = match rec.state {
         StoredState::Leased { token, deadline_ms } => (Some(token), Some(deadline_ms)),
         _ => (None, None),
     };
-    Ok(Some(JobInfo {
+    JobInfo {
         id: JobId(id),
         state: rec.state.public(),
         attempts: rec.attempts,
         max_attempts: rec.max_attempts,
         priority: rec.priority,
         run_at_ms: rec.run_at_ms,
+        died_ms: (rec.state == StoredState::Dead).then_some(rec.run_at_ms),
         lease_deadline_ms,
         lease_token,
         created_ms: rec.created_ms,
@@ -1100,7 +1114,197 @@ pub(crate) fn job(rtx: &ReadTransaction, id: u64) -> Result<Option<JobInfo>> {
         idempotency_key: rec.idempotency_key,
         dedup_key: rec.dedup_key,
         payload_bytes: rec.payload.len(),
-    }))
+    }
+}
+
+/// The payload of job `id`, or `None` if no such job.
+pub(crate) fn payload(rtx: &ReadTransaction, id: u64) -> Result<Option<Vec<u8>>> {
+    let jobs = rtx.open_table(JOBS)?;
+    let Some(v) = jobs.get(id)? else {
+        return Ok(None);
+    };
+    let rec = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
+    Ok(Some(rec.payload))
+}
+
+/// A place in one state's index, as a `(u64, u64, u64)` key: ready `(rank, seq, id)`,
+/// scheduled `(run_at_ms, id, 0)`, leased `(deadline_ms, id, 0)`, dead `(id, 0, 0)`.
+pub(crate) type IndexKey = (u64, u64, u64);
+
+/// Up to `limit` jobs in `state`, in that state's index order (ready: the order they will be
+/// dequeued; scheduled: by due time; leased: by deadline; dead: by id), after `after`. Rows
+/// that fail their checks are skipped (`check` reports them). Returns the jobs and, when the
+/// page is full, the key of its last entry, to continue from.
+pub(crate) fn list(
+    rtx: &ReadTransaction,
+    state: JobState,
+    after: Option<IndexKey>,
+    limit: usize,
+) -> Result<(Vec<JobInfo>, Option<IndexKey>)> {
+    let keys: Vec<IndexKey> = match state {
+        JobState::Ready => {
+            let t = rtx.open_table(READY)?;
+            let from = after.map(|(r, s, i)| (r as u32, s, i));
+            let it = match from {
+                Some(k) => t.range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded))?,
+                None => t.range::<ReadyKey>(..)?,
+            };
+            it.take(limit)
+                .map(|e| {
+                    e.map(|(k, _)| {
+                        let (r, s, i) = k.value();
+                        (u64::from(r), s, i)
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        }
+        JobState::Scheduled | JobState::Leased => {
+            let def = if state == JobState::Scheduled {
+                SCHEDULED
+            } else {
+                LEASES
+            };
+            let t = rtx.open_table(def)?;
+            let it = match after {
+                Some((a, b, _)) => t.range((
+                    std::ops::Bound::Excluded((a, b)),
+                    std::ops::Bound::Unbounded,
+                ))?,
+                None => t.range::<(u64, u64)>(..)?,
+            };
+            it.take(limit)
+                .map(|e| {
+                    e.map(|(k, _)| {
+                        let (a, b) = k.value();
+                        (a, b, 0)
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        }
+        JobState::Dead => {
+            let t = rtx.open_table(DEAD)?;
+            let it = match after {
+                Some((id, _, _)) => {
+                    t.range((std::ops::Bound::Excluded(id), std::ops::Bound::Unbounded))?
+                }
+                None => t.range::<u64>(..)?,
+            };
+            it.take(limit)
+                .map(|e| e.map(|(k, _)| (k.value(), 0, 0)))
+                .collect::<Result<_, _>>()?
+        }
+    };
+    let jobs = rtx.open_table(JOBS)?;
+    let mut out = Vec::with_capacity(keys.len());
+    for &key in &keys {
+        let id = match state {
+            JobState::Ready => key.2,
+            JobState::Scheduled | JobState::Leased => key.1,
+            JobState::Dead => key.0,
+        };
+        if let Some(v) = jobs.get(id)?
+            && let Ok(rec) = JobRecord::decode(v.value())
+            && rec.state.public() == state
+        {
+            out.push(info(id, rec));
+        }
+    }
+    // A full page may have more after it; a short one reached the end.
+    let next = if keys.len() == limit {
+        keys.last().copied()
+    } else {
+        None
+    };
+    Ok((out, next))
+}
+
+/// Acts on up to `max` jobs of `state`, first in its index order: `Purge` deletes them
+/// (releasing their dedup keys), `Requeue` moves dead jobs back to ready with their attempts
+/// reset. A damaged row met on the way is quarantined, an entry naming no job dropped.
+/// Returns how many jobs were purged or requeued, and whether entries are left.
+pub(crate) fn sweep_state(
+    ctx: &mut Ctx<'_>,
+    state: JobState,
+    action: StateAction,
+    now_ms: u64,
+    max: usize,
+) -> Result<(u64, bool)> {
+    debug_assert!(state != JobState::Leased);
+    debug_assert!(action == StateAction::Purge || state == JobState::Dead);
+    let mut t = Tables::open(ctx.tx)?;
+    // (job id, its index key) of the first `max + 1` entries (one more tells if more are left).
+    let ids: Vec<(u64, IndexKey)> = match state {
+        JobState::Ready => t
+            .ready()?
+            .iter()?
+            .take(max + 1)
+            .map(|e| {
+                e.map(|(k, _)| {
+                    let (r, s, i) = k.value();
+                    (i, (u64::from(r), s, i))
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        JobState::Scheduled => t
+            .scheduled()?
+            .iter()?
+            .take(max + 1)
+            .map(|e| e.map(|(k, _)| (k.value().1, (k.value().0, k.value().1, 0))))
+            .collect::<Result<_, _>>()?,
+        JobState::Dead => t
+            .dead()?
+            .iter()?
+            .take(max + 1)
+            .map(|e| e.map(|(k, _)| (k.value(), (k.value(), 0, 0))))
+            .collect::<Result<_, _>>()?,
+        JobState::Leased => return Ok((0, false)),
+    };
+    let more = ids.len() > max;
+    let mut done = 0;
+    for &(id, key) in ids.iter().take(max) {
+        *ctx.dirty = true;
+        match t.row(id)? {
+            Row::Good(mut rec) if rec.state.public() == state => match action {
+                StateAction::Purge => {
+                    t.delete(id, &rec)?;
+                    done += 1;
+                }
+                StateAction::Requeue => {
+                    *ctx.wake = true;
+                    t.unindex(id, &rec)?;
+                    rec.attempts = 0;
+                    rec.run_at_ms = now_ms;
+                    rec.seq = ctx.alloc_seq();
+                    rec.state = StoredState::Ready;
+                    t.put(id, &rec)?;
+                    done += 1;
+                }
+            },
+            row => {
+                // The entry does not match its row: drop it, then settle the row.
+                match state {
+                    JobState::Ready => {
+                        t.ready()?.remove((key.0 as u32, key.1, key.2))?;
+                    }
+                    JobState::Scheduled => {
+                        t.scheduled()?.remove((key.0, key.1))?;
+                    }
+                    _ => {
+                        t.dead()?.remove(id)?;
+                    }
+                }
+                t.settle_stray(ctx, id, row, now_ms)?;
+            }
+        }
+    }
+    Ok((done, more))
+}
+
+/// What [`sweep_state`] does to each job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StateAction {
+    Purge,
+    Requeue,
 }
 
 /// Whether the applied-ids marker for this idempotency key exists.

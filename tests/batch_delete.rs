@@ -113,6 +113,7 @@ impl Model {
         j.last_error = Some(reason.to_string());
         if j.attempts >= j.max_attempts {
             j.state = St::Dead;
+            j.run_at = now; // when it died
             JobState::Dead
         } else {
             j.run_at = requeue_at;
@@ -232,6 +233,7 @@ impl Model {
             max_attempts: j.max_attempts,
             priority: j.priority,
             run_at_ms: j.run_at,
+            died_ms: (state == JobState::Dead).then_some(j.run_at),
             lease_deadline_ms: deadline,
             lease_token: token,
             created_ms: j.created,
@@ -1038,6 +1040,7 @@ impl Harness {
                 r.unwrap();
                 let j = self.m.jobs.get_mut(&id).unwrap();
                 j.state = St::Dead;
+                j.run_at = now; // when it died
                 j.last_error = Some("why: fail".into());
             }
             7 => {

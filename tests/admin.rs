@@ -1,0 +1,324 @@
+//! Dead letters and listing (issue 9): jobs per state with paging, payloads, when a job died,
+//! `requeue_dead_all`, `purge(state)`, and what `len()` counts.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::{Fixture, LEASE, T0_MS, assert_consistent};
+use leaseq::{EnqueueOptions, Enqueued, Error, JobId, JobInfo, JobState, Queue};
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// Every job in `state`, read page by page (`limit` per page).
+fn all_pages(q: &Queue, state: JobState, limit: usize) -> Vec<JobInfo> {
+    let mut out = Vec::new();
+    let mut after = None;
+    for _ in 0..1_000 {
+        let page = q.jobs(state, after, limit).unwrap();
+        assert!(page.jobs.len() <= limit);
+        out.extend(page.jobs);
+        match page.next {
+            Some(c) => after = Some(c),
+            None => return out,
+        }
+    }
+    panic!("paging does not end");
+}
+
+/// A queue with jobs in every state: 7 ready (priorities mixed), 5 scheduled (due times
+/// reversed), 4 leased, 6 dead (3 failed, 3 out of attempts). Returns the ids per state.
+fn every_state(f: &Fixture, q: &Queue) -> [Vec<JobId>; 4] {
+    let dead_fail: Vec<JobId> = (0..3)
+        .map(|i| {
+            q.enqueue(format!("dead {i}").as_bytes(), EnqueueOptions::default())
+                .unwrap()
+                .id()
+        })
+        .collect();
+    for _ in 0..3 {
+        q.dequeue().unwrap().unwrap().fail("broken input").unwrap();
+    }
+    f.clock.advance(secs(1));
+    let dead_out: Vec<JobId> = (0..3)
+        .map(|i| {
+            q.enqueue(
+                format!("exhausted {i}").as_bytes(),
+                EnqueueOptions::default().max_attempts(1),
+            )
+            .unwrap()
+            .id()
+        })
+        .collect();
+    for _ in 0..3 {
+        assert_eq!(
+            q.dequeue().unwrap().unwrap().nack("gave up").unwrap(),
+            JobState::Dead
+        );
+    }
+    let leased: Vec<JobId> = (0..4)
+        .map(|i| {
+            q.enqueue(format!("leased {i}").as_bytes(), EnqueueOptions::default())
+                .unwrap()
+                .id()
+        })
+        .collect();
+    let held = q.dequeue_batch(4).unwrap();
+    assert_eq!(held.iter().map(|l| l.id()).collect::<Vec<_>>(), leased);
+    drop(held); // the jobs stay leased until their deadline: dropping a lease writes nothing
+    let scheduled: Vec<JobId> = (0..5)
+        .map(|i| {
+            q.enqueue(
+                format!("later {i}").as_bytes(),
+                EnqueueOptions::default().delay(secs(100 - i)),
+            )
+            .unwrap()
+            .id()
+        })
+        .collect();
+    let ready: Vec<JobId> = (0..7)
+        .map(|i| {
+            q.enqueue(
+                format!("ready {i}").as_bytes(),
+                EnqueueOptions::default().priority(if i % 3 == 0 { -1 } else { 0 }),
+            )
+            .unwrap()
+            .id()
+        })
+        .collect();
+    let mut dead = dead_fail;
+    dead.extend(dead_out);
+    [ready, scheduled, leased, dead]
+}
+
+#[test]
+fn jobs_are_listed_per_state_in_order_and_paged() {
+    let f = Fixture::new();
+    let q = f.open();
+    let [ready, scheduled, leased, dead] = every_state(&f, &q);
+    for limit in [1, 2, 3, 100] {
+        let ids =
+            |state| -> Vec<JobId> { all_pages(&q, state, limit).iter().map(|j| j.id).collect() };
+        // Ready: in dequeue order (priority -1 first, then the order they became ready).
+        let mut want_ready: Vec<JobId> = ready.iter().step_by(3).copied().collect();
+        want_ready.extend(
+            ready
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % 3 != 0)
+                .map(|(_, &id)| id),
+        );
+        assert_eq!(ids(JobState::Ready), want_ready, "limit {limit}");
+        // Scheduled: by due time (enqueued with decreasing delays).
+        let mut want_sched = scheduled.clone();
+        want_sched.reverse();
+        assert_eq!(ids(JobState::Scheduled), want_sched, "limit {limit}");
+        assert_eq!(ids(JobState::Leased), leased, "limit {limit}");
+        assert_eq!(ids(JobState::Dead), dead, "limit {limit}");
+    }
+    // The dequeue order matches the listing.
+    let first = q.jobs(JobState::Ready, None, 1).unwrap().jobs[0].id;
+    assert_eq!(q.dequeue().unwrap().unwrap().id(), first);
+}
+
+#[test]
+fn dead_jobs_say_why_and_when_they_died_and_their_payload_is_readable() {
+    let f = Fixture::new();
+    let q = f.open();
+    let [_, _, _, dead] = every_state(&f, &q);
+    let listed = all_pages(&q, JobState::Dead, 10);
+    assert_eq!(listed.len(), 6);
+    for (i, j) in listed.iter().enumerate() {
+        assert_eq!(j.state, JobState::Dead);
+        assert_eq!(j.attempts, 1);
+        let (why, when) = if i < 3 {
+            ("broken input", T0_MS)
+        } else {
+            ("gave up", T0_MS + 1_000)
+        };
+        assert_eq!(j.last_error.as_deref(), Some(why));
+        assert_eq!(j.died_ms, Some(when));
+        assert_eq!(j.run_at_ms, when);
+    }
+    assert_eq!(q.payload(dead[4]).unwrap().unwrap(), b"exhausted 1");
+    assert_eq!(q.payload(JobId(999_999)).unwrap(), None);
+    // An expired lease with no attempts left dies when a dequeue finds it, at that time.
+    let id = q
+        .enqueue(b"x", EnqueueOptions::default().max_attempts(1).priority(-9))
+        .unwrap()
+        .id();
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.id(), id);
+    f.clock.advance(LEASE + secs(5));
+    let _ = q.dequeue().unwrap();
+    let info = q.job(id).unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.died_ms, info.last_error.as_deref()),
+        (JobState::Dead, Some(f_now(&f)), Some("lease expired"))
+    );
+    assert_eq!(q.job(dead[0]).unwrap().unwrap().died_ms, Some(T0_MS));
+    let ready = q.jobs(JobState::Ready, None, 100).unwrap();
+    assert!(ready.jobs.iter().all(|j| j.died_ms.is_none()));
+}
+
+fn f_now(f: &Fixture) -> u64 {
+    use leaseq::Clock;
+    f.clock.now_ms()
+}
+
+#[test]
+fn bad_paging_arguments_are_refused() {
+    let f = Fixture::new();
+    let q = f.open();
+    every_state(&f, &q);
+    for limit in [0, leaseq::BATCH_MAX + 1] {
+        assert!(matches!(
+            q.jobs(JobState::Ready, None, limit),
+            Err(Error::InvalidOption { field: "limit", .. })
+        ));
+    }
+    let cursor = q.jobs(JobState::Dead, None, 1).unwrap().next.unwrap();
+    assert!(matches!(
+        q.jobs(JobState::Ready, Some(cursor), 5),
+        Err(Error::InvalidOption { field: "after", .. })
+    ));
+}
+
+#[test]
+fn len_counts_the_work_left_not_dead_jobs() {
+    let f = Fixture::new();
+    let q = f.open();
+    every_state(&f, &q);
+    let s = q.stats().unwrap();
+    assert_eq!(
+        (s.ready, s.scheduled, s.leased, s.dead, s.total),
+        (7, 5, 4, 6, 22)
+    );
+    assert_eq!(q.len().unwrap(), 16);
+    assert_eq!(s.pending(), 16);
+    // Drain everything that can run: the queue is empty although dead jobs remain.
+    f.clock.advance(secs(200));
+    while let Some(l) = q.dequeue().unwrap() {
+        l.ack().unwrap();
+    }
+    assert!(q.is_empty().unwrap());
+    assert_eq!(q.stats().unwrap().dead, 6);
+}
+
+#[test]
+fn requeue_dead_all_moves_each_dead_job_once() {
+    let f = Fixture::new();
+    let q = f.open();
+    let [ready, _, _, dead] = every_state(&f, &q);
+    assert_eq!(q.requeue_dead_all().unwrap(), 6);
+    assert_eq!(q.requeue_dead_all().unwrap(), 0, "nothing left to requeue");
+    let s = q.stats().unwrap();
+    assert_eq!((s.dead, s.ready, s.total), (0, 13, 22));
+    let listed = all_pages(&q, JobState::Ready, 4);
+    let ids: Vec<JobId> = listed.iter().map(|j| j.id).collect();
+    assert_eq!(ids.len(), 13);
+    assert_eq!(
+        ids.iter().copied().collect::<BTreeSet<_>>().len(),
+        13,
+        "no job twice"
+    );
+    assert_eq!(
+        &ids[ids.len() - 6..],
+        &dead[..],
+        "requeued behind the ready ones, in id order"
+    );
+    for j in listed.iter().filter(|j| dead.contains(&j.id)) {
+        assert_eq!((j.attempts, j.died_ms), (0, None));
+    }
+    assert!(ready.iter().all(|id| ids.contains(id)));
+    assert_consistent(&q);
+}
+
+#[test]
+fn purge_deletes_a_state_and_frees_its_dedup_keys_but_never_leases() {
+    let f = Fixture::new();
+    let q = f.open();
+    let d = q
+        .enqueue(b"d", EnqueueOptions::default().dedup_key("dk"))
+        .unwrap()
+        .id();
+    q.dequeue().unwrap().unwrap().fail("no").unwrap();
+    let [_, scheduled, leased, dead] = every_state(&f, &q);
+    let before = std::fs::read(&f.path).unwrap();
+    assert!(matches!(
+        q.purge(JobState::Leased),
+        Err(Error::InvalidOption { field: "state", .. })
+    ));
+    assert_eq!(
+        std::fs::read(&f.path).unwrap(),
+        before,
+        "a refused purge wrote nothing"
+    );
+    assert_eq!(q.purge(JobState::Dead).unwrap(), dead.len() as u64 + 1);
+    assert_eq!(q.job(d).unwrap(), None);
+    assert!(matches!(
+        q.enqueue(b"again", EnqueueOptions::default().dedup_key("dk"))
+            .unwrap(),
+        Enqueued::New(_)
+    ));
+    assert_eq!(
+        q.purge(JobState::Scheduled).unwrap(),
+        scheduled.len() as u64
+    );
+    assert_eq!(q.purge(JobState::Ready).unwrap(), 8);
+    assert_eq!(q.purge(JobState::Ready).unwrap(), 0);
+    let s = q.stats().unwrap();
+    assert_eq!((s.total, s.leased), (4, 4));
+    assert_eq!(
+        all_pages(&q, JobState::Leased, 2)
+            .iter()
+            .map(|j| j.id)
+            .collect::<Vec<_>>(),
+        leased
+    );
+    assert_consistent(&q);
+}
+
+/// More dead jobs than one commit takes: `requeue_dead_all` and `purge` go on, a batch per
+/// commit, until none is left.
+#[test]
+fn more_than_a_batch_of_dead_jobs() {
+    let f = Fixture::new();
+    let q = f.builder().max_attempts(1).open(&f.path).unwrap();
+    let n = leaseq::BATCH_MAX + 7;
+    let payloads: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
+    for chunk in payloads.chunks(leaseq::BATCH_MAX) {
+        q.enqueue_batch(
+            chunk
+                .iter()
+                .map(|p| (p.as_slice(), EnqueueOptions::default())),
+        )
+        .unwrap();
+    }
+    let mut died = 0;
+    loop {
+        let batch = q.dequeue_batch(leaseq::BATCH_MAX).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for l in &batch {
+            l.nack_after("dead", Duration::ZERO).unwrap();
+            died += 1;
+        }
+    }
+    assert_eq!(died, n);
+    let before = q.commit_stats().commits;
+    assert_eq!(q.requeue_dead_all().unwrap(), n as u64);
+    assert_eq!(
+        q.commit_stats().commits - before,
+        2,
+        "two commits for two batches"
+    );
+    assert_eq!(q.stats().unwrap().ready, n as u64);
+    assert_eq!(q.purge(JobState::Ready).unwrap(), n as u64);
+    assert_eq!(q.stats().unwrap().total, 0);
+    assert_consistent(&q);
+}
