@@ -638,6 +638,21 @@ impl Committer {
         self.state.lock().stats
     }
 
+    /// `CommitFailed` if a commit failed on this handle (redb refuses writes until reopened).
+    pub(crate) fn check_not_poisoned(&self) -> Result<()> {
+        match &self.state.lock().poisoned {
+            Some(detail) => Err(Error::CommitFailed {
+                detail: detail.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks the handle failed, as after a failed commit: every later write is `CommitFailed`.
+    pub(crate) fn poison(&self, detail: String) {
+        self.state.lock().poisoned.get_or_insert(detail);
+    }
+
     /// What blocked consumers wait on.
     pub(crate) fn work(&self) -> &Arc<WorkSignal> {
         &self.work

@@ -133,6 +133,15 @@ pub enum Error {
     /// queue's write transaction is open; it would deadlock, so it is refused.
     #[error("queue operation called from inside an ack_with closure")]
     Reentrant,
+    /// The call needs the queue to itself ([`Queue::compact`](crate::Queue::compact)): other
+    /// handles or leases of it are alive, or a transaction is open on
+    /// [`Queue::database`](crate::Queue::database). Nothing was done; try again once they are
+    /// dropped.
+    #[error("the queue is in use: {detail}")]
+    Busy {
+        /// What is still in use.
+        detail: String,
+    },
     /// A commit returned an error. Its changes may or may not have become durable; redb refuses
     /// further writes on this handle, so every later write returns this error too. Reopen the
     /// file: recovery and the applied-ids markers tell what happened.
