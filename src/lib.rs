@@ -67,7 +67,7 @@ pub use commit::{CommitStats, Durability};
 pub use error::{BoxError, Error, Result};
 pub use job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Quarantined, Stats};
 pub use lease::Lease;
-pub use queue::{Builder, Queue, Recovery};
+pub use queue::{Builder, Pruned, Queue, Recovery};
 pub use retry::RetryPolicy;
 pub use schema::FORMAT_VERSION;
 pub use store::Violation;

@@ -20,15 +20,26 @@ use crate::job::{
 use crate::lease::Lease;
 use crate::retry::RetryPolicy;
 use crate::schema::{
-    APPLIED, DEAD, DEDUP, FORMAT_VERSION, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
-    META_NEXT_TOKEN, READY, SCHEDULED,
+    APPLIED, APPLIED_BY_TIME, DEAD, DEDUP, FORMAT_VERSION, IDEM_JOBS, JOBS, LEASES, META,
+    META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, READY, SCHEDULED,
 };
 use crate::scratch::ScratchBackend;
 use crate::store::{self, Config, Violation};
 
+/// The default of [`Builder::applied_retention`]: 7 days.
+const APPLIED_RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
 /// redb's file header: a file shorter than this cannot be a database.
 const REDB_HEADER_BYTES: u64 = 320;
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+
+/// What [`Queue::prune`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Pruned {
+    /// Applied-ids markers past their retention.
+    pub applied: u64,
+}
 
 /// What the open found and did before returning the queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -44,6 +55,9 @@ pub struct Recovery {
     /// Leased job rows that failed their checks and were quarantined instead of returned
     /// (see [`Queue::quarantined`]).
     pub quarantined: u64,
+    /// The format version the file was upgraded from at this open (in one transaction, before
+    /// lease recovery), or `None` if it was current. See [`FORMAT_VERSION`].
+    pub upgraded_from: Option<u64>,
 }
 
 /// Settings for opening a queue. Start from [`Queue::builder`].
@@ -69,6 +83,7 @@ pub struct Builder {
     clock: Arc<dyn Clock>,
     on_repair: Option<Arc<dyn Fn(f64) + Send + Sync>>,
     retry: RetryPolicy,
+    applied_retention: Option<Duration>,
 }
 
 impl fmt::Debug for Builder {
@@ -82,6 +97,7 @@ impl fmt::Debug for Builder {
             .field("quick_repair", &self.quick_repair)
             .field("clock", &self.clock)
             .field("retry", &self.retry)
+            .field("applied_retention", &self.applied_retention)
             .finish()
     }
 }
@@ -98,6 +114,7 @@ impl Default for Builder {
             clock: Arc::new(SystemClock),
             on_repair: None,
             retry: RetryPolicy::default(),
+            applied_retention: Some(APPLIED_RETENTION_DEFAULT),
         }
     }
 }
@@ -154,6 +171,21 @@ impl Builder {
         self
     }
 
+    /// How long the applied-ids marker of a caller idempotency key
+    /// ([`EnqueueOptions::idempotency_key`]) is kept after its effect was applied; default 7
+    /// days; `None` keeps markers forever (the table then grows with every key ever used). A
+    /// marker is never removed while a live job (scheduled, ready, leased or dead) carries
+    /// its key: then its retention starts again. **A duplicate that arrives after the
+    /// horizon is applied again**: set it longer than any producer may retry. Markers go a
+    /// few per new marker, as `ack_with` writes them, and all at once with [`Queue::prune`].
+    /// Whole milliseconds, from 1 ms to [`DELAY_MAX`](crate::DELAY_MAX), checked at open.
+    /// (A job without a caller key keeps no marker at all: it would guard nothing once the
+    /// job is gone.)
+    pub fn applied_retention(mut self, retention: Option<Duration>) -> Self {
+        self.applied_retention = retention;
+        self
+    }
+
     /// The time source; default [`SystemClock`]. Use a [`ManualClock`](crate::ManualClock) in
     /// tests.
     pub fn clock(mut self, clock: impl Clock) -> Self {
@@ -187,7 +219,18 @@ impl Builder {
             ));
         }
         self.retry.validate("retry")?;
+        let applied_retention_ms = match self.applied_retention {
+            None => None,
+            Some(d) if d.is_zero() || d > crate::DELAY_MAX => {
+                return Err(Error::invalid_option(
+                    "applied_retention",
+                    format!("{d:?} is outside 1 ms..=DELAY_MAX"),
+                ));
+            }
+            Some(d) => Some(crate::clock::duration_ms(d)),
+        };
         Ok(Config {
+            applied_retention_ms,
             lease_ms,
             max_attempts: self.max_attempts,
             payload_bytes_max: self.payload_bytes_max,
@@ -380,6 +423,9 @@ impl Builder {
             recovery: Recovery::default(),
         };
         let now_ms = inner.clock.now_ms();
+        let upgraded_from = inner
+            .committer
+            .run(inner.db.get(), &mut |ctx| store::upgrade(ctx))?;
         let recovered = inner.committer.run(inner.db.get(), &mut |ctx| {
             store::recover_leases(ctx, now_ms)
         })?;
@@ -393,6 +439,7 @@ impl Builder {
                 repaired,
                 created,
                 quarantined: recovered.quarantined,
+                upgraded_from,
             },
             ..inner
         };
@@ -513,6 +560,12 @@ fn init_tables(db: &Database) -> Result<()> {
         tx.open_table(DEDUP).map_err(foreign)?;
         tx.open_table(APPLIED).map_err(foreign)?;
         let mut meta = tx.open_table(META).map_err(foreign)?;
+        // A new file is made at the current version, with every table of it; an existing one
+        // keeps its version (the open upgrades it).
+        if meta.get(META_FORMAT_VERSION)?.is_none() {
+            tx.open_table(APPLIED_BY_TIME).map_err(foreign)?;
+            tx.open_table(IDEM_JOBS).map_err(foreign)?;
+        }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {
                 let initial = if key == META_FORMAT_VERSION {
@@ -1188,6 +1241,31 @@ impl Queue {
     /// The file's path, when opened from a path.
     pub fn path(&self) -> Option<&Path> {
         self.inner.path.as_deref()
+    }
+
+    /// Removes every applied-ids marker past its retention
+    /// ([`Builder::applied_retention`]) now, in commits of up to
+    /// [`BATCH_MAX`](crate::BATCH_MAX), and reports what it removed. (`ack_with` already
+    /// removes a few with every marker it writes; this finishes the job, for example before
+    /// [`Queue::compact`].) Never removes a marker whose key a live job carries: its retention
+    /// starts again instead.
+    ///
+    /// # Errors
+    /// `Reentrant`; `CommitFailed` or `Storage` (the commits before it stay).
+    pub fn prune(&self) -> Result<Pruned> {
+        let cfg = self.inner.cfg;
+        let batches = self.stats()?.applied.div_ceil(crate::BATCH_MAX as u64) + 1;
+        let mut out = Pruned::default();
+        for _ in 0..batches {
+            let now_ms = self.now_ms();
+            let (removed, more) =
+                self.run(&mut |ctx| store::prune(ctx, &cfg, now_ms, crate::BATCH_MAX))?;
+            out.applied += removed;
+            if !more {
+                break;
+            }
+        }
+        Ok(out)
     }
 
     /// Gives the file's free pages back to the file system, as redb's

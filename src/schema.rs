@@ -11,19 +11,29 @@
 //! | `leaseq_leases` | (deadline_ms, job id) | () | leased jobs by lease deadline |
 //! | `leaseq_dead` | job id | () | dead-lettered jobs |
 //! | `leaseq_dedup` | dedup key | job id | producer dedup: the live job that owns the key |
-//! | `leaseq_applied` | applied key | applied_ms | idempotency keys whose effect committed |
+//! | `leaseq_applied` | applied key | kept_since_ms | idempotency keys whose effect committed; the marker's retention counts from `kept_since_ms`: when it was applied, or later, when a prune last found a live job carrying the key |
+//! | `leaseq_applied_by_time` | (kept_since_ms, applied key) | () | the same markers by age, for pruning |
+//! | `leaseq_idem_jobs` | (applied key, job id) | () | every live job (scheduled, ready, leased, dead) that carries a caller idempotency key: a marker it names is never pruned |
 //! | `leaseq_meta` | name | u64 | format version and counters |
 //! | `leaseq_quarantine` | job id | (quarantined_ms, reason, raw record bytes) | job rows that failed their checks, moved aside whole so the rest of the queue goes on |
 //!
-//! Version history: 1, the first format. `leaseq_quarantine` was added within version 1: it is
-//! created by the first `ack_with` (held open while closures run, so they cannot open it) or
-//! the first quarantine; a file without it has nothing quarantined, and an older build that
-//! does not know it ignores it.
+//! Version history:
+//! - 1: the first format.
+//! - 2: applied markers get a time index (`leaseq_applied_by_time`) and the caller idempotency
+//!   keys of live jobs an index (`leaseq_idem_jobs`), so markers can be pruned by age without
+//!   ever removing one a live job carries; no marker is written for a job's own id. The
+//!   upgrade from 1 builds both indexes from `leaseq_applied` and `leaseq_jobs` in one
+//!   transaction at the first writable open (a version-1 build then refuses the file: it
+//!   would not keep the indexes).
+//!
+//! `leaseq_quarantine` (added within version 1) is created by the first `ack_with` (held open
+//! while closures run, so they cannot open it) or the first quarantine; a file without it has
+//! nothing quarantined.
 
 use redb::TableDefinition;
 
 /// The format version this build writes, and the newest it reads.
-pub const FORMAT_VERSION: u64 = 1;
+pub const FORMAT_VERSION: u64 = 2;
 
 pub(crate) type ReadyKey = (u32, u64, u64);
 
@@ -36,6 +46,10 @@ pub(crate) const DEAD: TableDefinition<u64, ()> = TableDefinition::new("leaseq_d
 pub(crate) const DEDUP: TableDefinition<&[u8], u64> = TableDefinition::new("leaseq_dedup");
 pub(crate) const APPLIED: TableDefinition<&[u8], u64> = TableDefinition::new("leaseq_applied");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("leaseq_meta");
+pub(crate) const APPLIED_BY_TIME: TableDefinition<(u64, &[u8]), ()> =
+    TableDefinition::new("leaseq_applied_by_time");
+pub(crate) const IDEM_JOBS: TableDefinition<(&[u8], u64), ()> =
+    TableDefinition::new("leaseq_idem_jobs");
 /// A quarantined row: when it was moved aside (Unix ms), why, and its bytes as they were found.
 pub(crate) type QuarantineValue = (u64, &'static str, &'static [u8]);
 pub(crate) const QUARANTINE: TableDefinition<u64, QuarantineValue> =

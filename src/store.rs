@@ -15,9 +15,9 @@ use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
 use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Quarantined, Stats};
 use crate::schema::{
-    APPLIED, DEAD, DEDUP, FORMAT_VERSION, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
-    META_NEXT_TOKEN, QUARANTINE, QuarantineValue, READY, ReadyKey, SCHEDULED, applied_key,
-    priority_rank,
+    APPLIED, APPLIED_BY_TIME, DEAD, DEDUP, FORMAT_VERSION, IDEM_JOBS, JOBS, LEASES, META,
+    META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QUARANTINE, QuarantineValue, READY,
+    ReadyKey, SCHEDULED, applied_key, priority_rank,
 };
 
 /// At most this many due scheduled jobs are promoted, and this many expired leases
@@ -38,7 +38,13 @@ pub(crate) struct Config {
     pub max_attempts: u32,
     pub payload_bytes_max: usize,
     pub retry: crate::RetryPolicy,
+    /// How long an applied marker of a caller key is kept (`None`: forever).
+    pub applied_retention_ms: Option<u64>,
 }
+
+/// At most this many expired applied markers are pruned per `ack_with` (twice what one
+/// lease adds, so the table cannot outgrow its retention); `Queue::prune` does the rest.
+pub(crate) const PRUNE_PER_ACK_MAX: usize = 2;
 
 /// When a job whose attempt `rec.attempts` just ended without an ack is due again: now plus
 /// the retry policy's delay.
@@ -207,6 +213,7 @@ struct Tables<'t> {
     dead: Option<Table<'t, u64, ()>>,
     dedup: Option<Table<'t, &'static [u8], u64>>,
     quarantine: Option<Table<'t, u64, QuarantineValue>>,
+    idem: Option<Table<'t, (&'static [u8], u64), ()>>,
 }
 
 /// A job row as read: absent, present but failing its checks (the reason), or good.
@@ -239,6 +246,7 @@ impl<'t> Tables<'t> {
             dead: None,
             dedup: None,
             quarantine: None,
+            idem: None,
         })
     }
 
@@ -249,6 +257,7 @@ impl<'t> Tables<'t> {
         self.leases()?;
         self.dead()?;
         self.dedup()?;
+        self.idem()?;
         lazy(&mut self.quarantine, self.tx, QUARANTINE)?;
         Ok(())
     }
@@ -271,6 +280,10 @@ impl<'t> Tables<'t> {
 
     fn dedup(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
         lazy(&mut self.dedup, self.tx, DEDUP)
+    }
+
+    fn idem(&mut self) -> Result<&mut Table<'t, (&'static [u8], u64), ()>> {
+        lazy(&mut self.idem, self.tx, IDEM_JOBS)
     }
 
     /// The row of job `id`; `Err` only for storage errors, never for a damaged row.
@@ -383,19 +396,39 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// Deletes the job and releases its dedup key if the job still owns it.
+    /// Deletes the job, releases its dedup key if the job still owns it, and drops it from
+    /// the carriers of its idempotency key.
     fn delete(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
         self.unindex(id, rec)?;
         self.jobs.remove(id)?;
-        self.release_dedup(id, rec)
+        self.release_keys(id, rec)
     }
 
-    /// Releases the dedup key of deleted job `id` if the job still owns it.
-    fn release_dedup(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
+    /// Job `id` carries its caller idempotency key (if any): its marker is kept.
+    fn carry_key(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
+        if let Some(k) = rec.idempotency_key.as_deref() {
+            let key = applied_key(Some(k), id);
+            self.idem()?.insert((key.as_slice(), id), ())?;
+        }
+        Ok(())
+    }
+
+    /// After deleting job `id`: releases its dedup key if the job still owns it, and drops it
+    /// from the carriers of its idempotency key.
+    fn release_keys(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
         if let Some(k) = &rec.dedup_key {
             let owner = self.dedup()?.get(k.as_slice())?.map(|v| v.value());
             if owner == Some(id) {
                 self.dedup()?.remove(k.as_slice())?;
+            }
+        }
+        if let Some(k) = rec.idempotency_key.as_deref() {
+            let key = applied_key(Some(k), id);
+            if self.idem()?.remove((key.as_slice(), id))?.is_none() {
+                tracing::warn!(
+                    job_id = id,
+                    "leaseq: idempotency-key index entry was missing"
+                );
             }
         }
         Ok(())
@@ -444,7 +477,7 @@ impl<'t> Tables<'t> {
             }
         }
         for (&(id, _), rec) in leases.iter().zip(records) {
-            self.release_dedup(id, rec)?;
+            self.release_keys(id, rec)?;
         }
         Ok(())
     }
@@ -522,6 +555,7 @@ pub(crate) fn enqueue(ctx: &mut Ctx<'_>, records: &[JobRecord]) -> Result<Vec<En
         if let Some(k) = &rec.dedup_key {
             t.dedup()?.insert(k.as_slice(), id)?;
         }
+        t.carry_key(id, &rec)?;
         out.push(Enqueued::New(JobId(id)));
     }
     Ok(out)
@@ -748,6 +782,9 @@ pub(crate) fn ack_with(
     let _meta = tx.open_table(META)?;
     let mut out = Vec::with_capacity(leases.len());
     let (mut keys, mut records) = (Vec::new(), Vec::new());
+    // Held open (as every leaseq table) while closures run.
+    let mut by_time = tx.open_table(APPLIED_BY_TIME)?;
+    let mut new_markers = 0;
     for (i, &(id, token)) in leases.iter().enumerate() {
         let rec = match t.lease_of(id, token)? {
             Ok(rec) => rec,
@@ -792,6 +829,8 @@ pub(crate) fn ack_with(
             }
             if let Some(k) = &key {
                 applied.insert(k.as_slice(), now_ms)?;
+                by_time.insert((now_ms, k.as_slice()), ())?;
+                new_markers += 1;
             }
             out.push(Ok(Applied::Now));
         }
@@ -801,7 +840,145 @@ pub(crate) fn ack_with(
     if !keys.is_empty() {
         t.delete_leased(&keys, &records)?;
     }
+    // Markers past their retention go as new ones come, a bounded few per new one.
+    if new_markers > 0
+        && let Some(retention_ms) = cfg.applied_retention_ms
+    {
+        let max = PRUNE_PER_ACK_MAX * new_markers;
+        prune_applied(
+            &mut t,
+            &mut applied,
+            &mut by_time,
+            now_ms,
+            retention_ms,
+            max,
+        )?;
+        debug_assert!(*ctx.dirty, "an ack_with that wrote a marker is dirty");
+    }
     Ok(out)
+}
+
+/// Removes up to `max` applied markers whose retention (from their `kept_since_ms`) has
+/// passed, oldest first. A marker whose key a live job carries is kept: its retention starts
+/// again from now. Returns how many were removed, how many looked at (each one a write), and
+/// whether expired ones may remain.
+fn prune_applied(
+    t: &mut Tables<'_>,
+    applied: &mut Table<'_, &'static [u8], u64>,
+    by_time: &mut Table<'_, (u64, &'static [u8]), ()>,
+    now_ms: u64,
+    retention_ms: u64,
+    max: usize,
+) -> Result<(u64, usize, bool)> {
+    let Some(cutoff_ms) = now_ms.checked_sub(retention_ms) else {
+        return Ok((0, 0, false));
+    };
+    let empty: &[u8] = &[];
+    let expired: Vec<(u64, Vec<u8>)> = by_time
+        .range(..(cutoff_ms.saturating_add(1), empty))?
+        .take(max + 1)
+        .map(|e| {
+            e.map(|(k, _)| {
+                let (at, key) = k.value();
+                (at, key.to_vec())
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let more = expired.len() > max;
+    let looked = expired.len().min(max);
+    let mut removed = 0;
+    for (at, key) in expired.into_iter().take(max) {
+        by_time.remove((at, key.as_slice()))?;
+        let carried = t
+            .idem()?
+            .range((key.as_slice(), 0)..=(key.as_slice(), u64::MAX))?
+            .next()
+            .is_some();
+        if carried {
+            applied.insert(key.as_slice(), now_ms)?;
+            by_time.insert((now_ms, key.as_slice()), ())?;
+        } else {
+            applied.remove(key.as_slice())?;
+            removed += 1;
+        }
+    }
+    Ok((removed, looked, more))
+}
+
+/// Brings a file of an older format version to [`FORMAT_VERSION`], one step per version, in
+/// this transaction (run at open, before lease recovery). Returns the version it came from,
+/// or `None` if the file was current.
+///
+/// 1 → 2: the time index of the applied markers and the index of the caller idempotency keys
+/// live jobs carry are built from `leaseq_applied` and `leaseq_jobs`; markers of jobs' own ids
+/// (which guard nothing) are dropped. A row that fails its checks is skipped here: the pass
+/// that meets it quarantines it.
+pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
+    let tx = ctx.tx;
+    let mut meta = tx.open_table(META)?;
+    let version = meta
+        .get(META_FORMAT_VERSION)?
+        .map(|v| v.value())
+        .ok_or_else(|| Error::corrupted("leaseq_meta has no format version"))?;
+    match version {
+        FORMAT_VERSION => return Ok(None),
+        1 => {}
+        _ => {
+            return Err(Error::UnsupportedVersion {
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+    }
+    *ctx.dirty = true;
+    let mut applied = tx.open_table(APPLIED)?;
+    applied.retain(|k, _| k.first() != Some(&0))?;
+    let mut by_time = tx.open_table(APPLIED_BY_TIME)?;
+    for e in applied.iter()? {
+        let (k, at) = e?;
+        by_time.insert((at.value(), k.value()), ())?;
+    }
+    let jobs = tx.open_table(JOBS)?;
+    let mut idem = tx.open_table(IDEM_JOBS)?;
+    for e in jobs.iter()? {
+        let (id, row) = e?;
+        if let Ok(rec) = JobRecord::decode(row.value())
+            && let Some(k) = rec.idempotency_key.as_deref()
+        {
+            let key = applied_key(Some(k), id.value());
+            idem.insert((key.as_slice(), id.value()), ())?;
+        }
+    }
+    meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
+    Ok(Some(version))
+}
+
+/// [`Queue::prune`](crate::Queue::prune)'s work in one transaction: up to `max` expired
+/// applied markers. Returns how many were removed and whether more may be left.
+pub(crate) fn prune(
+    ctx: &mut Ctx<'_>,
+    cfg: &Config,
+    now_ms: u64,
+    max: usize,
+) -> Result<(u64, bool)> {
+    let Some(retention_ms) = cfg.applied_retention_ms else {
+        return Ok((0, false));
+    };
+    let mut t = Tables::open(ctx.tx)?;
+    let mut applied = ctx.tx.open_table(APPLIED)?;
+    let mut by_time = ctx.tx.open_table(APPLIED_BY_TIME)?;
+    let (removed, looked, more) = prune_applied(
+        &mut t,
+        &mut applied,
+        &mut by_time,
+        now_ms,
+        retention_ms,
+        max,
+    )?;
+    if looked > 0 {
+        *ctx.dirty = true;
+    }
+    Ok((removed, more))
 }
 
 // The calls aimed at one job below answer `Ok(Err(refusal))` for a refusal about that job
@@ -929,6 +1106,7 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64) -> Result<Result<()>> {
             t.leases()?.retain(|(_, j), ()| j != id)?;
             t.dead()?.remove(id)?;
             t.dedup()?.retain(|_, owner| owner != id)?;
+            t.idem()?.retain(|(_, j), ()| j != id)?;
             t.jobs.remove(id)?;
             Ok(Ok(()))
         }
@@ -947,6 +1125,7 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64) -> Result<Result<()>> {
             *ctx.dirty = true;
             if quarantined {
                 t.dedup()?.retain(|_, owner| owner != id)?;
+                t.idem()?.retain(|(_, j), ()| j != id)?;
             }
             Ok(Ok(()))
         }
@@ -1367,6 +1546,9 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
     let leases = rtx.open_table(LEASES)?;
     let dead = rtx.open_table(DEAD)?;
     let dedup = rtx.open_table(DEDUP)?;
+    let applied = rtx.open_table(APPLIED)?;
+    let by_time = rtx.open_table(APPLIED_BY_TIME)?;
+    let idem = rtx.open_table(IDEM_JOBS)?;
     let mut counts = [0u64; 4];
     for entry in jobs.iter()? {
         let (k, val) = entry?;
@@ -1411,6 +1593,16 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
             v(
                 Some(id),
                 format!("{:?} but missing from its index", rec.state.public()),
+            );
+        }
+        if let Some(k) = rec.idempotency_key.as_deref()
+            && idem
+                .get((applied_key(Some(k), id).as_slice(), id))?
+                .is_none()
+        {
+            v(
+                Some(id),
+                "carries an idempotency key leaseq_idem_jobs does not list".into(),
             );
         }
         if let Some(key) = &rec.dedup_key
@@ -1477,7 +1669,53 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
             v(Some(id), "dead entry without a dead job".into());
         }
     }
+    // Applied markers: only caller keys, each in the time index under its kept_since_ms, and
+    // the time index names only markers.
+    for e in applied.iter()? {
+        let (k, at) = e?;
+        let (k, at) = (k.value(), at.value());
+        if k.first() != Some(&1) {
+            v(None, "an applied marker that is not a caller key's".into());
+        }
+        if by_time.get((at, k))?.is_none() {
+            v(
+                None,
+                format!("applied marker (kept since {at}) missing from the time index"),
+            );
+        }
+    }
+    for e in by_time.iter()? {
+        let entry = e?.0;
+        let (at, k) = entry.value();
+        if applied.get(k)?.map(|g| g.value()) != Some(at) {
+            v(
+                None,
+                format!("time index entry at {at} without its applied marker"),
+            );
+        }
+    }
     let quarantine = quarantine_table(&rtx)?;
+    // Each carrier entry names a live (or quarantined) job that carries that key.
+    for e in idem.iter()? {
+        let entry = e?.0;
+        let (k, id) = entry.value();
+        let carried = match state_of(id)? {
+            Some(r) => r
+                .idempotency_key
+                .as_deref()
+                .is_some_and(|ik| applied_key(Some(ik), id) == k),
+            None => match &quarantine {
+                Some(q) => q.get(id)?.is_some(),
+                None => false,
+            },
+        };
+        if !carried {
+            v(
+                Some(id),
+                "leaseq_idem_jobs names a job that does not carry the key".into(),
+            );
+        }
+    }
     if let Some(q) = &quarantine {
         for e in q.iter()? {
             let (k, row) = e?;
