@@ -41,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let count = (jobs - chunk * 1000).min(1000);
             q.enqueue_batch((0..count).map(|_| {
                 n += 1;
-                let opts = if n % 2 == 0 {
+                let opts = if n.is_multiple_of(2) {
                     EnqueueOptions::default().idempotency_key(format!("order-{n}"))
                 } else {
                     EnqueueOptions::default()
