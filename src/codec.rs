@@ -6,15 +6,18 @@
 //! invariants of [`JobRecord::validate`].
 //!
 //! Record layout: `[version: u8][bincode body][FNV-1a 64 of version and body: u64 LE]`.
+//! Record version 2 (format 2) adds the job's own retry policy and dedup window to version 1;
+//! version-1 records (format-1 files) are still read, with neither.
 
 use bincode::config::{self, Configuration, Fixint, Limit, LittleEndian};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::job::JobState;
+use crate::retry::{RetryKind, RetryPolicy};
 
 /// First byte of every encoded record.
-const RECORD_VERSION: u8 = 1;
+const RECORD_VERSION: u8 = 2;
 
 /// Decoding never reads or allocates past this many bytes (the payload cap plus headroom for
 /// keys and the error text).
@@ -68,6 +71,92 @@ pub(crate) struct JobRecord {
     pub dedup_key: Option<Vec<u8>>,
     pub last_error: Option<String>,
     pub payload: Vec<u8>,
+    /// This job's retry policy; `None` uses the queue's.
+    pub retry: Option<StoredRetry>,
+    /// How long after `created_ms` the dedup key is held, whatever happens to the job;
+    /// `None`: while the job is live.
+    pub dedup_window_ms: Option<u64>,
+}
+
+/// A job record of record version 1: [`JobRecord`] without its last two fields.
+#[derive(Deserialize)]
+struct JobRecordV1 {
+    state: StoredState,
+    priority: i32,
+    run_at_ms: u64,
+    attempts: u32,
+    max_attempts: u32,
+    lease_ms: Option<u64>,
+    created_ms: u64,
+    seq: u64,
+    idempotency_key: Option<Vec<u8>>,
+    dedup_key: Option<Vec<u8>>,
+    last_error: Option<String>,
+    payload: Vec<u8>,
+}
+
+impl From<JobRecordV1> for JobRecord {
+    fn from(r: JobRecordV1) -> JobRecord {
+        JobRecord {
+            state: r.state,
+            priority: r.priority,
+            run_at_ms: r.run_at_ms,
+            attempts: r.attempts,
+            max_attempts: r.max_attempts,
+            lease_ms: r.lease_ms,
+            created_ms: r.created_ms,
+            seq: r.seq,
+            idempotency_key: r.idempotency_key,
+            dedup_key: r.dedup_key,
+            last_error: r.last_error,
+            payload: r.payload,
+            retry: None,
+            dedup_window_ms: None,
+        }
+    }
+}
+
+/// A job's own retry policy as stored: `kind` 0 immediate, 1 fixed, 2 exponential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredRetry {
+    kind: u8,
+    base_ms: u64,
+    cap_ms: u64,
+    jitter_percent: u8,
+}
+
+impl StoredRetry {
+    pub(crate) fn new(p: &RetryPolicy) -> StoredRetry {
+        StoredRetry {
+            kind: match p.kind {
+                RetryKind::Immediate => 0,
+                RetryKind::Fixed => 1,
+                RetryKind::Exponential => 2,
+            },
+            base_ms: p.base_ms,
+            cap_ms: p.cap_ms,
+            jitter_percent: p.jitter_percent,
+        }
+    }
+
+    /// The policy, if the stored one is valid.
+    pub(crate) fn policy(&self) -> Result<RetryPolicy> {
+        let kind = match self.kind {
+            0 => RetryKind::Immediate,
+            1 => RetryKind::Fixed,
+            2 => RetryKind::Exponential,
+            k => return Err(Error::corrupted(format!("job record: retry kind {k}"))),
+        };
+        let p = RetryPolicy {
+            kind,
+            base_ms: self.base_ms,
+            cap_ms: self.cap_ms,
+            jitter_percent: self.jitter_percent,
+        };
+        p.validate("retry")
+            .map_err(|e| Error::corrupted(format!("job record: {e}")))?;
+        Ok(p)
+    }
 }
 
 impl JobRecord {
@@ -91,6 +180,16 @@ impl JobRecord {
         }
         if self.payload.len() > crate::PAYLOAD_BYTES_MAX_CAP {
             return fail("payload above the cap");
+        }
+        if let Some(r) = &self.retry {
+            r.policy()?;
+        }
+        let window_max_ms = crate::clock::duration_ms(crate::DELAY_MAX);
+        if self
+            .dedup_window_ms
+            .is_some_and(|w| w == 0 || w > window_max_ms || self.dedup_key.is_none())
+        {
+            return fail("dedup window out of range or without a dedup key");
         }
         let key_too_long =
             |k: &Option<Vec<u8>>| k.as_ref().is_some_and(|k| k.len() > crate::KEY_BYTES_MAX);
@@ -124,17 +223,27 @@ impl JobRecord {
             return Err(Error::corrupted("job record: checksum mismatch"));
         }
         let (&version, body) = checked.split_first().expect("at least 1 byte");
-        if version != RECORD_VERSION {
-            return Err(Error::corrupted(format!(
-                "job record: unknown record version {version}"
-            )));
-        }
         if body.len() > RECORD_BYTES_MAX {
             return Err(Error::corrupted("job record: longer than the record cap"));
         }
-        let (record, used): (JobRecord, usize) =
-            bincode::serde::decode_from_slice(body, record_config())
-                .map_err(|e| Error::corrupted(format!("job record decode: {e}")))?;
+        let decode_error = |e: bincode::error::DecodeError| {
+            Error::corrupted(format!("job record decode: {e}"))
+        };
+        let (record, used): (JobRecord, usize) = match version {
+            RECORD_VERSION => bincode::serde::decode_from_slice(body, record_config())
+                .map_err(decode_error)?,
+            1 => {
+                let (v1, used): (JobRecordV1, usize) =
+                    bincode::serde::decode_from_slice(body, record_config())
+                        .map_err(decode_error)?;
+                (v1.into(), used)
+            }
+            _ => {
+                return Err(Error::corrupted(format!(
+                    "job record: unknown record version {version}"
+                )));
+            }
+        };
         if used != body.len() {
             return Err(Error::corrupted("job record: trailing bytes"));
         }
@@ -193,7 +302,57 @@ mod tests {
             dedup_key: None,
             last_error: Some("boom".into()),
             payload: b"hello".to_vec(),
+            retry: Some(StoredRetry::new(&RetryPolicy::fixed(
+                std::time::Duration::from_secs(3),
+            ))),
+            dedup_window_ms: None,
         }
+    }
+
+    #[test]
+    fn a_version_1_record_reads_without_retry_or_window() {
+        #[derive(Serialize)]
+        struct V1<'a> {
+            state: StoredState,
+            priority: i32,
+            run_at_ms: u64,
+            attempts: u32,
+            max_attempts: u32,
+            lease_ms: Option<u64>,
+            created_ms: u64,
+            seq: u64,
+            idempotency_key: Option<&'a [u8]>,
+            dedup_key: Option<&'a [u8]>,
+            last_error: Option<&'a str>,
+            payload: &'a [u8],
+        }
+        let r = record();
+        let v1 = V1 {
+            state: r.state.clone(),
+            priority: r.priority,
+            run_at_ms: r.run_at_ms,
+            attempts: r.attempts,
+            max_attempts: r.max_attempts,
+            lease_ms: r.lease_ms,
+            created_ms: r.created_ms,
+            seq: r.seq,
+            idempotency_key: r.idempotency_key.as_deref(),
+            dedup_key: None,
+            last_error: r.last_error.as_deref(),
+            payload: &r.payload,
+        };
+        let mut bytes = vec![1u8];
+        bincode::serde::encode_into_std_write(&v1, &mut bytes, record_config()).unwrap();
+        bytes.extend_from_slice(&[0; 8]);
+        let got = JobRecord::decode(&reseal(bytes)).unwrap();
+        assert_eq!(
+            got,
+            JobRecord {
+                retry: None,
+                dedup_window_ms: None,
+                ..r
+            }
+        );
     }
 
     #[test]
@@ -229,8 +388,12 @@ mod tests {
         // A payload length claiming ~2^60 bytes, behind a valid checksum.
         let mut bytes = record().encode().unwrap();
         let n = bytes.len() - 8;
-        // The payload length is the 8 bytes before the 5-byte payload itself.
-        bytes[n - 5 - 8..n - 5].copy_from_slice(&(1u64 << 60).to_le_bytes());
+        // The payload length is the 8 bytes before the 5-byte payload itself, which the retry
+        // policy (tag, kind, base, cap, jitter: 19 bytes) and the dedup window (`None`: 1
+        // byte) follow.
+        let end = n - 19 - 1;
+        assert_eq!(&bytes[end - 5..end], b"hello");
+        bytes[end - 5 - 8..end - 5].copy_from_slice(&(1u64 << 60).to_le_bytes());
         let err = JobRecord::decode(&reseal(bytes)).unwrap_err();
         assert!(
             matches!(&err, Error::Corrupted { detail } if detail.contains("decode")),

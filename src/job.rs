@@ -52,6 +52,8 @@ pub struct EnqueueOptions {
     pub(crate) delay: Option<Duration>,
     pub(crate) max_attempts: Option<u32>,
     pub(crate) lease: Option<Duration>,
+    pub(crate) retry: Option<crate::RetryPolicy>,
+    pub(crate) dedup_window: Option<Duration>,
 }
 
 impl EnqueueOptions {
@@ -64,12 +66,35 @@ impl EnqueueOptions {
         self
     }
 
-    /// Producer dedup (at most [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX) bytes): while a live job
-    /// (scheduled, ready, leased or dead) holds this key, another enqueue with it returns
-    /// [`Enqueued::Duplicate`] with that job's id and adds nothing. The key is released when
-    /// its job is acked. This is not exactly-once: it only keeps one job per key at a time.
+    /// Producer dedup (at most [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX) bytes): while a job
+    /// holds this key, another enqueue with it adds nothing and returns
+    /// [`Enqueued::Duplicate`] (or [`Enqueued::DuplicateDead`]) with that job's id. By default
+    /// the key is held while the job is live: scheduled, ready, leased, or dead (a dead job
+    /// keeps its key until it is removed, purged or requeued, and a duplicate of it says so).
+    /// With [`dedup_window`](EnqueueOptions::dedup_window) it is held for a time instead. This
+    /// is not exactly-once: it only keeps one job per key at a time.
     pub fn dedup_key(mut self, key: impl AsRef<[u8]>) -> Self {
         self.dedup_key = Some(key.as_ref().to_vec());
+        self
+    }
+
+    /// Holds the [`dedup_key`](EnqueueOptions::dedup_key) for `window` after this enqueue
+    /// (whole milliseconds, from 1 ms to [`DELAY_MAX`](crate::DELAY_MAX)), whatever happens
+    /// to the job, as SQS FIFO's five-minute deduplication interval or Oban's unique
+    /// `period`: an ack does not release it early, and the window's end releases only the key,
+    /// never touching the job (which runs, retries or dies as any other). A duplicate within
+    /// the window names the job that took the key, even after that job was acked (it may be
+    /// gone: `job(id)` is then `None`), and does not extend the window. Needs a dedup key.
+    pub fn dedup_window(mut self, window: Duration) -> Self {
+        self.dedup_window = Some(window);
+        self
+    }
+
+    /// This job's retry policy, instead of the queue's
+    /// [`Builder::retry`](crate::Builder::retry). Checked at enqueue (`InvalidOption` with
+    /// field `"retry"`).
+    pub fn retry(mut self, policy: crate::RetryPolicy) -> Self {
+        self.retry = Some(policy);
         self
     }
 
@@ -112,15 +137,21 @@ impl EnqueueOptions {
 pub enum Enqueued {
     /// A new job was added under this id.
     New(JobId),
-    /// The dedup key is held by this live job; nothing was added.
+    /// The dedup key is held by this job (scheduled, ready or leased; or, within its dedup
+    /// window, possibly already acked); nothing was added.
     Duplicate(JobId),
+    /// The dedup key is held by this dead job; nothing was added. It holds the key until it
+    /// is removed ([`Queue::remove`](crate::Queue::remove), `purge`) or requeued
+    /// ([`Queue::requeue_dead`](crate::Queue::requeue_dead)): do one of those to enqueue the
+    /// work again, or use a new key.
+    DuplicateDead(JobId),
 }
 
 impl Enqueued {
     /// The id of the new job, or of the job that holds the dedup key.
     pub fn id(self) -> JobId {
         match self {
-            Enqueued::New(id) | Enqueued::Duplicate(id) => id,
+            Enqueued::New(id) | Enqueued::Duplicate(id) | Enqueued::DuplicateDead(id) => id,
         }
     }
 }
@@ -204,6 +235,8 @@ pub struct Stats {
     pub dead: u64,
     /// Applied-ids markers kept.
     pub applied: u64,
+    /// Dedup keys held (by live jobs, or by windows).
+    pub dedup_keys: u64,
     /// Job rows moved to quarantine because they failed their checks (not counted in
     /// `total`); see [`Queue::quarantined`](crate::Queue::quarantined).
     pub quarantined: u64,

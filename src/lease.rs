@@ -101,7 +101,8 @@ impl Lease {
     /// after every error but `LeaseLost` (and a `CommitFailed` whose commit did land).
     pub fn ack(&self) -> Result<()> {
         let key = self.key();
-        single(self.queue.run(&mut |ctx| store::ack(ctx, &key))?)
+        let now_ms = self.queue.now_ms();
+        single(self.queue.run(&mut |ctx| store::ack(ctx, &key, now_ms))?)
     }
 
     /// Acks this job and leases the next available one in the same commit: a worker loop
@@ -114,7 +115,7 @@ impl Lease {
         let key = self.key();
         let (now_ms, cfg) = (self.queue.now_ms(), self.queue.config());
         let next = self.queue.run(&mut |ctx| {
-            if let Err(e) = single(store::ack(ctx, &key)?) {
+            if let Err(e) = single(store::ack(ctx, &key, now_ms)?) {
                 return Ok(Err(e));
             }
             Ok(Ok(store::dequeue(ctx, &cfg, now_ms, 1)?))

@@ -20,7 +20,8 @@ use crate::job::{
 use crate::lease::Lease;
 use crate::retry::RetryPolicy;
 use crate::schema::{
-    APPLIED, APPLIED_BY_TIME, DEAD, DEDUP, FORMAT_VERSION, IDEM_JOBS, JOBS, LEASES, META,
+    APPLIED, APPLIED_BY_TIME, DEAD, DEDUP, DEDUP_EXPIRY, DEDUP_WINDOWS, FORMAT_VERSION, IDEM_JOBS,
+    JOBS, LEASES, META,
     META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, READY, SCHEDULED,
 };
 use crate::scratch::ScratchBackend;
@@ -39,6 +40,8 @@ const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0
 pub struct Pruned {
     /// Applied-ids markers past their retention.
     pub applied: u64,
+    /// Dedup keys whose window ended (released; their jobs untouched).
+    pub dedup_windows: u64,
 }
 
 /// What the open found and did before returning the queue.
@@ -565,6 +568,8 @@ fn init_tables(db: &Database) -> Result<()> {
         if meta.get(META_FORMAT_VERSION)?.is_none() {
             tx.open_table(APPLIED_BY_TIME).map_err(foreign)?;
             tx.open_table(IDEM_JOBS).map_err(foreign)?;
+            tx.open_table(DEDUP_WINDOWS).map_err(foreign)?;
+            tx.open_table(DEDUP_EXPIRY).map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {
@@ -874,7 +879,8 @@ impl Queue {
     #[must_use = "a lease of the batch may be LeaseLost: its outcome is in the Vec"]
     pub fn ack_batch(&self, leases: &[Lease]) -> Result<Vec<Result<()>>> {
         let keys = self.batch_keys(leases)?;
-        self.run(&mut |ctx| store::ack(ctx, &keys))
+        let now_ms = self.now_ms();
+        self.run(&mut |ctx| store::ack(ctx, &keys, now_ms))
     }
 
     /// [`Lease::ack_with`] for many leases in one transaction and one commit: for each current
@@ -1171,7 +1177,8 @@ impl Queue {
     /// # Errors
     /// `JobNotFound`; `InvalidState` if the job is leased; `CommitFailed` or `Storage`.
     pub fn remove(&self, id: JobId) -> Result<()> {
-        self.run(&mut |ctx| store::remove(ctx, id.0))?
+        let now_ms = self.now_ms();
+        self.run(&mut |ctx| store::remove(ctx, id.0, now_ms))?
     }
 
     /// Whether an effect with this idempotency key has been applied by
@@ -1244,8 +1251,10 @@ impl Queue {
     }
 
     /// Removes every applied-ids marker past its retention
-    /// ([`Builder::applied_retention`]) now, in commits of up to
-    /// [`BATCH_MAX`](crate::BATCH_MAX), and reports what it removed. (`ack_with` already
+    /// ([`Builder::applied_retention`]) and releases every dedup key whose window ended
+    /// ([`EnqueueOptions::dedup_window`]) now, in commits of up to
+    /// [`BATCH_MAX`](crate::BATCH_MAX), and reports what it removed. (A window that ended
+    /// already lets a new enqueue take its key; this only cleans up.) (`ack_with` already
     /// removes a few with every marker it writes; this finishes the job, for example before
     /// [`Queue::compact`].) Never removes a marker whose key a live job carries: its retention
     /// starts again instead.
@@ -1261,6 +1270,18 @@ impl Queue {
             let (removed, more) =
                 self.run(&mut |ctx| store::prune(ctx, &cfg, now_ms, crate::BATCH_MAX))?;
             out.applied += removed;
+            if !more {
+                break;
+            }
+        }
+        // Dedup windows that ended: as many batches as there are keys at most.
+        let batches = self.stats()?.dedup_keys.div_ceil(crate::BATCH_MAX as u64) + 1;
+        for _ in 0..batches {
+            let now_ms = self.now_ms();
+            let (released, more) = self.run(&mut |ctx| {
+                store::prune_dedup_windows(ctx, now_ms, crate::BATCH_MAX)
+            })?;
+            out.dedup_windows += released;
             if !more {
                 break;
             }

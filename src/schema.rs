@@ -10,7 +10,9 @@
 //! | `leaseq_scheduled` | (run_at_ms, job id) | () | delayed or backing-off jobs, due at `run_at_ms` |
 //! | `leaseq_leases` | (deadline_ms, job id) | () | leased jobs by lease deadline |
 //! | `leaseq_dead` | job id | () | dead-lettered jobs |
-//! | `leaseq_dedup` | dedup key | job id | producer dedup: the live job that owns the key |
+//! | `leaseq_dedup` | dedup key | job id | producer dedup: the job that holds the key (live; or, within its dedup window, possibly gone) |
+//! | `leaseq_dedup_windows` | dedup key | expires_ms | keys held for a window after enqueue: until then, whatever the job does |
+//! | `leaseq_dedup_expiry` | (expires_ms, dedup key) | () | the same windows by end, for pruning |
 //! | `leaseq_applied` | applied key | kept_since_ms | idempotency keys whose effect committed; the marker's retention counts from `kept_since_ms`: when it was applied, or later, when a prune last found a live job carrying the key |
 //! | `leaseq_applied_by_time` | (kept_since_ms, applied key) | () | the same markers by age, for pruning |
 //! | `leaseq_idem_jobs` | (applied key, job id) | () | every live job (scheduled, ready, leased, dead) that carries a caller idempotency key: a marker it names is never pruned |
@@ -21,7 +23,9 @@
 //! - 1: the first format.
 //! - 2: applied markers get a time index (`leaseq_applied_by_time`) and the caller idempotency
 //!   keys of live jobs an index (`leaseq_idem_jobs`), so markers can be pruned by age without
-//!   ever removing one a live job carries; no marker is written for a job's own id. The
+//!   ever removing one a live job carries; no marker is written for a job's own id. Dedup
+//!   keys can be held for a window (`leaseq_dedup_windows`, `leaseq_dedup_expiry`). Job
+//!   records are of record version 2 (a job's own retry policy and dedup window). The
 //!   upgrade from 1 builds both indexes from `leaseq_applied` and `leaseq_jobs` in one
 //!   transaction at the first writable open (a version-1 build then refuses the file: it
 //!   would not keep the indexes).
@@ -50,6 +54,10 @@ pub(crate) const APPLIED_BY_TIME: TableDefinition<(u64, &[u8]), ()> =
     TableDefinition::new("leaseq_applied_by_time");
 pub(crate) const IDEM_JOBS: TableDefinition<(&[u8], u64), ()> =
     TableDefinition::new("leaseq_idem_jobs");
+pub(crate) const DEDUP_WINDOWS: TableDefinition<&[u8], u64> =
+    TableDefinition::new("leaseq_dedup_windows");
+pub(crate) const DEDUP_EXPIRY: TableDefinition<(u64, &[u8]), ()> =
+    TableDefinition::new("leaseq_dedup_expiry");
 /// A quarantined row: when it was moved aside (Unix ms), why, and its bytes as they were found.
 pub(crate) type QuarantineValue = (u64, &'static str, &'static [u8]);
 pub(crate) const QUARANTINE: TableDefinition<u64, QuarantineValue> =

@@ -15,7 +15,8 @@ use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
 use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Quarantined, Stats};
 use crate::schema::{
-    APPLIED, APPLIED_BY_TIME, DEAD, DEDUP, FORMAT_VERSION, IDEM_JOBS, JOBS, LEASES, META,
+    APPLIED, APPLIED_BY_TIME, DEAD, DEDUP, DEDUP_EXPIRY, DEDUP_WINDOWS, FORMAT_VERSION, IDEM_JOBS,
+    JOBS, LEASES, META,
     META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QUARANTINE, QuarantineValue, READY,
     ReadyKey, SCHEDULED, applied_key, priority_rank,
 };
@@ -49,7 +50,12 @@ pub(crate) const PRUNE_PER_ACK_MAX: usize = 2;
 /// When a job whose attempt `rec.attempts` just ended without an ack is due again: now plus
 /// the retry policy's delay.
 fn retry_at_ms(cfg: &Config, id: u64, rec: &JobRecord, now_ms: u64) -> u64 {
-    now_ms.saturating_add(cfg.retry.delay_ms(JobId(id), rec.attempts))
+    // A stored policy was validated when the record was read.
+    let policy = rec
+        .retry
+        .and_then(|r| r.policy().ok())
+        .unwrap_or(cfg.retry);
+    now_ms.saturating_add(policy.delay_ms(JobId(id), rec.attempts))
 }
 
 /// A job handed out by a dequeue, before it becomes a `Lease`.
@@ -150,6 +156,25 @@ pub(crate) fn new_record(
     let run_at_ms = now_ms
         .checked_add(delay_ms)
         .ok_or_else(|| Error::invalid_option("delay", "due time overflows"))?;
+    if let Some(p) = &opts.retry {
+        p.validate("retry")?;
+    }
+    let dedup_window_ms = match opts.dedup_window {
+        None => None,
+        Some(_) if opts.dedup_key.is_none() => {
+            return Err(Error::invalid_option("dedup_window", "needs a dedup key"));
+        }
+        Some(w) if w.is_zero() || w > crate::DELAY_MAX => {
+            return Err(Error::invalid_option(
+                "dedup_window",
+                format!("{w:?} is outside 1 ms..=DELAY_MAX"),
+            ));
+        }
+        Some(w) => Some(crate::clock::duration_ms(w)),
+    };
+    if dedup_window_ms.is_some_and(|w| now_ms.checked_add(w).is_none()) {
+        return Err(Error::invalid_option("dedup_window", "its end overflows"));
+    }
     Ok(JobRecord {
         state: if delay_ms > 0 {
             StoredState::Scheduled
@@ -167,6 +192,8 @@ pub(crate) fn new_record(
         dedup_key: opts.dedup_key.clone(),
         last_error: None,
         payload: payload.to_vec(),
+        retry: opts.retry.as_ref().map(crate::codec::StoredRetry::new),
+        dedup_window_ms,
     })
 }
 
@@ -214,6 +241,8 @@ struct Tables<'t> {
     dedup: Option<Table<'t, &'static [u8], u64>>,
     quarantine: Option<Table<'t, u64, QuarantineValue>>,
     idem: Option<Table<'t, (&'static [u8], u64), ()>>,
+    windows: Option<Table<'t, &'static [u8], u64>>,
+    expiry: Option<Table<'t, (u64, &'static [u8]), ()>>,
 }
 
 /// A job row as read: absent, present but failing its checks (the reason), or good.
@@ -247,6 +276,8 @@ impl<'t> Tables<'t> {
             dedup: None,
             quarantine: None,
             idem: None,
+            windows: None,
+            expiry: None,
         })
     }
 
@@ -258,6 +289,8 @@ impl<'t> Tables<'t> {
         self.dead()?;
         self.dedup()?;
         self.idem()?;
+        self.windows()?;
+        self.expiry()?;
         lazy(&mut self.quarantine, self.tx, QUARANTINE)?;
         Ok(())
     }
@@ -284,6 +317,64 @@ impl<'t> Tables<'t> {
 
     fn idem(&mut self) -> Result<&mut Table<'t, (&'static [u8], u64), ()>> {
         lazy(&mut self.idem, self.tx, IDEM_JOBS)
+    }
+
+    fn windows(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
+        lazy(&mut self.windows, self.tx, DEDUP_WINDOWS)
+    }
+
+    fn expiry(&mut self) -> Result<&mut Table<'t, (u64, &'static [u8]), ()>> {
+        lazy(&mut self.expiry, self.tx, DEDUP_EXPIRY)
+    }
+
+    /// Who holds dedup key `k` at `now_ms`: `None` if nobody does (a window that ended
+    /// releases the key, its entries removed here), else the holder and whether the key is
+    /// held by a window (rather than by the holder being live).
+    fn key_holder(&mut self, k: &[u8], now_ms: u64) -> Result<Option<(u64, bool)>> {
+        let Some(owner) = self.dedup()?.get(k)?.map(|v| v.value()) else {
+            return Ok(None);
+        };
+        let window_end_ms = self.windows()?.get(k)?.map(|v| v.value());
+        match window_end_ms {
+            Some(end_ms) if end_ms <= now_ms => {
+                self.end_window(k, end_ms)?;
+                Ok(None)
+            }
+            Some(_) => Ok(Some((owner, true))),
+            None => Ok(Some((owner, false))),
+        }
+    }
+
+    /// Releases dedup key `k` whose window ends at `end_ms`: its window, its expiry entry and
+    /// its holder entry. The job that held it is not touched.
+    fn end_window(&mut self, k: &[u8], end_ms: u64) -> Result<()> {
+        self.windows()?.remove(k)?;
+        self.expiry()?.remove((end_ms, k))?;
+        self.dedup()?.remove(k)?;
+        Ok(())
+    }
+
+    /// Removes every dedup entry held by job `id` (with its window): a scan of the dedup
+    /// table, for a row whose keys cannot be read (damaged or quarantined).
+    fn drop_keys_of(&mut self, id: u64) -> Result<()> {
+        let mut keys = Vec::new();
+        for e in self.dedup()?.iter()? {
+            let (k, owner) = e?;
+            if owner.value() == id {
+                keys.push(k.value().to_vec());
+            }
+        }
+        for k in keys {
+            let window_end_ms = self.windows()?.get(k.as_slice())?.map(|v| v.value());
+            match window_end_ms {
+                Some(end_ms) => self.end_window(&k, end_ms)?,
+                None => {
+                    self.dedup()?.remove(k.as_slice())?;
+                }
+            }
+        }
+        self.idem()?.retain(|(_, j), ()| j != id)?;
+        Ok(())
     }
 
     /// The row of job `id`; `Err` only for storage errors, never for a damaged row.
@@ -398,10 +489,10 @@ impl<'t> Tables<'t> {
 
     /// Deletes the job, releases its dedup key if the job still owns it, and drops it from
     /// the carriers of its idempotency key.
-    fn delete(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
+    fn delete(&mut self, id: u64, rec: &JobRecord, now_ms: u64) -> Result<()> {
         self.unindex(id, rec)?;
         self.jobs.remove(id)?;
-        self.release_keys(id, rec)
+        self.release_keys(id, rec, now_ms)
     }
 
     /// Job `id` carries its caller idempotency key (if any): its marker is kept.
@@ -413,14 +504,16 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// After deleting job `id`: releases its dedup key if the job still owns it, and drops it
-    /// from the carriers of its idempotency key.
-    fn release_keys(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
-        if let Some(k) = &rec.dedup_key {
-            let owner = self.dedup()?.get(k.as_slice())?.map(|v| v.value());
-            if owner == Some(id) {
-                self.dedup()?.remove(k.as_slice())?;
-            }
+    /// After deleting job `id`: releases its dedup key if the job still holds it (unless a
+    /// dedup window still runs: the key outlives the job until then), and drops it from the
+    /// carriers of its idempotency key.
+    fn release_keys(&mut self, id: u64, rec: &JobRecord, now_ms: u64) -> Result<()> {
+        if let Some(k) = &rec.dedup_key
+            && let Some((owner, _)) = self.key_holder(k, now_ms)?
+            && owner == id
+            && rec.dedup_window_ms.is_none()
+        {
+            self.dedup()?.remove(k.as_slice())?;
         }
         if let Some(k) = rec.idempotency_key.as_deref() {
             let key = applied_key(Some(k), id);
@@ -438,10 +531,15 @@ impl<'t> Tables<'t> {
     /// for each, but the job rows and lease entries of a batch are removed in one pass where
     /// their keys are dense (a single delete rebuilds its leaf: 100 deletes cost ~120 µs one
     /// by one, ~15 µs in one pass). A pass scans at most twice as many entries as it removes.
-    fn delete_leased(&mut self, leases: &[(u64, u64)], records: &[JobRecord]) -> Result<()> {
+    fn delete_leased(
+        &mut self,
+        leases: &[(u64, u64)],
+        records: &[JobRecord],
+        now_ms: u64,
+    ) -> Result<()> {
         debug_assert_eq!(leases.len(), records.len());
         if let ([(id, _)], [rec]) = (leases, records) {
-            return self.delete(*id, rec);
+            return self.delete(*id, rec, now_ms);
         }
         let mut keys: Vec<(u64, u64)> = Vec::with_capacity(records.len());
         for (&(id, _), rec) in leases.iter().zip(records) {
@@ -477,7 +575,7 @@ impl<'t> Tables<'t> {
             }
         }
         for (&(id, _), rec) in leases.iter().zip(records) {
-            self.release_keys(id, rec)?;
+            self.release_keys(id, rec, now_ms)?;
         }
         Ok(())
     }
@@ -535,10 +633,17 @@ pub(crate) fn enqueue(ctx: &mut Ctx<'_>, records: &[JobRecord]) -> Result<Vec<En
     let mut t = Tables::open(ctx.tx)?;
     let mut out = Vec::with_capacity(records.len());
     for rec in records {
+        let now_ms = rec.created_ms;
         if let Some(k) = &rec.dedup_key
-            && let Some(owner) = t.dedup()?.get(k.as_slice())?
+            && let Some((owner, by_window)) = t.key_holder(k, now_ms)?
         {
-            out.push(Enqueued::Duplicate(JobId(owner.value())));
+            // A lookup that found a window ended wrote (it released the key); this did not.
+            let dead = !by_window && t.dead()?.get(owner)?.is_some();
+            out.push(if dead {
+                Enqueued::DuplicateDead(JobId(owner))
+            } else {
+                Enqueued::Duplicate(JobId(owner))
+            });
             continue;
         }
         let id = ctx.alloc_id();
@@ -553,7 +658,14 @@ pub(crate) fn enqueue(ctx: &mut Ctx<'_>, records: &[JobRecord]) -> Result<Vec<En
         }
         t.put(id, &rec)?;
         if let Some(k) = &rec.dedup_key {
+            // Dedup windows past their end go as new keys come, a bounded few per key.
+            prune_windows(&mut t, now_ms, PRUNE_PER_ACK_MAX)?;
             t.dedup()?.insert(k.as_slice(), id)?;
+            if let Some(w) = rec.dedup_window_ms {
+                let end_ms = now_ms.saturating_add(w);
+                t.windows()?.insert(k.as_slice(), end_ms)?;
+                t.expiry()?.insert((end_ms, k.as_slice()), ())?;
+            }
         }
         t.carry_key(id, &rec)?;
         out.push(Enqueued::New(JobId(id)));
@@ -731,7 +843,11 @@ pub(crate) fn dequeue(
 /// Acks every current lease of the batch; a lease that is not current (`LeaseLost`) or whose
 /// row is damaged (`Corrupted`) is reported in its place and changes nothing, so the others
 /// are not held up by it (as SQS's `DeleteMessageBatch` reports each entry).
-pub(crate) fn ack(ctx: &mut Ctx<'_>, leases: &[(u64, u64)]) -> Result<Vec<Result<()>>> {
+pub(crate) fn ack(
+    ctx: &mut Ctx<'_>,
+    leases: &[(u64, u64)],
+    now_ms: u64,
+) -> Result<Vec<Result<()>>> {
     let mut t = Tables::open(ctx.tx)?;
     let mut out = Vec::with_capacity(leases.len());
     let (mut keys, mut records) = (Vec::new(), Vec::new());
@@ -747,7 +863,7 @@ pub(crate) fn ack(ctx: &mut Ctx<'_>, leases: &[(u64, u64)]) -> Result<Vec<Result
     }
     if !keys.is_empty() {
         *ctx.dirty = true;
-        t.delete_leased(&keys, &records)?;
+        t.delete_leased(&keys, &records, now_ms)?;
     }
     Ok(out)
 }
@@ -838,7 +954,7 @@ pub(crate) fn ack_with(
         records.push(rec);
     }
     if !keys.is_empty() {
-        t.delete_leased(&keys, &records)?;
+        t.delete_leased(&keys, &records, now_ms)?;
     }
     // Markers past their retention go as new ones come, a bounded few per new one.
     if new_markers > 0
@@ -905,6 +1021,49 @@ fn prune_applied(
     Ok((removed, looked, more))
 }
 
+/// Releases up to `max` dedup keys whose window has ended, earliest first (the jobs that
+/// held them are not touched). Returns how many were released and whether more may be left.
+fn prune_windows(t: &mut Tables<'_>, now_ms: u64, max: usize) -> Result<(u64, bool)> {
+    let empty: &[u8] = &[];
+    let ended: Vec<(u64, Vec<u8>)> = t
+        .expiry()?
+        .range(..(now_ms.saturating_add(1), empty))?
+        .take(max + 1)
+        .map(|e| {
+            e.map(|(k, _)| {
+                let (end_ms, key) = k.value();
+                (end_ms, key.to_vec())
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let more = ended.len() > max;
+    let mut released = 0;
+    for (end_ms, key) in ended.into_iter().take(max) {
+        let current = t.windows()?.get(key.as_slice())?.map(|v| v.value());
+        if current == Some(end_ms) {
+            t.end_window(&key, end_ms)?;
+            released += 1;
+        } else {
+            t.expiry()?.remove((end_ms, key.as_slice()))?;
+        }
+    }
+    Ok((released, more))
+}
+
+/// [`Queue::prune`](crate::Queue::prune)'s work on dedup windows in one transaction.
+pub(crate) fn prune_dedup_windows(
+    ctx: &mut Ctx<'_>,
+    now_ms: u64,
+    max: usize,
+) -> Result<(u64, bool)> {
+    let mut t = Tables::open(ctx.tx)?;
+    let (released, more) = prune_windows(&mut t, now_ms, max)?;
+    if released > 0 || more {
+        *ctx.dirty = true;
+    }
+    Ok((released, more))
+}
+
 /// Brings a file of an older format version to [`FORMAT_VERSION`], one step per version, in
 /// this transaction (run at open, before lease recovery). Returns the version it came from,
 /// or `None` if the file was current.
@@ -949,6 +1108,8 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
             idem.insert((key.as_slice(), id.value()), ())?;
         }
     }
+    tx.open_table(DEDUP_WINDOWS)?;
+    tx.open_table(DEDUP_EXPIRY)?;
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
     Ok(Some(version))
 }
@@ -1083,7 +1244,7 @@ pub(crate) fn requeue_dead(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<Re
 /// with every index and dedup entry naming it: these scans read whole tables, which only
 /// damage repair pays. So is a leased job whose lease entry is missing (no sweep or reopen
 /// can find it), and a dead-letter entry naming no job.
-pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64) -> Result<Result<()>> {
+pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<Result<()>> {
     let mut t = Tables::open(ctx.tx)?;
     match t.row(id)? {
         Row::Good(rec) => {
@@ -1097,7 +1258,7 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64) -> Result<Result<()>> {
                 }));
             }
             *ctx.dirty = true;
-            t.delete(id, &rec).map(Ok)
+            t.delete(id, &rec, now_ms).map(Ok)
         }
         Row::Damaged(_) => {
             *ctx.dirty = true;
@@ -1105,8 +1266,7 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64) -> Result<Result<()>> {
             t.scheduled()?.retain(|(_, j), ()| j != id)?;
             t.leases()?.retain(|(_, j), ()| j != id)?;
             t.dead()?.remove(id)?;
-            t.dedup()?.retain(|_, owner| owner != id)?;
-            t.idem()?.retain(|(_, j), ()| j != id)?;
+            t.drop_keys_of(id)?;
             t.jobs.remove(id)?;
             Ok(Ok(()))
         }
@@ -1124,8 +1284,7 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64) -> Result<Result<()>> {
             }
             *ctx.dirty = true;
             if quarantined {
-                t.dedup()?.retain(|_, owner| owner != id)?;
-                t.idem()?.retain(|(_, j), ()| j != id)?;
+                t.drop_keys_of(id)?;
             }
             Ok(Ok(()))
         }
@@ -1204,6 +1363,7 @@ pub(crate) fn stats(rtx: &ReadTransaction) -> Result<Stats> {
         leased: rtx.open_table(LEASES)?.len()?,
         dead: rtx.open_table(DEAD)?.len()?,
         applied: rtx.open_table(APPLIED)?.len()?,
+        dedup_keys: rtx.open_table(DEDUP)?.len()?,
         quarantined: match quarantine_table(rtx)? {
             Some(q) => q.len()?,
             None => 0,
@@ -1445,7 +1605,7 @@ pub(crate) fn sweep_state(
         match t.row(id)? {
             Row::Good(mut rec) if rec.state.public() == state => match action {
                 StateAction::Purge => {
-                    t.delete(id, &rec)?;
+                    t.delete(id, &rec, now_ms)?;
                     done += 1;
                 }
                 StateAction::Requeue => {
@@ -1549,6 +1709,8 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
     let applied = rtx.open_table(APPLIED)?;
     let by_time = rtx.open_table(APPLIED_BY_TIME)?;
     let idem = rtx.open_table(IDEM_JOBS)?;
+    let windows = rtx.open_table(DEDUP_WINDOWS)?;
+    let expiry = rtx.open_table(DEDUP_EXPIRY)?;
     let mut counts = [0u64; 4];
     for entry in jobs.iter()? {
         let (k, val) = entry?;
@@ -1605,7 +1767,9 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
                 "carries an idempotency key leaseq_idem_jobs does not list".into(),
             );
         }
+        // A key held by a window may have been released (window ended) or taken over.
         if let Some(key) = &rec.dedup_key
+            && rec.dedup_window_ms.is_none()
             && dedup.get(key.as_slice())?.map(|g| g.value()) != Some(id)
         {
             v(
@@ -1726,14 +1890,33 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
             }
         }
     }
+    for e in windows.iter()? {
+        let (k, end_ms) = e?;
+        let (k, end_ms) = (k.value(), end_ms.value());
+        if expiry.get((end_ms, k))?.is_none() {
+            v(None, format!("dedup window ending {end_ms} missing from its expiry index"));
+        }
+        if dedup.get(k)?.is_none() {
+            v(None, format!("dedup window ending {end_ms} without a holder"));
+        }
+    }
+    for e in expiry.iter()? {
+        let entry = e?.0;
+        let (end_ms, k) = entry.value();
+        if windows.get(k)?.map(|g| g.value()) != Some(end_ms) {
+            v(None, format!("dedup expiry entry at {end_ms} without its window"));
+        }
+    }
     for e in dedup.iter()? {
         let (k, owner) = e?;
         let owner = owner.value();
-        // A quarantined job keeps its key until it is removed (reported above).
-        let held = match &quarantine {
-            Some(q) => q.get(owner)?.is_some(),
-            None => false,
-        };
+        // A quarantined job keeps its key until it is removed (reported above); a window
+        // holds its key whatever became of the job that took it.
+        let held = windows.get(k.value())?.is_some()
+            || match &quarantine {
+                Some(q) => q.get(owner)?.is_some(),
+                None => false,
+            };
         let ok =
             held || state_of(owner)?.is_some_and(|r| r.dedup_key.as_deref() == Some(k.value()));
         if !ok {

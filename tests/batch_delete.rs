@@ -205,6 +205,7 @@ impl Model {
         let mut s = Stats {
             total: self.jobs.len() as u64,
             applied: self.applied.len() as u64,
+            dedup_keys: self.dedup.len() as u64,
             ..Stats::default()
         };
         for j in self.jobs.values() {
@@ -504,7 +505,12 @@ impl Harness {
             if let Some(k) = &s.dedup
                 && let Some(&owner) = self.m.dedup.get(k)
             {
-                assert_eq!(r, Enqueued::Duplicate(JobId(owner)), "dedup key {k:?}");
+                let want = if self.m.jobs[&owner].state == St::Dead {
+                    Enqueued::DuplicateDead(JobId(owner))
+                } else {
+                    Enqueued::Duplicate(JobId(owner))
+                };
+                assert_eq!(r, want, "dedup key {k:?}");
                 continue;
             }
             let Enqueued::New(JobId(id)) = r else {
@@ -1543,11 +1549,13 @@ fn row_pass_keeps_neighbours_in_every_other_state() {
     for (i, info) in odd_ids.iter().zip(&before) {
         let info = info.as_ref().unwrap();
         let key = info.dedup_key.clone().unwrap();
-        let still_live = q.job(*i).unwrap().is_some();
+        let state = q.job(*i).unwrap().map(|j| j.state);
         let r = q
             .enqueue(b"x", EnqueueOptions::default().dedup_key(&key).delay(ms(1)))
             .unwrap();
-        if still_live {
+        if state == Some(JobState::Dead) {
+            assert_eq!(r, Enqueued::DuplicateDead(*i));
+        } else if state.is_some() {
             assert_eq!(r, Enqueued::Duplicate(*i));
         } else {
             assert!(matches!(r, Enqueued::New(_)), "{r:?}");

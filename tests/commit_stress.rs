@@ -427,7 +427,9 @@ impl QModel {
                 );
                 id.0
             }
-            Enqueued::Duplicate(id) => panic!("unexpected Duplicate({id:?})"),
+            Enqueued::Duplicate(id) | Enqueued::DuplicateDead(id) => {
+                panic!("unexpected Duplicate({id:?})")
+            }
         }
     }
 
@@ -596,7 +598,7 @@ fn produce(w: &World, p: u64, iterations: u64) {
                     .enqueue(&payload, EnqueueOptions::default().dedup_key(&key))
                     .unwrap()
                 {
-                    Enqueued::Duplicate(named) => {
+                    Enqueued::Duplicate(named) | Enqueued::DuplicateDead(named) => {
                         m.duplicates.lock().unwrap().push((first, named.0))
                     }
                     new @ Enqueued::New(_) => {

@@ -680,7 +680,7 @@ fn remove_deletes_unleased_jobs_and_frees_their_dedup_key() {
     q.dequeue().unwrap().unwrap().fail("broken").unwrap();
     assert!(matches!(
         q.enqueue(b"A2", EnqueueOptions::default().dedup_key("k")).unwrap(),
-        Enqueued::Duplicate(id) if id == a
+        Enqueued::DuplicateDead(id) if id == a
     ));
     q.remove(a).unwrap();
     assert_eq!(q.job(a).unwrap(), None);

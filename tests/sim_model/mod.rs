@@ -401,7 +401,8 @@ fn check_answer(pred: &MRes, got: &Got, max_id: u64, max_token: u64) -> Result<L
                         named.insert(*pending, *id);
                         learned.ids.push(*id);
                     }
-                    (MEnq::Duplicate(owner), Enqueued::Duplicate(JobId(id))) => {
+                    (MEnq::Duplicate(owner), Enqueued::Duplicate(JobId(id)))
+                    | (MEnq::DuplicateDead(owner), Enqueued::DuplicateDead(JobId(id))) => {
                         let want = if *owner >= PENDING_BASE {
                             named.get(owner).copied()
                         } else {

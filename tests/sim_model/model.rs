@@ -117,6 +117,8 @@ pub enum EKind {
 pub enum MEnq {
     New(u64),
     Duplicate(u64),
+    /// The key is held by a dead job.
+    DuplicateDead(u64),
 }
 
 /// What a dequeue is predicted to hand out (the token is not predicted).
@@ -307,7 +309,12 @@ impl Model {
             if let Some(k) = &spec.dedup
                 && let Some(&owner) = self.dedup.get(k)
             {
-                out.push(MEnq::Duplicate(owner));
+                let dead = self.jobs.get(&owner).is_some_and(|j| j.state == MState::Dead);
+                out.push(if dead {
+                    MEnq::DuplicateDead(owner)
+                } else {
+                    MEnq::Duplicate(owner)
+                });
                 continue;
             }
             let delay_ms = spec.delay_ms.unwrap_or(0);
