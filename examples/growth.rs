@@ -31,7 +31,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .applied_retention(Some(Duration::from_secs(3600)))
         .open(&path)?;
     let size = |path: &std::path::Path| std::fs::metadata(path).map(|m| m.len());
-    println!("{cycles} cycles of {jobs} jobs of {payload_bytes} B; applied retention 1 h; one hour of clock per cycle");
+    println!(
+        "{cycles} cycles of {jobs} jobs of {payload_bytes} B; applied retention 1 h; one hour of clock per cycle"
+    );
     println!("cycle  file_MiB  jobs  applied  (markers kept: within the hour)");
     println!("empty  {:8.2}", size(&path)? as f64 / 1048576.0);
     let payload = vec![7u8; payload_bytes];
