@@ -226,12 +226,12 @@ impl JobRecord {
         if body.len() > RECORD_BYTES_MAX {
             return Err(Error::corrupted("job record: longer than the record cap"));
         }
-        let decode_error = |e: bincode::error::DecodeError| {
-            Error::corrupted(format!("job record decode: {e}"))
-        };
+        let decode_error =
+            |e: bincode::error::DecodeError| Error::corrupted(format!("job record decode: {e}"));
         let (record, used): (JobRecord, usize) = match version {
-            RECORD_VERSION => bincode::serde::decode_from_slice(body, record_config())
-                .map_err(decode_error)?,
+            RECORD_VERSION => {
+                bincode::serde::decode_from_slice(body, record_config()).map_err(decode_error)?
+            }
             1 => {
                 let (v1, used): (JobRecordV1, usize) =
                     bincode::serde::decode_from_slice(body, record_config())

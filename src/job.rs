@@ -182,7 +182,9 @@ pub struct JobInfo {
     /// Scheduled: when it is due; Ready: when it became available; Dead: when it died
     /// (Unix ms).
     pub run_at_ms: u64,
-    /// Dead: when it died (Unix ms; the same as `run_at_ms`).
+    /// Dead: when it died (Unix ms; the same as `run_at_ms`). For a job that died in a
+    /// format-1 file (before the upgrade): when it last became ready, as format 1 did not
+    /// keep the time of death.
     pub died_ms: Option<u64>,
     /// Leased: the lease deadline (Unix ms).
     pub lease_deadline_ms: Option<u64>,
@@ -206,7 +208,8 @@ pub struct JobPage {
     /// The jobs, in the state's order (ready: the order they will be dequeued; scheduled: by
     /// due time; leased: by lease deadline; dead: by id).
     pub jobs: Vec<JobInfo>,
-    /// Where the next page starts, or `None` if this page reached the end.
+    /// Where the next page starts: `Some` whenever this page is full (the next one may then
+    /// be empty), `None` when it is not (the end was reached).
     pub next: Option<JobCursor>,
 }
 

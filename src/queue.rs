@@ -21,8 +21,7 @@ use crate::lease::Lease;
 use crate::retry::RetryPolicy;
 use crate::schema::{
     APPLIED, APPLIED_BY_TIME, DEAD, DEDUP, DEDUP_EXPIRY, DEDUP_WINDOWS, FORMAT_VERSION, IDEM_JOBS,
-    JOBS, LEASES, META,
-    META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, READY, SCHEDULED,
+    JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, READY, SCHEDULED,
 };
 use crate::scratch::ScratchBackend;
 use crate::store::{self, Config, Violation};
@@ -224,7 +223,8 @@ impl Builder {
         self.retry.validate("retry")?;
         let applied_retention_ms = match self.applied_retention {
             None => None,
-            Some(d) if d.is_zero() || d > crate::DELAY_MAX => {
+            // Checked in whole milliseconds: 500 µs would be a retention of 0.
+            Some(d) if crate::clock::duration_ms(d) == 0 || d > crate::DELAY_MAX => {
                 return Err(Error::invalid_option(
                     "applied_retention",
                     format!("{d:?} is outside 1 ms..=DELAY_MAX"),
@@ -1145,8 +1145,11 @@ impl Queue {
     }
 
     /// Checks every invariant of the file (each job in exactly one state; every index and the
-    /// jobs table agree both ways; dedup entries name their job; counters ahead of every id
-    /// and token) and returns the violations found, at most 1000. Empty means consistent.
+    /// jobs table agree both ways; dedup entries name their job or a running window, and the
+    /// windows agree with their expiry index; applied markers (caller keys only) agree with
+    /// their time index; the carriers of idempotency keys are exactly the live jobs with one;
+    /// quarantined rows; counters ahead of every id and token) and returns the violations
+    /// found, at most 1000. Empty means consistent.
     /// Reads the whole queue: meant for tests, the CLI and after crashes.
     ///
     /// # Errors
@@ -1181,15 +1184,15 @@ impl Queue {
         self.run(&mut |ctx| store::remove(ctx, id.0, now_ms))?
     }
 
-    /// Whether an effect with this idempotency key has been applied by
-    /// [`Lease::ack_with`].
+    /// Whether the applied-ids marker of this idempotency key exists: an effect under it was
+    /// applied by [`Lease::ack_with`], within the retention ([`Builder::applied_retention`]:
+    /// once the marker is pruned this is `false` again, and a duplicate is applied again).
     ///
     /// Only caller keys ([`EnqueueOptions::idempotency_key`]) can be asked about. A job
-    /// enqueued without one is keyed by its own id, and that marker guards nothing a caller
-    /// could ask about: ids are never reused, and the effect, the marker and the removal of
-    /// the job commit together, so no later delivery of that job can exist. (Such markers
-    /// need not be kept at all once the job is gone; a job id is not a question this answers.)
-    /// To learn whether a job's effect landed, read the caller's own table it wrote.
+    /// enqueued without one is keyed by its own id, and no marker is kept for it: ids are
+    /// never reused, and the effect and the removal of the job commit together, so no later
+    /// delivery of that job could ever ask. To learn whether a job's effect landed, read the
+    /// caller's own table it wrote.
     ///
     /// # Errors
     /// `Storage`.
@@ -1278,9 +1281,8 @@ impl Queue {
         let batches = self.stats()?.dedup_keys.div_ceil(crate::BATCH_MAX as u64) + 1;
         for _ in 0..batches {
             let now_ms = self.now_ms();
-            let (released, more) = self.run(&mut |ctx| {
-                store::prune_dedup_windows(ctx, now_ms, crate::BATCH_MAX)
-            })?;
+            let (released, more) =
+                self.run(&mut |ctx| store::prune_dedup_windows(ctx, now_ms, crate::BATCH_MAX))?;
             out.dedup_windows += released;
             if !more {
                 break;

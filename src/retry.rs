@@ -64,13 +64,13 @@ impl RetryPolicy {
     }
 
     /// Wait `delay` (whole milliseconds, from 1 ms to [`DELAY_MAX`](crate::DELAY_MAX),
-    /// checked where the policy is set) before every retry.
+    /// checked where the policy is set) before every retry; with jitter, up to that share
+    /// more (at most `DELAY_MAX`).
     pub fn fixed(delay: Duration) -> RetryPolicy {
-        let ms = duration_ms(delay);
         RetryPolicy {
             kind: RetryKind::Fixed,
-            base_ms: ms,
-            cap_ms: ms,
+            base_ms: duration_ms(delay),
+            cap_ms: duration_ms(crate::DELAY_MAX),
             jitter_percent: 0,
         }
     }
@@ -88,8 +88,9 @@ impl RetryPolicy {
     }
 
     /// Adds up to `percent` % (0 to 100, checked where the policy is set) to every delay,
-    /// before the cap is applied, so the cap always holds: jobs that failed together do not
-    /// all retry together. The share is drawn from the job's id and attempt, so the delay of
+    /// before the cap is applied, so the cap always holds (C27): jobs that failed together
+    /// retry spread out, except where their delays reach the cap (an exponential policy's
+    /// late attempts all wait exactly the cap). The share is drawn from the job's id and attempt, so the delay of
     /// a given job and attempt is always the same (no random state, and tests can predict
     /// it). Default 0 for [`fixed`](RetryPolicy::fixed) and
     /// [`exponential`](RetryPolicy::exponential).
@@ -99,9 +100,11 @@ impl RetryPolicy {
     }
 
     /// The wait, in milliseconds, before the attempt that follows attempt `attempt` (1 for
-    /// the first delivery) of job `job_id`. For every attempt from 1 to `u32::MAX`: finite,
-    /// at most the cap (a fixed policy's cap is its delay), never 0 except for
-    /// [`immediate`](RetryPolicy::immediate), and non-decreasing in `attempt` without jitter.
+    /// the first delivery) of job `job_id`. For a policy whose settings pass the checks made
+    /// where it is set (an invalid one is refused there with `InvalidOption`, never used), and
+    /// every attempt from 1 to `u32::MAX`: finite, at most the cap (`DELAY_MAX` for a fixed
+    /// policy), never 0 except for [`immediate`](RetryPolicy::immediate), and non-decreasing
+    /// in `attempt` without jitter.
     /// Attempt 0 is treated as 1.
     pub fn delay_ms(&self, job_id: JobId, attempt: u32) -> u64 {
         let raw = match self.kind {
@@ -233,10 +236,7 @@ mod tests {
     #[test]
     fn jitter_spreads_jobs_and_is_the_same_for_the_same_job_and_attempt() {
         let p = RetryPolicy::fixed(Duration::from_secs(10)).with_jitter(50);
-        let p = RetryPolicy {
-            cap_ms: 15_000,
-            ..p
-        };
+        p.validate("retry").unwrap();
         let delays: std::collections::BTreeSet<u64> =
             (1..200).map(|id| p.delay_ms(JobId(id), 1)).collect();
         assert!(

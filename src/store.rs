@@ -16,9 +16,8 @@ use crate::error::{BoxError, Error, Result};
 use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Quarantined, Stats};
 use crate::schema::{
     APPLIED, APPLIED_BY_TIME, DEAD, DEDUP, DEDUP_EXPIRY, DEDUP_WINDOWS, FORMAT_VERSION, IDEM_JOBS,
-    JOBS, LEASES, META,
-    META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QUARANTINE, QuarantineValue, READY,
-    ReadyKey, SCHEDULED, applied_key, priority_rank,
+    JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QUARANTINE,
+    QuarantineValue, READY, ReadyKey, SCHEDULED, applied_key, priority_rank,
 };
 
 /// At most this many due scheduled jobs are promoted, and this many expired leases
@@ -51,10 +50,7 @@ pub(crate) const PRUNE_PER_ACK_MAX: usize = 2;
 /// the retry policy's delay.
 fn retry_at_ms(cfg: &Config, id: u64, rec: &JobRecord, now_ms: u64) -> u64 {
     // A stored policy was validated when the record was read.
-    let policy = rec
-        .retry
-        .and_then(|r| r.policy().ok())
-        .unwrap_or(cfg.retry);
+    let policy = rec.retry.and_then(|r| r.policy().ok()).unwrap_or(cfg.retry);
     now_ms.saturating_add(policy.delay_ms(JobId(id), rec.attempts))
 }
 
@@ -164,7 +160,8 @@ pub(crate) fn new_record(
         Some(_) if opts.dedup_key.is_none() => {
             return Err(Error::invalid_option("dedup_window", "needs a dedup key"));
         }
-        Some(w) if w.is_zero() || w > crate::DELAY_MAX => {
+        // In whole milliseconds: 500 µs would be a window of 0.
+        Some(w) if crate::clock::duration_ms(w) == 0 || w > crate::DELAY_MAX => {
             return Err(Error::invalid_option(
                 "dedup_window",
                 format!("{w:?} is outside 1 ms..=DELAY_MAX"),
@@ -1418,18 +1415,23 @@ pub(crate) fn quarantined_record(rtx: &ReadTransaction, id: u64) -> Result<Optio
 pub(crate) fn job(rtx: &ReadTransaction, id: u64) -> Result<Option<JobInfo>> {
     let jobs = rtx.open_table(JOBS)?;
     let Some(v) = jobs.get(id)? else {
-        if let Some(q) = quarantine_table(rtx)?
-            && let Some(v) = q.get(id)?
-        {
-            return Err(Error::corrupted(format!(
-                "job {id} is quarantined: {}",
-                v.value().1
-            )));
-        }
-        return Ok(None);
+        return quarantined_error(rtx, id).map(|()| None);
     };
     let rec = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
     Ok(Some(info(id, rec)))
+}
+
+/// `Corrupted` if job `id` (not in `leaseq_jobs`) is quarantined.
+fn quarantined_error(rtx: &ReadTransaction, id: u64) -> Result<()> {
+    if let Some(q) = quarantine_table(rtx)?
+        && let Some(v) = q.get(id)?
+    {
+        return Err(Error::corrupted(format!(
+            "job {id} is quarantined: {}",
+            v.value().1
+        )));
+    }
+    Ok(())
 }
 
 /// A job as callers see it.
@@ -1460,7 +1462,7 @@ fn info(id: u64, rec: JobRecord) -> JobInfo {
 pub(crate) fn payload(rtx: &ReadTransaction, id: u64) -> Result<Option<Vec<u8>>> {
     let jobs = rtx.open_table(JOBS)?;
     let Some(v) = jobs.get(id)? else {
-        return Ok(None);
+        return quarantined_error(rtx, id).map(|()| None);
     };
     let rec = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
     Ok(Some(rec.payload))
@@ -1894,17 +1896,26 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
         let (k, end_ms) = e?;
         let (k, end_ms) = (k.value(), end_ms.value());
         if expiry.get((end_ms, k))?.is_none() {
-            v(None, format!("dedup window ending {end_ms} missing from its expiry index"));
+            v(
+                None,
+                format!("dedup window ending {end_ms} missing from its expiry index"),
+            );
         }
         if dedup.get(k)?.is_none() {
-            v(None, format!("dedup window ending {end_ms} without a holder"));
+            v(
+                None,
+                format!("dedup window ending {end_ms} without a holder"),
+            );
         }
     }
     for e in expiry.iter()? {
         let entry = e?.0;
         let (end_ms, k) = entry.value();
         if windows.get(k)?.map(|g| g.value()) != Some(end_ms) {
-            v(None, format!("dedup expiry entry at {end_ms} without its window"));
+            v(
+                None,
+                format!("dedup expiry entry at {end_ms} without its window"),
+            );
         }
     }
     for e in dedup.iter()? {

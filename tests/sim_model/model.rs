@@ -309,7 +309,10 @@ impl Model {
             if let Some(k) = &spec.dedup
                 && let Some(&owner) = self.dedup.get(k)
             {
-                let dead = self.jobs.get(&owner).is_some_and(|j| j.state == MState::Dead);
+                let dead = self
+                    .jobs
+                    .get(&owner)
+                    .is_some_and(|j| j.state == MState::Dead);
                 out.push(if dead {
                     MEnq::DuplicateDead(owner)
                 } else {
