@@ -20,8 +20,9 @@ use crate::job::{
 use crate::lease::Lease;
 use crate::retry::RetryPolicy;
 use crate::schema::{
-    APPLIED, APPLIED_BY_TIME, DEAD, DEDUP, DEDUP_EXPIRY, DEDUP_WINDOWS, FORMAT_VERSION, IDEM_JOBS,
-    JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, READY, SCHEDULED,
+    APPLIED, APPLIED_BY_TIME, DEAD, DEAD_BY_TIME, DEDUP, DEDUP_EXPIRY, DEDUP_WINDOWS,
+    FORMAT_VERSION, IDEM_JOBS, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
+    META_NEXT_TOKEN, READY, SCHEDULED,
 };
 use crate::scratch::ScratchBackend;
 use crate::store::{self, Config, Violation};
@@ -41,6 +42,8 @@ pub struct Pruned {
     pub applied: u64,
     /// Dedup keys whose window ended (released; their jobs untouched).
     pub dedup_windows: u64,
+    /// Dead jobs past [`Builder::dead_retention`] (deleted).
+    pub dead: u64,
 }
 
 /// What the open found and did before returning the queue.
@@ -86,6 +89,7 @@ pub struct Builder {
     on_repair: Option<Arc<dyn Fn(f64) + Send + Sync>>,
     retry: RetryPolicy,
     applied_retention: Option<Duration>,
+    dead_retention: Option<Duration>,
 }
 
 impl fmt::Debug for Builder {
@@ -100,6 +104,7 @@ impl fmt::Debug for Builder {
             .field("clock", &self.clock)
             .field("retry", &self.retry)
             .field("applied_retention", &self.applied_retention)
+            .field("dead_retention", &self.dead_retention)
             .finish()
     }
 }
@@ -117,6 +122,7 @@ impl Default for Builder {
             on_repair: None,
             retry: RetryPolicy::default(),
             applied_retention: Some(APPLIED_RETENTION_DEFAULT),
+            dead_retention: None,
         }
     }
 }
@@ -188,6 +194,17 @@ impl Builder {
         self
     }
 
+    /// How long a dead job is kept after it died before it is deleted (with its dedup key);
+    /// default `None`: dead jobs stay until removed, purged or requeued, because an app must
+    /// see its failures (as Oban and River keep discarded jobs until their pruner's age).
+    /// Dead jobs past it go a few per dequeue that leases or sweeps something, and all with
+    /// [`Queue::prune`]. Whole
+    /// milliseconds, from 1 ms to [`DELAY_MAX`](crate::DELAY_MAX), checked at open.
+    pub fn dead_retention(mut self, retention: Option<Duration>) -> Self {
+        self.dead_retention = retention;
+        self
+    }
+
     /// The time source; default [`SystemClock`]. Use a [`ManualClock`](crate::ManualClock) in
     /// tests.
     pub fn clock(mut self, clock: impl Clock) -> Self {
@@ -221,18 +238,10 @@ impl Builder {
             ));
         }
         self.retry.validate("retry")?;
-        let applied_retention_ms = match self.applied_retention {
-            None => None,
-            // Checked in whole milliseconds: 500 µs would be a retention of 0.
-            Some(d) if crate::clock::duration_ms(d) == 0 || d > crate::DELAY_MAX => {
-                return Err(Error::invalid_option(
-                    "applied_retention",
-                    format!("{d:?} is outside 1 ms..=DELAY_MAX"),
-                ));
-            }
-            Some(d) => Some(crate::clock::duration_ms(d)),
-        };
+        let applied_retention_ms = retention_ms("applied_retention", self.applied_retention)?;
+        let dead_retention_ms = retention_ms("dead_retention", self.dead_retention)?;
         Ok(Config {
+            dead_retention_ms,
             applied_retention_ms,
             lease_ms,
             max_attempts: self.max_attempts,
@@ -452,6 +461,18 @@ impl Builder {
     }
 }
 
+/// A retention setting in whole milliseconds: `None` stays `None`; 1 ms to `DELAY_MAX`.
+fn retention_ms(field: &'static str, retention: Option<Duration>) -> Result<Option<u64>> {
+    match retention {
+        None => Ok(None),
+        // Checked in whole milliseconds: 500 µs would be a retention of 0.
+        Some(d) if crate::clock::duration_ms(d) == 0 || d > crate::DELAY_MAX => Err(
+            Error::invalid_option(field, format!("{d:?} is outside 1 ms..=DELAY_MAX")),
+        ),
+        Some(d) => Ok(Some(crate::clock::duration_ms(d))),
+    }
+}
+
 fn batch_too_large(field: &'static str) -> Error {
     Error::invalid_option(
         field,
@@ -569,6 +590,7 @@ fn init_tables(db: &Database) -> Result<()> {
             tx.open_table(APPLIED_BY_TIME).map_err(foreign)?;
             tx.open_table(IDEM_JOBS).map_err(foreign)?;
             tx.open_table(DEDUP_WINDOWS).map_err(foreign)?;
+            tx.open_table(DEAD_BY_TIME).map_err(foreign)?;
             tx.open_table(DEDUP_EXPIRY).map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
@@ -1254,7 +1276,8 @@ impl Queue {
     }
 
     /// Removes every applied-ids marker past its retention
-    /// ([`Builder::applied_retention`]) and releases every dedup key whose window ended
+    /// ([`Builder::applied_retention`]), deletes every dead job past
+    /// [`Builder::dead_retention`] (if set), and releases every dedup key whose window ended
     /// ([`EnqueueOptions::dedup_window`]) now, in commits of up to
     /// [`BATCH_MAX`](crate::BATCH_MAX), and reports what it removed. (A window that ended
     /// already lets a new enqueue take its key; this only cleans up.) (`ack_with` already
@@ -1273,6 +1296,17 @@ impl Queue {
             let (removed, more) =
                 self.run(&mut |ctx| store::prune(ctx, &cfg, now_ms, crate::BATCH_MAX))?;
             out.applied += removed;
+            if !more {
+                break;
+            }
+        }
+        // Dead jobs past their retention.
+        let batches = self.stats()?.dead.div_ceil(crate::BATCH_MAX as u64) + 1;
+        for _ in 0..batches {
+            let now_ms = self.now_ms();
+            let (deleted, more) =
+                self.run(&mut |ctx| store::prune_dead_jobs(ctx, &cfg, now_ms, crate::BATCH_MAX))?;
+            out.dead += deleted;
             if !more {
                 break;
             }

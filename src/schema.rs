@@ -10,6 +10,7 @@
 //! | `leaseq_scheduled` | (run_at_ms, job id) | () | delayed or backing-off jobs, due at `run_at_ms` |
 //! | `leaseq_leases` | (deadline_ms, job id) | () | leased jobs by lease deadline |
 //! | `leaseq_dead` | job id | () | dead-lettered jobs |
+//! | `leaseq_dead_by_time` | (died_ms, job id) | () | the same by when they died, for `Builder::dead_retention` |
 //! | `leaseq_dedup` | dedup key | job id | producer dedup: the job that holds the key (live; or, within its dedup window, possibly gone) |
 //! | `leaseq_dedup_windows` | dedup key | expires_ms | keys held for a window after enqueue: until then, whatever the job does |
 //! | `leaseq_dedup_expiry` | (expires_ms, dedup key) | () | the same windows by end, for pruning |
@@ -25,7 +26,8 @@
 //!   keys of live jobs an index (`leaseq_idem_jobs`), so markers can be pruned by age without
 //!   ever removing one a live job carries; no marker is written for a job's own id. Dedup
 //!   keys can be held for a window (`leaseq_dedup_windows`, `leaseq_dedup_expiry`). Job
-//!   records are of record version 2 (a job's own retry policy and dedup window). The
+//!   records are of record version 2 (a job's own retry policy and dedup window). Dead jobs
+//!   are indexed by when they died (`leaseq_dead_by_time`). The
 //!   upgrade from 1 builds both indexes from `leaseq_applied` and `leaseq_jobs` in one
 //!   transaction at the first writable open (a version-1 build then refuses the file: it
 //!   would not keep the indexes).
@@ -54,6 +56,8 @@ pub(crate) const APPLIED_BY_TIME: TableDefinition<(u64, &[u8]), ()> =
     TableDefinition::new("leaseq_applied_by_time");
 pub(crate) const IDEM_JOBS: TableDefinition<(&[u8], u64), ()> =
     TableDefinition::new("leaseq_idem_jobs");
+pub(crate) const DEAD_BY_TIME: TableDefinition<(u64, u64), ()> =
+    TableDefinition::new("leaseq_dead_by_time");
 pub(crate) const DEDUP_WINDOWS: TableDefinition<&[u8], u64> =
     TableDefinition::new("leaseq_dedup_windows");
 pub(crate) const DEDUP_EXPIRY: TableDefinition<(u64, &[u8]), ()> =

@@ -15,9 +15,10 @@ use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
 use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Quarantined, Stats};
 use crate::schema::{
-    APPLIED, APPLIED_BY_TIME, DEAD, DEDUP, DEDUP_EXPIRY, DEDUP_WINDOWS, FORMAT_VERSION, IDEM_JOBS,
-    JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QUARANTINE,
-    QuarantineValue, READY, ReadyKey, SCHEDULED, applied_key, priority_rank,
+    APPLIED, APPLIED_BY_TIME, DEAD, DEAD_BY_TIME, DEDUP, DEDUP_EXPIRY, DEDUP_WINDOWS,
+    FORMAT_VERSION, IDEM_JOBS, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
+    META_NEXT_TOKEN, QUARANTINE, QuarantineValue, READY, ReadyKey, SCHEDULED, applied_key,
+    priority_rank,
 };
 
 /// At most this many due scheduled jobs are promoted, and this many expired leases
@@ -40,6 +41,8 @@ pub(crate) struct Config {
     pub retry: crate::RetryPolicy,
     /// How long an applied marker of a caller key is kept (`None`: forever).
     pub applied_retention_ms: Option<u64>,
+    /// How long a dead job is kept (`None`: until removed).
+    pub dead_retention_ms: Option<u64>,
 }
 
 /// At most this many expired applied markers are pruned per `ack_with` (twice what one
@@ -240,6 +243,7 @@ struct Tables<'t> {
     idem: Option<Table<'t, (&'static [u8], u64), ()>>,
     windows: Option<Table<'t, &'static [u8], u64>>,
     expiry: Option<Table<'t, (u64, &'static [u8]), ()>>,
+    dead_by_time: Option<Table<'t, (u64, u64), ()>>,
 }
 
 /// A job row as read: absent, present but failing its checks (the reason), or good.
@@ -275,6 +279,7 @@ impl<'t> Tables<'t> {
             idem: None,
             windows: None,
             expiry: None,
+            dead_by_time: None,
         })
     }
 
@@ -288,6 +293,7 @@ impl<'t> Tables<'t> {
         self.idem()?;
         self.windows()?;
         self.expiry()?;
+        self.dead_by_time()?;
         lazy(&mut self.quarantine, self.tx, QUARANTINE)?;
         Ok(())
     }
@@ -314,6 +320,10 @@ impl<'t> Tables<'t> {
 
     fn idem(&mut self) -> Result<&mut Table<'t, (&'static [u8], u64), ()>> {
         lazy(&mut self.idem, self.tx, IDEM_JOBS)
+    }
+
+    fn dead_by_time(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        lazy(&mut self.dead_by_time, self.tx, DEAD_BY_TIME)
     }
 
     fn windows(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
@@ -456,7 +466,11 @@ impl<'t> Tables<'t> {
             StoredState::Leased { deadline_ms, .. } => {
                 self.leases()?.insert((deadline_ms, id), ())?.is_none()
             }
-            StoredState::Dead => self.dead()?.insert(id, ())?.is_none(),
+            StoredState::Dead => {
+                // A dead job's run_at_ms is when it died.
+                self.dead_by_time()?.insert((rec.run_at_ms, id), ())?;
+                self.dead()?.insert(id, ())?.is_none()
+            }
         })
     }
 
@@ -472,7 +486,10 @@ impl<'t> Tables<'t> {
             StoredState::Leased { deadline_ms, .. } => {
                 self.leases()?.remove((deadline_ms, id))?.is_some()
             }
-            StoredState::Dead => self.dead()?.remove(id)?.is_some(),
+            StoredState::Dead => {
+                self.dead_by_time()?.remove((rec.run_at_ms, id))?;
+                self.dead()?.remove(id)?.is_some()
+            }
         };
         if !present {
             tracing::warn!(
@@ -674,6 +691,9 @@ pub(crate) fn enqueue(ctx: &mut Ctx<'_>, records: &[JobRecord]) -> Result<Vec<En
 /// entry whose row is damaged or disagrees is settled (quarantined, dropped) and the sweep
 /// goes on.
 fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, cfg: &Config, now_ms: u64) -> Result<()> {
+    if let Some(retention_ms) = cfg.dead_retention_ms {
+        prune_dead(t, ctx, now_ms, retention_ms, PRUNE_PER_ACK_MAX)?;
+    }
     let due: Vec<(u64, u64)> = t
         .scheduled()?
         .range(..=(now_ms, u64::MAX))?
@@ -1018,6 +1038,57 @@ fn prune_applied(
     Ok((removed, looked, more))
 }
 
+/// Deletes up to `max` dead jobs that died `retention_ms` or more before `now_ms`, oldest
+/// first, releasing their keys. An index entry that does not match its row is dropped (the
+/// row settled). Returns how many were deleted and whether more may be left.
+fn prune_dead(
+    t: &mut Tables<'_>,
+    ctx: &mut Ctx<'_>,
+    now_ms: u64,
+    retention_ms: u64,
+    max: usize,
+) -> Result<(u64, bool)> {
+    let Some(cutoff_ms) = now_ms.checked_sub(retention_ms) else {
+        return Ok((0, false));
+    };
+    let old: Vec<(u64, u64)> = t
+        .dead_by_time()?
+        .range(..=(cutoff_ms, u64::MAX))?
+        .take(max + 1)
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_, _>>()?;
+    let more = old.len() > max;
+    let mut deleted = 0;
+    for (died_ms, id) in old.into_iter().take(max) {
+        *ctx.dirty = true;
+        match t.row(id)? {
+            Row::Good(rec) if rec.state == StoredState::Dead && rec.run_at_ms == died_ms => {
+                t.delete(id, &rec, now_ms)?;
+                deleted += 1;
+            }
+            row => {
+                t.dead_by_time()?.remove((died_ms, id))?;
+                t.settle_stray(ctx, id, row, now_ms)?;
+            }
+        }
+    }
+    Ok((deleted, more))
+}
+
+/// [`Queue::prune`](crate::Queue::prune)'s work on dead jobs in one transaction.
+pub(crate) fn prune_dead_jobs(
+    ctx: &mut Ctx<'_>,
+    cfg: &Config,
+    now_ms: u64,
+    max: usize,
+) -> Result<(u64, bool)> {
+    let Some(retention_ms) = cfg.dead_retention_ms else {
+        return Ok((0, false));
+    };
+    let mut t = Tables::open(ctx.tx)?;
+    prune_dead(&mut t, ctx, now_ms, retention_ms, max)
+}
+
 /// Releases up to `max` dedup keys whose window has ended, earliest first (the jobs that
 /// held them are not touched). Returns how many were released and whether more may be left.
 fn prune_windows(t: &mut Tables<'_>, now_ms: u64, max: usize) -> Result<(u64, bool)> {
@@ -1107,6 +1178,16 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     }
     tx.open_table(DEDUP_WINDOWS)?;
     tx.open_table(DEDUP_EXPIRY)?;
+    let mut dead_by_time = tx.open_table(DEAD_BY_TIME)?;
+    for e in tx.open_table(DEAD)?.iter()? {
+        let id = e?.0.value();
+        if let Some(row) = jobs.get(id)?
+            && let Ok(rec) = JobRecord::decode(row.value())
+            && rec.state == StoredState::Dead
+        {
+            dead_by_time.insert((rec.run_at_ms, id), ())?;
+        }
+    }
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
     Ok(Some(version))
 }
@@ -1263,6 +1344,7 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<Result<(
             t.scheduled()?.retain(|(_, j), ()| j != id)?;
             t.leases()?.retain(|(_, j), ()| j != id)?;
             t.dead()?.remove(id)?;
+            t.dead_by_time()?.retain(|(_, j), ()| j != id)?;
             t.drop_keys_of(id)?;
             t.jobs.remove(id)?;
             Ok(Ok(()))
@@ -1276,6 +1358,9 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<Result<(
             // A dead-letter entry naming no job is found by its id alone (the other indexes
             // are keyed by time or place: a pass that meets such an entry drops it).
             let stray_dead = t.dead()?.remove(id)?.is_some();
+            if stray_dead {
+                t.dead_by_time()?.retain(|(_, j), ()| j != id)?;
+            }
             if !quarantined && !stray_dead {
                 return Ok(Err(Error::JobNotFound { job_id: JobId(id) }));
             }
@@ -1632,6 +1717,7 @@ pub(crate) fn sweep_state(
                     }
                     _ => {
                         t.dead()?.remove(id)?;
+                        t.dead_by_time()?.retain(|(_, j), ()| j != id)?;
                     }
                 }
                 t.settle_stray(ctx, id, row, now_ms)?;
@@ -1711,6 +1797,7 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
     let applied = rtx.open_table(APPLIED)?;
     let by_time = rtx.open_table(APPLIED_BY_TIME)?;
     let idem = rtx.open_table(IDEM_JOBS)?;
+    let dead_by_time = rtx.open_table(DEAD_BY_TIME)?;
     let windows = rtx.open_table(DEDUP_WINDOWS)?;
     let expiry = rtx.open_table(DEDUP_EXPIRY)?;
     let mut counts = [0u64; 4];
@@ -1750,7 +1837,7 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
             }
             StoredState::Dead => {
                 counts[3] += 1;
-                dead.get(id)?.is_some()
+                dead.get(id)?.is_some() && dead_by_time.get((rec.run_at_ms, id))?.is_some()
             }
         };
         if !indexed {
@@ -1891,6 +1978,16 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
                 v(Some(id), "both quarantined and in leaseq_jobs".into());
             }
         }
+    }
+    if dead_by_time.len()? != dead.len()? {
+        v(
+            None,
+            format!(
+                "leaseq_dead_by_time has {} entries, leaseq_dead {}",
+                dead_by_time.len()?,
+                dead.len()?
+            ),
+        );
     }
     for e in windows.iter()? {
         let (k, end_ms) = e?;

@@ -322,3 +322,58 @@ fn more_than_a_batch_of_dead_jobs() {
     assert_eq!(q.stats().unwrap().total, 0);
     assert_consistent(&q);
 }
+
+/// Dead-job retention (off by default): dead jobs older than it go a few per dequeue that
+/// writes and all with `prune`, their dedup keys released; younger ones and every other state stay.
+#[test]
+fn dead_retention_deletes_old_dead_jobs_only() {
+    let f = Fixture::new();
+    let q = f
+        .builder()
+        .dead_retention(Some(secs(3600)))
+        .open(&f.path)
+        .unwrap();
+    let old: Vec<JobId> = (0..5)
+        .map(|i| {
+            q.enqueue(b"old", EnqueueOptions::default().dedup_key(format!("d{i}")))
+                .unwrap()
+                .id()
+        })
+        .collect();
+    for _ in 0..5 {
+        q.dequeue().unwrap().unwrap().fail("old failure").unwrap();
+    }
+    f.clock.advance(secs(1800));
+    let young = q.enqueue(b"young", EnqueueOptions::default()).unwrap().id();
+    q.dequeue().unwrap().unwrap().fail("young failure").unwrap();
+    let waiting = q
+        .enqueue(b"later", EnqueueOptions::default().delay(secs(7200)))
+        .unwrap()
+        .id();
+    f.clock.advance(secs(1801));
+    // A dequeue takes two of the old dead jobs with it (one that finds nothing to do writes
+    // nothing, so it prunes nothing).
+    assert!(q.dequeue().unwrap().is_none());
+    assert_eq!(q.stats().unwrap().dead, 6);
+    q.enqueue(b"next", EnqueueOptions::default()).unwrap();
+    q.dequeue().unwrap().unwrap().ack().unwrap();
+    assert_eq!(q.stats().unwrap().dead, 4);
+    assert_eq!(q.prune().unwrap().dead, 3);
+    let s = q.stats().unwrap();
+    assert_eq!((s.dead, s.scheduled), (1, 1));
+    assert!(old.iter().all(|&id| q.job(id).unwrap().is_none()));
+    assert_eq!(q.job(young).unwrap().unwrap().state, JobState::Dead);
+    assert_eq!(q.job(waiting).unwrap().unwrap().state, JobState::Scheduled);
+    assert!(matches!(
+        q.enqueue(b"again", EnqueueOptions::default().dedup_key("d0"))
+            .unwrap(),
+        Enqueued::New(_)
+    ));
+    assert_consistent(&q);
+    // Without a retention, dead jobs stay.
+    drop(q);
+    let q = f.open();
+    f.clock.advance(secs(10 * 3600));
+    assert_eq!(q.prune().unwrap().dead, 0);
+    assert_eq!(q.stats().unwrap().dead, 1);
+}
