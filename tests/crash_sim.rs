@@ -416,27 +416,47 @@ fn fuzz_seed_corpus_crash_recovery_replays_clean() {
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
-/// Found by the `crash_recovery` fuzz target (issue 14; kept in `fuzz/seeds/crash_recovery/`):
-/// a false alarm of the harness, not a fault of the queue. A crash armed during a reopen
-/// stayed armed after the open returned; with `Durability::None` and a small cache, the
-/// periodic full check's reads made redb write cached pages of non-durable commits back to the
-/// file, the planned crash fired on one of those writes, `check()` rightly returned the I/O
-/// error, and the harness called that "queue disagrees with the model (no crash)". The harness
-/// now treats a crash inside a check as a crash between calls and compares the rebooted file
-/// with the model. The assertions on the log keep this input meaningful: it must still crash
-/// inside the check.
+/// Issue 14, second finding: a false alarm of the harness, not a fault of the queue. The
+/// `crash_recovery` fuzz target stopped on an input (kept in `fuzz/seeds/crash_recovery/`) where
+/// a crash armed during a reopen stayed armed after the open returned; with
+/// `Durability::None` and a small cache, the periodic full check's reads made redb write cached
+/// pages of non-durable commits back to the file, the planned crash fired on one of those
+/// writes, `check()` rightly returned the I/O error, and the harness called that "queue
+/// disagrees with the model (no crash)". The harness now treats a crash inside a check as a
+/// crash between calls and compares the rebooted file with the model.
+///
+/// The fuzzer's input no longer reaches that point once the integrity check changed the I/O
+/// of every open, so this runs seed 2355, which does (found by
+/// `find_seeds_that_crash_inside_a_check`). The log assertion keeps the test meaningful: when a
+/// change of leaseq's I/O moves the crash elsewhere, it fails and names the search to run.
 #[test]
 fn regression_issue14_power_loss_inside_a_check_is_a_crash_not_a_violation() {
-    let data =
-        std::fs::read(seeds_dir("crash_recovery").join("issue14-power-loss-during-check")).unwrap();
-    let out = sim_model::run_bytes(&data, FUZZ_SETTINGS);
+    let out = run_caught(2355);
     assert!(out.violation.is_none(), "{}", out.report());
     assert!(
         out.log
             .iter()
             .any(|l| l.contains("the planned crash hit the check's reads")),
-        "the input no longer crashes inside a check:\n{}",
+        "seed 2355 no longer crashes inside a check; pick another with \
+         `cargo test --features sim --test crash_sim -- --ignored find_seeds --nocapture`:\n{}",
         out.report()
     );
-    assert!(out.crashes >= 1);
+}
+
+/// Lists the seeds whose planned crash fires inside the reads of a check (for the regression
+/// above). `LEASEQ_SIM_SEEDS` seeds from 0 (default 3000); about one in 3000 does.
+#[test]
+#[ignore = "a search, not a test"]
+fn find_seeds_that_crash_inside_a_check() {
+    let seeds = env_u64("LEASEQ_SIM_SEEDS").unwrap_or(3000);
+    for seed in 0..seeds {
+        let out = run_caught(seed);
+        if let Some(l) = out
+            .log
+            .iter()
+            .find(|l| l.contains("hit the check's reads") || l.contains("hit the reads of"))
+        {
+            println!("seed {seed}: {l} (violation: {:?})", out.violation);
+        }
+    }
 }
