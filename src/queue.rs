@@ -155,10 +155,11 @@ impl Builder {
     /// rebuilds redb's allocator state (which free pages it may reuse) from them instead of
     /// loading the copy saved in the file. A file damaged outside redb (a flaky disk or SD
     /// card, a stray write, a bad copy) is then refused with `Error::Corrupted` at open. This
-    /// costs a read of the whole file at every open: about 1 ms per MiB of queue file from the
-    /// page cache on the development machine (see the README's scale table), more from a cold
-    /// disk. After a crash without quick-repair, redb's own repair does the same work anyway,
-    /// so the check adds nothing there.
+    /// costs a read of the whole file at every open of an existing file: 50-75 ms per 100 MB
+    /// of queue file from the page cache on the development machine (the README's scale
+    /// table: 129-208 ms for 272 MiB), more from a cold disk. After a crash without
+    /// quick-repair, redb's own repair does the same work anyway, so the check adds nothing
+    /// there; with quick-repair it replaces the millisecond reopen.
     ///
     /// **What turning it off gives up**: a cleanly closed file, or with quick-repair any file,
     /// is then trusted as redb saved it, and redb makes no promise for a file altered since.
