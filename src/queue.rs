@@ -248,8 +248,8 @@ impl Builder {
     ///   leaseq's tables (use [`Builder::attach`]); the file is left byte-identical;
     /// - `UnsupportedVersion` for a newer format, also leaving the file byte-identical;
     /// - `Corrupted` if redb or leaseq finds damage: with [`Builder::check_integrity`] on (the
-    ///   default), any page of the file altered outside redb is found at open; panics in redb
-    ///   are caught;
+    ///   default), a page of the file's trees altered outside redb is found at open; panics in
+    ///   redb are caught;
     /// - `Io` or `Storage` for I/O failures.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Queue> {
         let path = path.as_ref();
