@@ -1,13 +1,16 @@
 //! Memory and recovery at scale: peak resident memory with a deep queue, and the reopen
-//! after a crash (SIGKILL) with many jobs and leases, with redb's quick-repair on and off.
+//! after a crash (SIGKILL) with many jobs and leases, with redb's quick-repair on and off and
+//! leaseq's integrity check at open (`Builder::check_integrity`) on and off.
 //!
 //! ```text
 //! cargo run --release --example scale [-- --jobs N --leases L --cache-mib C]
 //! ```
 //! Defaults: 1,000,000 jobs, 10,000 leases, 64 MiB cache. For each quick-repair setting, a
 //! child process enqueues the jobs (batches of 10,000), leases `L` of them, reports its peak
-//! RSS (VmHWM) and is killed with SIGKILL; the parent reopens the file and times the open
-//! (repair plus lease recovery) and the first dequeue.
+//! RSS (VmHWM) and is killed with SIGKILL. For each check setting the parent reopens a copy
+//! of the crashed file and times the open (repair or check, plus lease recovery) and the
+//! first dequeue, then closes it cleanly and times a second open (the check's cost on a
+//! clean file). Runs with a warm page cache (the copy was just written).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -39,6 +42,7 @@ fn builder(quick_repair: bool, cache_mib: u64) -> leaseq::Builder {
         .lease(Duration::from_secs(3600))
         .cache_bytes((cache_mib as usize) << 20)
         .quick_repair(quick_repair)
+        .check_integrity(false)
 }
 
 fn child(
@@ -89,9 +93,9 @@ fn main() -> Result<(), Error> {
     let cache_mib = arg("--cache-mib", 64)?;
     println!("jobs={jobs} leases={leases} cache={cache_mib} MiB payload=64 B");
     println!(
-        "| quick-repair | enqueue s | peak RSS MiB | file MiB | reopen ms | first dequeue ms | leases returned |"
+        "| quick-repair | check | enqueue s | peak RSS MiB | file MiB | reopen after crash ms | first dequeue ms | leases returned | clean reopen ms |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for quick_repair in [false, true] {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("scale.leaseq");
@@ -113,21 +117,34 @@ fn main() -> Result<(), Error> {
         let f: Vec<&str> = loaded.split_whitespace().collect();
         let (enqueue_s, rss_kib, file_bytes): (f64, u64, u64) =
             (f[0].parse()?, f[1].parse()?, f[2].parse()?);
-        let started = Instant::now();
-        let queue = builder(quick_repair, cache_mib).open(&path)?;
-        let reopen = started.elapsed();
-        let first = queue.dequeue()?.ok_or("no job after reopen")?;
-        let first_dequeue = started.elapsed();
-        drop(first);
-        println!(
-            "| {} | {enqueue_s:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {} |",
-            if quick_repair { "on" } else { "off" },
-            rss_kib as f64 / 1024.0,
-            file_bytes as f64 / (1 << 20) as f64,
-            reopen.as_secs_f64() * 1e3,
-            first_dequeue.as_secs_f64() * 1e3,
-            queue.recovery().leases_returned,
-        );
+        for check in [false, true] {
+            let copy = dir.path().join(format!("copy-{check}.leaseq"));
+            std::fs::copy(&path, &copy)?;
+            let b = builder(quick_repair, cache_mib).check_integrity(check);
+            let started = Instant::now();
+            let queue = b.open(&copy)?;
+            let reopen = started.elapsed();
+            let first = queue.dequeue()?.ok_or("no job after reopen")?;
+            let first_dequeue = started.elapsed();
+            let returned = queue.recovery().leases_returned;
+            drop(first);
+            drop(queue); // a clean close
+            let started = Instant::now();
+            let queue = b.open(&copy)?;
+            let clean_reopen = started.elapsed();
+            drop(queue);
+            std::fs::remove_file(&copy)?;
+            println!(
+                "| {} | {} | {enqueue_s:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {returned} | {:.0} |",
+                if quick_repair { "on" } else { "off" },
+                if check { "on" } else { "off" },
+                rss_kib as f64 / 1024.0,
+                file_bytes as f64 / (1 << 20) as f64,
+                reopen.as_secs_f64() * 1e3,
+                first_dequeue.as_secs_f64() * 1e3,
+                clean_reopen.as_secs_f64() * 1e3,
+            );
+        }
     }
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use redb::{Database, ReadableDatabase, ReadableTable, StorageBackend};
@@ -33,6 +33,10 @@ const APPLIED_RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 60 * 60
 /// redb's file header: a file shorter than this cannot be a database.
 const REDB_HEADER_BYTES: u64 = 320;
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+/// redb's "god byte" follows the magic number; its bit 2 is set while a writer has the file
+/// open and cleared by a clean close (redb's file format, `docs/design.md`).
+const REDB_GOD_BYTE_OFFSET: u64 = REDB_MAGIC.len() as u64;
+const REDB_RECOVERY_REQUIRED: u8 = 2;
 
 /// What [`Queue::prune`] removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -53,7 +57,10 @@ pub struct Recovery {
     pub leases_returned: u64,
     /// Leases of the previous process whose job had no attempts left: dead-lettered.
     pub leases_dead_lettered: u64,
-    /// Whether redb repaired the file (the previous process did not close it).
+    /// Whether the previous process did not close the file cleanly (it crashed or was
+    /// killed), so redb recovered it at open: a full repair, or with quick-repair the
+    /// allocator state its last commit saved. Always `false` for [`Builder::attach`] unless
+    /// redb's integrity check found and repaired damage there.
     pub repaired: bool,
     /// Whether the open created a new file.
     pub created: bool,
@@ -85,6 +92,7 @@ pub struct Builder {
     payload_bytes_max: usize,
     durability: Durability,
     quick_repair: bool,
+    check_integrity: bool,
     clock: Arc<dyn Clock>,
     on_repair: Option<Arc<dyn Fn(f64) + Send + Sync>>,
     retry: RetryPolicy,
@@ -101,6 +109,7 @@ impl fmt::Debug for Builder {
             .field("payload_bytes_max", &self.payload_bytes_max)
             .field("durability", &self.durability)
             .field("quick_repair", &self.quick_repair)
+            .field("check_integrity", &self.check_integrity)
             .field("clock", &self.clock)
             .field("retry", &self.retry)
             .field("applied_retention", &self.applied_retention)
@@ -118,6 +127,7 @@ impl Default for Builder {
             payload_bytes_max: 1 << 20,
             durability: Durability::Immediate,
             quick_repair: false,
+            check_integrity: true,
             clock: Arc::new(SystemClock),
             on_repair: None,
             retry: RetryPolicy::default(),
@@ -165,6 +175,10 @@ impl Builder {
     /// redb's quick-repair: every commit also saves the allocator state (a second fsync), so
     /// the open after a crash takes milliseconds instead of a full repair whose time grows
     /// with the file. Default off.
+    ///
+    /// The millisecond reopen needs [`Builder::check_integrity`]`(false)` as well: the
+    /// integrity check (on by default) verifies the whole file at every open, crash or not,
+    /// which is what a full repair costs.
     pub fn quick_repair(mut self, enabled: bool) -> Self {
         self.quick_repair = enabled;
         self
@@ -205,6 +219,34 @@ impl Builder {
         self
     }
 
+    /// Whether every open verifies the file with redb's integrity check; default **on**.
+    ///
+    /// With it on, the open verifies the checksum of every page of the committed trees and
+    /// rebuilds redb's allocator state (which free pages it may reuse) from them instead of
+    /// loading the copy saved in the file. A file damaged outside redb (a flaky disk or SD
+    /// card, a stray write, a bad copy) is then refused with `Error::Corrupted` at open. This
+    /// costs a read of the whole file at every open of an existing file: 50-75 ms per 100 MB
+    /// of queue file from the page cache on the development machine (the README's scale
+    /// table: 129-208 ms for 272 MiB), more from a cold disk. After a crash without
+    /// quick-repair, redb's own repair does the same work anyway, so the check adds nothing
+    /// there; with quick-repair it replaces the millisecond reopen.
+    ///
+    /// **What turning it off gives up**: a cleanly closed file, or with quick-repair any file,
+    /// is then trusted as redb saved it, and redb makes no promise for a file altered since.
+    /// Damage to its allocator state is not seen at open; the first commit that reuses a
+    /// damaged page can make redb panic inside its unwinding, which **aborts the process**
+    /// (no `catch_unwind`, leaseq's included, can stop that), at every start from then on.
+    /// Damage to table pages is still mostly reported as `Corrupted` when read. Turn it off
+    /// only for large files whose open time matters, on storage you trust.
+    ///
+    /// Applies to [`Builder::open`] and [`Builder::open_backend`]. [`Builder::attach`] runs
+    /// the same check on the caller's database ([`redb::Database::check_integrity`]) while it
+    /// is on.
+    pub fn check_integrity(mut self, enabled: bool) -> Self {
+        self.check_integrity = enabled;
+        self
+    }
+
     /// The time source; default [`SystemClock`]. Use a [`ManualClock`](crate::ManualClock) in
     /// tests.
     pub fn clock(mut self, clock: impl Clock) -> Self {
@@ -213,7 +255,9 @@ impl Builder {
     }
 
     /// Called during a repair at open with the progress in `[0.0, 1.0)`: a file that was not
-    /// closed cleanly needs one, and a large file takes seconds.
+    /// closed cleanly needs one, and a large file takes seconds. The integrity check
+    /// ([`Builder::check_integrity`]) runs as a repair pass, so with it on this is called at
+    /// every open of an existing file.
     pub fn on_repair(mut self, callback: impl Fn(f64) + Send + Sync + 'static) -> Self {
         self.on_repair = Some(Arc::new(callback));
         self
@@ -250,17 +294,15 @@ impl Builder {
         })
     }
 
-    fn redb_builder(&self, repaired: &Arc<AtomicBool>) -> redb::Builder {
+    fn redb_builder(&self) -> redb::Builder {
         let mut b = redb::Builder::new();
         b.set_cache_size(self.cache_bytes);
-        let repaired = repaired.clone();
-        let on_repair = self.on_repair.clone();
-        b.set_repair_callback(move |session| {
-            repaired.store(true, Ordering::SeqCst);
-            if let Some(cb) = &on_repair {
-                cb(session.progress());
-            }
-        });
+        // Verify instead of trusting the allocator state saved in the file: redb's plain open
+        // may panic on a file altered outside redb, and a panic in its unwinding aborts.
+        b.set_check_integrity_on_open(self.check_integrity);
+        if let Some(cb) = self.on_repair.clone() {
+            b.set_repair_callback(move |session| cb(session.progress()));
+        }
         b
     }
 
@@ -281,7 +323,9 @@ impl Builder {
     /// - `NotLeaseq` for a file that is not a redb database, or a redb database without
     ///   leaseq's tables (use [`Builder::attach`]); the file is left byte-identical;
     /// - `UnsupportedVersion` for a newer format, also leaving the file byte-identical;
-    /// - `Corrupted` if redb or leaseq finds damage (panics in redb are caught);
+    /// - `Corrupted` if redb or leaseq finds damage: with [`Builder::check_integrity`] on (the
+    ///   default), a page of the file's trees altered outside redb is found at open; panics in
+    ///   redb are caught;
     /// - `Io` or `Storage` for I/O failures.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Queue> {
         let path = path.as_ref();
@@ -305,9 +349,8 @@ impl Builder {
             }
             Ok(_) => {}
         }
-        check_header(path)?;
-        let repaired = Arc::new(AtomicBool::new(false));
-        let builder = self.redb_builder(&repaired);
+        let repaired = check_header(path)?;
+        let builder = self.redb_builder();
         let already_open = || Error::AlreadyOpen {
             path: path.to_path_buf(),
         };
@@ -350,7 +393,6 @@ impl Builder {
         let opened = guarded(|| builder.open(path).map_err(Error::from)).and_then(|db| {
             let db = DbBox::new(db);
             verify_format(&db.get().begin_read()?, path)?;
-            let repaired = repaired.load(Ordering::SeqCst);
             self.finish(db, cfg, Some(path.to_path_buf()), repaired, created)
         });
         match opened {
@@ -366,6 +408,11 @@ impl Builder {
     /// first write of the header can leave it unopenable (redb: "magic number mismatch");
     /// start such a backend afresh.
     ///
+    /// The integrity check ([`Builder::check_integrity`], on by default) runs as for a path,
+    /// so damage to the backend's bytes is refused with `Corrupted`. Unlike a path, a backend
+    /// gets no read-only look first: a backend holding a foreign or newer redb database is
+    /// refused, but redb's open (and the check's commit) may already have written to it.
+    ///
     /// # Errors
     /// As [`Builder::open`], without the path-based checks.
     pub fn open_backend(&self, backend: impl StorageBackend) -> Result<Queue> {
@@ -374,10 +421,17 @@ impl Builder {
 
     fn open_on_backend(&self, backend: impl StorageBackend) -> Result<Queue> {
         let cfg = self.config()?;
-        let empty = backend.len().map_err(Error::Io)? == 0;
-        let repaired = Arc::new(AtomicBool::new(false));
+        let len_bytes = backend.len().map_err(Error::Io)?;
+        let empty = len_bytes == 0;
+        let repaired = len_bytes >= REDB_HEADER_BYTES && {
+            let mut god = [0u8];
+            backend
+                .read(REDB_GOD_BYTE_OFFSET, &mut god)
+                .map_err(Error::Io)?;
+            god[0] & REDB_RECOVERY_REQUIRED != 0
+        };
         let db = guarded(|| {
-            self.redb_builder(&repaired)
+            self.redb_builder()
                 .create_with_backend(backend)
                 .map_err(Error::from)
         })?;
@@ -392,8 +446,7 @@ impl Builder {
             init_tables(db.get())?;
         }
         verify_format(&db.get().begin_read()?, Path::new("<backend>"))?;
-        let repaired = repaired.load(Ordering::SeqCst);
-        self.finish(db, cfg, None, repaired, blank)
+        self.finish(db, cfg, None, repaired && !blank, blank)
     }
 
     /// Adds leaseq's tables to the caller's own redb database (if they are not there yet) and
@@ -401,21 +454,35 @@ impl Builder {
     /// [`Queue::database`]. Leases found in the database are recovered as at open, so attach
     /// only a database this process alone writes.
     ///
+    /// The caller opened the database, so the caller's redb settings decided what that open
+    /// trusted; `cache_bytes`, `quick_repair` and `on_repair` do not apply here. With
+    /// [`Builder::check_integrity`] on (the default), attach first runs
+    /// [`redb::Database::check_integrity`], which verifies every page and rebuilds the
+    /// allocator state, so a file altered outside redb is refused with `Corrupted` before
+    /// leaseq's first commit. A plain `redb::Database::open` of a damaged file may already
+    /// have panicked in the caller's code: open it with
+    /// `redb::Builder::set_check_integrity_on_open(true)` (and then set
+    /// `check_integrity(false)` here, so the file is not verified twice).
+    ///
     /// # Errors
     /// `UnsupportedVersion` for leaseq tables of a newer format; `NotLeaseq` if a table named
-    /// `leaseq_*` exists with other types; `Storage` or `Corrupted` from redb.
+    /// `leaseq_*` exists with other types; `Corrupted` if the integrity check finds damage it
+    /// cannot repair; `Storage` (`TransactionInProgress`) if the check is on and the caller
+    /// still holds a transaction on `db`; `Storage` or `Corrupted` from redb otherwise.
     pub fn attach(&self, db: Database) -> Result<Queue> {
         guarded(|| self.attach_db(db))
     }
 
-    fn attach_db(&self, db: Database) -> Result<Queue> {
+    fn attach_db(&self, mut db: Database) -> Result<Queue> {
         let cfg = self.config()?;
+        // `Ok(false)`: damage was found and repaired (redb rebuilt what it could verify).
+        let repaired = self.check_integrity && !db.check_integrity()?;
         let db = DbBox::new(db);
         // Refuse a newer format or foreign `leaseq_*` tables before writing anything.
         precheck_attach(&db.get().begin_read()?)?;
         init_tables(db.get())?;
         verify_format(&db.get().begin_read()?, Path::new("<attached>"))?;
-        self.finish(db, cfg, None, false, false)
+        self.finish(db, cfg, None, repaired, false)
     }
 
     fn finish(
@@ -490,13 +557,17 @@ fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     })
 }
 
-/// Refuses files that cannot be redb databases before redb sees them.
-fn check_header(path: &Path) -> Result<()> {
+/// Refuses files that cannot be redb databases before redb sees them. Returns whether the
+/// file was left open by a writer (redb's recovery-required flag: not closed cleanly).
+fn check_header(path: &Path) -> Result<bool> {
     let mut file = fs::File::open(path)?;
     let len_bytes = file.metadata()?.len();
-    let mut magic = [0u8; REDB_MAGIC.len()];
-    let n = file.by_ref().take(magic.len() as u64).read(&mut magic)?;
-    if n == magic.len() && magic != REDB_MAGIC {
+    // The magic number and the god byte.
+    let mut head = Vec::with_capacity(REDB_MAGIC.len() + 1);
+    file.by_ref()
+        .take(REDB_MAGIC.len() as u64 + 1)
+        .read_to_end(&mut head)?;
+    if head.len() >= REDB_MAGIC.len() && head[..REDB_MAGIC.len()] != REDB_MAGIC {
         return Err(Error::NotLeaseq {
             path: path.to_path_buf(),
             detail: "no redb header".into(),
@@ -508,7 +579,7 @@ fn check_header(path: &Path) -> Result<()> {
             len_bytes,
         });
     }
-    Ok(())
+    Ok(head[REDB_GOD_BYTE_OFFSET as usize] & REDB_RECOVERY_REQUIRED != 0)
 }
 
 /// Checks that the snapshot holds leaseq's tables in a format this build reads.

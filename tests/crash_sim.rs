@@ -6,8 +6,10 @@
 //! first one; `LEASEQ_SIM_SEED=S` replays one seed and prints its op log. Prints exactly one
 //! line: `crash-sim: seeds=<N> crashes=<M> violations=<V>`.
 
+mod common;
 mod sim_model;
 
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -230,5 +232,276 @@ fn regression_ack_batch_with_a_stale_and_the_current_lease_of_one_job() {
         assert_eq!(q.job(id).unwrap(), None, "the current lease acked the job");
         assert!(matches!(leases[1].ack(), Err(Error::LeaseLost { .. })));
         assert!(q.check().unwrap().is_empty());
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Fuzz findings kept as regressions, and the committed seed corpus (fuzz/seeds/) replayed
+// ------------------------------------------------------------------------------------------
+
+/// The fuzz targets' committed seed corpus: one directory per target.
+fn seeds_dir(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/seeds")
+        .join(target)
+}
+
+/// The files of a seed directory, sorted by name (a directory with none is a broken checkout).
+fn seed_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no seed files in {}", dir.display());
+    files
+}
+
+/// The fuzz targets' settings for `run_bytes`.
+const FUZZ_SETTINGS: Settings = Settings {
+    min_steps: 0,
+    max_steps: 400,
+    full_check_every: 4,
+};
+
+/// The child side of the `open_corrupt` replays: runs each input file of the scenario's path
+/// (a file, or a directory of them) through `sim_model::corrupt::open_corrupt`, from the
+/// index the scenario names, one report per file. An abort ends the child mid-file, which the
+/// parent reports. Scenario `open_corrupt <start>`, or `open_corrupt-selftest <start>`, which
+/// aborts in its second file (the parent must report that), or `sweep <mode> 0`, which runs
+/// `close_written_sweep` opening as `mode` says.
+#[test]
+fn child_entry_open_corrupt() {
+    let Some((scenario, path)) = common::child_scenario() else {
+        return; // Only meaningful when re-executed by a parent test.
+    };
+    // leaseq catches redb's panics at its boundary; keep their messages out of the output.
+    std::panic::set_hook(Box::new(|_| {}));
+    let (mode, start) = scenario.rsplit_once(' ').unwrap();
+    let start: usize = start.parse().unwrap();
+    if let Some(open_mode) = mode.strip_prefix("sweep ") {
+        if start > 0 {
+            // Respawned after the sweep died: it is one case, already reported.
+            common::say("DONE");
+            common::ready_to_die();
+        }
+        common::say("START 0");
+        let outcome = match sim_model::corrupt::close_written_sweep(
+            open_mode.parse().unwrap(),
+            64,
+            29,
+            &[0x2E, 0xFF, 0x01, 0x80],
+        ) {
+            Ok(n) => format!("{n} images OK"),
+            Err(e) => e.replace('\n', " "),
+        };
+        common::say(format!("CASE 0 {mode}: {outcome}"));
+        common::say("DONE");
+        common::ready_to_die();
+    }
+    let files = if path.is_dir() {
+        seed_files(&path)
+    } else {
+        vec![path]
+    };
+    for (i, file) in files.iter().enumerate().skip(start) {
+        common::say(format!("START {i}"));
+        if mode == "open_corrupt-selftest" && i == 1 {
+            std::process::abort();
+        }
+        let data = std::fs::read(file).unwrap();
+        let outcome = match sim_model::corrupt::open_corrupt(&data) {
+            Ok(()) => "OK".to_string(),
+            Err(e) => e.replace('\n', " "),
+        };
+        common::say(format!("CASE {i} {} {outcome}", file.display()));
+    }
+    common::say("DONE");
+    common::ready_to_die();
+}
+
+/// Runs `sim_model::corrupt::open_corrupt` over the input file `path` (or every file of the
+/// directory `path`) in child processes (this test binary re-run), so that an abort of the
+/// process is reported against its input instead of killing the test binary; respawns past an
+/// input that killed its child. Returns one line per input: `<i> <file> OK`, or the failure.
+fn replay_open_corrupt_in_child(path: &Path, mode: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut start = 0;
+    loop {
+        let scenario = format!("{mode} {start}");
+        let mut child = common::ChildProc::spawn("child_entry_open_corrupt", &scenario, path);
+        let mut current = None;
+        let mut done = false;
+        while let Some(m) = child.next_message() {
+            if let Some(i) = m.strip_prefix("START ") {
+                current = Some(i.parse::<usize>().unwrap());
+            } else if let Some(rest) = m.strip_prefix("CASE ") {
+                lines.push(rest.to_string());
+                current = None;
+            } else if m == "DONE" {
+                done = true;
+                break;
+            } else {
+                panic!("unexpected message from the open_corrupt child: {m}");
+            }
+        }
+        let status = (0..200).find_map(|_| {
+            let s = child.exited();
+            if s.is_none() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            s
+        });
+        child.kill();
+        if done {
+            return lines;
+        }
+        let i = current.expect("the open_corrupt child died outside any input");
+        lines.push(format!("{i} ABORT: the process died ({status:?})"));
+        start = i + 1;
+    }
+}
+
+fn assert_all_ok(lines: &[String]) {
+    assert!(!lines.is_empty());
+    let bad: Vec<&String> = lines.iter().filter(|l| !l.ends_with(" OK")).collect();
+    assert!(bad.is_empty(), "{} input(s) failed:\n{bad:#?}", bad.len());
+}
+
+/// Found by the `open_corrupt` fuzz target (issue 14; input `YDFA8y58cGE=`, kept in
+/// `fuzz/seeds/open_corrupt/`): the cleanly closed base image on a `SimDisk` with one byte of
+/// redb's saved allocator state XORed. redb trusted that state at open; the next durable commit
+/// (an `ack_with`) tripped an assertion in its buddy allocator, leaseq caught the panic, and
+/// while it unwound a `Drop` inside redb panicked again on a poisoned mutex: a panic during
+/// unwinding aborts the process, which no `catch_unwind` can stop. Fixed by redb's integrity
+/// check at open, on by default (`Builder::check_integrity`). Run in a child process: an abort
+/// fails this test instead of killing the test binary.
+#[test]
+fn regression_issue14_clean_file_with_corrupt_allocator_state_never_aborts() {
+    if common::child_scenario().is_some() {
+        return;
+    }
+    let file = seeds_dir("open_corrupt").join("issue14-clean-allocator-state-abort");
+    let lines = replay_open_corrupt_in_child(&file, "open_corrupt");
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert_all_ok(&lines);
+}
+
+/// Every committed `open_corrupt` seed input runs clean: no panic crosses leaseq's API and the
+/// process never aborts (each replayed in a child process).
+#[test]
+fn fuzz_seed_corpus_open_corrupt_replays_clean() {
+    if common::child_scenario().is_some() {
+        return;
+    }
+    let dir = seeds_dir("open_corrupt");
+    let lines = replay_open_corrupt_in_child(&dir, "open_corrupt");
+    assert_eq!(lines.len(), seed_files(&dir).len(), "{lines:#?}");
+    assert_all_ok(&lines);
+}
+
+/// Issue 14, the whole kind: byte flips over the pages the clean close of the base image wrote
+/// (redb's saved allocator state and the system-table pages leading to it, which a plain open
+/// trusts), each image opened, checked, read, drained and written to, on a `SimDisk` with
+/// `open_backend` and from a file with `Queue::open`: no panic crosses leaseq's API and the
+/// process never aborts (run in a child process). With the integrity check off, the first
+/// such flips abort the process, as the fuzz target found.
+#[test]
+fn flips_in_the_allocator_state_of_a_clean_file_never_abort_or_panic() {
+    if common::child_scenario().is_some() {
+        return;
+    }
+    let pages = sim_model::corrupt::close_written_pages();
+    assert!(!pages.is_empty(), "the clean close wrote no page");
+    for mode in [0u8, 2] {
+        let lines = replay_open_corrupt_in_child(Path::new("."), &format!("sweep {mode}"));
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(
+            lines[0].ends_with("images OK"),
+            "pages {pages:?}: {lines:#?}"
+        );
+    }
+}
+
+/// The replay above can fail: a child that aborts inside an input is reported against that
+/// input, and the inputs after it still run.
+#[test]
+fn open_corrupt_child_replay_reports_an_abort() {
+    if common::child_scenario().is_some() {
+        return;
+    }
+    let dir = seeds_dir("open_corrupt");
+    let n = seed_files(&dir).len();
+    let lines = replay_open_corrupt_in_child(&dir, "open_corrupt-selftest");
+    assert!(
+        n >= 2,
+        "the self-test needs an input after the aborting one"
+    );
+    assert_eq!(lines.len(), n, "{lines:#?}");
+    assert!(lines[1].starts_with("1 ABORT"), "{lines:#?}");
+    assert_eq!(lines.iter().filter(|l| l.contains("ABORT")).count(), 1);
+}
+
+/// Every committed `crash_recovery` seed input runs clean: the queue agrees with the model.
+#[test]
+fn fuzz_seed_corpus_crash_recovery_replays_clean() {
+    let mut failed = Vec::new();
+    for file in seed_files(&seeds_dir("crash_recovery")) {
+        let data = std::fs::read(&file).unwrap();
+        let out = std::panic::catch_unwind(|| sim_model::run_bytes(&data, FUZZ_SETTINGS))
+            .unwrap_or_else(|_| Outcome {
+                violation: Some("PANIC out of the harness".into()),
+                ..Outcome::default()
+            });
+        if out.violation.is_some() {
+            failed.push(format!("{}:\n{}", file.display(), out.report()));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Issue 14, second finding: a false alarm of the harness, not a fault of the queue. The
+/// `crash_recovery` fuzz target stopped on an input (kept in `fuzz/seeds/crash_recovery/`) where
+/// a crash armed during a reopen stayed armed after the open returned; with
+/// `Durability::None` and a small cache, the periodic full check's reads made redb write cached
+/// pages of non-durable commits back to the file, the planned crash fired on one of those
+/// writes, `check()` rightly returned the I/O error, and the harness called that "queue
+/// disagrees with the model (no crash)". The harness now treats a crash inside a check as a
+/// crash between calls and compares the rebooted file with the model.
+///
+/// The fuzzer's input no longer reaches that point once the integrity check changed the I/O
+/// of every open, so this runs seed 2355, which does (found by
+/// `find_seeds_that_crash_inside_a_check`). The log assertion keeps the test meaningful: when a
+/// change of leaseq's I/O moves the crash elsewhere, it fails and names the search to run.
+#[test]
+fn regression_issue14_power_loss_inside_a_check_is_a_crash_not_a_violation() {
+    let out = run_caught(2355);
+    assert!(out.violation.is_none(), "{}", out.report());
+    assert!(
+        out.log
+            .iter()
+            .any(|l| l.contains("the planned crash hit the check's reads")),
+        "seed 2355 no longer crashes inside a check; pick another with \
+         `cargo test --features sim --test crash_sim -- --ignored find_seeds --nocapture`:\n{}",
+        out.report()
+    );
+}
+
+/// Lists the seeds whose planned crash fires inside the reads of a check (for the regression
+/// above). `LEASEQ_SIM_SEEDS` seeds from 0 (default 3000); about one in 3000 does.
+#[test]
+#[ignore = "a search, not a test"]
+fn find_seeds_that_crash_inside_a_check() {
+    let seeds = env_u64("LEASEQ_SIM_SEEDS").unwrap_or(3000);
+    for seed in 0..seeds {
+        let out = run_caught(seed);
+        if let Some(l) = out
+            .log
+            .iter()
+            .find(|l| l.contains("hit the check's reads") || l.contains("hit the reads of"))
+        {
+            println!("seed {seed}: {l} (violation: {:?})", out.violation);
+        }
     }
 }

@@ -197,6 +197,63 @@ pub fn meta_page_sweep(span: usize, xors: &[u8]) -> Result<usize, String> {
     Ok(opened)
 }
 
+/// redb's page size in the base images.
+pub const PAGE: usize = 4096;
+
+/// The pages the clean close of the base image wrote (those that differ between the image
+/// killed before the close and the cleanly closed one, redb's header page excluded): the
+/// allocator state redb saves at close and the system-table pages that lead to it, what a
+/// later open trusts without the integrity check.
+pub fn close_written_pages() -> Vec<usize> {
+    let (clean, killed) = base_images();
+    (1..clean.len().div_ceil(PAGE))
+        .filter(|&p| {
+            let page = |img: &[u8]| {
+                img.get(p * PAGE..((p + 1) * PAGE).min(img.len()))
+                    .map(<[u8]>::to_vec)
+            };
+            page(clean) != page(killed)
+        })
+        .collect()
+}
+
+/// Flips bytes of the pages the clean close wrote ([`close_written_pages`]) in the cleanly
+/// closed base image: each of the first `head` bytes of a page with every mask of `masks`,
+/// then every `stride`-th byte with one mask (taken in turn); opens each result as `mode` says
+/// (bit 1: on a `SimDisk` with `open_backend`, or from a file with `Queue::open`) and uses it.
+/// Returns the number of images opened; `Err` names the first panic that came through
+/// leaseq's API. (An abort kills the process: run this in a child process.)
+pub fn close_written_sweep(
+    mode: u8,
+    head: usize,
+    stride: usize,
+    masks: &[u8],
+) -> Result<usize, String> {
+    let clean = &base_images().0;
+    let pages = close_written_pages();
+    if pages.is_empty() || masks.is_empty() {
+        return Err("the sweep would test nothing".into());
+    }
+    let mut flips = Vec::new();
+    for &p in &pages {
+        let start = p * PAGE;
+        let end = ((p + 1) * PAGE).min(clean.len());
+        for off in start..(start + head).min(end) {
+            flips.extend(masks.iter().map(|&x| (off, x)));
+        }
+        for (k, off) in (start + head..end).step_by(stride.max(1)).enumerate() {
+            flips.push((off, masks[k % masks.len()]));
+        }
+    }
+    for &(off, x) in &flips {
+        let mut image = clean.clone();
+        image[off] ^= x;
+        open_image(mode & 2, image)
+            .map_err(|e| format!("page {}, byte {off} ^ {x:#04x}: {e}", off / PAGE))?;
+    }
+    Ok(flips.len())
+}
+
 /// Opens `image` (on a `SimDisk` if bit 1 of `mode` is clear, else from a file), then checks,
 /// reads, drains and writes to it.
 pub fn open_image(mode: u8, image: Vec<u8>) -> Result<(), String> {

@@ -522,10 +522,12 @@ impl Runner {
         while self.step < steps && !self.src.exhausted() {
             self.step += 1;
             self.one_step()?;
+            if !self.disk.is_crashed() && self.step.is_multiple_of(self.settings.full_check_every) {
+                self.full_check()?;
+            }
+            // A planned crash can hit an operation or the reads of a check.
             if self.disk.is_crashed() {
                 self.after_crash()?;
-            } else if self.step.is_multiple_of(self.settings.full_check_every) {
-                self.full_check()?;
             }
         }
         // Finish with a reopen of some kind, checked like every other.
@@ -554,13 +556,36 @@ impl Runner {
     }
 
     /// Compares the queue with every world; keeps those that agree.
+    ///
+    /// The check only reads, but a read can write: with `Durability::None` and a small cache,
+    /// redb writes cached pages of commits that are not durable yet back to the file to make
+    /// room. A planned crash (`crash_after`) can therefore fire inside the check, which then
+    /// sees I/O errors: that is a crash between calls, not a disagreement. The worlds are then
+    /// kept as they were, and the caller reboots from the crash image (`after_crash`), which is
+    /// compared with the model as after every crash.
     fn full_check(&mut self) -> Result<(), String> {
         let q = self.q();
+        let crashed_before = self.disk.is_crashed();
+        let results: Vec<Result<Model, Vec<String>>> = self
+            .worlds
+            .iter()
+            .map(|w| {
+                let mut m = w.m.clone();
+                compare(&q, &mut m).map(|()| m)
+            })
+            .collect();
+        if !crashed_before && self.disk.is_crashed() {
+            self.log("  ^ the planned crash hit the check's reads (a cache write-back)".into());
+            return Ok(());
+        }
         let mut first_diff = None;
         let mut kept = Vec::new();
-        for mut w in std::mem::take(&mut self.worlds) {
-            match compare(&q, &mut w.m) {
-                Ok(()) => kept.push(w),
+        for (mut w, r) in std::mem::take(&mut self.worlds).into_iter().zip(results) {
+            match r {
+                Ok(m) => {
+                    w.m = m;
+                    kept.push(w);
+                }
                 Err(d) => {
                     first_diff.get_or_insert(d);
                 }
@@ -1403,51 +1428,82 @@ impl Runner {
                 }
             }
         }
-        let mut matched: Vec<(&'static str, World)> = Vec::new();
-        let mut diffs = Vec::new();
-        let mut seen: Vec<Model> = Vec::new();
-        for (label, cand) in candidates {
-            if seen.contains(&cand) {
-                continue;
-            }
-            seen.push(cand.clone());
-            let mut m = cand.clone();
-            let (returned, dead) = m.recover(now);
-            let mut d = Vec::new();
-            if !two_opens && (rec.leases_returned, rec.leases_dead_lettered) != (returned, dead) {
-                d.push(format!(
-                    "recovery returned {} and dead-lettered {} leases, the model expects \
-                     {returned} and {dead}",
-                    rec.leases_returned, rec.leases_dead_lettered
-                ));
-            }
-            if d.is_empty()
-                && let Err(more) = compare(&q, &mut m)
-            {
-                d.extend(more);
-            }
-            if d.is_empty() {
-                // The state found is on the new disk, durable; the recovery commit may not be.
-                let mut before = cand;
-                let named: Vec<u64> = m
-                    .jobs
-                    .keys()
-                    .copied()
-                    .filter(|id| *id > before.max_id && *id < model::PENDING_BASE)
-                    .collect();
-                if before.pending().len() == named.len() {
-                    before.assign_ids(&named);
+        // Compares the reopened queue with every candidate: those that agree, and the first
+        // differences of the others.
+        let match_candidates = |q: &Queue, rec: leaseq::Recovery, two_opens: bool| {
+            let mut matched: Vec<(&'static str, World)> = Vec::new();
+            let mut diffs = Vec::new();
+            let mut seen: Vec<Model> = Vec::new();
+            for (label, cand) in candidates.iter().cloned() {
+                if seen.contains(&cand) {
+                    continue;
                 }
-                matched.push((
-                    label,
-                    World {
-                        hist: vec![before, m.clone()],
-                        m,
-                    },
-                ));
-            } else if diffs.len() < 3 {
-                diffs.push(format!("[{label}] {}", d.join("; ")));
+                seen.push(cand.clone());
+                let mut m = cand.clone();
+                let (returned, dead) = m.recover(now);
+                let mut d = Vec::new();
+                if !two_opens && (rec.leases_returned, rec.leases_dead_lettered) != (returned, dead)
+                {
+                    d.push(format!(
+                        "recovery returned {} and dead-lettered {} leases, the model expects \
+                         {returned} and {dead}",
+                        rec.leases_returned, rec.leases_dead_lettered
+                    ));
+                }
+                if d.is_empty()
+                    && let Err(more) = compare(q, &mut m)
+                {
+                    d.extend(more);
+                }
+                if d.is_empty() {
+                    // The state found is on the new disk, durable; the recovery commit may not be.
+                    let mut before = cand;
+                    let named: Vec<u64> = m
+                        .jobs
+                        .keys()
+                        .copied()
+                        .filter(|id| *id > before.max_id && *id < model::PENDING_BASE)
+                        .collect();
+                    if before.pending().len() == named.len() {
+                        before.assign_ids(&named);
+                    }
+                    matched.push((
+                        label,
+                        World {
+                            hist: vec![before, m.clone()],
+                            m,
+                        },
+                    ));
+                } else if diffs.len() < 3 {
+                    diffs.push(format!("[{label}] {}", d.join("; ")));
+                }
             }
+            (matched, diffs)
+        };
+        let crashed_at_open = self.disk.is_crashed();
+        let (mut matched, mut diffs) = match_candidates(&q, rec, two_opens);
+        let mut q = q;
+        // The comparison only reads, but a read can write back cached pages (see `full_check`):
+        // a crash still armed after the open can hit it. That is a crash during the recovery
+        // (the recovery commit may be lost): reopen from the crash image and compare again.
+        if !crashed_at_open && self.disk.is_crashed() {
+            self.log("  ^ the planned crash hit the reads of the comparison".to_string());
+            self.out.crashes += 1;
+            self.out.crashes_in_recovery += 1;
+            drop(q);
+            let image = self.disk.crash_image();
+            let s = self.fresh_disk_seed();
+            self.disk = SimDisk::from_image(image, s);
+            self.crash_armed = false;
+            q = self.open().map_err(|e| {
+                format!("reopen after a crash during the recovery comparison failed: {e}")
+            })?;
+            let rec = q.recovery();
+            self.log(format!(
+                "  open -> Ok (returned {}, dead-lettered {}, repaired {})",
+                rec.leases_returned, rec.leases_dead_lettered, rec.repaired
+            ));
+            (matched, diffs) = match_candidates(&q, rec, true);
         }
         if matched.is_empty() {
             return Err(format!(
