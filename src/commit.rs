@@ -638,6 +638,11 @@ impl Committer {
         self.state.lock().stats
     }
 
+    /// Unique per committer: which queue a lease came from.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// `CommitFailed` if a commit failed on this handle (redb refuses writes until reopened).
     pub(crate) fn check_not_poisoned(&self) -> Result<()> {
         match &self.state.lock().poisoned {

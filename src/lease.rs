@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use parking_lot::Mutex;
+
 use crate::error::{BoxError, Result};
 use crate::job::{Applied, JobId, JobState};
 use crate::queue::Queue;
@@ -25,12 +27,21 @@ use crate::store;
 /// fails: [`ack_with`](Lease::ack_with) whose closure fails gives the job back with the
 /// closure's error as its last error (see there).
 ///
+/// A lease holds its queue (and so keeps the file open) until a call on it ended its attempt
+/// (an ack, `ack_with`, nack or fail that succeeded, an `ack_with` whose closure failed) or
+/// found it lost (`LeaseLost`), or until it is dropped. From then on its calls are
+/// `LeaseLost` without reading the file.
+///
 /// An ack, nack, fail or extend that arrives after the deadline, but before any dequeue
 /// reclaimed the job, still succeeds: the token is still current and no other consumer has
 /// the job (as SQS accepts a `DeleteMessage` for a message not yet received again).
 #[must_use = "a lease that is not acked is delivered again when it expires"]
 pub struct Lease {
-    pub(crate) queue: Queue,
+    /// The queue, while this delivery's attempt may still be open through this lease; `None`
+    /// once a call ended it or found it lost, so an ended lease does not hold the file open.
+    pub(crate) queue: Mutex<Option<Queue>>,
+    /// The id of the queue's committer: which queue the lease is from, ended or not.
+    pub(crate) owner: u64,
     pub(crate) id: u64,
     pub(crate) token: u64,
     pub(crate) attempt: u32,
@@ -89,6 +100,26 @@ impl Lease {
         [(self.id, self.token)]
     }
 
+    /// The queue, while this lease's attempt may still be open; `LeaseLost` once it ended.
+    fn queue(&self) -> Result<Queue> {
+        self.queue.lock().clone().ok_or(crate::Error::LeaseLost {
+            job_id: JobId(self.id),
+            token: self.token,
+        })
+    }
+
+    /// After a call that may end the attempt: if `outcome` says it ended (or was lost), lets
+    /// go of the queue. A refusal or a storage error keeps it: the attempt may be open.
+    pub(crate) fn settle<T>(&self, outcome: &Result<T>) {
+        let ended = matches!(
+            outcome,
+            Ok(_) | Err(crate::Error::LeaseLost { .. } | crate::Error::Effect(_))
+        );
+        if ended {
+            *self.queue.lock() = None;
+        }
+    }
+
     /// Acks the job: removes it (and releases its dedup key). One durable commit.
     ///
     /// This is the at-least-once ack: if the work had effects, a crash between them and this
@@ -100,9 +131,11 @@ impl Lease {
     /// closure; `CommitFailed` or `Storage` from the storage engine. The lease stays current
     /// after every error but `LeaseLost` (and a `CommitFailed` whose commit did land).
     pub fn ack(&self) -> Result<()> {
-        let key = self.key();
-        let now_ms = self.queue.now_ms();
-        single(self.queue.run(&mut |ctx| store::ack(ctx, &key, now_ms))?)
+        let (key, q) = (self.key(), self.queue()?);
+        let now_ms = q.now_ms();
+        let r = single(q.run(&mut |ctx| store::ack(ctx, &key, now_ms))?);
+        self.settle(&r);
+        r
     }
 
     /// Acks this job and leases the next available one in the same commit: a worker loop
@@ -112,15 +145,16 @@ impl Lease {
     /// # Errors
     /// As [`Lease::ack`] (a refused ack leases nothing) and [`Queue::dequeue`].
     pub fn ack_and_next(&self) -> Result<Option<Lease>> {
-        let key = self.key();
-        let (now_ms, cfg) = (self.queue.now_ms(), self.queue.config());
-        let next = self.queue.run(&mut |ctx| {
+        let (key, q) = (self.key(), self.queue()?);
+        let (now_ms, cfg) = (q.now_ms(), q.config());
+        let next = q.run(&mut |ctx| {
             if let Err(e) = single(store::ack(ctx, &key, now_ms)?) {
                 return Ok(Err(e));
             }
             Ok(Ok(store::dequeue(ctx, &cfg, now_ms, 1)?))
-        })??;
-        Ok(next.into_iter().next().map(|l| self.queue.lease(l)))
+        })?;
+        self.settle(&next);
+        Ok(next?.into_iter().next().map(|l| q.lease(l)))
     }
 
     /// Acks the job and applies its effect in one redb write transaction: the closure's writes
@@ -148,10 +182,11 @@ impl Lease {
     where
         F: FnMut(&redb::WriteTransaction) -> std::result::Result<(), BoxError>,
     {
-        let (applied, _) = self
-            .queue
-            .ack_with_keys(&self.key(), &mut |tx, _| effect(tx), false)?;
-        single(applied)
+        let q = self.queue()?;
+        let (applied, _) = q.ack_with_keys(&self.key(), &mut |tx, _| effect(tx), false)?;
+        let r = single(applied);
+        self.settle(&r);
+        r
     }
 
     /// [`Lease::ack_with`] and the next dequeue in one commit: the effect, the marker, the
@@ -165,14 +200,11 @@ impl Lease {
     where
         F: FnMut(&redb::WriteTransaction) -> std::result::Result<(), BoxError>,
     {
-        let (applied, next) =
-            self.queue
-                .ack_with_keys(&self.key(), &mut |tx, _| effect(tx), true)?;
-        let applied = single(applied)?;
-        Ok((
-            applied,
-            next.into_iter().next().map(|l| self.queue.lease(l)),
-        ))
+        let q = self.queue()?;
+        let (applied, next) = q.ack_with_keys(&self.key(), &mut |tx, _| effect(tx), true)?;
+        let applied = single(applied);
+        self.settle(&applied);
+        Ok((applied?, next.into_iter().next().map(|l| q.lease(l))))
     }
 
     /// Gives the job back, recording `reason` as its last error: due after the queue's
@@ -202,10 +234,11 @@ impl Lease {
     }
 
     fn give_back(&self, reason: &str, backoff_ms: Option<u64>) -> Result<JobState> {
-        let key = (self.id, self.token);
-        let (now_ms, cfg) = (self.queue.now_ms(), self.queue.config());
-        self.queue
-            .run(&mut |ctx| store::nack(ctx, &cfg, key, now_ms, backoff_ms, reason))?
+        let (key, q) = ((self.id, self.token), self.queue()?);
+        let (now_ms, cfg) = (q.now_ms(), q.config());
+        let r = q.run(&mut |ctx| store::nack(ctx, &cfg, key, now_ms, backoff_ms, reason))?;
+        self.settle(&r);
+        r
     }
 
     /// Moves the job to the dead-letter state now, with `reason` (kept up to 4096 bytes, cut
@@ -214,9 +247,11 @@ impl Lease {
     /// # Errors
     /// As [`Lease::ack`].
     pub fn fail(&self, reason: &str) -> Result<()> {
-        let (key, now_ms) = (self.key()[0], self.queue.now_ms());
-        self.queue
-            .run(&mut |ctx| store::fail(ctx, key, now_ms, reason))?
+        let (key, q) = (self.key()[0], self.queue()?);
+        let now_ms = q.now_ms();
+        let r = q.run(&mut |ctx| store::fail(ctx, key, now_ms, reason))?;
+        self.settle(&r);
+        r
     }
 
     /// Sets the deadline to now + `by` (never added to the old deadline), as SQS's
@@ -228,11 +263,15 @@ impl Lease {
     /// `InvalidOption` for a zero or too long `by` (nothing written, the lease stays
     /// current); otherwise as [`Lease::ack`].
     pub fn extend(&mut self, by: Duration) -> Result<()> {
-        let (id, token) = (self.id, self.token);
-        let now_ms = self.queue.now_ms();
-        self.deadline_ms = self
-            .queue
-            .run(&mut |ctx| store::extend(ctx, id, token, now_ms, by))??;
+        // The option first, as for a lease still held: a bad one is refused the same way.
+        store::lease_ms_checked("extend", by)?;
+        let (id, token, q) = (self.id, self.token, self.queue()?);
+        let now_ms = q.now_ms();
+        let r = q.run(&mut |ctx| store::extend(ctx, id, token, now_ms, by))?;
+        if matches!(r, Err(crate::Error::LeaseLost { .. })) {
+            self.settle(&r);
+        }
+        self.deadline_ms = r?;
         Ok(())
     }
 }

@@ -941,7 +941,8 @@ impl Queue {
 
     pub(crate) fn lease(&self, l: store::Leased) -> Lease {
         Lease {
-            queue: self.clone(),
+            queue: parking_lot::Mutex::new(Some(self.clone())),
+            owner: self.inner.committer.id(),
             id: l.id,
             token: l.token,
             attempt: l.attempt,
@@ -973,7 +974,9 @@ impl Queue {
     pub fn ack_batch(&self, leases: &[Lease]) -> Result<Vec<Result<()>>> {
         let keys = self.batch_keys(leases)?;
         let now_ms = self.now_ms();
-        self.run(&mut |ctx| store::ack(ctx, &keys, now_ms))
+        let out = self.run(&mut |ctx| store::ack(ctx, &keys, now_ms))?;
+        leases.iter().zip(&out).for_each(|(l, r)| l.settle(r));
+        Ok(out)
     }
 
     /// [`Lease::ack_with`] for many leases in one transaction and one commit: for each current
@@ -995,6 +998,7 @@ impl Queue {
     {
         let keys = self.batch_keys(leases)?;
         let (applied, _) = self.ack_with_keys(&keys, &mut |tx, i| effect(tx, &leases[i]), false)?;
+        leases.iter().zip(&applied).for_each(|(l, r)| l.settle(r));
         Ok(applied)
     }
 
@@ -1063,10 +1067,7 @@ impl Queue {
         if leases.len() > crate::BATCH_MAX {
             return Err(batch_too_large("leases"));
         }
-        if leases
-            .iter()
-            .any(|l| !Arc::ptr_eq(&l.queue.inner, &self.inner))
-        {
+        if leases.iter().any(|l| l.owner != self.inner.committer.id()) {
             return Err(Error::invalid_option("leases", "a lease of another queue"));
         }
         Ok(leases.iter().map(|l| (l.id, l.token)).collect())

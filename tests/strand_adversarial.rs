@@ -1136,24 +1136,26 @@ fn a_clock_jump_past_a_lease_deadline_wakes_the_consumer() {
 // What a new user trips over
 // ---------------------------------------------------------------------------------------
 
-/// Lease calls borrow now: after `ack_batch(&leases)` the leases are still alive, and each
-/// keeps the queue (and its file lock) open. A program that acks, drops its queue handle and
-/// reopens the file gets `AlreadyOpen` until it also drops the acked leases. Documented
-/// ("A lease keeps its queue's file open until it is dropped"), kept here as the behaviour a
-/// fix must decide on deliberately.
+/// Lease calls borrow: after `ack_batch(&leases)` the leases are still alive. An ended lease
+/// (acked, given back, failed, or found lost) lets go of its queue, so a program that acks,
+/// drops its queue handle and reopens the file gets it; a lease still open keeps the file
+/// open, by design (its holder may still end the attempt).
 #[test]
-fn acked_leases_keep_the_file_open_until_dropped() {
+fn ended_leases_let_go_of_the_file_open_ones_keep_it() {
     let f = Fixture::new();
     let q = f.open();
-    enqueue_n(&q, 3, EnqueueOptions::default());
+    enqueue_n(&q, 4, EnqueueOptions::default());
     let leases = q.dequeue_batch(3).unwrap();
     all_ok(q.ack_batch(&leases).unwrap());
+    let open = q.dequeue().unwrap().unwrap();
     drop(q);
     assert!(matches!(
         f.builder().open(&f.path),
         Err(Error::AlreadyOpen { .. })
     ));
-    drop(leases);
+    assert!(matches!(leases[0].ack(), Err(Error::LeaseLost { .. })));
+    open.ack().unwrap();
     let q = f.open();
     assert!(q.is_empty().unwrap());
+    drop(leases);
 }
