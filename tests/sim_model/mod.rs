@@ -657,10 +657,12 @@ impl Runner {
             }
             76..77 => self.op_requeue_dead(),
             77..78 => self.op_remove(),
-            78..91 => {
+            78..89 => {
                 self.op_clock();
                 Ok(())
             }
+            89 => self.op_prune(),
+            90 => self.op_compact(),
             91..95 => {
                 if !self.crash_armed {
                     let n = self.src.below(48);
@@ -689,6 +691,47 @@ impl Runner {
     }
 
     /// `flush`: an empty durable commit; changes nothing the model sees.
+    /// `prune`: with the default retentions (7 days for markers, dead jobs kept) and no dedup
+    /// windows in these workloads, nothing is due: it must remove nothing and change nothing.
+    fn op_prune(&mut self) -> Result<(), String> {
+        match self.q().prune() {
+            Ok(p) => {
+                self.log(format!("prune -> Ok {p:?}"));
+                if p != leaseq::Pruned::default() && !self.disk.is_crashed() {
+                    return Err(format!("prune removed {p:?}; nothing was due"));
+                }
+            }
+            Err(e) => {
+                self.log(format!("prune -> Err {}", fmt_err(&e)));
+                if !self.disk.is_crashed() {
+                    return Err(format!("prune failed without a crash: {e}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `compact`: the held leases are dropped first (it needs the queue alone; the jobs stay
+    /// leased). It changes no job, whether it completes or power fails inside it.
+    fn op_compact(&mut self) -> Result<(), String> {
+        let held = self.leases.len();
+        self.leases.clear();
+        let r = match self.queue.as_mut() {
+            Some(q) => q.compact(),
+            None => return Ok(()),
+        };
+        match r {
+            Ok(done) => self.log(format!("compact (dropped {held} leases) -> Ok {done}")),
+            Err(e) => {
+                self.log(format!("compact (dropped {held} leases) -> Err {}", fmt_err(&e)));
+                if !self.disk.is_crashed() {
+                    return Err(format!("compact failed without a crash: {e}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn op_flush(&mut self) -> Result<(), String> {
         match self.q().flush() {
             Ok(()) => {
