@@ -5,7 +5,7 @@
 //! public API on a [`SimDisk`]: enqueues (single and batch, with every option, some invalid on
 //! purpose), dequeues (single and batch), acks, `ack_with` effects on a caller table (single,
 //! batch, `ack_and_next`, `ack_with_and_next`, effects that fail after writing), nacks, extends,
-//! fails, `requeue_dead`, `remove`, `flush`, clock steps (also backwards), clean reopens, process
+//! fails, `requeue_dead`, `remove`, `prune`, `compact`, `flush`, clock steps (also backwards), clean reopens, process
 //! kills, power cuts between calls, and crashes at a random I/O call (`crash_after`), sometimes a
 //! second one during the recovery open. One seed in six runs with `Durability::None`.
 //!
