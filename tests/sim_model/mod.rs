@@ -5,9 +5,9 @@
 //! public API on a [`SimDisk`]: enqueues (single and batch, with every option, some invalid on
 //! purpose), dequeues (single and batch), acks, `ack_with` effects on a caller table (single,
 //! batch, `ack_and_next`, `ack_with_and_next`, effects that fail after writing), nacks, extends,
-//! fails, `requeue_dead`, `remove`, `prune`, `compact`, `flush`, clock steps (also backwards), clean reopens, process
-//! kills, power cuts between calls, and crashes at a random I/O call (`crash_after`), sometimes a
-//! second one during the recovery open. One seed in six runs with `Durability::None`.
+//! fails, `requeue_dead`, `remove`, `prune`, `compact`, `flush`, clock steps (also backwards),
+//! clean reopens, process kills, power cuts between calls, and crashes at a random I/O call
+//! (`crash_after`), sometimes a second one during the recovery open. One seed in six runs with `Durability::None`.
 //!
 //! A [`model::Model`] tracks what each `Ok` promised; every answer is checked against it, and
 //! every few calls and after every reopen the whole queue (every job, the stats, the applied-ids
@@ -723,7 +723,10 @@ impl Runner {
         match r {
             Ok(done) => self.log(format!("compact (dropped {held} leases) -> Ok {done}")),
             Err(e) => {
-                self.log(format!("compact (dropped {held} leases) -> Err {}", fmt_err(&e)));
+                self.log(format!(
+                    "compact (dropped {held} leases) -> Err {}",
+                    fmt_err(&e)
+                ));
                 if !self.disk.is_crashed() {
                     return Err(format!("compact failed without a crash: {e}"));
                 }
