@@ -1742,6 +1742,36 @@ pub(crate) fn is_applied(rtx: &ReadTransaction, key: &[u8]) -> Result<bool> {
         .is_some())
 }
 
+/// Checks that `table` (key → time) and its time index (time, key) agree both ways, reporting
+/// what disagrees through `v`.
+fn check_time_index(
+    table: &ReadOnlyTable<&'static [u8], u64>,
+    index: &ReadOnlyTable<(u64, &'static [u8]), ()>,
+    what: &str,
+    v: &mut dyn FnMut(Option<u64>, String),
+) -> Result<()> {
+    for e in table.iter()? {
+        let (k, at) = e?;
+        if index.get((at.value(), k.value()))?.is_none() {
+            v(
+                None,
+                format!("{what} at {} missing from its time index", at.value()),
+            );
+        }
+    }
+    for e in index.iter()? {
+        let entry = e?.0;
+        let (at, k) = entry.value();
+        if table.get(k)?.map(|g| g.value()) != Some(at) {
+            v(
+                None,
+                format!("{what} time index entry at {at} without its entry"),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// One broken invariant found by [`Queue::check`](crate::Queue::check).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -1925,28 +1955,11 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
     // Applied markers: only caller keys, each in the time index under its kept_since_ms, and
     // the time index names only markers.
     for e in applied.iter()? {
-        let (k, at) = e?;
-        let (k, at) = (k.value(), at.value());
-        if k.first() != Some(&1) {
+        if e?.0.value().first() != Some(&1) {
             v(None, "an applied marker that is not a caller key's".into());
         }
-        if by_time.get((at, k))?.is_none() {
-            v(
-                None,
-                format!("applied marker (kept since {at}) missing from the time index"),
-            );
-        }
     }
-    for e in by_time.iter()? {
-        let entry = e?.0;
-        let (at, k) = entry.value();
-        if applied.get(k)?.map(|g| g.value()) != Some(at) {
-            v(
-                None,
-                format!("time index entry at {at} without its applied marker"),
-            );
-        }
-    }
+    check_time_index(&applied, &by_time, "applied marker", &mut v)?;
     let quarantine = quarantine_table(&rtx)?;
     // Each carrier entry names a live (or quarantined) job that carries that key.
     for e in idem.iter()? {
@@ -1989,30 +2002,11 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
             ),
         );
     }
+    check_time_index(&windows, &expiry, "dedup window", &mut v)?;
     for e in windows.iter()? {
-        let (k, end_ms) = e?;
-        let (k, end_ms) = (k.value(), end_ms.value());
-        if expiry.get((end_ms, k))?.is_none() {
-            v(
-                None,
-                format!("dedup window ending {end_ms} missing from its expiry index"),
-            );
-        }
-        if dedup.get(k)?.is_none() {
-            v(
-                None,
-                format!("dedup window ending {end_ms} without a holder"),
-            );
-        }
-    }
-    for e in expiry.iter()? {
-        let entry = e?.0;
-        let (end_ms, k) = entry.value();
-        if windows.get(k)?.map(|g| g.value()) != Some(end_ms) {
-            v(
-                None,
-                format!("dedup expiry entry at {end_ms} without its window"),
-            );
+        let k = e?.0;
+        if dedup.get(k.value())?.is_none() {
+            v(None, "a dedup window without a holder".into());
         }
     }
     for e in dedup.iter()? {
