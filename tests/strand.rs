@@ -10,14 +10,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, LEASE, T0_MS, all_ok, assert_consistent, bump, effects};
+use common::{
+    Fixture, LEASE, T0_MS, all_ok, assert_consistent, bump, effects, flip_record_byte,
+    overwrite_record,
+};
 use leaseq::{
     Applied, Clock, EnqueueOptions, Enqueued, Error, JobId, JobState, Lease, ManualClock, Queue,
 };
 use redb::TableDefinition;
 
 /// leaseq's own tables, written behind its back to plant damage (as a flaky disk would).
-const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("leaseq_jobs");
 const READY: TableDefinition<(u32, u64, u64), ()> = TableDefinition::new("leaseq_ready");
 
 fn ms(n: u64) -> Duration {
@@ -32,31 +34,6 @@ fn enqueue_n(q: &Queue, n: usize, opts: EnqueueOptions) -> Vec<JobId> {
                 .id()
         })
         .collect()
-}
-
-/// Replaces the stored record of job `id` with `bytes` through the shared database.
-fn overwrite_record(q: &Queue, id: JobId, bytes: &[u8]) {
-    let tx = q.database().begin_write().unwrap();
-    tx.open_table(JOBS).unwrap().insert(id.0, bytes).unwrap();
-    tx.commit().unwrap();
-}
-
-/// Flips one byte of job `id`'s stored record (at `at`, modulo its length).
-fn flip_record_byte(q: &Queue, id: JobId, at: usize, xor: u8) -> Vec<u8> {
-    use redb::ReadableDatabase;
-    let mut bytes = {
-        let rtx = q.database().begin_read().unwrap();
-        let t = rtx.open_table(JOBS).unwrap();
-        t.get(id.0)
-            .unwrap()
-            .expect("the job's row")
-            .value()
-            .to_vec()
-    };
-    let at = at % bytes.len();
-    bytes[at] ^= xor.max(1);
-    overwrite_record(q, id, &bytes);
-    bytes
 }
 
 // ---------------------------------------------------------------------------------------

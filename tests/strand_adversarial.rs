@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, LEASE, T0_MS, all_ok, assert_consistent, bump, effects};
+use common::{Fixture, LEASE, T0_MS, all_ok, assert_consistent, bump, effects, overwrite_record};
 use leaseq::{
     Applied, EnqueueOptions, Enqueued, Error, JobId, JobState, Lease, ManualClock, Queue,
 };
@@ -45,13 +45,6 @@ fn plant(q: &Queue, f: impl FnOnce(&redb::WriteTransaction)) {
     let tx = q.database().begin_write().unwrap();
     f(&tx);
     tx.commit().unwrap();
-}
-
-/// Replaces the stored record of job `id` with `bytes`.
-fn overwrite_record(q: &Queue, id: JobId, bytes: &[u8]) {
-    plant(q, |tx| {
-        tx.open_table(JOBS).unwrap().insert(id.0, bytes).unwrap();
-    });
 }
 
 const GARBAGE: &[u8] = b"\x01not a leaseq record, just bytes";

@@ -8,14 +8,13 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{Fixture, T0_MS, all_ok, assert_consistent, bump};
+use common::{Fixture, T0_MS, all_ok, assert_consistent, bump, flip_record_byte};
 use leaseq::{
     Applied, EnqueueOptions, Enqueued, Error, JobId, JobInfo, JobState, Queue, RetryPolicy,
 };
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 /// leaseq's own tables, written behind its back to plant damage or an older format.
-const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("leaseq_jobs");
 const DEAD: TableDefinition<u64, ()> = TableDefinition::new("leaseq_dead");
 const APPLIED: TableDefinition<&[u8], u64> = TableDefinition::new("leaseq_applied");
 const APPLIED_BY_TIME: TableDefinition<(u64, &[u8]), ()> =
@@ -40,27 +39,6 @@ fn retained(f: &Fixture, retention: Duration) -> Queue {
         .applied_retention(Some(retention))
         .open(&f.path)
         .unwrap()
-}
-
-/// Flips one byte of job `id`'s stored record through the shared database.
-fn flip_record_byte(q: &Queue, id: JobId, at: usize) {
-    let mut bytes = {
-        let rtx = q.database().begin_read().unwrap();
-        let t = rtx.open_table(JOBS).unwrap();
-        t.get(id.0)
-            .unwrap()
-            .expect("the job's row")
-            .value()
-            .to_vec()
-    };
-    let at = at % bytes.len();
-    bytes[at] ^= 0x5A;
-    let tx = q.database().begin_write().unwrap();
-    tx.open_table(JOBS)
-        .unwrap()
-        .insert(id.0, bytes.as_slice())
-        .unwrap();
-    tx.commit().unwrap();
 }
 
 /// Every job in `state`, page by page; panics on a repeated id.
@@ -268,7 +246,7 @@ fn markers_follow_their_carriers_through_every_path() {
         }
     }
     drop(taken);
-    flip_record_byte(&q, qq, 3);
+    flip_record_byte(&q, qq, 3, 0x5A);
     f.clock.advance(ms(11));
     assert_eq!(q.prune().unwrap().applied, 1, "only X is uncarried");
     assert!(!q.is_applied("X").unwrap());
@@ -536,7 +514,7 @@ fn payload_of_a_quarantined_job_is_corrupted() {
         .enqueue(b"precious", EnqueueOptions::default())
         .unwrap()
         .id();
-    flip_record_byte(&q, id, 5);
+    flip_record_byte(&q, id, 5, 0x5A);
     assert!(matches!(q.payload(id), Err(Error::Corrupted { .. })));
     assert!(q.dequeue().unwrap().is_none());
     assert_eq!(q.stats().unwrap().quarantined, 1);
@@ -563,7 +541,7 @@ fn dead_letter_tools_on_damaged_data() {
         let (dead, _) = all_pages(&q, JobState::Dead, 10);
         assert_eq!(dead.len(), 5);
         let ids: Vec<JobId> = dead.iter().map(|j| j.id).collect();
-        flip_record_byte(&q, ids[2], 4);
+        flip_record_byte(&q, ids[2], 4, 0x5A);
         {
             let tx = q.database().begin_write().unwrap();
             tx.open_table(DEAD).unwrap().insert(999_999, ()).unwrap();
@@ -661,8 +639,8 @@ fn upgrade_of_a_format_1_file_with_damaged_rows() {
         let j_leased = q.enqueue(b"held", keyed("K4")).unwrap().id();
         let held = q.dequeue_batch(3).unwrap();
         assert_eq!(held.len(), 3);
-        flip_record_byte(&q, j_bad, 7);
-        flip_record_byte(&q, j_leased, 7);
+        flip_record_byte(&q, j_bad, 7, 0x5A);
+        flip_record_byte(&q, j_leased, 7, 0x5A);
         drop(held); // still leased in the file: the next open recovers it
         drop(q);
         (j_good, j_bad, j_leased, acked)

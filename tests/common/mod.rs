@@ -199,3 +199,33 @@ pub fn all_ok<T: std::fmt::Debug>(outcomes: Vec<leaseq::Result<T>>) -> Vec<T> {
         .map(|(i, r)| r.unwrap_or_else(|e| panic!("lease {i} of the batch: {e}")))
         .collect()
 }
+
+/// leaseq's job table, written behind its back by tests that plant damage (as a flaky disk
+/// would).
+pub const JOBS_TABLE: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("leaseq_jobs");
+
+/// Replaces the stored record of job `id` with `bytes` through the shared database.
+pub fn overwrite_record(q: &Queue, id: leaseq::JobId, bytes: &[u8]) {
+    let tx = q.database().begin_write().unwrap();
+    tx.open_table(JOBS_TABLE)
+        .unwrap()
+        .insert(id.0, bytes)
+        .unwrap();
+    tx.commit().unwrap();
+}
+
+/// XORs one byte of job `id`'s stored record (at `at`, modulo its length) with `xor` (0 taken
+/// as 1); returns the damaged bytes.
+pub fn flip_record_byte(q: &Queue, id: leaseq::JobId, at: usize, xor: u8) -> Vec<u8> {
+    use redb::ReadableDatabase;
+    let mut bytes = {
+        let rtx = q.database().begin_read().unwrap();
+        let t = rtx.open_table(JOBS_TABLE).unwrap();
+        let row = t.get(id.0).unwrap().expect("the job's row");
+        row.value().to_vec()
+    };
+    let at = at % bytes.len();
+    bytes[at] ^= xor.max(1);
+    overwrite_record(q, id, &bytes);
+    bytes
+}
