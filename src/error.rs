@@ -91,7 +91,7 @@ pub enum Error {
     },
     /// The lease token is no longer current: the job was redelivered (its lease expired and a
     /// later dequeue took it), acked, nacked, failed, or recovered by a reopen. The fencing
-    /// token check of DESIGN §1.4. Nothing was changed.
+    /// token check. Nothing was changed.
     #[error("lease lost: job {job_id} with token {token} is no longer leased under that token")]
     LeaseLost {
         /// The job the lease was for.

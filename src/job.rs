@@ -3,7 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-/// A job's id: unique in its file, assigned at enqueue, increasing, never reused.
+/// A job's id: unique in its file, assigned at enqueue, increasing, never reused. Not dense:
+/// ids are reserved in blocks of 1,024, and a reopen skips the rest of a block, so an id is no
+/// count of jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct JobId(pub u64);
 
@@ -13,7 +15,7 @@ impl fmt::Display for JobId {
     }
 }
 
-/// The state a job is in. A job is in exactly one state (DESIGN §2):
+/// The state a job is in. A job is in exactly one state:
 ///
 /// ```text
 /// enqueue ──► Scheduled (delay) ──due──► Ready ──dequeue──► Leased

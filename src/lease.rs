@@ -86,7 +86,8 @@ impl Lease {
         self.attempt
     }
 
-    /// The fencing token of this delivery (unique in the file, increasing).
+    /// The fencing token of this delivery (unique in the file, increasing; not dense: tokens
+    /// are reserved in blocks, and a reopen skips the rest of one).
     pub fn token(&self) -> u64 {
         self.token
     }
@@ -162,7 +163,7 @@ impl Lease {
     /// applied-ids marker for the job's idempotency key, and the ack commit together or not at
     /// all. If the key is already applied (an earlier delivery, or another job with the same
     /// key, committed its effect), the closure does not run and the job is acked:
-    /// [`Applied::AlreadyApplied`]. This is the exactly-once effect of DESIGN §1.3.
+    /// [`Applied::AlreadyApplied`]. This is leaseq's exactly-once effect.
     ///
     /// The closure may run more than once (when a concurrent operation in the same group
     /// commit fails, the group is replayed) and must only touch the transaction. It must not

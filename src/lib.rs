@@ -65,7 +65,10 @@ use std::time::Duration;
 pub use clock::{Clock, ClockWaker, ManualClock, SystemClock};
 pub use commit::{CommitStats, Durability};
 pub use error::{BoxError, Error, Result};
-pub use job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Quarantined, Stats};
+pub use job::{
+    Applied, EnqueueOptions, Enqueued, JobCursor, JobId, JobInfo, JobPage, JobState, Quarantined,
+    Stats,
+};
 pub use lease::Lease;
 pub use queue::{Builder, Pruned, Queue, Recovery};
 pub use retry::RetryPolicy;

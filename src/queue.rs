@@ -53,9 +53,10 @@ pub struct Pruned {
 /// What the open found and did before returning the queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recovery {
-    /// Leases of the previous process put back to ready.
+    /// Leases found in the file at open (their holder closed the file or exited without
+    /// ending them) put back to ready.
     pub leases_returned: u64,
-    /// Leases of the previous process whose job had no attempts left: dead-lettered.
+    /// Leases found in the file at open whose job had no attempts left: dead-lettered.
     pub leases_dead_lettered: u64,
     /// Whether the previous process did not close the file cleanly (it crashed or was
     /// killed), so redb recovered it at open: a full repair, or with quick-repair the

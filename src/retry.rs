@@ -88,7 +88,7 @@ impl RetryPolicy {
     }
 
     /// Adds up to `percent` % (0 to 100, checked where the policy is set) to every delay,
-    /// before the cap is applied, so the cap always holds (C27): jobs that failed together
+    /// before the cap is applied, so the cap always holds: jobs that failed together
     /// retry spread out, except where their delays reach the cap (an exponential policy's
     /// late attempts all wait exactly the cap). The share is drawn from the job's id and attempt, so the delay of
     /// a given job and attempt is always the same (no random state, and tests can predict

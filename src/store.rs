@@ -30,7 +30,8 @@ pub(crate) const REASON_BYTES_MAX: usize = 4096;
 const VIOLATIONS_MAX: usize = 1000;
 
 pub(crate) const REASON_EXPIRED: &str = "lease expired";
-pub(crate) const REASON_ABANDONED: &str = "lease abandoned: the process holding it exited";
+pub(crate) const REASON_ABANDONED: &str =
+    "lease abandoned: still held when the file was closed or its process exited";
 
 /// Queue-wide settings an operation needs.
 #[derive(Debug, Clone, Copy)]

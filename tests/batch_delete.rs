@@ -20,7 +20,8 @@ const LEASE_MS: u64 = 1_000;
 const MAX_ATTEMPTS: u32 = 3;
 const SWEEP_MAX: usize = 256;
 const EXPIRED: &str = "lease expired";
-const ABANDONED: &str = "lease abandoned: the process holding it exited";
+const ABANDONED: &str =
+    "lease abandoned: still held when the file was closed or its process exited";
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
