@@ -1007,21 +1007,10 @@ fn prune_applied(
     let Some(cutoff_ms) = now_ms.checked_sub(retention_ms) else {
         return Ok((0, 0, false));
     };
-    let empty: &[u8] = &[];
-    let expired: Vec<(u64, Vec<u8>)> = by_time
-        .range(..(cutoff_ms.saturating_add(1), empty))?
-        .take(max + 1)
-        .map(|e| {
-            e.map(|(k, _)| {
-                let (at, key) = k.value();
-                (at, key.to_vec())
-            })
-        })
-        .collect::<Result<_, _>>()?;
-    let more = expired.len() > max;
-    let looked = expired.len().min(max);
+    let (expired, more) = due_entries(by_time, cutoff_ms, max)?;
+    let looked = expired.len();
     let mut removed = 0;
-    for (at, key) in expired.into_iter().take(max) {
+    for (at, key) in expired {
         by_time.remove((at, key.as_slice()))?;
         let carried = t
             .idem()?
@@ -1090,24 +1079,38 @@ pub(crate) fn prune_dead_jobs(
     prune_dead(&mut t, ctx, now_ms, retention_ms, max)
 }
 
-/// Releases up to `max` dedup keys whose window has ended, earliest first (the jobs that
-/// held them are not touched). Returns how many were released and whether more may be left.
-fn prune_windows(t: &mut Tables<'_>, now_ms: u64, max: usize) -> Result<(u64, bool)> {
+/// An entry of a time index: (time_ms, key).
+type TimedKey = (u64, Vec<u8>);
+
+/// The first `max` entries of a time index `(time_ms, key)` with `time_ms <= up_to_ms`, oldest
+/// first, and whether more such entries are left.
+fn due_entries(
+    index: &Table<'_, (u64, &'static [u8]), ()>,
+    up_to_ms: u64,
+    max: usize,
+) -> Result<(Vec<TimedKey>, bool)> {
     let empty: &[u8] = &[];
-    let ended: Vec<(u64, Vec<u8>)> = t
-        .expiry()?
-        .range(..(now_ms.saturating_add(1), empty))?
-        .take(max + 1)
+    let mut due: Vec<TimedKey> = index
+        .range(..(up_to_ms.saturating_add(1), empty))?
+        .take(max.saturating_add(1))
         .map(|e| {
             e.map(|(k, _)| {
-                let (end_ms, key) = k.value();
-                (end_ms, key.to_vec())
+                let (at, key) = k.value();
+                (at, key.to_vec())
             })
         })
         .collect::<Result<_, _>>()?;
-    let more = ended.len() > max;
+    let more = due.len() > max;
+    due.truncate(max);
+    Ok((due, more))
+}
+
+/// Releases up to `max` dedup keys whose window has ended, earliest first (the jobs that
+/// held them are not touched). Returns how many were released and whether more may be left.
+fn prune_windows(t: &mut Tables<'_>, now_ms: u64, max: usize) -> Result<(u64, bool)> {
+    let (ended, more) = due_entries(t.expiry()?, now_ms, max)?;
     let mut released = 0;
-    for (end_ms, key) in ended.into_iter().take(max) {
+    for (end_ms, key) in ended {
         let current = t.windows()?.get(key.as_slice())?.map(|v| v.value());
         if current == Some(end_ms) {
             t.end_window(&key, end_ms)?;
