@@ -237,8 +237,13 @@ impl Builder {
     /// Damage to its allocator state is not seen at open; the first commit that reuses a
     /// damaged page can make redb panic inside its unwinding, which **aborts the process**
     /// (no `catch_unwind`, leaseq's included, can stop that), at every start from then on.
-    /// Damage to table pages is still mostly reported as `Corrupted` when read. Turn it off
-    /// only for large files whose open time matters, on storage you trust.
+    /// Damage to table pages is still mostly reported as `Corrupted` when read, but a damaged
+    /// page number can make redb allocate the page size it names (up to 4 GiB) before the read
+    /// fails. Turn it off only for large files whose open time matters, on storage you trust.
+    ///
+    /// With it on, [`Builder::open`] verifies the file twice: once on an in-memory scratch
+    /// copy before anything is written (so a foreign or damaged file is refused unchanged),
+    /// then at the writable open. [`Builder::on_repair`] sees both passes.
     ///
     /// Applies to [`Builder::open`] and [`Builder::open_backend`]. [`Builder::attach`] runs
     /// the same check on the caller's database ([`redb::Database::check_integrity`]) while it
@@ -355,41 +360,33 @@ impl Builder {
         let already_open = || Error::AlreadyOpen {
             path: path.to_path_buf(),
         };
-        // A read-only look first: it never writes, so a foreign or newer file stays
-        // byte-identical. A file that needs repair (a crashed writer) cannot be opened
-        // read-only; it is then checked after the writable open.
-        match guarded(|| builder.open_read_only(path).map_err(Error::from)) {
-            Ok(ro) => {
-                let rtx = ro.begin_read()?;
-                verify_format(&rtx, path)?;
-                // What recovery will read must decode now, so a damaged lease is refused
-                // before the writable open touches the file.
-                guarded(|| store::check_leases(&rtx))?;
-            }
-            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => return Err(already_open()),
-            // Needs repair, which writes. Repair a scratch copy first (writes kept in
-            // memory) and look at that, so a foreign, newer or damaged file is refused
-            // unchanged.
-            Err(Error::Storage(redb::Error::RepairAborted)) => {
-                let scratch = ScratchBackend::new(fs::File::open(path)?)?;
-                let retire = scratch.retire_handle();
-                let db = guarded(|| {
-                    redb::Builder::new()
-                        .set_cache_size(self.cache_bytes)
-                        .create_with_backend(scratch)
-                        .map_err(Error::from)
-                })?;
-                let db = DbBox::new(db);
-                let looked = guarded(|| {
-                    let rtx = db.get().begin_read()?;
+        // A look first that never writes the file, so a foreign, newer or damaged file stays
+        // byte-identical. With the integrity check on, the look is a verified open of a
+        // scratch copy (writes kept in memory): every page is checked against its parent's
+        // checksum before any pointer in it is followed, so a damaged table root is
+        // `Corrupted` and never a read of a page size taken from damaged bytes (up to 4 GiB
+        // allocated inside redb). Without the check, a plain read-only open; a file that
+        // needs repair (a crashed writer) cannot be opened read-only and is repaired on a
+        // scratch copy first. Either scratch look takes the locks a real open takes.
+        if self.check_integrity {
+            self.look_on_scratch(path, true)?;
+        } else {
+            match guarded(|| builder.open_read_only(path).map_err(Error::from)) {
+                Ok(ro) => {
+                    let rtx = ro.begin_read()?;
                     verify_format(&rtx, path)?;
-                    store::check_leases(&rtx)
-                });
-                // The scratch copy is thrown away: close it without saving its state.
-                retire.retire(db.get());
-                looked?;
+                    // What recovery will read must decode now, so a damaged lease is refused
+                    // before the writable open touches the file.
+                    guarded(|| store::check_leases(&rtx))?;
+                }
+                Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
+                    return Err(already_open());
+                }
+                Err(Error::Storage(redb::Error::RepairAborted)) => {
+                    self.look_on_scratch(path, false)?;
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         }
         let opened = guarded(|| builder.open(path).map_err(Error::from)).and_then(|db| {
             let db = DbBox::new(db);
@@ -400,6 +397,38 @@ impl Builder {
             Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => Err(already_open()),
             other => other,
         }
+    }
+
+    /// Opens a scratch copy of the file at `path` (reads from the file, writes kept in memory,
+    /// redb's file locks taken), with redb's integrity check when `verify`, and checks the
+    /// format and every lease there; the copy is then retired and dropped, the file unchanged.
+    fn look_on_scratch(&self, path: &Path, verify: bool) -> Result<()> {
+        let scratch = ScratchBackend::locked(path)?;
+        let retire = scratch.retire_handle();
+        let mut b = redb::Builder::new();
+        b.set_cache_size(self.cache_bytes);
+        b.set_check_integrity_on_open(verify);
+        if let Some(cb) = self.on_repair.clone() {
+            b.set_repair_callback(move |session| cb(session.progress()));
+        }
+        let db = match guarded(|| b.create_with_backend(scratch).map_err(Error::from)) {
+            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
+                return Err(Error::AlreadyOpen {
+                    path: path.to_path_buf(),
+                });
+            }
+            other => DbBox::new(other?),
+        };
+        let looked = guarded(|| {
+            let rtx = db.get().begin_read()?;
+            verify_format(&rtx, path)?;
+            // What recovery will read must decode now, so a damaged lease is refused before
+            // the writable open touches the file.
+            store::check_leases(&rtx)
+        });
+        // The scratch copy is thrown away: close it without saving its state.
+        retire.retire(db.get());
+        looked
     }
 
     /// Opens a queue on a caller-supplied redb storage backend (for example the power-loss

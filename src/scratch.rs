@@ -9,11 +9,13 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
+use std::ops::Bound;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
+use redb::BackendError;
 
 const PAGE_BYTES: u64 = 4096;
 
@@ -22,6 +24,11 @@ const PAGE_BYTES: u64 = 4096;
 pub(crate) struct ScratchBackend {
     file: File,
     file_len: u64,
+    /// redb's own file backend on the same file, used for its locks only (never read or
+    /// written through): a look takes the locks a real open would, so a file another
+    /// process or another handle of this one holds is `DatabaseAlreadyOpen` before any of
+    /// its pages are read, never a look at pages changing under it.
+    locks: Option<redb::backends::FileBackend>,
     state: Mutex<Scratch>,
     /// Set once the look is over: every later write or sync fails (see [`Retire`]).
     retired: Arc<AtomicBool>,
@@ -63,12 +70,30 @@ impl ScratchBackend {
         Ok(ScratchBackend {
             file,
             file_len,
+            locks: None,
             state: Mutex::new(Scratch {
                 len: file_len,
                 pages: HashMap::new(),
             }),
             retired: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// A scratch look at the file at `path` that takes redb's file locks as a writable open
+    /// would (on a second descriptor opened read-write; nothing is written through it).
+    pub(crate) fn locked(path: &std::path::Path) -> io::Result<ScratchBackend> {
+        let lock_file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?;
+        let locks = redb::backends::FileBackend::new(lock_file).map_err(io::Error::other)?;
+        let mut scratch = ScratchBackend::new(File::open(path)?)?;
+        scratch.locks = Some(locks);
+        Ok(scratch)
+    }
+
+    fn lock_backend(&self) -> Result<&redb::backends::FileBackend, redb::BackendError> {
+        self.locks.as_ref().ok_or(redb::BackendError::Unsupported)
     }
 
     /// The switch that ends this backend's look (take it before handing the backend to redb).
@@ -131,6 +156,41 @@ fn out_of_range() -> io::Error {
 }
 
 impl redb::StorageBackend for ScratchBackend {
+    fn close(&self) -> io::Result<()> {
+        match &self.locks {
+            Some(l) => l.close(),
+            None => Ok(()),
+        }
+    }
+
+    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.lock_backend()?.try_lock_range(start, end)
+    }
+
+    fn try_lock_shared_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> Result<bool, BackendError> {
+        self.lock_backend()?.try_lock_shared_range(start, end)
+    }
+
+    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.lock_backend()?.lock_range(start, end)
+    }
+
+    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.lock_backend()?.lock_shared_range(start, end)
+    }
+
+    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.lock_backend()?.unlock_range(start, end)
+    }
+
+    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.lock_backend()?.query_lock_range(start, end)
+    }
+
     fn len(&self) -> io::Result<u64> {
         Ok(self.state.lock().len)
     }
