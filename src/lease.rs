@@ -165,6 +165,11 @@ impl Lease {
     /// key, committed its effect), the closure does not run and the job is acked:
     /// [`Applied::AlreadyApplied`]. This is leaseq's exactly-once effect.
     ///
+    /// The closure gets a [`Tx`](crate::Tx): it dereferences to redb's `WriteTransaction`
+    /// (`tx.open_table(..)`), and [`Tx::enqueue`](crate::Tx::enqueue) adds follow-up jobs in
+    /// the same transaction, so the next step of a pipeline exists if and only if this one's
+    /// effect and ack committed (as River's `InsertTx` inside a job's completion).
+    ///
     /// The closure may run more than once (when a concurrent operation in the same group
     /// commit fails, the group is replayed) and must only touch the transaction. It must not
     /// open leaseq's tables (`leaseq_*`) or call the queue (that returns `Reentrant`).
@@ -181,7 +186,7 @@ impl Lease {
     /// `CommitFailed` or `Storage` as [`Lease::ack`].
     pub fn ack_with<F>(&self, mut effect: F) -> Result<Applied>
     where
-        F: FnMut(&redb::WriteTransaction) -> std::result::Result<(), BoxError>,
+        F: FnMut(&crate::Tx<'_>) -> std::result::Result<(), BoxError>,
     {
         let q = self.queue()?;
         let (applied, _) = q.ack_with_keys(&self.key(), &mut |tx, _| effect(tx), false)?;
@@ -199,7 +204,7 @@ impl Lease {
     /// job back) and [`Queue::dequeue`].
     pub fn ack_with_and_next<F>(&self, mut effect: F) -> Result<(Applied, Option<Lease>)>
     where
-        F: FnMut(&redb::WriteTransaction) -> std::result::Result<(), BoxError>,
+        F: FnMut(&crate::Tx<'_>) -> std::result::Result<(), BoxError>,
     {
         let q = self.queue()?;
         let (applied, next) = q.ack_with_keys(&self.key(), &mut |tx, _| effect(tx), true)?;

@@ -56,6 +56,7 @@ mod retry;
 mod schema;
 mod scratch;
 mod store;
+mod tx;
 
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -74,6 +75,7 @@ pub use queue::{Builder, Pruned, Queue, Recovery};
 pub use retry::RetryPolicy;
 pub use schema::FORMAT_VERSION;
 pub use store::Violation;
+pub use tx::Tx;
 
 /// Longest lease (visibility timeout) accepted: 12 hours, as SQS's maximum.
 pub const LEASE_MAX: Duration = Duration::from_secs(12 * 60 * 60);

@@ -917,6 +917,31 @@ impl Queue {
         self.run(&mut |ctx| store::enqueue(ctx, &records))
     }
 
+    /// Runs `f` in a write transaction shared with the queue's group commit and commits it:
+    /// the caller's own writes (its tables in this file) and the jobs it enqueues through
+    /// [`Tx::enqueue`](crate::Tx::enqueue) become durable together, or, if `f` fails, not at
+    /// all (the transactional outbox, as River's `InsertTx`). This is the supported way to
+    /// write your own tables while using the queue: it shares fsyncs with the queue's other
+    /// calls, and it cannot deadlock the way holding a transaction of
+    /// [`Queue::database`] while calling the queue does. Blocked consumers wake when it
+    /// commits. Returns `f`'s value once the commit is durable.
+    ///
+    /// `f` may run more than once (when another member's failure aborts the shared
+    /// transaction, it runs again in the next one), so it must not have effects outside the
+    /// transaction. It must not call the queue (`Reentrant`).
+    ///
+    /// # Errors
+    /// `Effect` with `f`'s error or panic message (nothing of it commits; the other calls
+    /// sharing the transaction run again without it); `CommitFailed`, `Storage` or
+    /// `Reentrant` otherwise.
+    pub fn write<T, F>(&self, mut f: F) -> Result<T>
+    where
+        F: FnMut(&crate::Tx<'_>) -> std::result::Result<T, crate::BoxError>,
+    {
+        let (now_ms, cfg) = (self.now_ms(), self.inner.cfg);
+        self.run(&mut |ctx| store::write(ctx, &cfg, now_ms, &mut f))
+    }
+
     /// Takes the next job if one is available now, or returns `None` at once.
     ///
     /// Before taking one, moves due delayed jobs to ready and reclaims expired leases (at most
@@ -1024,7 +1049,7 @@ impl Queue {
     #[must_use = "a lease of the batch may be LeaseLost or Effect: its outcome is in the Vec"]
     pub fn ack_with_batch<F>(&self, leases: &[Lease], mut effect: F) -> Result<Vec<Result<Applied>>>
     where
-        F: FnMut(&redb::WriteTransaction, &Lease) -> std::result::Result<(), crate::BoxError>,
+        F: FnMut(&crate::Tx<'_>, &Lease) -> std::result::Result<(), crate::BoxError>,
     {
         let keys = self.batch_keys(leases)?;
         let (applied, _) = self.ack_with_keys(&keys, &mut |tx, i| effect(tx, &leases[i]), false)?;
@@ -1365,9 +1390,13 @@ impl Queue {
     }
 
     /// The redb database in the queue's file, for the caller's own tables (used together with
-    /// [`Lease::ack_with`]). Tables named `leaseq_*` belong to leaseq. A write transaction
-    /// begun here blocks the queue's commits until it ends, so never call the queue while
-    /// holding one.
+    /// [`Lease::ack_with`]). Tables named `leaseq_*` belong to leaseq.
+    ///
+    /// **Write through [`Queue::write`], not through a transaction of your own.** redb has
+    /// one writer at a time: a write transaction begun here blocks every queue call that
+    /// commits until it ends, and a thread that calls the queue while it holds one waits
+    /// for itself forever (leaseq cannot see a transaction begun on redb directly, so this
+    /// is not detected). Read transactions are fine.
     pub fn database(&self) -> &Database {
         self.inner.db.get()
     }

@@ -646,6 +646,15 @@ impl<'t> Tables<'t> {
 /// or by an earlier record of the same batch, makes that record a `Duplicate`.
 pub(crate) fn enqueue(ctx: &mut Ctx<'_>, records: &[JobRecord]) -> Result<Vec<Enqueued>> {
     let mut t = Tables::open(ctx.tx)?;
+    enqueue_into(&mut t, ctx, records)
+}
+
+/// [`enqueue`] on tables the running operation holds open.
+fn enqueue_into(
+    t: &mut Tables<'_>,
+    ctx: &mut Ctx<'_>,
+    records: &[JobRecord],
+) -> Result<Vec<Enqueued>> {
     let mut out = Vec::with_capacity(records.len());
     for rec in records {
         let now_ms = rec.created_ms;
@@ -674,7 +683,7 @@ pub(crate) fn enqueue(ctx: &mut Ctx<'_>, records: &[JobRecord]) -> Result<Vec<En
         t.put(id, &rec)?;
         if let Some(k) = &rec.dedup_key {
             // Dedup windows past their end go as new keys come, a bounded few per key.
-            prune_windows(&mut t, now_ms, PRUNE_PER_ACK_MAX)?;
+            prune_windows(t, now_ms, PRUNE_PER_ACK_MAX)?;
             t.dedup()?.insert(k.as_slice(), id)?;
             if let Some(w) = rec.dedup_window_ms {
                 let end_ms = now_ms.saturating_add(w);
@@ -686,6 +695,79 @@ pub(crate) fn enqueue(ctx: &mut Ctx<'_>, records: &[JobRecord]) -> Result<Vec<En
         out.push(Enqueued::New(JobId(id)));
     }
     Ok(out)
+}
+
+/// Where a caller's closure inside a group transaction enqueues ([`crate::Tx::enqueue`]): on
+/// the tables the running operation holds open (`ack_with`) or opens for it
+/// ([`write`]).
+pub(crate) trait Sink {
+    /// Adds validated records in order, as [`enqueue`].
+    fn put(&mut self, records: &[JobRecord]) -> Result<Vec<Enqueued>>;
+}
+
+/// The [`Sink`] of one closure run. A storage error part-way through an enqueue leaves its
+/// writes half done: `broken` then makes the operation fail whatever the closure returns.
+pub(crate) struct TablesSink<'s, 't, 'c> {
+    t: &'s mut Tables<'t>,
+    ctx: &'s mut Ctx<'c>,
+    broken: Option<String>,
+}
+
+impl Sink for TablesSink<'_, '_, '_> {
+    fn put(&mut self, records: &[JobRecord]) -> Result<Vec<Enqueued>> {
+        if let Some(why) = &self.broken {
+            return Err(Error::Effect(
+                format!("an earlier enqueue in this transaction failed: {why}").into(),
+            ));
+        }
+        let r = enqueue_into(self.t, self.ctx, records);
+        if let Err(e) = &r {
+            self.broken = Some(e.to_string());
+        }
+        r
+    }
+}
+
+impl TablesSink<'_, '_, '_> {
+    /// The closure's result, unless an enqueue inside it broke the transaction.
+    fn settle<T>(self, ran: Result<T, BoxError>) -> Result<T> {
+        if let Some(why) = self.broken {
+            return Err(Error::Effect(
+                format!("an enqueue inside the transaction failed: {why}").into(),
+            ));
+        }
+        ran.map_err(Error::Effect)
+    }
+}
+
+/// Runs a caller's closure in the group transaction ([`crate::Queue::write`]): its own writes
+/// and the jobs it enqueues commit with the group. The closure's error (or panic) fails the
+/// call with `Effect`, and the group aborts so nothing of it commits.
+pub(crate) fn write<T>(
+    ctx: &mut Ctx<'_>,
+    cfg: &Config,
+    now_ms: u64,
+    f: &mut dyn FnMut(&crate::Tx<'_>) -> Result<T, BoxError>,
+) -> Result<T> {
+    let tx = ctx.tx;
+    // The caller's writes are unknown to leaseq: the group commits.
+    *ctx.dirty = true;
+    let mut t = Tables::open(tx)?;
+    let mut sink = TablesSink {
+        t: &mut t,
+        ctx,
+        broken: None,
+    };
+    let ran = run_closure(|| f(&crate::Tx::new(tx, *cfg, now_ms, &mut sink)));
+    sink.settle(ran)
+}
+
+/// Runs a caller's closure; a panic in it becomes its error.
+fn run_closure<T>(f: impl FnOnce() -> Result<T, BoxError>) -> Result<T, BoxError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(panic) => Err(format!("closure panicked: {}", crate::panic_message(&*panic)).into()),
+    }
 }
 
 /// Promotes due scheduled jobs and reclaims expired leases, at most `SWEEP_MAX` of each. An
@@ -888,7 +970,7 @@ pub(crate) fn ack(
 
 /// The effect callback of [`ack_with`]: gets the transaction and the index of the lease in
 /// the batch.
-pub(crate) type Effect<'a> = dyn FnMut(&redb::WriteTransaction, usize) -> Result<(), BoxError> + 'a;
+pub(crate) type Effect<'a> = dyn FnMut(&crate::Tx<'_>, usize) -> Result<(), BoxError> + 'a;
 
 /// Acks every current lease with its effect in this transaction (stale or damaged ones are
 /// reported in their place, as by [`ack`]). A lease whose idempotency key is already applied
@@ -950,17 +1032,15 @@ pub(crate) fn ack_with(
             out.push(Ok(Applied::AlreadyApplied));
         } else {
             // leaseq's tables stay open: the closure may open any table but `leaseq_*` ones
-            // (redb would refuse those as already open). A panic in it becomes an error like
-            // any other, so the group aborts cleanly.
-            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| effect(tx, i)));
-            match ran {
-                Ok(r) => r.map_err(Error::Effect)?,
-                Err(panic) => {
-                    return Err(Error::Effect(
-                        format!("closure panicked: {}", crate::panic_message(&*panic)).into(),
-                    ));
-                }
-            }
+            // (redb would refuse those as already open), and enqueue follow-up jobs through
+            // them. A panic in it becomes an error like any other, so the group aborts cleanly.
+            let mut sink = TablesSink {
+                t: &mut t,
+                ctx,
+                broken: None,
+            };
+            let ran = run_closure(|| effect(&crate::Tx::new(tx, *cfg, now_ms, &mut sink), i));
+            sink.settle(ran)?;
             if let Some(k) = &key {
                 applied.insert(k.as_slice(), now_ms)?;
                 by_time.insert((now_ms, k.as_slice()), ())?;

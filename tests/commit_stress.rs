@@ -62,7 +62,7 @@ fn is_reentrant_effect(r: &Result<Applied, Error>) -> bool {
 fn assert_refused_inside_closure(
     what: &'static str,
     q: Queue,
-    body: impl FnMut(&redb::WriteTransaction) -> Result<(), leaseq::BoxError> + Send + 'static,
+    body: impl FnMut(&leaseq::Tx<'_>) -> Result<(), leaseq::BoxError> + Send + 'static,
 ) -> u64 {
     let (refused, got, len) = watchdog(what, 8, move || {
         q.enqueue(b"A", EnqueueOptions::default()).unwrap();

@@ -261,7 +261,7 @@ enum Fault {
 /// Makes `call` on `lease` under `fault`; returns its error (every sweep case fails).
 fn make_call(q: &Queue, other: &Queue, call: Call, fault: Fault, lease: &mut Lease) -> Error {
     let fails = fault == Fault::FailingClosure;
-    let effect = |tx: &redb::WriteTransaction| {
+    let effect = |tx: &leaseq::Tx<'_>| {
         bump(tx, 1)?;
         if fails {
             return Err("closure failed".into());

@@ -73,7 +73,7 @@ impl QueueUnderTest for LeaseqQueue {
     fn ack_batch_with_effect(&self, jobs: Vec<Lease>) {
         let applied = self
             .queue
-            .ack_with_batch(&jobs, effect)
+            .ack_with_batch(&jobs, |tx, l| effect(tx, l))
             .expect("ack_with_batch");
         applied
             .into_iter()

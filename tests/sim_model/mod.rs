@@ -1128,7 +1128,7 @@ impl Runner {
             }
         };
         let crashed_before = self.disk.is_crashed();
-        let effect = |tx: &redb::WriteTransaction, l: &Lease| -> Result<(), leaseq::BoxError> {
+        let effect = |tx: &leaseq::Tx<'_>, l: &Lease| -> Result<(), leaseq::BoxError> {
             let key = effect_keys[&l.id().0].as_str();
             let mut t = tx.open_table(EFFECTS)?;
             let n = t.get(key)?.map_or(0, |v| v.value());

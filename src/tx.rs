@@ -1,0 +1,120 @@
+//! [`Tx`]: the write transaction a caller's closure runs in (an `ack_with` effect, or
+//! [`Queue::write`](crate::Queue::write)), with leaseq's enqueue added, so the caller's writes
+//! and new jobs commit together or not at all (the transactional outbox; as River's
+//! `InsertTx` and Oban's `insert` in an `Ecto.Multi`).
+
+use std::cell::RefCell;
+use std::ops::Deref;
+
+use crate::error::{Error, Result};
+use crate::job::{EnqueueOptions, Enqueued};
+use crate::store::{self, Config, Sink};
+
+/// A redb write transaction (it dereferences to [`redb::WriteTransaction`], so
+/// `tx.open_table(..)` works as on redb's own) in which leaseq can also enqueue jobs.
+///
+/// You get one inside [`Lease::ack_with`](crate::Lease::ack_with) (and the other `ack_with`
+/// calls) and inside [`Queue::write`](crate::Queue::write). Jobs enqueued through it exist if
+/// and only if that transaction commits: before the commit no consumer sees them; if the
+/// transaction is dropped (the closure failed, the group it shares aborted) they never
+/// existed, their dedup keys stay free, and their ids are never handed out again. Consumers
+/// blocked in [`Queue::dequeue_timeout`](crate::Queue::dequeue_timeout) wake when it commits.
+///
+/// leaseq's own tables (`leaseq_*`) are leaseq's: inside `ack_with` they are held open, so
+/// opening one is refused by redb; do not write them yourself.
+pub struct Tx<'a> {
+    tx: &'a redb::WriteTransaction,
+    cfg: Config,
+    now_ms: u64,
+    sink: RefCell<&'a mut (dyn Sink + 'a)>,
+}
+
+impl std::fmt::Debug for Tx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tx").field("now_ms", &self.now_ms).finish()
+    }
+}
+
+impl<'a> Tx<'a> {
+    pub(crate) fn new(
+        tx: &'a redb::WriteTransaction,
+        cfg: Config,
+        now_ms: u64,
+        sink: &'a mut (dyn Sink + 'a),
+    ) -> Tx<'a> {
+        Tx {
+            tx,
+            cfg,
+            now_ms,
+            sink: RefCell::new(sink),
+        }
+    }
+
+    /// The redb transaction itself (the same as dereferencing).
+    pub fn transaction(&self) -> &redb::WriteTransaction {
+        self.tx
+    }
+
+    /// Enqueues a job in this transaction, as [`Queue::enqueue`](crate::Queue::enqueue) does
+    /// (the queue's defaults; the clock read when the enclosing call began). Returns
+    /// `New(id)`, or `Duplicate(id)` / `DuplicateDead(id)` when its dedup key is held (also by
+    /// a job enqueued earlier in this transaction).
+    ///
+    /// # Errors
+    /// `PayloadTooLarge`, `KeyTooLong` or `InvalidOption` for a refused job: nothing was
+    /// written and the transaction goes on (handle it, or return it to fail the call).
+    /// `Storage` or `Corrupted` if the storage engine failed mid-write: the enclosing call
+    /// then fails whatever the closure returns (with `Effect`), so a half-written job never
+    /// commits.
+    pub fn enqueue(&self, payload: &[u8], opts: EnqueueOptions) -> Result<Enqueued> {
+        let mut out = self.enqueue_batch([(payload, opts)])?;
+        debug_assert_eq!(out.len(), 1);
+        Ok(out.remove(0))
+    }
+
+    /// Enqueues `value` encoded with bincode (serde), as
+    /// [`Queue::enqueue_value`](crate::Queue::enqueue_value).
+    ///
+    /// # Errors
+    /// `PayloadCodec` if `value` does not serialize; otherwise as [`Tx::enqueue`].
+    pub fn enqueue_value<T: serde::Serialize + ?Sized>(
+        &self,
+        value: &T,
+        opts: EnqueueOptions,
+    ) -> Result<Enqueued> {
+        self.enqueue(&crate::codec::encode_payload(value)?, opts)
+    }
+
+    /// Enqueues up to [`BATCH_MAX`](crate::BATCH_MAX) jobs, all or none, one result per job
+    /// in order, as [`Queue::enqueue_batch`](crate::Queue::enqueue_batch).
+    ///
+    /// # Errors
+    /// As [`Tx::enqueue`]; `InvalidOption` for an empty or oversized batch.
+    pub fn enqueue_batch<'p>(
+        &self,
+        jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
+    ) -> Result<Vec<Enqueued>> {
+        let mut records = Vec::new();
+        for (payload, opts) in jobs {
+            if records.len() == crate::BATCH_MAX {
+                return Err(Error::invalid_option(
+                    "jobs",
+                    format!("more than BATCH_MAX ({})", crate::BATCH_MAX),
+                ));
+            }
+            records.push(store::new_record(&self.cfg, self.now_ms, payload, &opts)?);
+        }
+        if records.is_empty() {
+            return Err(Error::invalid_option("jobs", "the batch is empty"));
+        }
+        self.sink.borrow_mut().put(&records)
+    }
+}
+
+impl Deref for Tx<'_> {
+    type Target = redb::WriteTransaction;
+
+    fn deref(&self) -> &redb::WriteTransaction {
+        self.tx
+    }
+}
