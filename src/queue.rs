@@ -28,6 +28,9 @@ use crate::scratch::ScratchBackend;
 use crate::store::{self, Config, Violation};
 
 /// The default of [`Builder::applied_retention`]: 7 days.
+/// [`Builder::dequeue_batch_bytes`]'s default: 16 MiB.
+const DEQUEUE_BATCH_BYTES_DEFAULT: usize = 16 << 20;
+
 const APPLIED_RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// redb's file header: a file shorter than this cannot be a database.
@@ -91,6 +94,7 @@ pub struct Builder {
     max_attempts: u32,
     cache_bytes: usize,
     payload_bytes_max: usize,
+    dequeue_batch_bytes: usize,
     durability: Durability,
     quick_repair: bool,
     check_integrity: bool,
@@ -108,6 +112,7 @@ impl fmt::Debug for Builder {
             .field("max_attempts", &self.max_attempts)
             .field("cache_bytes", &self.cache_bytes)
             .field("payload_bytes_max", &self.payload_bytes_max)
+            .field("dequeue_batch_bytes", &self.dequeue_batch_bytes)
             .field("durability", &self.durability)
             .field("quick_repair", &self.quick_repair)
             .field("check_integrity", &self.check_integrity)
@@ -126,6 +131,7 @@ impl Default for Builder {
             max_attempts: 5,
             cache_bytes: 64 << 20,
             payload_bytes_max: 1 << 20,
+            dequeue_batch_bytes: DEQUEUE_BATCH_BYTES_DEFAULT,
             durability: Durability::Immediate,
             quick_repair: false,
             check_integrity: true,
@@ -164,6 +170,15 @@ impl Builder {
     /// [`PAYLOAD_BYTES_MAX_CAP`](crate::PAYLOAD_BYTES_MAX_CAP), checked at open.
     pub fn payload_bytes_max(mut self, bytes: usize) -> Self {
         self.payload_bytes_max = bytes;
+        self
+    }
+
+    /// The most payload bytes one [`Queue::dequeue_batch`] hands out, in bytes; default 16 MiB.
+    /// A batch stops before the job that would take its payloads past this (the first job
+    /// is always taken, whatever its size), so a batch of large payloads is a few leases, never
+    /// a vector of gigabytes. Checked at open: at least 1.
+    pub fn dequeue_batch_bytes(mut self, bytes: usize) -> Self {
+        self.dequeue_batch_bytes = bytes;
         self
     }
 
@@ -287,6 +302,12 @@ impl Builder {
                 format!("above the cap of {} bytes", crate::PAYLOAD_BYTES_MAX_CAP),
             ));
         }
+        if self.dequeue_batch_bytes == 0 {
+            return Err(Error::invalid_option(
+                "dequeue_batch_bytes",
+                "must be at least 1",
+            ));
+        }
         self.retry.validate("retry")?;
         let applied_retention_ms = retention_ms("applied_retention", self.applied_retention)?;
         let dead_retention_ms = retention_ms("dead_retention", self.dead_retention)?;
@@ -296,6 +317,7 @@ impl Builder {
             lease_ms,
             max_attempts: self.max_attempts,
             payload_bytes_max: self.payload_bytes_max,
+            dequeue_batch_bytes: self.dequeue_batch_bytes,
             retry: self.retry,
         })
     }
@@ -1008,7 +1030,9 @@ impl Queue {
 
     /// Takes up to `max` jobs available now (at most [`BATCH_MAX`](crate::BATCH_MAX)) in one
     /// commit, in queue order; an empty `Vec` if none is available. Each is leased, counted
-    /// and fenced as by [`Queue::dequeue`].
+    /// and fenced as by [`Queue::dequeue`]. Fewer than `max` when their payloads would add up
+    /// to more than [`Builder::dequeue_batch_bytes`] (16 MiB by default; the first job is
+    /// always taken): the jobs left stay ready, in place.
     ///
     /// # Errors
     /// `InvalidOption` for `max` of 0 or above `BATCH_MAX`; otherwise as [`Queue::dequeue`].

@@ -39,6 +39,8 @@ pub(crate) struct Config {
     pub lease_ms: u64,
     pub max_attempts: u32,
     pub payload_bytes_max: usize,
+    /// Most payload bytes one dequeue batch hands out (its first job is always taken).
+    pub dequeue_batch_bytes: usize,
     pub retry: crate::RetryPolicy,
     /// How long an applied marker of a caller key is kept (`None`: forever).
     pub applied_retention_ms: Option<u64>,
@@ -870,16 +872,44 @@ pub(crate) fn dequeue(
     // entry removed), so however much damage lies ahead of the first good job, the loop ends,
     // and a dequeue never answers "nothing" while a job is ready.
     let mut strays = Vec::new();
-    while out.len() < max {
-        // The first entries still wanted, in queue order, then removed: one at a time for
-        // one, in one pass for more (a single delete rebuilds its leaf: 100 cost ~120 µs one
-        // by one, ~15 µs in one pass).
-        let firsts: Vec<(u32, u64, u64)> = t
+    // Payload bytes handed out so far: the batch stops before the job that would pass the
+    // budget (the first job is always taken).
+    let mut bytes = 0usize;
+    let mut budget_reached = false;
+    while out.len() < max && !budget_reached {
+        // The first entries still wanted, in queue order.
+        let mut firsts: Vec<(u32, u64, u64)> = t
             .ready()?
             .iter()?
             .take(max - out.len())
             .map(|e| e.map(|(k, _)| k.value()))
             .collect::<Result<_, _>>()?;
+        // Their rows, read before any entry is removed, so the byte budget can cut the batch
+        // short with the jobs after the cut left ready in place.
+        let mut rows = Vec::with_capacity(firsts.len());
+        for (i, &(rank, seq, id)) in firsts.iter().enumerate() {
+            let row = match t.row(id)? {
+                Row::Good(rec)
+                    if rec.state == StoredState::Ready
+                        && priority_rank(rec.priority) == rank
+                        && rec.seq == seq =>
+                {
+                    let size = rec.payload.len();
+                    let taken_any = !out.is_empty() || rows.iter().any(Option::is_some);
+                    if taken_any && bytes.saturating_add(size) > cfg.dequeue_batch_bytes {
+                        firsts.truncate(i);
+                        budget_reached = true;
+                        break;
+                    }
+                    bytes = bytes.saturating_add(size);
+                    Some(rec)
+                }
+                _ => None,
+            };
+            rows.push(row);
+        }
+        // Then removed: one at a time for one, in one pass for more (a single delete
+        // rebuilds its leaf: 100 cost ~120 µs one by one, ~15 µs in one pass).
         match firsts.as_slice() {
             [] => break,
             [one] => {
@@ -901,20 +931,12 @@ pub(crate) fn dequeue(
                 }
             }
         }
-        for (rank, seq, id) in firsts {
+        debug_assert_eq!(firsts.len(), rows.len());
+        for ((_, _, id), row) in firsts.into_iter().zip(rows) {
             // Its ready entry was removed above.
-            let mut rec = match t.row(id)? {
-                Row::Good(rec)
-                    if rec.state == StoredState::Ready
-                        && priority_rank(rec.priority) == rank
-                        && rec.seq == seq =>
-                {
-                    rec
-                }
-                _ => {
-                    strays.push(id);
-                    continue;
-                }
+            let Some(mut rec) = row else {
+                strays.push(id);
+                continue;
             };
             let token = ctx.alloc_token();
             let lease_ms = rec.lease_ms.unwrap_or(cfg.lease_ms);

@@ -403,3 +403,59 @@ fn batch_ack_removes_exactly_its_jobs_dense_or_scattered() {
     assert_eq!(q.stats().unwrap().total, 0);
     assert_consistent(&q);
 }
+
+/// `dequeue_batch` stops before the job whose payload would take the batch past
+/// `dequeue_batch_bytes`; the first job is always taken, and the jobs after the cut stay
+/// ready in their places.
+#[test]
+fn dequeue_batch_keeps_to_its_byte_budget() {
+    let f = Fixture::new();
+    let q = f
+        .builder()
+        .payload_bytes_max(64 << 10)
+        .dequeue_batch_bytes(100 << 10)
+        .open(&f.path)
+        .unwrap();
+    // 40 KiB, 40 KiB, 40 KiB, 1 byte, 64 KiB: the budget of 100 KiB fits the first two.
+    let sizes = [40 << 10, 40 << 10, 40 << 10, 1, 64 << 10];
+    for (i, &n) in sizes.iter().enumerate() {
+        q.enqueue(&vec![i as u8; n], EnqueueOptions::default())
+            .unwrap();
+    }
+    let first = q.dequeue_batch(10).unwrap();
+    assert_eq!(
+        first.iter().map(|l| l.payload()[0]).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    let second = q.dequeue_batch(10).unwrap();
+    assert_eq!(
+        second.iter().map(|l| l.payload()[0]).collect::<Vec<_>>(),
+        vec![2, 3],
+        "the rest in order; the 64 KiB job would pass the budget"
+    );
+    let third = q.dequeue_batch(10).unwrap();
+    assert_eq!(third.len(), 1);
+    assert_eq!(third[0].payload().len(), 64 << 10);
+    // A budget smaller than any payload still hands out one job per batch.
+    let g = Fixture::new();
+    let q2 = g.builder().dequeue_batch_bytes(1).open(&g.path).unwrap();
+    for i in 0..3u8 {
+        q2.enqueue(&[i; 10], EnqueueOptions::default()).unwrap();
+    }
+    for i in 0..3u8 {
+        let b = q2.dequeue_batch(10).unwrap();
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].payload()[0], i);
+    }
+    assert!(q2.dequeue_batch(10).unwrap().is_empty());
+    for l in first.into_iter().chain(second).chain(third) {
+        l.ack().unwrap();
+    }
+    assert_consistent(&q);
+    assert!(matches!(
+        g.builder()
+            .dequeue_batch_bytes(0)
+            .open(g.dir.path().join("z")),
+        Err(leaseq::Error::InvalidOption { .. })
+    ));
+}
