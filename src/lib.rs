@@ -51,6 +51,7 @@ mod commit;
 mod error;
 mod job;
 mod lease;
+mod limits;
 mod queue;
 mod retry;
 mod schema;
@@ -61,45 +62,21 @@ mod tx;
 #[cfg(feature = "sim")]
 pub mod sim;
 
-use std::time::Duration;
-
 pub use clock::{Clock, ClockWaker, ManualClock, SystemClock};
 pub use commit::{CommitStats, Durability};
+pub(crate) use error::panic_message;
 pub use error::{BoxError, Error, Result};
 pub use job::{
     Applied, EnqueueOptions, Enqueued, JobCursor, JobId, JobInfo, JobPage, JobState, Quarantined,
     Stats,
 };
 pub use lease::Lease;
+pub use limits::{
+    BATCH_MAX, DELAY_MAX, DUE_RECHECK_MAX, KEY_BYTES_MAX, LEASE_MAX, MAX_ATTEMPTS_CAP,
+    PAYLOAD_BYTES_MAX_CAP,
+};
 pub use queue::{Builder, Pruned, Queue, Recovery};
 pub use retry::RetryPolicy;
 pub use schema::FORMAT_VERSION;
 pub use store::Violation;
 pub use tx::Tx;
-
-/// Longest lease (visibility timeout) accepted: 12 hours, as SQS's maximum.
-pub const LEASE_MAX: Duration = Duration::from_secs(12 * 60 * 60);
-/// Longest delay or backoff accepted: 365 days.
-pub const DELAY_MAX: Duration = Duration::from_secs(365 * 24 * 60 * 60);
-/// Most deliveries a job may be allowed.
-pub const MAX_ATTEMPTS_CAP: u32 = 1_000_000;
-/// Most jobs or leases one batch call takes.
-pub const BATCH_MAX: usize = 10_000;
-/// Longest idempotency key or dedup key, in bytes.
-pub const KEY_BYTES_MAX: usize = 512;
-/// The highest payload limit a queue may be configured with, in bytes (64 MiB).
-pub const PAYLOAD_BYTES_MAX_CAP: usize = 64 << 20;
-/// The longest a consumer blocked in [`Queue::dequeue_timeout`] waits for a due time before
-/// reading the clock again (250 ms), so a clock that jumps forward delivers due work within it.
-pub const DUE_RECHECK_MAX: Duration = Duration::from_millis(250);
-
-/// The message of a caught panic.
-pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
-    }
-}
