@@ -14,6 +14,6 @@ pub const BATCH_MAX: usize = 10_000;
 pub const KEY_BYTES_MAX: usize = 512;
 /// The highest payload limit a queue may be configured with, in bytes (64 MiB).
 pub const PAYLOAD_BYTES_MAX_CAP: usize = 64 << 20;
-/// The longest a consumer blocked in [`Queue::dequeue_timeout`] waits for a due time before
+/// The longest a consumer blocked in [`Queue::dequeue_timeout`](crate::Queue::dequeue_timeout) waits for a due time before
 /// reading the clock again (250 ms), so a clock that jumps forward delivers due work within it.
 pub const DUE_RECHECK_MAX: Duration = Duration::from_millis(250);

@@ -951,7 +951,9 @@ impl Queue {
     ///
     /// `f` may run more than once (when another member's failure aborts the shared
     /// transaction, it runs again in the next one), so it must not have effects outside the
-    /// transaction. It must not call the queue (`Reentrant`).
+    /// transaction. It must not call the queue (`Reentrant`), begin a transaction of its own
+    /// on [`Queue::database`] (that waits for itself forever), or open leaseq's tables
+    /// (`leaseq_*`): enqueue through `tx` instead.
     ///
     /// # Errors
     /// `Effect` with `f`'s error or panic message (nothing of it commits; the other calls
@@ -1097,17 +1099,16 @@ impl Queue {
         let mut failed: Vec<Option<String>> = vec![None; keys.len()];
         let mut errors: Vec<Option<crate::BoxError>> = keys.iter().map(|_| None).collect();
         for _ in 0..=keys.len() {
-            // The lease whose closure is running, until it returns `Ok` (a panic leaves it set).
+            // The lease whose closure ran last.
             let mut failing = None;
             let dequeue = next && errors.iter().all(Option::is_none);
             let ran = self.run(&mut |ctx| {
                 let applied = store::ack_with(ctx, keys, &cfg, now_ms, &failed, &mut |tx, i| {
+                    // Left set after the closure returns: an `Effect` error of the operation
+                    // comes from the closure that ran last (its error or panic, or a storage
+                    // error inside one of its enqueues that it swallowed).
                     failing = Some(i);
-                    let r = effect(tx, i);
-                    if r.is_ok() {
-                        failing = None;
-                    }
-                    r
+                    effect(tx, i)
                 })?;
                 // The next job only after an ack that happened: a refused one leases nothing.
                 let leased = if dequeue && applied.iter().all(Result::is_ok) {

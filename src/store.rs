@@ -712,6 +712,9 @@ pub(crate) trait Sink {
 pub(crate) struct TablesSink<'s, 't, 'c> {
     t: &'s mut Tables<'t>,
     ctx: &'s mut Ctx<'c>,
+    /// The jobs the running operation acks (deletes) when it commits: a dedup key one of them
+    /// holds only while live is free for a job enqueued here.
+    acked: &'s [u64],
     broken: Option<String>,
 }
 
@@ -722,7 +725,9 @@ impl Sink for TablesSink<'_, '_, '_> {
                 format!("an earlier enqueue in this transaction failed: {why}").into(),
             ));
         }
-        let r = enqueue_into(self.t, self.ctx, records);
+        let r = self
+            .release_acked_keys(records)
+            .and_then(|()| enqueue_into(self.t, self.ctx, records));
         if let Err(e) = &r {
             self.broken = Some(e.to_string());
         }
@@ -731,6 +736,24 @@ impl Sink for TablesSink<'_, '_, '_> {
 }
 
 impl TablesSink<'_, '_, '_> {
+    /// Releases the dedup keys of `records` held (while live, not by a window) by a job this
+    /// operation acks: that job is gone when the transaction commits, so a follow-up with its
+    /// key takes the key instead of being answered `Duplicate` of a job that will not exist.
+    fn release_acked_keys(&mut self, records: &[JobRecord]) -> Result<()> {
+        if self.acked.is_empty() {
+            return Ok(());
+        }
+        for rec in records {
+            if let Some(k) = &rec.dedup_key
+                && let Some((owner, false)) = self.t.key_holder(k, rec.created_ms)?
+                && self.acked.contains(&owner)
+            {
+                self.t.dedup()?.remove(k.as_slice())?;
+            }
+        }
+        Ok(())
+    }
+
     /// The closure's result, unless an enqueue inside it broke the transaction.
     fn settle<T>(self, ran: Result<T, BoxError>) -> Result<T> {
         if let Some(why) = self.broken {
@@ -758,6 +781,7 @@ pub(crate) fn write<T>(
     let mut sink = TablesSink {
         t: &mut t,
         ctx,
+        acked: &[],
         broken: None,
     };
     let ran = run_closure(|| f(&crate::Tx::new(tx, *cfg, now_ms, &mut sink)));
@@ -1023,6 +1047,14 @@ pub(crate) fn ack_with(
     // Held open (as every leaseq table) while closures run.
     let mut by_time = tx.open_table(APPLIED_BY_TIME)?;
     let mut new_markers = 0;
+    // The jobs this call deletes if it commits (current leases whose effect did not fail
+    // before): follow-ups enqueued by the closures may take the dedup keys they hold.
+    let mut acked = Vec::new();
+    for (i, &(id, token)) in leases.iter().enumerate() {
+        if failed[i].is_none() && t.lease_of(id, token)?.is_ok() {
+            acked.push(id);
+        }
+    }
     for (i, &(id, token)) in leases.iter().enumerate() {
         let rec = match t.lease_of(id, token)? {
             Ok(rec) => rec,
@@ -1059,6 +1091,7 @@ pub(crate) fn ack_with(
             let mut sink = TablesSink {
                 t: &mut t,
                 ctx,
+                acked: &acked,
                 broken: None,
             };
             let ran = run_closure(|| effect(&crate::Tx::new(tx, *cfg, now_ms, &mut sink), i));

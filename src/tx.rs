@@ -17,8 +17,9 @@ use crate::store::{self, Config, Sink};
 /// calls) and inside [`Queue::write`](crate::Queue::write). Jobs enqueued through it exist if
 /// and only if that transaction commits: before the commit no consumer sees them; if the
 /// transaction is dropped (the closure failed, the group it shares aborted) they never
-/// existed, their dedup keys stay free, and their ids are never handed out again. Consumers
-/// blocked in [`Queue::dequeue_timeout`](crate::Queue::dequeue_timeout) wake when it commits.
+/// existed and their dedup keys stay free; their ids may then be handed out again to other
+/// jobs (an id names one committed job, never two). Consumers blocked in
+/// [`Queue::dequeue_timeout`](crate::Queue::dequeue_timeout) wake when it commits.
 ///
 /// leaseq's own tables (`leaseq_*`) are leaseq's: inside `ack_with` they are held open, so
 /// opening one is refused by redb; do not write them yourself.
@@ -58,7 +59,12 @@ impl<'a> Tx<'a> {
     /// Enqueues a job in this transaction, as [`Queue::enqueue`](crate::Queue::enqueue) does
     /// (the queue's defaults; the clock read when the enclosing call began). Returns
     /// `New(id)`, or `Duplicate(id)` / `DuplicateDead(id)` when its dedup key is held (also by
-    /// a job enqueued earlier in this transaction).
+    /// a job enqueued earlier in this transaction). Inside `ack_with`, a key held only while
+    /// live by a job this call acks is free (that job is gone when the call commits), so a
+    /// follow-up may reuse its parent's dedup key.
+    ///
+    /// Give a follow-up its own idempotency key: one carrying its parent's key finds the
+    /// parent's marker when it is delivered, and its effect is `AlreadyApplied` (skipped).
     ///
     /// # Errors
     /// `PayloadTooLarge`, `KeyTooLong` or `InvalidOption` for a refused job: nothing was
