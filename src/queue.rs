@@ -925,18 +925,7 @@ impl Queue {
         &self,
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
     ) -> Result<Vec<Enqueued>> {
-        let now_ms = self.now_ms();
-        let cfg = self.inner.cfg;
-        let mut records = Vec::new();
-        for (payload, opts) in jobs {
-            if records.len() == crate::BATCH_MAX {
-                return Err(batch_too_large("jobs"));
-            }
-            records.push(store::new_record(&cfg, now_ms, payload, &opts)?);
-        }
-        if records.is_empty() {
-            return Err(Error::invalid_option("jobs", "the batch is empty"));
-        }
+        let records = store::new_records(&self.inner.cfg, self.now_ms(), jobs)?;
         self.run(&mut |ctx| store::enqueue(ctx, &records))
     }
 

@@ -119,6 +119,28 @@ fn check_key(field: &'static str, key: Option<&Vec<u8>>) -> Result<()> {
     }
 }
 
+/// Validates a batch of enqueues (1 to `BATCH_MAX` jobs) and builds their records.
+pub(crate) fn new_records<'p>(
+    cfg: &Config,
+    now_ms: u64,
+    jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
+) -> Result<Vec<JobRecord>> {
+    let mut records = Vec::new();
+    for (payload, opts) in jobs {
+        if records.len() == crate::BATCH_MAX {
+            return Err(Error::invalid_option(
+                "jobs",
+                format!("a batch holds 1 to {} items", crate::BATCH_MAX),
+            ));
+        }
+        records.push(new_record(cfg, now_ms, payload, &opts)?);
+    }
+    if records.is_empty() {
+        return Err(Error::invalid_option("jobs", "the batch is empty"));
+    }
+    Ok(records)
+}
+
 /// Validates one enqueue and builds its record (state and run_at set, id not yet known).
 pub(crate) fn new_record(
     cfg: &Config,

@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::ops::Deref;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::job::{EnqueueOptions, Enqueued};
 use crate::store::{self, Config, Sink};
 
@@ -100,19 +100,7 @@ impl<'a> Tx<'a> {
         &self,
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
     ) -> Result<Vec<Enqueued>> {
-        let mut records = Vec::new();
-        for (payload, opts) in jobs {
-            if records.len() == crate::BATCH_MAX {
-                return Err(Error::invalid_option(
-                    "jobs",
-                    format!("more than BATCH_MAX ({})", crate::BATCH_MAX),
-                ));
-            }
-            records.push(store::new_record(&self.cfg, self.now_ms, payload, &opts)?);
-        }
-        if records.is_empty() {
-            return Err(Error::invalid_option("jobs", "the batch is empty"));
-        }
+        let records = store::new_records(&self.cfg, self.now_ms, jobs)?;
         self.sink.borrow_mut().put(&records)
     }
 }

@@ -6,25 +6,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{EFFECTS, Fixture, assert_consistent, bump, effects};
+use common::{EFFECTS, Fixture, assert_consistent, bump, drain_payloads, effects, new_id};
 use leaseq::{Applied, EnqueueOptions, Enqueued, Error, JobState};
 use redb::ReadableDatabase;
-
-fn new_id(e: Enqueued) -> leaseq::JobId {
-    match e {
-        Enqueued::New(id) => id,
-        other => panic!("expected New, got {other:?}"),
-    }
-}
-
-fn drain_payloads(q: &leaseq::Queue) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    while let Some(l) = q.dequeue().unwrap() {
-        out.push(l.payload().to_vec());
-        l.ack().unwrap();
-    }
-    out
-}
 
 #[test]
 fn a_follow_up_enqueued_in_ack_with_commits_with_the_effect() {

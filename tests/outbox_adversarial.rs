@@ -8,29 +8,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, assert_consistent, bump, effects};
+use common::{Fixture, assert_consistent, bump, drain_payloads, effects, new_id};
 use leaseq::{Applied, EnqueueOptions, Enqueued, Error, JobState};
 
 const READY_T: redb::TableDefinition<(u32, u64, u64), ()> =
     redb::TableDefinition::new("leaseq_ready");
 const DEDUP_T: redb::TableDefinition<&[u8], u64> = redb::TableDefinition::new("leaseq_dedup");
 const JOBS_T: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("leaseq_jobs");
-
-fn new_id(e: Enqueued) -> leaseq::JobId {
-    match e {
-        Enqueued::New(id) => id,
-        other => panic!("expected New, got {other:?}"),
-    }
-}
-
-fn drain(q: &leaseq::Queue) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    while let Some(l) = q.dequeue().unwrap() {
-        out.push(l.payload().to_vec());
-        l.ack().unwrap();
-    }
-    out
-}
 
 /// A follow-up whose dedup key is the parent's own: at enqueue time the parent still holds
 /// it, so the follow-up is a `Duplicate` of the parent, which the same transaction deletes.
@@ -51,7 +35,7 @@ fn follow_up_with_parents_dedup_key_is_not_silently_lost() {
     .unwrap();
     let got = got.unwrap();
     assert_consistent(&q);
-    let left = drain(&q);
+    let left = drain_payloads(&q);
     // Whatever it answered, the id it named must exist after the commit (or the child must).
     match got {
         Enqueued::New(_) => assert_eq!(left, vec![b"child".to_vec()]),
@@ -85,7 +69,7 @@ fn follow_up_with_dedup_key_of_another_lease_in_the_batch() {
         .unwrap();
     common::all_ok(out);
     assert_consistent(&q);
-    let left = drain(&q);
+    let left = drain_payloads(&q);
     assert!(
         matches!(got, Some(Enqueued::New(_))) && left == vec![b"child".to_vec()],
         "follow-up answered {got:?} although its key's holder was acked in the same \
@@ -148,7 +132,7 @@ fn ack_with_and_next_can_lease_its_own_follow_up() {
     assert_eq!(q.job(next.id()).unwrap().unwrap().state, JobState::Leased);
     assert_consistent(&q);
     next.ack().unwrap();
-    assert_eq!(drain(&q), vec![b"other".to_vec()]);
+    assert_eq!(drain_payloads(&q), vec![b"other".to_vec()]);
     assert_consistent(&q);
 }
 
@@ -169,7 +153,7 @@ fn ack_with_and_next_failing_closure_leaves_nothing() {
     });
     assert!(matches!(r, Err(Error::Effect(_))), "{r:?}");
     assert_eq!(q.stats().unwrap().total, 1);
-    assert_eq!(drain(&q), vec![b"p".to_vec()]);
+    assert_eq!(drain_payloads(&q), vec![b"p".to_vec()]);
     assert!(matches!(
         q.enqueue(b"x", EnqueueOptions::default().dedup_key("c"))
             .unwrap(),
@@ -201,7 +185,7 @@ fn delayed_follow_up_is_scheduled_and_then_due() {
     assert_eq!(info.run_at_ms, common::T0_MS + 10_000);
     assert!(q.dequeue().unwrap().is_none());
     f.clock.advance(Duration::from_secs(10));
-    assert_eq!(drain(&q), vec![b"later".to_vec()]);
+    assert_eq!(drain_payloads(&q), vec![b"later".to_vec()]);
     assert_consistent(&q);
 }
 
@@ -428,7 +412,7 @@ fn queue_calls_inside_write_are_reentrant() {
     }
     // The lease is still current.
     l.ack().unwrap();
-    assert_eq!(drain(&q), vec![b"inside".to_vec()]);
+    assert_eq!(drain_payloads(&q), vec![b"inside".to_vec()]);
     assert_consistent(&q);
 }
 
@@ -492,7 +476,7 @@ fn batch_replay_produces_each_follow_up_once() {
     let e = effects(&q);
     assert_eq!((e.get(&0), e.get(&2)), (Some(&1), Some(&1)));
     assert_consistent(&q);
-    let mut left = drain(&q);
+    let mut left = drain_payloads(&q);
     left.sort();
     assert_eq!(
         left,

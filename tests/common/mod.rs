@@ -229,3 +229,22 @@ pub fn flip_record_byte(q: &Queue, id: leaseq::JobId, at: usize, xor: u8) -> Vec
     overwrite_record(q, id, &bytes);
     bytes
 }
+
+/// The id of a new job; panics on a duplicate.
+#[track_caller]
+pub fn new_id(e: leaseq::Enqueued) -> leaseq::JobId {
+    match e {
+        leaseq::Enqueued::New(id) => id,
+        other => panic!("expected New, got {other:?}"),
+    }
+}
+
+/// Dequeues and acks every job available now; their payloads in delivery order.
+pub fn drain_payloads(q: &Queue) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while let Some(l) = q.dequeue().unwrap() {
+        out.push(l.payload().to_vec());
+        l.ack().unwrap();
+    }
+    out
+}
