@@ -7,7 +7,15 @@
 //!
 //! Record layout: `[version: u8][bincode body][FNV-1a 64 of version and body: u64 LE]`.
 //! Record version 2 (format 2) adds the job's own retry policy and dedup window to version 1;
-//! version-1 records (format-1 files) are still read, with neither.
+//! record version 3 (format 3) adds where a large payload lives. Older records are still read
+//! (version 1 with neither retry policy nor dedup window; versions 1 and 2 with the payload
+//! inline).
+//!
+//! Payloads of more than [`PAYLOAD_INLINE_MAX`] bytes are stored apart from the record, in
+//! `leaseq_payloads` under the job id, with their length and checksum in the record
+//! ([`PayloadRef`]), as PostgreSQL's TOAST keeps large values out of the row: a state change
+//! (dequeue, extend, nack, expiry, recovery) rewrites the record only, a number of bytes
+//! that does not grow with the payload.
 
 use bincode::config::{self, Configuration, Fixint, Limit, LittleEndian};
 use serde::{Deserialize, Serialize};
@@ -17,7 +25,12 @@ use crate::job::JobState;
 use crate::retry::{RetryKind, RetryPolicy};
 
 /// First byte of every encoded record.
-const RECORD_VERSION: u8 = 2;
+const RECORD_VERSION: u8 = 3;
+
+/// The largest payload kept inline in its job record, in bytes; larger ones are stored apart
+/// (`leaseq_payloads`). Small enough that a rewritten record stays within a fraction of a
+/// 4 KiB page; large enough that the common small job touches one table.
+pub(crate) const PAYLOAD_INLINE_MAX: usize = 1024;
 
 /// Decoding never reads or allocates past this many bytes (the payload cap plus headroom for
 /// keys and the error text).
@@ -76,6 +89,81 @@ pub(crate) struct JobRecord {
     /// How long after `created_ms` the dedup key is held, whatever happens to the job;
     /// `None`: while the job is live.
     pub dedup_window_ms: Option<u64>,
+    /// Set when the payload is stored apart (`leaseq_payloads`); `payload` is then empty.
+    pub payload_apart: Option<PayloadRef>,
+}
+
+/// A payload stored apart from its record: its length and FNV-1a checksum, checked when it
+/// is read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PayloadRef {
+    pub len: u64,
+    pub checksum: u64,
+}
+
+impl PayloadRef {
+    pub(crate) fn of(payload: &[u8]) -> PayloadRef {
+        PayloadRef {
+            len: payload.len() as u64,
+            checksum: fnv1a64(payload),
+        }
+    }
+
+    /// Checks payload bytes read back from `leaseq_payloads` against this reference.
+    pub(crate) fn verify(&self, bytes: &[u8]) -> Result<()> {
+        if bytes.len() as u64 != self.len {
+            return Err(Error::corrupted(format!(
+                "payload: {} bytes stored, the record says {}",
+                bytes.len(),
+                self.len
+            )));
+        }
+        if fnv1a64(bytes) != self.checksum {
+            return Err(Error::corrupted("payload: checksum mismatch"));
+        }
+        Ok(())
+    }
+}
+
+/// A job record of record version 2: [`JobRecord`] without `payload_apart`.
+#[derive(Deserialize)]
+struct JobRecordV2 {
+    state: StoredState,
+    priority: i32,
+    run_at_ms: u64,
+    attempts: u32,
+    max_attempts: u32,
+    lease_ms: Option<u64>,
+    created_ms: u64,
+    seq: u64,
+    idempotency_key: Option<Vec<u8>>,
+    dedup_key: Option<Vec<u8>>,
+    last_error: Option<String>,
+    payload: Vec<u8>,
+    retry: Option<StoredRetry>,
+    dedup_window_ms: Option<u64>,
+}
+
+impl From<JobRecordV2> for JobRecord {
+    fn from(r: JobRecordV2) -> JobRecord {
+        JobRecord {
+            state: r.state,
+            priority: r.priority,
+            run_at_ms: r.run_at_ms,
+            attempts: r.attempts,
+            max_attempts: r.max_attempts,
+            lease_ms: r.lease_ms,
+            created_ms: r.created_ms,
+            seq: r.seq,
+            idempotency_key: r.idempotency_key,
+            dedup_key: r.dedup_key,
+            last_error: r.last_error,
+            payload: r.payload,
+            retry: r.retry,
+            dedup_window_ms: r.dedup_window_ms,
+            payload_apart: None,
+        }
+    }
 }
 
 /// A job record of record version 1: [`JobRecord`] without its last two fields.
@@ -112,6 +200,7 @@ impl From<JobRecordV1> for JobRecord {
             payload: r.payload,
             retry: None,
             dedup_window_ms: None,
+            payload_apart: None,
         }
     }
 }
@@ -160,6 +249,14 @@ impl StoredRetry {
 }
 
 impl JobRecord {
+    /// The payload's size in bytes, wherever it is stored.
+    pub(crate) fn payload_len(&self) -> usize {
+        match &self.payload_apart {
+            Some(r) => r.len as usize,
+            None => self.payload.len(),
+        }
+    }
+
     /// Checks the invariants every stored record keeps; used before every write and after
     /// every read.
     pub(crate) fn validate(&self) -> Result<()> {
@@ -180,6 +277,13 @@ impl JobRecord {
         }
         if self.payload.len() > crate::PAYLOAD_BYTES_MAX_CAP {
             return fail("payload above the cap");
+        }
+        if let Some(r) = &self.payload_apart
+            && (!self.payload.is_empty()
+                || r.len <= PAYLOAD_INLINE_MAX as u64
+                || r.len > crate::PAYLOAD_BYTES_MAX_CAP as u64)
+        {
+            return fail("payload stored apart with an inline part or a size out of range");
         }
         if let Some(r) = &self.retry {
             r.policy()?;
@@ -231,6 +335,12 @@ impl JobRecord {
         let (record, used): (JobRecord, usize) = match version {
             RECORD_VERSION => {
                 bincode::serde::decode_from_slice(body, record_config()).map_err(decode_error)?
+            }
+            2 => {
+                let (v2, used): (JobRecordV2, usize) =
+                    bincode::serde::decode_from_slice(body, record_config())
+                        .map_err(decode_error)?;
+                (v2.into(), used)
             }
             1 => {
                 let (v1, used): (JobRecordV1, usize) =
@@ -306,6 +416,7 @@ mod tests {
                 std::time::Duration::from_secs(3),
             ))),
             dedup_window_ms: None,
+            payload_apart: None,
         }
     }
 
@@ -356,6 +467,34 @@ mod tests {
     }
 
     #[test]
+    fn a_payload_stored_apart_is_checked_by_length_and_checksum() {
+        let payload = vec![7u8; PAYLOAD_INLINE_MAX + 1];
+        let r = PayloadRef::of(&payload);
+        r.verify(&payload).unwrap();
+        let mut flipped = payload.clone();
+        flipped[100] ^= 1;
+        assert!(r.verify(&flipped).is_err());
+        assert!(r.verify(&payload[1..]).is_err());
+        let apart = JobRecord {
+            payload: Vec::new(),
+            payload_apart: Some(r),
+            ..record()
+        };
+        assert_eq!(JobRecord::decode(&apart.encode().unwrap()).unwrap(), apart);
+        // Apart with an inline part, or apart though small enough to be inline: refused.
+        let both = JobRecord {
+            payload: vec![1],
+            ..apart.clone()
+        };
+        assert!(both.validate().is_err());
+        let small = JobRecord {
+            payload_apart: Some(PayloadRef::of(&[1; 10])),
+            ..apart
+        };
+        assert!(small.validate().is_err());
+    }
+
+    #[test]
     fn record_round_trips() {
         let r = record();
         assert_eq!(JobRecord::decode(&r.encode().unwrap()).unwrap(), r);
@@ -389,9 +528,9 @@ mod tests {
         let mut bytes = record().encode().unwrap();
         let n = bytes.len() - 8;
         // The payload length is the 8 bytes before the 5-byte payload itself, which the retry
-        // policy (tag, kind, base, cap, jitter: 19 bytes) and the dedup window (`None`: 1
-        // byte) follow.
-        let end = n - 19 - 1;
+        // policy (tag, kind, base, cap, jitter: 19 bytes), the dedup window (`None`: 1 byte)
+        // and the payload reference (`None`: 1 byte) follow.
+        let end = n - 19 - 1 - 1;
         assert_eq!(&bytes[end - 5..end], b"hello");
         bytes[end - 5 - 8..end - 5].copy_from_slice(&(1u64 << 60).to_le_bytes());
         let err = JobRecord::decode(&reseal(bytes)).unwrap_err();

@@ -22,7 +22,7 @@ use crate::retry::RetryPolicy;
 use crate::schema::{
     APPLIED, APPLIED_BY_TIME, DEAD, DEAD_BY_TIME, DEDUP, DEDUP_EXPIRY, DEDUP_WINDOWS,
     FORMAT_VERSION, IDEM_JOBS, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
-    META_NEXT_TOKEN, READY, SCHEDULED,
+    META_NEXT_TOKEN, PAYLOADS, READY, SCHEDULED,
 };
 use crate::scratch::ScratchBackend;
 use crate::store::{self, Config, Violation};
@@ -716,6 +716,7 @@ fn init_tables(db: &Database) -> Result<()> {
             tx.open_table(DEDUP_WINDOWS).map_err(foreign)?;
             tx.open_table(DEAD_BY_TIME).map_err(foreign)?;
             tx.open_table(DEDUP_EXPIRY).map_err(foreign)?;
+            tx.open_table(PAYLOADS).map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {

@@ -17,6 +17,7 @@
 //! | `leaseq_applied` | applied key | kept_since_ms | idempotency keys whose effect committed; the marker's retention counts from `kept_since_ms`: when it was applied, or later, when a prune last found a live job carrying the key |
 //! | `leaseq_applied_by_time` | (kept_since_ms, applied key) | () | the same markers by age, for pruning |
 //! | `leaseq_idem_jobs` | (applied key, job id) | () | every live job (scheduled, ready, leased, dead) that carries a caller idempotency key: a marker it names is never pruned |
+//! | `leaseq_payloads` | job id | payload bytes | payloads of more than `PAYLOAD_INLINE_MAX` (1 KiB) bytes, stored apart from their record (which holds their length and checksum), so a state change never rewrites them |
 //! | `leaseq_meta` | name | u64 | format version and counters |
 //! | `leaseq_quarantine` | job id | (quarantined_ms, reason, raw record bytes) | job rows that failed their checks, moved aside whole so the rest of the queue goes on |
 //!
@@ -32,6 +33,11 @@
 //!   transaction at the first writable open (a version-1 build then refuses the file: it
 //!   would not keep the indexes).
 //!
+//! - 3: payloads of more than 1 KiB are stored apart from their record, in `leaseq_payloads`
+//!   (record version 3 holds their length and checksum); smaller ones stay inline. The
+//!   upgrade from 2 moves every larger inline payload out, in one transaction at the first
+//!   writable open.
+//!
 //! `leaseq_quarantine` (added within version 1) is created by the first `ack_with` (held open
 //! while closures run, so they cannot open it) or the first quarantine; a file without it has
 //! nothing quarantined.
@@ -39,7 +45,7 @@
 use redb::TableDefinition;
 
 /// The format version this build writes, and the newest it reads.
-pub const FORMAT_VERSION: u64 = 2;
+pub const FORMAT_VERSION: u64 = 3;
 
 pub(crate) type ReadyKey = (u32, u64, u64);
 
@@ -51,6 +57,7 @@ pub(crate) const LEASES: TableDefinition<(u64, u64), ()> = TableDefinition::new(
 pub(crate) const DEAD: TableDefinition<u64, ()> = TableDefinition::new("leaseq_dead");
 pub(crate) const DEDUP: TableDefinition<&[u8], u64> = TableDefinition::new("leaseq_dedup");
 pub(crate) const APPLIED: TableDefinition<&[u8], u64> = TableDefinition::new("leaseq_applied");
+pub(crate) const PAYLOADS: TableDefinition<u64, &[u8]> = TableDefinition::new("leaseq_payloads");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("leaseq_meta");
 pub(crate) const APPLIED_BY_TIME: TableDefinition<(u64, &[u8]), ()> =
     TableDefinition::new("leaseq_applied_by_time");

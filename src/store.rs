@@ -10,15 +10,15 @@ use redb::{
     ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
 };
 
-use crate::codec::{JobRecord, StoredState};
+use crate::codec::{JobRecord, PAYLOAD_INLINE_MAX, PayloadRef, StoredState};
 use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
 use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Quarantined, Stats};
 use crate::schema::{
     APPLIED, APPLIED_BY_TIME, DEAD, DEAD_BY_TIME, DEDUP, DEDUP_EXPIRY, DEDUP_WINDOWS,
     FORMAT_VERSION, IDEM_JOBS, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
-    META_NEXT_TOKEN, QUARANTINE, QuarantineValue, READY, ReadyKey, SCHEDULED, applied_key,
-    priority_rank,
+    META_NEXT_TOKEN, PAYLOADS, QUARANTINE, QuarantineValue, READY, ReadyKey, SCHEDULED,
+    applied_key, priority_rank,
 };
 
 /// At most this many due scheduled jobs are promoted, and this many expired leases
@@ -219,6 +219,7 @@ pub(crate) fn new_record(
         payload: payload.to_vec(),
         retry: opts.retry.as_ref().map(crate::codec::StoredRetry::new),
         dedup_window_ms,
+        payload_apart: None,
     })
 }
 
@@ -269,9 +270,13 @@ struct Tables<'t> {
     windows: Option<Table<'t, &'static [u8], u64>>,
     expiry: Option<Table<'t, (u64, &'static [u8]), ()>>,
     dead_by_time: Option<Table<'t, (u64, u64), ()>>,
+    payloads: Option<Table<'t, u64, &'static [u8]>>,
 }
 
 /// A job row as read: absent, present but failing its checks (the reason), or good.
+// One row at a time, on the stack, moved into its use: boxing the record would only add an
+// allocation per read.
+#[allow(clippy::large_enum_variant)]
 enum Row {
     Missing,
     Damaged(String),
@@ -305,6 +310,7 @@ impl<'t> Tables<'t> {
             windows: None,
             expiry: None,
             dead_by_time: None,
+            payloads: None,
         })
     }
 
@@ -319,6 +325,7 @@ impl<'t> Tables<'t> {
         self.windows()?;
         self.expiry()?;
         self.dead_by_time()?;
+        self.payloads()?;
         lazy(&mut self.quarantine, self.tx, QUARANTINE)?;
         Ok(())
     }
@@ -349,6 +356,41 @@ impl<'t> Tables<'t> {
 
     fn dead_by_time(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
         lazy(&mut self.dead_by_time, self.tx, DEAD_BY_TIME)
+    }
+
+    fn payloads(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        lazy(&mut self.payloads, self.tx, PAYLOADS)
+    }
+
+    /// Stores `rec`'s payload apart (under `id`) if it is larger than `PAYLOAD_INLINE_MAX`,
+    /// leaving its length and checksum in the record.
+    fn store_payload(&mut self, id: u64, rec: &mut JobRecord) -> Result<()> {
+        if rec.payload.len() > PAYLOAD_INLINE_MAX {
+            let payload = std::mem::take(&mut rec.payload);
+            rec.payload_apart = Some(PayloadRef::of(&payload));
+            self.payloads()?.insert(id, payload.as_slice())?;
+        }
+        Ok(())
+    }
+
+    /// The payload job `id` stores apart, checked against its reference; `Ok(Err(why))` if
+    /// it is missing or damaged.
+    fn apart_payload(&mut self, id: u64, r: &PayloadRef) -> Result<Result<Vec<u8>, String>> {
+        Ok(match self.payloads()?.get(id)? {
+            None => Err("payload: stored apart, but its row is missing".to_string()),
+            Some(v) => r
+                .verify(v.value())
+                .map(|()| v.value().to_vec())
+                .map_err(|e| e.to_string()),
+        })
+    }
+
+    /// Removes the payload job `id` stores apart, if it does.
+    fn drop_payload(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
+        if rec.payload_apart.is_some() && self.payloads()?.remove(id)?.is_none() {
+            tracing::warn!(job_id = id, "leaseq: the job's payload row was missing");
+        }
+        Ok(())
     }
 
     fn windows(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
@@ -531,6 +573,7 @@ impl<'t> Tables<'t> {
     fn delete(&mut self, id: u64, rec: &JobRecord, now_ms: u64) -> Result<()> {
         self.unindex(id, rec)?;
         self.jobs.remove(id)?;
+        self.drop_payload(id, rec)?;
         self.release_keys(id, rec, now_ms)
     }
 
@@ -614,6 +657,7 @@ impl<'t> Tables<'t> {
             }
         }
         for (&(id, _), rec) in leases.iter().zip(records) {
+            self.drop_payload(id, rec)?;
             self.release_keys(id, rec, now_ms)?;
         }
         Ok(())
@@ -704,6 +748,7 @@ fn enqueue_into(
         if rec.state == StoredState::Ready {
             rec.seq = ctx.alloc_seq();
         }
+        t.store_payload(id, &mut rec)?;
         t.put(id, &rec)?;
         if let Some(k) = &rec.dedup_key {
             // Dedup windows past their end go as new keys come, a bounded few per key.
@@ -940,7 +985,7 @@ pub(crate) fn dequeue(
                         && priority_rank(rec.priority) == rank
                         && rec.seq == seq =>
                 {
-                    let size = rec.payload.len();
+                    let size = rec.payload_len();
                     let taken_any = !out.is_empty() || rows.iter().any(Option::is_some);
                     if taken_any && bytes.saturating_add(size) > cfg.dequeue_batch_bytes {
                         firsts.truncate(i);
@@ -984,6 +1029,17 @@ pub(crate) fn dequeue(
                 strays.push(id);
                 continue;
             };
+            let apart = match &rec.payload_apart {
+                None => None,
+                Some(r) => match t.apart_payload(id, r)? {
+                    Ok(p) => Some(p),
+                    Err(why) => {
+                        // Its ready entry is gone: the job moves aside whole, the batch goes on.
+                        t.quarantine(ctx, id, &why, now_ms)?;
+                        continue;
+                    }
+                },
+            };
             let token = ctx.alloc_token();
             let lease_ms = rec.lease_ms.unwrap_or(cfg.lease_ms);
             let deadline_ms = now_ms.saturating_add(lease_ms);
@@ -995,7 +1051,7 @@ pub(crate) fn dequeue(
                 token,
                 attempt: rec.attempts,
                 deadline_ms,
-                payload: rec.payload,
+                payload: apart.unwrap_or(rec.payload),
             });
         }
     }
@@ -1310,7 +1366,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
         .ok_or_else(|| Error::corrupted("leaseq_meta has no format version"))?;
     match version {
         FORMAT_VERSION => return Ok(None),
-        1 => {}
+        1 | 2 => {}
         _ => {
             return Err(Error::UnsupportedVersion {
                 found: version,
@@ -1319,6 +1375,17 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
         }
     }
     *ctx.dirty = true;
+    if version == 1 {
+        upgrade_1_to_2(tx)?;
+    }
+    upgrade_2_to_3(tx)?;
+    meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
+    Ok(Some(version))
+}
+
+/// Format 1 to 2: the time index of applied markers (markers of jobs' own ids dropped), the
+/// carriers of caller keys, the dedup-window tables, the dead jobs by when they died.
+fn upgrade_1_to_2(tx: &redb::WriteTransaction) -> Result<()> {
     let mut applied = tx.open_table(APPLIED)?;
     applied.retain(|k, _| k.first() != Some(&0))?;
     let mut by_time = tx.open_table(APPLIED_BY_TIME)?;
@@ -1349,8 +1416,36 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
             dead_by_time.insert((rec.run_at_ms, id), ())?;
         }
     }
-    meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
-    Ok(Some(version))
+    Ok(())
+}
+
+/// Format 2 to 3: every inline payload larger than `PAYLOAD_INLINE_MAX` moves to
+/// `leaseq_payloads` (one job at a time, so memory holds one payload). A row that does not
+/// decode is left for the passes that quarantine it.
+fn upgrade_2_to_3(tx: &redb::WriteTransaction) -> Result<()> {
+    let mut jobs = tx.open_table(JOBS)?;
+    let mut payloads = tx.open_table(PAYLOADS)?;
+    let mut large = Vec::new();
+    for e in jobs.iter()? {
+        let (id, row) = e?;
+        if let Ok(rec) = JobRecord::decode(row.value())
+            && rec.payload.len() > PAYLOAD_INLINE_MAX
+        {
+            large.push(id.value());
+        }
+    }
+    for id in large {
+        let mut rec = match jobs.get(id)? {
+            Some(row) => JobRecord::decode(row.value())?,
+            None => continue,
+        };
+        let payload = std::mem::take(&mut rec.payload);
+        rec.payload_apart = Some(PayloadRef::of(&payload));
+        payloads.insert(id, payload.as_slice())?;
+        rec.validate()?;
+        jobs.insert(id, rec.encode()?.as_slice())?;
+    }
+    Ok(())
 }
 
 /// [`Queue::prune`](crate::Queue::prune)'s work in one transaction: up to `max` expired
@@ -1508,6 +1603,7 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<Result<(
             t.dead_by_time()?.retain(|(_, j), ()| j != id)?;
             t.drop_keys_of(id)?;
             t.jobs.remove(id)?;
+            t.payloads()?.remove(id)?;
             Ok(Ok(()))
         }
         Row::Missing => {
@@ -1528,6 +1624,7 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<Result<(
             *ctx.dirty = true;
             if quarantined {
                 t.drop_keys_of(id)?;
+                t.payloads()?.remove(id)?;
             }
             Ok(Ok(()))
         }
@@ -1686,6 +1783,7 @@ fn info(id: u64, rec: JobRecord) -> JobInfo {
         StoredState::Leased { token, deadline_ms } => (Some(token), Some(deadline_ms)),
         _ => (None, None),
     };
+    let payload_bytes = rec.payload_len();
     JobInfo {
         id: JobId(id),
         state: rec.state.public(),
@@ -1700,7 +1798,7 @@ fn info(id: u64, rec: JobRecord) -> JobInfo {
         last_error: rec.last_error,
         idempotency_key: rec.idempotency_key,
         dedup_key: rec.dedup_key,
-        payload_bytes: rec.payload.len(),
+        payload_bytes,
     }
 }
 
@@ -1711,7 +1809,16 @@ pub(crate) fn payload(rtx: &ReadTransaction, id: u64) -> Result<Option<Vec<u8>>>
         return quarantined_error(rtx, id).map(|()| None);
     };
     let rec = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
-    Ok(Some(rec.payload))
+    let Some(r) = rec.payload_apart else {
+        return Ok(Some(rec.payload));
+    };
+    let payloads = rtx.open_table(PAYLOADS)?;
+    let v = payloads
+        .get(id)?
+        .ok_or_else(|| damaged(id, "payload: stored apart, but its row is missing"))?;
+    r.verify(v.value())
+        .map_err(|e| damaged(id, &e.to_string()))?;
+    Ok(Some(v.value().to_vec()))
 }
 
 /// A place in one state's index, as a `(u64, u64, u64)` key: ready `(rank, seq, id)`,
@@ -1955,6 +2062,13 @@ impl std::fmt::Display for Violation {
 /// exactly one state; each state's index and the jobs table agree both ways; dedup entries
 /// point at the job that holds the key; counters are ahead of every id and token.
 /// Memory stays bounded: reverse checks look each index entry up instead of collecting ids.
+/// Whether job `id` has a good record whose payload is stored apart.
+fn state_of_apart(jobs: &ReadOnlyTable<u64, &'static [u8]>, id: u64) -> Result<bool> {
+    Ok(jobs
+        .get(id)?
+        .is_some_and(|g| JobRecord::decode(g.value()).is_ok_and(|r| r.payload_apart.is_some())))
+}
+
 pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
     let rtx = db.begin_read()?;
     let mut out = Vec::new();
@@ -1991,7 +2105,9 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
     let dead_by_time = rtx.open_table(DEAD_BY_TIME)?;
     let windows = rtx.open_table(DEDUP_WINDOWS)?;
     let expiry = rtx.open_table(DEDUP_EXPIRY)?;
+    let payloads = rtx.open_table(PAYLOADS)?;
     let mut counts = [0u64; 4];
+    let mut apart = 0u64;
     for entry in jobs.iter()? {
         let (k, val) = entry?;
         let id = k.value();
@@ -2005,6 +2121,29 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
                 continue;
             }
         };
+        match &rec.payload_apart {
+            None if rec.payload.len() > PAYLOAD_INLINE_MAX => {
+                v(
+                    Some(id),
+                    "a payload above the inline limit is inline".into(),
+                );
+            }
+            None => {}
+            Some(r) => {
+                apart += 1;
+                match payloads.get(id)? {
+                    None => v(
+                        Some(id),
+                        "payload stored apart, but its row is missing".into(),
+                    ),
+                    Some(p) => {
+                        if let Err(e) = r.verify(p.value()) {
+                            v(Some(id), e.to_string());
+                        }
+                    }
+                }
+            }
+        }
         let indexed = match rec.state {
             StoredState::Ready => {
                 counts[0] += 1;
@@ -2069,6 +2208,21 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
                 None,
                 format!("{count} jobs are {name} but its index has {len} entries"),
             );
+        }
+    }
+    if payloads.len()? != apart {
+        // Rows of quarantined jobs are kept with them until `remove`.
+        let quarantine = quarantine_table(&rtx)?;
+        for e in payloads.iter()? {
+            let id = e?.0.value();
+            let owned = state_of_apart(&jobs, id)?
+                || match &quarantine {
+                    Some(q) => q.get(id)?.is_some(),
+                    None => false,
+                };
+            if !owned {
+                v(Some(id), "payload row of no job".into());
+            }
         }
     }
     // Reverse direction: every index entry names a job in the matching state and place.
