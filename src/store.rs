@@ -1355,8 +1355,8 @@ pub(crate) fn prune_dedup_windows(
 ///
 /// 1 → 2: the time index of the applied markers and the index of the caller idempotency keys
 /// live jobs carry are built from `leaseq_applied` and `leaseq_jobs`; markers of jobs' own ids
-/// (which guard nothing) are dropped. A row that fails its checks is skipped here: the pass
-/// that meets it quarantines it.
+/// (which guard nothing) are dropped. 2 → 3: payloads above 1 KiB move to `leaseq_payloads`.
+/// A row that fails its checks is skipped here: the pass that meets it quarantines it.
 pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     let tx = ctx.tx;
     let mut meta = tx.open_table(META)?;
