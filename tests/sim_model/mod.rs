@@ -4,7 +4,9 @@
 //! One seed (or one fuzzer input) drives a single-threaded, deterministic workload over leaseq's
 //! public API on a [`SimDisk`]: enqueues (single and batch, with every option, some invalid on
 //! purpose), dequeues (single and batch), acks, `ack_with` effects on a caller table (single,
-//! batch, `ack_and_next`, `ack_with_and_next`, effects that fail after writing), nacks, extends,
+//! batch, `ack_and_next`, `ack_with_and_next`, effects that fail after writing; half the
+//! `ack_with` calls enqueue a follow-up job from each closure, which the model expects to
+//! exist iff its parent's ack committed), nacks, extends,
 //! fails, `requeue_dead`, `remove`, `prune`, `compact`, `flush`, clock steps (also backwards),
 //! clean reopens, process kills, power cuts between calls, and crashes at a random I/O call
 //! (`crash_after`), sometimes a second one during the recovery open. One seed in six runs with `Durability::None`.
@@ -296,6 +298,9 @@ enum Got {
     Unit,
     Acked(Vec<Result<(), Option<EKind>>>),
     Applied(Vec<Result<Applied, Option<EKind>>>),
+    /// `Applied` with the ids of the follow-up jobs the closures enqueued (for the leases
+    /// applied now, in lease order).
+    AppliedF(Vec<Result<Applied, Option<EKind>>>, Vec<u64>),
     Next(Option<Applied>, Option<Delivered>),
     State(JobState),
     Deadline(u64),
@@ -325,6 +330,7 @@ impl std::fmt::Debug for Got {
             Got::Unit => write!(f, "()"),
             Got::Acked(v) => write!(f, "{v:?}"),
             Got::Applied(v) => write!(f, "{v:?}"),
+            Got::AppliedF(v, ids) => write!(f, "{v:?}, follow-ups {ids:?}"),
             Got::Next(a, n) => write!(f, "{a:?}, next {:?}", n.as_ref().map(fmt_delivery)),
             Got::State(s) => write!(f, "{s:?}"),
             Got::Deadline(d) => write!(f, "deadline {}", *d as i64 - T0_MS as i64),
@@ -338,7 +344,7 @@ impl Got {
             Got::Enq(v) => v.iter().any(|e| matches!(e, Enqueued::New(_))),
             Got::Deq(v) => !v.is_empty(),
             Got::Acked(v) => v.iter().any(Result::is_ok),
-            Got::Applied(v) => v
+            Got::Applied(v) | Got::AppliedF(v, _) => v
                 .iter()
                 .any(|r| matches!(r, Ok(_) | Err(Some(EKind::Effect)))),
             _ => true,
@@ -425,6 +431,17 @@ fn check_answer(pred: &MRes, got: &Got, max_id: u64, max_token: u64) -> Result<L
         (MRes::Unit, Got::Unit) => {}
         (MRes::Acked(a), Got::Acked(b)) if same_outcomes(a, b) => {}
         (MRes::Applied(a), Got::Applied(b)) if same_outcomes(a, b) => {}
+        (MRes::AppliedF(a, n), Got::AppliedF(b, ids)) if same_outcomes(a, b) && *n == ids.len() => {
+            for &id in ids {
+                let last = learned.ids.last().copied().unwrap_or(max_id);
+                if id <= last || id >= PENDING_BASE {
+                    return Err(format!(
+                        "a follow-up got id {id}, not above every id before ({last})"
+                    ));
+                }
+                learned.ids.push(id);
+            }
+        }
         (MRes::State(a), Got::State(b)) if a == b => {}
         (MRes::Deadline(a), Got::Deadline(b)) if a == b => {}
         (MRes::Next(pa, pn), Got::Next(ga, gn)) if pa == ga => match (pn, gn) {
@@ -1120,19 +1137,32 @@ impl Runner {
         let fails = fails_at.map(|i| keys[i]);
         let fails_id = fails.map(|(id, _)| id);
         let now = self.now();
+        // Half the calls enqueue a follow-up job from each closure (chosen from the first job's
+        // id, so the workload's random choices stay as they were).
+        let follow = keys[0].0 % 2 == 0;
         let apply = |m: &mut Model| {
             if batch {
-                m.ack_with(&keys, fails_at, now)
+                m.ack_with(&keys, fails_at, now, follow)
             } else {
-                m.ack_with_one(keys[0].0, keys[0].1, fails_at.is_some(), now)
+                m.ack_with_one(keys[0].0, keys[0].1, fails_at.is_some(), now, follow)
             }
         };
+        // The follow-up id each lease's closure saw in its last run.
+        let follow_ids = std::cell::RefCell::new(BTreeMap::<(u64, u64), u64>::new());
         let crashed_before = self.disk.is_crashed();
         let effect = |tx: &leaseq::Tx<'_>, l: &Lease| -> Result<(), leaseq::BoxError> {
             let key = effect_keys[&l.id().0].as_str();
             let mut t = tx.open_table(EFFECTS)?;
             let n = t.get(key)?.map_or(0, |v| v.value());
             t.insert(key, n + 1)?;
+            drop(t);
+            if follow {
+                let e = tx.enqueue(&model::follow_payload(key), EnqueueOptions::default())?;
+                let Enqueued::New(id) = e else {
+                    return Err(format!("follow-up enqueue answered {e:?}").into());
+                };
+                follow_ids.borrow_mut().insert((l.id().0, l.token()), id.0);
+            }
             if fails == Some((l.id().0, l.token())) {
                 return Err(model::EFFECT_ERROR.into());
             }
@@ -1147,9 +1177,23 @@ impl Runner {
                 .ack_with(|tx| effect(tx, &leases[0]))
                 .map(|a| Got::Applied(vec![Ok(a)]))
         };
+        let got = got.map(|g| match g {
+            Got::Applied(v) if follow => {
+                let seen = follow_ids.borrow();
+                let ids = keys
+                    .iter()
+                    .zip(&v)
+                    .filter(|(_, r)| matches!(r, Ok(Applied::Now)))
+                    .filter_map(|(k, _)| seen.get(k).copied())
+                    .collect();
+                Got::AppliedF(v, ids)
+            }
+            other => other,
+        });
         let what = format!(
-            "{} {keys:?} keys {:?}{}",
+            "{}{} {keys:?} keys {:?}{}",
             if batch { "ack_with_batch" } else { "ack_with" },
+            if follow { " (+follow-ups)" } else { "" },
             effect_keys.values().collect::<Vec<_>>(),
             match fails_id {
                 Some(id) => format!(" (effect of job {id} fails)"),

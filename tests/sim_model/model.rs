@@ -27,6 +27,11 @@ pub const PENDING_BASE: u64 = u64::MAX - 4096;
 pub const REASON_PREFIX: &str = "why:";
 /// The error of every `ack_with` closure the workload makes fail: the last error its job
 /// records when it is given back.
+/// The payload of the follow-up job an effect with `key` enqueues.
+pub fn follow_payload(key: &str) -> Vec<u8> {
+    format!("follow-up of {key}").into_bytes()
+}
+
 pub const EFFECT_ERROR: &str = "effect refused on purpose (after writing)";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +161,9 @@ pub enum MRes {
     Acked(Vec<Result<(), EKind>>),
     /// `ack_with` (one entry, `Ok`) or `ack_with_batch` (one outcome per lease).
     Applied(Vec<Result<Applied, EKind>>),
+    /// The same, with closures that enqueue a follow-up job each: how many were created
+    /// (pending jobs, named by the ids the closures saw).
+    AppliedF(Vec<Result<Applied, EKind>>, usize),
     /// `ack_and_next` (no `Applied`) or `ack_with_and_next`.
     Next(Option<Applied>, Option<DeqPred>),
     State(JobState),
@@ -174,7 +182,9 @@ impl MRes {
             MRes::Enq(v) => v.iter().any(|e| matches!(e, MEnq::New(_))),
             MRes::Deq(v) => !v.is_empty(),
             MRes::Acked(v) => v.iter().any(Result::is_ok),
-            MRes::Applied(v) => v.iter().any(|r| matches!(r, Ok(_) | Err(EKind::Effect))),
+            MRes::Applied(v) | MRes::AppliedF(v, _) => {
+                v.iter().any(|r| matches!(r, Ok(_) | Err(EKind::Effect)))
+            }
             MRes::Err(_) => false,
             _ => true,
         }
@@ -506,16 +516,22 @@ impl Model {
     /// current leases are acked with their effects. A stale lease is `LeaseLost` in its place.
     /// A key applied before, or by an earlier lease of the batch, acks without running the
     /// closure.
+    ///
+    /// With `follow`, each closure that applies enqueues a follow-up job (payload
+    /// [`follow_payload`] of the parent's effect key) in the same transaction: it exists iff
+    /// the parent's ack committed.
     pub fn ack_with(
         &mut self,
         leases: &[(u64, u64)],
         fails_at: Option<usize>,
         now_ms: u64,
+        follow: bool,
     ) -> MRes {
         if leases.is_empty() || leases.len() > BATCH_MAX {
             return MRes::Err(EKind::InvalidOption);
         }
         let mut out = Vec::new();
+        let mut follow_ups = 0;
         for (i, &(id, token)) in leases.iter().enumerate() {
             if let Err(e) = self.leased(id, token) {
                 out.push(Err(e));
@@ -533,24 +549,46 @@ impl Model {
                 *self.effects.entry(key.clone()).or_insert(0) += 1;
                 // Only caller keys get a marker (a job's own id guards nothing once it is gone).
                 if self.jobs[&id].idem.is_some() {
-                    self.applied.insert(key);
+                    self.applied.insert(key.clone());
+                }
+                if follow {
+                    let spec = EnqSpec {
+                        payload: follow_payload(&key),
+                        ..EnqSpec::default()
+                    };
+                    let made = self.enqueue(now_ms, &[spec]);
+                    debug_assert!(matches!(made, MRes::Enq(_)), "{made:?}");
+                    follow_ups += 1;
                 }
                 out.push(Ok(Applied::Now));
             }
             self.delete(id);
         }
-        MRes::Applied(out)
+        if follow {
+            MRes::AppliedF(out, follow_ups)
+        } else {
+            MRes::Applied(out)
+        }
     }
 
     /// `Lease::ack_with`: the batch of one, as a plain answer (an `Effect` error ended the
     /// attempt).
-    pub fn ack_with_one(&mut self, id: u64, token: u64, fails: bool, now_ms: u64) -> MRes {
-        match self.ack_with(&[(id, token)], fails.then_some(0), now_ms) {
-            MRes::Applied(v) => match v[0] {
-                Ok(a) => MRes::Applied(vec![Ok(a)]),
-                Err(EKind::Effect) => MRes::EndedErr(EKind::Effect),
-                Err(k) => MRes::Err(k),
-            },
+    pub fn ack_with_one(
+        &mut self,
+        id: u64,
+        token: u64,
+        fails: bool,
+        now_ms: u64,
+        follow: bool,
+    ) -> MRes {
+        let single = |v: &[Result<Applied, EKind>], ok: MRes| match v[0] {
+            Ok(_) => ok,
+            Err(EKind::Effect) => MRes::EndedErr(EKind::Effect),
+            Err(k) => MRes::Err(k),
+        };
+        match self.ack_with(&[(id, token)], fails.then_some(0), now_ms, follow) {
+            MRes::Applied(v) => single(&v, MRes::Applied(v.clone())),
+            MRes::AppliedF(v, n) => single(&v, MRes::AppliedF(v.clone(), n)),
             other => other,
         }
     }
@@ -566,7 +604,7 @@ impl Model {
         effect_fails: bool,
     ) -> MRes {
         let applied = if with_effect {
-            match self.ack_with_one(id, token, effect_fails, now_ms) {
+            match self.ack_with_one(id, token, effect_fails, now_ms, false) {
                 MRes::Applied(a) => Some(a[0].expect("ack_with_one answers Ok in a vec")),
                 err => return err,
             }
