@@ -1139,7 +1139,7 @@ impl Runner {
         let now = self.now();
         // Half the calls enqueue a follow-up job from each closure (chosen from the first job's
         // id, so the workload's random choices stay as they were).
-        let follow = keys[0].0 % 2 == 0;
+        let follow = keys[0].0.is_multiple_of(2);
         let apply = |m: &mut Model| {
             if batch {
                 m.ack_with(&keys, fails_at, now, follow)
