@@ -134,7 +134,7 @@ impl Lease {
     pub fn ack(&self) -> Result<()> {
         let (key, q) = (self.key(), self.queue()?);
         let now_ms = q.now_ms();
-        let r = single(q.run(&mut |ctx| store::ack(ctx, &key, now_ms))?);
+        let r = single(q.run(&mut |ctx| store::ack(ctx, q.config().tables, &key, now_ms))?);
         self.settle(&r);
         r
     }
@@ -149,7 +149,7 @@ impl Lease {
         let (key, q) = (self.key(), self.queue()?);
         let (now_ms, cfg) = (q.now_ms(), q.config());
         let next = q.run(&mut |ctx| {
-            if let Err(e) = single(store::ack(ctx, &key, now_ms)?) {
+            if let Err(e) = single(store::ack(ctx, q.config().tables, &key, now_ms)?) {
                 return Ok(Err(e));
             }
             Ok(Ok(store::dequeue(ctx, &cfg, now_ms, 1)?))
@@ -255,7 +255,7 @@ impl Lease {
     pub fn fail(&self, reason: &str) -> Result<()> {
         let (key, q) = (self.key()[0], self.queue()?);
         let now_ms = q.now_ms();
-        let r = q.run(&mut |ctx| store::fail(ctx, key, now_ms, reason))?;
+        let r = q.run(&mut |ctx| store::fail(ctx, q.config().tables, key, now_ms, reason))?;
         self.settle(&r);
         r
     }
@@ -273,7 +273,7 @@ impl Lease {
         store::lease_ms_checked("extend", by)?;
         let (id, token, q) = (self.id, self.token, self.queue()?);
         let now_ms = q.now_ms();
-        let r = q.run(&mut |ctx| store::extend(ctx, id, token, now_ms, by))?;
+        let r = q.run(&mut |ctx| store::extend(ctx, q.config().tables, id, token, now_ms, by))?;
         if matches!(r, Err(crate::Error::LeaseLost { .. })) {
             self.settle(&r);
         }

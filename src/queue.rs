@@ -20,9 +20,7 @@ use crate::job::{
 use crate::lease::Lease;
 use crate::retry::RetryPolicy;
 use crate::schema::{
-    APPLIED, APPLIED_BY_TIME, DEAD, DEAD_BY_TIME, DEDUP, DEDUP_EXPIRY, DEDUP_WINDOWS,
-    FORMAT_VERSION, IDEM_JOBS, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
-    META_NEXT_TOKEN, PAYLOADS, READY, SCHEDULED,
+    DEFAULT_TABLES, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN,
 };
 use crate::scratch::ScratchBackend;
 use crate::store::{self, Config, Violation};
@@ -320,6 +318,7 @@ impl Builder {
             payload_bytes_max: self.payload_bytes_max,
             dequeue_batch_bytes: self.dequeue_batch_bytes,
             retry: self.retry,
+            tables: &crate::schema::DEFAULT_TABLES,
         })
     }
 
@@ -400,7 +399,7 @@ impl Builder {
                     verify_format(&rtx, path)?;
                     // What recovery will read must decode now, so a damaged lease is refused
                     // before the writable open touches the file.
-                    guarded(|| store::check_leases(&rtx))?;
+                    guarded(|| store::check_leases(&rtx, &crate::schema::DEFAULT_TABLES))?;
                 }
                 Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
                     return Err(already_open());
@@ -447,7 +446,7 @@ impl Builder {
             verify_format(&rtx, path)?;
             // What recovery will read must decode now, so a damaged lease is refused before
             // the writable open touches the file.
-            store::check_leases(&rtx)
+            store::check_leases(&rtx, &crate::schema::DEFAULT_TABLES)
         });
         // The scratch copy is thrown away: close it without saving its state.
         retire.retire(db.get());
@@ -559,7 +558,7 @@ impl Builder {
             .committer
             .run(inner.db.get(), &mut |ctx| store::upgrade(ctx))?;
         let recovered = inner.committer.run(inner.db.get(), &mut |ctx| {
-            store::recover_leases(ctx, now_ms)
+            store::recover_leases(ctx, inner.cfg.tables, now_ms)
         })?;
         inner
             .clock
@@ -675,13 +674,13 @@ fn verify_format(rtx: &redb::ReadTransaction, path: &Path) -> Result<()> {
     }
     // Every table must be there with its types.
     let tables = [
-        rtx.open_table(JOBS).map(drop),
-        rtx.open_table(READY).map(drop),
-        rtx.open_table(SCHEDULED).map(drop),
-        rtx.open_table(LEASES).map(drop),
-        rtx.open_table(DEAD).map(drop),
-        rtx.open_table(DEDUP).map(drop),
-        rtx.open_table(APPLIED).map(drop),
+        rtx.open_table(DEFAULT_TABLES.jobs()).map(drop),
+        rtx.open_table(DEFAULT_TABLES.ready()).map(drop),
+        rtx.open_table(DEFAULT_TABLES.scheduled()).map(drop),
+        rtx.open_table(DEFAULT_TABLES.leases()).map(drop),
+        rtx.open_table(DEFAULT_TABLES.dead()).map(drop),
+        rtx.open_table(DEFAULT_TABLES.dedup()).map(drop),
+        rtx.open_table(DEFAULT_TABLES.applied()).map(drop),
     ];
     for t in tables {
         t.map_err(|e| Error::corrupted(format!("leaseq table: {e}")))?;
@@ -700,23 +699,27 @@ fn init_tables(db: &Database) -> Result<()> {
             },
             e => e.into(),
         };
-        tx.open_table(JOBS).map_err(foreign)?;
-        tx.open_table(READY).map_err(foreign)?;
-        tx.open_table(SCHEDULED).map_err(foreign)?;
-        tx.open_table(LEASES).map_err(foreign)?;
-        tx.open_table(DEAD).map_err(foreign)?;
-        tx.open_table(DEDUP).map_err(foreign)?;
-        tx.open_table(APPLIED).map_err(foreign)?;
+        tx.open_table(DEFAULT_TABLES.jobs()).map_err(foreign)?;
+        tx.open_table(DEFAULT_TABLES.ready()).map_err(foreign)?;
+        tx.open_table(DEFAULT_TABLES.scheduled()).map_err(foreign)?;
+        tx.open_table(DEFAULT_TABLES.leases()).map_err(foreign)?;
+        tx.open_table(DEFAULT_TABLES.dead()).map_err(foreign)?;
+        tx.open_table(DEFAULT_TABLES.dedup()).map_err(foreign)?;
+        tx.open_table(DEFAULT_TABLES.applied()).map_err(foreign)?;
         let mut meta = tx.open_table(META).map_err(foreign)?;
         // A new file is made at the current version, with every table of it; an existing one
         // keeps its version (the open upgrades it).
         if meta.get(META_FORMAT_VERSION)?.is_none() {
-            tx.open_table(APPLIED_BY_TIME).map_err(foreign)?;
-            tx.open_table(IDEM_JOBS).map_err(foreign)?;
-            tx.open_table(DEDUP_WINDOWS).map_err(foreign)?;
-            tx.open_table(DEAD_BY_TIME).map_err(foreign)?;
-            tx.open_table(DEDUP_EXPIRY).map_err(foreign)?;
-            tx.open_table(PAYLOADS).map_err(foreign)?;
+            tx.open_table(DEFAULT_TABLES.applied_by_time())
+                .map_err(foreign)?;
+            tx.open_table(DEFAULT_TABLES.idem_jobs()).map_err(foreign)?;
+            tx.open_table(DEFAULT_TABLES.dedup_windows())
+                .map_err(foreign)?;
+            tx.open_table(DEFAULT_TABLES.dead_by_time())
+                .map_err(foreign)?;
+            tx.open_table(DEFAULT_TABLES.dedup_expiry())
+                .map_err(foreign)?;
+            tx.open_table(DEFAULT_TABLES.payloads()).map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {
@@ -749,13 +752,13 @@ fn precheck_attach(rtx: &redb::ReadTransaction) -> Result<()> {
             Err(e) => Err(e.into()),
         }
     }
-    check(rtx, JOBS)?;
-    check(rtx, READY)?;
-    check(rtx, SCHEDULED)?;
-    check(rtx, LEASES)?;
-    check(rtx, DEAD)?;
-    check(rtx, DEDUP)?;
-    check(rtx, APPLIED)?;
+    check(rtx, DEFAULT_TABLES.jobs())?;
+    check(rtx, DEFAULT_TABLES.ready())?;
+    check(rtx, DEFAULT_TABLES.scheduled())?;
+    check(rtx, DEFAULT_TABLES.leases())?;
+    check(rtx, DEFAULT_TABLES.dead())?;
+    check(rtx, DEFAULT_TABLES.dedup())?;
+    check(rtx, DEFAULT_TABLES.applied())?;
     check(rtx, META)?;
     if let Ok(meta) = rtx.open_table(META)
         && let Some(found) = meta.get(META_FORMAT_VERSION)?.map(|v| v.value())
@@ -927,7 +930,7 @@ impl Queue {
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
     ) -> Result<Vec<Enqueued>> {
         let records = store::new_records(&self.inner.cfg, self.now_ms(), jobs)?;
-        self.run(&mut |ctx| store::enqueue(ctx, &records))
+        self.run(&mut |ctx| store::enqueue(ctx, self.inner.cfg.tables, &records))
     }
 
     /// Runs `f` in a write transaction shared with the queue's group commit and commits it:
@@ -993,7 +996,7 @@ impl Queue {
         let now_ms = self.now_ms();
         let (work, next_due_ms) = guarded(|| {
             let rtx = self.inner.db.get().begin_read()?;
-            store::probe(&rtx, now_ms)
+            store::probe(&rtx, self.inner.cfg.tables, now_ms)
         })?;
         if !work {
             return Ok((Vec::new(), next_due_ms));
@@ -1046,7 +1049,7 @@ impl Queue {
     pub fn ack_batch(&self, leases: &[Lease]) -> Result<Vec<Result<()>>> {
         let keys = self.batch_keys(leases)?;
         let now_ms = self.now_ms();
-        let out = self.run(&mut |ctx| store::ack(ctx, &keys, now_ms))?;
+        let out = self.run(&mut |ctx| store::ack(ctx, self.inner.cfg.tables, &keys, now_ms))?;
         leases.iter().zip(&out).for_each(|(l, r)| l.settle(r));
         Ok(out)
     }
@@ -1189,7 +1192,13 @@ impl Queue {
     /// # Errors
     /// `Corrupted` if its record does not decode; `Storage`.
     pub fn job(&self, id: JobId) -> Result<Option<JobInfo>> {
-        guarded(|| store::job(&self.inner.db.get().begin_read()?, id.0))
+        guarded(|| {
+            store::job(
+                &self.inner.db.get().begin_read()?,
+                self.inner.cfg.tables,
+                id.0,
+            )
+        })
     }
 
     /// Counts of jobs per state, read from one snapshot.
@@ -1197,7 +1206,7 @@ impl Queue {
     /// # Errors
     /// `Storage`.
     pub fn stats(&self) -> Result<Stats> {
-        guarded(|| store::stats(&self.inner.db.get().begin_read()?))
+        guarded(|| store::stats(&self.inner.db.get().begin_read()?, self.inner.cfg.tables))
     }
 
     /// Jobs still to be done: scheduled, ready or leased, not dead ([`Stats::pending`]), so
@@ -1238,6 +1247,7 @@ impl Queue {
         let (jobs, last) = guarded(|| {
             store::list(
                 &self.inner.db.get().begin_read()?,
+                self.inner.cfg.tables,
                 state,
                 after.map(|c| c.key),
                 limit,
@@ -1252,7 +1262,13 @@ impl Queue {
     /// # Errors
     /// `Corrupted` if its row is damaged or quarantined; `Storage`.
     pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        guarded(|| store::payload(&self.inner.db.get().begin_read()?, id.0))
+        guarded(|| {
+            store::payload(
+                &self.inner.db.get().begin_read()?,
+                self.inner.cfg.tables,
+                id.0,
+            )
+        })
     }
 
     /// Moves every dead job back to ready with its attempts reset, as
@@ -1299,8 +1315,16 @@ impl Queue {
         let mut total = 0;
         for _ in 0..batches {
             let now_ms = self.now_ms();
-            let (n, more) = self
-                .run(&mut |ctx| store::sweep_state(ctx, state, action, now_ms, crate::BATCH_MAX))?;
+            let (n, more) = self.run(&mut |ctx| {
+                store::sweep_state(
+                    ctx,
+                    self.inner.cfg.tables,
+                    state,
+                    action,
+                    now_ms,
+                    crate::BATCH_MAX,
+                )
+            })?;
             total += n;
             if !more {
                 break;
@@ -1320,7 +1344,7 @@ impl Queue {
     /// # Errors
     /// `Storage`, or `Corrupted` if redb cannot read the tables.
     pub fn check(&self) -> Result<Vec<Violation>> {
-        guarded(|| store::check(self.inner.db.get()))
+        guarded(|| store::check(self.inner.db.get(), self.inner.cfg.tables))
     }
 
     /// Moves a dead job back to ready with its attempts reset to 0, as a fresh job at the
@@ -1330,7 +1354,7 @@ impl Queue {
     /// `JobNotFound`; `InvalidState` if the job is not dead; `CommitFailed` or `Storage`.
     pub fn requeue_dead(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
-        self.run(&mut |ctx| store::requeue_dead(ctx, id.0, now_ms))?
+        self.run(&mut |ctx| store::requeue_dead(ctx, self.inner.cfg.tables, id.0, now_ms))?
     }
 
     /// Deletes a job that is not leased (scheduled, ready or dead) and releases its dedup key,
@@ -1346,7 +1370,7 @@ impl Queue {
     /// `JobNotFound`; `InvalidState` if the job is leased; `CommitFailed` or `Storage`.
     pub fn remove(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
-        self.run(&mut |ctx| store::remove(ctx, id.0, now_ms))?
+        self.run(&mut |ctx| store::remove(ctx, self.inner.cfg.tables, id.0, now_ms))?
     }
 
     /// Whether the applied-ids marker of this idempotency key exists: an effect under it was
@@ -1362,7 +1386,13 @@ impl Queue {
     /// # Errors
     /// `Storage`.
     pub fn is_applied(&self, idempotency_key: impl AsRef<[u8]>) -> Result<bool> {
-        guarded(|| store::is_applied(&self.inner.db.get().begin_read()?, idempotency_key.as_ref()))
+        guarded(|| {
+            store::is_applied(
+                &self.inner.db.get().begin_read()?,
+                self.inner.cfg.tables,
+                idempotency_key.as_ref(),
+            )
+        })
     }
 
     /// Quarantined job rows, by job id, after `after` (exclusive; `None` from the first), at
@@ -1380,6 +1410,7 @@ impl Queue {
         guarded(|| {
             store::quarantined(
                 &self.inner.db.get().begin_read()?,
+                self.inner.cfg.tables,
                 after.map(|id| id.0),
                 max,
             )
@@ -1392,7 +1423,13 @@ impl Queue {
     /// # Errors
     /// `Storage`.
     pub fn quarantined_record(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        guarded(|| store::quarantined_record(&self.inner.db.get().begin_read()?, id.0))
+        guarded(|| {
+            store::quarantined_record(
+                &self.inner.db.get().begin_read()?,
+                self.inner.cfg.tables,
+                id.0,
+            )
+        })
     }
 
     /// How this handle's commits were shared: groups committed and operations they answered.
@@ -1462,8 +1499,9 @@ impl Queue {
         let batches = self.stats()?.dedup_keys.div_ceil(crate::BATCH_MAX as u64) + 1;
         for _ in 0..batches {
             let now_ms = self.now_ms();
-            let (released, more) =
-                self.run(&mut |ctx| store::prune_dedup_windows(ctx, now_ms, crate::BATCH_MAX))?;
+            let (released, more) = self.run(&mut |ctx| {
+                store::prune_dedup_windows(ctx, self.inner.cfg.tables, now_ms, crate::BATCH_MAX)
+            })?;
             out.dedup_windows += released;
             if !more {
                 break;

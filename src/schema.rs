@@ -49,30 +49,92 @@ pub const FORMAT_VERSION: u64 = 3;
 
 pub(crate) type ReadyKey = (u32, u64, u64);
 
-pub(crate) const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("leaseq_jobs");
-pub(crate) const READY: TableDefinition<ReadyKey, ()> = TableDefinition::new("leaseq_ready");
-pub(crate) const SCHEDULED: TableDefinition<(u64, u64), ()> =
-    TableDefinition::new("leaseq_scheduled");
-pub(crate) const LEASES: TableDefinition<(u64, u64), ()> = TableDefinition::new("leaseq_leases");
-pub(crate) const DEAD: TableDefinition<u64, ()> = TableDefinition::new("leaseq_dead");
-pub(crate) const DEDUP: TableDefinition<&[u8], u64> = TableDefinition::new("leaseq_dedup");
-pub(crate) const APPLIED: TableDefinition<&[u8], u64> = TableDefinition::new("leaseq_applied");
-pub(crate) const PAYLOADS: TableDefinition<u64, &[u8]> = TableDefinition::new("leaseq_payloads");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("leaseq_meta");
-pub(crate) const APPLIED_BY_TIME: TableDefinition<(u64, &[u8]), ()> =
-    TableDefinition::new("leaseq_applied_by_time");
-pub(crate) const IDEM_JOBS: TableDefinition<(&[u8], u64), ()> =
-    TableDefinition::new("leaseq_idem_jobs");
-pub(crate) const DEAD_BY_TIME: TableDefinition<(u64, u64), ()> =
-    TableDefinition::new("leaseq_dead_by_time");
-pub(crate) const DEDUP_WINDOWS: TableDefinition<&[u8], u64> =
-    TableDefinition::new("leaseq_dedup_windows");
-pub(crate) const DEDUP_EXPIRY: TableDefinition<(u64, &[u8]), ()> =
-    TableDefinition::new("leaseq_dedup_expiry");
 /// A quarantined row: when it was moved aside (Unix ms), why, and its bytes as they were found.
 pub(crate) type QuarantineValue = (u64, &'static str, &'static [u8]);
-pub(crate) const QUARANTINE: TableDefinition<u64, QuarantineValue> =
-    TableDefinition::new("leaseq_quarantine");
+
+/// The names of one queue's tables. The default queue's are the names in the table above;
+/// a named queue's carry its number (`leaseq_q7_jobs`, ...). `leaseq_meta` is the file's, shared.
+#[derive(Debug)]
+pub(crate) struct QueueTables {
+    jobs: &'static str,
+    ready: &'static str,
+    scheduled: &'static str,
+    leases: &'static str,
+    dead: &'static str,
+    dead_by_time: &'static str,
+    dedup: &'static str,
+    dedup_windows: &'static str,
+    dedup_expiry: &'static str,
+    applied: &'static str,
+    applied_by_time: &'static str,
+    idem_jobs: &'static str,
+    payloads: &'static str,
+    quarantine: &'static str,
+}
+
+/// The default queue's tables.
+pub(crate) static DEFAULT_TABLES: QueueTables = QueueTables {
+    jobs: "leaseq_jobs",
+    ready: "leaseq_ready",
+    scheduled: "leaseq_scheduled",
+    leases: "leaseq_leases",
+    dead: "leaseq_dead",
+    dead_by_time: "leaseq_dead_by_time",
+    dedup: "leaseq_dedup",
+    dedup_windows: "leaseq_dedup_windows",
+    dedup_expiry: "leaseq_dedup_expiry",
+    applied: "leaseq_applied",
+    applied_by_time: "leaseq_applied_by_time",
+    idem_jobs: "leaseq_idem_jobs",
+    payloads: "leaseq_payloads",
+    quarantine: "leaseq_quarantine",
+};
+
+impl QueueTables {
+    pub(crate) fn jobs(&self) -> TableDefinition<'static, u64, &'static [u8]> {
+        TableDefinition::new(self.jobs)
+    }
+    pub(crate) fn ready(&self) -> TableDefinition<'static, ReadyKey, ()> {
+        TableDefinition::new(self.ready)
+    }
+    pub(crate) fn scheduled(&self) -> TableDefinition<'static, (u64, u64), ()> {
+        TableDefinition::new(self.scheduled)
+    }
+    pub(crate) fn leases(&self) -> TableDefinition<'static, (u64, u64), ()> {
+        TableDefinition::new(self.leases)
+    }
+    pub(crate) fn dead(&self) -> TableDefinition<'static, u64, ()> {
+        TableDefinition::new(self.dead)
+    }
+    pub(crate) fn dead_by_time(&self) -> TableDefinition<'static, (u64, u64), ()> {
+        TableDefinition::new(self.dead_by_time)
+    }
+    pub(crate) fn dedup(&self) -> TableDefinition<'static, &'static [u8], u64> {
+        TableDefinition::new(self.dedup)
+    }
+    pub(crate) fn dedup_windows(&self) -> TableDefinition<'static, &'static [u8], u64> {
+        TableDefinition::new(self.dedup_windows)
+    }
+    pub(crate) fn dedup_expiry(&self) -> TableDefinition<'static, (u64, &'static [u8]), ()> {
+        TableDefinition::new(self.dedup_expiry)
+    }
+    pub(crate) fn applied(&self) -> TableDefinition<'static, &'static [u8], u64> {
+        TableDefinition::new(self.applied)
+    }
+    pub(crate) fn applied_by_time(&self) -> TableDefinition<'static, (u64, &'static [u8]), ()> {
+        TableDefinition::new(self.applied_by_time)
+    }
+    pub(crate) fn idem_jobs(&self) -> TableDefinition<'static, (&'static [u8], u64), ()> {
+        TableDefinition::new(self.idem_jobs)
+    }
+    pub(crate) fn payloads(&self) -> TableDefinition<'static, u64, &'static [u8]> {
+        TableDefinition::new(self.payloads)
+    }
+    pub(crate) fn quarantine(&self) -> TableDefinition<'static, u64, QuarantineValue> {
+        TableDefinition::new(self.quarantine)
+    }
+}
 
 /// `leaseq_meta` keys.
 pub(crate) const META_FORMAT_VERSION: &str = "format_version";

@@ -15,10 +15,8 @@ use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
 use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Quarantined, Stats};
 use crate::schema::{
-    APPLIED, APPLIED_BY_TIME, DEAD, DEAD_BY_TIME, DEDUP, DEDUP_EXPIRY, DEDUP_WINDOWS,
-    FORMAT_VERSION, IDEM_JOBS, JOBS, LEASES, META, META_FORMAT_VERSION, META_NEXT_ID,
-    META_NEXT_TOKEN, PAYLOADS, QUARANTINE, QuarantineValue, READY, ReadyKey, SCHEDULED,
-    applied_key, priority_rank,
+    FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QuarantineValue,
+    QueueTables, ReadyKey, applied_key, priority_rank,
 };
 
 /// At most this many due scheduled jobs are promoted, and this many expired leases
@@ -46,6 +44,8 @@ pub(crate) struct Config {
     pub applied_retention_ms: Option<u64>,
     /// How long a dead job is kept (`None`: until removed).
     pub dead_retention_ms: Option<u64>,
+    /// The queue's tables.
+    pub tables: &'static QueueTables,
 }
 
 /// At most this many expired applied markers are pruned per `ack_with` (twice what one
@@ -259,6 +259,7 @@ where
 /// at commit (about a fifth of an operation's CPU when all six were opened every time).
 struct Tables<'t> {
     tx: &'t redb::WriteTransaction,
+    tq: &'static QueueTables,
     jobs: Table<'t, u64, &'static [u8]>,
     ready: Option<Table<'t, (u32, u64, u64), ()>>,
     scheduled: Option<Table<'t, (u64, u64), ()>>,
@@ -296,10 +297,11 @@ fn lazy<'a, 't, K: redb::Key + 'static, V: redb::Value + 'static>(
 }
 
 impl<'t> Tables<'t> {
-    fn open(tx: &'t redb::WriteTransaction) -> Result<Tables<'t>> {
+    fn open(tx: &'t redb::WriteTransaction, tq: &'static QueueTables) -> Result<Tables<'t>> {
         Ok(Tables {
             tx,
-            jobs: tx.open_table(JOBS)?,
+            tq,
+            jobs: tx.open_table(tq.jobs())?,
             ready: None,
             scheduled: None,
             leases: None,
@@ -326,40 +328,40 @@ impl<'t> Tables<'t> {
         self.expiry()?;
         self.dead_by_time()?;
         self.payloads()?;
-        lazy(&mut self.quarantine, self.tx, QUARANTINE)?;
+        lazy(&mut self.quarantine, self.tx, self.tq.quarantine())?;
         Ok(())
     }
 
     fn ready(&mut self) -> Result<&mut Table<'t, (u32, u64, u64), ()>> {
-        lazy(&mut self.ready, self.tx, READY)
+        lazy(&mut self.ready, self.tx, self.tq.ready())
     }
 
     fn scheduled(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
-        lazy(&mut self.scheduled, self.tx, SCHEDULED)
+        lazy(&mut self.scheduled, self.tx, self.tq.scheduled())
     }
 
     fn leases(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
-        lazy(&mut self.leases, self.tx, LEASES)
+        lazy(&mut self.leases, self.tx, self.tq.leases())
     }
 
     fn dead(&mut self) -> Result<&mut Table<'t, u64, ()>> {
-        lazy(&mut self.dead, self.tx, DEAD)
+        lazy(&mut self.dead, self.tx, self.tq.dead())
     }
 
     fn dedup(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
-        lazy(&mut self.dedup, self.tx, DEDUP)
+        lazy(&mut self.dedup, self.tx, self.tq.dedup())
     }
 
     fn idem(&mut self) -> Result<&mut Table<'t, (&'static [u8], u64), ()>> {
-        lazy(&mut self.idem, self.tx, IDEM_JOBS)
+        lazy(&mut self.idem, self.tx, self.tq.idem_jobs())
     }
 
     fn dead_by_time(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
-        lazy(&mut self.dead_by_time, self.tx, DEAD_BY_TIME)
+        lazy(&mut self.dead_by_time, self.tx, self.tq.dead_by_time())
     }
 
     fn payloads(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
-        lazy(&mut self.payloads, self.tx, PAYLOADS)
+        lazy(&mut self.payloads, self.tx, self.tq.payloads())
     }
 
     /// Stores `rec`'s payload apart (under `id`) if it is larger than `PAYLOAD_INLINE_MAX`,
@@ -394,11 +396,11 @@ impl<'t> Tables<'t> {
     }
 
     fn windows(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
-        lazy(&mut self.windows, self.tx, DEDUP_WINDOWS)
+        lazy(&mut self.windows, self.tx, self.tq.dedup_windows())
     }
 
     fn expiry(&mut self) -> Result<&mut Table<'t, (u64, &'static [u8]), ()>> {
-        lazy(&mut self.expiry, self.tx, DEDUP_EXPIRY)
+        lazy(&mut self.expiry, self.tx, self.tq.dedup_expiry())
     }
 
     /// Who holds dedup key `k` at `now_ms`: `None` if nobody does (a window that ended
@@ -474,7 +476,7 @@ impl<'t> Tables<'t> {
         *ctx.dirty = true;
         let reason = truncate_reason(reason);
         tracing::warn!(job_id = id, %reason, "leaseq: job record quarantined");
-        lazy(&mut self.quarantine, self.tx, QUARANTINE)?
+        lazy(&mut self.quarantine, self.tx, self.tq.quarantine())?
             .insert(id, (now_ms, reason.as_str(), raw.value()))?;
         Ok(())
     }
@@ -712,8 +714,12 @@ impl<'t> Tables<'t> {
 
 /// Adds validated records (from [`new_record`]) in order. A dedup key held by a live job,
 /// or by an earlier record of the same batch, makes that record a `Duplicate`.
-pub(crate) fn enqueue(ctx: &mut Ctx<'_>, records: &[JobRecord]) -> Result<Vec<Enqueued>> {
-    let mut t = Tables::open(ctx.tx)?;
+pub(crate) fn enqueue(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    records: &[JobRecord],
+) -> Result<Vec<Enqueued>> {
+    let mut t = Tables::open(ctx.tx, tq)?;
     enqueue_into(&mut t, ctx, records)
 }
 
@@ -841,10 +847,11 @@ pub(crate) fn write<T>(
     now_ms: u64,
     f: &mut dyn FnMut(&crate::Tx<'_>) -> Result<T, BoxError>,
 ) -> Result<T> {
+    let tq = cfg.tables;
     let tx = ctx.tx;
     // The caller's writes are unknown to leaseq: the group commits.
     *ctx.dirty = true;
-    let mut t = Tables::open(tx)?;
+    let mut t = Tables::open(tx, tq)?;
     let mut sink = TablesSink {
         t: &mut t,
         ctx,
@@ -955,8 +962,9 @@ pub(crate) fn dequeue(
     now_ms: u64,
     max: usize,
 ) -> Result<Vec<Leased>> {
+    let tq = cfg.tables;
     debug_assert!((1..=crate::BATCH_MAX).contains(&max));
-    let mut t = Tables::open(ctx.tx)?;
+    let mut t = Tables::open(ctx.tx, tq)?;
     sweep(&mut t, ctx, cfg, now_ms)?;
     let mut out = Vec::with_capacity(max);
     // Entries whose row is damaged or does not match: settled below. Each is settled once (its
@@ -1069,10 +1077,11 @@ pub(crate) fn dequeue(
 /// are not held up by it (as SQS's `DeleteMessageBatch` reports each entry).
 pub(crate) fn ack(
     ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
     leases: &[(u64, u64)],
     now_ms: u64,
 ) -> Result<Vec<Result<()>>> {
-    let mut t = Tables::open(ctx.tx)?;
+    let mut t = Tables::open(ctx.tx, tq)?;
     let mut out = Vec::with_capacity(leases.len());
     let (mut keys, mut records) = (Vec::new(), Vec::new());
     for &(id, token) in leases {
@@ -1111,19 +1120,20 @@ pub(crate) fn ack_with(
     failed: &[Option<String>],
     effect: &mut Effect<'_>,
 ) -> Result<Vec<Result<Applied>>> {
+    let tq = cfg.tables;
     debug_assert_eq!(leases.len(), failed.len());
     let tx = ctx.tx;
-    let mut t = Tables::open(tx)?;
+    let mut t = Tables::open(tx, tq)?;
     // Every leaseq table is held open while closures run, so redb refuses a closure that
     // opens one (lazy opening would leave the unused index tables open to it).
     t.open_all()?;
-    let mut applied = tx.open_table(APPLIED)?;
+    let mut applied = tx.open_table(tq.applied())?;
     // Held open (unused) so a closure that opens `leaseq_meta` is refused by redb as well.
     let _meta = tx.open_table(META)?;
     let mut out = Vec::with_capacity(leases.len());
     let (mut keys, mut records) = (Vec::new(), Vec::new());
     // Held open (as every leaseq table) while closures run.
-    let mut by_time = tx.open_table(APPLIED_BY_TIME)?;
+    let mut by_time = tx.open_table(tq.applied_by_time())?;
     let mut new_markers = 0;
     // The jobs this call deletes if it commits (current leases whose effect did not fail
     // before): follow-ups enqueued by the closures may take the dedup keys they hold.
@@ -1285,10 +1295,11 @@ pub(crate) fn prune_dead_jobs(
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
+    let tq = cfg.tables;
     let Some(retention_ms) = cfg.dead_retention_ms else {
         return Ok((0, false));
     };
-    let mut t = Tables::open(ctx.tx)?;
+    let mut t = Tables::open(ctx.tx, tq)?;
     prune_dead(&mut t, ctx, now_ms, retention_ms, max)
 }
 
@@ -1338,10 +1349,11 @@ fn prune_windows(t: &mut Tables<'_>, now_ms: u64, max: usize) -> Result<(u64, bo
 /// [`Queue::prune`](crate::Queue::prune)'s work on dedup windows in one transaction.
 pub(crate) fn prune_dedup_windows(
     ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
-    let mut t = Tables::open(ctx.tx)?;
+    let mut t = Tables::open(ctx.tx, tq)?;
     let (released, more) = prune_windows(&mut t, now_ms, max)?;
     if released > 0 || more {
         *ctx.dirty = true;
@@ -1386,15 +1398,16 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
 /// Format 1 to 2: the time index of applied markers (markers of jobs' own ids dropped), the
 /// carriers of caller keys, the dedup-window tables, the dead jobs by when they died.
 fn upgrade_1_to_2(tx: &redb::WriteTransaction) -> Result<()> {
-    let mut applied = tx.open_table(APPLIED)?;
+    let tq = &crate::schema::DEFAULT_TABLES;
+    let mut applied = tx.open_table(tq.applied())?;
     applied.retain(|k, _| k.first() != Some(&0))?;
-    let mut by_time = tx.open_table(APPLIED_BY_TIME)?;
+    let mut by_time = tx.open_table(tq.applied_by_time())?;
     for e in applied.iter()? {
         let (k, at) = e?;
         by_time.insert((at.value(), k.value()), ())?;
     }
-    let jobs = tx.open_table(JOBS)?;
-    let mut idem = tx.open_table(IDEM_JOBS)?;
+    let jobs = tx.open_table(tq.jobs())?;
+    let mut idem = tx.open_table(tq.idem_jobs())?;
     for e in jobs.iter()? {
         let (id, row) = e?;
         if let Ok(rec) = JobRecord::decode(row.value())
@@ -1404,10 +1417,10 @@ fn upgrade_1_to_2(tx: &redb::WriteTransaction) -> Result<()> {
             idem.insert((key.as_slice(), id.value()), ())?;
         }
     }
-    tx.open_table(DEDUP_WINDOWS)?;
-    tx.open_table(DEDUP_EXPIRY)?;
-    let mut dead_by_time = tx.open_table(DEAD_BY_TIME)?;
-    for e in tx.open_table(DEAD)?.iter()? {
+    tx.open_table(tq.dedup_windows())?;
+    tx.open_table(tq.dedup_expiry())?;
+    let mut dead_by_time = tx.open_table(tq.dead_by_time())?;
+    for e in tx.open_table(tq.dead())?.iter()? {
         let id = e?.0.value();
         if let Some(row) = jobs.get(id)?
             && let Ok(rec) = JobRecord::decode(row.value())
@@ -1423,8 +1436,9 @@ fn upgrade_1_to_2(tx: &redb::WriteTransaction) -> Result<()> {
 /// `leaseq_payloads` (one job at a time, so memory holds one payload). A row that does not
 /// decode is left for the passes that quarantine it.
 fn upgrade_2_to_3(tx: &redb::WriteTransaction) -> Result<()> {
-    let mut jobs = tx.open_table(JOBS)?;
-    let mut payloads = tx.open_table(PAYLOADS)?;
+    let tq = &crate::schema::DEFAULT_TABLES;
+    let mut jobs = tx.open_table(tq.jobs())?;
+    let mut payloads = tx.open_table(tq.payloads())?;
     let mut large = Vec::new();
     for e in jobs.iter()? {
         let (id, row) = e?;
@@ -1456,12 +1470,13 @@ pub(crate) fn prune(
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
+    let tq = cfg.tables;
     let Some(retention_ms) = cfg.applied_retention_ms else {
         return Ok((0, false));
     };
-    let mut t = Tables::open(ctx.tx)?;
-    let mut applied = ctx.tx.open_table(APPLIED)?;
-    let mut by_time = ctx.tx.open_table(APPLIED_BY_TIME)?;
+    let mut t = Tables::open(ctx.tx, tq)?;
+    let mut applied = ctx.tx.open_table(tq.applied())?;
+    let mut by_time = ctx.tx.open_table(tq.applied_by_time())?;
     let (removed, looked, more) = prune_applied(
         &mut t,
         &mut applied,
@@ -1500,7 +1515,8 @@ pub(crate) fn nack(
     backoff_ms: Option<u64>,
     reason: &str,
 ) -> Result<Result<JobState>> {
-    let mut t = Tables::open(ctx.tx)?;
+    let tq = cfg.tables;
+    let mut t = Tables::open(ctx.tx, tq)?;
     let rec = lease_or_refuse!(t, id, token);
     let at = match backoff_ms {
         Some(b) => now_ms
@@ -1515,11 +1531,12 @@ pub(crate) fn nack(
 
 pub(crate) fn fail(
     ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
     (id, token): (u64, u64),
     now_ms: u64,
     reason: &str,
 ) -> Result<Result<()>> {
-    let mut t = Tables::open(ctx.tx)?;
+    let mut t = Tables::open(ctx.tx, tq)?;
     let mut rec = lease_or_refuse!(t, id, token);
     *ctx.dirty = true;
     t.unindex(id, &rec)?;
@@ -1531,13 +1548,14 @@ pub(crate) fn fail(
 
 pub(crate) fn extend(
     ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
     id: u64,
     token: u64,
     now_ms: u64,
     by: std::time::Duration,
 ) -> Result<Result<u64>> {
     let lease_ms = lease_ms_checked("extend", by)?;
-    let mut t = Tables::open(ctx.tx)?;
+    let mut t = Tables::open(ctx.tx, tq)?;
     let mut rec = lease_or_refuse!(t, id, token);
     let deadline_ms = now_ms
         .checked_add(lease_ms)
@@ -1549,8 +1567,13 @@ pub(crate) fn extend(
     Ok(Ok(deadline_ms))
 }
 
-pub(crate) fn requeue_dead(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<Result<()>> {
-    let mut t = Tables::open(ctx.tx)?;
+pub(crate) fn requeue_dead(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    id: u64,
+    now_ms: u64,
+) -> Result<Result<()>> {
+    let mut t = Tables::open(ctx.tx, tq)?;
     let mut rec = match t.row(id)? {
         Row::Good(rec) => rec,
         Row::Damaged(why) => return Ok(Err(damaged(id, &why))),
@@ -1578,8 +1601,13 @@ pub(crate) fn requeue_dead(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<Re
 /// with every index and dedup entry naming it: these scans read whole tables, which only
 /// damage repair pays. So is a leased job whose lease entry is missing (no sweep or reopen
 /// can find it), and a dead-letter entry naming no job.
-pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<Result<()>> {
-    let mut t = Tables::open(ctx.tx)?;
+pub(crate) fn remove(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    id: u64,
+    now_ms: u64,
+) -> Result<Result<()>> {
+    let mut t = Tables::open(ctx.tx, tq)?;
     match t.row(id)? {
         Row::Good(rec) => {
             if let StoredState::Leased { deadline_ms, .. } = rec.state
@@ -1607,7 +1635,7 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, id: u64, now_ms: u64) -> Result<Result<(
             Ok(Ok(()))
         }
         Row::Missing => {
-            let quarantined = match ctx.tx.open_table(QUARANTINE) {
+            let quarantined = match ctx.tx.open_table(tq.quarantine()) {
                 Ok(mut q) => q.remove(id)?.is_some(),
                 Err(redb::TableError::TableDoesNotExist(_)) => false,
                 Err(e) => return Err(e.into()),
@@ -1642,8 +1670,12 @@ pub(crate) struct Recovered {
 /// Returns every lease in the file to ready (or dead when out of attempts): run at open, when
 /// the file lock proves the process that held them is gone. A leased row that is damaged is
 /// quarantined and the rest are recovered.
-pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<Recovered> {
-    let mut t = Tables::open(ctx.tx)?;
+pub(crate) fn recover_leases(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    now_ms: u64,
+) -> Result<Recovered> {
+    let mut t = Tables::open(ctx.tx, tq)?;
     let all: Vec<(u64, u64)> = t
         .leases()?
         .iter()?
@@ -1667,9 +1699,9 @@ pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<Recovered
 /// recovery at open will read, so damage that redb itself reports refuses the file before
 /// anything is written. A row that redb reads but that fails leaseq's own checks is not an
 /// error here: recovery quarantines it.
-pub(crate) fn check_leases(rtx: &ReadTransaction) -> Result<()> {
-    let jobs = rtx.open_table(JOBS)?;
-    for e in rtx.open_table(LEASES)?.iter()? {
+pub(crate) fn check_leases(rtx: &ReadTransaction, tq: &'static QueueTables) -> Result<()> {
+    let jobs = rtx.open_table(tq.jobs())?;
+    for e in rtx.open_table(tq.leases())?.iter()? {
         let (_, id) = e?.0.value();
         jobs.get(id)?;
     }
@@ -1678,8 +1710,12 @@ pub(crate) fn check_leases(rtx: &ReadTransaction) -> Result<()> {
 
 /// What a dequeue would find, read without a write transaction: whether anything is ready,
 /// due or expired now, and the earliest future due time or lease deadline.
-pub(crate) fn probe(rtx: &ReadTransaction, now_ms: u64) -> Result<(bool, Option<u64>)> {
-    let ready = rtx.open_table(READY)?;
+pub(crate) fn probe(
+    rtx: &ReadTransaction,
+    tq: &'static QueueTables,
+    now_ms: u64,
+) -> Result<(bool, Option<u64>)> {
+    let ready = rtx.open_table(tq.ready())?;
     if !ready.is_empty()? {
         return Ok((true, None));
     }
@@ -1688,23 +1724,23 @@ pub(crate) fn probe(rtx: &ReadTransaction, now_ms: u64) -> Result<(bool, Option<
         let first = table.first()?;
         Ok(first.map(|(k, _)| k.value().0))
     };
-    let next_run = first_key(SCHEDULED)?;
-    let next_deadline = first_key(LEASES)?;
+    let next_run = first_key(tq.scheduled())?;
+    let next_deadline = first_key(tq.leases())?;
     let work = next_run.is_some_and(|t| t <= now_ms) || next_deadline.is_some_and(|t| t <= now_ms);
     let next = [next_run, next_deadline].into_iter().flatten().min();
     Ok((work, next))
 }
 
-pub(crate) fn stats(rtx: &ReadTransaction) -> Result<Stats> {
+pub(crate) fn stats(rtx: &ReadTransaction, tq: &'static QueueTables) -> Result<Stats> {
     Ok(Stats {
-        total: rtx.open_table(JOBS)?.len()?,
-        scheduled: rtx.open_table(SCHEDULED)?.len()?,
-        ready: rtx.open_table(READY)?.len()?,
-        leased: rtx.open_table(LEASES)?.len()?,
-        dead: rtx.open_table(DEAD)?.len()?,
-        applied: rtx.open_table(APPLIED)?.len()?,
-        dedup_keys: rtx.open_table(DEDUP)?.len()?,
-        quarantined: match quarantine_table(rtx)? {
+        total: rtx.open_table(tq.jobs())?.len()?,
+        scheduled: rtx.open_table(tq.scheduled())?.len()?,
+        ready: rtx.open_table(tq.ready())?.len()?,
+        leased: rtx.open_table(tq.leases())?.len()?,
+        dead: rtx.open_table(tq.dead())?.len()?,
+        applied: rtx.open_table(tq.applied())?.len()?,
+        dedup_keys: rtx.open_table(tq.dedup())?.len()?,
+        quarantined: match quarantine_table(rtx, tq)? {
             Some(q) => q.len()?,
             None => 0,
         },
@@ -1712,8 +1748,11 @@ pub(crate) fn stats(rtx: &ReadTransaction) -> Result<Stats> {
 }
 
 /// `leaseq_quarantine` in a snapshot, or `None` if nothing was ever quarantined in the file.
-fn quarantine_table(rtx: &ReadTransaction) -> Result<Option<ReadOnlyTable<u64, QuarantineValue>>> {
-    match rtx.open_table(QUARANTINE) {
+fn quarantine_table(
+    rtx: &ReadTransaction,
+    tq: &'static QueueTables,
+) -> Result<Option<ReadOnlyTable<u64, QuarantineValue>>> {
+    match rtx.open_table(tq.quarantine()) {
         Ok(t) => Ok(Some(t)),
         Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
         Err(e) => Err(e.into()),
@@ -1723,10 +1762,11 @@ fn quarantine_table(rtx: &ReadTransaction) -> Result<Option<ReadOnlyTable<u64, Q
 /// Up to `max` quarantined rows, by job id, from `after` (exclusive) on.
 pub(crate) fn quarantined(
     rtx: &ReadTransaction,
+    tq: &'static QueueTables,
     after: Option<u64>,
     max: usize,
 ) -> Result<Vec<Quarantined>> {
-    let Some(q) = quarantine_table(rtx)? else {
+    let Some(q) = quarantine_table(rtx, tq)? else {
         return Ok(Vec::new());
     };
     let start = after.map_or(0, |a| a.saturating_add(1));
@@ -1748,25 +1788,33 @@ pub(crate) fn quarantined(
 }
 
 /// The bytes of a quarantined row as they were found, or `None` if `id` is not quarantined.
-pub(crate) fn quarantined_record(rtx: &ReadTransaction, id: u64) -> Result<Option<Vec<u8>>> {
-    let Some(q) = quarantine_table(rtx)? else {
+pub(crate) fn quarantined_record(
+    rtx: &ReadTransaction,
+    tq: &'static QueueTables,
+    id: u64,
+) -> Result<Option<Vec<u8>>> {
+    let Some(q) = quarantine_table(rtx, tq)? else {
         return Ok(None);
     };
     Ok(q.get(id)?.map(|v| v.value().2.to_vec()))
 }
 
-pub(crate) fn job(rtx: &ReadTransaction, id: u64) -> Result<Option<JobInfo>> {
-    let jobs = rtx.open_table(JOBS)?;
+pub(crate) fn job(
+    rtx: &ReadTransaction,
+    tq: &'static QueueTables,
+    id: u64,
+) -> Result<Option<JobInfo>> {
+    let jobs = rtx.open_table(tq.jobs())?;
     let Some(v) = jobs.get(id)? else {
-        return quarantined_error(rtx, id).map(|()| None);
+        return quarantined_error(rtx, tq, id).map(|()| None);
     };
     let rec = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
     Ok(Some(info(id, rec)))
 }
 
 /// `Corrupted` if job `id` (not in `leaseq_jobs`) is quarantined.
-fn quarantined_error(rtx: &ReadTransaction, id: u64) -> Result<()> {
-    if let Some(q) = quarantine_table(rtx)?
+fn quarantined_error(rtx: &ReadTransaction, tq: &'static QueueTables, id: u64) -> Result<()> {
+    if let Some(q) = quarantine_table(rtx, tq)?
         && let Some(v) = q.get(id)?
     {
         return Err(Error::corrupted(format!(
@@ -1803,16 +1851,20 @@ fn info(id: u64, rec: JobRecord) -> JobInfo {
 }
 
 /// The payload of job `id`, or `None` if no such job.
-pub(crate) fn payload(rtx: &ReadTransaction, id: u64) -> Result<Option<Vec<u8>>> {
-    let jobs = rtx.open_table(JOBS)?;
+pub(crate) fn payload(
+    rtx: &ReadTransaction,
+    tq: &'static QueueTables,
+    id: u64,
+) -> Result<Option<Vec<u8>>> {
+    let jobs = rtx.open_table(tq.jobs())?;
     let Some(v) = jobs.get(id)? else {
-        return quarantined_error(rtx, id).map(|()| None);
+        return quarantined_error(rtx, tq, id).map(|()| None);
     };
     let rec = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
     let Some(r) = rec.payload_apart else {
         return Ok(Some(rec.payload));
     };
-    let payloads = rtx.open_table(PAYLOADS)?;
+    let payloads = rtx.open_table(tq.payloads())?;
     let v = payloads
         .get(id)?
         .ok_or_else(|| damaged(id, "payload: stored apart, but its row is missing"))?;
@@ -1831,13 +1883,14 @@ pub(crate) type IndexKey = (u64, u64, u64);
 /// page is full, the key of its last entry, to continue from.
 pub(crate) fn list(
     rtx: &ReadTransaction,
+    tq: &'static QueueTables,
     state: JobState,
     after: Option<IndexKey>,
     limit: usize,
 ) -> Result<(Vec<JobInfo>, Option<IndexKey>)> {
     let keys: Vec<IndexKey> = match state {
         JobState::Ready => {
-            let t = rtx.open_table(READY)?;
+            let t = rtx.open_table(tq.ready())?;
             let from = after.map(|(r, s, i)| (r as u32, s, i));
             let it = match from {
                 Some(k) => t.range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded))?,
@@ -1854,9 +1907,9 @@ pub(crate) fn list(
         }
         JobState::Scheduled | JobState::Leased => {
             let def = if state == JobState::Scheduled {
-                SCHEDULED
+                tq.scheduled()
             } else {
-                LEASES
+                tq.leases()
             };
             let t = rtx.open_table(def)?;
             let it = match after {
@@ -1876,7 +1929,7 @@ pub(crate) fn list(
                 .collect::<Result<_, _>>()?
         }
         JobState::Dead => {
-            let t = rtx.open_table(DEAD)?;
+            let t = rtx.open_table(tq.dead())?;
             let it = match after {
                 Some((id, _, _)) => {
                     t.range((std::ops::Bound::Excluded(id), std::ops::Bound::Unbounded))?
@@ -1888,7 +1941,7 @@ pub(crate) fn list(
                 .collect::<Result<_, _>>()?
         }
     };
-    let jobs = rtx.open_table(JOBS)?;
+    let jobs = rtx.open_table(tq.jobs())?;
     let mut out = Vec::with_capacity(keys.len());
     for &key in &keys {
         let id = match state {
@@ -1918,6 +1971,7 @@ pub(crate) fn list(
 /// Returns how many jobs were purged or requeued, and whether entries are left.
 pub(crate) fn sweep_state(
     ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
     state: JobState,
     action: StateAction,
     now_ms: u64,
@@ -1925,7 +1979,7 @@ pub(crate) fn sweep_state(
 ) -> Result<(u64, bool)> {
     debug_assert!(state != JobState::Leased);
     debug_assert!(action == StateAction::Purge || state == JobState::Dead);
-    let mut t = Tables::open(ctx.tx)?;
+    let mut t = Tables::open(ctx.tx, tq)?;
     // (job id, its index key) of the first `max + 1` entries (one more tells if more are left).
     let ids: Vec<(u64, IndexKey)> = match state {
         JobState::Ready => t
@@ -2003,9 +2057,13 @@ pub(crate) enum StateAction {
 }
 
 /// Whether the applied-ids marker for this idempotency key exists.
-pub(crate) fn is_applied(rtx: &ReadTransaction, key: &[u8]) -> Result<bool> {
+pub(crate) fn is_applied(
+    rtx: &ReadTransaction,
+    tq: &'static QueueTables,
+    key: &[u8],
+) -> Result<bool> {
     Ok(rtx
-        .open_table(APPLIED)?
+        .open_table(tq.applied())?
         .get(applied_key(Some(key), 0).as_slice())?
         .is_some())
 }
@@ -2069,7 +2127,7 @@ fn state_of_apart(jobs: &ReadOnlyTable<u64, &'static [u8]>, id: u64) -> Result<b
         .is_some_and(|g| JobRecord::decode(g.value()).is_ok_and(|r| r.payload_apart.is_some())))
 }
 
-pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
+pub(crate) fn check(db: &redb::Database, tq: &'static QueueTables) -> Result<Vec<Violation>> {
     let rtx = db.begin_read()?;
     let mut out = Vec::new();
     let mut v = |job: Option<u64>, detail: String| {
@@ -2093,19 +2151,19 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
     if next_id == 0 || next_token == 0 {
         v(None, "counters missing from leaseq_meta".into());
     }
-    let jobs = rtx.open_table(JOBS)?;
-    let ready = rtx.open_table(READY)?;
-    let scheduled = rtx.open_table(SCHEDULED)?;
-    let leases = rtx.open_table(LEASES)?;
-    let dead = rtx.open_table(DEAD)?;
-    let dedup = rtx.open_table(DEDUP)?;
-    let applied = rtx.open_table(APPLIED)?;
-    let by_time = rtx.open_table(APPLIED_BY_TIME)?;
-    let idem = rtx.open_table(IDEM_JOBS)?;
-    let dead_by_time = rtx.open_table(DEAD_BY_TIME)?;
-    let windows = rtx.open_table(DEDUP_WINDOWS)?;
-    let expiry = rtx.open_table(DEDUP_EXPIRY)?;
-    let payloads = rtx.open_table(PAYLOADS)?;
+    let jobs = rtx.open_table(tq.jobs())?;
+    let ready = rtx.open_table(tq.ready())?;
+    let scheduled = rtx.open_table(tq.scheduled())?;
+    let leases = rtx.open_table(tq.leases())?;
+    let dead = rtx.open_table(tq.dead())?;
+    let dedup = rtx.open_table(tq.dedup())?;
+    let applied = rtx.open_table(tq.applied())?;
+    let by_time = rtx.open_table(tq.applied_by_time())?;
+    let idem = rtx.open_table(tq.idem_jobs())?;
+    let dead_by_time = rtx.open_table(tq.dead_by_time())?;
+    let windows = rtx.open_table(tq.dedup_windows())?;
+    let expiry = rtx.open_table(tq.dedup_expiry())?;
+    let payloads = rtx.open_table(tq.payloads())?;
     let mut counts = [0u64; 4];
     let mut apart = 0u64;
     for entry in jobs.iter()? {
@@ -2212,7 +2270,7 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
     }
     if payloads.len()? != apart {
         // Rows of quarantined jobs are kept with them until `remove`.
-        let quarantine = quarantine_table(&rtx)?;
+        let quarantine = quarantine_table(&rtx, tq)?;
         for e in payloads.iter()? {
             let id = e?.0.value();
             let owned = state_of_apart(&jobs, id)?
@@ -2275,7 +2333,7 @@ pub(crate) fn check(db: &redb::Database) -> Result<Vec<Violation>> {
         }
     }
     check_time_index(&applied, &by_time, "applied marker", &mut v)?;
-    let quarantine = quarantine_table(&rtx)?;
+    let quarantine = quarantine_table(&rtx, tq)?;
     // Each carrier entry names a live (or quarantined) job that carries that key.
     for e in idem.iter()? {
         let entry = e?.0;
