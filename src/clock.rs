@@ -52,7 +52,7 @@ impl ClockWaker {
     pub fn wake(&self) -> bool {
         match self.0.upgrade() {
             Some(work) => {
-                work.notify();
+                work.notify_all();
                 true
             }
             None => false,

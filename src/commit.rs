@@ -25,6 +25,7 @@
 //! fresh group (`Replay`). A group that wrote nothing is aborted instead of committed, so a
 //! refused call costs no fsync.
 
+use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -125,11 +126,19 @@ pub(crate) struct Ctx<'g> {
     pub counters: &'g mut Counters,
     /// Set by any operation that wrote: the group must commit.
     pub dirty: &'g mut bool,
-    /// Set by any operation that made or scheduled work: wake blocked consumers on commit.
-    pub wake: &'g mut bool,
+    /// The queues (numbers) in which an operation made or scheduled work: their blocked
+    /// consumers wake on commit.
+    pub wake: &'g mut Vec<u32>,
 }
 
 impl Ctx<'_> {
+    /// Marks queue `qid` as having new work once this group commits.
+    pub(crate) fn wake(&mut self, qid: u32) {
+        if !self.wake.contains(&qid) {
+            self.wake.push(qid);
+        }
+    }
+
     pub(crate) fn alloc_id(&mut self) -> u64 {
         let c = &mut *self.counters;
         Counters::take(&mut c.next_id, &mut c.id_end)
@@ -158,7 +167,7 @@ struct OpenGroup {
     counters: Counters,
     counters_at_start: Counters,
     dirty: bool,
-    wake: bool,
+    wake: Vec<u32>,
     members: usize,
     /// Members other than the leader, parked until the result is set (woken one by one
     /// with `unpark`: no condvar, so they never queue on the group mutex to read it).
@@ -245,16 +254,43 @@ pub(crate) struct Committer {
     work: Arc<WorkSignal>,
 }
 
-/// What blocked consumers wait on: an epoch bumped after every commit that made work
-/// available, and whenever the queue's clock jumps (a [`ManualClock`](crate::ManualClock)
-/// advanced).
+/// What blocked consumers wait on, one [`Signal`] per queue of the file (by number): a queue's
+/// is bumped after every commit that made work available in it; all are bumped whenever the
+/// queue's clock jumps (a [`ManualClock`](crate::ManualClock) advanced).
 #[derive(Debug, Default)]
 pub(crate) struct WorkSignal {
+    queues: Mutex<HashMap<u32, Arc<Signal>>>,
+}
+
+impl WorkSignal {
+    /// The signal of queue `qid`.
+    pub(crate) fn of(&self, qid: u32) -> Arc<Signal> {
+        self.queues.lock().entry(qid).or_default().clone()
+    }
+
+    /// Wakes the consumers of queue `qid`.
+    pub(crate) fn notify(&self, qid: u32) {
+        let signal = self.queues.lock().get(&qid).cloned();
+        if let Some(s) = signal {
+            s.notify();
+        }
+    }
+
+    /// Wakes the consumers of every queue.
+    pub(crate) fn notify_all(&self) {
+        let all: Vec<Arc<Signal>> = self.queues.lock().values().cloned().collect();
+        all.iter().for_each(|s| s.notify());
+    }
+}
+
+/// One queue's wake-up: an epoch and the consumers blocked on it.
+#[derive(Debug, Default)]
+pub(crate) struct Signal {
     epoch: Mutex<u64>,
     cv: Condvar,
 }
 
-impl WorkSignal {
+impl Signal {
     pub(crate) fn notify(&self) {
         *self.epoch.lock() += 1;
         self.cv.notify_all();
@@ -283,6 +319,7 @@ fn is_refusal(e: &Error) -> bool {
         e,
         Error::LeaseLost { .. }
             | Error::JobNotFound { .. }
+            | Error::QueueNotFound { .. }
             | Error::InvalidState { .. }
             | Error::InvalidOption { .. }
             | Error::PayloadTooLarge { .. }
@@ -466,7 +503,7 @@ impl Committer {
             counters,
             counters_at_start: counters,
             dirty: false,
-            wake: false,
+            wake: Vec::new(),
             members: 0,
             waiters: Vec::new(),
             seq: 0,
@@ -572,7 +609,7 @@ impl Committer {
         debug_assert!(g.counters.next_id >= g.counters_at_start.next_id);
         debug_assert!(g.counters.next_token >= g.counters_at_start.next_token);
         st.sealing = true;
-        let wake = g.wake;
+        let wake = std::mem::take(&mut g.wake);
         let counters = g.counters;
         let (members, dirty, seq, durable) = (g.members, g.dirty, g.seq, g.durable);
         let result_cell = g.result.clone();
@@ -620,8 +657,10 @@ impl Committer {
         let _ = result_cell.set(result);
         waiters.iter().for_each(std::thread::Thread::unpark);
         self.enter_cv.notify_all();
-        if committed && wake {
-            self.work.notify();
+        if committed {
+            for qid in wake {
+                self.work.notify(qid);
+            }
         }
     }
 

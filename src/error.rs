@@ -99,6 +99,13 @@ pub enum Error {
         /// The stale token.
         token: u64,
     },
+    /// A named queue that does not exist, asked for by a call that does not create it
+    /// ([`Queue::existing`](crate::Queue::existing)).
+    #[error("no queue named {name:?} in this file")]
+    QueueNotFound {
+        /// The name asked for.
+        name: String,
+    },
     /// No job with this id exists (never enqueued, or already acked or purged).
     #[error("job {job_id} not found")]
     JobNotFound {

@@ -40,8 +40,9 @@ pub struct Lease {
     /// The queue, while this delivery's attempt may still be open through this lease; `None`
     /// once a call ended it or found it lost, so an ended lease does not hold the file open.
     pub(crate) queue: Mutex<Option<Queue>>,
-    /// The id of the queue's committer: which queue the lease is from, ended or not.
-    pub(crate) owner: u64,
+    /// Which queue the lease is from, ended or not: the file's committer id and the queue's
+    /// number in the file.
+    pub(crate) owner: (u64, u32),
     pub(crate) id: u64,
     pub(crate) token: u64,
     pub(crate) attempt: u32,

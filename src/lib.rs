@@ -73,7 +73,7 @@ pub use job::{
 pub use lease::Lease;
 pub use limits::{
     BATCH_MAX, DELAY_MAX, DUE_RECHECK_MAX, KEY_BYTES_MAX, LEASE_MAX, MAX_ATTEMPTS_CAP,
-    PAYLOAD_BYTES_MAX_CAP,
+    PAYLOAD_BYTES_MAX_CAP, QUEUE_NAME_BYTES_MAX, QUEUES_MAX,
 };
 pub use queue::{Builder, Pruned, Queue, Recovery};
 pub use retry::RetryPolicy;

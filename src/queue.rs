@@ -319,6 +319,7 @@ impl Builder {
             dequeue_batch_bytes: self.dequeue_batch_bytes,
             retry: self.retry,
             tables: &crate::schema::DEFAULT_TABLES,
+            file: 0,
         })
     }
 
@@ -399,7 +400,7 @@ impl Builder {
                     verify_format(&rtx, path)?;
                     // What recovery will read must decode now, so a damaged lease is refused
                     // before the writable open touches the file.
-                    guarded(|| store::check_leases(&rtx, &crate::schema::DEFAULT_TABLES))?;
+                    guarded(|| store::check_leases(&rtx))?;
                 }
                 Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
                     return Err(already_open());
@@ -446,7 +447,7 @@ impl Builder {
             verify_format(&rtx, path)?;
             // What recovery will read must decode now, so a damaged lease is refused before
             // the writable open touches the file.
-            store::check_leases(&rtx, &crate::schema::DEFAULT_TABLES)
+            store::check_leases(&rtx)
         });
         // The scratch copy is thrown away: close it without saving its state.
         retire.retire(db.get());
@@ -545,9 +546,14 @@ impl Builder {
         repaired: bool,
         created: bool,
     ) -> Result<Queue> {
+        let committer = Committer::new(self.durability, self.quick_repair);
+        let cfg = Config {
+            file: committer.id(),
+            ..cfg
+        };
         let inner = Inner {
             db,
-            committer: Committer::new(self.durability, self.quick_repair),
+            committer,
             cfg,
             clock: self.clock.clone(),
             path,
@@ -558,7 +564,7 @@ impl Builder {
             .committer
             .run(inner.db.get(), &mut |ctx| store::upgrade(ctx))?;
         let recovered = inner.committer.run(inner.db.get(), &mut |ctx| {
-            store::recover_leases(ctx, inner.cfg.tables, now_ms)
+            store::recover_leases(ctx, now_ms)
         })?;
         inner
             .clock
@@ -575,7 +581,9 @@ impl Builder {
             ..inner
         };
         Ok(Queue {
+            cfg: inner.cfg,
             inner: Arc::new(inner),
+            name: None,
         })
     }
 }
@@ -710,16 +718,8 @@ fn init_tables(db: &Database) -> Result<()> {
         // A new file is made at the current version, with every table of it; an existing one
         // keeps its version (the open upgrades it).
         if meta.get(META_FORMAT_VERSION)?.is_none() {
-            tx.open_table(DEFAULT_TABLES.applied_by_time())
-                .map_err(foreign)?;
-            tx.open_table(DEFAULT_TABLES.idem_jobs()).map_err(foreign)?;
-            tx.open_table(DEFAULT_TABLES.dedup_windows())
-                .map_err(foreign)?;
-            tx.open_table(DEFAULT_TABLES.dead_by_time())
-                .map_err(foreign)?;
-            tx.open_table(DEFAULT_TABLES.dedup_expiry())
-                .map_err(foreign)?;
-            tx.open_table(DEFAULT_TABLES.payloads()).map_err(foreign)?;
+            DEFAULT_TABLES.create(&tx).map_err(foreign)?;
+            tx.open_table(crate::schema::QUEUES).map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {
@@ -855,6 +855,10 @@ struct Inner {
 #[derive(Clone)]
 pub struct Queue {
     inner: Arc<Inner>,
+    /// This handle's queue: its tables and default options.
+    cfg: Config,
+    /// Its name; `None` for the default queue.
+    name: Option<Arc<str>>,
 }
 
 impl fmt::Debug for Queue {
@@ -885,11 +889,116 @@ impl Queue {
     }
 
     pub(crate) fn config(&self) -> Config {
-        self.inner.cfg
+        self.cfg
     }
 
     pub(crate) fn run<T>(&self, op: &mut dyn FnMut(&mut Ctx<'_>) -> Result<T>) -> Result<T> {
         self.inner.committer.run(self.inner.db.get(), op)
+    }
+
+    /// A handle to the queue named `name` in this file, made (in one commit) if it does not
+    /// exist yet. Named queues share the file, its commits and its ids, and nothing else:
+    /// each has its own jobs, order, dedup keys, applied markers, dead letters and stats, and
+    /// a consumer of one never sees another's jobs (a blocked
+    /// [`dequeue_timeout`](Queue::dequeue_timeout) wakes only for its own queue). An
+    /// `ack_with` on a lease of one queue can write the caller's tables, so one file keeps a
+    /// pipeline's steps exactly-once (as a BullMQ or Oban installation with several queues).
+    /// The handle starts with the builder's defaults (lease, attempts, retry policy); see
+    /// [`Queue::with_lease`] and the like. The unnamed queue is the one [`Builder::open`]
+    /// returns.
+    ///
+    /// # Errors
+    /// `InvalidOption` for a bad name (1 to [`QUEUE_NAME_BYTES_MAX`](crate::QUEUE_NAME_BYTES_MAX)
+    /// bytes of ASCII letters, digits, `_`, `-`, `.`) or a file that already holds
+    /// [`QUEUES_MAX`](crate::QUEUES_MAX) named queues; `CommitFailed`, `Storage`, `Reentrant`.
+    pub fn named(&self, name: &str) -> Result<Queue> {
+        crate::schema::QueueTables::check_name(name)?;
+        let found = guarded(|| store::find_queue(&self.inner.db.get().begin_read()?, name))?;
+        let qid = match found {
+            Some(qid) => qid,
+            None => self.run(&mut |ctx| store::queue_number(ctx, name, true))??,
+        };
+        Ok(self.handle_of(name, qid))
+    }
+
+    /// A handle to the queue named `name` if it exists; never makes one (a read only).
+    ///
+    /// # Errors
+    /// `QueueNotFound` if the file has no queue of that name; `InvalidOption` for a bad name;
+    /// `Storage`.
+    pub fn existing(&self, name: &str) -> Result<Queue> {
+        crate::schema::QueueTables::check_name(name)?;
+        match guarded(|| store::find_queue(&self.inner.db.get().begin_read()?, name))? {
+            Some(qid) => Ok(self.handle_of(name, qid)),
+            None => Err(Error::QueueNotFound {
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    /// The names of the file's named queues, sorted (the default queue is not listed).
+    ///
+    /// # Errors
+    /// `Storage`, or `Corrupted` for a damaged registry.
+    pub fn queue_names(&self) -> Result<Vec<String>> {
+        let named = guarded(|| store::named_queues(&self.inner.db.get().begin_read()?))?;
+        Ok(named.into_iter().map(|(name, _)| name).collect())
+    }
+
+    /// This handle's queue name; `None` for the default queue.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    fn handle_of(&self, name: &str, qid: u32) -> Queue {
+        Queue {
+            inner: self.inner.clone(),
+            cfg: Config {
+                tables: crate::schema::QueueTables::named(qid),
+                ..self.inner.cfg
+            },
+            name: Some(name.into()),
+        }
+    }
+
+    /// This handle with another default lease (visibility timeout) for its dequeues: for jobs
+    /// enqueued without their own. Other handles are unchanged; nothing is stored.
+    ///
+    /// # Errors
+    /// `InvalidOption` for a lease of 0 or above [`LEASE_MAX`](crate::LEASE_MAX).
+    pub fn with_lease(&self, lease: Duration) -> Result<Queue> {
+        let mut q = self.clone();
+        q.cfg.lease_ms = store::lease_ms_checked("lease", lease)?;
+        Ok(q)
+    }
+
+    /// This handle with another default number of attempts, for the jobs it enqueues without
+    /// their own. Nothing is stored.
+    ///
+    /// # Errors
+    /// `InvalidOption` for 0 or above [`MAX_ATTEMPTS_CAP`](crate::MAX_ATTEMPTS_CAP).
+    pub fn with_max_attempts(&self, max_attempts: u32) -> Result<Queue> {
+        if max_attempts == 0 || max_attempts > crate::MAX_ATTEMPTS_CAP {
+            return Err(Error::invalid_option(
+                "max_attempts",
+                format!("{max_attempts} is outside 1..={}", crate::MAX_ATTEMPTS_CAP),
+            ));
+        }
+        let mut q = self.clone();
+        q.cfg.max_attempts = max_attempts;
+        Ok(q)
+    }
+
+    /// This handle with another default retry policy, for the jobs it gives back that have
+    /// none of their own. Nothing is stored.
+    ///
+    /// # Errors
+    /// `InvalidOption` for a policy out of range.
+    pub fn with_retry(&self, retry: RetryPolicy) -> Result<Queue> {
+        retry.validate("retry")?;
+        let mut q = self.clone();
+        q.cfg.retry = retry;
+        Ok(q)
     }
 
     /// Enqueues a job with `payload` (at most the builder's `payload_bytes_max` bytes) and
@@ -929,8 +1038,8 @@ impl Queue {
         &self,
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
     ) -> Result<Vec<Enqueued>> {
-        let records = store::new_records(&self.inner.cfg, self.now_ms(), jobs)?;
-        self.run(&mut |ctx| store::enqueue(ctx, self.inner.cfg.tables, &records))
+        let records = store::new_records(&self.cfg, self.now_ms(), jobs)?;
+        self.run(&mut |ctx| store::enqueue(ctx, self.cfg.tables, &records))
     }
 
     /// Runs `f` in a write transaction shared with the queue's group commit and commits it:
@@ -956,7 +1065,7 @@ impl Queue {
     where
         F: FnMut(&crate::Tx<'_>) -> std::result::Result<T, crate::BoxError>,
     {
-        let (now_ms, cfg) = (self.now_ms(), self.inner.cfg);
+        let (now_ms, cfg) = (self.now_ms(), self.cfg);
         self.run(&mut |ctx| store::write(ctx, &cfg, now_ms, &mut f))
     }
 
@@ -996,12 +1105,12 @@ impl Queue {
         let now_ms = self.now_ms();
         let (work, next_due_ms) = guarded(|| {
             let rtx = self.inner.db.get().begin_read()?;
-            store::probe(&rtx, self.inner.cfg.tables, now_ms)
+            store::probe(&rtx, self.cfg.tables, now_ms)
         })?;
         if !work {
             return Ok((Vec::new(), next_due_ms));
         }
-        let cfg = self.inner.cfg;
+        let cfg = self.cfg;
         let leased = self.run(&mut |ctx| store::dequeue(ctx, &cfg, now_ms, max))?;
         // Nothing leased although work was seen (another consumer took it, or a bounded
         // sweep has more to do): look again soon rather than waiting out the timeout.
@@ -1015,7 +1124,7 @@ impl Queue {
     pub(crate) fn lease(&self, l: store::Leased) -> Lease {
         Lease {
             queue: parking_lot::Mutex::new(Some(self.clone())),
-            owner: self.inner.committer.id(),
+            owner: (self.inner.committer.id(), self.cfg.tables.qid),
             id: l.id,
             token: l.token,
             attempt: l.attempt,
@@ -1049,7 +1158,7 @@ impl Queue {
     pub fn ack_batch(&self, leases: &[Lease]) -> Result<Vec<Result<()>>> {
         let keys = self.batch_keys(leases)?;
         let now_ms = self.now_ms();
-        let out = self.run(&mut |ctx| store::ack(ctx, self.inner.cfg.tables, &keys, now_ms))?;
+        let out = self.run(&mut |ctx| store::ack(ctx, self.cfg.tables, &keys, now_ms))?;
         leases.iter().zip(&out).for_each(|(l, r)| l.settle(r));
         Ok(out)
     }
@@ -1088,7 +1197,7 @@ impl Queue {
         effect: &mut store::Effect<'_>,
         next: bool,
     ) -> Result<(Vec<Result<Applied>>, Vec<store::Leased>)> {
-        let (now_ms, cfg) = (self.now_ms(), self.inner.cfg);
+        let (now_ms, cfg) = (self.now_ms(), self.cfg);
         let mut failed: Vec<Option<String>> = vec![None; keys.len()];
         let mut errors: Vec<Option<crate::BoxError>> = keys.iter().map(|_| None).collect();
         for _ in 0..=keys.len() {
@@ -1141,7 +1250,10 @@ impl Queue {
         if leases.len() > crate::BATCH_MAX {
             return Err(batch_too_large("leases"));
         }
-        if leases.iter().any(|l| l.owner != self.inner.committer.id()) {
+        if leases
+            .iter()
+            .any(|l| l.owner != (self.inner.committer.id(), self.cfg.tables.qid))
+        {
             return Err(Error::invalid_option("leases", "a lease of another queue"));
         }
         Ok(leases.iter().map(|l| (l.id, l.token)).collect())
@@ -1162,7 +1274,7 @@ impl Queue {
         self.inner.committer.check_reentrant()?;
         // A timeout too long to add to the monotonic clock waits without end.
         let deadline = Instant::now().checked_add(timeout);
-        let work = self.inner.committer.work();
+        let work = self.inner.committer.work().of(self.config().tables.qid);
         loop {
             let epoch = work.epoch();
             let (lease, next_due_ms) = self.try_dequeue()?;
@@ -1192,13 +1304,7 @@ impl Queue {
     /// # Errors
     /// `Corrupted` if its record does not decode; `Storage`.
     pub fn job(&self, id: JobId) -> Result<Option<JobInfo>> {
-        guarded(|| {
-            store::job(
-                &self.inner.db.get().begin_read()?,
-                self.inner.cfg.tables,
-                id.0,
-            )
-        })
+        guarded(|| store::job(&self.inner.db.get().begin_read()?, self.cfg.tables, id.0))
     }
 
     /// Counts of jobs per state, read from one snapshot.
@@ -1206,7 +1312,7 @@ impl Queue {
     /// # Errors
     /// `Storage`.
     pub fn stats(&self) -> Result<Stats> {
-        guarded(|| store::stats(&self.inner.db.get().begin_read()?, self.inner.cfg.tables))
+        guarded(|| store::stats(&self.inner.db.get().begin_read()?, self.cfg.tables))
     }
 
     /// Jobs still to be done: scheduled, ready or leased, not dead ([`Stats::pending`]), so
@@ -1247,7 +1353,7 @@ impl Queue {
         let (jobs, last) = guarded(|| {
             store::list(
                 &self.inner.db.get().begin_read()?,
-                self.inner.cfg.tables,
+                self.cfg.tables,
                 state,
                 after.map(|c| c.key),
                 limit,
@@ -1262,13 +1368,7 @@ impl Queue {
     /// # Errors
     /// `Corrupted` if its row is damaged or quarantined; `Storage`.
     pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        guarded(|| {
-            store::payload(
-                &self.inner.db.get().begin_read()?,
-                self.inner.cfg.tables,
-                id.0,
-            )
-        })
+        guarded(|| store::payload(&self.inner.db.get().begin_read()?, self.cfg.tables, id.0))
     }
 
     /// Moves every dead job back to ready with its attempts reset, as
@@ -1318,7 +1418,7 @@ impl Queue {
             let (n, more) = self.run(&mut |ctx| {
                 store::sweep_state(
                     ctx,
-                    self.inner.cfg.tables,
+                    self.cfg.tables,
                     state,
                     action,
                     now_ms,
@@ -1333,7 +1433,7 @@ impl Queue {
         Ok(total)
     }
 
-    /// Checks every invariant of the file (each job in exactly one state; every index and the
+    /// Checks every invariant of the file, in every queue of it (each job in exactly one state; every index and the
     /// jobs table agree both ways; dedup entries name their job or a running window, and the
     /// windows agree with their expiry index; applied markers (caller keys only) agree with
     /// their time index; the carriers of idempotency keys are exactly the live jobs with one;
@@ -1344,7 +1444,7 @@ impl Queue {
     /// # Errors
     /// `Storage`, or `Corrupted` if redb cannot read the tables.
     pub fn check(&self) -> Result<Vec<Violation>> {
-        guarded(|| store::check(self.inner.db.get(), self.inner.cfg.tables))
+        guarded(|| store::check_file(self.inner.db.get()))
     }
 
     /// Moves a dead job back to ready with its attempts reset to 0, as a fresh job at the
@@ -1354,7 +1454,7 @@ impl Queue {
     /// `JobNotFound`; `InvalidState` if the job is not dead; `CommitFailed` or `Storage`.
     pub fn requeue_dead(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
-        self.run(&mut |ctx| store::requeue_dead(ctx, self.inner.cfg.tables, id.0, now_ms))?
+        self.run(&mut |ctx| store::requeue_dead(ctx, self.cfg.tables, id.0, now_ms))?
     }
 
     /// Deletes a job that is not leased (scheduled, ready or dead) and releases its dedup key,
@@ -1370,7 +1470,7 @@ impl Queue {
     /// `JobNotFound`; `InvalidState` if the job is leased; `CommitFailed` or `Storage`.
     pub fn remove(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
-        self.run(&mut |ctx| store::remove(ctx, self.inner.cfg.tables, id.0, now_ms))?
+        self.run(&mut |ctx| store::remove(ctx, self.cfg.tables, id.0, now_ms))?
     }
 
     /// Whether the applied-ids marker of this idempotency key exists: an effect under it was
@@ -1389,7 +1489,7 @@ impl Queue {
         guarded(|| {
             store::is_applied(
                 &self.inner.db.get().begin_read()?,
-                self.inner.cfg.tables,
+                self.cfg.tables,
                 idempotency_key.as_ref(),
             )
         })
@@ -1410,7 +1510,7 @@ impl Queue {
         guarded(|| {
             store::quarantined(
                 &self.inner.db.get().begin_read()?,
-                self.inner.cfg.tables,
+                self.cfg.tables,
                 after.map(|id| id.0),
                 max,
             )
@@ -1424,11 +1524,7 @@ impl Queue {
     /// `Storage`.
     pub fn quarantined_record(&self, id: JobId) -> Result<Option<Vec<u8>>> {
         guarded(|| {
-            store::quarantined_record(
-                &self.inner.db.get().begin_read()?,
-                self.inner.cfg.tables,
-                id.0,
-            )
+            store::quarantined_record(&self.inner.db.get().begin_read()?, self.cfg.tables, id.0)
         })
     }
 
@@ -1472,7 +1568,7 @@ impl Queue {
     /// # Errors
     /// `Reentrant`; `CommitFailed` or `Storage` (the commits before it stay).
     pub fn prune(&self) -> Result<Pruned> {
-        let cfg = self.inner.cfg;
+        let cfg = self.cfg;
         let batches = self.stats()?.applied.div_ceil(crate::BATCH_MAX as u64) + 1;
         let mut out = Pruned::default();
         for _ in 0..batches {
@@ -1500,7 +1596,7 @@ impl Queue {
         for _ in 0..batches {
             let now_ms = self.now_ms();
             let (released, more) = self.run(&mut |ctx| {
-                store::prune_dedup_windows(ctx, self.inner.cfg.tables, now_ms, crate::BATCH_MAX)
+                store::prune_dedup_windows(ctx, self.cfg.tables, now_ms, crate::BATCH_MAX)
             })?;
             out.dedup_windows += released;
             if !more {

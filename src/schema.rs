@@ -19,6 +19,7 @@
 //! | `leaseq_idem_jobs` | (applied key, job id) | () | every live job (scheduled, ready, leased, dead) that carries a caller idempotency key: a marker it names is never pruned |
 //! | `leaseq_payloads` | job id | payload bytes | payloads of more than `PAYLOAD_INLINE_MAX` (1 KiB) bytes, stored apart from their record (which holds their length and checksum), so a state change never rewrites them |
 //! | `leaseq_meta` | name | u64 | format version and counters |
+//! | `leaseq_queues` | queue name | u32 | the named queues and their numbers |
 //! | `leaseq_quarantine` | job id | (quarantined_ms, reason, raw record bytes) | job rows that failed their checks, moved aside whole so the rest of the queue goes on |
 //!
 //! Version history:
@@ -37,6 +38,11 @@
 //!   (record version 3 holds their length and checksum); smaller ones stay inline. The
 //!   upgrade from 2 moves every larger inline payload out, in one transaction at the first
 //!   writable open.
+//! - 4: named queues. `leaseq_queues` maps each queue name to its number (1 and up); queue
+//!   `n` has every table above but `leaseq_meta` (shared: ids and tokens are unique in the
+//!   file) under the name `leaseq_q{n}_…` (`leaseq_q1_jobs`, `leaseq_q1_ready`, …). The
+//!   tables listed above are the default (unnamed) queue's. The upgrade from 3 creates the
+//!   empty registry.
 //!
 //! `leaseq_quarantine` (added within version 1) is created by the first `ack_with` (held open
 //! while closures run, so they cannot open it) or the first quarantine; a file without it has
@@ -45,11 +51,12 @@
 use redb::TableDefinition;
 
 /// The format version this build writes, and the newest it reads.
-pub const FORMAT_VERSION: u64 = 3;
+pub const FORMAT_VERSION: u64 = 4;
 
 pub(crate) type ReadyKey = (u32, u64, u64);
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("leaseq_meta");
+pub(crate) const QUEUES: TableDefinition<&str, u32> = TableDefinition::new("leaseq_queues");
 /// A quarantined row: when it was moved aside (Unix ms), why, and its bytes as they were found.
 pub(crate) type QuarantineValue = (u64, &'static str, &'static [u8]);
 
@@ -57,6 +64,8 @@ pub(crate) type QuarantineValue = (u64, &'static str, &'static [u8]);
 /// a named queue's carry its number (`leaseq_q7_jobs`, ...). `leaseq_meta` is the file's, shared.
 #[derive(Debug)]
 pub(crate) struct QueueTables {
+    /// The queue's number: 0 for the default queue.
+    pub qid: u32,
     jobs: &'static str,
     ready: &'static str,
     scheduled: &'static str,
@@ -75,6 +84,7 @@ pub(crate) struct QueueTables {
 
 /// The default queue's tables.
 pub(crate) static DEFAULT_TABLES: QueueTables = QueueTables {
+    qid: 0,
     jobs: "leaseq_jobs",
     ready: "leaseq_ready",
     scheduled: "leaseq_scheduled",
@@ -92,6 +102,76 @@ pub(crate) static DEFAULT_TABLES: QueueTables = QueueTables {
 };
 
 impl QueueTables {
+    /// The tables of named queue number `qid` (at least 1). Their names are made once per
+    /// number and kept for the life of the process (at most `QUEUES_MAX` sets).
+    pub(crate) fn named(qid: u32) -> &'static QueueTables {
+        use std::collections::HashMap;
+        use std::sync::{Mutex, OnceLock};
+        static NAMED: OnceLock<Mutex<HashMap<u32, &'static QueueTables>>> = OnceLock::new();
+        debug_assert!((1..=crate::QUEUES_MAX).contains(&qid), "queue number {qid}");
+        let mut map = NAMED
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.entry(qid).or_insert_with(|| {
+            let name = |suffix: &str| -> &'static str {
+                Box::leak(format!("leaseq_q{qid}_{suffix}").into_boxed_str())
+            };
+            Box::leak(Box::new(QueueTables {
+                qid,
+                jobs: name("jobs"),
+                ready: name("ready"),
+                scheduled: name("scheduled"),
+                leases: name("leases"),
+                dead: name("dead"),
+                dead_by_time: name("dead_by_time"),
+                dedup: name("dedup"),
+                dedup_windows: name("dedup_windows"),
+                dedup_expiry: name("dedup_expiry"),
+                applied: name("applied"),
+                applied_by_time: name("applied_by_time"),
+                idem_jobs: name("idem_jobs"),
+                payloads: name("payloads"),
+                quarantine: name("quarantine"),
+            }))
+        })
+    }
+
+    /// Creates every table of this queue that does not exist yet (`leaseq_quarantine` is
+    /// made on first use).
+    pub(crate) fn create(&self, tx: &redb::WriteTransaction) -> Result<(), redb::TableError> {
+        tx.open_table(self.jobs())?;
+        tx.open_table(self.ready())?;
+        tx.open_table(self.scheduled())?;
+        tx.open_table(self.leases())?;
+        tx.open_table(self.dead())?;
+        tx.open_table(self.dead_by_time())?;
+        tx.open_table(self.dedup())?;
+        tx.open_table(self.dedup_windows())?;
+        tx.open_table(self.dedup_expiry())?;
+        tx.open_table(self.applied())?;
+        tx.open_table(self.applied_by_time())?;
+        tx.open_table(self.idem_jobs())?;
+        tx.open_table(self.payloads())?;
+        Ok(())
+    }
+
+    /// Checks a queue name: 1 to `QUEUE_NAME_BYTES_MAX` bytes of ASCII letters, digits, `_`,
+    /// `-` and `.`.
+    pub(crate) fn check_name(name: &str) -> crate::Result<()> {
+        let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+        if name.is_empty() || name.len() > crate::QUEUE_NAME_BYTES_MAX || !name.chars().all(ok_char)
+        {
+            return Err(crate::Error::invalid_option(
+                "queue name",
+                format!(
+                    "{name:?}: 1 to {} bytes of ASCII letters, digits, '_', '-' and '.'",
+                    crate::QUEUE_NAME_BYTES_MAX
+                ),
+            ));
+        }
+        Ok(())
+    }
     pub(crate) fn jobs(&self) -> TableDefinition<'static, u64, &'static [u8]> {
         TableDefinition::new(self.jobs)
     }

@@ -15,8 +15,8 @@ use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
 use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Quarantined, Stats};
 use crate::schema::{
-    FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QuarantineValue,
-    QueueTables, ReadyKey, applied_key, priority_rank,
+    FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QUEUES,
+    QuarantineValue, QueueTables, ReadyKey, applied_key, priority_rank,
 };
 
 /// At most this many due scheduled jobs are promoted, and this many expired leases
@@ -46,6 +46,8 @@ pub(crate) struct Config {
     pub dead_retention_ms: Option<u64>,
     /// The queue's tables.
     pub tables: &'static QueueTables,
+    /// The file's committer id (set once the file is open): which file the queue is in.
+    pub file: u64,
 }
 
 /// At most this many expired applied markers are pruned per `ack_with` (twice what one
@@ -746,7 +748,7 @@ fn enqueue_into(
         }
         let id = ctx.alloc_id();
         *ctx.dirty = true;
-        *ctx.wake = true;
+        ctx.wake(t.tq.qid);
         if t.jobs.get(id)?.is_some() {
             return Err(Error::corrupted(format!("job id {id} is already in use")));
         }
@@ -776,8 +778,8 @@ fn enqueue_into(
 /// the tables the running operation holds open (`ack_with`) or opens for it
 /// ([`write`]).
 pub(crate) trait Sink {
-    /// Adds validated records in order, as [`enqueue`].
-    fn put(&mut self, records: &[JobRecord]) -> Result<Vec<Enqueued>>;
+    /// Adds validated records in order to queue `tq`, as [`enqueue`].
+    fn put(&mut self, tq: &'static QueueTables, records: &[JobRecord]) -> Result<Vec<Enqueued>>;
 }
 
 /// The [`Sink`] of one closure run. A storage error part-way through an enqueue leaves its
@@ -792,15 +794,20 @@ pub(crate) struct TablesSink<'s, 't, 'c> {
 }
 
 impl Sink for TablesSink<'_, '_, '_> {
-    fn put(&mut self, records: &[JobRecord]) -> Result<Vec<Enqueued>> {
+    fn put(&mut self, tq: &'static QueueTables, records: &[JobRecord]) -> Result<Vec<Enqueued>> {
         if let Some(why) = &self.broken {
             return Err(Error::Effect(
                 format!("an earlier enqueue in this transaction failed: {why}").into(),
             ));
         }
-        let r = self
-            .release_acked_keys(records)
-            .and_then(|()| enqueue_into(self.t, self.ctx, records));
+        let r = if tq.qid == self.t.tq.qid {
+            self.release_acked_keys(records)
+                .and_then(|()| enqueue_into(self.t, self.ctx, records))
+        } else {
+            // Another queue of the file: its tables, opened for this enqueue only.
+            Tables::open(self.t.tx, tq)
+                .and_then(|mut other| enqueue_into(&mut other, self.ctx, records))
+        };
         if let Err(e) = &r {
             self.broken = Some(e.to_string());
         }
@@ -885,7 +892,7 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, cfg: &Config, now_ms: u64) -> Re
         .collect::<Result<_, _>>()?;
     for (run_at_ms, id) in due {
         *ctx.dirty = true;
-        *ctx.wake = true;
+        ctx.wake(t.tq.qid);
         match t.row(id)? {
             Row::Good(mut rec)
                 if rec.state == StoredState::Scheduled && rec.run_at_ms == run_at_ms =>
@@ -909,7 +916,7 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, cfg: &Config, now_ms: u64) -> Re
         .collect::<Result<_, _>>()?;
     for (deadline_ms, id) in expired {
         *ctx.dirty = true;
-        *ctx.wake = true;
+        ctx.wake(t.tq.qid);
         end_lease_entry(t, ctx, (deadline_ms, id), REASON_EXPIRED, Some(cfg), now_ms)?;
     }
     Ok(())
@@ -1153,7 +1160,7 @@ pub(crate) fn ack_with(
         };
         *ctx.dirty = true;
         if let Some(reason) = &failed[i] {
-            *ctx.wake = true;
+            ctx.wake(t.tq.qid);
             let at_ms = retry_at_ms(cfg, id, &rec, now_ms);
             t.end_attempt(ctx, id, rec, reason, now_ms, at_ms)?;
             out.push(Err(Error::Effect(reason.clone().into())));
@@ -1368,6 +1375,7 @@ pub(crate) fn prune_dedup_windows(
 /// 1 → 2: the time index of the applied markers and the index of the caller idempotency keys
 /// live jobs carry are built from `leaseq_applied` and `leaseq_jobs`; markers of jobs' own ids
 /// (which guard nothing) are dropped. 2 → 3: payloads above 1 KiB move to `leaseq_payloads`.
+/// 3 → 4: the empty registry of named queues.
 /// A row that fails its checks is skipped here: the pass that meets it quarantines it.
 pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     let tx = ctx.tx;
@@ -1378,7 +1386,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
         .ok_or_else(|| Error::corrupted("leaseq_meta has no format version"))?;
     match version {
         FORMAT_VERSION => return Ok(None),
-        1 | 2 => {}
+        1..=3 => {}
         _ => {
             return Err(Error::UnsupportedVersion {
                 found: version,
@@ -1390,7 +1398,11 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     if version == 1 {
         upgrade_1_to_2(tx)?;
     }
-    upgrade_2_to_3(tx)?;
+    if version <= 2 {
+        upgrade_2_to_3(tx)?;
+    }
+    // 3 to 4: the registry of named queues, empty.
+    tx.open_table(QUEUES)?;
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
     Ok(Some(version))
 }
@@ -1525,7 +1537,7 @@ pub(crate) fn nack(
         None => retry_at_ms(cfg, id, &rec, now_ms),
     };
     *ctx.dirty = true;
-    *ctx.wake = true;
+    ctx.wake(t.tq.qid);
     t.end_attempt(ctx, id, rec, reason, now_ms, at).map(Ok)
 }
 
@@ -1587,7 +1599,7 @@ pub(crate) fn requeue_dead(
         }));
     }
     *ctx.dirty = true;
-    *ctx.wake = true;
+    ctx.wake(t.tq.qid);
     t.unindex(id, &rec)?;
     rec.attempts = 0;
     rec.run_at_ms = now_ms;
@@ -1659,6 +1671,89 @@ pub(crate) fn remove(
     }
 }
 
+/// The number of the queue named `name`, creating the queue (its registry entry and tables)
+/// when `create` and it does not exist. Refusals: `QueueNotFound` (not `create`),
+/// `InvalidOption` (a bad name, or `QUEUES_MAX` reached).
+pub(crate) fn queue_number(ctx: &mut Ctx<'_>, name: &str, create: bool) -> Result<Result<u32>> {
+    if let Err(e) = QueueTables::check_name(name) {
+        return Ok(Err(e));
+    }
+    let mut queues = ctx.tx.open_table(QUEUES)?;
+    if let Some(qid) = queues.get(name)?.map(|v| v.value()) {
+        if !(1..=crate::QUEUES_MAX).contains(&qid) {
+            return Err(Error::corrupted(format!(
+                "leaseq_queues: {name:?} has number {qid}"
+            )));
+        }
+        return Ok(Ok(qid));
+    }
+    if !create {
+        return Ok(Err(Error::QueueNotFound {
+            name: name.to_string(),
+        }));
+    }
+    let count = queues.len()?;
+    if count >= u64::from(crate::QUEUES_MAX) {
+        return Ok(Err(Error::invalid_option(
+            "queue name",
+            format!(
+                "the file holds QUEUES_MAX ({}) named queues",
+                crate::QUEUES_MAX
+            ),
+        )));
+    }
+    // Numbers are never reused: one above the highest there is.
+    let mut highest = 0;
+    for e in queues.iter()? {
+        highest = highest.max(e?.1.value());
+    }
+    let qid = highest + 1;
+    if qid > crate::QUEUES_MAX {
+        return Ok(Err(Error::invalid_option(
+            "queue name",
+            format!(
+                "queue numbers are used up to QUEUES_MAX ({})",
+                crate::QUEUES_MAX
+            ),
+        )));
+    }
+    *ctx.dirty = true;
+    queues.insert(name, qid)?;
+    QueueTables::named(qid).create(ctx.tx)?;
+    Ok(Ok(qid))
+}
+
+/// Every named queue of the file: (name, number), by name. None in a file of format 3 or
+/// older (no registry yet).
+pub(crate) fn named_queues(rtx: &ReadTransaction) -> Result<Vec<(String, u32)>> {
+    let queues = match rtx.open_table(QUEUES) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut out = Vec::new();
+    for e in queues.iter()? {
+        let (name, qid) = e?;
+        let qid = qid.value();
+        if !(1..=crate::QUEUES_MAX).contains(&qid) {
+            return Err(Error::corrupted(format!(
+                "leaseq_queues: {:?} has number {qid}",
+                name.value()
+            )));
+        }
+        out.push((name.value().to_string(), qid));
+    }
+    Ok(out)
+}
+
+/// The number of queue `name`, if it exists (a read).
+pub(crate) fn find_queue(rtx: &ReadTransaction, name: &str) -> Result<Option<u32>> {
+    Ok(named_queues(rtx)?
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, qid)| qid))
+}
+
 /// What lease recovery at open did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Recovered {
@@ -1670,7 +1765,32 @@ pub(crate) struct Recovered {
 /// Returns every lease in the file to ready (or dead when out of attempts): run at open, when
 /// the file lock proves the process that held them is gone. A leased row that is damaged is
 /// quarantined and the rest are recovered.
-pub(crate) fn recover_leases(
+pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<Recovered> {
+    let named: Vec<u32> = {
+        let queues = ctx.tx.open_table(QUEUES)?;
+        let mut v = Vec::new();
+        for e in queues.iter()? {
+            v.push(e?.1.value());
+        }
+        v
+    };
+    let mut out = recover_queue_leases(ctx, &crate::schema::DEFAULT_TABLES, now_ms)?;
+    for qid in named {
+        if !(1..=crate::QUEUES_MAX).contains(&qid) {
+            return Err(Error::corrupted(format!(
+                "leaseq_queues: queue number {qid}"
+            )));
+        }
+        let r = recover_queue_leases(ctx, QueueTables::named(qid), now_ms)?;
+        out.returned += r.returned;
+        out.dead += r.dead;
+        out.quarantined += r.quarantined;
+    }
+    Ok(out)
+}
+
+/// [`recover_leases`] for one queue.
+fn recover_queue_leases(
     ctx: &mut Ctx<'_>,
     tq: &'static QueueTables,
     now_ms: u64,
@@ -1684,7 +1804,7 @@ pub(crate) fn recover_leases(
     let mut out = Recovered::default();
     for entry in all {
         *ctx.dirty = true;
-        *ctx.wake = true;
+        ctx.wake(t.tq.qid);
         match end_lease_entry(&mut t, ctx, entry, REASON_ABANDONED, None, now_ms)? {
             Ended::Returned => out.returned += 1,
             Ended::Dead => out.dead += 1,
@@ -1699,11 +1819,19 @@ pub(crate) fn recover_leases(
 /// recovery at open will read, so damage that redb itself reports refuses the file before
 /// anything is written. A row that redb reads but that fails leaseq's own checks is not an
 /// error here: recovery quarantines it.
-pub(crate) fn check_leases(rtx: &ReadTransaction, tq: &'static QueueTables) -> Result<()> {
-    let jobs = rtx.open_table(tq.jobs())?;
-    for e in rtx.open_table(tq.leases())?.iter()? {
-        let (_, id) = e?.0.value();
-        jobs.get(id)?;
+pub(crate) fn check_leases(rtx: &ReadTransaction) -> Result<()> {
+    let mut all = vec![&crate::schema::DEFAULT_TABLES];
+    all.extend(
+        named_queues(rtx)?
+            .into_iter()
+            .map(|(_, qid)| QueueTables::named(qid)),
+    );
+    for tq in all {
+        let jobs = rtx.open_table(tq.jobs())?;
+        for e in rtx.open_table(tq.leases())?.iter()? {
+            let (_, id) = e?.0.value();
+            jobs.get(id)?;
+        }
     }
     Ok(())
 }
@@ -2018,7 +2146,7 @@ pub(crate) fn sweep_state(
                     done += 1;
                 }
                 StateAction::Requeue => {
-                    *ctx.wake = true;
+                    ctx.wake(t.tq.qid);
                     t.unindex(id, &rec)?;
                     rec.attempts = 0;
                     rec.run_at_ms = now_ms;
@@ -2120,6 +2248,23 @@ impl std::fmt::Display for Violation {
 /// exactly one state; each state's index and the jobs table agree both ways; dedup entries
 /// point at the job that holds the key; counters are ahead of every id and token.
 /// Memory stays bounded: reverse checks look each index entry up instead of collecting ids.
+/// [`check`] over every queue of the file: the default queue, then each named one (its
+/// violations' details prefixed with the queue's name).
+pub(crate) fn check_file(db: &redb::Database) -> Result<Vec<Violation>> {
+    let mut out = check(db, &crate::schema::DEFAULT_TABLES)?;
+    let named = named_queues(&db.begin_read()?)?;
+    for (name, qid) in named {
+        for mut v in check(db, QueueTables::named(qid))? {
+            if out.len() >= VIOLATIONS_MAX {
+                return Ok(out);
+            }
+            v.detail = format!("queue {name:?}: {}", v.detail);
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
 /// Whether job `id` has a good record whose payload is stored apart.
 fn state_of_apart(jobs: &ReadOnlyTable<u64, &'static [u8]>, id: u64) -> Result<bool> {
     Ok(jobs

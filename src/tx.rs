@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::ops::Deref;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::job::{EnqueueOptions, Enqueued};
 use crate::store::{self, Config, Sink};
 
@@ -25,7 +25,9 @@ use crate::store::{self, Config, Sink};
 /// opening one is refused by redb; do not write them yourself.
 pub struct Tx<'a> {
     tx: &'a redb::WriteTransaction,
+    /// The queue the transaction's call came from (`enqueue` adds to it).
     cfg: Config,
+
     now_ms: u64,
     sink: RefCell<&'a mut (dyn Sink + 'a)>,
 }
@@ -100,8 +102,38 @@ impl<'a> Tx<'a> {
         &self,
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
     ) -> Result<Vec<Enqueued>> {
-        let records = store::new_records(&self.cfg, self.now_ms, jobs)?;
-        self.sink.borrow_mut().put(&records)
+        self.enqueue_batch_with(&self.cfg, jobs)
+    }
+
+    /// Enqueues a job in another queue of the same file (a [`Queue::named`](crate::Queue::named)
+    /// handle, or the default one) in this transaction: the next step of a pipeline, handed to
+    /// that queue's workers if and only if this transaction commits. As [`Tx::enqueue`], with
+    /// `queue`'s defaults.
+    ///
+    /// # Errors
+    /// As [`Tx::enqueue`]; `InvalidOption` for a queue of another file.
+    pub fn enqueue_to(
+        &self,
+        queue: &crate::Queue,
+        payload: &[u8],
+        opts: EnqueueOptions,
+    ) -> Result<Enqueued> {
+        let cfg = queue.config();
+        if cfg.file != self.cfg.file {
+            return Err(Error::invalid_option("queue", "a queue of another file"));
+        }
+        let mut out = self.enqueue_batch_with(&cfg, [(payload, opts)])?;
+        debug_assert_eq!(out.len(), 1);
+        Ok(out.remove(0))
+    }
+
+    fn enqueue_batch_with<'p>(
+        &self,
+        cfg: &Config,
+        jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
+    ) -> Result<Vec<Enqueued>> {
+        let records = store::new_records(cfg, self.now_ms, jobs)?;
+        self.sink.borrow_mut().put(cfg.tables, &records)
     }
 }
 
