@@ -156,6 +156,16 @@ impl QueueTables {
         Ok(())
     }
 
+    /// The queue number in a named queue's table name (`leaseq_q7_jobs` → 7), if it is one.
+    pub(crate) fn number_in(table: &str) -> Option<u32> {
+        let rest = table.strip_prefix("leaseq_q")?;
+        let (digits, _) = rest.split_once('_')?;
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok()
+    }
+
     /// Checks a queue name: 1 to `QUEUE_NAME_BYTES_MAX` bytes of ASCII letters, digits, `_`,
     /// `-` and `.`.
     pub(crate) fn check_name(name: &str) -> crate::Result<()> {

@@ -8,6 +8,7 @@
 
 use redb::{
     ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
+    TableHandle,
 };
 
 use crate::codec::{JobRecord, PAYLOAD_INLINE_MAX, PayloadRef, StoredState};
@@ -2252,7 +2253,22 @@ impl std::fmt::Display for Violation {
 /// violations' details prefixed with the queue's name).
 pub(crate) fn check_file(db: &redb::Database) -> Result<Vec<Violation>> {
     let mut out = check(db, &crate::schema::DEFAULT_TABLES)?;
-    let named = named_queues(&db.begin_read()?)?;
+    let rtx = db.begin_read()?;
+    let named = named_queues(&rtx)?;
+    // Reverse: every queue's tables belong to a registered queue.
+    for table in rtx.list_tables()? {
+        let name = table.name().to_string();
+        if let Some(qid) = QueueTables::number_in(&name)
+            && !named.iter().any(|(_, n)| *n == qid)
+            && out.len() < VIOLATIONS_MAX
+        {
+            out.push(Violation {
+                job_id: None,
+                detail: format!("table {name} of queue number {qid}, which is not registered"),
+            });
+        }
+    }
+    drop(rtx);
     for (name, qid) in named {
         for mut v in check(db, QueueTables::named(qid))? {
             if out.len() >= VIOLATIONS_MAX {

@@ -335,3 +335,25 @@ fn a_follow_up_can_go_to_another_queue_of_the_file() {
     }
     assert_consistent(&q);
 }
+
+/// `check` covers the registry both ways: a queue's tables without a registry entry are
+/// reported.
+#[test]
+fn check_reports_the_tables_of_an_unregistered_queue() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.named("kept").unwrap();
+    assert_consistent(&q);
+    {
+        let tx = q.database().begin_write().unwrap();
+        let def: redb::TableDefinition<&str, u32> = redb::TableDefinition::new("leaseq_queues");
+        tx.open_table(def).unwrap().remove("kept").unwrap();
+        tx.commit().unwrap();
+    }
+    let v = q.check().unwrap();
+    assert!(
+        v.iter()
+            .any(|v| v.detail.contains("leaseq_q1_jobs") && v.detail.contains("not registered")),
+        "{v:?}"
+    );
+}
