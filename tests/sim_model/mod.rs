@@ -6,7 +6,9 @@
 //! purpose), dequeues (single and batch), acks, `ack_with` effects on a caller table (single,
 //! batch, `ack_and_next`, `ack_with_and_next`, effects that fail after writing; half the
 //! `ack_with` calls enqueue a follow-up job from each closure, which the model expects to
-//! exist iff its parent's ack committed), nacks, extends,
+//! exist iff its parent's ack committed), `Queue::write` calls that write an effect row and
+//! enqueue into the named queue "side" with `enqueue_to` (both exist iff the write committed),
+//! nacks, extends,
 //! fails, `requeue_dead`, `remove`, `prune`, `compact`, `flush`, clock steps (also backwards),
 //! clean reopens, process kills, power cuts between calls, and crashes at a random I/O call
 //! (`crash_after`), sometimes a second one during the recovery open. One seed in six runs with `Durability::None`.
@@ -27,7 +29,7 @@
 pub mod corrupt;
 pub mod model;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -42,6 +44,8 @@ use model::{DeqPred, EKind, EnqSpec, LastErr, MEnq, MJob, MRes, MState, Model, P
 
 /// The caller's own table that `ack_with` effects increment: effect key -> count.
 pub const EFFECTS: TableDefinition<&str, u64> = TableDefinition::new("effects");
+/// The named queue `Queue::write` calls enqueue into.
+pub const SIDE: &str = "side";
 
 /// The clock's start (Unix ms).
 pub const T0_MS: u64 = 1_700_000_000_000;
@@ -234,6 +238,8 @@ struct Runner {
     settings: Settings,
     disk: SimDisk,
     disks_made: u64,
+    /// `Queue::write` calls so far: names each one's effect key and side payload.
+    side_writes: u64,
     clock: ManualClock,
     queue: Option<Queue>,
     leases: Vec<Lease>,
@@ -462,6 +468,7 @@ impl Runner {
             settings,
             disk: SimDisk::new(seed),
             disks_made: 1,
+            side_writes: 0,
             clock: ManualClock::new(T0_MS),
             queue: None,
             leases: Vec::new(),
@@ -674,10 +681,11 @@ impl Runner {
             }
             76..77 => self.op_requeue_dead(),
             77..78 => self.op_remove(),
-            78..89 => {
+            78..87 => {
                 self.op_clock();
                 Ok(())
             }
+            87..89 => self.op_write_side(),
             89 => self.op_prune(),
             90 => self.op_compact(),
             91..95 => {
@@ -710,6 +718,55 @@ impl Runner {
     /// `flush`: an empty durable commit; changes nothing the model sees.
     /// `prune`: with the default retentions (7 days for markers, dead jobs kept) and no dedup
     /// windows in these workloads, nothing is due: it must remove nothing and change nothing.
+    /// `Queue::write`: an effect row and a job in the named queue "side" (`enqueue_to`), in one
+    /// transaction; one in five fails after both writes, leaving neither.
+    fn op_write_side(&mut self) -> Result<(), String> {
+        let n = self.side_writes;
+        self.side_writes += 1;
+        let key = format!("w{n}");
+        let payload = format!("side {n}").into_bytes();
+        let fails = self.src.chance(1, 5);
+        let crashed_before = self.disk.is_crashed();
+        let q = self.q();
+        let side = match q.named(SIDE) {
+            Ok(s) => s,
+            Err(e) => {
+                self.log(format!("named({SIDE}) -> Err {}", fmt_err(&e)));
+                if self.disk.is_crashed() {
+                    return Ok(());
+                }
+                return Err(format!("named({SIDE}) failed without a crash: {e}"));
+            }
+        };
+        let apply = |m: &mut Model| {
+            if fails {
+                MRes::Err(EKind::Effect)
+            } else {
+                m.effects.insert(key.clone(), 1);
+                m.side.insert(payload.clone());
+                MRes::Unit
+            }
+        };
+        let got = q
+            .write(|tx| {
+                let mut t = tx.open_table(EFFECTS)?;
+                t.insert(key.as_str(), 1)?;
+                drop(t);
+                tx.enqueue_to(&side, &payload, EnqueueOptions::default())?;
+                if fails {
+                    return Err(model::EFFECT_ERROR.into());
+                }
+                Ok(())
+            })
+            .map(|()| Got::Unit);
+        let what = format!(
+            "write effect {key} + side job {n}{}",
+            if fails { " (fails)" } else { "" }
+        );
+        self.settle(&what, &apply, got, crashed_before)?;
+        Ok(())
+    }
+
     fn op_prune(&mut self) -> Result<(), String> {
         match self.q().prune() {
             Ok(p) => {
@@ -1620,6 +1677,32 @@ impl Runner {
 }
 
 /// Reads the caller's effect table.
+/// The payloads in the named queue "side" (all ready: nothing consumes it); none if the
+/// queue was never made (or its creation was lost with a crash).
+fn read_side(q: &Queue) -> Result<BTreeSet<Vec<u8>>, String> {
+    let side = match q.existing(SIDE) {
+        Ok(s) => s,
+        Err(Error::QueueNotFound { .. }) => return Ok(BTreeSet::new()),
+        Err(e) => return Err(format!("existing({SIDE}): {e}")),
+    };
+    let stats = side.stats().map_err(|e| format!("side stats: {e}"))?;
+    let page = side
+        .jobs(JobState::Ready, None, 1000)
+        .map_err(|e| format!("side jobs: {e}"))?;
+    if stats.total != stats.ready || page.jobs.len() as u64 != stats.total {
+        return Err(format!("side queue: {stats:?}, {} listed", page.jobs.len()));
+    }
+    let mut out = BTreeSet::new();
+    for j in page.jobs {
+        let p = side
+            .payload(j.id)
+            .map_err(|e| format!("side payload: {e}"))?
+            .ok_or("side job without a payload")?;
+        out.insert(p);
+    }
+    Ok(out)
+}
+
 fn read_effects(q: &Queue) -> Result<BTreeMap<String, u64>, String> {
     let rtx = q
         .database()
@@ -1846,6 +1929,19 @@ pub fn compare(q: &Queue, m: &mut Model) -> Result<(), Vec<String>> {
     if got != want {
         d.push(format!(
             "stats (total, scheduled, ready, leased, dead, applied) are {got:?}, expected {want:?}"
+        ));
+    }
+    let side = read_side(q).map_err(fail)?;
+    if side != m.side {
+        d.push(format!(
+            "SIDE: the named queue holds {:?}, expected {:?}",
+            side.iter()
+                .map(|p| String::from_utf8_lossy(p))
+                .collect::<Vec<_>>(),
+            m.side
+                .iter()
+                .map(|p| String::from_utf8_lossy(p))
+                .collect::<Vec<_>>()
         ));
     }
     let effects = read_effects(q).map_err(fail)?;

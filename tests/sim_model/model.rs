@@ -210,6 +210,9 @@ pub struct Model {
     pub max_token: u64,
     /// The next place in the ready line.
     pub next_seq: u64,
+    /// The payloads of the jobs `Queue::write` put into the named queue "side" (never
+    /// consumed): each exists iff its write committed, as does its effect row.
+    pub side: BTreeSet<Vec<u8>>,
 }
 
 pub fn truncate_reason(reason: &str) -> String {
@@ -236,6 +239,7 @@ impl Model {
             max_id: 0,
             max_token: 0,
             next_seq: 1,
+            side: BTreeSet::new(),
         }
     }
 
@@ -719,11 +723,13 @@ impl Model {
     }
 
     /// The model's own invariants; a failure here is a bug in the model, not in leaseq.
+    /// (Effect keys: `#id` for jobs without a caller key, `k…` for caller keys, which carry a
+    /// marker, `w…` for `Queue::write` rows, which do not.)
     pub fn self_check(&self) {
         for (k, &n) in &self.effects {
             assert_eq!(n, 1, "model: effect {k} applied {n} times");
             assert!(
-                self.applied.contains(k) || k.starts_with('#'),
+                self.applied.contains(k) || k.starts_with('#') || k.starts_with('w'),
                 "model: effect {k} of a caller key without marker"
             );
         }
