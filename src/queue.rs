@@ -865,11 +865,16 @@ impl fmt::Debug for Queue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Queue")
             .field("path", &self.inner.path)
+            .field("name", &self.name)
             .field("recovery", &self.inner.recovery)
             .finish_non_exhaustive()
     }
 }
 
+/// A `Queue` handle is one queue of its file: the default queue ([`Builder::open`]) or a
+/// named one ([`Queue::named`]). Calls that enqueue, dequeue, list, count, prune or purge act
+/// on that queue only; [`Queue::check`], [`Queue::compact`], [`Queue::flush`] and
+/// [`Queue::database`] are about the whole file.
 impl Queue {
     /// Opens (or creates) the queue at `path` with default settings; see [`Builder::open`].
     ///
@@ -1307,7 +1312,7 @@ impl Queue {
         guarded(|| store::job(&self.inner.db.get().begin_read()?, self.cfg.tables, id.0))
     }
 
-    /// Counts of jobs per state, read from one snapshot.
+    /// Counts of jobs per state in this handle's queue, read from one snapshot.
     ///
     /// # Errors
     /// `Storage`.
