@@ -52,6 +52,7 @@ mod error;
 mod job;
 mod lease;
 mod limits;
+mod open;
 mod queue;
 mod retry;
 mod schema;
@@ -75,7 +76,8 @@ pub use limits::{
     BATCH_MAX, DELAY_MAX, DUE_RECHECK_MAX, KEY_BYTES_MAX, LEASE_MAX, MAX_ATTEMPTS_CAP,
     PAYLOAD_BYTES_MAX_CAP, QUEUE_NAME_BYTES_MAX, QUEUES_MAX,
 };
-pub use queue::{Builder, Pruned, Queue, Recovery};
+pub use open::{Builder, Recovery};
+pub use queue::{Pruned, Queue};
 pub use retry::RetryPolicy;
 pub use schema::FORMAT_VERSION;
 pub use store::Violation;

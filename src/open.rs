@@ -1,0 +1,825 @@
+//! Opening a queue file: the `Builder`, atomic create, attach, the format checks and the look
+//! before the writable open, upgrade and lease recovery at open.
+
+use std::fmt;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use redb::{Database, ReadableDatabase, ReadableTable, StorageBackend};
+
+use crate::clock::{Clock, SystemClock};
+use crate::commit::{Committer, Durability};
+use crate::error::{Error, Result};
+use crate::queue::Queue;
+use crate::retry::RetryPolicy;
+use crate::schema::{
+    DEFAULT_TABLES, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN,
+};
+use crate::scratch::ScratchBackend;
+use crate::store::{self, Config};
+
+/// [`Builder::dequeue_batch_bytes`]'s default: 16 MiB.
+const DEQUEUE_BATCH_BYTES_DEFAULT: usize = 16 << 20;
+
+/// The default of [`Builder::applied_retention`]: 7 days.
+const APPLIED_RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// redb's file header: a file shorter than this cannot be a database.
+const REDB_HEADER_BYTES: u64 = 320;
+const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+/// redb's "god byte" follows the magic number; its bit 2 is set while a writer has the file
+/// open and cleared by a clean close (redb's file format, `docs/design.md`).
+const REDB_GOD_BYTE_OFFSET: u64 = REDB_MAGIC.len() as u64;
+const REDB_RECOVERY_REQUIRED: u8 = 2;
+
+/// What the open found and did before returning the queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Leases found in the file at open (their holder closed the file or exited without
+    /// ending them) put back to ready.
+    pub leases_returned: u64,
+    /// Leases found in the file at open whose job had no attempts left: dead-lettered.
+    pub leases_dead_lettered: u64,
+    /// Whether the previous process did not close the file cleanly (it crashed or was
+    /// killed), so redb recovered it at open: a full repair, or with quick-repair the
+    /// allocator state its last commit saved. Always `false` for [`Builder::attach`] unless
+    /// redb's integrity check found and repaired damage there.
+    pub repaired: bool,
+    /// Whether the open created a new file.
+    pub created: bool,
+    /// Leased job rows that failed their checks and were quarantined instead of returned
+    /// (see [`Queue::quarantined`]).
+    pub quarantined: u64,
+    /// The format version the file was upgraded from at this open (in one transaction, before
+    /// lease recovery), or `None` if it was current. See [`FORMAT_VERSION`].
+    pub upgraded_from: Option<u64>,
+}
+
+/// Settings for opening a queue. Start from [`Queue::builder`].
+///
+/// ```no_run
+/// use leaseq::Queue;
+/// use std::time::Duration;
+/// let queue = Queue::builder()
+///     .lease(Duration::from_secs(30))
+///     .max_attempts(5)
+///     .cache_bytes(32 << 20)
+///     .open("app.leaseq")?;
+/// # Ok::<(), leaseq::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Builder {
+    lease: Duration,
+    max_attempts: u32,
+    cache_bytes: usize,
+    payload_bytes_max: usize,
+    dequeue_batch_bytes: usize,
+    durability: Durability,
+    quick_repair: bool,
+    check_integrity: bool,
+    pub(crate) clock: Arc<dyn Clock>,
+    on_repair: Option<Arc<dyn Fn(f64) + Send + Sync>>,
+    retry: RetryPolicy,
+    applied_retention: Option<Duration>,
+    dead_retention: Option<Duration>,
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("lease", &self.lease)
+            .field("max_attempts", &self.max_attempts)
+            .field("cache_bytes", &self.cache_bytes)
+            .field("payload_bytes_max", &self.payload_bytes_max)
+            .field("dequeue_batch_bytes", &self.dequeue_batch_bytes)
+            .field("durability", &self.durability)
+            .field("quick_repair", &self.quick_repair)
+            .field("check_integrity", &self.check_integrity)
+            .field("clock", &self.clock)
+            .field("retry", &self.retry)
+            .field("applied_retention", &self.applied_retention)
+            .field("dead_retention", &self.dead_retention)
+            .finish()
+    }
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            lease: Duration::from_secs(30),
+            max_attempts: 5,
+            cache_bytes: 64 << 20,
+            payload_bytes_max: 1 << 20,
+            dequeue_batch_bytes: DEQUEUE_BATCH_BYTES_DEFAULT,
+            durability: Durability::Immediate,
+            quick_repair: false,
+            check_integrity: true,
+            clock: Arc::new(SystemClock),
+            on_repair: None,
+            retry: RetryPolicy::default(),
+            applied_retention: Some(APPLIED_RETENTION_DEFAULT),
+            dead_retention: None,
+        }
+    }
+}
+
+impl Builder {
+    /// Default lease duration (visibility timeout) of a delivery; default 30 s, as SQS's
+    /// default visibility timeout. From 1 ms to [`LEASE_MAX`](crate::LEASE_MAX), checked at
+    /// open.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Default deliveries per job before the dead-letter state; default 5. At least 1, at most
+    /// [`MAX_ATTEMPTS_CAP`](crate::MAX_ATTEMPTS_CAP), checked at open.
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// redb's page cache, in bytes; default 64 MiB (redb's own default is 1 GiB).
+    pub fn cache_bytes(mut self, bytes: usize) -> Self {
+        self.cache_bytes = bytes;
+        self
+    }
+
+    /// Largest payload accepted, in bytes; default 1 MiB, at most
+    /// [`PAYLOAD_BYTES_MAX_CAP`](crate::PAYLOAD_BYTES_MAX_CAP), checked at open.
+    pub fn payload_bytes_max(mut self, bytes: usize) -> Self {
+        self.payload_bytes_max = bytes;
+        self
+    }
+
+    /// The most payload bytes one [`Queue::dequeue_batch`] hands out, in bytes; default 16 MiB.
+    /// A batch stops before the job that would take its payloads past this (the first job
+    /// is always taken, whatever its size), so a batch of large payloads is a few leases, never
+    /// a vector of gigabytes. Checked at open: at least 1.
+    pub fn dequeue_batch_bytes(mut self, bytes: usize) -> Self {
+        self.dequeue_batch_bytes = bytes;
+        self
+    }
+
+    /// When calls return relative to the fsync; default [`Durability::Immediate`].
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// redb's quick-repair: every commit also saves the allocator state (a second fsync), so
+    /// the open after a crash takes milliseconds instead of a full repair whose time grows
+    /// with the file. Default off.
+    ///
+    /// The millisecond reopen needs [`Builder::check_integrity`]`(false)` as well: the
+    /// integrity check (on by default) verifies the whole file at every open, crash or not,
+    /// which is what a full repair costs.
+    pub fn quick_repair(mut self, enabled: bool) -> Self {
+        self.quick_repair = enabled;
+        self
+    }
+
+    /// How long a job waits before its next attempt after one that ended without an ack (a
+    /// `nack` without an explicit backoff, an expired lease, a failing `ack_with` closure);
+    /// default [`RetryPolicy::default`] (exponential from 1 s, capped at 1 hour, 10 %
+    /// jitter). Checked at open: see [`RetryPolicy`] for the ranges.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// How long the applied-ids marker of a caller idempotency key
+    /// ([`EnqueueOptions::idempotency_key`](crate::EnqueueOptions::idempotency_key)) is kept after its effect was applied; default 7
+    /// days; `None` keeps markers forever (the table then grows with every key ever used). A
+    /// marker is never removed while a live job (scheduled, ready, leased or dead) carries
+    /// its key: then its retention starts again. **A duplicate that arrives after the
+    /// horizon is applied again**: set it longer than any producer may retry. Markers go a
+    /// few per new marker, as `ack_with` writes them, and all at once with [`Queue::prune`].
+    /// Whole milliseconds, from 1 ms to [`DELAY_MAX`](crate::DELAY_MAX), checked at open.
+    /// (A job without a caller key keeps no marker at all: it would guard nothing once the
+    /// job is gone.)
+    pub fn applied_retention(mut self, retention: Option<Duration>) -> Self {
+        self.applied_retention = retention;
+        self
+    }
+
+    /// How long a dead job is kept after it died before it is deleted (with its dedup key);
+    /// default `None`: dead jobs stay until removed, purged or requeued, because an app must
+    /// see its failures (as Oban and River keep discarded jobs until their pruner's age).
+    /// Dead jobs past it go a few per dequeue that leases or sweeps something, and all with
+    /// [`Queue::prune`]. Whole
+    /// milliseconds, from 1 ms to [`DELAY_MAX`](crate::DELAY_MAX), checked at open.
+    pub fn dead_retention(mut self, retention: Option<Duration>) -> Self {
+        self.dead_retention = retention;
+        self
+    }
+
+    /// Whether every open verifies the file with redb's integrity check; default **on**.
+    ///
+    /// With it on, the open verifies the checksum of every page of the committed trees and
+    /// rebuilds redb's allocator state (which free pages it may reuse) from them instead of
+    /// loading the copy saved in the file. A file damaged outside redb (a flaky disk or SD
+    /// card, a stray write, a bad copy) is then refused with `Error::Corrupted` at open. This
+    /// costs two reads of the whole file at every open of an existing file (the look on a
+    /// scratch copy, then the writable open): 70-80 ms per 100 MB of queue file from the page
+    /// cache on the development machine (the README's scale table: 200-223 ms for 272 MiB),
+    /// more from a cold disk. After a crash without
+    /// quick-repair, redb's own repair does the same work anyway, so the check adds nothing
+    /// there; with quick-repair it replaces the millisecond reopen.
+    ///
+    /// **What turning it off gives up**: a cleanly closed file, or with quick-repair any file,
+    /// is then trusted as redb saved it, and redb makes no promise for a file altered since.
+    /// Damage to its allocator state is not seen at open; the first commit that reuses a
+    /// damaged page can make redb panic inside its unwinding, which **aborts the process**
+    /// (no `catch_unwind`, leaseq's included, can stop that), at every start from then on.
+    /// Damage to table pages is still mostly reported as `Corrupted` when read, but a damaged
+    /// page number can make redb allocate the page size it names (up to 4 GiB) before the read
+    /// fails. Turn it off only for large files whose open time matters, on storage you trust.
+    ///
+    /// With it on, [`Builder::open`] verifies the file twice: once on an in-memory scratch
+    /// copy before anything is written (so a foreign or damaged file is refused unchanged),
+    /// then at the writable open. [`Builder::on_repair`] sees both passes.
+    ///
+    /// Applies to [`Builder::open`] and [`Builder::open_backend`]. [`Builder::attach`] runs
+    /// the same check on the caller's database ([`redb::Database::check_integrity`]) while it
+    /// is on.
+    pub fn check_integrity(mut self, enabled: bool) -> Self {
+        self.check_integrity = enabled;
+        self
+    }
+
+    /// The time source; default [`SystemClock`]. Use a [`ManualClock`](crate::ManualClock) in
+    /// tests.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Called during a repair at open with the progress in `[0.0, 1.0)`: a file that was not
+    /// closed cleanly needs one, and a large file takes seconds. The integrity check
+    /// ([`Builder::check_integrity`]) runs as a repair pass, so with it on this is called at
+    /// every open of an existing file.
+    pub fn on_repair(mut self, callback: impl Fn(f64) + Send + Sync + 'static) -> Self {
+        self.on_repair = Some(Arc::new(callback));
+        self
+    }
+
+    fn config(&self) -> Result<Config> {
+        let lease_ms = store::lease_ms_checked("lease", self.lease)?;
+        if self.max_attempts == 0 || self.max_attempts > crate::MAX_ATTEMPTS_CAP {
+            return Err(Error::invalid_option(
+                "max_attempts",
+                format!(
+                    "{} is outside 1..={}",
+                    self.max_attempts,
+                    crate::MAX_ATTEMPTS_CAP
+                ),
+            ));
+        }
+        if self.payload_bytes_max > crate::PAYLOAD_BYTES_MAX_CAP {
+            return Err(Error::invalid_option(
+                "payload_bytes_max",
+                format!("above the cap of {} bytes", crate::PAYLOAD_BYTES_MAX_CAP),
+            ));
+        }
+        if self.dequeue_batch_bytes == 0 {
+            return Err(Error::invalid_option(
+                "dequeue_batch_bytes",
+                "must be at least 1",
+            ));
+        }
+        self.retry.validate("retry")?;
+        let applied_retention_ms = retention_ms("applied_retention", self.applied_retention)?;
+        let dead_retention_ms = retention_ms("dead_retention", self.dead_retention)?;
+        Ok(Config {
+            dead_retention_ms,
+            applied_retention_ms,
+            lease_ms,
+            max_attempts: self.max_attempts,
+            payload_bytes_max: self.payload_bytes_max,
+            dequeue_batch_bytes: self.dequeue_batch_bytes,
+            retry: self.retry,
+            tables: &crate::schema::DEFAULT_TABLES,
+            file: 0,
+        })
+    }
+
+    fn redb_builder(&self) -> redb::Builder {
+        let mut b = redb::Builder::new();
+        b.set_cache_size(self.cache_bytes);
+        // Verify instead of trusting the allocator state saved in the file: redb's plain open
+        // may panic on a file altered outside redb, and a panic in its unwinding aborts.
+        b.set_check_integrity_on_open(self.check_integrity);
+        if let Some(cb) = self.on_repair.clone() {
+            b.set_repair_callback(move |session| cb(session.progress()));
+        }
+        b
+    }
+
+    /// Opens the queue file at `path`, creating it if no file is there.
+    ///
+    /// A new file is created atomically: built at a temporary path beside it, closed,
+    /// fsynced, linked into place (never over an existing file), and the directory fsynced,
+    /// because a power loss inside redb's first create can leave a file redb refuses to open.
+    /// An existing file is never recreated or deleted. Before the queue is returned, every
+    /// lease left by a previous process goes back to ready, or dead when out of attempts, in
+    /// one transaction ([`Queue::recovery`] reports it); the exclusive file lock proves that
+    /// process is gone.
+    ///
+    /// # Errors
+    /// - `InvalidOption` for a builder setting out of range (nothing is opened);
+    /// - `AlreadyOpen` if this or another process has the file open (no recovery runs);
+    /// - `Truncated` for a file shorter than a redb header (0 bytes included);
+    /// - `NotLeaseq` for a file that is not a redb database, or a redb database without
+    ///   leaseq's tables (use [`Builder::attach`]); the file is left byte-identical;
+    /// - `UnsupportedVersion` for a newer format, also leaving the file byte-identical;
+    /// - `Corrupted` if redb or leaseq finds damage: with [`Builder::check_integrity`] on (the
+    ///   default), a page of the file's trees altered outside redb is found at open; panics in
+    ///   redb are caught;
+    /// - `Io` or `Storage` for I/O failures.
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<Queue> {
+        let path = path.as_ref();
+        guarded(|| self.open_path(path))
+    }
+
+    fn open_path(&self, path: &Path) -> Result<Queue> {
+        let cfg = self.config()?;
+        let mut created = false;
+        match fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                create_atomically(path)?;
+                created = true;
+            }
+            Err(e) => return Err(e.into()),
+            Ok(m) if !m.is_file() => {
+                return Err(Error::NotLeaseq {
+                    path: path.to_path_buf(),
+                    detail: "not a regular file".into(),
+                });
+            }
+            Ok(_) => {}
+        }
+        let repaired = check_header(path)?;
+        let builder = self.redb_builder();
+        let already_open = || Error::AlreadyOpen {
+            path: path.to_path_buf(),
+        };
+        // A look first that never writes the file, so a foreign, newer or damaged file stays
+        // byte-identical. With the integrity check on, the look is a verified open of a
+        // scratch copy (writes kept in memory): every page is checked against its parent's
+        // checksum before any pointer in it is followed, so a damaged table root is
+        // `Corrupted` and never a read of a page size taken from damaged bytes (up to 4 GiB
+        // allocated inside redb). Without the check, a plain read-only open; a file that
+        // needs repair (a crashed writer) cannot be opened read-only and is repaired on a
+        // scratch copy first. Either scratch look takes the locks a real open takes.
+        if self.check_integrity {
+            self.look_on_scratch(path, true)?;
+        } else {
+            match guarded(|| builder.open_read_only(path).map_err(Error::from)) {
+                Ok(ro) => {
+                    let rtx = ro.begin_read()?;
+                    verify_format(&rtx, path)?;
+                    // What recovery will read must decode now, so a damaged lease is refused
+                    // before the writable open touches the file.
+                    guarded(|| store::check_leases(&rtx))?;
+                }
+                Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
+                    return Err(already_open());
+                }
+                Err(Error::Storage(redb::Error::RepairAborted)) => {
+                    self.look_on_scratch(path, false)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let opened = guarded(|| builder.open(path).map_err(Error::from)).and_then(|db| {
+            let db = DbBox::new(db);
+            verify_format(&db.get().begin_read()?, path)?;
+            self.finish(db, cfg, Some(path.to_path_buf()), repaired, created)
+        });
+        match opened {
+            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => Err(already_open()),
+            other => other,
+        }
+    }
+
+    /// Opens a scratch copy of the file at `path` (reads from the file, writes kept in memory,
+    /// redb's file locks taken), with redb's integrity check when `verify`, and checks the
+    /// format and every lease there; the copy is then retired and dropped, the file unchanged.
+    fn look_on_scratch(&self, path: &Path, verify: bool) -> Result<()> {
+        let scratch = ScratchBackend::locked(path)?;
+        let retire = scratch.retire_handle();
+        let mut b = redb::Builder::new();
+        b.set_cache_size(self.cache_bytes);
+        b.set_check_integrity_on_open(verify);
+        if let Some(cb) = self.on_repair.clone() {
+            b.set_repair_callback(move |session| cb(session.progress()));
+        }
+        let db = match guarded(|| b.create_with_backend(scratch).map_err(Error::from)) {
+            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
+                return Err(Error::AlreadyOpen {
+                    path: path.to_path_buf(),
+                });
+            }
+            other => DbBox::new(other?),
+        };
+        let looked = guarded(|| {
+            let rtx = db.get().begin_read()?;
+            verify_format(&rtx, path)?;
+            // What recovery will read must decode now, so a damaged lease is refused before
+            // the writable open touches the file.
+            store::check_leases(&rtx)
+        });
+        // The scratch copy is thrown away: close it without saving its state.
+        retire.retire(db.get());
+        looked
+    }
+
+    /// Opens a queue on a caller-supplied redb storage backend (for example the power-loss
+    /// simulator of the `sim` feature). An empty backend, or one holding a redb database with
+    /// no tables at all, is initialized as a new queue; any other must hold a leaseq database.
+    /// Unlike a path, a backend cannot be created atomically: a power loss inside redb's very
+    /// first write of the header can leave it unopenable (redb: "magic number mismatch");
+    /// start such a backend afresh.
+    ///
+    /// The integrity check ([`Builder::check_integrity`], on by default) runs as for a path,
+    /// so damage to the backend's bytes is refused with `Corrupted`. Unlike a path, a backend
+    /// gets no read-only look first: a backend holding a foreign or newer redb database is
+    /// refused, but redb's open (and the check's commit) may already have written to it.
+    ///
+    /// # Errors
+    /// As [`Builder::open`], without the path-based checks.
+    pub fn open_backend(&self, backend: impl StorageBackend) -> Result<Queue> {
+        guarded(|| self.open_on_backend(backend))
+    }
+
+    fn open_on_backend(&self, backend: impl StorageBackend) -> Result<Queue> {
+        let cfg = self.config()?;
+        let len_bytes = backend.len().map_err(Error::Io)?;
+        let empty = len_bytes == 0;
+        let repaired = len_bytes >= REDB_HEADER_BYTES && {
+            let mut god = [0u8];
+            backend
+                .read(REDB_GOD_BYTE_OFFSET, &mut god)
+                .map_err(Error::Io)?;
+            god[0] & REDB_RECOVERY_REQUIRED != 0
+        };
+        let db = guarded(|| {
+            self.redb_builder()
+                .create_with_backend(backend)
+                .map_err(Error::from)
+        })?;
+        let db = DbBox::new(db);
+        // A backend has no atomic create: a crash inside its first open can leave an empty
+        // redb database (no tables at all), which is finished here as a new queue.
+        let blank = empty || {
+            let rtx = db.get().begin_read()?;
+            rtx.list_tables()?.next().is_none() && rtx.list_multimap_tables()?.next().is_none()
+        };
+        if blank {
+            init_tables(db.get())?;
+        }
+        verify_format(&db.get().begin_read()?, Path::new("<backend>"))?;
+        self.finish(db, cfg, None, repaired && !blank, blank)
+    }
+
+    /// Adds leaseq's tables to the caller's own redb database (if they are not there yet) and
+    /// returns a queue that shares it: the caller keeps using its tables through
+    /// [`Queue::database`]. Leases found in the database are recovered as at open, so attach
+    /// only a database this process alone writes.
+    ///
+    /// The caller opened the database, so the caller's redb settings decided what that open
+    /// trusted; `cache_bytes`, `quick_repair` and `on_repair` do not apply here. With
+    /// [`Builder::check_integrity`] on (the default), attach first runs
+    /// [`redb::Database::check_integrity`], which verifies every page and rebuilds the
+    /// allocator state, so a file altered outside redb is refused with `Corrupted` before
+    /// leaseq's first commit. A plain `redb::Database::open` of a damaged file may already
+    /// have panicked in the caller's code: open it with
+    /// `redb::Builder::set_check_integrity_on_open(true)` (and then set
+    /// `check_integrity(false)` here, so the file is not verified twice).
+    ///
+    /// # Errors
+    /// `UnsupportedVersion` for leaseq tables of a newer format; `NotLeaseq` if a table named
+    /// `leaseq_*` exists with other types; `Corrupted` if the integrity check finds damage it
+    /// cannot repair; `Storage` (`TransactionInProgress`) if the check is on and the caller
+    /// still holds a transaction on `db`; `Storage` or `Corrupted` from redb otherwise.
+    pub fn attach(&self, db: Database) -> Result<Queue> {
+        guarded(|| self.attach_db(db))
+    }
+
+    fn attach_db(&self, mut db: Database) -> Result<Queue> {
+        let cfg = self.config()?;
+        // `Ok(false)`: damage was found and repaired (redb rebuilt what it could verify).
+        let repaired = self.check_integrity && !db.check_integrity()?;
+        let db = DbBox::new(db);
+        // Refuse a newer format or foreign `leaseq_*` tables before writing anything.
+        precheck_attach(&db.get().begin_read()?)?;
+        init_tables(db.get())?;
+        verify_format(&db.get().begin_read()?, Path::new("<attached>"))?;
+        self.finish(db, cfg, None, repaired, false)
+    }
+
+    fn finish(
+        &self,
+        db: DbBox,
+        cfg: Config,
+        path: Option<PathBuf>,
+        repaired: bool,
+        created: bool,
+    ) -> Result<Queue> {
+        let committer = Committer::new(self.durability, self.quick_repair);
+        let cfg = Config {
+            file: committer.id(),
+            ..cfg
+        };
+        let inner = Inner {
+            db,
+            committer,
+            cfg,
+            clock: self.clock.clone(),
+            path,
+            recovery: Recovery::default(),
+        };
+        let now_ms = inner.clock.now_ms();
+        let upgraded_from = inner
+            .committer
+            .run(inner.db.get(), &mut |ctx| store::upgrade(ctx))?;
+        let recovered = inner.committer.run(inner.db.get(), &mut |ctx| {
+            store::recover_leases(ctx, now_ms)
+        })?;
+        inner
+            .clock
+            .subscribe(crate::clock::ClockWaker::new(inner.committer.work()));
+        let inner = Inner {
+            recovery: Recovery {
+                leases_returned: recovered.returned,
+                leases_dead_lettered: recovered.dead,
+                repaired,
+                created,
+                quarantined: recovered.quarantined,
+                upgraded_from,
+            },
+            ..inner
+        };
+        Ok(Queue {
+            cfg: inner.cfg,
+            inner: Arc::new(inner),
+            name: None,
+        })
+    }
+}
+
+/// A retention setting in whole milliseconds: `None` stays `None`; 1 ms to `DELAY_MAX`.
+fn retention_ms(field: &'static str, retention: Option<Duration>) -> Result<Option<u64>> {
+    match retention {
+        None => Ok(None),
+        // Checked in whole milliseconds: 500 µs would be a retention of 0.
+        Some(d) if crate::clock::duration_ms(d) == 0 || d > crate::DELAY_MAX => Err(
+            Error::invalid_option(field, format!("{d:?} is outside 1 ms..=DELAY_MAX")),
+        ),
+        Some(d) => Ok(Some(crate::clock::duration_ms(d))),
+    }
+}
+
+/// Converts a panic inside the storage engine into `Corrupted`: no panic crosses leaseq's API.
+pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        Err(Error::corrupted(format!(
+            "storage engine panicked: {}",
+            crate::panic_message(&*p)
+        )))
+    })
+}
+
+/// Refuses files that cannot be redb databases before redb sees them. Returns whether the
+/// file was left open by a writer (redb's recovery-required flag: not closed cleanly).
+fn check_header(path: &Path) -> Result<bool> {
+    let mut file = fs::File::open(path)?;
+    let len_bytes = file.metadata()?.len();
+    // The magic number and the god byte.
+    let mut head = Vec::with_capacity(REDB_MAGIC.len() + 1);
+    file.by_ref()
+        .take(REDB_MAGIC.len() as u64 + 1)
+        .read_to_end(&mut head)?;
+    if head.len() >= REDB_MAGIC.len() && head[..REDB_MAGIC.len()] != REDB_MAGIC {
+        return Err(Error::NotLeaseq {
+            path: path.to_path_buf(),
+            detail: "no redb header".into(),
+        });
+    }
+    if len_bytes < REDB_HEADER_BYTES {
+        return Err(Error::Truncated {
+            path: path.to_path_buf(),
+            len_bytes,
+        });
+    }
+    Ok(head[REDB_GOD_BYTE_OFFSET as usize] & REDB_RECOVERY_REQUIRED != 0)
+}
+
+/// Checks that the snapshot holds leaseq's tables in a format this build reads.
+fn verify_format(rtx: &redb::ReadTransaction, path: &Path) -> Result<()> {
+    let not_leaseq = |detail: String| Error::NotLeaseq {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let meta = match rtx.open_table(META) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => {
+            return Err(not_leaseq("a redb database without leaseq tables".into()));
+        }
+        Err(redb::TableError::TableTypeMismatch { .. }) => {
+            return Err(not_leaseq("leaseq_meta has foreign types".into()));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let version = meta
+        .get(META_FORMAT_VERSION)?
+        .map(|v| v.value())
+        .ok_or_else(|| not_leaseq("leaseq_meta has no format version".into()))?;
+    if version > FORMAT_VERSION {
+        return Err(Error::UnsupportedVersion {
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    if version == 0 {
+        return Err(Error::corrupted("format version 0"));
+    }
+    // The counters the first commit will read.
+    for key in [META_NEXT_ID, META_NEXT_TOKEN] {
+        match meta.get(key)?.map(|v| v.value()) {
+            Some(v) if v > 0 && v <= u64::MAX / 2 => {}
+            other => {
+                return Err(Error::corrupted(format!("leaseq_meta {key} is {other:?}")));
+            }
+        }
+    }
+    // Every table must be there with its types.
+    let tables = [
+        rtx.open_table(DEFAULT_TABLES.jobs()).map(drop),
+        rtx.open_table(DEFAULT_TABLES.ready()).map(drop),
+        rtx.open_table(DEFAULT_TABLES.scheduled()).map(drop),
+        rtx.open_table(DEFAULT_TABLES.leases()).map(drop),
+        rtx.open_table(DEFAULT_TABLES.dead()).map(drop),
+        rtx.open_table(DEFAULT_TABLES.dedup()).map(drop),
+        rtx.open_table(DEFAULT_TABLES.applied()).map(drop),
+    ];
+    for t in tables {
+        t.map_err(|e| Error::corrupted(format!("leaseq table: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Creates leaseq's tables and counters where they are missing; idempotent.
+fn init_tables(db: &Database) -> Result<()> {
+    let tx = db.begin_write()?;
+    {
+        let foreign = |e: redb::TableError| match e {
+            redb::TableError::TableTypeMismatch { table, .. } => Error::NotLeaseq {
+                path: PathBuf::from("<attached>"),
+                detail: format!("{table} has foreign types"),
+            },
+            e => e.into(),
+        };
+        tx.open_table(DEFAULT_TABLES.jobs()).map_err(foreign)?;
+        tx.open_table(DEFAULT_TABLES.ready()).map_err(foreign)?;
+        tx.open_table(DEFAULT_TABLES.scheduled()).map_err(foreign)?;
+        tx.open_table(DEFAULT_TABLES.leases()).map_err(foreign)?;
+        tx.open_table(DEFAULT_TABLES.dead()).map_err(foreign)?;
+        tx.open_table(DEFAULT_TABLES.dedup()).map_err(foreign)?;
+        tx.open_table(DEFAULT_TABLES.applied()).map_err(foreign)?;
+        let mut meta = tx.open_table(META).map_err(foreign)?;
+        // A new file is made at the current version, with every table of it; an existing one
+        // keeps its version (the open upgrades it).
+        if meta.get(META_FORMAT_VERSION)?.is_none() {
+            DEFAULT_TABLES.create(&tx).map_err(foreign)?;
+            tx.open_table(crate::schema::QUEUES).map_err(foreign)?;
+        }
+        for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
+            if meta.get(key)?.is_none() {
+                let initial = if key == META_FORMAT_VERSION {
+                    FORMAT_VERSION
+                } else {
+                    1
+                };
+                meta.insert(key, initial)?;
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// Before `attach` writes: a newer format version, or a `leaseq_*` table with other types,
+/// is refused while the caller's database is still untouched.
+fn precheck_attach(rtx: &redb::ReadTransaction) -> Result<()> {
+    fn check<K: redb::Key + 'static, V: redb::Value + 'static>(
+        rtx: &redb::ReadTransaction,
+        def: redb::TableDefinition<K, V>,
+    ) -> Result<()> {
+        match rtx.open_table(def) {
+            Ok(_) | Err(redb::TableError::TableDoesNotExist(_)) => Ok(()),
+            Err(redb::TableError::TableTypeMismatch { table, .. }) => Err(Error::NotLeaseq {
+                path: PathBuf::from("<attached>"),
+                detail: format!("{table} has foreign types"),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+    check(rtx, DEFAULT_TABLES.jobs())?;
+    check(rtx, DEFAULT_TABLES.ready())?;
+    check(rtx, DEFAULT_TABLES.scheduled())?;
+    check(rtx, DEFAULT_TABLES.leases())?;
+    check(rtx, DEFAULT_TABLES.dead())?;
+    check(rtx, DEFAULT_TABLES.dedup())?;
+    check(rtx, DEFAULT_TABLES.applied())?;
+    check(rtx, META)?;
+    if let Ok(meta) = rtx.open_table(META)
+        && let Some(found) = meta.get(META_FORMAT_VERSION)?.map(|v| v.value())
+        && found > FORMAT_VERSION
+    {
+        return Err(Error::UnsupportedVersion {
+            found,
+            supported: FORMAT_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Builds a new queue file at a temporary path, fsyncs it, and links it into place without
+/// ever replacing an existing file; then fsyncs the directory.
+fn create_atomically(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if path.file_name().is_none() {
+        return Err(Error::invalid_option("path", "has no file name"));
+    }
+    // Unique per process and per call, and short (the final name may be near the limit).
+    static CREATES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let tmp = dir.join(format!(
+        ".leaseq-create-{}-{}",
+        std::process::id(),
+        CREATES.fetch_add(1, Ordering::Relaxed)
+    ));
+    // A leftover of a crashed process that had our pid: nobody else can be using it.
+    let _ = fs::remove_file(&tmp);
+    let built = (|| -> Result<()> {
+        let db = redb::Builder::new().set_cache_size(1 << 20).create(&tmp)?;
+        init_tables(&db)?;
+        drop(db);
+        fs::File::open(&tmp)?.sync_all()?;
+        match fs::hard_link(&tmp, path) {
+            Ok(()) => {}
+            // Another opener created it first: use theirs.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e.into()),
+        }
+        fs::File::open(&dir)?.sync_all()?;
+        Ok(())
+    })();
+    let _ = fs::remove_file(&tmp);
+    built
+}
+
+/// Owns the database; drops it inside `catch_unwind` so a panic in redb's drop (seen on
+/// corrupted files) does not cross leaseq's API.
+pub(crate) struct DbBox(Option<Database>);
+
+impl DbBox {
+    pub(crate) fn new(db: Database) -> DbBox {
+        DbBox(Some(db))
+    }
+
+    pub(crate) fn get(&self) -> &Database {
+        self.0.as_ref().expect("database present until drop")
+    }
+
+    pub(crate) fn get_mut(&mut self) -> &mut Database {
+        self.0.as_mut().expect("database present until drop")
+    }
+}
+
+impl Drop for DbBox {
+    fn drop(&mut self) {
+        if let Some(db) = self.0.take() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    // Field order matters: the committer (holding no transaction once idle) drops before the
+    // database.
+    pub(crate) committer: Committer,
+    pub(crate) db: DbBox,
+    pub(crate) cfg: Config,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) path: Option<PathBuf>,
+    pub(crate) recovery: Recovery,
+}
