@@ -18,7 +18,8 @@ pub const PAYLOAD_BYTES_MAX_CAP: usize = 64 << 20;
 /// reading the clock again (250 ms), so a clock that jumps forward delivers due work within it.
 pub const DUE_RECHECK_MAX: Duration = Duration::from_millis(250);
 
-/// Most named queues one file holds (the default queue not counted).
+/// Most named queues one file holds (the default queue not counted): queue numbers run from
+/// 1 to this and are never reused.
 pub const QUEUES_MAX: u32 = 1024;
 /// Longest queue name, in bytes (ASCII letters, digits, `_`, `-` and `.`).
 pub const QUEUE_NAME_BYTES_MAX: usize = 64;

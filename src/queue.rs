@@ -104,8 +104,11 @@ impl Queue {
     ///
     /// # Errors
     /// `InvalidOption` for a bad name (1 to [`QUEUE_NAME_BYTES_MAX`](crate::QUEUE_NAME_BYTES_MAX)
-    /// bytes of ASCII letters, digits, `_`, `-`, `.`) or a file that already holds
-    /// [`QUEUES_MAX`](crate::QUEUES_MAX) named queues; `CommitFailed`, `Storage`, `Reentrant`.
+    /// bytes of ASCII letters, digits, `_`, `-`, `.`) or a file whose queue numbers are used
+    /// up (a queue gets one above the highest in use, never reused, at most
+    /// [`QUEUES_MAX`](crate::QUEUES_MAX)); `Corrupted` for a damaged registry (a number out of
+    /// range or given twice, a registered queue's table missing); `CommitFailed`, `Storage`,
+    /// `Reentrant`.
     pub fn named(&self, name: &str) -> Result<Queue> {
         crate::schema::QueueTables::check_name(name)?;
         let found = guarded(|| store::find_queue(&self.inner.db.get().begin_read()?, name))?;
@@ -120,7 +123,7 @@ impl Queue {
     ///
     /// # Errors
     /// `QueueNotFound` if the file has no queue of that name; `InvalidOption` for a bad name;
-    /// `Storage`.
+    /// `Corrupted` for a damaged registry; `Storage`.
     pub fn existing(&self, name: &str) -> Result<Queue> {
         crate::schema::QueueTables::check_name(name)?;
         match guarded(|| store::find_queue(&self.inner.db.get().begin_read()?, name))? {
@@ -628,7 +631,9 @@ impl Queue {
         Ok(total)
     }
 
-    /// Checks every invariant of the file, in every queue of it (each job in exactly one state; every index and the
+    /// Checks every invariant of the file, in every queue of it (the registry of named queues:
+    /// one number per queue, each registered queue's tables there, no queue tables of an
+    /// unregistered number; each job in exactly one state; every index and the
     /// jobs table agree both ways; dedup entries name their job or a running window, and the
     /// windows agree with their expiry index; applied markers (caller keys only) agree with
     /// their time index; the carriers of idempotency keys are exactly the live jobs with one;
@@ -637,7 +642,8 @@ impl Queue {
     /// Reads the whole queue: meant for tests, the CLI and after crashes.
     ///
     /// # Errors
-    /// `Storage`, or `Corrupted` if redb cannot read the tables.
+    /// `Storage`, or `Corrupted` if redb cannot read the tables or the registry of named
+    /// queues is damaged.
     pub fn check(&self) -> Result<Vec<Violation>> {
         guarded(|| store::check_file(self.inner.db.get()))
     }

@@ -1732,7 +1732,7 @@ pub(crate) fn named_queues(rtx: &ReadTransaction) -> Result<Vec<(String, u32)>> 
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
     };
-    let mut out = Vec::new();
+    let mut out: Vec<(String, u32)> = Vec::new();
     for e in queues.iter()? {
         let (name, qid) = e?;
         let qid = qid.value();
@@ -1742,9 +1742,46 @@ pub(crate) fn named_queues(rtx: &ReadTransaction) -> Result<Vec<(String, u32)>> 
                 name.value()
             )));
         }
+        if let Some((other, _)) = out.iter().find(|(_, n)| *n == qid) {
+            return Err(Error::corrupted(format!(
+                "leaseq_queues: {other:?} and {:?} both have number {qid}",
+                name.value()
+            )));
+        }
         out.push((name.value().to_string(), qid));
     }
     Ok(out)
+}
+
+/// `Corrupted` unless every table of registered queue `name` is there (a registry entry
+/// whose tables are missing is damage, reported as such rather than as a storage error).
+fn named_tables_present(rtx: &ReadTransaction, name: &str, tq: &'static QueueTables) -> Result<()> {
+    fn present<K: redb::Key + 'static, V: redb::Value + 'static>(
+        rtx: &ReadTransaction,
+        name: &str,
+        def: redb::TableDefinition<K, V>,
+    ) -> Result<()> {
+        match rtx.open_table(def) {
+            Ok(_) => Ok(()),
+            Err(redb::TableError::TableDoesNotExist(t)) => Err(Error::corrupted(format!(
+                "queue {name:?} is registered, but its table {t} is missing"
+            ))),
+            Err(e) => Err(e.into()),
+        }
+    }
+    present(rtx, name, tq.jobs())?;
+    present(rtx, name, tq.ready())?;
+    present(rtx, name, tq.scheduled())?;
+    present(rtx, name, tq.leases())?;
+    present(rtx, name, tq.dead())?;
+    present(rtx, name, tq.dead_by_time())?;
+    present(rtx, name, tq.dedup())?;
+    present(rtx, name, tq.dedup_windows())?;
+    present(rtx, name, tq.dedup_expiry())?;
+    present(rtx, name, tq.applied())?;
+    present(rtx, name, tq.applied_by_time())?;
+    present(rtx, name, tq.idem_jobs())?;
+    present(rtx, name, tq.payloads())
 }
 
 /// The number of queue `name`, if it exists (a read).
@@ -1822,11 +1859,11 @@ fn recover_queue_leases(
 /// error here: recovery quarantines it.
 pub(crate) fn check_leases(rtx: &ReadTransaction) -> Result<()> {
     let mut all = vec![&crate::schema::DEFAULT_TABLES];
-    all.extend(
-        named_queues(rtx)?
-            .into_iter()
-            .map(|(_, qid)| QueueTables::named(qid)),
-    );
+    for (name, qid) in named_queues(rtx)? {
+        let tq = QueueTables::named(qid);
+        named_tables_present(rtx, &name, tq)?;
+        all.push(tq);
+    }
     for tq in all {
         let jobs = rtx.open_table(tq.jobs())?;
         for e in rtx.open_table(tq.leases())?.iter()? {
@@ -2268,6 +2305,9 @@ pub(crate) fn check_file(db: &redb::Database) -> Result<Vec<Violation>> {
             });
         }
     }
+    for (name, qid) in &named {
+        named_tables_present(&rtx, name, QueueTables::named(*qid))?;
+    }
     drop(rtx);
     for (name, qid) in named {
         for mut v in check(db, QueueTables::named(qid))? {
@@ -2326,7 +2366,6 @@ pub(crate) fn check(db: &redb::Database, tq: &'static QueueTables) -> Result<Vec
     let expiry = rtx.open_table(tq.dedup_expiry())?;
     let payloads = rtx.open_table(tq.payloads())?;
     let mut counts = [0u64; 4];
-    let mut apart = 0u64;
     for entry in jobs.iter()? {
         let (k, val) = entry?;
         let id = k.value();
@@ -2348,20 +2387,17 @@ pub(crate) fn check(db: &redb::Database, tq: &'static QueueTables) -> Result<Vec
                 );
             }
             None => {}
-            Some(r) => {
-                apart += 1;
-                match payloads.get(id)? {
-                    None => v(
-                        Some(id),
-                        "payload stored apart, but its row is missing".into(),
-                    ),
-                    Some(p) => {
-                        if let Err(e) = r.verify(p.value()) {
-                            v(Some(id), e.to_string());
-                        }
+            Some(r) => match payloads.get(id)? {
+                None => v(
+                    Some(id),
+                    "payload stored apart, but its row is missing".into(),
+                ),
+                Some(p) => {
+                    if let Err(e) = r.verify(p.value()) {
+                        v(Some(id), e.to_string());
                     }
                 }
-            }
+            },
         }
         let indexed = match rec.state {
             StoredState::Ready => {
@@ -2429,19 +2465,19 @@ pub(crate) fn check(db: &redb::Database, tq: &'static QueueTables) -> Result<Vec
             );
         }
     }
-    if payloads.len()? != apart {
-        // Rows of quarantined jobs are kept with them until `remove`.
-        let quarantine = quarantine_table(&rtx, tq)?;
-        for e in payloads.iter()? {
-            let id = e?.0.value();
-            let owned = state_of_apart(&jobs, id)?
-                || match &quarantine {
-                    Some(q) => q.get(id)?.is_some(),
-                    None => false,
-                };
-            if !owned {
-                v(Some(id), "payload row of no job".into());
-            }
+    // Every payload row belongs to a job stored apart (or a quarantined one: its row stays
+    // until `remove`); a scan, since a missing row and a stray one would leave the counts
+    // equal.
+    let quarantine = quarantine_table(&rtx, tq)?;
+    for e in payloads.iter()? {
+        let id = e?.0.value();
+        let owned = state_of_apart(&jobs, id)?
+            || match &quarantine {
+                Some(q) => q.get(id)?.is_some(),
+                None => false,
+            };
+        if !owned {
+            v(Some(id), "payload row of no job".into());
         }
     }
     // Reverse direction: every index entry names a job in the matching state and place.
