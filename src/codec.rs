@@ -488,13 +488,50 @@ pub(crate) fn decode_payload<T: serde::de::DeserializeOwned>(
 /// enqueued with, so a queue can change encodings with jobs of the old one still waiting.
 ///
 /// - `Bincode` (the default): compact and fast, but not self-describing. Fields are read by
-///   position: adding, removing or reordering a field of a job type makes the jobs already
-///   stored fail to decode (`PayloadCodec`), and serde's internally tagged enums
-///   (`#[serde(tag = "..")]`), `#[serde(flatten)]` and untagged enums cannot be decoded at all
-///   (refused at enqueue).
+///   position, without names: adding, removing or reordering a field of a job type makes the
+///   jobs already stored fail to decode (`PayloadCodec`), or, where the types happen to line
+///   up (two `u32` fields swapped), decode into the wrong fields without an error. serde's
+///   internally tagged enums (`#[serde(tag = "..")]`), `#[serde(flatten)]` and untagged enums
+///   cannot be decoded at all: [`Queue::enqueue_value`](crate::Queue::enqueue_value) decodes
+///   every value back before it writes, so those are refused at enqueue with `PayloadCodec`,
+///   not found out at dequeue.
 /// - `Json` (serde_json): self-describing, larger and slower. A field added with
-///   `#[serde(default)]` reads old jobs; unknown fields are ignored; every serde enum
-///   representation works. Choose it for job types that change across app versions.
+///   `#[serde(default)]` reads old jobs; unknown fields are ignored (unless the type says
+///   `#[serde(deny_unknown_fields)]`); every serde enum representation works. Choose it for
+///   job types that change across app versions.
+///
+/// Set it per handle ([`Queue::with_encoding`](crate::Queue::with_encoding)) or for every
+/// handle a builder opens ([`Builder::encoding`](crate::Builder::encoding)); raw payloads
+/// ([`Queue::enqueue`](crate::Queue::enqueue)) are bytes and have none.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+/// use leaseq::{Encoding, Error};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize, Debug, PartialEq)]
+/// #[serde(tag = "type")] // internally tagged: {"type":"Email","to":"..."}
+/// enum Job {
+///     Email { to: String },
+///     Resize { width: u32 },
+/// }
+///
+/// // bincode cannot read an internally tagged enum back: refused, nothing written.
+/// let r = queue.enqueue_value(&Job::Resize { width: 640 }, Default::default());
+/// assert!(matches!(r, Err(Error::PayloadCodec { .. })));
+/// assert_eq!(queue.len()?, 0);
+///
+/// let json = queue.with_encoding(Encoding::Json);
+/// json.enqueue_value(&Job::Resize { width: 640 }, Default::default())?;
+/// // Any handle decodes it: the job recorded its encoding.
+/// let lease = queue.dequeue()?.expect("a job");
+/// assert_eq!(lease.encoding(), Encoding::Json);
+/// assert_eq!(lease.payload(), br#"{"type":"Resize","width":640}"#);
+/// assert_eq!(lease.decode::<Job>()?, Job::Resize { width: 640 });
+/// lease.ack()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Encoding {

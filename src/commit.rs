@@ -1,4 +1,5 @@
-//! Group commit: many callers, one redb write transaction, one fsync (DESIGN §6).
+//! Group commit: many callers, one redb write transaction, one fsync (ARCHITECTURE.md,
+//! "Concurrency" in the README).
 //!
 //! A caller's operation runs on the caller's own thread, against the group's open
 //! `WriteTransaction`, under the group mutex. Then the caller waits for the group's commit.

@@ -106,7 +106,13 @@ pub enum Error {
         /// The name asked for.
         name: String,
     },
-    /// No job with this id exists (never enqueued, or already acked or purged).
+    /// No job with this id is in this handle's queue: it was never enqueued there (a job of
+    /// another queue of the file is not found either), or it is gone: acked, removed
+    /// ([`Queue::remove`](crate::Queue::remove)), deleted by
+    /// [`Queue::purge`](crate::Queue::purge), or deleted past
+    /// [`Builder::dead_retention`](crate::Builder::dead_retention). Purging and removing delete
+    /// the job's row and never hand its id out again (ids come from a counter that only grows),
+    /// so a gone id stays not found.
     #[error("job {job_id} not found")]
     JobNotFound {
         /// The id asked for.
@@ -123,21 +129,34 @@ pub enum Error {
         /// The state the call needs.
         expected: &'static str,
     },
-    /// The closure given to `ack_with` returned an error (or panicked: the panic's message).
-    /// Its transaction was dropped: no effect, no applied-ids marker, no ack. Then the job was
-    /// given back with this error's text as its last error, as by
-    /// [`Lease::nack`](crate::Lease::nack): due after the retry policy's delay, or dead when
-    /// that was its last attempt; the lease is stale from then on.
+    /// A caller's closure failed: it returned an error (carried here), panicked (the error's
+    /// text is then `closure panicked: ` and the panic's message), or swallowed a storage
+    /// error inside one of its [`Tx::enqueue`](crate::Tx::enqueue) calls.
+    ///
+    /// From [`Lease::ack_with`](crate::Lease::ack_with) (and the other `ack_with` calls): its
+    /// transaction was dropped (no effect, no applied-ids marker, no ack), then the job was
+    /// given back with this error's text (its `Display`, without the `effect failed: ` prefix)
+    /// as its [`last_error`](crate::JobInfo::last_error), as by
+    /// [`Lease::nack`](crate::Lease::nack): due after the retry policy's delay, or dead with
+    /// that text when it was its last attempt; the lease is stale from then on.
+    ///
+    /// From [`Queue::write`](crate::Queue::write): nothing of the closure's transaction
+    /// committed (neither its writes nor its jobs).
     #[error("effect failed: {0}")]
     Effect(#[source] BoxError),
-    /// A typed payload did not serialize or deserialize (bincode).
+    /// A typed payload did not serialize, did not decode back at enqueue
+    /// ([`Queue::enqueue_value`](crate::Queue::enqueue_value) checks the round trip), or did not
+    /// decode as the type asked for ([`Lease::decode`](crate::Lease::decode)), with the job's
+    /// [`Encoding`](crate::Encoding) (bincode or JSON). At enqueue nothing was written.
     #[error("payload codec: {detail}")]
     PayloadCodec {
         /// The codec's message.
         detail: String,
     },
-    /// A queue operation was called from inside an `ack_with` closure, which runs while the
-    /// queue's write transaction is open; it would deadlock, so it is refused.
+    /// A queue operation was called from inside a closure that runs in the queue's write
+    /// transaction (an `ack_with` effect or a [`Queue::write`](crate::Queue::write) closure,
+    /// directly or through another queue's closure); it would wait for its own commit forever,
+    /// so it is refused. Enqueue through the closure's [`Tx`](crate::Tx) instead.
     #[error("queue operation called from inside an ack_with closure")]
     Reentrant,
     /// [`Queue::close`](crate::Queue::close) was called on this file: no new job is enqueued

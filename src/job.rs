@@ -113,15 +113,18 @@ impl EnqueueOptions {
         self
     }
 
-    /// Makes the job due `delay` from now (whole milliseconds); until then no dequeue
-    /// returns it and its delay never counts against a lease.
+    /// Makes the job due `delay` from now (whole milliseconds, at most
+    /// [`DELAY_MAX`](crate::DELAY_MAX), checked at enqueue; under 1 ms is no delay); until then
+    /// no dequeue returns it and its delay never counts against a lease.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
         self
     }
 
-    /// Deliveries allowed before the job goes to the dead-letter state (at least 1; default:
-    /// the queue's [`Builder::max_attempts`](crate::Builder::max_attempts)).
+    /// Attempts allowed before the job goes to the dead-letter state: deliveries, not counting
+    /// those given back with [`Lease::snooze`](crate::Lease::snooze) (1 to
+    /// [`MAX_ATTEMPTS_CAP`](crate::MAX_ATTEMPTS_CAP), checked at enqueue; default: the
+    /// queue's [`Builder::max_attempts`](crate::Builder::max_attempts)).
     pub fn max_attempts(mut self, max_attempts: u32) -> Self {
         self.max_attempts = Some(max_attempts);
         self
@@ -178,9 +181,10 @@ pub struct JobInfo {
     pub id: JobId,
     /// Its state.
     pub state: JobState,
-    /// Deliveries so far (each dequeue counts one, however it ends).
+    /// Attempts so far: each delivery counts one, however it ends, except a delivery given
+    /// back with [`Lease::snooze`](crate::Lease::snooze) (its attempt is taken back).
     pub attempts: u32,
-    /// Deliveries allowed before the dead-letter state.
+    /// Attempts allowed before the dead-letter state.
     pub max_attempts: u32,
     /// Priority (lower is served first).
     pub priority: i32,
@@ -197,7 +201,10 @@ pub struct JobInfo {
     pub lease_token: Option<u64>,
     /// When it was enqueued (Unix ms).
     pub created_ms: u64,
-    /// Why the last attempt ended badly (nack reason, "lease expired", fail reason).
+    /// Why the last attempt ended badly, at most 4096 bytes: the `nack` or `fail` reason, the
+    /// text of a failing `ack_with` closure's error (`closure panicked: …` for a panic),
+    /// `lease expired`, or `lease abandoned: …` for a lease returned at open. A snooze and a
+    /// requeue of a dead job keep it.
     pub last_error: Option<String>,
     /// The idempotency key, if one was given.
     pub idempotency_key: Option<Vec<u8>>,

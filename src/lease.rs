@@ -14,9 +14,16 @@ use crate::store;
 /// A job handed to a consumer, leased until [`deadline_ms`](Lease::deadline_ms), under a
 /// fencing token.
 ///
-/// End it with [`ack`](Lease::ack), [`ack_with`](Lease::ack_with), [`nack`](Lease::nack) or
-/// [`fail`](Lease::fail). A lease that is never ended, or outlives its deadline, is delivered
-/// again (at-least-once).
+/// End it with [`ack`](Lease::ack), [`ack_with`](Lease::ack_with), [`nack`](Lease::nack),
+/// [`snooze`](Lease::snooze) or [`fail`](Lease::fail). A lease that is never ended (dropped,
+/// or its worker stuck) keeps the job leased until its deadline. The first dequeue of the
+/// queue after the deadline takes the job back, the attempt counted, through the retry policy
+/// (due after its delay; dead with "lease expired" when that was its last attempt), and it is
+/// delivered again (at-least-once). Dropping a lease does not give the job back early;
+/// [`nack`](Lease::nack) or [`snooze`](Lease::snooze) does. If the process exits with the job
+/// leased, or the file closes with it leased (every handle and lease dropped), the next open
+/// of the file returns the job at once, without waiting for the deadline or the retry delay (the exclusive file lock
+/// proves the holder is gone; dead with "lease abandoned: …" when that was its last attempt).
 ///
 /// **Every call borrows the lease, and the store decides.** A lease is a receipt (the job's id
 /// and the token of this delivery), as SQS's receipt handle: each call checks the token first,
@@ -99,8 +106,9 @@ impl Lease {
         self.encoding
     }
 
-    /// Which delivery this is: 1 for the first, counting every earlier delivery however it
-    /// ended (nack, lease expiry, crash).
+    /// Which attempt this delivery is: 1 for the first, counting every earlier delivery
+    /// however it ended (nack, lease expiry, a failed `ack_with` closure, crash) except the
+    /// ones given back with [`snooze`](Lease::snooze), which are not charged.
     pub fn attempt(&self) -> u32 {
         self.attempt
     }
@@ -111,9 +119,9 @@ impl Lease {
         self.token
     }
 
-    /// Deliveries allowed before the dead-letter state (the job's own, else the queue's at
-    /// enqueue). `attempt() == max_attempts()` is the last one: a nack or a crash now makes
-    /// the job dead.
+    /// Attempts allowed before the dead-letter state (the job's own, else the queue's at
+    /// enqueue). `attempt() == max_attempts()` is the last one: a nack, a failing `ack_with`
+    /// closure, an expired lease or a crash now makes the job dead (a snooze does not).
     pub fn max_attempts(&self) -> u32 {
         self.max_attempts
     }
@@ -258,6 +266,22 @@ impl Lease {
     /// the retry policy's delay, or dead when this was its last attempt (as a worker in Oban
     /// or River whose `perform` fails). That costs a second commit; then this lease is stale.
     ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// use leaseq::{EnqueueOptions, Error, JobState};
+    ///
+    /// let id = queue.enqueue(b"charge card", EnqueueOptions::default().max_attempts(1))?.id();
+    /// let lease = queue.dequeue()?.expect("a job");
+    /// let r = lease.ack_with(|_tx| Err("card declined".into()));
+    /// assert!(matches!(r, Err(Error::Effect(_))));
+    /// // Its last attempt: dead, with the closure's error text as the reason.
+    /// let job = queue.job(id)?.expect("kept as a dead letter");
+    /// assert_eq!(job.state, JobState::Dead);
+    /// assert_eq!(job.last_error.as_deref(), Some("card declined"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// `Effect` with the closure's error (or panic message), after the job was given back;
     /// `LeaseLost` if the token is stale (the closure did not run); `Corrupted`, `Reentrant`,
@@ -336,7 +360,25 @@ impl Lease {
     /// never dead-letters, whatever attempts are left. It is fenced like every lease call, and
     /// only an explicit snooze is free: a worker that crashes or lets the lease expire is
     /// charged the attempt as always, so a job that kills its worker still reaches the
-    /// dead-letter state.
+    /// dead-letter state. A worker that snoozes a job forever never lets it die: bound the
+    /// snoozes yourself ([`JobInfo::snoozes`](crate::JobInfo::snoozes)) if that can happen.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// use leaseq::EnqueueOptions;
+    /// use std::time::Duration;
+    ///
+    /// let id = queue.enqueue(b"upload", EnqueueOptions::default().max_attempts(1))?.id();
+    /// let lease = queue.dequeue()?.expect("a job");
+    /// assert_eq!((lease.attempt(), lease.max_attempts()), (1, 1)); // its only attempt
+    /// // The network is down: not the job's fault. Try again in a minute, at no cost.
+    /// lease.snooze(Duration::from_secs(60))?;
+    /// let job = queue.job(id)?.expect("still there");
+    /// assert_eq!((job.attempts, job.snoozes), (0, 1));
+    /// assert_eq!(job.state, leaseq::JobState::Scheduled);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// `InvalidOption` if `delay` is above [`DELAY_MAX`](crate::DELAY_MAX) (nothing written,

@@ -1,24 +1,31 @@
 //! # leaseq
 //!
 //! An embedded, single-process, synchronous, persistent job queue stored in one
-//! [redb](https://docs.rs/redb) file.
+//! [redb](https://docs.rs/redb) file. The README is the user guide (guarantees, durability,
+//! the exactly-once effect, external calls, typed jobs, stopping, named queues, running for
+//! years); ARCHITECTURE.md is the map of the code.
 //!
 //! - **At-least-once delivery, never a lost job.** An [`enqueue`](Queue::enqueue) that
-//!   returned `Ok` survives a crash or power loss. A consumer takes a job under a *lease*
-//!   (a deadline, like SQS's visibility timeout); a job not acked before its lease ends, or
-//!   whose process died, is delivered again. Reopening the file after a crash puts every
-//!   orphaned lease back before the first dequeue.
+//!   returned `Ok` survives a crash or power loss (with the default
+//!   [`Durability::Immediate`]). A consumer takes a job under a *lease* (a deadline, as SQS's
+//!   visibility timeout); a job not acked before its deadline is delivered again after it,
+//!   and the leases of a process that died are returned by the next open of the file, before
+//!   its first dequeue.
 //! - **Exactly-once effect.** [`Lease::ack_with`] commits the consumer's own writes, the
 //!   applied-ids marker for the job's idempotency key and the ack in one redb write
-//!   transaction. A redelivered job whose key is applied changes nothing.
-//! - **Fencing.** Every delivery carries a fresh token; an ack, nack, fail or extend with a
-//!   stale one returns [`Error::LeaseLost`] and changes nothing.
+//!   transaction. A redelivered job whose key is applied changes nothing
+//!   ([`Applied::AlreadyApplied`]).
+//! - **Fencing.** Every delivery carries a fresh token; an ack, nack, snooze, fail or extend
+//!   with a stale one returns [`Error::LeaseLost`] and changes nothing.
 //! - **Producer dedup** ([`EnqueueOptions::dedup_key`]) keeps one live job per key. It is not
 //!   exactly-once; consumer idempotency is.
 //!
+//! leaseq re-exports the redb it is built on as [`leaseq::redb`](redb), so an app's own
+//! tables need no direct redb dependency:
+//!
 //! ```
+//! use leaseq::redb::TableDefinition;
 //! use leaseq::{Applied, EnqueueOptions, Queue};
-//! use redb::TableDefinition;
 //! use std::time::Duration;
 //!
 //! const ORDERS: TableDefinition<&str, &str> = TableDefinition::new("orders");
@@ -43,7 +50,7 @@
 //! ```
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod clock;
 mod codec;
@@ -63,6 +70,11 @@ mod tx;
 
 #[cfg(feature = "sim")]
 pub mod sim;
+
+// The README's Rust code blocks are compiled (and run, unless marked `no_run`) as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 /// The redb crate leaseq is built on, re-exported so an app's `ack_with` closures and
 /// [`Queue::database`] calls use the same version without a direct dependency.

@@ -109,7 +109,8 @@ impl Queue {
     /// up (a queue gets one above the highest in use, never reused, at most
     /// [`QUEUES_MAX`](crate::QUEUES_MAX)); `Corrupted` for a damaged registry (a number out of
     /// range or given twice, a registered queue's table missing); `CommitFailed`, `Storage`,
-    /// `Reentrant`.
+    /// `Reentrant`; `Closed` after [`Queue::close`] (even for a queue that exists: reach it
+    /// with [`Queue::existing`] then).
     pub fn named(&self, name: &str) -> Result<Queue> {
         crate::schema::QueueTables::check_name(name)?;
         self.check_open()?;
@@ -216,7 +217,7 @@ impl Queue {
     ///
     /// # Errors
     /// `PayloadTooLarge`, `KeyTooLong` or `InvalidOption` before anything is written;
-    /// `CommitFailed`, `Storage` or `Reentrant` otherwise.
+    /// `Closed` after [`Queue::close`]; `CommitFailed`, `Storage` or `Reentrant` otherwise.
     pub fn enqueue(&self, payload: &[u8], opts: EnqueueOptions) -> Result<Enqueued> {
         let mut out = self.enqueue_batch([(payload, opts)])?;
         debug_assert_eq!(out.len(), 1);
@@ -267,8 +268,8 @@ impl Queue {
     ///
     /// # Errors
     /// `InvalidOption` for an empty or oversized batch; `PayloadTooLarge`, `KeyTooLong` or
-    /// `InvalidOption` for the first job refused (nothing is written); `CommitFailed`,
-    /// `Storage` or `Reentrant` otherwise.
+    /// `InvalidOption` for the first job refused (nothing is written); `Closed` after
+    /// [`Queue::close`]; `CommitFailed`, `Storage` or `Reentrant` otherwise.
     pub fn enqueue_batch<'p>(
         &self,
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
@@ -292,6 +293,55 @@ impl Queue {
     /// option out of range, attempts not below `max_attempts` for a job still to run, or above
     /// it for a dead one); `PayloadTooLarge`, `KeyTooLong`: nothing is written. `Closed`;
     /// `CommitFailed`, `Storage` or `Reentrant`.
+    ///
+    /// Moving every job of one file into another, with its state and history (what
+    /// `leaseq export` and `leaseq import` do through JSON lines):
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// use leaseq::{EnqueueOptions, ImportJob, JobState, Queue};
+    ///
+    /// let old = Queue::open(dir.path().join("old.leaseq"))?;
+    /// old.enqueue(b"resize 42", EnqueueOptions::default().priority(-1))?;
+    /// old.enqueue(b"email 7", EnqueueOptions::default().max_attempts(1))?;
+    /// let resize = old.dequeue()?.expect("a job"); // priority -1 goes first
+    /// let email = old.dequeue()?.expect("a job");
+    /// resize.nack_after("not now", std::time::Duration::ZERO)?; // ready again, 1 attempt made
+    /// email.nack("smtp down")?; // its only attempt: dead
+    ///
+    /// let mut batch = Vec::new();
+    /// for state in [JobState::Ready, JobState::Dead] {
+    ///     for info in old.jobs(state, None, 100)?.jobs {
+    ///         let payload = old.payload(info.id)?.expect("the job is there");
+    ///         let mut opts = EnqueueOptions::default()
+    ///             .priority(info.priority)
+    ///             .max_attempts(info.max_attempts);
+    ///         if let Some(key) = &info.idempotency_key {
+    ///             opts = opts.idempotency_key(key);
+    ///         }
+    ///         batch.push(
+    ///             ImportJob::new(payload)
+    ///                 .options(opts)
+    ///                 .state(info.state)
+    ///                 .run_at_ms(info.run_at_ms)
+    ///                 .attempts(info.attempts)
+    ///                 .last_error(info.last_error.clone())
+    ///                 .created_ms(info.created_ms)
+    ///                 .encoding(info.encoding),
+    ///         );
+    ///     }
+    /// }
+    /// let new = Queue::open(dir.path().join("new.leaseq"))?;
+    /// let outcomes = new.import_batch(&batch)?; // one commit, all or nothing, new ids
+    /// assert_eq!(outcomes.len(), 2);
+    /// let stats = new.stats()?;
+    /// assert_eq!((stats.ready, stats.dead), (1, 1));
+    /// let dead = new.jobs(JobState::Dead, None, 10)?.jobs;
+    /// assert_eq!(dead[0].last_error.as_deref(), Some("smtp down"));
+    /// let ready = new.jobs(JobState::Ready, None, 10)?.jobs;
+    /// assert_eq!((ready[0].attempts, ready[0].last_error.as_deref()), (1, Some("not now")));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn import_batch(&self, jobs: &[crate::ImportJob]) -> Result<Vec<Enqueued>> {
         self.check_open()?;
         if jobs.is_empty() || jobs.len() > crate::BATCH_MAX {
@@ -320,10 +370,44 @@ impl Queue {
     /// on [`Queue::database`] (that waits for itself forever), or open leaseq's tables
     /// (`leaseq_*`): enqueue through `tx` instead.
     ///
+    /// The outbox: an app saves a note in its own table and enqueues the job that syncs it,
+    /// in one commit, so there is never a note without its sync job or a job without its note
+    /// (`examples/outbox_sync.rs` runs the whole loop against a flaky server):
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// use leaseq::redb::{ReadableDatabase, TableDefinition};
+    /// use leaseq::EnqueueOptions;
+    ///
+    /// const NOTES: TableDefinition<&str, &str> = TableDefinition::new("notes");
+    ///
+    /// let id = queue.write(|tx| {
+    ///     tx.open_table(NOTES)?.insert("note-1", "buy milk")?;
+    ///     // Keyed by the note, so the server can drop a repeated request.
+    ///     let job = tx.enqueue(b"note-1", EnqueueOptions::default().idempotency_key("note-1"))?;
+    ///     Ok(job.id())
+    /// })?;
+    /// let info = queue.job(id)?.expect("enqueued");
+    /// assert_eq!(info.idempotency_key.as_deref(), Some(&b"note-1"[..]));
+    ///
+    /// // A failing closure commits nothing: neither the note nor the job.
+    /// let r = queue.write(|tx| {
+    ///     tx.open_table(NOTES)?.insert("note-2", "call mum")?;
+    ///     tx.enqueue(b"note-2", EnqueueOptions::default())?;
+    ///     Err::<(), _>("the app changed its mind".into())
+    /// });
+    /// assert!(matches!(r, Err(leaseq::Error::Effect(_))));
+    /// assert_eq!(queue.len()?, 1);
+    /// let read = queue.database().begin_read()?;
+    /// assert!(read.open_table(NOTES)?.get("note-2")?.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// `Effect` with `f`'s error or panic message (nothing of it commits; the other calls
-    /// sharing the transaction run again without it); `CommitFailed`, `Storage` or
-    /// `Reentrant` otherwise.
+    /// sharing the transaction run again without it); `Closed` after [`Queue::close`];
+    /// `CommitFailed`, `Storage` or `Reentrant` otherwise.
     pub fn write<T, F>(&self, mut f: F) -> Result<T>
     where
         F: FnMut(&crate::Tx<'_>) -> std::result::Result<T, crate::BoxError>,
@@ -336,8 +420,9 @@ impl Queue {
     /// Takes the next job if one is available now, or returns `None` at once.
     ///
     /// Before taking one, moves due delayed jobs to ready and reclaims expired leases (at most
-    /// 256 of each per call; an expired job with attempts left is ready again at the back
-    /// of its priority, otherwise dead with "lease expired"). The job is leased for its lease
+    /// 256 of each per call; an expired job with attempts left is given back through its
+    /// retry policy, due after the delay (ready at once, at the back of its priority, with
+    /// [`RetryPolicy::immediate`]), otherwise dead with "lease expired"). The job is leased for its lease
     /// duration under a fresh token, its attempt counted, and it is returned only after that
     /// commit. A check that finds nothing costs a read, not a commit.
     ///
@@ -347,8 +432,8 @@ impl Queue {
     /// only when no job is available.
     ///
     /// # Errors
-    /// `CommitFailed`, `Storage` or `Reentrant`; `Corrupted` only for damage redb itself
-    /// reports.
+    /// `Closed` after [`Queue::close`] (nothing leased); `CommitFailed`, `Storage` or
+    /// `Reentrant`; `Corrupted` only for damage redb itself reports.
     pub fn dequeue(&self) -> Result<Option<Lease>> {
         Ok(self.try_dequeue()?.0)
     }
@@ -540,7 +625,8 @@ impl Queue {
     /// whatever the timeout.
     ///
     /// # Errors
-    /// As [`Queue::dequeue`].
+    /// As [`Queue::dequeue`]; a call blocked when [`Queue::close`] is called wakes and
+    /// returns `Closed`.
     pub fn dequeue_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
         self.wait_for_job(timeout, None)
     }
@@ -623,6 +709,31 @@ impl Queue {
     /// `jobs`, `job`, `payload`, `check`). The file itself closes when the last handle and
     /// lease are dropped, as before. Closing twice is a no-op; there is no reopening through
     /// the same handles (open the file again once they are dropped).
+    ///
+    /// Maintenance calls that start no work are not refused either: `requeue_dead`,
+    /// `requeue_dead_all`, `remove`, `purge`, `prune`, `flush`, `compact`. `import_batch` is
+    /// refused (it adds jobs).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// use leaseq::Error;
+    /// use std::time::Duration;
+    ///
+    /// queue.enqueue(b"in flight", Default::default())?;
+    /// let lease = queue.dequeue()?.expect("a job");
+    /// let consumer = {
+    ///     let queue = queue.clone();
+    ///     std::thread::spawn(move || queue.dequeue_timeout(Duration::from_secs(3600)))
+    /// };
+    ///
+    /// queue.close(); // the blocked consumer returns Err(Closed) now, not in an hour
+    /// assert!(matches!(consumer.join().unwrap(), Err(Error::Closed)));
+    /// assert!(matches!(queue.enqueue(b"new", Default::default()), Err(Error::Closed)));
+    /// lease.ack()?; // work in flight still ends
+    /// assert!(queue.is_empty()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn close(&self) {
         self.inner
             .closed
@@ -785,7 +896,11 @@ impl Queue {
     /// their time index; the carriers of idempotency keys are exactly the live jobs with one;
     /// quarantined rows; counters ahead of every id and token) and returns the violations
     /// found, at most 1000. Empty means consistent.
-    /// Reads the whole queue: meant for tests, the CLI and after crashes.
+    ///
+    /// It reads every table of the file in read transactions (it never blocks writers):
+    /// meant for tests and for a look after a crash or a disk problem, from code or from the
+    /// command line with `leaseq check FILE`. It repairs nothing: a damaged job row is
+    /// quarantined by the next dequeue that meets it, and deleted with [`Queue::remove`].
     ///
     /// # Errors
     /// `Storage`, or `Corrupted` if redb cannot read the tables or the registry of named

@@ -3,8 +3,8 @@
 //!
 //! Each mutating function validates everything it can before its first write, so a refusal
 //! (`LeaseLost`, `InvalidOption`, ...) leaves the transaction untouched and the rest of the
-//! group can still commit. Each keeps the invariant of DESIGN §2: a job is in exactly one
-//! state, and the state's index holds exactly the job's entry.
+//! group can still commit. Each keeps the first invariant of ARCHITECTURE.md: a job is in
+//! exactly one state, and the state's index holds exactly the job's entry.
 
 use redb::{
     ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
@@ -2392,10 +2392,6 @@ impl std::fmt::Display for Violation {
     }
 }
 
-/// Checks every invariant of DESIGN §2/§3 over a read snapshot: each job decodes and is in
-/// exactly one state; each state's index and the jobs table agree both ways; dedup entries
-/// point at the job that holds the key; counters are ahead of every id and token.
-/// Memory stays bounded: reverse checks look each index entry up instead of collecting ids.
 /// [`check`] over every queue of the file: the default queue, then each named one (its
 /// violations' details prefixed with the queue's name).
 pub(crate) fn check_file(db: &redb::Database) -> Result<Vec<Violation>> {
@@ -2438,6 +2434,11 @@ fn state_of_apart(jobs: &ReadOnlyTable<u64, &'static [u8]>, id: u64) -> Result<b
         .is_some_and(|g| JobRecord::decode(g.value()).is_ok_and(|r| r.payload_apart.is_some())))
 }
 
+/// Checks the invariants listed in ARCHITECTURE.md over a read snapshot of one queue: each
+/// job decodes and is in exactly one state; each state's index and the jobs table agree both
+/// ways; dedup entries point at the job that holds the key; counters are ahead of every id and
+/// token. Memory stays bounded: reverse checks look each index entry up instead of collecting
+/// ids.
 pub(crate) fn check(db: &redb::Database, tq: &'static QueueTables) -> Result<Vec<Violation>> {
     let rtx = db.begin_read()?;
     let mut out = Vec::new();

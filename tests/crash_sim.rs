@@ -1,4 +1,4 @@
-//! Model-based crash test (DESIGN §8): seeded random workloads over the public API on the
+//! Model-based crash test: seeded random workloads over the public API on the
 //! power-loss simulator, checked against a model of what every `Ok` promised, after every
 //! reopen, kill, power cut and crash at a random I/O call. See `tests/sim_model/mod.rs`.
 //!

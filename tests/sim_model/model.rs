@@ -1,5 +1,6 @@
 //! The reference model: what leaseq's public contract says the queue holds after every call
-//! that returned `Ok`, as a pure, deterministic state machine (DESIGN §1, §2).
+//! that returned `Ok`, as a pure, deterministic state machine (the guarantees of the README and
+//! the invariants of ARCHITECTURE.md).
 //!
 //! It mirrors the documented semantics only: states and their transitions, attempts counted per
 //! delivery, dead-lettering at `max_attempts`, priority order (lower first, then in the order jobs
