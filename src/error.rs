@@ -157,7 +157,9 @@ pub enum Error {
     /// transaction (an `ack_with` effect or a [`Queue::write`](crate::Queue::write) closure,
     /// directly or through another queue's closure); it would wait for its own commit forever,
     /// so it is refused. Enqueue through the closure's [`Tx`](crate::Tx) instead.
-    #[error("queue operation called from inside an ack_with closure")]
+    #[error(
+        "queue operation called from inside a closure running in its write transaction (ack_with or write)"
+    )]
     Reentrant,
     /// [`Queue::close`](crate::Queue::close) was called on this file: no new job is enqueued
     /// or delivered through any of its handles. Calls on leases already held and reads still

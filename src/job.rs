@@ -19,7 +19,7 @@ impl fmt::Display for JobId {
 ///
 /// ```text
 /// enqueue ──► Scheduled (delay) ──due──► Ready ──dequeue──► Leased
-/// Leased ──ack──► gone      Leased ──nack / lease expiry / reopen──► Ready or Scheduled
+/// Leased ──ack──► gone      Leased ──nack / snooze / lease expiry / reopen──► Ready or Scheduled
 /// Leased ──fail, or attempts exhausted──► Dead ──requeue_dead──► Ready
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
