@@ -13,7 +13,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything that can go wrong in leaseq.
 ///
 /// Every variant that refuses an input (`PayloadTooLarge`, `KeyTooLong`, `InvalidOption`,
-/// `LeaseLost`, `JobNotFound`, `InvalidState`, `Reentrant`) is returned *before* anything is
+/// `LeaseLost`, `JobNotFound`, `InvalidState`, `Reentrant`, `Closed`) is returned *before* anything is
 /// written: the file is unchanged by the refused call.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -140,6 +140,11 @@ pub enum Error {
     /// queue's write transaction is open; it would deadlock, so it is refused.
     #[error("queue operation called from inside an ack_with closure")]
     Reentrant,
+    /// [`Queue::close`](crate::Queue::close) was called on this file: no new job is enqueued
+    /// or delivered through any of its handles. Calls on leases already held and reads still
+    /// work. Nothing was written.
+    #[error("the queue file was closed")]
+    Closed,
     /// The call needs the queue to itself ([`Queue::compact`](crate::Queue::compact)): other
     /// handles or leases of it are alive, or a transaction is open on
     /// [`Queue::database`](crate::Queue::database). Nothing was done; try again once they are

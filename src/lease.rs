@@ -1,6 +1,7 @@
 //! A delivered job under a lease, and the calls that end or extend it.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -46,7 +47,11 @@ pub struct Lease {
     pub(crate) id: u64,
     pub(crate) token: u64,
     pub(crate) attempt: u32,
-    pub(crate) deadline_ms: u64,
+    pub(crate) max_attempts: u32,
+    /// The deadline, updated by [`Lease::extend`] (which takes `&self`).
+    pub(crate) deadline_ms: AtomicU64,
+    pub(crate) lease_ms: u64,
+    pub(crate) idempotency_key: Option<Vec<u8>>,
     pub(crate) payload: Vec<u8>,
 }
 
@@ -56,7 +61,8 @@ impl fmt::Debug for Lease {
             .field("id", &self.id)
             .field("token", &self.token)
             .field("attempt", &self.attempt)
-            .field("deadline_ms", &self.deadline_ms)
+            .field("max_attempts", &self.max_attempts)
+            .field("deadline_ms", &self.deadline_ms())
             .field("payload_bytes", &self.payload.len())
             .finish()
     }
@@ -93,9 +99,63 @@ impl Lease {
         self.token
     }
 
-    /// The lease deadline, in Unix milliseconds of the queue's clock.
+    /// Deliveries allowed before the dead-letter state (the job's own, else the queue's at
+    /// enqueue). `attempt() == max_attempts()` is the last one: a nack or a crash now makes
+    /// the job dead.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The idempotency key given at enqueue, or `None` if none was: then
+    /// [`ack_with`](Lease::ack_with) keys its applied marker by the job's id, so only this job's
+    /// own redeliveries are deduplicated. Use it to key an external effect too (an HTTP
+    /// `Idempotency-Key` header).
+    pub fn idempotency_key(&self) -> Option<&[u8]> {
+        self.idempotency_key.as_deref()
+    }
+
+    /// The lease deadline, in Unix milliseconds of the queue's clock (moved by
+    /// [`extend`](Lease::extend) and heartbeats made by this lease's [`Heartbeat`]s only as far
+    /// as this handle sees: it reads the latest value any of them set).
     pub fn deadline_ms(&self) -> u64 {
-        self.deadline_ms
+        self.deadline_ms.load(Ordering::SeqCst)
+    }
+
+    /// The lease duration this delivery got, in milliseconds (the job's own lease, else the
+    /// queue's). A heartbeat that extends by it at a fraction of it keeps the job leased.
+    pub fn lease_ms(&self) -> u64 {
+        self.lease_ms
+    }
+
+    /// A cheap handle that extends this lease from any thread (`Clone + Send + Sync`), for a
+    /// heartbeat while the lease itself is busy in a long call. It is fenced by this
+    /// delivery's token: once the attempt ended (acked, given back, snoozed, failed, or the
+    /// job delivered again) it returns `LeaseLost` and writes nothing. It keeps the queue's
+    /// file open while it lives.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// # queue.enqueue(b"long job", Default::default())?;
+    /// use std::time::Duration;
+    ///
+    /// let lease = queue.dequeue()?.expect("a job");
+    /// let beat = lease.heartbeat();
+    /// let heart = std::thread::spawn(move || beat.extend(Duration::from_secs(30)));
+    /// heart.join().unwrap()?; // the lease now ends 30 s from the heartbeat
+    /// lease.ack()?;
+    /// assert!(matches!(
+    ///     lease.heartbeat().extend(Duration::from_secs(30)),
+    ///     Err(leaseq::Error::LeaseLost { .. })
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn heartbeat(&self) -> Heartbeat {
+        Heartbeat {
+            queue: self.queue.lock().clone(),
+            id: self.id,
+            token: self.token,
+        }
     }
 
     fn key(&self) -> [(u64, u64); 1] {
@@ -149,9 +209,14 @@ impl Lease {
     pub fn ack_and_next(&self) -> Result<Option<Lease>> {
         let (key, q) = (self.key(), self.queue()?);
         let (now_ms, cfg) = (q.now_ms(), q.config());
+        // After `close`, the ack alone.
+        let more = !q.is_closed();
         let next = q.run(&mut |ctx| {
             if let Err(e) = single(store::ack(ctx, q.config().tables, &key, now_ms)?) {
                 return Ok(Err(e));
+            }
+            if !more {
+                return Ok(Ok(Vec::new()));
             }
             Ok(Ok(store::dequeue(ctx, &cfg, now_ms, 1)?))
         })?;
@@ -264,12 +329,13 @@ impl Lease {
     /// Sets the deadline to now + `by` (never added to the old deadline), as SQS's
     /// `ChangeMessageVisibility`. `by` is whole milliseconds, from 1 ms to
     /// [`LEASE_MAX`](crate::LEASE_MAX). On success [`deadline_ms`](Lease::deadline_ms) is the
-    /// new deadline. One durable commit.
+    /// new deadline. One durable commit. It takes `&self`, so a lease shared with another
+    /// thread can be extended there; see also [`Lease::heartbeat`].
     ///
     /// # Errors
     /// `InvalidOption` for a zero or too long `by` (nothing written, the lease stays
     /// current); otherwise as [`Lease::ack`].
-    pub fn extend(&mut self, by: Duration) -> Result<()> {
+    pub fn extend(&self, by: Duration) -> Result<()> {
         // The option first, as for a lease still held: a bad one is refused the same way.
         store::lease_ms_checked("extend", by)?;
         let (id, token, q) = (self.id, self.token, self.queue()?);
@@ -278,7 +344,7 @@ impl Lease {
         if matches!(r, Err(crate::Error::LeaseLost { .. })) {
             self.settle(&r);
         }
-        self.deadline_ms = r?;
+        self.deadline_ms.fetch_max(r?, Ordering::SeqCst);
         Ok(())
     }
 }
@@ -289,4 +355,56 @@ fn single<T>(mut outcomes: Vec<Result<T>>) -> Result<T> {
     outcomes
         .pop()
         .unwrap_or_else(|| Err(crate::Error::corrupted("no outcome for the lease")))
+}
+
+/// Extends one delivery's lease from any thread: made by [`Lease::heartbeat`]. Cheap to clone,
+/// `Send + Sync`; fenced by the delivery's token.
+#[derive(Clone)]
+pub struct Heartbeat {
+    /// The queue, or `None` when the lease had already ended as the heartbeat was made.
+    queue: Option<Queue>,
+    id: u64,
+    token: u64,
+}
+
+impl fmt::Debug for Heartbeat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Heartbeat")
+            .field("id", &self.id)
+            .field("token", &self.token)
+            .finish()
+    }
+}
+
+impl Heartbeat {
+    /// The job's id.
+    pub fn job_id(&self) -> JobId {
+        JobId(self.id)
+    }
+
+    /// The fencing token of the delivery it extends.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// Sets the lease deadline to now + `by` (whole milliseconds, 1 ms to
+    /// [`LEASE_MAX`](crate::LEASE_MAX)), as [`Lease::extend`] and SQS's
+    /// `ChangeMessageVisibility`, and returns the new deadline (Unix ms of the queue's clock).
+    /// One durable commit. The [`Lease`] it came from does not see the new deadline in its
+    /// [`deadline_ms`](Lease::deadline_ms).
+    ///
+    /// # Errors
+    /// `LeaseLost` once the delivery ended (acked, given back, snoozed, failed, delivered
+    /// again, or returned by a reopen): nothing is written, no lease comes back;
+    /// `InvalidOption` for a zero or too long `by`; `Corrupted`, `Reentrant`, `CommitFailed`
+    /// or `Storage` as [`Lease::ack`].
+    pub fn extend(&self, by: Duration) -> Result<u64> {
+        store::lease_ms_checked("extend", by)?;
+        let q = self.queue.as_ref().ok_or(crate::Error::LeaseLost {
+            job_id: JobId(self.id),
+            token: self.token,
+        })?;
+        let (id, token, now_ms) = (self.id, self.token, q.now_ms());
+        q.run(&mut |ctx| store::extend(ctx, q.config().tables, id, token, now_ms, by))?
+    }
 }

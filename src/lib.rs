@@ -57,11 +57,16 @@ mod queue;
 mod retry;
 mod schema;
 mod scratch;
+mod stop;
 mod store;
 mod tx;
 
 #[cfg(feature = "sim")]
 pub mod sim;
+
+/// The redb crate leaseq is built on, re-exported so an app's `ack_with` closures and
+/// [`Queue::database`] calls use the same version without a direct dependency.
+pub use redb;
 
 pub use clock::{Clock, ClockWaker, ManualClock, SystemClock};
 pub use commit::{CommitStats, Durability};
@@ -71,7 +76,7 @@ pub use job::{
     Applied, EnqueueOptions, Enqueued, JobCursor, JobId, JobInfo, JobPage, JobState, Quarantined,
     Stats,
 };
-pub use lease::Lease;
+pub use lease::{Heartbeat, Lease};
 pub use limits::{
     BATCH_MAX, DELAY_MAX, DUE_RECHECK_MAX, KEY_BYTES_MAX, LEASE_MAX, MAX_ATTEMPTS_CAP,
     PAYLOAD_BYTES_MAX_CAP, QUEUE_NAME_BYTES_MAX, QUEUES_MAX,
@@ -80,5 +85,6 @@ pub use open::{Builder, Recovery};
 pub use queue::{Pruned, Queue};
 pub use retry::RetryPolicy;
 pub use schema::FORMAT_VERSION;
+pub use stop::StopSignal;
 pub use store::Violation;
 pub use tx::Tx;

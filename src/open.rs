@@ -543,6 +543,7 @@ impl Builder {
             clock: self.clock.clone(),
             path,
             recovery: Recovery::default(),
+            closed: std::sync::atomic::AtomicBool::new(false),
         };
         let now_ms = inner.clock.now_ms();
         let upgraded_from = inner
@@ -822,4 +823,6 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) path: Option<PathBuf>,
     pub(crate) recovery: Recovery,
+    /// Set by [`Queue::close`]: no new enqueue or delivery through any handle of the file.
+    pub(crate) closed: std::sync::atomic::AtomicBool,
 }

@@ -16,6 +16,7 @@ use crate::job::{
 use crate::lease::Lease;
 use crate::open::{Builder, Inner, Recovery, guarded};
 use crate::retry::RetryPolicy;
+use crate::stop::StopSignal;
 use crate::store::{self, Config, Violation};
 
 /// What [`Queue::prune`] removed.
@@ -111,6 +112,7 @@ impl Queue {
     /// `Reentrant`.
     pub fn named(&self, name: &str) -> Result<Queue> {
         crate::schema::QueueTables::check_name(name)?;
+        self.check_open()?;
         let found = guarded(|| store::find_queue(&self.inner.db.get().begin_read()?, name))?;
         let qid = match found {
             Some(qid) => qid,
@@ -236,6 +238,7 @@ impl Queue {
         &self,
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
     ) -> Result<Vec<Enqueued>> {
+        self.check_open()?;
         let records = store::new_records(&self.cfg, self.now_ms(), jobs)?;
         self.run(&mut |ctx| store::enqueue(ctx, self.cfg.tables, &records))
     }
@@ -263,6 +266,7 @@ impl Queue {
     where
         F: FnMut(&crate::Tx<'_>) -> std::result::Result<T, crate::BoxError>,
     {
+        self.check_open()?;
         let (now_ms, cfg) = (self.now_ms(), self.cfg);
         self.run(&mut |ctx| store::write(ctx, &cfg, now_ms, &mut f))
     }
@@ -296,6 +300,7 @@ impl Queue {
         if max == 0 || max > crate::BATCH_MAX {
             return Err(batch_too_large("max"));
         }
+        self.check_open()?;
         // Before the probe: from inside an `ack_with` closure, "nothing ready" must not
         // pass for an answer (and `dequeue_timeout` must not wait for a commit this very
         // thread is holding up).
@@ -326,7 +331,10 @@ impl Queue {
             id: l.id,
             token: l.token,
             attempt: l.attempt,
-            deadline_ms: l.deadline_ms,
+            max_attempts: l.max_attempts,
+            deadline_ms: std::sync::atomic::AtomicU64::new(l.deadline_ms),
+            lease_ms: l.lease_ms,
+            idempotency_key: l.idempotency_key,
             payload: l.payload,
         }
     }
@@ -396,6 +404,8 @@ impl Queue {
         next: bool,
     ) -> Result<(Vec<Result<Applied>>, Vec<store::Leased>)> {
         let (now_ms, cfg) = (self.now_ms(), self.cfg);
+        // After `close`, an ack-and-next acks and takes nothing.
+        let next = next && !self.is_closed();
         let mut failed: Vec<Option<String>> = vec![None; keys.len()];
         let mut errors: Vec<Option<crate::BoxError>> = keys.iter().map(|_| None).collect();
         for _ in 0..=keys.len() {
@@ -469,12 +479,52 @@ impl Queue {
     /// # Errors
     /// As [`Queue::dequeue`].
     pub fn dequeue_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
+        self.wait_for_job(timeout, None)
+    }
+
+    /// [`Queue::dequeue_timeout`] that also returns `Ok(None)` as soon as `stop` is stopped:
+    /// a blocked call wakes at once, and a signal already stopped returns before dequeuing
+    /// anything. This is how a thread pool stops its idle consumers without closing the file
+    /// for the rest of the app (as Go's `context` cancellation or .NET's
+    /// `CancellationToken`); [`Queue::close`] stops every consumer of the file instead.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// use leaseq::StopSignal;
+    /// use std::time::Duration;
+    ///
+    /// let stop = StopSignal::new();
+    /// let consumer = {
+    ///     let (queue, stop) = (queue.clone(), stop.clone());
+    ///     std::thread::spawn(move || queue.dequeue_until(Duration::from_secs(3600), &stop))
+    /// };
+    /// stop.stop(); // the consumer returns Ok(None) now, not in an hour
+    /// assert!(consumer.join().unwrap()?.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Queue::dequeue_timeout`].
+    pub fn dequeue_until(&self, timeout: Duration, stop: &StopSignal) -> Result<Option<Lease>> {
+        self.wait_for_job(timeout, Some(stop))
+    }
+
+    fn wait_for_job(&self, timeout: Duration, stop: Option<&StopSignal>) -> Result<Option<Lease>> {
         self.inner.committer.check_reentrant()?;
         // A timeout too long to add to the monotonic clock waits without end.
         let deadline = Instant::now().checked_add(timeout);
         let work = self.inner.committer.work().of(self.config().tables.qid);
+        if let Some(stop) = stop {
+            stop.watch(&work);
+        }
         loop {
+            // The epoch before the flags: a close or a stop after this read moves the epoch,
+            // so the wait below returns at once.
             let epoch = work.epoch();
+            if stop.is_some_and(StopSignal::is_stopped) {
+                return Ok(None);
+            }
             let (lease, next_due_ms) = self.try_dequeue()?;
             if lease.is_some() {
                 return Ok(lease);
@@ -495,6 +545,39 @@ impl Queue {
             }
             work.wait(epoch, wait);
         }
+    }
+
+    /// Closes the file to new work, for every handle of it (every named queue too): blocked
+    /// [`dequeue_timeout`](Queue::dequeue_timeout) and [`dequeue_until`](Queue::dequeue_until)
+    /// calls wake and return `Err(Closed)`, and from then on `dequeue`, `dequeue_batch`,
+    /// `dequeue_timeout`, `dequeue_until`, `enqueue`, `enqueue_value`, `enqueue_batch`,
+    /// `write` and `named` return [`Error::Closed`] without writing. So consumer threads
+    /// stop without polling a flag of their own (as BullMQ's `queue.close()`).
+    ///
+    /// What stays open, so work in flight ends cleanly: every call on a [`Lease`] already
+    /// held (ack, `ack_with` with its follow-up enqueues, nack, fail, extend, snooze,
+    /// heartbeats; `ack_and_next` acks and returns no next job), and the reads (`stats`,
+    /// `jobs`, `job`, `payload`, `check`). The file itself closes when the last handle and
+    /// lease are dropped, as before. Closing twice is a no-op; there is no reopening through
+    /// the same handles (open the file again once they are dropped).
+    pub fn close(&self) {
+        self.inner
+            .closed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.committer.work().notify_all();
+    }
+
+    /// Whether [`Queue::close`] was called on this file.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// `Err(Closed)` once the file was closed to new work.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        Ok(())
     }
 
     /// A snapshot of one job, or `None` if no job has this id (never enqueued, or acked).

@@ -69,7 +69,11 @@ pub(crate) struct Leased {
     pub id: u64,
     pub token: u64,
     pub attempt: u32,
+    pub max_attempts: u32,
     pub deadline_ms: u64,
+    /// The lease duration this delivery got.
+    pub lease_ms: u64,
+    pub idempotency_key: Option<Vec<u8>>,
     pub payload: Vec<u8>,
 }
 
@@ -1066,7 +1070,10 @@ pub(crate) fn dequeue(
                 id,
                 token,
                 attempt: rec.attempts,
+                max_attempts: rec.max_attempts,
                 deadline_ms,
+                lease_ms,
+                idempotency_key: rec.idempotency_key,
                 payload: apart.unwrap_or(rec.payload),
             });
         }

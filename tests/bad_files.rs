@@ -998,7 +998,7 @@ fn invalid_extend_and_backoff_are_refused_and_change_nothing() {
     let f = Fixture::new();
     let q = f.open();
     let id = q.enqueue(b"A", EnqueueOptions::default()).unwrap().id();
-    let mut l = q.dequeue().unwrap().unwrap();
+    let l = q.dequeue().unwrap().unwrap();
     let info = q.job(id).unwrap().unwrap();
     let bytes = fs::read(&f.path).unwrap();
     for by in [
@@ -1049,7 +1049,7 @@ fn extend_whose_deadline_overflows_is_refused_not_clamped() {
     let f = Fixture::new();
     let q = f.open();
     let id = q.enqueue(b"A", EnqueueOptions::default()).unwrap().id();
-    let mut l = q.dequeue().unwrap().unwrap();
+    let l = q.dequeue().unwrap().unwrap();
     f.clock.set_ms(u64::MAX - 1000);
     let before = q.job(id).unwrap().unwrap();
     let r = l.extend(Duration::from_secs(2));

@@ -116,7 +116,7 @@ fn three_leases_middle_stale(f: &Fixture, q: &Queue) -> (Vec<leaseq::Lease>, lea
     let p = payloads(3);
     q.enqueue_batch(p.iter().map(|b| (&b[..], EnqueueOptions::default())))
         .unwrap();
-    let mut leases = q.dequeue_batch(3).unwrap();
+    let leases = q.dequeue_batch(3).unwrap();
     f.clock.advance(LEASE / 2);
     leases[0].extend(LEASE).unwrap();
     leases[2].extend(LEASE).unwrap();

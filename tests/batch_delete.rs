@@ -962,7 +962,7 @@ impl Harness {
     /// One lease ended alone: ack, ack_with, ack-and-next, ack_with-and-next, nack(_after),
     /// fail, extend, or simply dropped.
     fn single(&mut self) {
-        let Some(mut l) = self.pick_one() else { return };
+        let Some(l) = self.pick_one() else { return };
         let (id, token) = (l.id().0, l.token());
         let current = self.current(&l);
         let now = self.now();
@@ -1535,7 +1535,7 @@ fn row_pass_keeps_neighbours_in_every_other_state() {
     assert_eq!((s.total, s.leased, s.dead), (600, 25, 25));
 
     // Same rows pass, but leases under two deadlines (the lease index one by one).
-    let mut two = held_odd.split_off(20);
+    let two = held_odd.split_off(20);
     two[0].extend(ms(7_000)).unwrap();
     let two_ids = ids_of(&two);
     all_ok(q.ack_batch(&two).unwrap());

@@ -718,7 +718,7 @@ fn consume(w: &World, k: usize, lease: Lease, rng: &mut fastrand::Rng) {
                 Err(e) => panic!("nack_after: {e}"),
             },
             6 => {
-                let mut l = l;
+                let l = l;
                 match l.extend(Duration::from_secs(60)) {
                     Ok(()) | Err(Error::LeaseLost { .. }) => {}
                     Err(e) => panic!("extend: {e}"),

@@ -69,7 +69,7 @@ fn stale_token_is_fenced_for_every_operation() {
 
     // A Lease is consumed by ack/nack/fail, so build stale copies through the same path a
     // stale worker would have: keep l1 for extend (by &mut), then use it for the rest.
-    let mut l1 = l1;
+    let l1 = l1;
     let stale = |r: Result<(), Error>| match r {
         Err(Error::LeaseLost { job_id, token }) => assert_eq!((job_id, token), (a, token1)),
         other => panic!("expected LeaseLost, got {other:?}"),
@@ -136,7 +136,7 @@ fn extend_keeps_one_delivery_and_expiry_redelivers_once() {
         )
         .unwrap()
         .id();
-    let mut l1 = q.dequeue().unwrap().unwrap();
+    let l1 = q.dequeue().unwrap().unwrap();
     for _ in 0..10 {
         f.clock.advance(Duration::from_secs(40));
         l1.extend(Duration::from_secs(60)).unwrap();
@@ -190,7 +190,7 @@ fn extend_sets_deadline_from_now_never_compounding() {
     let f = Fixture::new();
     let q = f.open();
     enq(&q, b"A");
-    let mut l = q.dequeue().unwrap().unwrap();
+    let l = q.dequeue().unwrap().unwrap();
     let first = l.deadline_ms();
     assert_eq!(first, f.clock_now() + LEASE.as_millis() as u64);
     l.extend(Duration::from_secs(10)).unwrap();

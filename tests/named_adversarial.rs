@@ -364,7 +364,7 @@ fn a_payload_row_lost_under_a_lease() {
         let c = new_id(h.enqueue(&big(3, 4000), opts()).unwrap());
         let la = h.dequeue().unwrap().unwrap();
         let lb = h.dequeue().unwrap().unwrap();
-        let mut lc = h.dequeue().unwrap().unwrap();
+        let lc = h.dequeue().unwrap().unwrap();
         for id in [a, b, c] {
             damage(&q, "leaseq_q1_payloads", id, &Damage::Delete);
         }

@@ -386,7 +386,7 @@ fn queue_calls_inside_write_are_reentrant() {
     let f = Fixture::new();
     let q = f.open();
     q.enqueue(b"p", EnqueueOptions::default()).unwrap();
-    let mut l = q.dequeue().unwrap().unwrap();
+    let l = q.dequeue().unwrap().unwrap();
     let results = q
         .write(|tx| {
             let v = vec![

@@ -462,7 +462,7 @@ impl Worker {
     }
 
     fn extend(&mut self) {
-        let Some(mut l) = self.take() else { return };
+        let Some(l) = self.take() else { return };
         let (id, tok) = (l.id(), l.token());
         match l.extend(ms(self.rng.u64(5..200))) {
             Ok(()) => {

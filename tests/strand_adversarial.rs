@@ -214,7 +214,7 @@ fn a_leased_job_without_its_lease_entry_is_not_stranded() {
     let f = Fixture::new();
     let q = f.open();
     let ids = enqueue_n(&q, 2, EnqueueOptions::default());
-    let mut l = q.dequeue().unwrap().unwrap();
+    let l = q.dequeue().unwrap().unwrap();
     assert_eq!(l.id(), ids[0]);
     drop_index_entries_2(&q, LEASES, ids[0]);
     let ack = l.ack();
@@ -415,7 +415,7 @@ fn a_call_on_a_damaged_row_does_not_spoil_its_group() {
     let f = Fixture::new();
     let q = f.open();
     let ids = enqueue_n(&q, 2, EnqueueOptions::default());
-    let mut l = q.dequeue().unwrap().unwrap();
+    let l = q.dequeue().unwrap().unwrap();
     overwrite_record(&q, ids[0], GARBAGE);
     let before = q.commit_stats().replayed;
     assert!(matches!(l.ack(), Err(Error::Corrupted { .. })));

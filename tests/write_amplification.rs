@@ -72,7 +72,7 @@ fn measure(payload_bytes: usize) -> (u64, u64, u64) {
     for _ in 0..LEASES + 1 {
         q.enqueue(&payload, EnqueueOptions::default()).unwrap();
     }
-    let mut l = q.dequeue().unwrap().unwrap();
+    let l = q.dequeue().unwrap().unwrap();
     assert_eq!(l.payload().len(), payload_bytes);
     let before = disk.written();
     for _ in 0..20 {
