@@ -185,7 +185,12 @@ pub struct EnqueueArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub lease: Option<Duration>,
     /// The payload, as given (UTF-8).
-    #[arg(long, short = 'd', value_name = "STRING", conflicts_with = "file_payload")]
+    #[arg(
+        long,
+        short = 'd',
+        value_name = "STRING",
+        conflicts_with = "file_payload"
+    )]
     pub data: Option<String>,
     /// Read the payload from this file (bytes as they are).
     #[arg(long = "file", short = 'f', value_name = "PATH", id = "file_payload")]

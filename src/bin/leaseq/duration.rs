@@ -57,7 +57,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// A duration in the largest unit that keeps it whole (`90000` ms is `90s`, `120000` is `2m`).
 pub fn format_ms(ms: u64) -> String {
     for &(name, unit_ms) in UNITS.iter().rev() {
-        if ms >= unit_ms && ms % unit_ms == 0 {
+        if ms >= unit_ms && ms.is_multiple_of(unit_ms) {
             return format!("{}{name}", ms / unit_ms);
         }
     }

@@ -85,7 +85,9 @@ pub fn existing(queue: &Queue, name: &str) -> Outcome<Queue> {
     if name == DEFAULT_QUEUE {
         return Ok(queue.clone());
     }
-    queue.existing(name).map_err(|e| Fail::leaseq(path_of(queue), e))
+    queue
+        .existing(name)
+        .map_err(|e| Fail::leaseq(path_of(queue), e))
 }
 
 /// The queue `--queue NAME` names, made if missing; the default queue for `(default)` or
@@ -93,7 +95,9 @@ pub fn existing(queue: &Queue, name: &str) -> Outcome<Queue> {
 pub fn named_or_default(queue: &Queue, name: Option<&str>) -> Outcome<Queue> {
     match name {
         None | Some(DEFAULT_QUEUE) => Ok(queue.clone()),
-        Some(name) => queue.named(name).map_err(|e| Fail::leaseq(path_of(queue), e)),
+        Some(name) => queue
+            .named(name)
+            .map_err(|e| Fail::leaseq(path_of(queue), e)),
     }
 }
 

@@ -13,13 +13,17 @@
 //! | `run_at_ms` | integer | scheduled: due time; ready: when it became ready; dead: when it died (Unix ms) |
 //! | `created_ms` | integer | when it was enqueued (Unix ms) |
 //! | `last_error` | string or null | why the last attempt ended badly |
-//! | `idempotency_key`, `dedup_key` | string or null | the key as UTF-8; null when none, or when it is not UTF-8 and `…_hex` holds it |
-//! | `idempotency_key_hex`, `dedup_key_hex` | string | only present for a key that is not UTF-8 |
+//! | `idempotency_key`, `dedup_key` | string or null | the key as text; null when none, or when `…_hex` holds it |
+//! | `idempotency_key_hex`, `dedup_key_hex` | string | present only for a key that is not text |
 //! | `dedup_window_ms`, `lease_ms` | integer or null | the job's own dedup window and lease |
 //! | `retry` | object or null | the job's own retry policy: `{"kind":"immediate"\|"fixed"\|"exponential","base_ms":..,"cap_ms":..,"jitter_percent":..}` |
 //! | `snoozes` | integer | times the job was snoozed |
 //! | `encoding` | `"bincode"`, `"json"` or null | the codec of a payload enqueued as a typed value |
 //! | `payload_utf8` or `payload_hex` | string | the payload: exactly one of the two |
+//!
+//! Bytes (payload, keys) are written as text when they are UTF-8 without control characters
+//! other than tab, newline and carriage return, as hex otherwise; import takes either for any
+//! bytes.
 //!
 //! Import takes every field but the payload as optional (defaults: default queue, ready, 0
 //! attempts, the queue's max attempts, priority 0, now) and refuses unknown fields, so a
@@ -114,13 +118,21 @@ pub struct JobLine {
     pub payload_hex: Option<String>,
 }
 
-/// A key as (UTF-8 text, hex): one of them set.
-fn key_fields(key: Option<&[u8]>) -> (Option<String>, Option<String>) {
-    match key {
+/// Bytes as (text, hex), one of them set: text when they are UTF-8 without control
+/// characters other than tab, newline and carriage return (so the JSON string is at most
+/// twice as long as the bytes, as hex is), hex otherwise.
+fn text_or_hex(bytes: Option<&[u8]>) -> (Option<String>, Option<String>) {
+    match bytes {
         None => (None, None),
-        Some(k) => match std::str::from_utf8(k) {
-            Ok(s) => (Some(s.to_string()), None),
-            Err(_) => (None, Some(hex(k))),
+        Some(b) => match std::str::from_utf8(b) {
+            Ok(s)
+                if !s
+                    .chars()
+                    .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) =>
+            {
+                (Some(s.to_string()), None)
+            }
+            _ => (None, Some(hex(b))),
         },
     }
 }
@@ -134,9 +146,7 @@ pub fn bytes_of(
     match (text, hex_text) {
         (Some(_), Some(_)) => Err(format!("both {field} and {field}_hex are given")),
         (Some(t), None) => Ok(Some(t.as_bytes().to_vec())),
-        (None, Some(h)) => unhex(h)
-            .map(Some)
-            .map_err(|e| format!("{field}_hex: {e}")),
+        (None, Some(h)) => unhex(h).map(Some).map_err(|e| format!("{field}_hex: {e}")),
         (None, None) => Ok(None),
     }
 }
@@ -145,20 +155,14 @@ impl JobLine {
     /// The line of `info` in queue `queue`, with its payload if given (a job listed without
     /// its payload has neither payload field).
     pub fn from_info(queue: Option<&str>, info: &JobInfo, payload: Option<&[u8]>) -> JobLine {
-        let (idempotency_key, idempotency_key_hex) = key_fields(info.idempotency_key.as_deref());
-        let (dedup_key, dedup_key_hex) = key_fields(info.dedup_key.as_deref());
-        let (payload_utf8, payload_hex) = match payload {
-            None => (None, None),
-            Some(p) => match std::str::from_utf8(p) {
-                Ok(s) => (Some(s.to_string()), None),
-                Err(_) => (None, Some(hex(p))),
-            },
-        };
+        let (idempotency_key, idempotency_key_hex) = text_or_hex(info.idempotency_key.as_deref());
+        let (dedup_key, dedup_key_hex) = text_or_hex(info.dedup_key.as_deref());
+        let (payload_utf8, payload_hex) = text_or_hex(payload);
         let state = match info.state {
             JobState::Leased => JobState::Ready,
             s => s,
         };
-        let extra = crate::compat::extra(info);
+        let extra = crate::convert::extra(info);
         JobLine {
             queue: queue.map(str::to_string),
             id: Some(info.id.0),

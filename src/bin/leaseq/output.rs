@@ -69,7 +69,7 @@ pub fn unhex(text: &str) -> Result<Vec<u8>, String> {
         }
     }
     let t = text.as_bytes();
-    if t.len() % 2 != 0 {
+    if !t.len().is_multiple_of(2) {
         return Err(format!("odd number of hex digits ({})", t.len()));
     }
     t.chunks_exact(2)
@@ -79,15 +79,6 @@ pub fn unhex(text: &str) -> Result<Vec<u8>, String> {
             _ => Err(format!("not a hex digit at offset {}", i * 2)),
         })
         .collect()
-}
-
-/// Bytes for a person: the text when they are UTF-8 without control characters other than
-/// tab and newline, `0x` and hex otherwise.
-pub fn bytes_text(bytes: &[u8]) -> String {
-    match std::str::from_utf8(bytes) {
-        Ok(s) if !s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') => s.to_string(),
-        _ => format!("0x{}", hex(bytes)),
-    }
 }
 
 /// A text cut to `max` characters on one line (newlines and tabs shown as spaces).
@@ -164,12 +155,5 @@ mod tests {
         assert_eq!(unhex("ABff").unwrap(), vec![0xab, 0xff]);
         assert!(unhex("abc").is_err());
         assert!(unhex("zz").is_err());
-    }
-
-    #[test]
-    fn bytes_text_falls_back_to_hex() {
-        assert_eq!(bytes_text(b"hello"), "hello");
-        assert_eq!(bytes_text(&[0xff, 0x00]), "0xff00");
-        assert_eq!(bytes_text(b"a\x07"), "0x6107");
     }
 }

@@ -9,7 +9,7 @@ use crate::duration::format_ms;
 use crate::fail::{Fail, Outcome};
 use crate::files::{self, Missing, path_of, queue_label};
 use crate::jsonl::JobView;
-use crate::output::{Out, bytes_text, hex, short, state_name, utc};
+use crate::output::{Out, hex, short, state_name, utc};
 
 /// Jobs read per `Queue::jobs` call.
 const PAGE_JOBS: usize = 1000;
@@ -164,7 +164,7 @@ pub fn ls(a: &LsArgs) -> Outcome {
                         let attempts = format!("{}/{}", info.attempts, info.max_attempts);
                         out.line(format!(
                             "{:>10}  {:<queue_width$}  {:<9}  {:>8}  {:>6}  {:<24}  {:>9}  {}",
-                            info.id,
+                            info.id.0,
                             queue_label(q),
                             state_name(info.state),
                             attempts,
@@ -240,7 +240,11 @@ pub fn show(a: &ShowArgs) -> Outcome {
     };
     let retry = l.retry.as_ref().map(|r| match r.kind.as_str() {
         "immediate" => "immediate".to_string(),
-        "fixed" => format!("fixed {}, jitter {}%", format_ms(r.base_ms), r.jitter_percent),
+        "fixed" => format!(
+            "fixed {}, jitter {}%",
+            format_ms(r.base_ms),
+            r.jitter_percent
+        ),
         _ => format!(
             "{} from {} to {}, jitter {}%",
             r.kind,
@@ -263,7 +267,10 @@ pub fn show(a: &ShowArgs) -> Outcome {
         ("created", time(info.created_ms)),
         ("died", or_dash(info.died_ms.map(time))),
         ("lease_deadline", or_dash(info.lease_deadline_ms.map(time))),
-        ("lease_token", or_dash(info.lease_token.map(|t| t.to_string()))),
+        (
+            "lease_token",
+            or_dash(info.lease_token.map(|t| t.to_string())),
+        ),
         ("last_error", or_dash(info.last_error.clone())),
         (
             "idempotency_key",
@@ -388,9 +395,4 @@ pub fn check(a: &CheckArgs) -> Outcome {
             if violations.len() == 1 { "" } else { "s" }
         )))
     }
-}
-
-/// Bytes shown for a person (used by `enqueue` messages).
-pub fn key_text(bytes: &[u8]) -> String {
-    bytes_text(bytes)
 }
