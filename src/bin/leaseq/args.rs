@@ -26,6 +26,11 @@ Errors are one line on stderr starting with `leaseq: `. Read commands (stats, ls
 check, queues, export) never create a file. Opening a file returns the leases of a process
 that died, as every open of a leaseq file does.";
 
+/// What every subcommand's help ends with.
+const EXIT_CODES: &str = "\
+Exit codes: 0 success; 1 the command ran but found a problem; 2 usage or runtime error
+(see leaseq --help).";
+
 /// Inspect and manage leaseq job queue files.
 #[derive(Debug, Parser)]
 #[command(name = "leaseq", version, after_help = AFTER_HELP, propagate_version = true)]
@@ -43,29 +48,41 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Counts of jobs per state, applied markers, dedup keys and quarantined rows, per queue.
+    #[command(after_help = EXIT_CODES)]
     Stats(StatsArgs),
     /// List jobs (without payloads), in each state's order.
+    #[command(after_help = EXIT_CODES)]
     Ls(LsArgs),
     /// Show one job: every field and its payload.
+    #[command(after_help = EXIT_CODES)]
     Show(ShowArgs),
     /// Add a job; prints its id (or the id of the job holding the dedup key).
+    #[command(after_help = EXIT_CODES)]
     Enqueue(EnqueueArgs),
     /// Move dead jobs back to ready, attempts reset.
+    #[command(after_help = EXIT_CODES)]
     RequeueDead(RequeueDeadArgs),
     /// Delete every job in a state (never leased ones).
+    #[command(after_help = EXIT_CODES)]
     Purge(PurgeArgs),
     /// Remove applied markers and dead jobs past their retention and ended dedup windows,
     /// in every queue.
+    #[command(after_help = EXIT_CODES)]
     Prune(PruneArgs),
     /// Give the file's free pages back to the file system.
+    #[command(after_help = EXIT_CODES)]
     Compact(FileArg),
     /// Check every invariant of the file; exit 1 listing the violations found.
+    #[command(after_help = EXIT_CODES)]
     Check(CheckArgs),
     /// List the named queues of the file.
+    #[command(after_help = EXIT_CODES)]
     Queues(QueuesArgs),
     /// Write jobs as JSON lines (one job per line) to stdout.
+    #[command(after_help = EXIT_CODES)]
     Export(ExportArgs),
     /// Read jobs as JSON lines from stdin; all or nothing for the whole input.
+    #[command(after_help = EXIT_CODES)]
     Import(ImportArgs),
 }
 
@@ -184,7 +201,8 @@ pub struct EnqueueArgs {
     /// The job's own lease (visibility timeout), at most 12h.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub lease: Option<Duration>,
-    /// The payload, as given (UTF-8).
+    /// The payload, as given (UTF-8). Without --data or --file the payload is read from
+    /// stdin.
     #[arg(
         long,
         short = 'd',

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `queue` | string or null | the named queue; null for the default queue |
 //! | `id` | integer | the job's id in the exported file (import assigns new ids) |
-//! | `state` | `"ready"`, `"scheduled"` or `"dead"` | leased jobs are exported as ready |
+//! | `state` | `"ready"`, `"scheduled"` or `"dead"` | a leased job is exported as a reopen returns it: ready, or dead when out of attempts |
 //! | `attempts`, `max_attempts` | integers | deliveries so far, and allowed |
 //! | `priority` | integer | lower is served first |
 //! | `run_at_ms` | integer | scheduled: due time; ready: when it became ready; dead: when it died (Unix ms) |
@@ -121,7 +121,7 @@ pub struct JobLine {
 /// Bytes as (text, hex), one of them set: text when they are UTF-8 without control
 /// characters other than tab, newline and carriage return (so the JSON string is at most
 /// twice as long as the bytes, as hex is), hex otherwise.
-fn text_or_hex(bytes: Option<&[u8]>) -> (Option<String>, Option<String>) {
+pub fn text_or_hex(bytes: Option<&[u8]>) -> (Option<String>, Option<String>) {
     match bytes {
         None => (None, None),
         Some(b) => match std::str::from_utf8(b) {
@@ -158,9 +158,14 @@ impl JobLine {
         let (idempotency_key, idempotency_key_hex) = text_or_hex(info.idempotency_key.as_deref());
         let (dedup_key, dedup_key_hex) = text_or_hex(info.dedup_key.as_deref());
         let (payload_utf8, payload_hex) = text_or_hex(payload);
-        let state = match info.state {
-            JobState::Leased => JobState::Ready,
-            s => s,
+        // A leased job is exported as a reopen would return its lease: ready, or dead when
+        // it has no attempts left (only a file opened without recovery holds leases).
+        let (state, last_error) = match info.state {
+            JobState::Leased if info.attempts >= info.max_attempts => {
+                (JobState::Dead, Some("lease expired".to_string()))
+            }
+            JobState::Leased => (JobState::Ready, info.last_error.clone()),
+            s => (s, info.last_error.clone()),
         };
         let extra = crate::convert::extra(info);
         JobLine {
@@ -172,7 +177,7 @@ impl JobLine {
             priority: Some(info.priority),
             run_at_ms: Some(info.run_at_ms),
             created_ms: Some(info.created_ms),
-            last_error: info.last_error.clone(),
+            last_error,
             idempotency_key,
             idempotency_key_hex,
             dedup_key,
@@ -210,6 +215,7 @@ impl JobView {
     pub fn new(queue: Option<&str>, info: &JobInfo, payload: Option<&[u8]>) -> JobView {
         let mut line = JobLine::from_info(queue, info, payload);
         line.state = Some(state_name(info.state).to_string());
+        line.last_error.clone_from(&info.last_error);
         JobView {
             line,
             payload_bytes: info.payload_bytes,

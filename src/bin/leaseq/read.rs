@@ -9,7 +9,7 @@ use crate::duration::format_ms;
 use crate::fail::{Fail, Outcome};
 use crate::files::{self, Missing, path_of, queue_label};
 use crate::jsonl::JobView;
-use crate::output::{Out, hex, short, state_name, utc};
+use crate::output::{Out, short, state_name, utc};
 
 /// Jobs read per `Queue::jobs` call.
 const PAGE_JOBS: usize = 1000;
@@ -286,14 +286,16 @@ pub fn show(a: &ShowArgs) -> Outcome {
     for (name, value) in fields {
         out.line(format!("{name:<16} {value}"))?;
     }
-    match std::str::from_utf8(&payload) {
-        Ok(text) => {
+    // Text as it is; bytes that are not text (or hold control characters a terminal would
+    // act on) as hex.
+    match crate::jsonl::text_or_hex(Some(&payload)) {
+        (Some(text), _) => {
             out.line(format!("payload          {} bytes, UTF-8:", payload.len()))?;
             out.line(text)?;
         }
-        Err(_) => {
+        (None, hex) => {
             out.line(format!("payload          {} bytes, hex:", payload.len()))?;
-            out.line(hex(&payload))?;
+            out.line(hex.unwrap_or_default())?;
         }
     }
     out.flush()
