@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use leaseq::{Durability, EnqueueOptions, JobInfo, JobState, Queue, RetryPolicy};
+use leaseq::{Durability, Encoding, EnqueueOptions, JobInfo, JobState, Queue, RetryPolicy};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_leaseq");
@@ -620,7 +620,8 @@ fn logs_only_behind_v() {
 /// The fields of a job that survive an export and import (not its id, nor lease fields).
 fn surviving(info: &JobInfo, payload: Vec<u8>) -> String {
     format!(
-        "{:?} attempts={} max={} pri={} run_at={} created={} err={:?} idem={:?} dedup={:?} payload={payload:?}",
+        "{:?} attempts={} max={} pri={} run_at={} created={} err={:?} idem={:?} dedup={:?} \
+         window={:?} lease={:?} retry={:?} snoozes={} encoding={:?} payload={payload:?}",
         info.state,
         info.attempts,
         info.max_attempts,
@@ -630,6 +631,11 @@ fn surviving(info: &JobInfo, payload: Vec<u8>) -> String {
         info.last_error,
         info.idempotency_key,
         info.dedup_key,
+        info.dedup_window_ms,
+        info.lease_ms,
+        info.retry,
+        info.snoozes,
+        info.encoding,
     )
 }
 
@@ -698,6 +704,23 @@ fn mixed_file(path: &Path) {
         if i % 13 == 0 {
             o = o.max_attempts(1 + i % 9);
         }
+        if i % 10 == 5 {
+            o = o.dedup_window(Duration::from_secs(3600));
+        }
+        match i % 17 {
+            1 => o = o.retry(RetryPolicy::fixed(Duration::from_secs(5)).with_jitter(10)),
+            2 => {
+                o = o.retry(RetryPolicy::exponential(
+                    Duration::from_millis(250),
+                    Duration::from_secs(600),
+                ))
+            }
+            3 => o = o.retry(RetryPolicy::immediate()),
+            _ => {}
+        }
+        if i % 29 == 0 {
+            o = o.lease(Duration::from_secs(120));
+        }
         if i % 10 < 3 {
             batch_mail.push((payload, o));
         } else {
@@ -708,14 +731,26 @@ fn mixed_file(path: &Path) {
         .unwrap();
     mail.enqueue_batch(batch_mail.iter().map(|(p, o)| (&p[..], o.clone())))
         .unwrap();
-    // Some deliveries: failed (dead), nacked (attempts used, ready again).
+    // Typed payloads, in both encodings.
+    for (queue, encoding) in [(&q, Encoding::Json), (&mail, Encoding::Bincode)] {
+        let typed = queue.with_encoding(encoding);
+        for i in 0..100u32 {
+            typed
+                .enqueue_value(&(i, format!("value {i}")), EnqueueOptions::default())
+                .unwrap();
+        }
+    }
+    // Some deliveries: failed (dead), nacked (attempts used, ready again or backing off),
+    // snoozed (ready or scheduled, the attempt given back).
     for queue in [&q, &mail] {
-        for n in 0..600 {
+        for n in 0..800 {
             let Some(lease) = queue.dequeue().unwrap() else {
                 break;
             };
-            match n % 3 {
+            match n % 4 {
                 0 => lease.fail(&format!("failed {n}")).unwrap(),
+                1 => lease.snooze(Duration::ZERO).unwrap(),
+                2 => lease.snooze(Duration::from_secs(90)).unwrap(),
                 _ => {
                     lease.nack(&format!("nacked {n}")).unwrap();
                 }
@@ -728,7 +763,7 @@ fn mixed_file(path: &Path) {
 }
 
 #[test]
-fn export_import_round_trip_of_10000_jobs() {
+fn export_import_round_trip_of_10200_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src.leaseq");
     let dst = dir.path().join("dst.leaseq");
@@ -741,14 +776,20 @@ fn export_import_round_trip_of_10000_jobs() {
         .filter(|l| !l.is_empty())
         .map(|l| serde_json::from_slice(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 10_000);
+    assert_eq!(lines.len(), 10_200);
     assert!(lines.iter().any(|l| l.get("payload_hex").is_some()));
+    for field in ["retry", "lease_ms", "dedup_window_ms", "encoding"] {
+        assert!(lines.iter().any(|l| !l[field].is_null()), "no {field}");
+    }
+    assert!(lines.iter().any(|l| l["snoozes"] != 0));
+    assert!(lines.iter().any(|l| l["state"] == "dead"));
+    assert!(lines.iter().any(|l| l["state"] == "scheduled"));
     assert!(lines.iter().any(|l| l.get("idempotency_key_hex").is_some()));
     assert!(lines.iter().any(|l| l["queue"] == "mail"));
 
     let o = ok(run_in(&["import", s(&dst)], Input::File(&jsonl)));
     let report = stdout(o);
-    assert!(report.contains("imported 10000"), "{report}");
+    assert!(report.contains("imported 10200"), "{report}");
 
     let before = snapshot(&src);
     let after = snapshot(&dst);
@@ -801,10 +842,10 @@ fn export_import_round_trip_of_10000_jobs() {
         &["import", s(&third), "--queue", "all"],
         Input::Bytes(&exported),
     ));
-    assert!(stdout(o).contains("imported 10000"));
+    assert!(stdout(&o).contains("imported 10200"), "{}", stdout(&o));
     let q = Queue::open(&third).unwrap();
     assert_eq!(q.queue_names().unwrap(), vec!["all".to_string()]);
-    assert_eq!(q.existing("all").unwrap().stats().unwrap().total, 10_000);
+    assert_eq!(q.existing("all").unwrap().stats().unwrap().total, 10_200);
     assert_eq!(q.stats().unwrap().total, 0);
 }
 

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use leaseq::{Enqueued, ImportJob, JobState, Queue};
@@ -219,20 +219,23 @@ fn handle<'c>(
     Ok(&cache[&key])
 }
 
-/// What importing one batch did.
+/// What an import did so far.
 #[derive(Default)]
 struct Counts {
+    /// Jobs added.
     imported: u64,
+    /// Jobs not added because their dedup key was held.
     duplicates: u64,
 }
 
-/// Imports `batch` into the queues of `root`, one `import_batch` (one commit) per queue.
+/// Imports `batch` into the queues of `root`, one `import_batch` (one commit) per queue,
+/// adding what each commit did to `counts` as it commits.
 fn import_into(
     root: &Queue,
     cache: &mut HashMap<Option<String>, Queue>,
     batch: &Batch,
-) -> leaseq::Result<Counts> {
-    let mut counts = Counts::default();
+    counts: &mut Counts,
+) -> leaseq::Result<()> {
     for (name, jobs) in batch.groups() {
         let q = handle(cache, root, name)?;
         let jobs: Vec<ImportJob> = jobs.iter().map(|p| p.job.clone()).collect();
@@ -243,16 +246,26 @@ fn import_into(
             }
         }
     }
-    Ok(counts)
+    Ok(())
 }
 
 /// Imports `batch` into an empty queue in memory: what the library refuses there it would
-/// refuse on the file. A refused batch is retried job by job to name the line.
-fn rehearse(batch: &Batch) -> Result<(), String> {
-    let whole = files::in_memory().and_then(|root| import_into(&root, &mut HashMap::new(), batch));
+/// refuse on the file. A refused batch is tried again job by job to name the first bad line.
+fn rehearse(batch: &Batch) -> Outcome {
+    let mut counts = Counts::default();
+    let whole = files::in_memory()
+        .and_then(|root| import_into(&root, &mut HashMap::new(), batch, &mut counts));
     let Err(batch_error) = whole else {
         return Ok(());
     };
+    let refused = |what: String, e: &leaseq::Error| {
+        Fail::error(format!(
+            "{what}: {}; nothing imported",
+            one_line(&e.to_string())
+        ))
+    };
+    let root = files::in_memory().map_err(|e| refused("a queue in memory".into(), &e))?;
+    let mut cache = HashMap::new();
     for p in &batch.jobs {
         let one = Batch {
             jobs: vec![Parsed {
@@ -263,42 +276,38 @@ fn rehearse(batch: &Batch) -> Result<(), String> {
             }],
             payload_bytes: p.payload_bytes,
         };
-        if let Err(e) =
-            files::in_memory().and_then(|root| import_into(&root, &mut HashMap::new(), &one))
-        {
-            return Err(format!("line {}: {}", p.line_no, one_line(&e.to_string())));
+        if let Err(e) = import_into(&root, &mut cache, &one, &mut counts) {
+            return Err(refused(format!("line {}", p.line_no), &e));
         }
     }
-    Err(format!(
-        "lines {} to {}: {}",
-        batch.jobs.first().map_or(0, |p| p.line_no),
-        batch.jobs.last().map_or(0, |p| p.line_no),
-        one_line(&batch_error.to_string())
-    ))
+    let first = batch.jobs.first().map_or(0, |p| p.line_no);
+    let last = batch.jobs.last().map_or(0, |p| p.line_no);
+    Err(refused(format!("lines {first} to {last}"), &batch_error))
 }
 
 /// Reads every line of `r`, in batches, calling `each` on every full batch and the last.
-/// Returns the number of lines read.
+/// A line that does not parse or is too long becomes `bad_line(message)`.
 fn batches(
     r: &mut impl BufRead,
     queue_override: Option<&Option<String>>,
     mut copy: Option<&mut BufWriter<File>>,
-    mut each: impl FnMut(&Batch) -> Result<(), String>,
-) -> Result<u64, String> {
+    bad_line: fn(String) -> Fail,
+    mut each: impl FnMut(&Batch) -> Outcome,
+) -> Outcome {
     let mut buf = Vec::new();
     let mut batch = Batch::default();
     let mut line_no = 0u64;
     loop {
         line_no += 1;
-        if !next_line(r, &mut buf, line_no)? {
+        if !next_line(r, &mut buf, line_no).map_err(bad_line)? {
             break;
         }
         if let Some(w) = copy.as_deref_mut() {
             w.write_all(&buf)
                 .and_then(|()| w.write_all(b"\n"))
-                .map_err(|e| format!("spooling stdin to a temporary file: {e}"))?;
+                .map_err(|e| Fail::io("spooling stdin to a temporary file", e))?;
         }
-        let Some(parsed) = parse_line(&buf, line_no, queue_override)? else {
+        let Some(parsed) = parse_line(&buf, line_no, queue_override).map_err(bad_line)? else {
             continue;
         };
         if batch.is_full_for(parsed.payload_bytes) {
@@ -310,7 +319,17 @@ fn batches(
     if !batch.jobs.is_empty() {
         each(&batch)?;
     }
-    Ok(line_no - 1)
+    Ok(())
+}
+
+fn nothing_imported(message: String) -> Fail {
+    Fail::error(format!("{message}; nothing imported"))
+}
+
+fn changed_input(message: String) -> Fail {
+    Fail::error(format!(
+        "{message} (the input changed after it was checked; jobs before it may be imported)"
+    ))
 }
 
 /// `leaseq import`: reads stdin twice. The first pass parses every line and imports each
@@ -323,6 +342,11 @@ pub fn import(a: &ImportArgs) -> Outcome {
         name => Some(name.to_string()),
     });
     let queue_override = queue_override.as_ref();
+    if std::io::stdin().is_terminal() {
+        return Err(Fail::error(
+            "no input: give the JSON lines on stdin (leaseq import FILE < jobs.jsonl)",
+        ));
+    }
     let mut source = match stdin_as_file() {
         Some((file, start)) => Source::File { file, start },
         None => {
@@ -345,19 +369,20 @@ pub fn import(a: &ImportArgs) -> Outcome {
     let mut names: BTreeSet<String> = BTreeSet::new();
     let mut jobs_total = 0u64;
     let pass1 = {
-        let mut rehearse_each = |batch: &Batch| -> Result<(), String> {
+        let mut rehearse_each = |batch: &Batch| -> Outcome {
             for p in &batch.jobs {
-                if let Some(n) = &p.queue {
-                    if n != DEFAULT_QUEUE && names.len() <= leaseq::QUEUES_MAX as usize {
-                        names.insert(n.clone());
-                    }
+                if let Some(n) = &p.queue
+                    && n != DEFAULT_QUEUE
+                    && names.len() <= leaseq::QUEUES_MAX as usize
+                {
+                    names.insert(n.clone());
                 }
             }
             if names.len() > leaseq::QUEUES_MAX as usize {
-                return Err(format!(
+                return Err(nothing_imported(format!(
                     "more than {} named queues in the input",
                     leaseq::QUEUES_MAX
-                ));
+                )));
             }
             rehearse(batch)?;
             jobs_total += batch.jobs.len() as u64;
@@ -369,18 +394,20 @@ pub fn import(a: &ImportArgs) -> Outcome {
                 &mut BufReader::new(&*file),
                 queue_override,
                 None,
+                nothing_imported,
                 &mut rehearse_each,
             ),
             Source::Spooled { spool } => batches(
                 &mut std::io::stdin().lock(),
                 queue_override,
                 Some(spool),
+                nothing_imported,
                 &mut rehearse_each,
             ),
         }
     };
     checking.finish_and_clear();
-    pass1.map_err(Fail::error)?;
+    pass1?;
 
     // Pass 2: the file, from the start of the input again.
     let mut input: Box<dyn Read> = match source {
@@ -417,42 +444,27 @@ pub fn import(a: &ImportArgs) -> Outcome {
     let bar = files::bar(Some(jobs_total), "importing");
     let mut cache = HashMap::new();
     let mut done = Counts::default();
-    let mut last_line = 0u64;
-    let mut failure: Option<Fail> = None;
     let pass2 = batches(
         &mut BufReader::new(&mut input),
         queue_override,
         None,
-        |batch| match import_into(&root, &mut cache, batch) {
-            Ok(c) => {
-                done.imported += c.imported;
-                done.duplicates += c.duplicates;
-                last_line = batch.jobs.last().map_or(last_line, |p| p.line_no);
-                bar.inc(batch.jobs.len() as u64);
-                Ok(())
-            }
-            Err(e) => {
-                let before = if last_line == 0 {
-                    "nothing was imported".to_string()
-                } else {
-                    format!(
-                        "lines 1 to {last_line} were imported ({} jobs), the rest not",
-                        done.imported
-                    )
-                };
-                failure = Some(Fail::error(format!(
-                    "{}; {before}",
-                    Fail::leaseq(&path, e).message
-                )));
-                Err(String::new())
-            }
+        changed_input,
+        |batch| {
+            import_into(&root, &mut cache, batch, &mut done).map_err(|e| {
+                Fail::error(format!(
+                    "{}; {} of the {jobs_total} jobs were committed before it (a commit per \
+                     batch of up to {} jobs and queue), the others not",
+                    Fail::leaseq(&path, e).message,
+                    done.imported + done.duplicates,
+                    leaseq::BATCH_MAX
+                ))
+            })?;
+            bar.inc(batch.jobs.len() as u64);
+            Ok(())
         },
     );
     bar.finish_and_clear();
-    if let Some(f) = failure {
-        return Err(f);
-    }
-    pass2.map_err(|e| Fail::error(format!("{e} (the input changed while it was read?)")))?;
+    pass2?;
     let mut out = Out::new();
     out.line(format!(
         "imported {} jobs, duplicates {} (dedup key held), into {}",
