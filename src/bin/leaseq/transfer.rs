@@ -145,7 +145,13 @@ fn parse_line(
     if text.trim().is_empty() {
         return Ok(None);
     }
-    let line: JobLine = serde_json::from_str(text).map_err(|e| format!("line {line_no}: {e}"))?;
+    let line: JobLine = serde_json::from_str(text).map_err(|e| {
+        // serde_json counts lines within the text it was given: one line, so say the column.
+        let message = e.to_string();
+        let suffix = format!(" at line {} column {}", e.line(), e.column());
+        let message = message.strip_suffix(&suffix).unwrap_or(&message);
+        format!("line {line_no}, column {}: {message}", e.column())
+    })?;
     let queue = match queue_override {
         Some(q) => q.clone(),
         None => line.queue.clone(),
