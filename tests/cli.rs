@@ -910,3 +910,24 @@ fn a_bad_line_5000_names_it_and_imports_nothing() {
         .sum();
     assert_eq!(total + q.stats().unwrap().total, 6000);
 }
+
+#[test]
+fn an_older_format_is_upgraded_with_a_note_on_stderr() {
+    let (_dir, path) = tmp();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/format4-crashed.leaseq"
+        ),
+        &path,
+    )
+    .unwrap();
+    let o = run(&["stats", s(&path), "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.starts_with("leaseq: note: "), "{err}");
+    assert!(err.contains("upgraded from format 4"), "{err}");
+    assert!(!json_lines(&o).is_empty());
+    // Once upgraded, nothing more is said.
+    ok(run(&["stats", s(&path)]));
+}

@@ -23,8 +23,9 @@ Exit codes:
      not a leaseq file, I/O errors
 
 Errors are one line on stderr starting with `leaseq: `. Read commands (stats, ls, show,
-check, queues, export) never create a file. Opening a file returns the leases of a process
-that died, as every open of a leaseq file does.";
+check, queues, export) never create a file. Opening a file, for any command, returns the
+leases of a process that died and upgrades a file of an older format (said on stderr), as
+every open of a leaseq file does.";
 
 /// What every subcommand's help ends with.
 const EXIT_CODES: &str = "\

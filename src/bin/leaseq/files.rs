@@ -60,6 +60,14 @@ pub fn open_with(path: &Path, missing: Missing, builder: Builder) -> Outcome<Que
         upgraded_from = ?r.upgraded_from,
         "opened"
     );
+    // Irreversible and rare: said even without -v.
+    if let Some(from) = r.upgraded_from {
+        eprintln!(
+            "leaseq: note: {} was upgraded from format {from} to {} (older leaseq versions cannot open it now)",
+            path.display(),
+            leaseq::FORMAT_VERSION
+        );
+    }
     Ok(queue)
 }
 
