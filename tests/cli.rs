@@ -603,6 +603,42 @@ fn requeue_purge_prune_compact() {
     assert_eq!(stats[0]["total"], 0);
 }
 
+/// `prune` never removes applied markers unless told how old they may be: the tool cannot
+/// know the application's retention, and a removed marker lets a duplicate apply again.
+#[test]
+fn prune_keeps_applied_markers_unless_given_a_retention() {
+    let (_dir, path) = tmp();
+    let month_ago_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        - 30 * 24 * 3_600_000;
+    {
+        let q = Queue::builder()
+            .clock(leaseq::ManualClock::new(month_ago_ms))
+            .open(&path)
+            .unwrap();
+        q.enqueue(b"pay", EnqueueOptions::default().idempotency_key("order-1"))
+            .unwrap();
+        q.dequeue().unwrap().unwrap().ack_with(|_| Ok(())).unwrap();
+    }
+    let p = s(&path);
+    let applied = |path: &std::path::Path| {
+        Queue::builder()
+            .applied_retention(None)
+            .open(path)
+            .unwrap()
+            .is_applied("order-1")
+            .unwrap()
+    };
+    let out = stdout(ok(run(&["prune", p])));
+    assert!(out.contains("removed 0 applied markers"), "{out}");
+    assert!(applied(&path), "kept without --applied-retention");
+    let out = stdout(ok(run(&["prune", p, "--applied-retention", "7d"])));
+    assert!(out.contains("removed 1 applied markers"), "{out}");
+    assert!(!applied(&path));
+}
+
 #[test]
 fn logs_only_behind_v() {
     let (_dir, path) = tmp();

@@ -251,10 +251,11 @@ pub struct PurgeArgs {
 pub struct PruneArgs {
     /// The queue file.
     pub file: PathBuf,
-    /// Remove applied markers older than this (the library's default: 7d). Use your
-    /// application's `applied_retention`: a marker removed lets a duplicate apply again.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "7d")]
-    pub applied_retention: Duration,
+    /// Remove applied markers older than this. Without it markers are kept: the tool cannot
+    /// know your application's `applied_retention`, and a marker removed lets a duplicate
+    /// under its idempotency key apply again. Give the same value the application uses.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub applied_retention: Option<Duration>,
     /// Also delete dead jobs that died longer ago than this (default: keep them).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub dead_retention: Option<Duration>,

@@ -176,7 +176,7 @@ pub fn purge(a: &PurgeArgs) -> Outcome {
 /// `leaseq prune`: every queue of the file.
 pub fn prune(a: &PruneArgs) -> Outcome {
     let builder = files::builder()
-        .applied_retention(Some(a.applied_retention))
+        .applied_retention(a.applied_retention)
         .dead_retention(a.dead_retention);
     let queue = files::open_with(&a.file, Missing::Refuse, builder)?;
     let path = path_of(&queue);
