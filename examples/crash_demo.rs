@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
+use leaseq::redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use leaseq::{Durability, EnqueueOptions, Queue};
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 /// word -> count: the effect.
 const WORDS: TableDefinition<&str, u64> = TableDefinition::new("demo_words");

@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
+use leaseq::redb::TableDefinition;
 use leaseq::{Durability, EnqueueOptions, ManualClock, Queue};
-use redb::TableDefinition;
 
 const EFFECTS: TableDefinition<u64, u64> = TableDefinition::new("effects");
 

@@ -12,9 +12,9 @@
 //! once, whatever the crash point: the effect, its applied-ids marker and the ack commit
 //! together or not at all.
 
+use leaseq::redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use leaseq::sim::SimDisk;
 use leaseq::{EnqueueOptions, ManualClock, Queue};
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 const BALANCE: TableDefinition<&str, u64> = TableDefinition::new("balance");
 
@@ -25,7 +25,7 @@ fn open(disk: &SimDisk) -> leaseq::Result<Queue> {
 }
 
 /// The caller's effect: add `amount` to the balance, in the queue's transaction.
-fn credit(tx: &redb::WriteTransaction, amount: u64) -> Result<(), leaseq::BoxError> {
+fn credit(tx: &leaseq::redb::WriteTransaction, amount: u64) -> Result<(), leaseq::BoxError> {
     let mut t = tx.open_table(BALANCE)?;
     let old = t.get("alice")?.map_or(0, |v| v.value());
     t.insert("alice", old + amount)?;
@@ -44,7 +44,7 @@ fn balance(queue: &Queue) -> Result<u64, Box<dyn std::error::Error>> {
     let rtx = queue.database().begin_read()?;
     Ok(match rtx.open_table(BALANCE) {
         Ok(t) => t.get("alice")?.map_or(0, |v| v.value()),
-        Err(redb::TableError::TableDoesNotExist(_)) => 0,
+        Err(leaseq::redb::TableError::TableDoesNotExist(_)) => 0,
         Err(e) => return Err(e.into()),
     })
 }
