@@ -73,7 +73,16 @@ fn kept(j: &JobInfo) -> impl PartialEq + std::fmt::Debug + use<> {
         j.priority,
         run_at,
         j.created_ms,
-        j.last_error.clone(),
+        // An imported lease gets the reason a reopen gives a returned lease.
+        if j.state == JobState::Leased
+            || j.last_error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("lease abandoned"))
+        {
+            Some("abandoned".to_string())
+        } else {
+            j.last_error.clone()
+        },
         j.idempotency_key.clone(),
         j.dedup_key.clone(),
         (
