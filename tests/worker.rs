@@ -376,7 +376,6 @@ fn a_slow_handler_keeps_its_lease_by_heartbeat_and_is_delivered_once() {
     let q = queue(ms(300));
     let id = q.queue.enqueue(b"slow", Default::default()).unwrap().id();
     let runs = Arc::new(AtomicU64::new(0));
-    let poller = Poller::start(&q.queue);
     let pool = {
         let runs = runs.clone();
         WorkerPool::builder(&q.queue)
@@ -388,6 +387,9 @@ fn a_slow_handler_keeps_its_lease_by_heartbeat_and_is_delivered_once() {
             })
             .unwrap()
     };
+    // The second consumer starts once the pool holds the job.
+    wait_for("the handler running", || runs.load(Ordering::SeqCst) == 1);
+    let poller = Poller::start(&q.queue);
     wait_for("the job acked", || q.queue.job(id).unwrap().is_none());
     let got = poller.finish();
     let stats = pool.shutdown(Duration::from_secs(5)).stats;
@@ -802,4 +804,14 @@ fn settings_out_of_range_are_refused() {
     assert_eq!(pool.threads(), leaseq::WORKER_THREADS_MAX);
     let report = pool.shutdown(Duration::from_secs(5));
     assert_eq!(report.still_running, 0);
+}
+
+#[test]
+fn pool_types_can_move_between_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<WorkerPool>();
+    send_sync::<leaseq::PoolBuilder>();
+    send_sync::<leaseq::PoolStats>();
+    send_sync::<leaseq::ShutdownReport>();
+    send_sync::<Outcome>();
 }

@@ -47,7 +47,8 @@ struct Beat {
 
 /// How far a heartbeat extends `lease`, and how often: the configured values, else the
 /// delivery's own lease and a third of it. Both at least 1 ms; the extend at most
-/// [`LEASE_MAX`].
+/// [`LEASE_MAX`]; the interval at most half the extend (a job whose own lease is shorter than
+/// the configured interval is still kept: one late beat never loses it).
 pub(super) fn timing(
     lease: &Lease,
     every: Option<Duration>,
@@ -56,7 +57,7 @@ pub(super) fn timing(
     let extend = extend
         .unwrap_or(Duration::from_millis(lease.lease_ms()))
         .clamp(MS, LEASE_MAX);
-    let every = every.unwrap_or(extend / 3).max(MS);
+    let every = every.unwrap_or(extend / 3).min(extend / 2).max(MS);
     (extend, every)
 }
 

@@ -245,10 +245,10 @@ enum Handler {
 enum Slot {
     /// No job.
     Idle,
-    /// The handler runs (an effect handler: waiting to enter its commit).
+    /// A plain handler runs.
     Running(Arc<Lease>),
-    /// The handler returned and the worker is ending the job (an effect handler: it runs
-    /// inside this commit).
+    /// The worker is ending the job: a plain handler returned, or an effect handler's
+    /// commit (the handler runs inside it) is under way.
     Committing,
     /// The shutdown took the job from a running handler and gives it back; the worker will
     /// not commit it.
@@ -362,8 +362,8 @@ struct Shared {
 }
 
 impl Shared {
-    /// The worker's handler returned (or an effect handler is about to run inside its
-    /// commit): `Running` → `Committing`. `false` if the shutdown claimed the job.
+    /// The worker's plain handler returned: `Running` → `Committing`. `false` if the
+    /// shutdown claimed the job.
     fn enter_commit(&self, index: usize) -> bool {
         let Some(slot) = self.slots.get(index) else {
             return true;
@@ -376,12 +376,6 @@ impl Shared {
                 true
             }
         }
-    }
-
-    fn is_claimed(&self, index: usize) -> bool {
-        self.slots
-            .get(index)
-            .is_some_and(|s| matches!(*s.lock(), Slot::Claimed))
     }
 
     /// The job is over for its worker: back to `Idle`. Returns whether the shutdown had
@@ -450,7 +444,8 @@ impl PoolBuilder {
     /// Time between two heartbeats of a running job (whole ms, 1 ms to
     /// [`LEASE_MAX`]); default: a third of the job's lease (of
     /// [`heartbeat_extend`](PoolBuilder::heartbeat_extend) when set, else of
-    /// [`Lease::lease_ms`]). Keep it well under the lease: a heartbeat is a commit, and one
+    /// [`Lease::lease_ms`]). Used up to half the extend at most, so a job whose own lease is
+    /// short is still kept. Keep it well under the lease: a heartbeat is a commit, and one
     /// that comes after the deadline may find the job delivered again.
     pub fn heartbeat_every(mut self, every: Duration) -> Self {
         self.heartbeat_every = Some(every);
@@ -779,8 +774,7 @@ impl WorkerPool {
         for lease in shared.claim_running() {
             match lease.nack_after(&reason, Duration::ZERO) {
                 Ok(_) => Counters::add(&shared.counters.given_back),
-                // Ended elsewhere: its own worker's give-back (an effect closure that saw the
-                // claim) counts it, or it had expired.
+                // It had expired and was delivered again: nothing to give back.
                 Err(Error::LeaseLost { .. }) => {}
                 Err(e) => {
                     Counters::add(&shared.counters.errors);

@@ -5,7 +5,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Counters, Handler, Outcome, Shared, Slot};
+use super::{Counters, EffectFn, Handler, Outcome, Shared, Slot};
 use crate::{Applied, BoxError, Error, JobState, Lease, Result};
 
 /// The first wait after a failed dequeue; doubled after each failure in a row.
@@ -74,8 +74,14 @@ fn process(shared: &Shared, index: usize, lease: Lease) -> Option<Lease> {
     let (extend, every) =
         super::heartbeat::timing(&lease, shared.heartbeat_every, shared.heartbeat_extend);
     shared.beats.start(&lease, extend, every);
+    // A plain handler runs apart from its commit, so a shutdown may take its job back; an
+    // effect handler runs inside its commit, which ends the job whatever happens.
+    let phase = match &shared.handler {
+        Handler::Plain(_) => Slot::Running(Arc::clone(&lease)),
+        Handler::Effect(_) => Slot::Committing,
+    };
     if let Some(slot) = shared.slots.get(index) {
-        *slot.lock() = Slot::Running(Arc::clone(&lease));
+        *slot.lock() = phase;
     }
     Counters::add(&shared.counters.jobs);
     let next = match &shared.handler {
@@ -90,7 +96,9 @@ fn process(shared: &Shared, index: usize, lease: Lease) -> Option<Lease> {
                 None
             }
         }
-        Handler::Effect(handler) => run_effect(shared, index, &lease, handler.as_ref()),
+        Handler::Effect(handler) => {
+            run_effect(&shared.counters, &shared.stop, &lease, handler.as_ref())
+        }
     };
     let claimed = shared.leave(index);
     if !claimed {
@@ -182,33 +190,23 @@ fn count_dead(c: &Counters, state: JobState) {
 }
 
 /// Runs an effect handler inside `ack_with` (with the next dequeue in the same commit unless
-/// the pool is stopping).
+/// the pool is stopping). The job ends with this commit, whatever a shutdown does meanwhile.
 fn run_effect(
-    shared: &Shared,
-    index: usize,
+    c: &Counters,
+    stop: &crate::StopSignal,
     lease: &Lease,
-    handler: &super::EffectFn,
+    handler: &EffectFn,
 ) -> Option<Lease> {
-    let c = &shared.counters;
-    // Set by the closure's last run: whether it declined because the shutdown claimed the
-    // job, or its handler panicked.
-    let (mut declined, mut panicked) = (false, false);
+    // Whether the closure's last run panicked (it may run more than once).
+    let mut panicked = false;
     let mut effect = |tx: &crate::Tx<'_>| -> std::result::Result<(), BoxError> {
-        declined = false;
         panicked = false;
-        if !shared.enter_commit(index) {
-            declined = true;
-            return Err("given back at shutdown before its effect ran".into());
-        }
-        match catch_unwind(AssertUnwindSafe(|| handler(tx, lease))) {
-            Ok(r) => r,
-            Err(panic) => {
-                panicked = true;
-                Err(format!("panic: {}", panic_text(&*panic)).into())
-            }
-        }
+        catch_unwind(AssertUnwindSafe(|| handler(tx, lease))).unwrap_or_else(|panic| {
+            panicked = true;
+            Err(format!("panic: {}", panic_text(&*panic)).into())
+        })
     };
-    let r = if shared.stop.is_stopped() {
+    let r = if stop.is_stopped() {
         lease.ack_with(&mut effect).map(|applied| (applied, None))
     } else {
         lease.ack_with_and_next(&mut effect)
@@ -222,10 +220,6 @@ fn run_effect(
             next
         }
         // The closure failed: `ack_with` gave the job back (retry policy) itself.
-        Err(Error::Effect(_)) if declined => {
-            Counters::add(&c.given_back);
-            None
-        }
         Err(Error::Effect(_)) => {
             if panicked {
                 Counters::add(&c.panics);
@@ -233,8 +227,6 @@ fn run_effect(
             Counters::add(&c.retried);
             None
         }
-        // Given back by the shutdown before the commit: it counts it.
-        Err(Error::LeaseLost { .. }) if shared.is_claimed(index) => None,
         Err(e) => {
             note_error(c, lease, &e, "ending a job");
             None
