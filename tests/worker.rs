@@ -152,7 +152,12 @@ fn shutdown_with_jobs_in_flight_loses_none() {
 
 #[test]
 fn shutdown_of_a_plain_pool_with_a_zero_grace_gives_every_running_job_back() {
-    let q = queue(Duration::from_secs(30));
+    // The default retry policy (1 s and up): a give-back is ready at once all the same.
+    let dir = tempfile::tempdir().unwrap();
+    let q = Q {
+        queue: Queue::open(dir.path().join("q.leaseq")).unwrap(),
+        _dir: dir,
+    };
     let total = 40u64;
     for n in 0..total {
         q.queue
@@ -814,4 +819,65 @@ fn pool_types_can_move_between_threads() {
     send_sync::<leaseq::PoolStats>();
     send_sync::<leaseq::ShutdownReport>();
     send_sync::<Outcome>();
+}
+
+/// An effect handler runs inside its own commit: a shutdown cannot give its job back (the
+/// give-back would wait for that very transaction), so the commit decides.
+#[test]
+fn an_effect_handler_inside_its_commit_is_never_given_back() {
+    let q = queue(Duration::from_secs(30));
+    let id = q.queue.enqueue(b"x", Default::default()).unwrap().id();
+    let running = Arc::new(AtomicBool::new(false));
+    let pool = {
+        let running = running.clone();
+        WorkerPool::builder(&q.queue)
+            .threads(2)
+            .start_effects(move |tx, lease| {
+                running.store(true, Ordering::SeqCst);
+                std::thread::sleep(ms(300));
+                tx.open_table(DONE)?.insert(lease.id().0, 1)?;
+                Ok(())
+            })
+            .unwrap()
+    };
+    wait_for("the handler running", || running.load(Ordering::SeqCst));
+    let report = pool.shutdown(Duration::ZERO);
+    assert_eq!((report.finished, report.given_back), (1, 0), "{report:?}");
+    assert_eq!(report.still_running, 0);
+    assert_eq!(q.queue.job(id).unwrap(), None);
+    let r = q.queue.database().begin_read().unwrap();
+    assert_eq!(r.open_table(DONE).unwrap().len().unwrap(), 1);
+}
+
+/// A job whose own lease is shorter than the configured heartbeat interval is still kept:
+/// the interval is at most half the extend.
+#[test]
+fn a_short_job_lease_is_kept_even_with_a_long_heartbeat_interval() {
+    let q = queue(Duration::from_secs(30));
+    let id = q
+        .queue
+        .enqueue(b"x", EnqueueOptions::default().lease(ms(300)))
+        .unwrap()
+        .id();
+    let running = Arc::new(AtomicBool::new(false));
+    let pool = {
+        let running = running.clone();
+        WorkerPool::builder(&q.queue)
+            .threads(1)
+            .heartbeat_every(Duration::from_secs(10))
+            .start(move |_| {
+                running.store(true, Ordering::SeqCst);
+                std::thread::sleep(ms(1000));
+                Ok(())
+            })
+            .unwrap()
+    };
+    wait_for("the handler running", || running.load(Ordering::SeqCst));
+    let poller = Poller::start(&q.queue);
+    wait_for("the job acked", || q.queue.job(id).unwrap().is_none());
+    let got = poller.finish();
+    let stats = pool.shutdown(Duration::from_secs(5)).stats;
+    assert!(got.is_empty(), "the second consumer got {got:?}");
+    assert_eq!((stats.acked, stats.lost), (1, 0));
+    assert!(stats.heartbeats >= 4, "every 150 ms: {stats:?}");
 }
