@@ -163,8 +163,9 @@ fn run() -> Result<bool, Error> {
             .payload_bytes_max(leaseq::PAYLOAD_BYTES_MAX_CAP)
             .open(&queue_path)?;
         for (key, line) in &lines {
+            // The job type the workers decode: `(String, String)`.
             queue.enqueue_value(
-                &(key.as_str(), line.as_str()),
+                &(key.clone(), line.clone()),
                 EnqueueOptions::default().idempotency_key(key),
             )?;
         }

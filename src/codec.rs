@@ -7,9 +7,10 @@
 //!
 //! Record layout: `[version: u8][bincode body][FNV-1a 64 of version and body: u64 LE]`.
 //! Record version 2 (format 2) adds the job's own retry policy and dedup window to version 1;
-//! record version 3 (format 3) adds where a large payload lives. Older records are still read
+//! record version 3 (format 3) adds where a large payload lives; record version 4 (format 5)
+//! adds the snooze count and the encoding of a typed payload. Older records are still read
 //! (version 1 with neither retry policy nor dedup window; versions 1 and 2 with the payload
-//! inline).
+//! inline; versions 1 to 3 never snoozed, with no recorded encoding).
 //!
 //! Payloads of more than [`PAYLOAD_INLINE_MAX`] bytes are stored apart from the record, in
 //! `leaseq_payloads` under the job id, with their length and checksum in the record
@@ -25,7 +26,7 @@ use crate::job::JobState;
 use crate::retry::{RetryKind, RetryPolicy};
 
 /// First byte of every encoded record.
-const RECORD_VERSION: u8 = 3;
+const RECORD_VERSION: u8 = 4;
 
 /// The largest payload kept inline in its job record, in bytes; larger ones are stored apart
 /// (`leaseq_payloads`). Small enough that a rewritten record stays within a fraction of a
@@ -91,6 +92,55 @@ pub(crate) struct JobRecord {
     pub dedup_window_ms: Option<u64>,
     /// Set when the payload is stored apart (`leaseq_payloads`); `payload` is then empty.
     pub payload_apart: Option<PayloadRef>,
+    /// Times the job was snoozed (given back without charging the attempt).
+    pub snoozes: u32,
+    /// How a typed payload was encoded ([`Encoding::tag`]); `None` for raw bytes.
+    pub encoding: Option<u8>,
+}
+
+/// A job record of record version 3: [`JobRecord`] without `snoozes` and `encoding`.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct JobRecordV3 {
+    state: StoredState,
+    priority: i32,
+    run_at_ms: u64,
+    attempts: u32,
+    max_attempts: u32,
+    lease_ms: Option<u64>,
+    created_ms: u64,
+    seq: u64,
+    idempotency_key: Option<Vec<u8>>,
+    dedup_key: Option<Vec<u8>>,
+    last_error: Option<String>,
+    payload: Vec<u8>,
+    retry: Option<StoredRetry>,
+    dedup_window_ms: Option<u64>,
+    payload_apart: Option<PayloadRef>,
+}
+
+impl From<JobRecordV3> for JobRecord {
+    fn from(r: JobRecordV3) -> JobRecord {
+        JobRecord {
+            state: r.state,
+            priority: r.priority,
+            run_at_ms: r.run_at_ms,
+            attempts: r.attempts,
+            max_attempts: r.max_attempts,
+            lease_ms: r.lease_ms,
+            created_ms: r.created_ms,
+            seq: r.seq,
+            idempotency_key: r.idempotency_key,
+            dedup_key: r.dedup_key,
+            last_error: r.last_error,
+            payload: r.payload,
+            retry: r.retry,
+            dedup_window_ms: r.dedup_window_ms,
+            payload_apart: r.payload_apart,
+            snoozes: 0,
+            encoding: None,
+        }
+    }
 }
 
 /// A payload stored apart from its record: its length and FNV-1a checksum, checked when it
@@ -162,6 +212,8 @@ impl From<JobRecordV2> for JobRecord {
             retry: r.retry,
             dedup_window_ms: r.dedup_window_ms,
             payload_apart: None,
+            snoozes: 0,
+            encoding: None,
         }
     }
 }
@@ -201,6 +253,8 @@ impl From<JobRecordV1> for JobRecord {
             retry: None,
             dedup_window_ms: None,
             payload_apart: None,
+            snoozes: 0,
+            encoding: None,
         }
     }
 }
@@ -288,6 +342,12 @@ impl JobRecord {
         if let Some(r) = &self.retry {
             r.policy()?;
         }
+        if self
+            .encoding
+            .is_some_and(|t| Encoding::from_tag(t).is_none())
+        {
+            return fail("unknown payload encoding");
+        }
         let window_max_ms = crate::clock::duration_ms(crate::DELAY_MAX);
         if self
             .dedup_window_ms
@@ -336,6 +396,12 @@ impl JobRecord {
             RECORD_VERSION => {
                 bincode::serde::decode_from_slice(body, record_config()).map_err(decode_error)?
             }
+            3 => {
+                let (v3, used): (JobRecordV3, usize) =
+                    bincode::serde::decode_from_slice(body, record_config())
+                        .map_err(decode_error)?;
+                (v3.into(), used)
+            }
             2 => {
                 let (v2, used): (JobRecordV2, usize) =
                     bincode::serde::decode_from_slice(body, record_config())
@@ -369,26 +435,93 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Encodes a typed payload (bincode 2, standard configuration, via serde).
-pub(crate) fn encode_payload<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
-    bincode::serde::encode_to_vec(value, config::standard()).map_err(|e| Error::PayloadCodec {
-        detail: e.to_string(),
-    })
+/// Encodes a typed payload with `encoding`, and checks that it decodes back as a `T`: a value
+/// that serializes but can never be read (serde's internally tagged enums and
+/// `#[serde(flatten)]` under bincode, which is not self-describing) is refused at enqueue, not
+/// found out at dequeue.
+pub(crate) fn encode_payload<T>(value: &T, encoding: Encoding) -> Result<Vec<u8>>
+where
+    T: Serialize + serde::de::DeserializeOwned,
+{
+    let codec_error = |detail: String| Error::PayloadCodec { detail };
+    let bytes = match encoding {
+        Encoding::Bincode => bincode::serde::encode_to_vec(value, config::standard())
+            .map_err(|e| codec_error(e.to_string()))?,
+        Encoding::Json => serde_json::to_vec(value).map_err(|e| codec_error(e.to_string()))?,
+    };
+    decode_payload::<T>(&bytes, encoding).map_err(|e| {
+        codec_error(format!(
+            "the value encodes with {encoding:?} but does not decode back: {e}"
+        ))
+    })?;
+    Ok(bytes)
 }
 
-/// Decodes a typed payload written by [`encode_payload`]; trailing bytes are an error.
-pub(crate) fn decode_payload<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
-    let cfg = config::standard().with_limit::<{ crate::PAYLOAD_BYTES_MAX_CAP }>();
-    let (value, used) =
-        bincode::serde::decode_from_slice(bytes, cfg).map_err(|e| Error::PayloadCodec {
-            detail: e.to_string(),
-        })?;
-    if used != bytes.len() {
-        return Err(Error::PayloadCodec {
-            detail: format!("{} trailing bytes", bytes.len() - used),
-        });
+/// Decodes a typed payload written by [`encode_payload`] with `encoding`; trailing bytes are
+/// an error. Reads at most the payload cap: no length inside the bytes makes it allocate more.
+pub(crate) fn decode_payload<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    encoding: Encoding,
+) -> Result<T> {
+    let codec_error = |detail: String| Error::PayloadCodec { detail };
+    match encoding {
+        Encoding::Bincode => {
+            let cfg = config::standard().with_limit::<{ crate::PAYLOAD_BYTES_MAX_CAP }>();
+            let (value, used) = bincode::serde::decode_from_slice(bytes, cfg)
+                .map_err(|e| codec_error(e.to_string()))?;
+            if used != bytes.len() {
+                return Err(codec_error(format!(
+                    "{} trailing bytes",
+                    bytes.len() - used
+                )));
+            }
+            Ok(value)
+        }
+        // serde_json rejects trailing characters itself, and allocates in proportion to the
+        // text it reads.
+        Encoding::Json => serde_json::from_slice(bytes).map_err(|e| codec_error(e.to_string())),
     }
-    Ok(value)
+}
+
+/// How [`Queue::enqueue_value`](crate::Queue::enqueue_value) encodes a typed payload, and
+/// [`Lease::decode`](crate::Lease::decode) decodes it. Each job records the encoding it was
+/// enqueued with, so a queue can change encodings with jobs of the old one still waiting.
+///
+/// - `Bincode` (the default): compact and fast, but not self-describing. Fields are read by
+///   position: adding, removing or reordering a field of a job type makes the jobs already
+///   stored fail to decode (`PayloadCodec`), and serde's internally tagged enums
+///   (`#[serde(tag = "..")]`), `#[serde(flatten)]` and untagged enums cannot be decoded at all
+///   (refused at enqueue).
+/// - `Json` (serde_json): self-describing, larger and slower. A field added with
+///   `#[serde(default)]` reads old jobs; unknown fields are ignored; every serde enum
+///   representation works. Choose it for job types that change across app versions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Encoding {
+    /// bincode 2, standard configuration (variable-length integers), via serde.
+    #[default]
+    Bincode,
+    /// JSON via serde_json (UTF-8 text).
+    Json,
+}
+
+impl Encoding {
+    /// Its tag in a job record.
+    pub(crate) fn tag(self) -> u8 {
+        match self {
+            Encoding::Bincode => 0,
+            Encoding::Json => 1,
+        }
+    }
+
+    /// The encoding of a record's tag, if known.
+    pub(crate) fn from_tag(tag: u8) -> Option<Encoding> {
+        match tag {
+            0 => Some(Encoding::Bincode),
+            1 => Some(Encoding::Json),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -417,6 +550,8 @@ mod tests {
             ))),
             dedup_window_ms: None,
             payload_apart: None,
+            snoozes: 2,
+            encoding: Some(1),
         }
     }
 
@@ -461,6 +596,8 @@ mod tests {
             JobRecord {
                 retry: None,
                 dedup_window_ms: None,
+                snoozes: 0,
+                encoding: None,
                 ..r
             }
         );
@@ -528,9 +665,10 @@ mod tests {
         let mut bytes = record().encode().unwrap();
         let n = bytes.len() - 8;
         // The payload length is the 8 bytes before the 5-byte payload itself, which the retry
-        // policy (tag, kind, base, cap, jitter: 19 bytes), the dedup window (`None`: 1 byte)
-        // and the payload reference (`None`: 1 byte) follow.
-        let end = n - 19 - 1 - 1;
+        // policy (tag, kind, base, cap, jitter: 19 bytes), the dedup window (`None`: 1 byte),
+        // the payload reference (`None`: 1 byte), the snooze count (4 bytes) and the encoding
+        // (`Some(1)`: 2 bytes) follow.
+        let end = n - 19 - 1 - 1 - 4 - 2;
         assert_eq!(&bytes[end - 5..end], b"hello");
         bytes[end - 5 - 8..end - 5].copy_from_slice(&(1u64 << 60).to_le_bytes());
         let err = JobRecord::decode(&reseal(bytes)).unwrap_err();
@@ -571,15 +709,62 @@ mod tests {
 
     #[test]
     fn typed_payload_round_trips_and_rejects_trailing_bytes() {
-        let v = ("order", 42u32, vec![1.5f64]);
-        let bytes = encode_payload(&v).unwrap();
-        let back: (String, u32, Vec<f64>) = decode_payload(&bytes).unwrap();
-        assert_eq!(back, ("order".to_string(), 42, vec![1.5]));
-        let mut longer = bytes.clone();
-        longer.push(0);
-        assert!(matches!(
-            decode_payload::<(String, u32, Vec<f64>)>(&longer),
-            Err(Error::PayloadCodec { .. })
-        ));
+        let v = ("order".to_string(), 42u32, vec![1.5f64]);
+        for enc in [Encoding::Bincode, Encoding::Json] {
+            let bytes = encode_payload(&v, enc).unwrap();
+            let back: (String, u32, Vec<f64>) = decode_payload(&bytes, enc).unwrap();
+            assert_eq!(back, v);
+            let mut longer = bytes.clone();
+            longer.push(b'0');
+            assert!(matches!(
+                decode_payload::<(String, u32, Vec<f64>)>(&longer, enc),
+                Err(Error::PayloadCodec { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn encoding_tags_round_trip_and_unknown_tags_fail_validation() {
+        for enc in [Encoding::Bincode, Encoding::Json] {
+            assert_eq!(Encoding::from_tag(enc.tag()), Some(enc));
+        }
+        let mut r = record();
+        r.encoding = Some(9);
+        assert!(r.validate().is_err());
+    }
+
+    #[test]
+    fn version_3_records_read_as_never_snoozed_without_encoding() {
+        let r = record();
+        let v3 = JobRecordV3 {
+            state: r.state.clone(),
+            priority: r.priority,
+            run_at_ms: r.run_at_ms,
+            attempts: r.attempts,
+            max_attempts: r.max_attempts,
+            lease_ms: r.lease_ms,
+            created_ms: r.created_ms,
+            seq: r.seq,
+            idempotency_key: r.idempotency_key.clone(),
+            dedup_key: r.dedup_key.clone(),
+            last_error: r.last_error.clone(),
+            payload: r.payload.clone(),
+            retry: r.retry,
+            dedup_window_ms: r.dedup_window_ms,
+            payload_apart: r.payload_apart,
+        };
+        let mut bytes = vec![3u8];
+        bincode::serde::encode_into_std_write(&v3, &mut bytes, record_config()).unwrap();
+        let sum = fnv1a64(&bytes);
+        bytes.extend_from_slice(&sum.to_le_bytes());
+        let back = JobRecord::decode(&bytes).unwrap();
+        assert_eq!(
+            back,
+            JobRecord {
+                snoozes: 0,
+                encoding: None,
+                ..r
+            }
+        );
     }
 }

@@ -704,6 +704,22 @@ impl Committer {
 }
 
 fn commit_group(g: OpenGroup) -> std::result::Result<(), String> {
+    let _span = tracing::debug_span!(
+        "leaseq.commit",
+        members = g.members,
+        durable = g.durable,
+        dirty = g.dirty
+    )
+    .entered();
+    let members = g.members;
+    let r = commit_group_inner(g);
+    if let Err(e) = &r {
+        tracing::error!(members, error = %e, "leaseq: group commit failed");
+    }
+    r
+}
+
+fn commit_group_inner(g: OpenGroup) -> std::result::Result<(), String> {
     if !g.dirty {
         debug_assert_eq!(
             g.counters, g.counters_at_start,

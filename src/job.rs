@@ -56,6 +56,8 @@ pub struct EnqueueOptions {
     pub(crate) lease: Option<Duration>,
     pub(crate) retry: Option<crate::RetryPolicy>,
     pub(crate) dedup_window: Option<Duration>,
+    /// Set by `enqueue_value`: how the payload was encoded.
+    pub(crate) encoding: Option<crate::Encoding>,
 }
 
 impl EnqueueOptions {
@@ -168,8 +170,9 @@ pub enum Applied {
     AlreadyApplied,
 }
 
-/// A snapshot of one job, for inspection ([`Queue::job`](crate::Queue::job)).
+/// A snapshot of one job, for inspection ([`Queue::job`](crate::Queue::job)) and export.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct JobInfo {
     /// The job's id.
     pub id: JobId,
@@ -202,6 +205,19 @@ pub struct JobInfo {
     pub dedup_key: Option<Vec<u8>>,
     /// The payload's length in bytes.
     pub payload_bytes: usize,
+    /// Times it was snoozed ([`Lease::snooze`](crate::Lease::snooze): given back without
+    /// charging the attempt).
+    pub snoozes: u32,
+    /// Its own lease duration in ms, if given at enqueue
+    /// ([`EnqueueOptions::lease`]); `None` uses the queue's.
+    pub lease_ms: Option<u64>,
+    /// Its own retry policy, if given at enqueue ([`EnqueueOptions::retry`]).
+    pub retry: Option<crate::RetryPolicy>,
+    /// Its dedup window in ms, if given ([`EnqueueOptions::dedup_window`]).
+    pub dedup_window_ms: Option<u64>,
+    /// The encoding of a payload enqueued with
+    /// [`Queue::enqueue_value`](crate::Queue::enqueue_value); `None` for raw bytes.
+    pub encoding: Option<crate::Encoding>,
 }
 
 /// One page of [`Queue::jobs`](crate::Queue::jobs).
@@ -270,4 +286,106 @@ pub struct Quarantined {
     pub reason: String,
     /// The length of the row's bytes as found.
     pub record_bytes: usize,
+}
+
+/// A job to add as it was, with its state and history, for
+/// [`Queue::import_batch`](crate::Queue::import_batch): what `leaseq import` reads back from
+/// `leaseq export` (moving jobs between files, or restoring a backup). Built with
+/// [`ImportJob::new`] and its setters; everything not set is as a fresh enqueue.
+///
+/// ```
+/// use leaseq::{EnqueueOptions, ImportJob, JobState};
+/// let job = ImportJob::new(b"resize 42".to_vec())
+///     .options(EnqueueOptions::default().priority(-1).max_attempts(5))
+///     .state(JobState::Dead)
+///     .run_at_ms(1_700_000_000_000) // when it died
+///     .attempts(5)
+///     .last_error(Some("timeout".into()));
+/// # let _ = job;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportJob {
+    pub(crate) payload: Vec<u8>,
+    pub(crate) options: EnqueueOptions,
+    pub(crate) state: JobState,
+    pub(crate) run_at_ms: Option<u64>,
+    pub(crate) attempts: u32,
+    pub(crate) snoozes: u32,
+    pub(crate) last_error: Option<String>,
+    pub(crate) created_ms: Option<u64>,
+    pub(crate) encoding: Option<crate::Encoding>,
+}
+
+impl ImportJob {
+    /// A ready job with `payload` and default options, no attempts made.
+    pub fn new(payload: Vec<u8>) -> ImportJob {
+        ImportJob {
+            payload,
+            options: EnqueueOptions::default(),
+            state: JobState::Ready,
+            run_at_ms: None,
+            attempts: 0,
+            snoozes: 0,
+            last_error: None,
+            created_ms: None,
+            encoding: None,
+        }
+    }
+
+    /// Its options: priority, max attempts, lease, retry policy, idempotency key, dedup key
+    /// and window, checked as at enqueue. Their `delay` is ignored: the state and
+    /// [`run_at_ms`](ImportJob::run_at_ms) say when it is due.
+    pub fn options(mut self, options: EnqueueOptions) -> ImportJob {
+        self.options = options;
+        self
+    }
+
+    /// Its state (default `Ready`). `Leased` is taken as a lease that ended without an ack,
+    /// as a reopen after a crash returns it: ready again, or dead with "lease expired" when it
+    /// has no attempts left.
+    pub fn state(mut self, state: JobState) -> ImportJob {
+        self.state = state;
+        self
+    }
+
+    /// Unix ms. Scheduled: when it is due. Dead: when it died (kept for
+    /// [`Builder::dead_retention`](crate::Builder::dead_retention)). Ready: when it became
+    /// ready (informative; the ready line follows the import order). Default: the import's
+    /// time.
+    pub fn run_at_ms(mut self, run_at_ms: u64) -> ImportJob {
+        self.run_at_ms = Some(run_at_ms);
+        self
+    }
+
+    /// Deliveries already made (default 0). A ready or scheduled job must have one left
+    /// (`attempts < max_attempts`); a dead one at most `max_attempts`.
+    pub fn attempts(mut self, attempts: u32) -> ImportJob {
+        self.attempts = attempts;
+        self
+    }
+
+    /// Times it was snoozed (default 0).
+    pub fn snoozes(mut self, snoozes: u32) -> ImportJob {
+        self.snoozes = snoozes;
+        self
+    }
+
+    /// Its last error (kept up to 4096 bytes, cut at a character boundary).
+    pub fn last_error(mut self, last_error: Option<String>) -> ImportJob {
+        self.last_error = last_error;
+        self
+    }
+
+    /// When it was first enqueued, Unix ms (default: the import's time). A dedup window runs
+    /// from it.
+    pub fn created_ms(mut self, created_ms: u64) -> ImportJob {
+        self.created_ms = Some(created_ms);
+        self
+    }
+
+    /// The encoding of a typed payload ([`JobInfo::encoding`]); `None` for raw bytes.
+    pub fn encoding(mut self, encoding: Option<crate::Encoding>) -> ImportJob {
+        self.encoding = encoding;
+        self
+    }
 }

@@ -52,6 +52,9 @@ pub struct Lease {
     pub(crate) deadline_ms: AtomicU64,
     pub(crate) lease_ms: u64,
     pub(crate) idempotency_key: Option<Vec<u8>>,
+    /// How [`Lease::decode`] reads the payload: the job's recorded encoding, else its
+    /// handle's.
+    pub(crate) encoding: crate::Encoding,
     pub(crate) payload: Vec<u8>,
 }
 
@@ -79,12 +82,21 @@ impl Lease {
         &self.payload
     }
 
-    /// Decodes a payload enqueued with [`Queue::enqueue_value`].
+    /// Decodes a payload enqueued with [`Queue::enqueue_value`], with the encoding the job
+    /// recorded then (for a job enqueued as raw bytes, or before format 5: the
+    /// [`Encoding`](crate::Encoding) of the handle that dequeued it).
     ///
     /// # Errors
-    /// [`Error::PayloadCodec`](crate::Error::PayloadCodec) if the bytes are not a `T`.
+    /// [`Error::PayloadCodec`](crate::Error::PayloadCodec) if the bytes are not a `T` (with
+    /// bincode: also when the job type gained, lost or reordered a field since the job was
+    /// enqueued; see [`Encoding`](crate::Encoding)).
     pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
-        crate::codec::decode_payload(&self.payload)
+        crate::codec::decode_payload(&self.payload, self.encoding)
+    }
+
+    /// The encoding [`decode`](Lease::decode) uses for this job.
+    pub fn encoding(&self) -> crate::Encoding {
+        self.encoding
     }
 
     /// Which delivery this is: 1 for the first, counting every earlier delivery however it
@@ -114,9 +126,9 @@ impl Lease {
         self.idempotency_key.as_deref()
     }
 
-    /// The lease deadline, in Unix milliseconds of the queue's clock (moved by
-    /// [`extend`](Lease::extend) and heartbeats made by this lease's [`Heartbeat`]s only as far
-    /// as this handle sees: it reads the latest value any of them set).
+    /// The lease deadline, in Unix milliseconds of the queue's clock, as this delivery began
+    /// or as [`extend`](Lease::extend) last set it (extends made through a [`Heartbeat`] are
+    /// not seen here: [`Heartbeat::extend`] returns them).
     pub fn deadline_ms(&self) -> u64 {
         self.deadline_ms.load(Ordering::SeqCst)
     }
@@ -313,6 +325,33 @@ impl Lease {
         r
     }
 
+    /// Gives the job back **without charging the attempt**, to be due after `delay` (whole
+    /// milliseconds; `Duration::ZERO`: ready at once, behind the jobs already ready): for a
+    /// worker that chose not to run it now (shutting down, a rate limit, a resource busy),
+    /// not for a job that failed. As Oban's `{:snooze, seconds}`, River's `JobSnooze` and
+    /// BullMQ's `moveToDelayed`.
+    ///
+    /// Its attempt count goes back down by one and its snooze count
+    /// ([`JobInfo::snoozes`](crate::JobInfo::snoozes)) up by one; its last error is kept. It
+    /// never dead-letters, whatever attempts are left. It is fenced like every lease call, and
+    /// only an explicit snooze is free: a worker that crashes or lets the lease expire is
+    /// charged the attempt as always, so a job that kills its worker still reaches the
+    /// dead-letter state.
+    ///
+    /// # Errors
+    /// `InvalidOption` if `delay` is above [`DELAY_MAX`](crate::DELAY_MAX) (nothing written,
+    /// the lease stays current); otherwise as [`Lease::ack`].
+    pub fn snooze(&self, delay: Duration) -> Result<()> {
+        if delay > crate::DELAY_MAX {
+            return Err(crate::Error::invalid_option("delay", "above DELAY_MAX"));
+        }
+        let (key, q) = (self.key()[0], self.queue()?);
+        let (now_ms, delay_ms) = (q.now_ms(), crate::clock::duration_ms(delay));
+        let r = q.run(&mut |ctx| store::snooze(ctx, q.config().tables, key, now_ms, delay_ms))?;
+        self.settle(&r);
+        r
+    }
+
     /// Moves the job to the dead-letter state now, with `reason` (kept up to 4096 bytes, cut
     /// at a character boundary) as its last error, whatever attempts it has left.
     ///
@@ -344,7 +383,7 @@ impl Lease {
         if matches!(r, Err(crate::Error::LeaseLost { .. })) {
             self.settle(&r);
         }
-        self.deadline_ms.fetch_max(r?, Ordering::SeqCst);
+        self.deadline_ms.store(r?, Ordering::SeqCst);
         Ok(())
     }
 }

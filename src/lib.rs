@@ -70,12 +70,13 @@ pub mod sim;
 pub use redb;
 
 pub use clock::{Clock, ClockWaker, ManualClock, SystemClock};
+pub use codec::Encoding;
 pub use commit::{CommitStats, Durability};
 pub(crate) use error::panic_message;
 pub use error::{BoxError, Error, Result};
 pub use job::{
-    Applied, EnqueueOptions, Enqueued, JobCursor, JobId, JobInfo, JobPage, JobState, Quarantined,
-    Stats,
+    Applied, EnqueueOptions, Enqueued, ImportJob, JobCursor, JobId, JobInfo, JobPage, JobState,
+    Quarantined, Stats,
 };
 pub use lease::{Heartbeat, Lease};
 pub use limits::{

@@ -86,6 +86,7 @@ pub struct Builder {
     retry: RetryPolicy,
     applied_retention: Option<Duration>,
     dead_retention: Option<Duration>,
+    encoding: crate::Encoding,
 }
 
 impl fmt::Debug for Builder {
@@ -103,6 +104,7 @@ impl fmt::Debug for Builder {
             .field("retry", &self.retry)
             .field("applied_retention", &self.applied_retention)
             .field("dead_retention", &self.dead_retention)
+            .field("encoding", &self.encoding)
             .finish()
     }
 }
@@ -123,6 +125,7 @@ impl Default for Builder {
             retry: RetryPolicy::default(),
             applied_retention: Some(APPLIED_RETENTION_DEFAULT),
             dead_retention: None,
+            encoding: crate::Encoding::Bincode,
         }
     }
 }
@@ -180,6 +183,15 @@ impl Builder {
     /// which is what a full repair costs.
     pub fn quick_repair(mut self, enabled: bool) -> Self {
         self.quick_repair = enabled;
+        self
+    }
+
+    /// How [`Queue::enqueue_value`] encodes typed payloads on the handles this builder opens
+    /// (named queues start with it too); default [`Encoding::Bincode`](crate::Encoding::Bincode).
+    /// Jobs record their encoding, so changing it later still decodes the jobs stored before.
+    /// See [`Encoding`](crate::Encoding) for which to choose.
+    pub fn encoding(mut self, encoding: crate::Encoding) -> Self {
+        self.encoding = encoding;
         self
     }
 
@@ -305,6 +317,7 @@ impl Builder {
             retry: self.retry,
             tables: &crate::schema::DEFAULT_TABLES,
             file: 0,
+            encoding: self.encoding,
         })
     }
 
@@ -343,7 +356,11 @@ impl Builder {
     /// - `Io` or `Storage` for I/O failures.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Queue> {
         let path = path.as_ref();
-        guarded(|| self.open_path(path))
+        let _span = tracing::info_span!("leaseq.open", path = %path.display()).entered();
+        let started = std::time::Instant::now();
+        let r = guarded(|| self.open_path(path));
+        logged(&r, started);
+        r
     }
 
     fn open_path(&self, path: &Path) -> Result<Queue> {
@@ -454,7 +471,11 @@ impl Builder {
     /// # Errors
     /// As [`Builder::open`], without the path-based checks.
     pub fn open_backend(&self, backend: impl StorageBackend) -> Result<Queue> {
-        guarded(|| self.open_on_backend(backend))
+        let _span = tracing::info_span!("leaseq.open", backend = true).entered();
+        let started = std::time::Instant::now();
+        let r = guarded(|| self.open_on_backend(backend));
+        logged(&r, started);
+        r
     }
 
     fn open_on_backend(&self, backend: impl StorageBackend) -> Result<Queue> {
@@ -508,7 +529,11 @@ impl Builder {
     /// cannot repair; `Storage` (`TransactionInProgress`) if the check is on and the caller
     /// still holds a transaction on `db`; `Storage` or `Corrupted` from redb otherwise.
     pub fn attach(&self, db: Database) -> Result<Queue> {
-        guarded(|| self.attach_db(db))
+        let _span = tracing::info_span!("leaseq.open", attach = true).entered();
+        let started = std::time::Instant::now();
+        let r = guarded(|| self.attach_db(db));
+        logged(&r, started);
+        r
     }
 
     fn attach_db(&self, mut db: Database) -> Result<Queue> {
@@ -825,4 +850,36 @@ pub(crate) struct Inner {
     pub(crate) recovery: Recovery,
     /// Set by [`Queue::close`]: no new enqueue or delivery through any handle of the file.
     pub(crate) closed: std::sync::atomic::AtomicBool,
+}
+
+/// One `tracing` event for an open: what its recovery did, or why it was refused.
+fn logged(r: &Result<Queue>, started: std::time::Instant) {
+    match r {
+        Ok(q) => log_recovery(&q.inner.recovery, started.elapsed()),
+        Err(e) => tracing::warn!(error = %e, "leaseq: open refused"),
+    }
+}
+
+/// The recovery done at an open, as one `tracing` event (info when it had work, debug
+/// otherwise).
+fn log_recovery(r: &Recovery, elapsed: std::time::Duration) {
+    let elapsed_ms = elapsed.as_millis() as u64;
+    let busy = r.leases_returned > 0
+        || r.leases_dead_lettered > 0
+        || r.quarantined > 0
+        || r.repaired
+        || r.upgraded_from.is_some();
+    if busy {
+        tracing::info!(
+            elapsed_ms,
+            leases_returned = r.leases_returned,
+            leases_dead_lettered = r.leases_dead_lettered,
+            quarantined = r.quarantined,
+            repaired = r.repaired,
+            upgraded_from = r.upgraded_from,
+            "leaseq: opened after recovery"
+        );
+    } else {
+        tracing::debug!(elapsed_ms, created = r.created, "leaseq: opened");
+    }
 }

@@ -189,6 +189,16 @@ impl Queue {
         Ok(q)
     }
 
+    /// This handle with another [`Encoding`](crate::Encoding) for
+    /// [`enqueue_value`](Queue::enqueue_value) (and for decoding jobs that recorded none: raw
+    /// payloads and jobs of files before format 5). Other handles are unchanged; nothing is
+    /// stored until a job is enqueued.
+    pub fn with_encoding(&self, encoding: crate::Encoding) -> Queue {
+        let mut q = self.clone();
+        q.cfg.encoding = encoding;
+        q
+    }
+
     /// This handle with another default retry policy, for the jobs it gives back that have
     /// none of their own. Nothing is stored.
     ///
@@ -213,16 +223,41 @@ impl Queue {
         Ok(out.remove(0))
     }
 
-    /// Enqueues `value` encoded with bincode (serde); read it back with [`Lease::decode`].
+    /// Enqueues `value` encoded with the handle's [`Encoding`](crate::Encoding) (bincode
+    /// unless [`Builder::encoding`] or [`Queue::with_encoding`] chose another); read it back
+    /// with [`Lease::decode`]. The job records its encoding, so it decodes the same way
+    /// whatever handle later delivers it.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    /// enum Job {
+    ///     Email { to: String },
+    ///     Resize { width: u32 },
+    /// }
+    /// queue.enqueue_value(&Job::Resize { width: 640 }, Default::default())?;
+    /// let lease = queue.dequeue()?.expect("a job");
+    /// assert_eq!(lease.decode::<Job>()?, Job::Resize { width: 640 });
+    /// lease.ack()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
-    /// `PayloadCodec` if `value` does not serialize; otherwise as [`Queue::enqueue`].
-    pub fn enqueue_value<T: serde::Serialize + ?Sized>(
-        &self,
-        value: &T,
-        opts: EnqueueOptions,
-    ) -> Result<Enqueued> {
-        self.enqueue(&crate::codec::encode_payload(value)?, opts)
+    /// `PayloadCodec` if `value` does not serialize, or serializes to bytes that do not decode
+    /// back as a `T` (with bincode: a serde internally tagged or untagged enum, or a
+    /// `#[serde(flatten)]` field; use [`Encoding::Json`](crate::Encoding::Json) for those):
+    /// nothing is written. Otherwise as [`Queue::enqueue`].
+    pub fn enqueue_value<T>(&self, value: &T, opts: EnqueueOptions) -> Result<Enqueued>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let payload = crate::codec::encode_payload(value, self.cfg.encoding)?;
+        let opts = EnqueueOptions {
+            encoding: Some(self.cfg.encoding),
+            ..opts
+        };
+        self.enqueue(&payload, opts)
     }
 
     /// Enqueues up to [`BATCH_MAX`](crate::BATCH_MAX) jobs in one commit (one fsync) and returns
@@ -240,6 +275,33 @@ impl Queue {
     ) -> Result<Vec<Enqueued>> {
         self.check_open()?;
         let records = store::new_records(&self.cfg, self.now_ms(), jobs)?;
+        self.run(&mut |ctx| store::enqueue(ctx, self.cfg.tables, &records))
+    }
+
+    /// Adds up to [`BATCH_MAX`](crate::BATCH_MAX) jobs with their state and history (attempts,
+    /// last error, due or death time) in one commit, all or nothing, and returns one result per
+    /// job, in order: `New(id)` with a new id, or `Duplicate`/`DuplicateDead` when its dedup
+    /// key is held (as [`Queue::enqueue_batch`]). For moving jobs between files and restoring
+    /// an export (`leaseq import`); see [`ImportJob`](crate::ImportJob). Ready jobs join the
+    /// back of their priority in the order given. Applied markers are not imported: a job
+    /// without an idempotency key gets a new id, so its effect's marker (keyed by the old
+    /// id) does not follow it.
+    ///
+    /// # Errors
+    /// `InvalidOption` for an empty or oversized batch, or for the first job refused (an
+    /// option out of range, attempts not below `max_attempts` for a job still to run, or above
+    /// it for a dead one); `PayloadTooLarge`, `KeyTooLong`: nothing is written. `Closed`;
+    /// `CommitFailed`, `Storage` or `Reentrant`.
+    pub fn import_batch(&self, jobs: &[crate::ImportJob]) -> Result<Vec<Enqueued>> {
+        self.check_open()?;
+        if jobs.is_empty() || jobs.len() > crate::BATCH_MAX {
+            return Err(batch_too_large("jobs"));
+        }
+        let now_ms = self.now_ms();
+        let records = jobs
+            .iter()
+            .map(|j| store::import_record(&self.cfg, now_ms, j))
+            .collect::<Result<Vec<_>>>()?;
         self.run(&mut |ctx| store::enqueue(ctx, self.cfg.tables, &records))
     }
 
@@ -335,6 +397,7 @@ impl Queue {
             deadline_ms: std::sync::atomic::AtomicU64::new(l.deadline_ms),
             lease_ms: l.lease_ms,
             idempotency_key: l.idempotency_key,
+            encoding: l.encoding.unwrap_or(self.cfg.encoding),
             payload: l.payload,
         }
     }
@@ -887,6 +950,13 @@ impl Queue {
                 break;
             }
         }
+        tracing::info!(
+            queue = self.cfg.tables.qid,
+            applied = out.applied,
+            dedup_windows = out.dedup_windows,
+            dead = out.dead,
+            "leaseq: pruned"
+        );
         Ok(out)
     }
 
@@ -917,6 +987,8 @@ impl Queue {
         inner.committer.check_reentrant()?;
         inner.committer.check_not_poisoned()?;
         let db = inner.db.get_mut();
+        let _span = tracing::info_span!("leaseq.compact").entered();
+        let started = std::time::Instant::now();
         match guarded(|| {
             db.compact().map_err(|e| match e {
                 redb::CompactionError::TransactionInProgress => Error::Busy {
@@ -930,9 +1002,17 @@ impl Queue {
                 other => Error::Storage(other.into()),
             })
         }) {
-            Ok(compacted) => Ok(compacted),
+            Ok(compacted) => {
+                tracing::info!(
+                    compacted,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "leaseq: compacted"
+                );
+                Ok(compacted)
+            }
             Err(e @ Error::Busy { .. }) => Err(e),
             Err(e) => {
+                tracing::error!(error = %e, "leaseq: compaction failed");
                 // redb refuses writes after a failed write; say so on every later call.
                 inner.committer.poison(format!("compaction failed: {e}"));
                 Err(e)

@@ -99,6 +99,33 @@ impl RetryPolicy {
         self
     }
 
+    /// Which policy this is: `"immediate"`, `"fixed"` or `"exponential"` (for export and
+    /// display; rebuild it with the constructor of that name).
+    pub fn kind(&self) -> &'static str {
+        match self.kind {
+            RetryKind::Immediate => "immediate",
+            RetryKind::Fixed => "fixed",
+            RetryKind::Exponential => "exponential",
+        }
+    }
+
+    /// The delay of a fixed policy, or the first delay of an exponential one, in ms (0 for
+    /// immediate).
+    pub fn base_ms(&self) -> u64 {
+        self.base_ms
+    }
+
+    /// The longest delay, in ms: an exponential policy's cap, `DELAY_MAX` for a fixed one, 0
+    /// for immediate.
+    pub fn cap_ms(&self) -> u64 {
+        self.cap_ms
+    }
+
+    /// The jitter share, in percent (0 to 100).
+    pub fn jitter_percent(&self) -> u8 {
+        self.jitter_percent
+    }
+
     /// The wait, in milliseconds, before the attempt that follows attempt `attempt` (1 for
     /// the first delivery) of job `job_id`. For a policy whose settings pass the checks made
     /// where it is set (an invalid one is refused there with `InvalidOption`, never used), and

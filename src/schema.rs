@@ -43,6 +43,10 @@
 //!   file) under the name `leaseq_q{n}_…` (`leaseq_q1_jobs`, `leaseq_q1_ready`, …). The
 //!   tables listed above are the default (unnamed) queue's. The upgrade from 3 creates the
 //!   empty registry.
+//! - 5: job records of record version 4: a snooze count and the encoding of a typed payload.
+//!   No table changes; records of version 3 are still read (never snoozed, no recorded
+//!   encoding), so the upgrade from 4 only sets the version (a version-4 build then refuses
+//!   the file instead of quarantining the records it cannot read).
 //!
 //! `leaseq_quarantine` (added within version 1) is created by the first `ack_with` (held open
 //! while closures run, so they cannot open it) or the first quarantine; a file without it has
@@ -51,7 +55,7 @@
 use redb::TableDefinition;
 
 /// The format version this build writes, and the newest it reads.
-pub const FORMAT_VERSION: u64 = 4;
+pub const FORMAT_VERSION: u64 = 5;
 
 pub(crate) type ReadyKey = (u32, u64, u64);
 

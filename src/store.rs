@@ -49,6 +49,8 @@ pub(crate) struct Config {
     pub tables: &'static QueueTables,
     /// The file's committer id (set once the file is open): which file the queue is in.
     pub file: u64,
+    /// How `enqueue_value` encodes, and how `Lease::decode` reads a job that recorded none.
+    pub encoding: crate::Encoding,
 }
 
 /// At most this many expired applied markers are pruned per `ack_with` (twice what one
@@ -74,6 +76,8 @@ pub(crate) struct Leased {
     /// The lease duration this delivery got.
     pub lease_ms: u64,
     pub idempotency_key: Option<Vec<u8>>,
+    /// The encoding the job recorded, if any.
+    pub encoding: Option<crate::Encoding>,
     pub payload: Vec<u8>,
 }
 
@@ -146,6 +150,54 @@ pub(crate) fn new_records<'p>(
         return Err(Error::invalid_option("jobs", "the batch is empty"));
     }
     Ok(records)
+}
+
+/// Validates one imported job and builds its record: as [`new_record`], then its state and
+/// history as given, checked against the record's invariants.
+pub(crate) fn import_record(
+    cfg: &Config,
+    now_ms: u64,
+    job: &crate::ImportJob,
+) -> Result<JobRecord> {
+    let opts = EnqueueOptions {
+        delay: None,
+        encoding: job.encoding,
+        ..job.options.clone()
+    };
+    let mut rec = new_record(cfg, now_ms, &job.payload, &opts)?;
+    rec.created_ms = job.created_ms.unwrap_or(now_ms);
+    rec.attempts = job.attempts;
+    rec.snoozes = job.snoozes;
+    rec.last_error = job.last_error.as_deref().map(truncate_reason);
+    rec.run_at_ms = job.run_at_ms.unwrap_or(now_ms);
+    let left = job.attempts < rec.max_attempts;
+    rec.state = match job.state {
+        JobState::Ready | JobState::Scheduled if !left => {
+            return Err(Error::invalid_option(
+                "attempts",
+                format!(
+                    "{} of {} made: a job still to run needs one left",
+                    job.attempts, rec.max_attempts
+                ),
+            ));
+        }
+        JobState::Ready => StoredState::Ready,
+        JobState::Scheduled => StoredState::Scheduled,
+        // A lease that ended without an ack, as the reopen after a crash returns it.
+        JobState::Leased if left => {
+            rec.run_at_ms = now_ms;
+            StoredState::Ready
+        }
+        JobState::Leased => {
+            rec.run_at_ms = now_ms;
+            rec.last_error = Some(REASON_EXPIRED.to_string());
+            StoredState::Dead
+        }
+        JobState::Dead => StoredState::Dead,
+    };
+    rec.validate()
+        .map_err(|e| Error::invalid_option("job", e.to_string()))?;
+    Ok(rec)
 }
 
 /// Validates one enqueue and builds its record (state and run_at set, id not yet known).
@@ -227,6 +279,8 @@ pub(crate) fn new_record(
         retry: opts.retry.as_ref().map(crate::codec::StoredRetry::new),
         dedup_window_ms,
         payload_apart: None,
+        snoozes: 0,
+        encoding: opts.encoding.map(crate::Encoding::tag),
     })
 }
 
@@ -703,6 +757,13 @@ impl<'t> Tables<'t> {
         self.unindex(id, &rec)?;
         rec.last_error = Some(truncate_reason(reason));
         if rec.attempts >= rec.max_attempts {
+            tracing::info!(
+                queue = self.tq.qid,
+                job_id = id,
+                attempts = rec.attempts,
+                %reason,
+                "leaseq: job dead-lettered (no attempts left)"
+            );
             rec.state = StoredState::Dead;
             rec.run_at_ms = now_ms;
         } else {
@@ -1074,6 +1135,7 @@ pub(crate) fn dequeue(
                 deadline_ms,
                 lease_ms,
                 idempotency_key: rec.idempotency_key,
+                encoding: rec.encoding.and_then(crate::Encoding::from_tag),
                 payload: apart.unwrap_or(rec.payload),
             });
         }
@@ -1383,7 +1445,8 @@ pub(crate) fn prune_dedup_windows(
 /// 1 → 2: the time index of the applied markers and the index of the caller idempotency keys
 /// live jobs carry are built from `leaseq_applied` and `leaseq_jobs`; markers of jobs' own ids
 /// (which guard nothing) are dropped. 2 → 3: payloads above 1 KiB move to `leaseq_payloads`.
-/// 3 → 4: the empty registry of named queues.
+/// 3 → 4: the empty registry of named queues. 4 → 5: the version only (records of version 3
+/// are read as they are).
 /// A row that fails its checks is skipped here: the pass that meets it quarantines it.
 pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     let tx = ctx.tx;
@@ -1394,7 +1457,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
         .ok_or_else(|| Error::corrupted("leaseq_meta has no format version"))?;
     match version {
         FORMAT_VERSION => return Ok(None),
-        1..=3 => {}
+        1..=4 => {}
         _ => {
             return Err(Error::UnsupportedVersion {
                 found: version,
@@ -1411,6 +1474,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     }
     // 3 to 4: the registry of named queues, empty.
     tx.open_table(QUEUES)?;
+    // 4 to 5: nothing to rewrite (version-4 records are written from now on).
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
     Ok(Some(version))
 }
@@ -1549,6 +1613,38 @@ pub(crate) fn nack(
     t.end_attempt(ctx, id, rec, reason, now_ms, at).map(Ok)
 }
 
+/// Gives a leased job back without charging its attempt: due at `now_ms + delay_ms` (ready
+/// at once for 0), its attempt count back down by one, its snooze count up by one. Never
+/// dead-letters; the last error is kept as it was.
+pub(crate) fn snooze(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    (id, token): (u64, u64),
+    now_ms: u64,
+    delay_ms: u64,
+) -> Result<Result<()>> {
+    let mut t = Tables::open(ctx.tx, tq)?;
+    let mut rec = lease_or_refuse!(t, id, token);
+    let at = now_ms
+        .checked_add(delay_ms)
+        .ok_or_else(|| Error::invalid_option("delay", "due time overflows"))?;
+    // A leased job's delivery was counted when it was leased.
+    debug_assert!(rec.attempts >= 1, "leased with no attempt counted");
+    *ctx.dirty = true;
+    ctx.wake(t.tq.qid);
+    t.unindex(id, &rec)?;
+    rec.attempts = rec.attempts.saturating_sub(1);
+    rec.snoozes = rec.snoozes.saturating_add(1);
+    rec.run_at_ms = at;
+    rec.state = if at > now_ms {
+        StoredState::Scheduled
+    } else {
+        rec.seq = ctx.alloc_seq();
+        StoredState::Ready
+    };
+    t.put(id, &rec).map(Ok)
+}
+
 pub(crate) fn fail(
     ctx: &mut Ctx<'_>,
     tq: &'static QueueTables,
@@ -1561,6 +1657,7 @@ pub(crate) fn fail(
     *ctx.dirty = true;
     t.unindex(id, &rec)?;
     rec.last_error = Some(truncate_reason(reason));
+    tracing::info!(queue = tq.qid, job_id = id, %reason, "leaseq: job dead-lettered by fail");
     rec.state = StoredState::Dead;
     rec.run_at_ms = now_ms;
     t.put(id, &rec).map(Ok)
@@ -2020,6 +2117,12 @@ fn info(id: u64, rec: JobRecord) -> JobInfo {
         idempotency_key: rec.idempotency_key,
         dedup_key: rec.dedup_key,
         payload_bytes,
+        snoozes: rec.snoozes,
+        lease_ms: rec.lease_ms,
+        // A stored policy was validated when the record was read.
+        retry: rec.retry.and_then(|r| r.policy().ok()),
+        dedup_window_ms: rec.dedup_window_ms,
+        encoding: rec.encoding.and_then(crate::Encoding::from_tag),
     }
 }
 

@@ -80,17 +80,22 @@ impl<'a> Tx<'a> {
         Ok(out.remove(0))
     }
 
-    /// Enqueues `value` encoded with bincode (serde), as
+    /// Enqueues `value` encoded with the calling handle's encoding, as
     /// [`Queue::enqueue_value`](crate::Queue::enqueue_value).
     ///
     /// # Errors
-    /// `PayloadCodec` if `value` does not serialize; otherwise as [`Tx::enqueue`].
-    pub fn enqueue_value<T: serde::Serialize + ?Sized>(
-        &self,
-        value: &T,
-        opts: EnqueueOptions,
-    ) -> Result<Enqueued> {
-        self.enqueue(&crate::codec::encode_payload(value)?, opts)
+    /// `PayloadCodec` if `value` does not serialize or does not decode back; otherwise as
+    /// [`Tx::enqueue`].
+    pub fn enqueue_value<T>(&self, value: &T, opts: EnqueueOptions) -> Result<Enqueued>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let payload = crate::codec::encode_payload(value, self.cfg.encoding)?;
+        let opts = EnqueueOptions {
+            encoding: Some(self.cfg.encoding),
+            ..opts
+        };
+        self.enqueue(&payload, opts)
     }
 
     /// Enqueues up to [`BATCH_MAX`](crate::BATCH_MAX) jobs, all or none, one result per job

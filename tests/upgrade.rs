@@ -133,3 +133,69 @@ fn a_power_loss_anywhere_in_the_upgrade_leaves_a_file_that_opens_the_same() {
         k += 1;
     }
 }
+
+const FIXTURE4: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/format4-crashed.leaseq"
+);
+
+/// Format 4 to 5: records of version 3 are read as never snoozed, with no recorded encoding
+/// (a typed payload of then decodes with the handle's encoding, bincode by default); the
+/// version is set once; the lease held at the crash comes back; named queues keep their jobs.
+#[test]
+fn format4_file_upgrades_to_5_and_keeps_every_job() {
+    let f = Fixture::new();
+    std::fs::copy(FIXTURE4, &f.path).unwrap();
+    let q = f.open();
+    let r = q.recovery();
+    assert_eq!(r.upgraded_from, Some(4), "{r:?}");
+    assert_eq!(r.leases_returned, 1, "{r:?}");
+    assert_consistent(&q);
+    let s = q.stats().unwrap();
+    assert_eq!((s.total, s.ready, s.leased), (3, 3, 0), "{s:?}");
+    for id in 1..=3 {
+        let j = q.job(JobId(id)).unwrap().unwrap();
+        assert_eq!((j.snoozes, j.encoding), (0, None), "job {id}");
+    }
+    assert_eq!(
+        q.job(JobId(2)).unwrap().unwrap().last_error.as_deref(),
+        Some("try again")
+    );
+    // Priority order: job 3 (-2), job 2 (-1), job 1 (0).
+    let l3 = q.dequeue().unwrap().unwrap();
+    assert_eq!((l3.id(), l3.attempt()), (JobId(3), 2));
+    assert!(l3.payload() == big(4000, 7), "job 3's payload");
+    // A snooze on an upgraded record writes a version-4 record.
+    l3.snooze(Duration::from_secs(60)).unwrap();
+    let j3 = q.job(JobId(3)).unwrap().unwrap();
+    assert_eq!(
+        (j3.state, j3.attempts, j3.snoozes),
+        (JobState::Scheduled, 1, 1)
+    );
+    let l2 = q.dequeue().unwrap().unwrap();
+    assert_eq!((l2.id(), l2.attempt()), (JobId(2), 2));
+    assert_eq!(l2.payload(), b"nacked");
+    l2.ack().unwrap();
+    let l1 = q.dequeue().unwrap().unwrap();
+    assert_eq!(l1.id(), JobId(1));
+    assert_eq!(
+        l1.decode::<(String, u32)>().unwrap(),
+        ("resize".to_string(), 640)
+    );
+    l1.ack_with(|_| Ok(())).unwrap();
+    assert!(q.is_applied("T1").unwrap());
+    let side = q.existing("side").unwrap();
+    let ss = side.stats().unwrap();
+    assert_eq!((ss.ready, ss.scheduled), (1, 1), "{ss:?}");
+    assert_eq!(side.dequeue().unwrap().unwrap().payload(), b"side-ready");
+    // The dedup key of job 3 is still held.
+    assert_eq!(
+        q.enqueue(b"x", EnqueueOptions::default().dedup_key("d3"))
+            .unwrap(),
+        Enqueued::Duplicate(JobId(3))
+    );
+    drop((q, side));
+    let q = f.open();
+    assert_eq!(q.recovery().upgraded_from, None, "upgraded once");
+    assert_consistent(&q);
+}

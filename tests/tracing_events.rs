@@ -1,0 +1,115 @@
+//! leaseq reports through `tracing` only: recovery at open, dead-lettering, pruning, and a
+//! refused open reach an installed subscriber; with none installed nothing is printed (the
+//! `tracing` default).
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::Fixture;
+use leaseq::EnqueueOptions;
+
+/// Everything the subscriber wrote, as text.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+fn capture<T>(f: impl FnOnce() -> T) -> (T, String) {
+    let out = Captured::default();
+    let writer = out.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let value = tracing::subscriber::with_default(subscriber, f);
+    (value, out.text())
+}
+
+#[test]
+fn recovery_at_open_is_reported_with_its_counts() {
+    let f = Fixture::new();
+    {
+        let q = f.open();
+        q.enqueue(b"a", EnqueueOptions::default()).unwrap();
+        q.enqueue(b"b", EnqueueOptions::default().max_attempts(1))
+            .unwrap();
+        let _held = q.dequeue_batch(2).unwrap(); // dropped with the file: left leased
+    }
+    let (q, log) = capture(|| f.open());
+    assert_eq!(q.recovery().leases_returned, 1);
+    assert!(log.contains("leaseq: opened after recovery"), "{log}");
+    assert!(log.contains("leases_returned=1"), "{log}");
+    assert!(log.contains("leases_dead_lettered=1"), "{log}");
+    assert!(log.contains("leaseq.open"), "the open span: {log}");
+}
+
+#[test]
+fn dead_lettering_pruning_and_commits_are_reported() {
+    let f = Fixture::new();
+    let q = f.open();
+    let ((), log) = capture(|| {
+        q.enqueue(b"x", EnqueueOptions::default().max_attempts(1))
+            .unwrap();
+        q.dequeue().unwrap().unwrap().nack("boom").unwrap();
+        q.enqueue(b"y", EnqueueOptions::default()).unwrap();
+        q.dequeue().unwrap().unwrap().fail("bad input").unwrap();
+        q.prune().unwrap();
+    });
+    assert!(
+        log.contains("dead-lettered (no attempts left)") && log.contains("reason=boom"),
+        "{log}"
+    );
+    assert!(log.contains("dead-lettered by fail"), "{log}");
+    assert!(log.contains("leaseq: pruned"), "{log}");
+    assert!(log.contains("leaseq.commit"), "the commit span: {log}");
+}
+
+#[test]
+fn a_refused_open_is_reported() {
+    let f = Fixture::new();
+    std::fs::write(&f.path, vec![0x5a; 8192]).unwrap();
+    let (r, log) = capture(|| f.builder().open(&f.path));
+    assert!(r.is_err());
+    assert!(log.contains("leaseq: open refused"), "{log}");
+}
+
+#[test]
+fn a_quiet_run_reports_nothing_above_debug() {
+    let f = Fixture::new();
+    let (_, log) = capture(|| {
+        let q = f.open();
+        q.enqueue(b"x", EnqueueOptions::default()).unwrap();
+        q.dequeue_timeout(Duration::from_millis(1))
+            .unwrap()
+            .unwrap()
+            .ack()
+            .unwrap();
+    });
+    // Spans close at INFO (the open) and DEBUG (commits); no event above DEBUG.
+    let events_above_debug = log
+        .lines()
+        .filter(|l| !l.contains("close time.busy"))
+        .filter(|l| l.contains(" INFO ") || l.contains(" WARN ") || l.contains(" ERROR "))
+        .count();
+    assert_eq!(events_above_debug, 0, "{log}");
+    assert!(log.contains("leaseq: opened"), "the open at DEBUG: {log}");
+}
