@@ -351,7 +351,11 @@ fn outcomes_snooze_fail_and_retry_after() {
     });
     let s = q.queue.job(snooze).unwrap().unwrap();
     assert_eq!(s.state, JobState::Scheduled);
-    assert_eq!(s.attempts, 0, "a snooze does not charge the attempt");
+    assert_eq!(
+        (s.attempts, s.snoozes),
+        (0, 1),
+        "a snooze does not charge the attempt"
+    );
     let f = q.queue.job(fail).unwrap().unwrap();
     assert_eq!(f.state, JobState::Dead);
     assert_eq!(f.last_error.as_deref(), Some("cannot be done"));
@@ -774,7 +778,10 @@ fn a_handler_can_watch_the_pools_stop_signal() {
     assert_eq!((report.finished, report.given_back), (1, 0), "{report:?}");
     assert!(report.elapsed < Duration::from_secs(2));
     let job = q.queue.job(id).unwrap().unwrap();
-    assert_eq!((job.state, job.attempts), (JobState::Ready, 0));
+    assert_eq!(
+        (job.state, job.attempts, job.snoozes),
+        (JobState::Ready, 0, 1)
+    );
 }
 
 #[test]
@@ -880,4 +887,39 @@ fn a_short_job_lease_is_kept_even_with_a_long_heartbeat_interval() {
     assert!(got.is_empty(), "the second consumer got {got:?}");
     assert_eq!((stats.acked, stats.lost), (1, 0));
     assert!(stats.heartbeats >= 4, "every 150 ms: {stats:?}");
+}
+
+/// A job taken as the stop came (here: by the ack-and-next of the commit in which the stop
+/// was signalled) is given back before its handler runs, its attempt not charged.
+#[test]
+fn a_job_taken_as_the_stop_comes_goes_back_unstarted() {
+    let q = queue(Duration::from_secs(30));
+    let first = q.queue.enqueue(b"first", Default::default()).unwrap().id();
+    let second = q.queue.enqueue(b"second", Default::default()).unwrap().id();
+    let stop = StopSignal::new();
+    let pool = {
+        let stop = stop.clone();
+        WorkerPool::builder(&q.queue)
+            .threads(1)
+            .stop_signal(stop.clone())
+            .start_effects(move |tx, lease| {
+                tx.open_table(DONE)?.insert(lease.id().0, 1)?;
+                stop.stop(); // inside the ack-and-next commit, which takes `second`
+                Ok(())
+            })
+            .unwrap()
+    };
+    wait_for("the worker gone", || pool.stats().unstarted == 1);
+    assert_eq!(q.queue.job(first).unwrap(), None);
+    let job = q.queue.job(second).unwrap().unwrap();
+    assert_eq!(
+        (job.state, job.attempts, job.snoozes),
+        (JobState::Ready, 0, 1)
+    );
+    let stats = pool.shutdown(Duration::from_secs(5)).stats;
+    assert_eq!(
+        (stats.jobs, stats.acked, stats.unstarted),
+        (1, 1, 1),
+        "{stats:?}"
+    );
 }

@@ -275,15 +275,3 @@ pub(super) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
         "non-string panic payload".to_string()
     }
 }
-
-/// Stand-in for `Lease::snooze` until it lands on main (an inherent method shadows this).
-#[allow(dead_code)]
-trait SnoozeShim {
-    fn snooze(&self, delay: Duration) -> Result<()>;
-}
-
-impl SnoozeShim for Lease {
-    fn snooze(&self, delay: Duration) -> Result<()> {
-        self.nack_after("snoozed", delay).map(|_| ())
-    }
-}
