@@ -500,7 +500,8 @@ impl PoolBuilder {
     /// unless `e` is an [`Outcome`]; a panic is caught and handled as an error whose text is
     /// `panic: <message>`. The lease is the pool's: the handler reads it (`payload`,
     /// `decode`, `attempt`, ...) but must not ack, nack, fail or snooze it (the pool's own
-    /// call would then find it `LeaseLost`).
+    /// call would then find it `LeaseLost`). Its [`deadline_ms`](Lease::deadline_ms) is the
+    /// one the dequeue set: the pool's heartbeats move the stored deadline, not that copy.
     ///
     /// # Errors
     /// `InvalidOption` for a setting out of range (threads 0 or above
