@@ -666,6 +666,7 @@ fn an_idle_pool_does_not_poll() {
         .unwrap();
     std::thread::sleep(Duration::from_secs(1));
     let stats = pool.stats();
+    eprintln!("idle: {} polls in 1 s with 4 threads", stats.polls);
     // One blocked dequeue per thread (idle timeout 5 s), woken by nothing.
     assert!(stats.polls <= 8, "{stats:?}");
     assert_eq!(stats.heartbeats, 0);
