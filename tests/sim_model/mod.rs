@@ -663,7 +663,8 @@ impl Runner {
             }
             59..62 => self.op_ack_next(false),
             62..65 => self.op_ack_next(true),
-            65..70 => self.op_nack(),
+            65..69 => self.op_nack(),
+            69..70 => self.op_snooze(),
             70..71 => self.op_drop_lease(),
             71..74 => {
                 if self.leases.is_empty() {
@@ -1340,6 +1341,26 @@ impl Runner {
         Ok(())
     }
 
+    fn op_snooze(&mut self) -> Result<(), String> {
+        let lease = self.take_lease();
+        let (id, token) = (lease.id().0, lease.token());
+        let delay_ms = if self.src.chance(1, 30) {
+            model::DELAY_MAX_MS + 1
+        } else {
+            self.src.pick(&[0, 0, 1, 100, 2_000])
+        };
+        let now = self.now();
+        let apply = |m: &mut Model| m.snooze(id, token, now, delay_ms);
+        let crashed_before = self.disk.is_crashed();
+        let got = lease
+            .snooze(Duration::from_millis(delay_ms))
+            .map(|()| Got::Unit);
+        let what = format!("snooze job {id} token {token} delay {delay_ms}ms");
+        let answered = self.settle(&what, &apply, got, crashed_before)?.is_some();
+        self.hold_after_error(vec![lease], answered);
+        Ok(())
+    }
+
     fn op_fail(&mut self) -> Result<(), String> {
         let lease = self.take_lease();
         let (id, token) = (lease.id().0, lease.token());
@@ -1753,6 +1774,7 @@ fn compare_job(id: u64, got: &JobInfo, want: &MJob) -> Vec<String> {
         got.max_attempts.to_string(),
         want.max_attempts.to_string(),
     );
+    diff("snoozes", got.snoozes.to_string(), want.snoozes.to_string());
     diff(
         "priority",
         got.priority.to_string(),

@@ -81,6 +81,8 @@ pub struct MJob {
     pub seq: u64,
     pub state: MState,
     pub last_error: LastErr,
+    /// Times given back with `snooze` (the attempt not charged).
+    pub snoozes: u32,
 }
 
 impl MJob {
@@ -348,6 +350,7 @@ impl Model {
                 seq: 0,
                 state: MState::Scheduled,
                 last_error: LastErr::None,
+                snoozes: 0,
             };
             let id = PENDING_BASE + self.pending().len() as u64;
             if let Some(k) = &spec.dedup {
@@ -637,6 +640,26 @@ impl Model {
         }
         let at = now_ms + backoff_ms;
         MRes::State(self.end_attempt(id, LastErr::Reason(truncate_reason(reason)), now_ms, at))
+    }
+
+    /// `Lease::snooze`: back to scheduled (ready at once for 0) without charging the attempt.
+    pub fn snooze(&mut self, id: u64, token: u64, now_ms: u64, delay_ms: u64) -> MRes {
+        if delay_ms > DELAY_MAX_MS {
+            return MRes::Err(EKind::InvalidOption);
+        }
+        if let Err(e) = self.leased(id, token) {
+            return MRes::Err(e);
+        }
+        let job = self.jobs.get_mut(&id).expect("leased job");
+        job.attempts -= 1;
+        job.snoozes += 1;
+        job.run_at_ms = now_ms + delay_ms;
+        if delay_ms > 0 {
+            job.state = MState::Scheduled;
+        } else {
+            self.make_ready(id);
+        }
+        MRes::Unit
     }
 
     pub fn fail(&mut self, id: u64, token: u64, reason: &str) -> MRes {
