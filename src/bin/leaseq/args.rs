@@ -1,0 +1,301 @@
+//! The command line: one clap struct per subcommand.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::duration::parse_duration;
+
+const AFTER_HELP: &str = "\
+Queues: without --queue, commands that read or change existing jobs (stats, ls, show,
+requeue-dead, purge, export) cover every queue of the file; enqueue writes to the default
+queue and import to the queue each line names. `--queue '(default)'` selects the default
+(unnamed) queue alone, as the tables show it.
+
+Durations: a whole number and a unit: 1500ms, 30s, 5m, 2h, 1d (at most 365d).
+
+Exit codes:
+  0  success
+  1  the command ran but found a problem: check found violations or damage; show or
+     requeue-dead of a job that does not exist or is not dead; a --queue that does not exist
+  2  usage or runtime error: bad arguments, no such file, a file in use by another process,
+     not a leaseq file, I/O errors
+
+Errors are one line on stderr starting with `leaseq: `. Read commands (stats, ls, show,
+check, queues, export) never create a file. Opening a file, for any command, returns the
+leases of a process that died and upgrades a file of an older format (said on stderr), as
+every open of a leaseq file does.";
+
+/// What every subcommand's help ends with.
+const EXIT_CODES: &str = "\
+Exit codes: 0 success; 1 the command ran but found a problem; 2 usage or runtime error
+(see leaseq --help).";
+
+/// Inspect and manage leaseq job queue files.
+#[derive(Debug, Parser)]
+#[command(name = "leaseq", version, after_help = AFTER_HELP, propagate_version = true)]
+pub struct Cli {
+    /// Log what leaseq does to stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Counts of jobs per state, applied markers, dedup keys and quarantined rows, per queue.
+    #[command(after_help = EXIT_CODES)]
+    Stats(StatsArgs),
+    /// List jobs (without payloads), in each state's order.
+    #[command(after_help = EXIT_CODES)]
+    Ls(LsArgs),
+    /// Show one job: every field and its payload.
+    #[command(after_help = EXIT_CODES)]
+    Show(ShowArgs),
+    /// Add a job; prints its id (or the id of the job holding the dedup key).
+    #[command(after_help = EXIT_CODES)]
+    Enqueue(EnqueueArgs),
+    /// Move dead jobs back to ready, attempts reset.
+    #[command(after_help = EXIT_CODES)]
+    RequeueDead(RequeueDeadArgs),
+    /// Delete every job in a state (never leased ones).
+    #[command(after_help = EXIT_CODES)]
+    Purge(PurgeArgs),
+    /// Remove applied markers and dead jobs past their retention and ended dedup windows,
+    /// in every queue.
+    #[command(after_help = EXIT_CODES)]
+    Prune(PruneArgs),
+    /// Give the file's free pages back to the file system.
+    #[command(after_help = EXIT_CODES)]
+    Compact(FileArg),
+    /// Check every invariant of the file; exit 1 listing the violations found.
+    #[command(after_help = EXIT_CODES)]
+    Check(CheckArgs),
+    /// List the named queues of the file.
+    #[command(after_help = EXIT_CODES)]
+    Queues(QueuesArgs),
+    /// Write jobs as JSON lines (one job per line) to stdout.
+    #[command(after_help = EXIT_CODES)]
+    Export(ExportArgs),
+    /// Read jobs as JSON lines from stdin; all or nothing for the whole input.
+    #[command(after_help = EXIT_CODES)]
+    Import(ImportArgs),
+}
+
+/// The queue file alone.
+#[derive(Debug, Args)]
+pub struct FileArg {
+    /// The queue file.
+    pub file: PathBuf,
+}
+
+/// `--queue NAME`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct QueueArg {
+    /// Only this queue; `(default)` is the default (unnamed) queue.
+    #[arg(long, short = 'q', value_name = "NAME")]
+    pub queue: Option<String>,
+}
+
+/// `leaseq stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub queue: QueueArg,
+    /// One JSON object per queue and line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A job state as typed on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StateArg {
+    /// Available to the next dequeue.
+    Ready,
+    /// Waiting for a delay or a backoff.
+    Scheduled,
+    /// Under a lease.
+    Leased,
+    /// Dead-lettered.
+    Dead,
+}
+
+impl From<StateArg> for leaseq::JobState {
+    fn from(s: StateArg) -> leaseq::JobState {
+        match s {
+            StateArg::Ready => leaseq::JobState::Ready,
+            StateArg::Scheduled => leaseq::JobState::Scheduled,
+            StateArg::Leased => leaseq::JobState::Leased,
+            StateArg::Dead => leaseq::JobState::Dead,
+        }
+    }
+}
+
+/// `leaseq ls`.
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    /// Only jobs in this state (default: every state, ready first).
+    #[arg(long, short = 's', value_enum)]
+    pub state: Option<StateArg>,
+    #[command(flatten)]
+    pub queue: QueueArg,
+    /// At most this many jobs (default: all).
+    #[arg(long, short = 'n', value_name = "N")]
+    pub limit: Option<u64>,
+    /// One JSON object per job and line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `leaseq show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    /// The job's id.
+    pub id: u64,
+    #[command(flatten)]
+    pub queue: QueueArg,
+    /// The job as one JSON object.
+    #[arg(long, conflicts_with = "raw")]
+    pub json: bool,
+    /// Write the payload's bytes to stdout, nothing else.
+    #[arg(long)]
+    pub raw: bool,
+}
+
+/// `leaseq enqueue`.
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    /// The queue file (created if missing).
+    pub file: PathBuf,
+    /// The named queue to add to (created if missing; default: the default queue).
+    #[arg(long, short = 'q', value_name = "NAME")]
+    pub queue: Option<String>,
+    /// Make the job due after this long (e.g. 30s, 5m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub delay: Option<Duration>,
+    /// Priority: lower is served first (default 0).
+    #[arg(long, value_name = "P", allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+    /// Producer dedup key: while a job holds it, another enqueue adds nothing.
+    #[arg(long, value_name = "KEY")]
+    pub dedup_key: Option<String>,
+    /// Hold the dedup key for this long after the enqueue instead of while the job lives.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true, requires = "dedup_key")]
+    pub dedup_window: Option<Duration>,
+    /// The key ack_with records the job's effect under.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+    /// Deliveries allowed before the job is dead-lettered (default 5).
+    #[arg(long, value_name = "N")]
+    pub max_attempts: Option<u32>,
+    /// The job's own lease (visibility timeout), at most 12h.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub lease: Option<Duration>,
+    /// The payload, as given (UTF-8). Without --data or --file the payload is read from
+    /// stdin.
+    #[arg(
+        long,
+        short = 'd',
+        value_name = "STRING",
+        conflicts_with = "file_payload"
+    )]
+    pub data: Option<String>,
+    /// Read the payload from this file (bytes as they are).
+    #[arg(long = "file", short = 'f', value_name = "PATH", id = "file_payload")]
+    pub payload_file: Option<PathBuf>,
+    /// Print {"outcome":..,"id":..} instead of the id.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `leaseq requeue-dead`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["id", "all"]))]
+pub struct RequeueDeadArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    /// The dead job to requeue.
+    pub id: Option<u64>,
+    /// Every dead job.
+    #[arg(long)]
+    pub all: bool,
+    #[command(flatten)]
+    pub queue: QueueArg,
+}
+
+/// `leaseq purge`.
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    /// Delete every job in this state (ready, scheduled or dead; leased is refused).
+    #[arg(long, short = 's', value_enum)]
+    pub state: StateArg,
+    #[command(flatten)]
+    pub queue: QueueArg,
+}
+
+/// `leaseq prune`.
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    /// Remove applied markers older than this. Without it markers are kept: the tool cannot
+    /// know your application's `applied_retention`, and a marker removed lets a duplicate
+    /// under its idempotency key apply again. Give the same value the application uses.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub applied_retention: Option<Duration>,
+    /// Also delete dead jobs that died longer ago than this (default: keep them).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub dead_retention: Option<Duration>,
+}
+
+/// `leaseq check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    /// One JSON object: {"ok":..,"violations":[..]}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `leaseq queues`.
+#[derive(Debug, Args)]
+pub struct QueuesArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    /// One JSON object: {"queues":[..]}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `leaseq export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub queue: QueueArg,
+}
+
+/// `leaseq import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The queue file (created if missing).
+    pub file: PathBuf,
+    /// Put every job into this queue (created if missing), whatever its line names.
+    #[arg(long, short = 'q', value_name = "NAME")]
+    pub queue: Option<String>,
+}

@@ -1,0 +1,175 @@
+//! Opening a queue file for a command, choosing its queues, and progress bars on a terminal.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use leaseq::{Builder, Queue};
+
+use crate::fail::{Fail, Outcome};
+
+/// How `--queue '(default)'` names the default (unnamed) queue; no named queue can be called
+/// this (names are ASCII letters, digits, `_`, `-` and `.`).
+pub const DEFAULT_QUEUE: &str = "(default)";
+
+/// Whether a command may create a missing file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    /// Read commands and commands that act on existing jobs: "no such file".
+    Refuse,
+    /// enqueue and import.
+    Create,
+}
+
+/// A builder with the tool's settings: payloads up to the library's cap, so any job a file
+/// can hold can be enqueued and imported.
+pub fn builder() -> Builder {
+    Queue::builder().payload_bytes_max(leaseq::PAYLOAD_BYTES_MAX_CAP)
+}
+
+/// Opens `path` with `builder`, after making sure a file is there when `missing` says so.
+/// The integrity check (redb's, at every open of an existing file) shows a progress bar on a
+/// terminal.
+pub fn open_with(path: &Path, missing: Missing, builder: Builder) -> Outcome<Queue> {
+    if missing == Missing::Refuse {
+        match std::fs::metadata(path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Fail::error(format!("{}: no such file", path.display())));
+            }
+            Err(e) => return Err(Fail::io(&path.display().to_string(), e)),
+        }
+    }
+    let bar = fraction_bar("verifying");
+    let on_repair = bar.clone();
+    let builder = builder.on_repair(move |fraction| {
+        on_repair.set_position((fraction.clamp(0.0, 1.0) * 1000.0) as u64);
+    });
+    tracing::info!(path = %path.display(), "opening");
+    let opened = builder.open(path);
+    bar.finish_and_clear();
+    let queue = opened.map_err(|e| Fail::leaseq(path, e))?;
+    let r = queue.recovery();
+    tracing::info!(
+        created = r.created,
+        repaired = r.repaired,
+        leases_returned = r.leases_returned,
+        leases_dead_lettered = r.leases_dead_lettered,
+        quarantined = r.quarantined,
+        upgraded_from = ?r.upgraded_from,
+        "opened"
+    );
+    // Irreversible and rare: said even without -v.
+    if let Some(from) = r.upgraded_from {
+        eprintln!(
+            "leaseq: note: {} was upgraded from format {from} to {} (older leaseq versions cannot open it now)",
+            path.display(),
+            leaseq::FORMAT_VERSION
+        );
+    }
+    Ok(queue)
+}
+
+/// An empty queue in memory with the tool's settings: a call made there first is refused
+/// exactly as the library would refuse it on the file, before the file is opened.
+pub fn in_memory() -> leaseq::Result<Queue> {
+    builder().open_backend(leaseq::redb::backends::InMemoryBackend::new())
+}
+
+/// Opens `path` with the tool's settings.
+pub fn open(path: &Path, missing: Missing) -> Outcome<Queue> {
+    open_with(path, missing, builder())
+}
+
+/// The display name of a queue.
+pub fn queue_label(q: &Queue) -> &str {
+    q.name().unwrap_or(DEFAULT_QUEUE)
+}
+
+/// The queue `--queue NAME` names, if it exists (never made); the default queue for
+/// `(default)`.
+pub fn existing(queue: &Queue, name: &str) -> Outcome<Queue> {
+    if name == DEFAULT_QUEUE {
+        return Ok(queue.clone());
+    }
+    queue
+        .existing(name)
+        .map_err(|e| Fail::leaseq(path_of(queue), e))
+}
+
+/// The queue `--queue NAME` names, made if missing; the default queue for `(default)` or
+/// no name.
+pub fn named_or_default(queue: &Queue, name: Option<&str>) -> Outcome<Queue> {
+    match name {
+        None | Some(DEFAULT_QUEUE) => Ok(queue.clone()),
+        Some(name) => queue
+            .named(name)
+            .map_err(|e| Fail::leaseq(path_of(queue), e)),
+    }
+}
+
+/// The queues a command covers: the one `--queue` names, or every queue of the file (the
+/// default one first, then the named ones by name).
+pub fn selected(queue: &Queue, name: Option<&str>) -> Outcome<Vec<Queue>> {
+    if let Some(name) = name {
+        return Ok(vec![existing(queue, name)?]);
+    }
+    let path = path_of(queue);
+    let names = queue.queue_names().map_err(|e| Fail::leaseq(path, e))?;
+    let mut out = Vec::with_capacity(names.len() + 1);
+    out.push(queue.clone());
+    for name in names {
+        out.push(queue.existing(&name).map_err(|e| Fail::leaseq(path, e))?);
+    }
+    Ok(out)
+}
+
+/// The path a queue was opened from (for messages).
+pub fn path_of(queue: &Queue) -> &Path {
+    queue.path().unwrap_or(Path::new("?"))
+}
+
+/// A bar of a fraction (positions 0 to 1000) on stderr when stderr is a terminal.
+fn fraction_bar(message: &'static str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(1000), ProgressDrawTarget::stderr());
+    let style = ProgressStyle::with_template("{msg:>10} [{bar:40}] {percent:>3}% {elapsed}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_message(message);
+    bar
+}
+
+/// A progress bar on stderr when stderr is a terminal, hidden otherwise. `len` of `None` is a
+/// spinner.
+pub fn bar(len: Option<u64>, message: &'static str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    match len {
+        Some(len) => {
+            let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+            let style = ProgressStyle::with_template(
+                "{msg:>10} [{bar:40}] {percent:>3}% {pos}/{len} {elapsed}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
+            bar.set_style(style);
+            bar.set_message(message);
+            bar
+        }
+        None => {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            let style = ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner());
+            bar.set_style(style);
+            bar.set_message(message);
+            bar.enable_steady_tick(Duration::from_millis(100));
+            bar
+        }
+    }
+}

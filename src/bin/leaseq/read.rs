@@ -1,0 +1,400 @@
+//! The read commands: `stats`, `ls`, `show`, `queues`, `check`. None of them creates a file
+//! or a queue.
+
+use leaseq::{JobId, JobState, Queue, Stats};
+use serde::Serialize;
+
+use crate::args::{CheckArgs, LsArgs, QueuesArgs, ShowArgs, StatsArgs};
+use crate::duration::format_ms;
+use crate::fail::{Fail, Outcome};
+use crate::files::{self, Missing, path_of, queue_label};
+use crate::jsonl::JobView;
+use crate::output::{Out, short, state_name, utc};
+
+/// Jobs read per `Queue::jobs` call.
+const PAGE_JOBS: usize = 1000;
+
+/// Every state, in the order `ls` lists them.
+pub const STATES: [JobState; 4] = [
+    JobState::Ready,
+    JobState::Scheduled,
+    JobState::Leased,
+    JobState::Dead,
+];
+
+#[derive(Serialize)]
+struct StatsJson<'a> {
+    queue: Option<&'a str>,
+    total: u64,
+    scheduled: u64,
+    ready: u64,
+    leased: u64,
+    dead: u64,
+    applied: u64,
+    dedup_keys: u64,
+    quarantined: u64,
+}
+
+/// `leaseq stats`.
+pub fn stats(a: &StatsArgs) -> Outcome {
+    let queue = files::open(&a.file, Missing::Refuse)?;
+    let path = path_of(&queue);
+    let mut rows: Vec<(String, Option<String>, Stats)> = Vec::new();
+    for q in files::selected(&queue, a.queue.queue.as_deref())? {
+        let s = q.stats().map_err(|e| Fail::leaseq(path, e))?;
+        rows.push((queue_label(&q).to_string(), q.name().map(str::to_string), s));
+    }
+    let mut out = Out::new();
+    if a.json {
+        for (_, name, s) in &rows {
+            out.json(&StatsJson {
+                queue: name.as_deref(),
+                total: s.total,
+                scheduled: s.scheduled,
+                ready: s.ready,
+                leased: s.leased,
+                dead: s.dead,
+                applied: s.applied,
+                dedup_keys: s.dedup_keys,
+                quarantined: s.quarantined,
+            })?;
+        }
+        return out.flush();
+    }
+    let header = [
+        "QUEUE",
+        "TOTAL",
+        "SCHEDULED",
+        "READY",
+        "LEASED",
+        "DEAD",
+        "APPLIED",
+        "DEDUP_KEYS",
+        "QUARANTINED",
+    ];
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(label, _, s)| {
+            let mut row = vec![label.clone()];
+            row.extend(
+                [
+                    s.total,
+                    s.scheduled,
+                    s.ready,
+                    s.leased,
+                    s.dead,
+                    s.applied,
+                    s.dedup_keys,
+                    s.quarantined,
+                ]
+                .iter()
+                .map(u64::to_string),
+            );
+            row
+        })
+        .collect();
+    table(&mut out, &header, &cells)?;
+    out.flush()
+}
+
+/// Writes a table: the first column left-aligned, the others right-aligned.
+fn table(out: &mut Out, header: &[&str], rows: &[Vec<String>]) -> Outcome {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let format_row = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut line = String::new();
+        for (i, (cell, w)) in cells.zip(&widths).enumerate() {
+            if i == 0 {
+                line.push_str(&format!("{cell:<w$}"));
+            } else {
+                line.push_str(&format!("  {cell:>w$}"));
+            }
+        }
+        line.trim_end().to_string()
+    };
+    out.line(format_row(&mut header.iter().copied()))?;
+    for row in rows {
+        out.line(format_row(&mut row.iter().map(String::as_str)))?;
+    }
+    Ok(())
+}
+
+/// `leaseq ls`.
+pub fn ls(a: &LsArgs) -> Outcome {
+    let queue = files::open(&a.file, Missing::Refuse)?;
+    let path = path_of(&queue);
+    let queues = files::selected(&queue, a.queue.queue.as_deref())?;
+    let states: Vec<JobState> = match a.state {
+        Some(s) => vec![s.into()],
+        None => STATES.to_vec(),
+    };
+    let queue_width = queues
+        .iter()
+        .map(|q| queue_label(q).len())
+        .max()
+        .unwrap_or(0)
+        .max("QUEUE".len());
+    let mut out = Out::new();
+    if !a.json {
+        out.line(format!(
+            "{:>10}  {:<queue_width$}  {:<9}  {:>8}  {:>6}  {:<24}  {:>9}  LAST_ERROR",
+            "ID", "QUEUE", "STATE", "ATTEMPTS", "PRI", "RUN_AT", "BYTES"
+        ))?;
+    }
+    let mut left = a.limit.unwrap_or(u64::MAX);
+    'queues: for q in &queues {
+        for &state in &states {
+            let mut after = None;
+            loop {
+                if left == 0 {
+                    break 'queues;
+                }
+                let want = usize::try_from(left).unwrap_or(usize::MAX).min(PAGE_JOBS);
+                let page = q
+                    .jobs(state, after, want)
+                    .map_err(|e| Fail::leaseq(path, e))?;
+                for info in &page.jobs {
+                    if a.json {
+                        out.json(&JobView::new(q.name(), info, None))?;
+                    } else {
+                        let attempts = format!("{}/{}", info.attempts, info.max_attempts);
+                        out.line(format!(
+                            "{:>10}  {:<queue_width$}  {:<9}  {:>8}  {:>6}  {:<24}  {:>9}  {}",
+                            info.id.0,
+                            queue_label(q),
+                            state_name(info.state),
+                            attempts,
+                            info.priority,
+                            utc(info.run_at_ms),
+                            info.payload_bytes,
+                            short(info.last_error.as_deref().unwrap_or(""), 60),
+                        ))?;
+                    }
+                }
+                left -= page.jobs.len() as u64;
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+        }
+    }
+    out.flush()
+}
+
+/// Finds job `id` in the queues `--queue` selects (ids are unique in a file).
+pub fn find_job(
+    queue: &Queue,
+    name: Option<&str>,
+    id: u64,
+) -> Outcome<Option<(Queue, leaseq::JobInfo)>> {
+    let path = path_of(queue);
+    for q in files::selected(queue, name)? {
+        if let Some(info) = q.job(JobId(id)).map_err(|e| Fail::leaseq(path, e))? {
+            return Ok(Some((q, info)));
+        }
+    }
+    Ok(None)
+}
+
+fn no_job(queue: &Queue, name: Option<&str>, id: u64) -> Fail {
+    let path = path_of(queue).display();
+    match name {
+        Some(name) => Fail::problem(format!("{path}: no job {id} in queue {name}")),
+        None => Fail::problem(format!("{path}: no job {id}")),
+    }
+}
+
+/// `leaseq show`.
+pub fn show(a: &ShowArgs) -> Outcome {
+    let queue = files::open(&a.file, Missing::Refuse)?;
+    let path = path_of(&queue);
+    let name = a.queue.queue.as_deref();
+    let Some((q, info)) = find_job(&queue, name, a.id)? else {
+        return Err(no_job(&queue, name, a.id));
+    };
+    let payload = q
+        .payload(info.id)
+        .map_err(|e| Fail::leaseq(path, e))?
+        .ok_or_else(|| no_job(&queue, name, a.id))?;
+    let mut out = Out::new();
+    if a.raw {
+        out.bytes(&payload)?;
+        return out.flush();
+    }
+    if a.json {
+        out.json(&JobView::new(q.name(), &info, Some(&payload)))?;
+        return out.flush();
+    }
+    let view = JobView::new(q.name(), &info, None);
+    let l = &view.line;
+    let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let key = |text: &Option<String>, hex_text: &Option<String>| match (text, hex_text) {
+        (Some(t), _) => t.clone(),
+        (None, Some(h)) => format!("0x{h}"),
+        (None, None) => "-".into(),
+    };
+    let retry = l.retry.as_ref().map(|r| match r.kind.as_str() {
+        "immediate" => "immediate".to_string(),
+        "fixed" => format!(
+            "fixed {}, jitter {}%",
+            format_ms(r.base_ms),
+            r.jitter_percent
+        ),
+        _ => format!(
+            "{} from {} to {}, jitter {}%",
+            r.kind,
+            format_ms(r.base_ms),
+            format_ms(r.cap_ms),
+            r.jitter_percent
+        ),
+    });
+    let time = |ms: u64| format!("{} ({ms})", utc(ms));
+    let fields: Vec<(&str, String)> = vec![
+        ("id", info.id.to_string()),
+        ("queue", queue_label(&q).to_string()),
+        ("state", state_name(info.state).to_string()),
+        (
+            "attempts",
+            format!("{} of {}", info.attempts, info.max_attempts),
+        ),
+        ("priority", info.priority.to_string()),
+        ("run_at", time(info.run_at_ms)),
+        ("created", time(info.created_ms)),
+        ("died", or_dash(info.died_ms.map(time))),
+        ("lease_deadline", or_dash(info.lease_deadline_ms.map(time))),
+        (
+            "lease_token",
+            or_dash(info.lease_token.map(|t| t.to_string())),
+        ),
+        ("last_error", or_dash(info.last_error.clone())),
+        (
+            "idempotency_key",
+            key(&l.idempotency_key, &l.idempotency_key_hex),
+        ),
+        ("dedup_key", key(&l.dedup_key, &l.dedup_key_hex)),
+        ("dedup_window", or_dash(l.dedup_window_ms.map(format_ms))),
+        ("lease", or_dash(l.lease_ms.map(format_ms))),
+        ("retry", or_dash(retry)),
+        ("snoozes", or_dash(l.snoozes.map(|s| s.to_string()))),
+        ("encoding", or_dash(l.encoding.clone())),
+    ];
+    for (name, value) in fields {
+        out.line(format!("{name:<16} {value}"))?;
+    }
+    // Text as it is; bytes that are not text (or hold control characters a terminal would
+    // act on) as hex.
+    match crate::jsonl::text_or_hex(Some(&payload)) {
+        (Some(text), _) => {
+            out.line(format!("payload          {} bytes, UTF-8:", payload.len()))?;
+            out.line(text)?;
+        }
+        (None, hex) => {
+            out.line(format!("payload          {} bytes, hex:", payload.len()))?;
+            out.line(hex.unwrap_or_default())?;
+        }
+    }
+    out.flush()
+}
+
+/// `leaseq queues`.
+pub fn queues(a: &QueuesArgs) -> Outcome {
+    let queue = files::open(&a.file, Missing::Refuse)?;
+    let names = queue
+        .queue_names()
+        .map_err(|e| Fail::leaseq(path_of(&queue), e))?;
+    let mut out = Out::new();
+    if a.json {
+        #[derive(Serialize)]
+        struct QueuesJson<'a> {
+            queues: &'a [String],
+        }
+        out.json(&QueuesJson { queues: &names })?;
+    } else {
+        for name in &names {
+            out.line(name)?;
+        }
+    }
+    out.flush()
+}
+
+#[derive(Serialize)]
+struct ViolationJson {
+    job_id: Option<u64>,
+    detail: String,
+}
+
+#[derive(Serialize)]
+struct CheckJson {
+    ok: bool,
+    violations: Vec<ViolationJson>,
+}
+
+/// `leaseq check`: exit 1 when the file breaks an invariant or fails redb's integrity check.
+pub fn check(a: &CheckArgs) -> Outcome {
+    let mut out = Out::new();
+    let queue = match files::open(&a.file, Missing::Refuse) {
+        Ok(q) => q,
+        Err(f) if f.corrupted => {
+            if a.json {
+                out.json(&CheckJson {
+                    ok: false,
+                    violations: vec![ViolationJson {
+                        job_id: None,
+                        detail: f.message.clone(),
+                    }],
+                })?;
+                out.flush()?;
+            }
+            return Err(Fail { code: 1, ..f });
+        }
+        Err(f) => return Err(f),
+    };
+    let path = path_of(&queue);
+    let violations = match queue.check() {
+        Ok(v) => v,
+        Err(e @ leaseq::Error::Corrupted { .. }) => vec![leaseq::Violation {
+            job_id: None,
+            detail: e.to_string(),
+        }],
+        Err(e) => return Err(Fail::leaseq(path, e)),
+    };
+    if a.json {
+        out.json(&CheckJson {
+            ok: violations.is_empty(),
+            violations: violations
+                .iter()
+                .map(|v| ViolationJson {
+                    job_id: v.job_id.map(|id| id.0),
+                    detail: v.detail.clone(),
+                })
+                .collect(),
+        })?;
+    } else if violations.is_empty() {
+        out.line(format!("{}: ok", path.display()))?;
+    } else {
+        for v in &violations {
+            out.line(short(&v.to_string(), 10_000))?;
+        }
+    }
+    out.flush()?;
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        let more = if violations.len() >= 1000 {
+            " (the first 1000)"
+        } else {
+            ""
+        };
+        Err(Fail::problem(format!(
+            "{}: {} violation{} found{more}",
+            path.display(),
+            violations.len(),
+            if violations.len() == 1 { "" } else { "s" }
+        )))
+    }
+}

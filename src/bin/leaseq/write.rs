@@ -1,0 +1,221 @@
+//! The commands that change a file: `enqueue`, `requeue-dead`, `purge`, `prune`, `compact`.
+
+use std::io::{IsTerminal, Read};
+use std::path::Path;
+
+use leaseq::{EnqueueOptions, Enqueued, JobId, JobState, Queue};
+use serde::Serialize;
+
+use crate::args::{EnqueueArgs, FileArg, PruneArgs, PurgeArgs, RequeueDeadArgs, StateArg};
+use crate::fail::{Fail, Outcome, one_line};
+use crate::files::{self, Missing, path_of, queue_label};
+use crate::output::{Out, state_name};
+
+/// Reads at most [`leaseq::PAYLOAD_BYTES_MAX_CAP`] bytes from `r`; more is refused.
+fn read_payload(r: impl Read, what: &str) -> Outcome<Vec<u8>> {
+    let cap = leaseq::PAYLOAD_BYTES_MAX_CAP;
+    let mut buf = Vec::new();
+    r.take(cap as u64 + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| Fail::io(what, e))?;
+    if buf.len() > cap {
+        return Err(Fail::error(format!(
+            "{what}: payload larger than the limit of {cap} bytes"
+        )));
+    }
+    Ok(buf)
+}
+
+fn payload_of(a: &EnqueueArgs) -> Outcome<Vec<u8>> {
+    if let Some(data) = &a.data {
+        return Ok(data.as_bytes().to_vec());
+    }
+    if let Some(path) = &a.payload_file {
+        let what = path.display().to_string();
+        let f = std::fs::File::open(path).map_err(|e| Fail::io(&what, e))?;
+        return read_payload(f, &what);
+    }
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(Fail::error(
+            "no payload: give --data STRING, --file PATH, or pipe it on stdin",
+        ));
+    }
+    read_payload(stdin.lock(), "stdin")
+}
+
+fn options_of(a: &EnqueueArgs) -> EnqueueOptions {
+    let mut o = EnqueueOptions::default();
+    if let Some(p) = a.priority {
+        o = o.priority(p);
+    }
+    if let Some(d) = a.delay {
+        o = o.delay(d);
+    }
+    if let Some(k) = &a.dedup_key {
+        o = o.dedup_key(k);
+    }
+    if let Some(w) = a.dedup_window {
+        o = o.dedup_window(w);
+    }
+    if let Some(k) = &a.idempotency_key {
+        o = o.idempotency_key(k);
+    }
+    if let Some(n) = a.max_attempts {
+        o = o.max_attempts(n);
+    }
+    if let Some(l) = a.lease {
+        o = o.lease(l);
+    }
+    o
+}
+
+#[derive(Serialize)]
+struct EnqueuedJson<'a> {
+    outcome: &'a str,
+    id: u64,
+}
+
+/// `leaseq enqueue`: the same call first on an empty queue in memory, so an option the
+/// library refuses is refused before the file is opened (or created).
+pub fn enqueue(a: &EnqueueArgs) -> Outcome {
+    let payload = payload_of(a)?;
+    let opts = options_of(a);
+    let queue_name = a.queue.as_deref();
+    let rehearse = |q: Queue| -> leaseq::Result<Enqueued> {
+        match queue_name {
+            None | Some(files::DEFAULT_QUEUE) => q.enqueue(&payload, opts.clone()),
+            Some(name) => q.named(name)?.enqueue(&payload, opts.clone()),
+        }
+    };
+    files::in_memory()
+        .and_then(rehearse)
+        .map_err(|e| Fail::error(one_line(&e.to_string())))?;
+
+    let queue = files::open(&a.file, Missing::Create)?;
+    let q = files::named_or_default(&queue, queue_name)?;
+    let outcome = q
+        .enqueue(&payload, opts)
+        .map_err(|e| Fail::leaseq(&a.file, e))?;
+    let (word, id) = match outcome {
+        Enqueued::New(id) => ("new", id),
+        Enqueued::Duplicate(id) => ("duplicate", id),
+        Enqueued::DuplicateDead(id) => ("duplicate_dead", id),
+    };
+    let mut out = Out::new();
+    if a.json {
+        out.json(&EnqueuedJson {
+            outcome: word,
+            id: id.0,
+        })?;
+    } else {
+        match outcome {
+            Enqueued::New(id) => out.line(id.to_string())?,
+            Enqueued::Duplicate(id) => {
+                out.line(format!("duplicate {id} (job {id} holds the dedup key)"))?
+            }
+            Enqueued::DuplicateDead(id) => out.line(format!(
+                "duplicate {id} (dead job {id} holds the dedup key; requeue-dead or purge it)"
+            ))?,
+        }
+    }
+    out.flush()
+}
+
+/// `leaseq requeue-dead`.
+pub fn requeue_dead(a: &RequeueDeadArgs) -> Outcome {
+    let queue = files::open(&a.file, Missing::Refuse)?;
+    let path = path_of(&queue);
+    let name = a.queue.queue.as_deref();
+    let mut out = Out::new();
+    if let Some(id) = a.id {
+        let Some((q, info)) = crate::read::find_job(&queue, name, id)? else {
+            return Err(Fail::problem(format!("{}: no job {id}", path.display())));
+        };
+        if info.state != JobState::Dead {
+            return Err(Fail::problem(format!(
+                "{}: job {id} is {}, not dead",
+                path.display(),
+                state_name(info.state)
+            )));
+        }
+        q.requeue_dead(JobId(id))
+            .map_err(|e| Fail::leaseq(path, e))?;
+        out.line(format!("requeued {id}"))?;
+        return out.flush();
+    }
+    for q in files::selected(&queue, name)? {
+        let n = q.requeue_dead_all().map_err(|e| Fail::leaseq(path, e))?;
+        out.line(format!("{}: requeued {n} dead jobs", queue_label(&q)))?;
+    }
+    out.flush()
+}
+
+/// `leaseq purge`. Leased jobs are refused before the file is opened.
+pub fn purge(a: &PurgeArgs) -> Outcome {
+    if a.state == StateArg::Leased {
+        return Err(Fail::error(
+            "purge refuses leased jobs: a leased job is ended through its lease (ack, nack, fail)",
+        ));
+    }
+    let state: JobState = a.state.into();
+    let queue = files::open(&a.file, Missing::Refuse)?;
+    let path = path_of(&queue);
+    let mut out = Out::new();
+    for q in files::selected(&queue, a.queue.queue.as_deref())? {
+        let n = q.purge(state).map_err(|e| Fail::leaseq(path, e))?;
+        out.line(format!(
+            "{}: purged {n} {} jobs",
+            queue_label(&q),
+            state_name(state)
+        ))?;
+    }
+    out.flush()
+}
+
+/// `leaseq prune`: every queue of the file.
+pub fn prune(a: &PruneArgs) -> Outcome {
+    let builder = files::builder()
+        .applied_retention(a.applied_retention)
+        .dead_retention(a.dead_retention);
+    let queue = files::open_with(&a.file, Missing::Refuse, builder)?;
+    let path = path_of(&queue);
+    let mut out = Out::new();
+    for q in files::selected(&queue, None)? {
+        let p = q.prune().map_err(|e| Fail::leaseq(path, e))?;
+        out.line(format!(
+            "{}: removed {} applied markers, {} dead jobs, released {} dedup windows",
+            queue_label(&q),
+            p.applied,
+            p.dead,
+            p.dedup_windows
+        ))?;
+    }
+    out.flush()
+}
+
+fn file_bytes(path: &Path) -> Outcome<u64> {
+    std::fs::metadata(path)
+        .map(|m| m.len())
+        .map_err(|e| Fail::io(&path.display().to_string(), e))
+}
+
+/// `leaseq compact`.
+pub fn compact(a: &FileArg) -> Outcome {
+    let mut queue = files::open(&a.file, Missing::Refuse)?;
+    let before = file_bytes(&a.file)?;
+    let bar = files::bar(None, "compacting");
+    let compacted = queue.compact();
+    bar.finish_and_clear();
+    compacted.map_err(|e| Fail::leaseq(&a.file, e))?;
+    drop(queue);
+    let after = file_bytes(&a.file)?;
+    let mut out = Out::new();
+    out.line(format!(
+        "{}: {} -> {} bytes",
+        a.file.display(),
+        before,
+        after
+    ))?;
+    out.flush()
+}
