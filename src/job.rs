@@ -203,8 +203,8 @@ pub struct JobInfo {
     pub created_ms: u64,
     /// Why the last attempt ended badly, at most 4096 bytes: the `nack` or `fail` reason, the
     /// text of a failing `ack_with` closure's error (`closure panicked: …` for a panic),
-    /// `lease expired`, or `lease abandoned: …` for a lease returned at open. A snooze and a
-    /// requeue of a dead job keep it.
+    /// `lease expired`, or `lease abandoned: …` for a lease returned at open (or imported as
+    /// leased). A snooze and a requeue of a dead job keep it.
     pub last_error: Option<String>,
     /// The idempotency key, if one was given.
     pub idempotency_key: Option<Vec<u8>>,
@@ -348,8 +348,8 @@ impl ImportJob {
     }
 
     /// Its state (default `Ready`). `Leased` is taken as a lease that ended without an ack,
-    /// as a reopen after a crash returns it: ready again, or dead with "lease expired" when it
-    /// has no attempts left.
+    /// as a reopen after a crash returns it: ready again, or dead when it has no attempts
+    /// left, with "lease abandoned: …" as its last error either way.
     pub fn state(mut self, state: JobState) -> ImportJob {
         self.state = state;
         self
