@@ -2,9 +2,11 @@
 """Prints the criterion results of `cargo bench --bench queue` as a table with ratios.
 
 Reads target/criterion/<group>/<function>/new/estimates.json (mean point estimates, ns per
-iteration) and the throughput each group declared, and prints, per group, jobs/s of both
-sides and the ratio leaseq/sqlite (higher is better for leaseq), plus enqueue_1 against the
-fsync_limit group. Usage: python3 benches/ratios.py [TARGET_DIR]
+iteration) and the throughput each group declared, and prints, per group, jobs/s of every
+side (sqlite, redb_floor, leaseq) and the ratios leaseq/sqlite and leaseq/redb_floor (higher
+is better for leaseq), plus enqueue_1 against the fsync_limit group. A side with no results
+in any group loses its columns; a side missing from one group shows "-" there.
+Usage: python3 benches/ratios.py [TARGET_DIR]
 """
 import json
 import os
@@ -12,6 +14,12 @@ import sys
 
 target = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("CARGO_TARGET_DIR", "target")
 root = os.path.join(target, "criterion")
+
+SIDES = ["sqlite", "redb_floor", "leaseq"]
+# leaseq against each baseline.
+RATIOS = [("leaseq", "sqlite"), ("leaseq", "redb_floor")]
+GROUPS = ["enqueue_1", "cycle_1", "cycle_1_ack_next", "cycle_batch_100",
+          "cycle_concurrent_4x4", "cycle_concurrent_16x16"]
 
 
 def mean_ns(group, function):
@@ -27,18 +35,32 @@ def per_iter(group, function):
     return tp.get("Elements", 1)
 
 
-groups = ["enqueue_1", "cycle_1", "cycle_1_ack_next", "cycle_batch_100",
-          "cycle_concurrent_4x4", "cycle_concurrent_16x16"]
-print("| group | sqlite jobs/s | leaseq jobs/s | leaseq / sqlite |")
-print("|---|---|---|---|")
-for g in groups:
+def jobs_per_s(group, side):
+    """Jobs per second of `side` in `group`, or None without results."""
     try:
-        n = per_iter(g, "leaseq")
-        s = n / (mean_ns(g, "sqlite") / 1e9)
-        q = n / (mean_ns(g, "leaseq") / 1e9)
+        return per_iter(group, side) / (mean_ns(group, side) / 1e9)
     except FileNotFoundError:
+        return None
+
+
+rows = {g: {s: jobs_per_s(g, s) for s in SIDES} for g in GROUPS}
+sides = [s for s in SIDES if any(rows[g][s] is not None for g in GROUPS)]
+ratios = [(a, b) for a, b in RATIOS if a in sides and b in sides]
+if not sides:
+    sys.exit(f"no queue results under {root}")
+
+header = ["group"] + [f"{s} jobs/s" for s in sides] + [f"{a}/{b}" for a, b in ratios]
+print("| " + " | ".join(header) + " |")
+print("|" + "---|" * len(header))
+for g in GROUPS:
+    r = rows[g]
+    if all(r[s] is None for s in sides):
         continue
-    print(f"| `{g}` | {s:,.0f} | {q:,.0f} | {q / s:.2f}x |")
+    cells = [f"`{g}`"]
+    cells += ["-" if r[s] is None else f"{r[s]:,.0f}" for s in sides]
+    cells += ["-" if r[a] is None or r[b] is None else f"{r[a] / r[b]:.2f}x"
+              for a, b in ratios]
+    print("| " + " | ".join(cells) + " |")
 try:
     f = 1e9 / mean_ns("fsync_limit", "fsync")
     fo = 1e9 / mean_ns("fsync_limit", "fsync_overwrite")

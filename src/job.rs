@@ -341,8 +341,8 @@ impl ImportJob {
     }
 
     /// Its state (default `Ready`). `Leased` is taken as a lease that ended without an ack,
-    /// as a reopen after a crash returns it: ready again, or dead with "lease expired" when it
-    /// has no attempts left.
+    /// as a reopen after a crash returns it: ready again, or dead when it has no attempts
+    /// left, with "lease abandoned: …" as its last error either way.
     pub fn state(mut self, state: JobState) -> ImportJob {
         self.state = state;
         self

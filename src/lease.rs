@@ -50,6 +50,9 @@ pub struct Lease {
     pub(crate) max_attempts: u32,
     /// The deadline, updated by [`Lease::extend`] (which takes `&self`).
     pub(crate) deadline_ms: AtomicU64,
+    /// Held by `extend` from its commit to its update of `deadline_ms`, so extends racing
+    /// from several threads leave `deadline_ms` equal to the stored deadline.
+    pub(crate) extending: Mutex<()>,
     pub(crate) lease_ms: u64,
     pub(crate) idempotency_key: Option<Vec<u8>>,
     /// How [`Lease::decode`] reads the payload: the job's recorded encoding, else its
@@ -378,6 +381,7 @@ impl Lease {
         // The option first, as for a lease still held: a bad one is refused the same way.
         store::lease_ms_checked("extend", by)?;
         let (id, token, q) = (self.id, self.token, self.queue()?);
+        let _one_at_a_time = self.extending.lock();
         let now_ms = q.now_ms();
         let r = q.run(&mut |ctx| store::extend(ctx, q.config().tables, id, token, now_ms, by))?;
         if matches!(r, Err(crate::Error::LeaseLost { .. })) {

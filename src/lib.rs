@@ -60,6 +60,7 @@ mod scratch;
 mod stop;
 mod store;
 mod tx;
+mod worker;
 
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -89,3 +90,7 @@ pub use schema::FORMAT_VERSION;
 pub use stop::StopSignal;
 pub use store::Violation;
 pub use tx::Tx;
+pub use worker::{
+    DROP_GRACE_DEFAULT, IDLE_TIMEOUT_DEFAULT, IDLE_TIMEOUT_MAX, Outcome, PoolBuilder, PoolStats,
+    ShutdownReport, THREAD_NAME_DEFAULT, WORKER_THREADS_MAX, WorkerPool,
+};

@@ -275,7 +275,7 @@ impl Queue {
     ) -> Result<Vec<Enqueued>> {
         self.check_open()?;
         let records = store::new_records(&self.cfg, self.now_ms(), jobs)?;
-        self.run(&mut |ctx| store::enqueue(ctx, self.cfg.tables, &records))
+        self.run(&mut |ctx| store::enqueue(ctx, self.cfg.tables, &records, None))
     }
 
     /// Adds up to [`BATCH_MAX`](crate::BATCH_MAX) jobs with their state and history (attempts,
@@ -302,7 +302,7 @@ impl Queue {
             .iter()
             .map(|j| store::import_record(&self.cfg, now_ms, j))
             .collect::<Result<Vec<_>>>()?;
-        self.run(&mut |ctx| store::enqueue(ctx, self.cfg.tables, &records))
+        self.run(&mut |ctx| store::enqueue(ctx, self.cfg.tables, &records, Some(now_ms)))
     }
 
     /// Runs `f` in a write transaction shared with the queue's group commit and commits it:
@@ -395,6 +395,7 @@ impl Queue {
             attempt: l.attempt,
             max_attempts: l.max_attempts,
             deadline_ms: std::sync::atomic::AtomicU64::new(l.deadline_ms),
+            extending: parking_lot::Mutex::new(()),
             lease_ms: l.lease_ms,
             idempotency_key: l.idempotency_key,
             encoding: l.encoding.unwrap_or(self.cfg.encoding),
@@ -547,7 +548,7 @@ impl Queue {
 
     /// [`Queue::dequeue_timeout`] that also returns `Ok(None)` as soon as `stop` is stopped:
     /// a blocked call wakes at once, and a signal already stopped returns before dequeuing
-    /// anything. This is how a thread pool stops its idle consumers without closing the file
+    /// anything (also on a closed file: the signal is looked at first). This is how a thread pool stops its idle consumers without closing the file
     /// for the rest of the app (as Go's `context` cancellation or .NET's
     /// `CancellationToken`); [`Queue::close`] stops every consumer of the file instead.
     ///

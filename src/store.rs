@@ -184,14 +184,14 @@ pub(crate) fn import_record(
         JobState::Ready => StoredState::Ready,
         JobState::Scheduled => StoredState::Scheduled,
         // A lease that ended without an ack, as the reopen after a crash returns it.
-        JobState::Leased if left => {
-            rec.run_at_ms = now_ms;
-            StoredState::Ready
-        }
         JobState::Leased => {
             rec.run_at_ms = now_ms;
-            rec.last_error = Some(REASON_EXPIRED.to_string());
-            StoredState::Dead
+            rec.last_error = Some(REASON_ABANDONED.to_string());
+            if left {
+                StoredState::Ready
+            } else {
+                StoredState::Dead
+            }
         }
         JobState::Dead => StoredState::Dead,
     };
@@ -780,15 +780,18 @@ impl<'t> Tables<'t> {
     }
 }
 
-/// Adds validated records (from [`new_record`]) in order. A dedup key held by a live job,
-/// or by an earlier record of the same batch, makes that record a `Duplicate`.
+/// Adds validated records (from [`new_record`] or [`import_record`]) in order. A dedup key
+/// held by a live job, or by an earlier record of the same batch, makes that record a
+/// `Duplicate`. `now_ms` is when key holders and windows are judged: the call's time for an
+/// import (whose records keep their own `created_ms`), `None` for new records (created now).
 pub(crate) fn enqueue(
     ctx: &mut Ctx<'_>,
     tq: &'static QueueTables,
     records: &[JobRecord],
+    now_ms: Option<u64>,
 ) -> Result<Vec<Enqueued>> {
     let mut t = Tables::open(ctx.tx, tq)?;
-    enqueue_into(&mut t, ctx, records)
+    enqueue_into(&mut t, ctx, records, now_ms)
 }
 
 /// [`enqueue`] on tables the running operation holds open.
@@ -796,10 +799,11 @@ fn enqueue_into(
     t: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     records: &[JobRecord],
+    now_ms: Option<u64>,
 ) -> Result<Vec<Enqueued>> {
     let mut out = Vec::with_capacity(records.len());
     for rec in records {
-        let now_ms = rec.created_ms;
+        let now_ms = now_ms.unwrap_or(rec.created_ms);
         if let Some(k) = &rec.dedup_key
             && let Some((owner, by_window)) = t.key_holder(k, now_ms)?
         {
@@ -828,8 +832,12 @@ fn enqueue_into(
             // Dedup windows past their end go as new keys come, a bounded few per key.
             prune_windows(t, now_ms, PRUNE_PER_ACK_MAX)?;
             t.dedup()?.insert(k.as_slice(), id)?;
-            if let Some(w) = rec.dedup_window_ms {
-                let end_ms = now_ms.saturating_add(w);
+            // A window runs from the job's creation (an imported job's may be past: a window
+            // that already ended holds nothing beyond the live job).
+            if let Some(w) = rec.dedup_window_ms
+                && let end_ms = rec.created_ms.saturating_add(w)
+                && end_ms > now_ms
+            {
                 t.windows()?.insert(k.as_slice(), end_ms)?;
                 t.expiry()?.insert((end_ms, k.as_slice()), ())?;
             }
@@ -868,11 +876,11 @@ impl Sink for TablesSink<'_, '_, '_> {
         }
         let r = if tq.qid == self.t.tq.qid {
             self.release_acked_keys(records)
-                .and_then(|()| enqueue_into(self.t, self.ctx, records))
+                .and_then(|()| enqueue_into(self.t, self.ctx, records, None))
         } else {
             // Another queue of the file: its tables, opened for this enqueue only.
             Tables::open(self.t.tx, tq)
-                .and_then(|mut other| enqueue_into(&mut other, self.ctx, records))
+                .and_then(|mut other| enqueue_into(&mut other, self.ctx, records, None))
         };
         if let Err(e) = &r {
             self.broken = Some(e.to_string());

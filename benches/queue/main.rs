@@ -1,4 +1,5 @@
-//! Speed of leaseq against the SQLite baseline, at the same durability.
+//! Speed of leaseq against the SQLite baseline and against the redb floor (the fewest raw redb
+//! transactions doing the same work, `redb_floor.rs`), all at the same durability.
 //!
 //! Results: `target/criterion/<group>/<side>/new/estimates.json`, one function per side
 //! (`QueueUnderTest::NAME`) in every queue group; throughput is in jobs.
@@ -8,6 +9,7 @@
 
 mod common;
 mod leaseq_side;
+mod redb_floor;
 mod sqlite;
 
 use std::fs::OpenOptions;
@@ -108,6 +110,7 @@ fn queue_groups(c: &mut Criterion) {
             matches!(kind, Group::Concurrent { .. }),
         );
         run_group::<SqliteQueue>(&mut group, kind);
+        run_group::<redb_floor::FloorQueue>(&mut group, kind);
         run_group::<leaseq_side::LeaseqQueue>(&mut group, kind);
         group.finish();
     }
@@ -282,6 +285,7 @@ fn fsync_limit(c: &mut Criterion) {
 
 fn main() {
     sqlite::self_check();
+    redb_floor::self_check();
     let mut c = Criterion::default().configure_from_args();
     fsync_limit(&mut c);
     queue_groups(&mut c);

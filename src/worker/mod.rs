@@ -1,0 +1,861 @@
+//! A worker pool: threads that take jobs from a [`Queue`], run a handler on each, and end
+//! each job by what the handler returned, keeping running jobs leased with heartbeats.
+//!
+//! Built on leaseq's public API only (as another crate could be). A pool works on one queue
+//! handle, the default queue or a named one ([`Queue::named`]), and there are two kinds of
+//! handler:
+//!
+//! - [`PoolBuilder::start`]: a plain handler `Fn(&Lease) -> Result<(), BoxError>`. `Ok` acks
+//!   the job (at-least-once); an error gives it back through the queue's
+//!   [`RetryPolicy`](crate::RetryPolicy) with the error's text as its last error (dead when
+//!   out of attempts); an [`Outcome`] returned as the error snoozes it, fails it now, or
+//!   retries it after a backoff of the handler's choosing.
+//! - [`PoolBuilder::start_effects`]: an effect handler `Fn(&Tx, &Lease) -> Result<(),
+//!   BoxError>` run inside [`Lease::ack_with`]: its writes to the app's own tables, the
+//!   applied marker and the ack commit together, so the exactly-once effect is the easy path.
+//!
+//! **What the pool does for every job.** A worker takes a job ([`Queue::dequeue_until`],
+//! blocked on the queue's wake-up while there is none: no polling), registers the job's
+//! heartbeat, runs the handler (a panic is caught: the job is given back with `panic:
+//! <message>` as its last error and the thread lives on), then ends the job and takes the
+//! next one in the same commit ([`Lease::ack_and_next`] / [`Lease::ack_with_and_next`]), so a
+//! busy worker pays one commit per job. The heartbeat stops only after that final commit
+//! returned.
+//!
+//! **Heartbeats.** One thread per pool extends the lease of every running job through its
+//! [`Heartbeat`](crate::Heartbeat), by the delivery's own lease ([`Lease::lease_ms`]) every
+//! third of it (both configurable), so a handler may run far longer than the lease while
+//! another consumer never gets its job. An extend that finds the attempt over (`LeaseLost`)
+//! drops that job's heartbeat; the core writes nothing for it.
+//!
+//! **Shutdown.** [`WorkerPool::shutdown`] stops taking jobs (idle workers wake at once), lets
+//! the running handlers finish within the grace, then gives back the leases of the handlers
+//! still running (ready at once, the attempt counted); heartbeats go on until each job's
+//! final commit and stop last. Dropping the pool shuts it down with
+//! [`PoolBuilder::drop_grace`] (default [`DROP_GRACE_DEFAULT`], 10 s). The pool never closes
+//! the file ([`Queue::close`]): it stops with its own [`StopSignal`].
+//!
+//! ```
+//! use leaseq::{EnqueueOptions, Queue, WorkerPool};
+//! use std::time::Duration;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let queue = Queue::open(dir.path().join("app.leaseq"))?;
+//! for n in 0..10u32 {
+//!     queue.enqueue_value(&n, EnqueueOptions::default())?;
+//! }
+//! let pool = WorkerPool::builder(&queue).threads(2).start(|lease| {
+//!     let n: u32 = lease.decode()?;
+//!     println!("job {n}"); // the work; an Err gives the job back through the retry policy
+//!     Ok(())
+//! })?;
+//! while !queue.is_empty()? {
+//!     std::thread::sleep(Duration::from_millis(10));
+//! }
+//! let report = pool.shutdown(Duration::from_secs(5));
+//! assert_eq!(report.given_back, 0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod heartbeat;
+mod run;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::{BoxError, Error, LEASE_MAX, Lease, Queue, Result, StopSignal, Tx};
+
+/// Most worker threads one pool runs.
+pub const WORKER_THREADS_MAX: usize = 256;
+/// How long an idle worker blocks in one [`Queue::dequeue_until`] before it looks again
+/// (5 s), unless [`PoolBuilder::idle_timeout`] says otherwise. New work and the pool's stop
+/// wake it at once whatever this is; it only bounds a wait.
+pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+/// The longest [`PoolBuilder::idle_timeout`] accepted (1 hour).
+pub const IDLE_TIMEOUT_MAX: Duration = Duration::from_secs(60 * 60);
+/// The grace a dropped pool gives its running handlers (10 s), unless
+/// [`PoolBuilder::drop_grace`] says otherwise.
+pub const DROP_GRACE_DEFAULT: Duration = Duration::from_secs(10);
+/// The thread name prefix, unless [`PoolBuilder::thread_name`] says otherwise.
+pub const THREAD_NAME_DEFAULT: &str = "leaseq-worker";
+/// After the grace and the give-backs, how long a shutdown still waits for workers that were
+/// in the middle of a commit (their handler had returned) to come back.
+const COMMIT_WAIT: Duration = Duration::from_secs(1);
+
+/// What a handler asks the pool to do with its job instead of the default retry: return it
+/// as the handler's error (`Err(Outcome::Snooze(d).into())`, or `?` on a `Result<_,
+/// Outcome>`). As Oban's `{:snooze, s}` / `{:cancel, reason}` and River's `JobSnooze` /
+/// `JobCancel`.
+///
+/// Honoured for plain handlers ([`PoolBuilder::start`]). An effect handler
+/// ([`PoolBuilder::start_effects`]) runs inside [`Lease::ack_with`], whose failing closure
+/// gives the job back through the retry policy itself: an `Outcome` returned there is an
+/// error like any other (its text becomes the last error), since the lease is stale by the
+/// time the pool sees it. Decide snoozes and failures in a plain handler.
+///
+/// A directive the queue refuses (a snooze or backoff above [`DELAY_MAX`](crate::DELAY_MAX))
+/// gives the job back through the retry policy with the refusal as its last error, so the job
+/// never waits out its lease.
+///
+/// ```
+/// use leaseq::{BoxError, Lease, Outcome};
+/// use std::time::Duration;
+///
+/// fn handle(lease: &Lease) -> Result<(), BoxError> {
+///     match lease.payload() {
+///         b"later" => Err(Outcome::Snooze(Duration::from_secs(30)).into()),
+///         b"" => Err(Outcome::Fail("empty payload".into()).into()),
+///         b"busy" => Err(Outcome::Retry {
+///             after: Duration::from_secs(5),
+///             reason: "upstream busy".into(),
+///         }
+///         .into()),
+///         _ => Ok(()),
+///     }
+/// }
+/// # let _ = handle;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Give the job back to be due after this delay (whole ms; `ZERO`: ready at once)
+    /// without charging the attempt ([`Lease::snooze`]); never dead-letters.
+    Snooze(Duration),
+    /// Dead-letter the job now with this reason, whatever attempts it has left
+    /// ([`Lease::fail`]).
+    Fail(String),
+    /// Give the job back to be due after `after` instead of the retry policy's delay, the
+    /// attempt counted ([`Lease::nack_after`]); dead when it was the last attempt.
+    Retry {
+        /// The backoff (whole ms; `ZERO`: ready at once).
+        after: Duration,
+        /// Kept as the job's last error.
+        reason: String,
+    },
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Snooze(d) => write!(f, "snooze for {} ms", d.as_millis()),
+            Outcome::Fail(reason) => write!(f, "fail: {reason}"),
+            Outcome::Retry { after, reason } => {
+                write!(f, "{reason} (retry after {} ms)", after.as_millis())
+            }
+        }
+    }
+}
+
+impl std::error::Error for Outcome {}
+
+/// Counts since the pool started ([`WorkerPool::stats`]). Every field counts events, but
+/// `in_flight`, a gauge.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolStats {
+    /// Times an idle worker asked the queue for a job ([`Queue::dequeue_until`] calls; the
+    /// jobs taken by an ack-and-next are not polls). An idle pool makes one per thread per
+    /// [`PoolBuilder::idle_timeout`].
+    pub polls: u64,
+    /// Handler runs started.
+    pub jobs: u64,
+    /// Jobs acked (`ack`, or `ack_with` that committed or found the key applied).
+    pub acked: u64,
+    /// Of `acked`, effect jobs whose idempotency key was already applied (the handler did not
+    /// run in the commit that acked them).
+    pub already_applied: u64,
+    /// Jobs given back through the retry policy after an error or a panic (or with
+    /// [`Outcome::Retry`]'s backoff), dead ones included.
+    pub retried: u64,
+    /// Handler panics caught (each also counted in `retried` unless the shutdown had given
+    /// its job back).
+    pub panics: u64,
+    /// Jobs dead-lettered by [`Outcome::Fail`].
+    pub failed: u64,
+    /// Jobs the pool moved to the dead-letter state: [`Outcome::Fail`], and retries out of
+    /// attempts (plain handlers; an effect handler's failure is given back by `ack_with`,
+    /// which does not say).
+    pub dead: u64,
+    /// Jobs snoozed by [`Outcome::Snooze`].
+    pub snoozed: u64,
+    /// Leases of handlers still running after a shutdown's grace, given back.
+    pub given_back: u64,
+    /// Jobs taken as the pool stopped (a dequeue racing the stop), given back before their
+    /// handler ran, without charging the attempt.
+    pub unstarted: u64,
+    /// Calls that ended a job refused with `LeaseLost`: the lease had expired and the job was
+    /// delivered again (heartbeats too late, or stopped by an error), so this attempt's
+    /// outcome does not count.
+    pub lost: u64,
+    /// Successful heartbeat extends.
+    pub heartbeats: u64,
+    /// Heartbeat extends that found the attempt over (`LeaseLost`); that job's heartbeat
+    /// stopped. A beat under way as the job's own final commit lands counts here too (it
+    /// changes nothing, C39); more than that means leases expired under running handlers.
+    pub heartbeats_lost: u64,
+    /// Other failed calls (a dequeue, a commit, a heartbeat: storage errors), each logged
+    /// with `tracing`.
+    pub errors: u64,
+    /// Handlers running now.
+    pub in_flight: u64,
+}
+
+/// What [`WorkerPool::shutdown`] did. Counts from the moment the stop was signalled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Jobs in flight that their worker ended itself during the shutdown (acked, retried,
+    /// failed or snoozed: the handler finished within the grace).
+    pub finished: u64,
+    /// Leases of handlers still running at the end of the grace, given back: ready at once,
+    /// the attempt counted (dead if it was the last one). Those handlers' later acks get
+    /// `LeaseLost` and change nothing.
+    pub given_back: u64,
+    /// Jobs taken as the stop came, given back without charging the attempt before their
+    /// handler ran.
+    pub unstarted: u64,
+    /// Final commits refused with `LeaseLost` during the shutdown (the lease had expired
+    /// and the job was delivered again).
+    pub lost: u64,
+    /// Worker threads still running a handler when the shutdown returned: their leases were
+    /// given back (or their commit is still under way), and each thread ends when its handler
+    /// returns, holding a handle to the queue (so the file stays open) until then.
+    pub still_running: usize,
+    /// How long the shutdown took.
+    pub elapsed: Duration,
+    /// The pool's counts when the shutdown returned (`in_flight`: the handlers still
+    /// running).
+    pub stats: PoolStats,
+}
+
+type PlainFn = dyn Fn(&Lease) -> std::result::Result<(), BoxError> + Send + Sync;
+type EffectFn = dyn Fn(&Tx<'_>, &Lease) -> std::result::Result<(), BoxError> + Send + Sync;
+
+enum Handler {
+    Plain(Box<PlainFn>),
+    Effect(Box<EffectFn>),
+}
+
+/// Where one worker is with its job; the shutdown reads it to find the handlers still
+/// running, and claims them.
+enum Slot {
+    /// No job.
+    Idle,
+    /// A plain handler runs.
+    Running(Arc<Lease>),
+    /// The worker is ending the job: a plain handler returned, or an effect handler's
+    /// commit (the handler runs inside it) is under way.
+    Committing,
+    /// The shutdown took the job from a running handler and gives it back; the worker will
+    /// not commit it.
+    Claimed,
+}
+
+#[derive(Default)]
+struct Counters {
+    polls: AtomicU64,
+    jobs: AtomicU64,
+    acked: AtomicU64,
+    already_applied: AtomicU64,
+    retried: AtomicU64,
+    panics: AtomicU64,
+    failed: AtomicU64,
+    dead: AtomicU64,
+    snoozed: AtomicU64,
+    given_back: AtomicU64,
+    unstarted: AtomicU64,
+    lost: AtomicU64,
+    heartbeats: AtomicU64,
+    heartbeats_lost: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self, in_flight: u64) -> PoolStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        PoolStats {
+            polls: get(&self.polls),
+            jobs: get(&self.jobs),
+            acked: get(&self.acked),
+            already_applied: get(&self.already_applied),
+            retried: get(&self.retried),
+            panics: get(&self.panics),
+            failed: get(&self.failed),
+            dead: get(&self.dead),
+            snoozed: get(&self.snoozed),
+            given_back: get(&self.given_back),
+            unstarted: get(&self.unstarted),
+            lost: get(&self.lost),
+            heartbeats: get(&self.heartbeats),
+            heartbeats_lost: get(&self.heartbeats_lost),
+            errors: get(&self.errors),
+            in_flight,
+        }
+    }
+}
+
+/// The live workers, and the wake-up for a shutdown waiting on them and for workers sleeping
+/// after an error.
+#[derive(Default)]
+struct Gate {
+    alive: Mutex<usize>,
+    cv: Condvar,
+}
+
+impl Gate {
+    /// Sleeps up to `d`, or until the pool stops.
+    fn sleep(&self, d: Duration, stop: &StopSignal) {
+        let mut alive = self.alive.lock();
+        if !stop.is_stopped() {
+            self.cv.wait_for(&mut alive, d);
+        }
+    }
+
+    fn wake_all(&self) {
+        let _alive = self.alive.lock();
+        self.cv.notify_all();
+    }
+
+    fn exit(&self) {
+        let mut alive = self.alive.lock();
+        *alive = alive.saturating_sub(1);
+        self.cv.notify_all();
+    }
+
+    /// Waits until `done(live workers)` holds or `deadline` passes (`None`: no deadline);
+    /// returns the live workers then.
+    fn wait(&self, deadline: Option<Instant>, done: impl Fn(usize) -> bool) -> usize {
+        let mut alive = self.alive.lock();
+        while !done(*alive) {
+            match deadline {
+                Some(d) => {
+                    if self.cv.wait_until(&mut alive, d).timed_out() {
+                        break;
+                    }
+                }
+                None => self.cv.wait(&mut alive),
+            }
+        }
+        *alive
+    }
+}
+
+struct Shared {
+    queue: Queue,
+    stop: StopSignal,
+    handler: Handler,
+    idle_timeout: Duration,
+    heartbeat_every: Option<Duration>,
+    heartbeat_extend: Option<Duration>,
+    slots: Vec<Mutex<Slot>>,
+    beats: heartbeat::Beats,
+    gate: Gate,
+    counters: Counters,
+}
+
+impl Shared {
+    /// The worker's plain handler returned: `Running` → `Committing`. `false` if the
+    /// shutdown claimed the job.
+    fn enter_commit(&self, index: usize) -> bool {
+        let Some(slot) = self.slots.get(index) else {
+            return true;
+        };
+        let mut slot = slot.lock();
+        match *slot {
+            Slot::Claimed => false,
+            _ => {
+                *slot = Slot::Committing;
+                true
+            }
+        }
+    }
+
+    /// The job is over for its worker: back to `Idle`. Returns whether the shutdown had
+    /// claimed it (then the shutdown stops its heartbeat).
+    fn leave(&self, index: usize) -> bool {
+        let Some(slot) = self.slots.get(index) else {
+            return false;
+        };
+        let old = std::mem::replace(&mut *slot.lock(), Slot::Idle);
+        matches!(old, Slot::Claimed)
+    }
+
+    fn in_flight(&self) -> u64 {
+        let busy = self
+            .slots
+            .iter()
+            .filter(|s| !matches!(*s.lock(), Slot::Idle))
+            .count();
+        u64::try_from(busy).unwrap_or(u64::MAX)
+    }
+
+    fn claimed(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| matches!(*s.lock(), Slot::Claimed))
+            .count()
+    }
+
+    /// Claims every job whose handler still runs, so its worker will not commit it.
+    fn claim_running(&self) -> Vec<Arc<Lease>> {
+        let mut taken = Vec::new();
+        for slot in &self.slots {
+            let mut slot = slot.lock();
+            if let Slot::Running(lease) = &*slot {
+                taken.push(Arc::clone(lease));
+                *slot = Slot::Claimed;
+            }
+        }
+        taken
+    }
+}
+
+/// Settings of a [`WorkerPool`]; made by [`WorkerPool::builder`], started by
+/// [`start`](PoolBuilder::start) (plain handler) or [`start_effects`](PoolBuilder::start_effects)
+/// (effect handler). Every setting is checked when the pool starts.
+#[derive(Debug, Clone)]
+pub struct PoolBuilder {
+    queue: Queue,
+    threads: Option<usize>,
+    heartbeat_every: Option<Duration>,
+    heartbeat_extend: Option<Duration>,
+    idle_timeout: Duration,
+    drop_grace: Duration,
+    thread_name: String,
+    stop: Option<StopSignal>,
+}
+
+impl PoolBuilder {
+    /// Worker threads, 1 to [`WORKER_THREADS_MAX`] (256); default: the machine's available
+    /// parallelism (at most 256). Each runs one handler at a time.
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = Some(threads);
+        self
+    }
+
+    /// Time between two heartbeats of a running job (whole ms, 1 ms to
+    /// [`LEASE_MAX`]); default: a third of the job's lease (of
+    /// [`heartbeat_extend`](PoolBuilder::heartbeat_extend) when set, else of
+    /// [`Lease::lease_ms`]). Used up to half the extend at most, so a job whose own lease is
+    /// short is still kept. Keep it well under the lease: a heartbeat is a commit, and one
+    /// that comes after the deadline may find the job delivered again.
+    pub fn heartbeat_every(mut self, every: Duration) -> Self {
+        self.heartbeat_every = Some(every);
+        self
+    }
+
+    /// How far each heartbeat extends a running job's lease (whole ms, 1 ms to
+    /// [`LEASE_MAX`]): the deadline becomes the heartbeat's now plus this. Default: the
+    /// delivery's own lease ([`Lease::lease_ms`]: the job's, else the queue handle's).
+    pub fn heartbeat_extend(mut self, extend: Duration) -> Self {
+        self.heartbeat_extend = Some(extend);
+        self
+    }
+
+    /// How long an idle worker blocks in one [`Queue::dequeue_until`] (1 ms to
+    /// [`IDLE_TIMEOUT_MAX`]; default [`IDLE_TIMEOUT_DEFAULT`], 5 s). New work and the pool's
+    /// stop wake it at once; this only bounds one wait, so it sets how often an idle pool
+    /// looks at the queue ([`PoolStats::polls`]).
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// The grace a dropped pool gives its running handlers (default
+    /// [`DROP_GRACE_DEFAULT`], 10 s): dropping the pool calls
+    /// [`shutdown`](WorkerPool::shutdown) with it, so the drop blocks up to about that long.
+    pub fn drop_grace(mut self, grace: Duration) -> Self {
+        self.drop_grace = grace;
+        self
+    }
+
+    /// The threads' name prefix (default [`THREAD_NAME_DEFAULT`]): workers are named
+    /// `{prefix}-{n}` and the heartbeat thread `{prefix}-heartbeat` (Linux shows the first
+    /// 15 bytes). It must not contain a NUL byte.
+    pub fn thread_name(mut self, prefix: impl Into<String>) -> Self {
+        self.thread_name = prefix.into();
+        self
+    }
+
+    /// Use this stop signal instead of a new one, so handlers can watch it (a long handler
+    /// that checks [`StopSignal::is_stopped`] can end early at shutdown). Stopping it
+    /// yourself makes the workers take no more jobs (each ends the job it runs, then exits);
+    /// [`WorkerPool::shutdown`] is still what gives leases back and ends the heartbeats.
+    pub fn stop_signal(mut self, stop: StopSignal) -> Self {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// Starts the pool with a plain handler: `Ok(())` acks the job (at-least-once: a crash
+    /// between the work and the ack repeats the work); `Err(e)` gives it back through the
+    /// queue's retry policy with `e`'s text as its last error (dead when out of attempts),
+    /// unless `e` is an [`Outcome`]; a panic is caught and handled as an error whose text is
+    /// `panic: <message>`. The lease is the pool's: the handler reads it (`payload`,
+    /// `decode`, `attempt`, ...) but must not ack, nack, fail or snooze it (the pool's own
+    /// call would then find it `LeaseLost`). Its [`deadline_ms`](Lease::deadline_ms) is the
+    /// one the dequeue set: the pool's heartbeats move the stored deadline, not that copy.
+    ///
+    /// # Errors
+    /// `InvalidOption` for a setting out of range (threads 0 or above
+    /// [`WORKER_THREADS_MAX`], a zero or too long interval, a heartbeat interval not below a
+    /// configured extend, a thread name with a NUL byte); `Io` if a thread could not be
+    /// spawned (the threads already started are stopped first).
+    pub fn start<F>(self, handler: F) -> Result<WorkerPool>
+    where
+        F: Fn(&Lease) -> std::result::Result<(), BoxError> + Send + Sync + 'static,
+    {
+        self.spawn(Handler::Plain(Box::new(handler)))
+    }
+
+    /// Starts the pool with an effect handler, run inside [`Lease::ack_with`]: its writes
+    /// to the app's own tables (through `tx`, in the queue's file), the applied marker of the
+    /// job's idempotency key and the ack commit together or not at all, and a job whose key
+    /// is already applied is acked without running it ([`PoolStats::already_applied`]).
+    /// `Err` or a panic (caught; its text `panic: <message>`) drops the writes and gives the
+    /// job back through the retry policy, as `ack_with` does ([`Outcome`]s are not honoured
+    /// here, see there).
+    ///
+    /// **The handler runs inside the queue's write transaction**: every other write of the
+    /// file (other workers' commits, heartbeats, enqueues) waits while it runs, and it may
+    /// run more than once (a group commit that aborts is replayed). Keep it to the
+    /// transaction's writes; do slow or outside work in a plain handler. It must not call the
+    /// queue or the lease (`Reentrant`).
+    ///
+    /// # Errors
+    /// As [`start`](PoolBuilder::start).
+    ///
+    /// ```
+    /// use leaseq::redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
+    /// use leaseq::{EnqueueOptions, Queue, WorkerPool};
+    /// use std::time::Duration;
+    ///
+    /// const SENT: TableDefinition<u64, &[u8]> = TableDefinition::new("sent");
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let queue = Queue::open(dir.path().join("app.leaseq"))?;
+    /// for key in ["mail-1", "mail-2", "mail-1"] {
+    ///     queue.enqueue(key.as_bytes(), EnqueueOptions::default().idempotency_key(key))?;
+    /// }
+    /// let pool = WorkerPool::builder(&queue).threads(2).start_effects(|tx, lease| {
+    ///     tx.open_table(SENT)?.insert(lease.id().0, lease.payload())?;
+    ///     Ok(())
+    /// })?;
+    /// while !queue.is_empty()? {
+    ///     std::thread::sleep(Duration::from_millis(10));
+    /// }
+    /// pool.shutdown(Duration::from_secs(5));
+    /// let rows = queue.database().begin_read()?.open_table(SENT)?.len()?;
+    /// assert_eq!(rows, 2); // "mail-1" applied once
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn start_effects<F>(self, handler: F) -> Result<WorkerPool>
+    where
+        F: Fn(&Tx<'_>, &Lease) -> std::result::Result<(), BoxError> + Send + Sync + 'static,
+    {
+        self.spawn(Handler::Effect(Box::new(handler)))
+    }
+
+    fn threads_checked(&self) -> Result<usize> {
+        let threads = self.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map_or(1, usize::from)
+                .min(WORKER_THREADS_MAX)
+        });
+        if !(1..=WORKER_THREADS_MAX).contains(&threads) {
+            return Err(invalid(
+                "threads",
+                format!("{threads}: a pool runs 1 to {WORKER_THREADS_MAX} threads"),
+            ));
+        }
+        Ok(threads)
+    }
+
+    fn check(&self) -> Result<usize> {
+        let threads = self.threads_checked()?;
+        let in_range = |field: &'static str, d: Duration, max: Duration| {
+            if d < Duration::from_millis(1) || d > max {
+                Err(invalid(
+                    field,
+                    format!("{} ms: from 1 ms to {} ms", d.as_millis(), max.as_millis()),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        if let Some(every) = self.heartbeat_every {
+            in_range("heartbeat_every", every, LEASE_MAX)?;
+        }
+        if let Some(extend) = self.heartbeat_extend {
+            in_range("heartbeat_extend", extend, LEASE_MAX)?;
+        }
+        if let (Some(every), Some(extend)) = (self.heartbeat_every, self.heartbeat_extend)
+            && every >= extend
+        {
+            return Err(invalid(
+                "heartbeat_every",
+                "must be below heartbeat_extend, or the lease ends between two heartbeats",
+            ));
+        }
+        in_range("idle_timeout", self.idle_timeout, IDLE_TIMEOUT_MAX)?;
+        if self.thread_name.contains('\0') {
+            return Err(invalid("thread_name", "contains a NUL byte"));
+        }
+        Ok(threads)
+    }
+
+    fn spawn(self, handler: Handler) -> Result<WorkerPool> {
+        let threads = self.check()?;
+        let shared = Arc::new(Shared {
+            queue: self.queue.clone(),
+            stop: self.stop.clone().unwrap_or_default(),
+            handler,
+            idle_timeout: self.idle_timeout,
+            heartbeat_every: self.heartbeat_every,
+            heartbeat_extend: self.heartbeat_extend,
+            slots: (0..threads).map(|_| Mutex::new(Slot::Idle)).collect(),
+            beats: heartbeat::Beats::default(),
+            gate: Gate::default(),
+            counters: Counters::default(),
+        });
+        let mut pool = WorkerPool {
+            shared: Arc::clone(&shared),
+            workers: Vec::with_capacity(threads),
+            heart: None,
+            drop_grace: self.drop_grace,
+            done: false,
+        };
+        let heart = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(format!("{}-heartbeat", self.thread_name))
+                .spawn(move || shared.beats.run(&shared.counters))
+        };
+        pool.heart = Some(heart.map_err(|e| pool.abort(e))?);
+        for index in 0..threads {
+            *shared.gate.alive.lock() += 1;
+            let worker = {
+                let shared = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("{}-{index}", self.thread_name))
+                    .spawn(move || run::worker(&shared, index))
+            };
+            match worker {
+                Ok(handle) => pool.workers.push(handle),
+                Err(e) => {
+                    shared.gate.exit();
+                    return Err(pool.abort(e));
+                }
+            }
+        }
+        Ok(pool)
+    }
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
+    Error::InvalidOption {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// Threads that run a handler on every job of a [`Queue`], with heartbeats, panic
+/// catching and a graceful shutdown (see [the module docs](crate::WorkerPool#how-it-works)).
+/// Made by [`WorkerPool::builder`].
+///
+/// # How it works
+///
+/// Each worker loops: take a job ([`Queue::dequeue_until`] with the pool's
+/// [`StopSignal`], blocked on the queue's wake-up while there is none), start its heartbeat,
+/// run the handler (panics caught), end the job by what the handler returned and take the
+/// next job in the same commit, stop the heartbeat. One heartbeat thread extends every
+/// running job's lease. [`shutdown`](WorkerPool::shutdown) stops the loop, waits out the
+/// grace, and gives back the leases of handlers still running. Dropping the pool shuts it
+/// down with [`PoolBuilder::drop_grace`].
+///
+/// The pool holds a handle to the queue (so the file stays open) until it is shut down and
+/// every handler it started has returned.
+pub struct WorkerPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    heart: Option<JoinHandle<()>>,
+    drop_grace: Duration,
+    /// Set once shut down, so the drop does not do it again.
+    done: bool,
+}
+
+impl fmt::Debug for WorkerPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerPool")
+            .field("queue", &self.shared.queue)
+            .field("threads", &self.workers.len())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerPool {
+    /// A builder for a pool over `queue` (any handle: the default queue, a named one, one
+    /// with its own defaults from [`Queue::with_lease`] and the like). The pool keeps a clone
+    /// of the handle.
+    pub fn builder(queue: &Queue) -> PoolBuilder {
+        PoolBuilder {
+            queue: queue.clone(),
+            threads: None,
+            heartbeat_every: None,
+            heartbeat_extend: None,
+            idle_timeout: IDLE_TIMEOUT_DEFAULT,
+            drop_grace: DROP_GRACE_DEFAULT,
+            thread_name: THREAD_NAME_DEFAULT.to_string(),
+            stop: None,
+        }
+    }
+
+    /// Counts since the pool started, and the handlers running now.
+    pub fn stats(&self) -> PoolStats {
+        self.shared.counters.snapshot(self.shared.in_flight())
+    }
+
+    /// The number of worker threads.
+    pub fn threads(&self) -> usize {
+        self.shared.slots.len()
+    }
+
+    /// The pool's stop signal (the one given to [`PoolBuilder::stop_signal`], else its own).
+    pub fn stop_signal(&self) -> StopSignal {
+        self.shared.stop.clone()
+    }
+
+    /// Stops the pool, and returns once every job in flight was ended or given back:
+    ///
+    /// 1. The stop signal is set: idle workers wake at once and exit; no handler starts
+    ///    from now on (a job taken as the stop came is given back unstarted, uncharged).
+    /// 2. Running handlers get up to `grace` to return; each job is then ended by its
+    ///    worker as usual (ack, retry, ...), and its heartbeat goes on until that commit.
+    /// 3. At the end of the grace, the lease of every handler still running is given back
+    ///    ([`Lease::nack_after`] with a zero backoff: delivered again at once, not after its
+    ///    lease; the attempt counted, so a job that always outlives the grace dies at its
+    ///    `max_attempts` as a crashing one would). Its heartbeat stops after that commit. The
+    ///    handler's thread cannot be killed: it runs on, and its final call finds the lease
+    ///    `LeaseLost` and changes nothing. An effect handler already inside its commit cannot
+    ///    be given back (every write waits for that transaction): its commit decides.
+    /// 4. Workers that were mid-commit get up to 1 s more; the heartbeat thread ends once no
+    ///    job it beats is left (last of all).
+    ///
+    /// Takes about `grace` at most when handlers overrun, plus the give-back commits (each a
+    /// write, which waits for a write transaction held elsewhere on the file, as any write).
+    /// The file is never closed ([`Queue::close`]); other consumers go on.
+    pub fn shutdown(mut self, grace: Duration) -> ShutdownReport {
+        self.shut(grace)
+    }
+
+    fn shut(&mut self, grace: Duration) -> ShutdownReport {
+        self.done = true;
+        let started = Instant::now();
+        let shared = &self.shared;
+        shared.stop.stop();
+        shared.gate.wake_all();
+        let before = shared.counters.snapshot(0);
+        // 2: the running handlers finish within the grace.
+        shared
+            .gate
+            .wait(started.checked_add(grace), |alive| alive == 0);
+        // 3: the leases of the handlers still running go back.
+        let reason = format!(
+            "given back at shutdown: the handler was still running after the grace of {} ms",
+            grace.as_millis()
+        );
+        for lease in shared.claim_running() {
+            match lease.nack_after(&reason, Duration::ZERO) {
+                Ok(_) => Counters::add(&shared.counters.given_back),
+                // It had expired and was delivered again: nothing to give back.
+                Err(Error::LeaseLost { .. }) => {}
+                Err(e) => {
+                    Counters::add(&shared.counters.errors);
+                    tracing::warn!(job = lease.id().0, error = %e, "leaseq pool: giving back at shutdown");
+                }
+            }
+            shared.beats.stop(lease.token());
+        }
+        // 4: workers mid-commit come back; those still in a handler are left running.
+        let wait_until = Instant::now().checked_add(COMMIT_WAIT);
+        let still_running = shared
+            .gate
+            .wait(wait_until, |alive| alive <= shared.claimed());
+        let (finished, _): (Vec<_>, Vec<_>) = std::mem::take(&mut self.workers)
+            .into_iter()
+            .partition(JoinHandle::is_finished);
+        finished.into_iter().for_each(|w| {
+            let _ = w.join();
+        });
+        if shared.beats.exit()
+            && let Some(heart) = self.heart.take()
+        {
+            let _ = heart.join();
+        }
+        let after = shared.counters.snapshot(shared.in_flight());
+        let ended = |s: &PoolStats| s.acked + s.retried + s.failed + s.snoozed;
+        ShutdownReport {
+            finished: ended(&after).saturating_sub(ended(&before)),
+            given_back: after.given_back.saturating_sub(before.given_back),
+            unstarted: after.unstarted.saturating_sub(before.unstarted),
+            lost: after.lost.saturating_sub(before.lost),
+            still_running,
+            elapsed: started.elapsed(),
+            stats: after,
+        }
+    }
+
+    /// Stops what a failed start had begun, and passes the spawn error on.
+    fn abort(&mut self, e: std::io::Error) -> Error {
+        self.shut(Duration::ZERO);
+        Error::Io(e)
+    }
+}
+
+impl Drop for WorkerPool {
+    /// Shuts the pool down with [`PoolBuilder::drop_grace`] unless
+    /// [`shutdown`](WorkerPool::shutdown) already did.
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.shut(self.drop_grace);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_texts_say_what_was_asked() {
+        assert_eq!(
+            Outcome::Snooze(Duration::from_secs(2)).to_string(),
+            "snooze for 2000 ms"
+        );
+        assert_eq!(Outcome::Fail("bad".into()).to_string(), "fail: bad");
+        let retry = Outcome::Retry {
+            after: Duration::from_millis(5),
+            reason: "busy".into(),
+        };
+        assert_eq!(retry.to_string(), "busy (retry after 5 ms)");
+        let boxed: BoxError = retry.clone().into();
+        assert_eq!(boxed.downcast_ref::<Outcome>(), Some(&retry));
+    }
+
+    #[test]
+    fn panic_texts() {
+        let p = std::panic::catch_unwind(|| panic!("boom {}", 7)).unwrap_err();
+        assert_eq!(run::panic_text(&*p), "boom 7");
+        let p = std::panic::catch_unwind(|| std::panic::panic_any(5u8)).unwrap_err();
+        assert_eq!(run::panic_text(&*p), "non-string panic payload");
+    }
+}

@@ -1,0 +1,277 @@
+//! One worker thread: take a job, run its handler, end the job in one commit that also takes
+//! the next one; wait on the queue's wake-up when there is nothing to do.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Counters, EffectFn, Handler, Outcome, Shared, Slot};
+use crate::{Applied, BoxError, Error, JobState, Lease, Result};
+
+/// The first wait after a failed dequeue; doubled after each failure in a row.
+const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
+/// The longest wait between two dequeues that fail.
+const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// The worker thread's body.
+pub(super) fn worker(shared: &Shared, index: usize) {
+    let mut next: Option<Lease> = None;
+    let mut backoff = ERROR_BACKOFF_MIN;
+    loop {
+        let lease = match next.take() {
+            Some(lease) => lease,
+            None => {
+                if shared.stop.is_stopped() {
+                    break;
+                }
+                Counters::add(&shared.counters.polls);
+                match shared
+                    .queue
+                    .dequeue_until(shared.idle_timeout, &shared.stop)
+                {
+                    Ok(Some(lease)) => {
+                        backoff = ERROR_BACKOFF_MIN;
+                        lease
+                    }
+                    Ok(None) => continue,
+                    // The app closed the file to new work: nothing more to take.
+                    Err(Error::Closed) => break,
+                    Err(e) => {
+                        Counters::add(&shared.counters.errors);
+                        tracing::warn!(error = %e, "leaseq pool: dequeue failed");
+                        shared.gate.sleep(backoff, &shared.stop);
+                        backoff = (backoff * 2).min(ERROR_BACKOFF_MAX);
+                        continue;
+                    }
+                }
+            }
+        };
+        if shared.stop.is_stopped() {
+            // Taken as the stop came (a dequeue or an ack-and-next racing it): never started,
+            // so given back without charging the attempt.
+            return_unstarted(shared, &lease);
+            break;
+        }
+        next = process(shared, index, lease);
+    }
+    shared.gate.exit();
+}
+
+/// Gives back a lease whose handler never ran, ready at once.
+fn return_unstarted(shared: &Shared, lease: &Lease) {
+    let c = &shared.counters;
+    match lease.snooze(Duration::ZERO) {
+        Ok(()) => Counters::add(&c.unstarted),
+        Err(e) => note_error(c, lease, &e, "giving back an unstarted job"),
+    }
+}
+
+/// Runs one job: its heartbeat starts before the handler, and stops after the job's final
+/// commit returned. Returns the next job, when that commit took one.
+fn process(shared: &Shared, index: usize, lease: Lease) -> Option<Lease> {
+    let lease = Arc::new(lease);
+    let token = lease.token();
+    let (extend, every) =
+        super::heartbeat::timing(&lease, shared.heartbeat_every, shared.heartbeat_extend);
+    shared.beats.start(&lease, extend, every);
+    // A plain handler runs apart from its commit, so a shutdown may take its job back; an
+    // effect handler runs inside its commit, which ends the job whatever happens.
+    let phase = match &shared.handler {
+        Handler::Plain(_) => Slot::Running(Arc::clone(&lease)),
+        Handler::Effect(_) => Slot::Committing,
+    };
+    if let Some(slot) = shared.slots.get(index) {
+        *slot.lock() = phase;
+    }
+    Counters::add(&shared.counters.jobs);
+    let next = match &shared.handler {
+        Handler::Plain(handler) => {
+            let ran = catch_unwind(AssertUnwindSafe(|| handler(&lease)));
+            if shared.enter_commit(index) {
+                end_plain(shared, &lease, ran)
+            } else {
+                // Given back by the shutdown while the handler ran: the shutdown ends the
+                // attempt (and stops its heartbeat), this worker does not commit.
+                note_ran(&shared.counters, &ran);
+                None
+            }
+        }
+        Handler::Effect(handler) => {
+            run_effect(&shared.counters, &shared.stop, &lease, handler.as_ref())
+        }
+    };
+    let claimed = shared.leave(index);
+    if !claimed {
+        shared.beats.stop(token);
+    }
+    next
+}
+
+/// Counts a handler run whose outcome the shutdown overrode.
+fn note_ran(c: &Counters, ran: &std::thread::Result<std::result::Result<(), BoxError>>) {
+    if ran.is_err() {
+        Counters::add(&c.panics);
+    }
+}
+
+/// Ends a plain handler's job by what it returned.
+fn end_plain(
+    shared: &Shared,
+    lease: &Lease,
+    ran: std::thread::Result<std::result::Result<(), BoxError>>,
+) -> Option<Lease> {
+    let c = &shared.counters;
+    match ran {
+        Ok(Ok(())) => {
+            if shared.stop.is_stopped() {
+                settle(c, lease, lease.ack(), &c.acked);
+                None
+            } else {
+                settle(c, lease, lease.ack_and_next(), &c.acked).flatten()
+            }
+        }
+        Ok(Err(e)) => {
+            match e.downcast::<Outcome>() {
+                Ok(outcome) => apply(c, lease, *outcome),
+                Err(e) => retry(c, lease, &e.to_string()),
+            }
+            None
+        }
+        Err(panic) => {
+            Counters::add(&c.panics);
+            retry(c, lease, &format!("panic: {}", panic_text(&*panic)));
+            None
+        }
+    }
+}
+
+/// Gives the job back through the retry policy (dead when out of attempts).
+fn retry(c: &Counters, lease: &Lease, reason: &str) {
+    if let Some(state) = settle(c, lease, lease.nack(reason), &c.retried) {
+        count_dead(c, state);
+    }
+}
+
+/// Does what a handler's [`Outcome`] asks. A refused directive (a snooze or backoff above
+/// `DELAY_MAX`) gives the job back through the retry policy instead, with the refusal as
+/// its last error, so the job never waits out its lease.
+fn apply(c: &Counters, lease: &Lease, outcome: Outcome) {
+    let refused = match outcome {
+        Outcome::Snooze(delay) => match lease.snooze(delay) {
+            Err(e @ Error::InvalidOption { .. }) => e,
+            r => {
+                settle(c, lease, r, &c.snoozed);
+                return;
+            }
+        },
+        Outcome::Fail(reason) => {
+            if settle(c, lease, lease.fail(&reason), &c.failed).is_some() {
+                Counters::add(&c.dead);
+            }
+            return;
+        }
+        Outcome::Retry { after, reason } => match lease.nack_after(&reason, after) {
+            Err(e @ Error::InvalidOption { .. }) => e,
+            r => {
+                if let Some(state) = settle(c, lease, r, &c.retried) {
+                    count_dead(c, state);
+                }
+                return;
+            }
+        },
+    };
+    retry(c, lease, &format!("refused outcome: {refused}"));
+}
+
+fn count_dead(c: &Counters, state: JobState) {
+    if state == JobState::Dead {
+        Counters::add(&c.dead);
+    }
+}
+
+/// Runs an effect handler inside `ack_with` (with the next dequeue in the same commit unless
+/// the pool is stopping). The job ends with this commit, whatever a shutdown does meanwhile.
+fn run_effect(
+    c: &Counters,
+    stop: &crate::StopSignal,
+    lease: &Lease,
+    handler: &EffectFn,
+) -> Option<Lease> {
+    // Whether the closure's last run panicked (it may run more than once).
+    let mut panicked = false;
+    let mut effect = |tx: &crate::Tx<'_>| -> std::result::Result<(), BoxError> {
+        panicked = false;
+        catch_unwind(AssertUnwindSafe(|| handler(tx, lease))).unwrap_or_else(|panic| {
+            panicked = true;
+            Err(format!("panic: {}", panic_text(&*panic)).into())
+        })
+    };
+    let r = if stop.is_stopped() {
+        lease.ack_with(&mut effect).map(|applied| (applied, None))
+    } else {
+        lease.ack_with_and_next(&mut effect)
+    };
+    match r {
+        Ok((applied, next)) => {
+            Counters::add(&c.acked);
+            if applied == Applied::AlreadyApplied {
+                Counters::add(&c.already_applied);
+            }
+            next
+        }
+        // The closure failed: `ack_with` gave the job back (retry policy) itself.
+        Err(Error::Effect(_)) => {
+            if panicked {
+                Counters::add(&c.panics);
+            }
+            Counters::add(&c.retried);
+            None
+        }
+        Err(e) => {
+            note_error(c, lease, &e, "ending a job");
+            None
+        }
+    }
+}
+
+/// Counts the outcome of a call that ends an attempt: `ok` on success, `lost` for
+/// `LeaseLost` (the lease had expired and the job was delivered again, or the shutdown gave
+/// it back), `errors` otherwise (the job comes back when its lease ends: its heartbeat stops
+/// with this call). Returns the value on success.
+fn settle<T>(
+    c: &Counters,
+    lease: &Lease,
+    r: Result<T>,
+    ok: &std::sync::atomic::AtomicU64,
+) -> Option<T> {
+    match r {
+        Ok(v) => {
+            Counters::add(ok);
+            Some(v)
+        }
+        Err(e) => {
+            note_error(c, lease, &e, "ending a job");
+            None
+        }
+    }
+}
+
+fn note_error(c: &Counters, lease: &Lease, e: &Error, what: &str) {
+    if matches!(e, Error::LeaseLost { .. }) {
+        Counters::add(&c.lost);
+    } else {
+        Counters::add(&c.errors);
+    }
+    tracing::warn!(job = lease.id().0, error = %e, "leaseq pool: {what}");
+}
+
+/// The message of a caught panic.
+pub(super) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
