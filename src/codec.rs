@@ -25,6 +25,8 @@ use crate::error::{Error, Result};
 use crate::job::JobState;
 use crate::retry::{RetryKind, RetryPolicy};
 
+mod depth;
+
 /// First byte of every encoded record.
 const RECORD_VERSION: u8 = 4;
 
@@ -467,8 +469,9 @@ pub(crate) fn decode_payload<T: serde::de::DeserializeOwned>(
     match encoding {
         Encoding::Bincode => {
             let cfg = config::standard().with_limit::<{ crate::PAYLOAD_BYTES_MAX_CAP }>();
-            let (value, used) = bincode::serde::decode_from_slice(bytes, cfg)
-                .map_err(|e| codec_error(e.to_string()))?;
+            let (depth::DepthLimited(value), used) =
+                bincode::serde::decode_from_slice::<depth::DepthLimited<T>, _>(bytes, cfg)
+                    .map_err(|e| codec_error(e.to_string()))?;
             if used != bytes.len() {
                 return Err(codec_error(format!(
                     "{} trailing bytes",

@@ -90,7 +90,7 @@ pub use job::{
     Applied, EnqueueOptions, Enqueued, ImportJob, JobCursor, JobId, JobInfo, JobPage, JobState,
     Quarantined, Stats,
 };
-pub use lease::{Heartbeat, Lease};
+pub use lease::{Heartbeat, Lease, Outcome};
 pub use limits::{
     BATCH_MAX, DELAY_MAX, DUE_RECHECK_MAX, KEY_BYTES_MAX, LEASE_MAX, MAX_ATTEMPTS_CAP,
     PAYLOAD_BYTES_MAX_CAP, QUEUE_NAME_BYTES_MAX, QUEUES_MAX,
@@ -103,6 +103,6 @@ pub use stop::StopSignal;
 pub use store::Violation;
 pub use tx::Tx;
 pub use worker::{
-    DROP_GRACE_DEFAULT, IDLE_TIMEOUT_DEFAULT, IDLE_TIMEOUT_MAX, Outcome, PoolBuilder, PoolStats,
+    DROP_GRACE_DEFAULT, IDLE_TIMEOUT_DEFAULT, IDLE_TIMEOUT_MAX, PoolBuilder, PoolStats,
     ShutdownReport, THREAD_NAME_DEFAULT, WORKER_THREADS_MAX, WorkerPool,
 };

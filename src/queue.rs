@@ -555,7 +555,7 @@ impl Queue {
         let (now_ms, cfg) = (self.now_ms(), self.cfg);
         // After `close`, an ack-and-next acks and takes nothing.
         let next = next && !self.is_closed();
-        let mut failed: Vec<Option<String>> = vec![None; keys.len()];
+        let mut failed: Vec<Option<store::Failure>> = vec![None; keys.len()];
         let mut errors: Vec<Option<crate::BoxError>> = keys.iter().map(|_| None).collect();
         for _ in 0..=keys.len() {
             // The lease whose closure ran last.
@@ -589,7 +589,7 @@ impl Queue {
                     return Ok((applied, leased));
                 }
                 (Err(Error::Effect(e)), Some(i)) if failed[i].is_none() => {
-                    failed[i] = Some(e.to_string());
+                    failed[i] = Some(store::Failure::of(&e));
                     errors[i] = Some(e);
                 }
                 (Err(e), _) => return Err(e),

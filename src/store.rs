@@ -65,6 +65,64 @@ fn retry_at_ms(cfg: &Config, id: u64, rec: &JobRecord, now_ms: u64) -> u64 {
     now_ms.saturating_add(policy.delay_ms(JobId(id), rec.attempts))
 }
 
+/// How a job whose `ack_with` closure failed is given back ([`crate::Outcome`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GiveBack {
+    /// Through the retry policy, or after this backoff (ms); dead when out of attempts.
+    Retry(Option<u64>),
+    /// Without charging the attempt, due after this delay (ms).
+    Snooze(u64),
+    /// Dead now.
+    Fail,
+}
+
+/// A lease whose `ack_with` closure failed in an earlier run of the call: how its job ends,
+/// and the last error it gets.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub reason: String,
+    pub how: GiveBack,
+}
+
+impl Failure {
+    /// The failure of a closure that returned `e`: an [`crate::Outcome`] decides how the
+    /// job ends (a delay above `DELAY_MAX` is refused there, and the job goes through the
+    /// retry policy with the refusal as its reason); any other error retries.
+    pub(crate) fn of(e: &BoxError) -> Failure {
+        let max_ms = crate::clock::duration_ms(crate::DELAY_MAX);
+        let refused = |d: std::time::Duration| Failure {
+            reason: format!(
+                "refused outcome: {e} (the delay of {} ms is above DELAY_MAX)",
+                d.as_millis()
+            ),
+            how: GiveBack::Retry(None),
+        };
+        match e.downcast_ref::<crate::Outcome>() {
+            Some(crate::Outcome::Snooze(d)) if crate::clock::duration_ms(*d) <= max_ms => Failure {
+                reason: e.to_string(),
+                how: GiveBack::Snooze(crate::clock::duration_ms(*d)),
+            },
+            Some(crate::Outcome::Fail(reason)) => Failure {
+                reason: reason.clone(),
+                how: GiveBack::Fail,
+            },
+            Some(crate::Outcome::Retry { after, reason })
+                if crate::clock::duration_ms(*after) <= max_ms =>
+            {
+                Failure {
+                    reason: reason.clone(),
+                    how: GiveBack::Retry(Some(crate::clock::duration_ms(*after))),
+                }
+            }
+            Some(crate::Outcome::Snooze(d) | crate::Outcome::Retry { after: d, .. }) => refused(*d),
+            None => Failure {
+                reason: e.to_string(),
+                how: GiveBack::Retry(None),
+            },
+        }
+    }
+}
+
 /// A job handed out by a dequeue, before it becomes a `Lease`.
 #[derive(Debug)]
 pub(crate) struct Leased {
@@ -744,6 +802,48 @@ impl<'t> Tables<'t> {
     /// Ends a delivery that did not ack: back to ready at `requeue_at_ms` (the back of its
     /// priority: a job whose leases keep expiring never starves the jobs behind it),
     /// scheduled if that is in the future, or dead when the attempts are used up.
+    /// Gives a leased job back without charging its attempt (see [`snooze`]).
+    fn snooze_leased(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: u64,
+        mut rec: JobRecord,
+        now_ms: u64,
+        delay_ms: u64,
+    ) -> Result<()> {
+        // A leased job's delivery was counted when it was leased.
+        debug_assert!(rec.attempts >= 1, "leased with no attempt counted");
+        ctx.wake(self.tq.qid);
+        self.unindex(id, &rec)?;
+        let at = now_ms.saturating_add(delay_ms);
+        rec.attempts = rec.attempts.saturating_sub(1);
+        rec.snoozes = rec.snoozes.saturating_add(1);
+        rec.run_at_ms = at;
+        rec.state = if at > now_ms {
+            StoredState::Scheduled
+        } else {
+            rec.seq = ctx.alloc_seq();
+            StoredState::Ready
+        };
+        self.put(id, &rec)
+    }
+
+    /// Moves a leased job to the dead-letter state now, with `reason`.
+    fn fail_leased(
+        &mut self,
+        id: u64,
+        mut rec: JobRecord,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<()> {
+        self.unindex(id, &rec)?;
+        rec.last_error = Some(truncate_reason(reason));
+        tracing::info!(queue = self.tq.qid, job_id = id, %reason, "leaseq: job dead-lettered by fail");
+        rec.state = StoredState::Dead;
+        rec.run_at_ms = now_ms;
+        self.put(id, &rec)
+    }
+
     fn end_attempt(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -1202,7 +1302,7 @@ pub(crate) fn ack_with(
     leases: &[(u64, u64)],
     cfg: &Config,
     now_ms: u64,
-    failed: &[Option<String>],
+    failed: &[Option<Failure>],
     effect: &mut Effect<'_>,
 ) -> Result<Vec<Result<Applied>>> {
     let tq = cfg.tables;
@@ -1237,11 +1337,20 @@ pub(crate) fn ack_with(
             }
         };
         *ctx.dirty = true;
-        if let Some(reason) = &failed[i] {
+        if let Some(f) = &failed[i] {
             ctx.wake(t.tq.qid);
-            let at_ms = retry_at_ms(cfg, id, &rec, now_ms);
-            t.end_attempt(ctx, id, rec, reason, now_ms, at_ms)?;
-            out.push(Err(Error::Effect(reason.clone().into())));
+            match f.how {
+                GiveBack::Retry(backoff_ms) => {
+                    let at_ms = match backoff_ms {
+                        Some(b) => now_ms.saturating_add(b),
+                        None => retry_at_ms(cfg, id, &rec, now_ms),
+                    };
+                    t.end_attempt(ctx, id, rec, &f.reason, now_ms, at_ms)?;
+                }
+                GiveBack::Snooze(delay_ms) => t.snooze_leased(ctx, id, rec, now_ms, delay_ms)?,
+                GiveBack::Fail => t.fail_leased(id, rec, &f.reason, now_ms)?,
+            }
+            out.push(Err(Error::Effect(f.reason.clone().into())));
             continue;
         }
         // Only a caller's idempotency key gets a marker. A job without one is keyed by its
@@ -1632,25 +1741,12 @@ pub(crate) fn snooze(
     delay_ms: u64,
 ) -> Result<Result<()>> {
     let mut t = Tables::open(ctx.tx, tq)?;
-    let mut rec = lease_or_refuse!(t, id, token);
-    let at = now_ms
-        .checked_add(delay_ms)
-        .ok_or_else(|| Error::invalid_option("delay", "due time overflows"))?;
-    // A leased job's delivery was counted when it was leased.
-    debug_assert!(rec.attempts >= 1, "leased with no attempt counted");
+    let rec = lease_or_refuse!(t, id, token);
+    if now_ms.checked_add(delay_ms).is_none() {
+        return Err(Error::invalid_option("delay", "due time overflows"));
+    }
     *ctx.dirty = true;
-    ctx.wake(t.tq.qid);
-    t.unindex(id, &rec)?;
-    rec.attempts = rec.attempts.saturating_sub(1);
-    rec.snoozes = rec.snoozes.saturating_add(1);
-    rec.run_at_ms = at;
-    rec.state = if at > now_ms {
-        StoredState::Scheduled
-    } else {
-        rec.seq = ctx.alloc_seq();
-        StoredState::Ready
-    };
-    t.put(id, &rec).map(Ok)
+    t.snooze_leased(ctx, id, rec, now_ms, delay_ms).map(Ok)
 }
 
 pub(crate) fn fail(
@@ -1661,14 +1757,9 @@ pub(crate) fn fail(
     reason: &str,
 ) -> Result<Result<()>> {
     let mut t = Tables::open(ctx.tx, tq)?;
-    let mut rec = lease_or_refuse!(t, id, token);
+    let rec = lease_or_refuse!(t, id, token);
     *ctx.dirty = true;
-    t.unindex(id, &rec)?;
-    rec.last_error = Some(truncate_reason(reason));
-    tracing::info!(queue = tq.qid, job_id = id, %reason, "leaseq: job dead-lettered by fail");
-    rec.state = StoredState::Dead;
-    rec.run_at_ms = now_ms;
-    t.put(id, &rec).map(Ok)
+    t.fail_leased(id, rec, reason, now_ms).map(Ok)
 }
 
 pub(crate) fn extend(

@@ -143,3 +143,71 @@ fn a_snooze_of_zero_wakes_a_blocked_consumer() {
     assert_eq!(got.attempt(), 1);
     got.ack().unwrap();
 }
+
+/// An `ack_with` closure that returns an `Outcome` ends its job as the outcome says, with none
+/// of its writes; the call's `Effect` error holds the outcome.
+#[test]
+fn ack_with_honours_an_outcome_from_its_closure() {
+    use leaseq::Outcome;
+    use leaseq::redb::ReadableDatabase;
+    let f = Fixture::new();
+    let q = f.open();
+    const WRITES: leaseq::redb::TableDefinition<u64, u64> =
+        leaseq::redb::TableDefinition::new("writes");
+    let ids: Vec<_> = (0..4u8)
+        .map(|i| {
+            q.enqueue(&[i], EnqueueOptions::default().max_attempts(1))
+                .unwrap()
+                .id()
+        })
+        .collect();
+    let outcomes = [
+        Outcome::Snooze(Duration::from_secs(30)),
+        Outcome::Fail("no such user".into()),
+        Outcome::Retry {
+            after: Duration::from_secs(5),
+            reason: "busy".into(),
+        },
+        Outcome::Snooze(leaseq::DELAY_MAX + Duration::from_secs(1)),
+    ];
+    for (id, outcome) in ids.iter().zip(outcomes.clone()) {
+        let l = q.dequeue().unwrap().unwrap();
+        assert_eq!(l.id(), *id);
+        let r = l.ack_with(|tx| {
+            tx.open_table(WRITES)?.insert(id.0, 1)?;
+            Err(outcome.clone().into())
+        });
+        match r {
+            Err(Error::Effect(e)) => assert_eq!(e.downcast_ref::<Outcome>(), Some(&outcome)),
+            other => panic!("{other:?}"),
+        }
+    }
+    let j = |i: usize| q.job(ids[i]).unwrap().unwrap();
+    // Snoozed: uncharged, due in 30 s, not dead although it had one attempt.
+    assert_eq!(
+        (j(0).state, j(0).attempts, j(0).snoozes, j(0).run_at_ms),
+        (JobState::Scheduled, 0, 1, common::T0_MS + 30_000)
+    );
+    assert_eq!(
+        (j(1).state, j(1).last_error.as_deref()),
+        (JobState::Dead, Some("no such user"))
+    );
+    // A retry on the last attempt is dead, with its reason.
+    assert_eq!(
+        (j(2).state, j(2).last_error.as_deref()),
+        (JobState::Dead, Some("busy"))
+    );
+    // A refused snooze goes through the retry policy: its one attempt used, dead.
+    assert_eq!(j(3).state, JobState::Dead);
+    assert!(
+        j(3).last_error.unwrap().starts_with("refused outcome"),
+        "{:?}",
+        j(3)
+    );
+    let rtx = q.database().begin_read().unwrap();
+    assert!(
+        rtx.open_table(WRITES).is_err(),
+        "none of the closures' writes committed"
+    );
+    assert_consistent(&q);
+}

@@ -922,3 +922,71 @@ fn a_job_taken_as_the_stop_comes_goes_back_unstarted() {
         "{stats:?}"
     );
 }
+
+/// An effect handler's `Outcome` is honoured by `ack_with`: a snooze leaves the attempt
+/// uncharged, a fail dead-letters at once, a retry waits its own backoff; none of the
+/// handler's writes commit.
+#[test]
+fn effect_handlers_outcomes_are_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = Queue::builder()
+        .retry(RetryPolicy::fixed(Duration::from_secs(3600)))
+        .open(dir.path().join("q.leaseq"))
+        .unwrap();
+    const WRITES: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("writes");
+    let snooze = q
+        .enqueue(b"snooze", EnqueueOptions::default().max_attempts(1))
+        .unwrap()
+        .id();
+    let fail = q.enqueue(b"fail", EnqueueOptions::default()).unwrap().id();
+    let later = q.enqueue(b"later", EnqueueOptions::default()).unwrap().id();
+    let pool = WorkerPool::builder(&q)
+        .threads(1)
+        .start_effects(|tx, lease| {
+            tx.open_table(WRITES)?.insert(lease.id().0, 1)?;
+            match lease.payload() {
+                b"snooze" => Err(Outcome::Snooze(Duration::from_secs(600)).into()),
+                b"fail" => Err(Outcome::Fail("cannot be done".into()).into()),
+                _ => Err(Outcome::Retry {
+                    after: Duration::from_secs(60),
+                    reason: "upstream busy".into(),
+                }
+                .into()),
+            }
+        })
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while pool.stats().jobs < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let report = pool.shutdown(Duration::from_secs(5));
+    assert_eq!(
+        (
+            report.stats.snoozed,
+            report.stats.failed,
+            report.stats.retried
+        ),
+        (1, 1, 1),
+        "{report:?}"
+    );
+    let s = q.job(snooze).unwrap().unwrap();
+    assert_eq!(
+        (s.state, s.attempts, s.snoozes),
+        (JobState::Scheduled, 0, 1)
+    );
+    let f = q.job(fail).unwrap().unwrap();
+    assert_eq!(f.state, JobState::Dead);
+    assert_eq!(f.last_error.as_deref(), Some("cannot be done"));
+    let l = q.job(later).unwrap().unwrap();
+    assert_eq!((l.state, l.attempts), (JobState::Scheduled, 1));
+    assert_eq!(l.last_error.as_deref(), Some("upstream busy"));
+    assert!(
+        l.run_at_ms < s.run_at_ms,
+        "its own 60 s, not the policy's hour"
+    );
+    let rtx = q.database().begin_read().unwrap();
+    assert!(
+        rtx.open_table(WRITES).is_err(),
+        "no write of a failed handler committed"
+    );
+}

@@ -68,7 +68,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::{BoxError, Error, LEASE_MAX, Lease, Queue, Result, StopSignal, Tx};
+use crate::{BoxError, Error, LEASE_MAX, Lease, Outcome, Queue, Result, StopSignal, Tx};
 
 /// Most worker threads one pool runs.
 pub const WORKER_THREADS_MAX: usize = 256;
@@ -86,72 +86,6 @@ pub const THREAD_NAME_DEFAULT: &str = "leaseq-worker";
 /// After the grace and the give-backs, how long a shutdown still waits for workers that were
 /// in the middle of a commit (their handler had returned) to come back.
 const COMMIT_WAIT: Duration = Duration::from_secs(1);
-
-/// What a handler asks the pool to do with its job instead of the default retry: return it
-/// as the handler's error (`Err(Outcome::Snooze(d).into())`, or `?` on a `Result<_,
-/// Outcome>`). As Oban's `{:snooze, s}` / `{:cancel, reason}` and River's `JobSnooze` /
-/// `JobCancel`.
-///
-/// Honoured for plain handlers ([`PoolBuilder::start`]). An effect handler
-/// ([`PoolBuilder::start_effects`]) runs inside [`Lease::ack_with`], whose failing closure
-/// gives the job back through the retry policy itself: an `Outcome` returned there is an
-/// error like any other (its text becomes the last error), since the lease is stale by the
-/// time the pool sees it. Decide snoozes and failures in a plain handler.
-///
-/// A directive the queue refuses (a snooze or backoff above [`DELAY_MAX`](crate::DELAY_MAX))
-/// gives the job back through the retry policy with the refusal as its last error, so the job
-/// never waits out its lease.
-///
-/// ```
-/// use leaseq::{BoxError, Lease, Outcome};
-/// use std::time::Duration;
-///
-/// fn handle(lease: &Lease) -> Result<(), BoxError> {
-///     match lease.payload() {
-///         b"later" => Err(Outcome::Snooze(Duration::from_secs(30)).into()),
-///         b"" => Err(Outcome::Fail("empty payload".into()).into()),
-///         b"busy" => Err(Outcome::Retry {
-///             after: Duration::from_secs(5),
-///             reason: "upstream busy".into(),
-///         }
-///         .into()),
-///         _ => Ok(()),
-///     }
-/// }
-/// # let _ = handle;
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// Give the job back to be due after this delay (whole ms; `ZERO`: ready at once)
-    /// without charging the attempt ([`Lease::snooze`]); never dead-letters.
-    Snooze(Duration),
-    /// Dead-letter the job now with this reason, whatever attempts it has left
-    /// ([`Lease::fail`]).
-    Fail(String),
-    /// Give the job back to be due after `after` instead of the retry policy's delay, the
-    /// attempt counted ([`Lease::nack_after`]); dead when it was the last attempt.
-    Retry {
-        /// The backoff (whole ms; `ZERO`: ready at once).
-        after: Duration,
-        /// Kept as the job's last error.
-        reason: String,
-    },
-}
-
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Outcome::Snooze(d) => write!(f, "snooze for {} ms", d.as_millis()),
-            Outcome::Fail(reason) => write!(f, "fail: {reason}"),
-            Outcome::Retry { after, reason } => {
-                write!(f, "{reason} (retry after {} ms)", after.as_millis())
-            }
-        }
-    }
-}
-
-impl std::error::Error for Outcome {}
 
 /// Counts since the pool started ([`WorkerPool::stats`]). Every field counts events, but
 /// `in_flight`, a gauge.
@@ -521,8 +455,8 @@ impl PoolBuilder {
     /// job's idempotency key and the ack commit together or not at all, and a job whose key
     /// is already applied is acked without running it ([`PoolStats::already_applied`]).
     /// `Err` or a panic (caught; its text `panic: <message>`) drops the writes and gives the
-    /// job back through the retry policy, as `ack_with` does ([`Outcome`]s are not honoured
-    /// here, see there).
+    /// job back through the retry policy, as `ack_with` does; an [`Outcome`] returned as the
+    /// error is honoured by `ack_with` itself (snoozed, failed, or retried after its backoff).
     ///
     /// **The handler runs inside the queue's write transaction**: every other write of the
     /// file (other workers' commits, heartbeats, enqueues) waits while it runs, and it may

@@ -219,12 +219,20 @@ fn run_effect(
             }
             next
         }
-        // The closure failed: `ack_with` gave the job back (retry policy) itself.
-        Err(Error::Effect(_)) => {
+        // The closure failed: `ack_with` gave the job back itself, as an `Outcome` it
+        // returned asked, or through the retry policy.
+        Err(Error::Effect(e)) => {
             if panicked {
                 Counters::add(&c.panics);
             }
-            Counters::add(&c.retried);
+            match e.downcast_ref::<Outcome>() {
+                Some(Outcome::Snooze(d)) if *d <= crate::DELAY_MAX => Counters::add(&c.snoozed),
+                Some(Outcome::Fail(_)) => {
+                    Counters::add(&c.failed);
+                    Counters::add(&c.dead);
+                }
+                _ => Counters::add(&c.retried),
+            }
             None
         }
         Err(e) => {
