@@ -138,7 +138,10 @@ pub enum Error {
     /// given back with this error's text (its `Display`, without the `effect failed: ` prefix)
     /// as its [`last_error`](crate::JobInfo::last_error), as by
     /// [`Lease::nack`](crate::Lease::nack): due after the retry policy's delay, or dead with
-    /// that text when it was its last attempt; the lease is stale from then on.
+    /// that text when it was its last attempt; the lease is stale from then on. A closure that
+    /// returned an [`Outcome`](crate::Outcome) had the job end as it says instead (snoozed
+    /// uncharged, dead now with its reason, or retried after its own backoff with its reason),
+    /// and the `Outcome` is what this variant carries (downcast it to see which).
     ///
     /// From [`Queue::write`](crate::Queue::write): nothing of the closure's transaction
     /// committed (neither its writes nor its jobs).
