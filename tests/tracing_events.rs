@@ -40,7 +40,13 @@ fn capture<T>(f: impl FnOnce() -> T) -> (T, String) {
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_writer(move || writer.clone())
         .finish();
-    let value = tracing::subscriber::with_default(subscriber, f);
+    let value = tracing::subscriber::with_default(subscriber, || {
+        // `tracing` caches per call site, for the whole process, whether anyone listens: a
+        // call site first hit by another test's thread with no subscriber may be cached as
+        // "never". Recompute with this subscriber in place.
+        tracing::callsite::rebuild_interest_cache();
+        f()
+    });
     (value, out.text())
 }
 
