@@ -452,8 +452,19 @@ where
         Encoding::Json => serde_json::to_vec(value).map_err(|e| codec_error(e.to_string()))?,
     };
     decode_payload::<T>(&bytes, encoding).map_err(|e| {
+        let why = match e {
+            Error::PayloadCodec { detail } => detail,
+            other => other.to_string(),
+        };
+        let hint = match encoding {
+            Encoding::Bincode => {
+                " (bincode cannot read serde's tagged or untagged enums or flattened fields: \
+                 use Encoding::Json for this type)"
+            }
+            Encoding::Json => "",
+        };
         codec_error(format!(
-            "the value encodes with {encoding:?} but does not decode back: {e}"
+            "the value encodes with {encoding:?} but does not decode back: {why}{hint}"
         ))
     })?;
     Ok(bytes)

@@ -786,6 +786,16 @@ fn create_atomically(path: &Path) -> Result<()> {
     if path.file_name().is_none() {
         return Err(Error::invalid_option("path", "has no file name"));
     }
+    // Said with the path (redb's own error would not name it).
+    if !dir.is_dir() {
+        return Err(Error::Io(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "{}: no such directory to create the queue file in",
+                dir.display()
+            ),
+        )));
+    }
     // Unique per process and per call, and short (the final name may be near the limit).
     static CREATES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let tmp = dir.join(format!(

@@ -309,7 +309,11 @@ pub(crate) fn new_record(
         Some(w) if crate::clock::duration_ms(w) == 0 || w > crate::DELAY_MAX => {
             return Err(Error::invalid_option(
                 "dedup_window",
-                format!("{w:?} is outside 1 ms..=DELAY_MAX"),
+                format!(
+                    "{} ms is outside 1 ms to {} ms (DELAY_MAX)",
+                    w.as_millis(),
+                    crate::DELAY_MAX.as_millis()
+                ),
             ));
         }
         Some(w) => Some(crate::clock::duration_ms(w)),

@@ -967,3 +967,22 @@ fn an_older_format_is_upgraded_with_a_note_on_stderr() {
     // Once upgraded, nothing more is said.
     ok(run(&["stats", s(&path)]));
 }
+
+/// Opening a file returns the leases a dead process left: the tool says so on stderr even
+/// without -v, since even a read command changed the file.
+#[test]
+fn returned_leases_are_said_on_stderr() {
+    let (_dir, path) = tmp();
+    {
+        let q = Queue::open(&path).unwrap();
+        q.enqueue(b"held", EnqueueOptions::default()).unwrap();
+        let _lease = q.dequeue().unwrap().unwrap(); // left leased when the file closes
+    }
+    let out = run(&["stats", s(&path)]);
+    assert_eq!(code(&out), 0);
+    let err = stderr(&out);
+    assert!(err.contains("returned 1 lease(s)"), "{err}");
+    // Said once: the next open finds nothing to return.
+    let again = run(&["stats", s(&path)]);
+    assert!(!stderr(&again).contains("returned"), "{}", stderr(&again));
+}

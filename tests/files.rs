@@ -338,3 +338,19 @@ fn attach_with_the_integrity_check_refuses_while_the_caller_holds_a_transaction(
     q.enqueue(b"job", EnqueueOptions::default()).unwrap();
     assert_eq!(q.len().unwrap(), 1);
 }
+
+/// A path in a directory that does not exist is an `Io` error naming the directory; nothing
+/// is created.
+#[test]
+fn a_missing_directory_is_an_io_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no/such/dir/q.leaseq");
+    match leaseq::Queue::open(&path) {
+        Err(leaseq::Error::Io(e)) => {
+            assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+            assert!(e.to_string().contains("no/such/dir"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!dir.path().join("no").exists());
+}

@@ -441,7 +441,8 @@ impl PoolBuilder {
     /// # Errors
     /// `InvalidOption` for a setting out of range (threads 0 or above
     /// [`WORKER_THREADS_MAX`], a zero or too long interval, a heartbeat interval not below a
-    /// configured extend, a thread name with a NUL byte); `Io` if a thread could not be
+    /// configured extend, a thread name with a NUL byte); `Closed` if
+    /// [`Queue::close`] was called on the file; `Io` if a thread could not be
     /// spawned (the threads already started are stopped first).
     pub fn start<F>(self, handler: F) -> Result<WorkerPool>
     where
@@ -548,6 +549,10 @@ impl PoolBuilder {
 
     fn spawn(self, handler: Handler) -> Result<WorkerPool> {
         let threads = self.check()?;
+        // A pool over a closed file would take nothing: say so instead of idling.
+        if self.queue.is_closed() {
+            return Err(Error::Closed);
+        }
         let shared = Arc::new(Shared {
             queue: self.queue.clone(),
             stop: self.stop.clone().unwrap_or_default(),

@@ -60,7 +60,17 @@ pub fn open_with(path: &Path, missing: Missing, builder: Builder) -> Outcome<Que
         upgraded_from = ?r.upgraded_from,
         "opened"
     );
-    // Irreversible and rare: said even without -v.
+    // The open changed the file: said even without -v.
+    if r.leases_returned > 0 || r.leases_dead_lettered > 0 || r.quarantined > 0 {
+        eprintln!(
+            "leaseq: note: opening {} returned {} lease(s) left by a closed or dead process \
+             ({} dead-lettered: no attempts left); {} damaged row(s) quarantined",
+            path.display(),
+            r.leases_returned,
+            r.leases_dead_lettered,
+            r.quarantined
+        );
+    }
     if let Some(from) = r.upgraded_from {
         eprintln!(
             "leaseq: note: {} was upgraded from format {from} to {} (older leaseq versions cannot open it now)",
