@@ -803,9 +803,6 @@ impl<'t> Tables<'t> {
         })
     }
 
-    /// Ends a delivery that did not ack: back to ready at `requeue_at_ms` (the back of its
-    /// priority: a job whose leases keep expiring never starves the jobs behind it),
-    /// scheduled if that is in the future, or dead when the attempts are used up.
     /// Gives a leased job back without charging its attempt (see [`snooze`]).
     fn snooze_leased(
         &mut self,
@@ -848,6 +845,9 @@ impl<'t> Tables<'t> {
         self.put(id, &rec)
     }
 
+    /// Ends a delivery that did not ack: back to ready at `requeue_at_ms` (the back of its
+    /// priority: a job whose leases keep expiring never starves the jobs behind it),
+    /// scheduled if that is in the future, or dead when the attempts are used up.
     fn end_attempt(
         &mut self,
         ctx: &mut Ctx<'_>,
