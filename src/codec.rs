@@ -26,6 +26,7 @@ use crate::job::JobState;
 use crate::retry::{RetryKind, RetryPolicy};
 
 mod depth;
+mod layout;
 
 /// First byte of every encoded record.
 const RECORD_VERSION: u8 = 4;
@@ -372,8 +373,7 @@ impl JobRecord {
         );
         let mut out = Vec::with_capacity(self.payload.len() + 80);
         out.push(RECORD_VERSION);
-        bincode::serde::encode_into_std_write(self, &mut out, record_config())
-            .map_err(|e| Error::corrupted(format!("job record encode: {e}")))?;
+        layout::write(self, &mut out);
         let sum = fnv1a64(&out);
         out.extend_from_slice(&sum.to_le_bytes());
         Ok(out)
@@ -395,9 +395,7 @@ impl JobRecord {
         let decode_error =
             |e: bincode::error::DecodeError| Error::corrupted(format!("job record decode: {e}"));
         let (record, used): (JobRecord, usize) = match version {
-            RECORD_VERSION => {
-                bincode::serde::decode_from_slice(body, record_config()).map_err(decode_error)?
-            }
+            RECORD_VERSION => (layout::read(body)?, body.len()),
             3 => {
                 let (v3, used): (JobRecordV3, usize) =
                     bincode::serde::decode_from_slice(body, record_config())

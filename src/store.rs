@@ -647,6 +647,19 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
+    /// [`Tables::put`] for a new job: `Corrupted` (the transaction then aborts) if the id is
+    /// already in use, found by the insert itself rather than a read before it.
+    fn put_new(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
+        rec.validate()?;
+        if self.jobs.insert(id, rec.encode()?.as_slice())?.is_some() {
+            return Err(Error::corrupted(format!("job id {id} is already in use")));
+        }
+        if !self.index(id, rec)? {
+            tracing::warn!(job_id = id, "leaseq: index entry was already present");
+        }
+        Ok(())
+    }
+
     /// Inserts the index entry of `rec`'s state; whether it was absent.
     fn index(&mut self, id: u64, rec: &JobRecord) -> Result<bool> {
         Ok(match rec.state {
@@ -923,15 +936,14 @@ fn enqueue_into(
         let id = ctx.alloc_id();
         *ctx.dirty = true;
         ctx.wake(t.tq.qid);
-        if t.jobs.get(id)?.is_some() {
-            return Err(Error::corrupted(format!("job id {id} is already in use")));
-        }
         let mut rec = rec.clone();
         if rec.state == StoredState::Ready {
             rec.seq = ctx.alloc_seq();
         }
         t.store_payload(id, &mut rec)?;
-        t.put(id, &rec)?;
+        // An id in use is damage to the counters: the error aborts the whole transaction, so
+        // what this wrote over is never committed.
+        t.put_new(id, &rec)?;
         if let Some(k) = &rec.dedup_key {
             // Dedup windows past their end go as new keys come, a bounded few per key.
             prune_windows(t, now_ms, PRUNE_PER_ACK_MAX)?;
@@ -1327,13 +1339,28 @@ pub(crate) fn ack_with(
     // The jobs this call deletes if it commits (current leases whose effect did not fail
     // before): follow-ups enqueued by the closures may take the dedup keys they hold.
     let mut acked = Vec::new();
+    // Each row read once: no row changes before the deletes at the end but a failed lease's
+    // own (given back below; closures cannot write leaseq's tables, and their enqueues take
+    // new ids). A job named by two leases of the batch is read again at each.
+    let mut read: Vec<Option<Result<JobRecord>>> = Vec::with_capacity(leases.len());
     for (i, &(id, token)) in leases.iter().enumerate() {
-        if failed[i].is_none() && t.lease_of(id, token)?.is_ok() {
+        let found = t.lease_of(id, token)?;
+        if failed[i].is_none() && found.is_ok() {
             acked.push(id);
         }
+        read.push(Some(found));
+    }
+    let mut ids: Vec<u64> = leases.iter().map(|&(id, _)| id).collect();
+    ids.sort_unstable();
+    if ids.windows(2).any(|w| w[0] == w[1]) {
+        read.iter_mut().for_each(|r| *r = None);
     }
     for (i, &(id, token)) in leases.iter().enumerate() {
-        let rec = match t.lease_of(id, token)? {
+        let found = match read[i].take() {
+            Some(found) => found,
+            None => t.lease_of(id, token)?,
+        };
+        let rec = match found {
             Ok(rec) => rec,
             Err(e) => {
                 out.push(Err(e));
