@@ -61,6 +61,26 @@ pub struct EnqueueOptions {
 }
 
 impl EnqueueOptions {
+    /// The payload of a typed value encoded with `encoding` (checked to decode back), and
+    /// these options marked with the encoding, for `enqueue_value`.
+    pub(crate) fn typed<T>(
+        self,
+        value: &T,
+        encoding: crate::Encoding,
+    ) -> crate::Result<(Vec<u8>, Self)>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let payload = crate::codec::encode_payload(value, encoding)?;
+        Ok((
+            payload,
+            EnqueueOptions {
+                encoding: Some(encoding),
+                ..self
+            },
+        ))
+    }
+
     /// The key under which [`Lease::ack_with`](crate::Lease::ack_with) records the job's
     /// effect as applied (at most [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX) bytes). Jobs sharing
     /// a key share one effect: the second `ack_with` finds it applied and skips the closure.

@@ -253,11 +253,7 @@ impl Queue {
     where
         T: serde::Serialize + serde::de::DeserializeOwned,
     {
-        let payload = crate::codec::encode_payload(value, self.cfg.encoding)?;
-        let opts = EnqueueOptions {
-            encoding: Some(self.cfg.encoding),
-            ..opts
-        };
+        let (payload, opts) = opts.typed(value, self.cfg.encoding)?;
         self.enqueue(&payload, opts)
     }
 
