@@ -139,7 +139,7 @@ fn end_plain(
         }
         Err(panic) => {
             Counters::add(&c.panics);
-            retry(c, lease, &format!("panic: {}", panic_text(&*panic)));
+            retry(c, lease, &format!("panic: {}", crate::panic_message(&*panic)));
             None
         }
     }
@@ -203,7 +203,7 @@ fn run_effect(
         panicked = false;
         catch_unwind(AssertUnwindSafe(|| handler(tx, lease))).unwrap_or_else(|panic| {
             panicked = true;
-            Err(format!("panic: {}", panic_text(&*panic)).into())
+            Err(format!("panic: {}", crate::panic_message(&*panic)).into())
         })
     };
     let r = if stop.is_stopped() {
@@ -273,13 +273,3 @@ fn note_error(c: &Counters, lease: &Lease, e: &Error, what: &str) {
     tracing::warn!(job = lease.id().0, error = %e, "leaseq pool: {what}");
 }
 
-/// The message of a caught panic.
-pub(super) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
-    }
-}
