@@ -139,7 +139,11 @@ fn end_plain(
         }
         Err(panic) => {
             Counters::add(&c.panics);
-            retry(c, lease, &format!("panic: {}", crate::panic_message(&*panic)));
+            retry(
+                c,
+                lease,
+                &format!("panic: {}", crate::panic_message(&*panic)),
+            );
             None
         }
     }
@@ -272,4 +276,3 @@ fn note_error(c: &Counters, lease: &Lease, e: &Error, what: &str) {
     }
     tracing::warn!(job = lease.id().0, error = %e, "leaseq pool: {what}");
 }
-
