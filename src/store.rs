@@ -1350,10 +1350,12 @@ pub(crate) fn ack_with(
         }
         read.push(Some(found));
     }
-    let mut ids: Vec<u64> = leases.iter().map(|&(id, _)| id).collect();
-    ids.sort_unstable();
-    if ids.windows(2).any(|w| w[0] == w[1]) {
-        read.iter_mut().for_each(|r| *r = None);
+    if leases.len() > 1 {
+        let mut ids: Vec<u64> = leases.iter().map(|&(id, _)| id).collect();
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            read.iter_mut().for_each(|r| *r = None);
+        }
     }
     for (i, &(id, token)) in leases.iter().enumerate() {
         let found = match read[i].take() {

@@ -29,6 +29,43 @@ struct Q {
 
 /// A queue on a temp file with the wall clock (heartbeats are real time), a lease of
 /// `lease`, and retries at once.
+/// What a slow test handler has done: started, and returned.
+#[derive(Clone, Default)]
+struct Phases {
+    running: Arc<AtomicBool>,
+    returned: Arc<AtomicBool>,
+}
+
+impl Phases {
+    /// A plain handler that marks itself running, sleeps `d`, then marks itself returned.
+    fn sleeping(
+        &self,
+        d: Duration,
+    ) -> impl Fn(&leaseq::Lease) -> Result<(), BoxError> + Send + Sync + 'static {
+        let p = self.clone();
+        move |_| {
+            p.running.store(true, Ordering::SeqCst);
+            std::thread::sleep(d);
+            p.returned.store(true, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    fn wait_running(&self) {
+        wait_for("the handler running", || {
+            self.running.load(Ordering::SeqCst)
+        });
+    }
+
+    fn returned(&self) -> bool {
+        self.returned.load(Ordering::SeqCst)
+    }
+
+    fn wait_returned(&self) {
+        wait_for("the handler returned", || self.returned());
+    }
+}
+
 fn queue(lease: Duration) -> Q {
     let dir = tempfile::tempdir().unwrap();
     let queue = Queue::builder()
@@ -561,24 +598,13 @@ fn c38_a_long_grace_lets_the_handler_finish_under_heartbeats() {
 fn c38_a_short_grace_gives_the_job_back_after_heartbeats_to_the_end() {
     let q = queue(ms(300));
     let id = q.queue.enqueue(b"long", Default::default()).unwrap().id();
-    let (running, returned) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let pool = {
-        let (running, returned) = (running.clone(), returned.clone());
-        WorkerPool::builder(&q.queue)
-            .threads(1)
-            .heartbeat_every(ms(100))
-            .start(move |_| {
-                running.store(true, Ordering::SeqCst);
-                std::thread::sleep(ms(900));
-                returned.store(true, Ordering::SeqCst);
-                Ok(())
-            })
-            .unwrap()
-    };
-    wait_for("the handler running", || running.load(Ordering::SeqCst));
+    let phases = Phases::default();
+    let pool = WorkerPool::builder(&q.queue)
+        .threads(1)
+        .heartbeat_every(ms(100))
+        .start(phases.sleeping(ms(900)))
+        .unwrap();
+    phases.wait_running();
     let poller = Poller::start(&q.queue);
     // Past the 300 ms lease: only heartbeats keep the job from the second consumer.
     std::thread::sleep(ms(400));
@@ -586,8 +612,8 @@ fn c38_a_short_grace_gives_the_job_back_after_heartbeats_to_the_end() {
     let report = pool.shutdown(ms(200));
     assert_eq!((report.given_back, report.finished), (1, 0), "{report:?}");
     assert_eq!(report.still_running, 1);
-    assert!(!returned.load(Ordering::SeqCst), "the handler still runs");
-    wait_for("the handler returned", || returned.load(Ordering::SeqCst));
+    assert!(!phases.returned(), "the handler still runs");
+    phases.wait_returned();
     std::thread::sleep(ms(100));
     let got = poller.finish();
     // The second consumer got it once, after the give-back, as attempt 2.
@@ -685,24 +711,13 @@ fn an_idle_pool_does_not_poll() {
 fn dropping_the_pool_shuts_it_down() {
     let q = queue(Duration::from_secs(30));
     let id = q.queue.enqueue(b"slow", Default::default()).unwrap().id();
-    let (running, returned) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let pool = {
-        let (running, returned) = (running.clone(), returned.clone());
-        WorkerPool::builder(&q.queue)
-            .threads(2)
-            .drop_grace(ms(100))
-            .start(move |_| {
-                running.store(true, Ordering::SeqCst);
-                std::thread::sleep(ms(600));
-                returned.store(true, Ordering::SeqCst);
-                Ok(())
-            })
-            .unwrap()
-    };
-    wait_for("the handler running", || running.load(Ordering::SeqCst));
+    let phases = Phases::default();
+    let pool = WorkerPool::builder(&q.queue)
+        .threads(2)
+        .drop_grace(ms(100))
+        .start(phases.sleeping(ms(600)))
+        .unwrap();
+    phases.wait_running();
     let t = Instant::now();
     drop(pool);
     assert!(
@@ -713,7 +728,7 @@ fn dropping_the_pool_shuts_it_down() {
     // The running job was given back at once, attempt counted.
     let job = q.queue.job(id).unwrap().unwrap();
     assert_eq!((job.state, job.attempts), (JobState::Ready, 1));
-    wait_for("the handler returned", || returned.load(Ordering::SeqCst));
+    phases.wait_returned();
     std::thread::sleep(ms(50));
     // Its late ack changed nothing; the pool took no new job.
     let job = q.queue.job(id).unwrap().unwrap();
