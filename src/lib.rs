@@ -69,6 +69,8 @@ mod store;
 mod tx;
 mod worker;
 
+#[cfg(feature = "nats")]
+pub mod relay;
 #[cfg(feature = "sim")]
 pub mod sim;
 

@@ -954,6 +954,22 @@ impl Queue {
         })
     }
 
+    /// The file's random id: 64 bits (never 0), drawn and stored in the file by the first call
+    /// (one commit then), the same for every queue of the file and across reopens. Relays
+    /// make message ids unique across files with it (`lq:{file_id:016x}:{job id}`), since job
+    /// ids are unique only within a file. A copy of the file carries the same id.
+    ///
+    /// # Errors
+    /// `Closed` after [`Queue::close`] for a file that has no id yet; `CommitFailed`,
+    /// `Storage`, `Reentrant`.
+    pub fn file_id(&self) -> Result<u64> {
+        if let Some(id) = guarded(|| store::file_id(&self.inner.db.get().begin_read()?))? {
+            return Ok(id);
+        }
+        self.check_open()?;
+        self.run(&mut |ctx| store::make_file_id(ctx))
+    }
+
     /// Quarantined job rows, by job id, after `after` (exclusive; `None` from the first), at
     /// most `max` of them (at most [`BATCH_MAX`](crate::BATCH_MAX)): rows a dequeue or the
     /// lease recovery at open found failing their checks and moved aside whole, so the rest

@@ -236,6 +236,10 @@ pub(crate) const META_FORMAT_VERSION: &str = "format_version";
 pub(crate) const META_NEXT_ID: &str = "next_id";
 /// The next lease token to hand out (tokens start at 1, never reused, across reopens).
 pub(crate) const META_NEXT_TOKEN: &str = "next_token";
+/// A random id of the file (any `u64` but 0), written by the first `Queue::file_id` call and
+/// never changed; relays make message ids unique across files from it. An optional key: a file
+/// without it is complete, so adding it needs no format version.
+pub(crate) const META_FILE_ID: &str = "file_id";
 
 /// Ready-queue rank of a priority: lower priority values are served first, as in Oban, River
 /// and BullMQ. The map is order-preserving from `i32` onto `u32`.

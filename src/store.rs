@@ -16,7 +16,7 @@ use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
 use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobInfo, JobState, Quarantined, Stats};
 use crate::schema::{
-    FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QUEUES,
+    FORMAT_VERSION, META, META_FILE_ID, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QUEUES,
     QuarantineValue, QueueTables, ReadyKey, applied_key, priority_rank,
 };
 
@@ -1592,6 +1592,43 @@ pub(crate) fn prune_dedup_windows(
 /// this transaction (run at open, before lease recovery). Returns the version it came from,
 /// or `None` if the file was current.
 ///
+/// The file's random id, if it has one yet.
+pub(crate) fn file_id(rtx: &redb::ReadTransaction) -> Result<Option<u64>> {
+    let meta = rtx.open_table(META)?;
+    Ok(meta
+        .get(META_FILE_ID)?
+        .map(|v| v.value())
+        .filter(|&id| id != 0))
+}
+
+/// The file's random id, drawn and written now if it has none (a commit only then).
+pub(crate) fn make_file_id(ctx: &mut Ctx<'_>) -> Result<u64> {
+    let mut meta = ctx.tx.open_table(META)?;
+    if let Some(id) = meta
+        .get(META_FILE_ID)?
+        .map(|v| v.value())
+        .filter(|&id| id != 0)
+    {
+        return Ok(id);
+    }
+    let id = random_u64();
+    meta.insert(META_FILE_ID, id)?;
+    *ctx.dirty = true;
+    Ok(id)
+}
+
+/// 64 random bits, never 0: std's randomly keyed SipHash over the time and process id.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(nanos);
+    h.write_u32(std::process::id());
+    h.finish().max(1)
+}
+
 /// 1 → 2: the time index of the applied markers and the index of the caller idempotency keys
 /// live jobs carry are built from `leaseq_applied` and `leaseq_jobs`; markers of jobs' own ids
 /// (which guard nothing) are dropped. 2 → 3: payloads above 1 KiB move to `leaseq_payloads`.

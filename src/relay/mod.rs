@@ -1,0 +1,543 @@
+//! Store-and-forward between a leaseq queue and a NATS JetStream stream (feature `nats`).
+//!
+//! leaseq stays an embedded, single-process queue; a relay makes it the durable edge buffer of
+//! a fleet's stream. Built on leaseq's public API only (as another crate could be) and on
+//! [`async_nats`], whose small runtime (one tokio worker thread per relay) stays inside the
+//! relay: the queue and your code stay synchronous.
+//!
+//! - [`Outbound`] leases jobs from a local queue, publishes each to a JetStream subject with a
+//!   `Nats-Msg-Id` header, waits for the server's `PubAck`, and only then acks the job locally
+//!   (in one commit per batch). While the server is unreachable the jobs wait in the file and
+//!   the app keeps enqueueing; they go out in queue order (priority, then age) when it returns.
+//! - [`Inbound`] consumes a stream with a durable pull consumer and enqueues each message into
+//!   a local queue, with the message's id as the job's dedup key and idempotency key, and sends
+//!   the JetStream ack only after the local enqueue committed.
+//!
+//! # Message ids and the windows
+//!
+//! A job's message id ([`message_id`]) is its idempotency key when it has one that is
+//! printable ASCII (`!` to `~`), `hex:` and the key's bytes in hex for any other key, and
+//! otherwise `lq:{file id:016x}:{job id}` ([`Queue::file_id`](crate::Queue::file_id) makes job ids unique across
+//! files). A job is published again only when its `PubAck` did not reach the relay (the
+//! server, the network or the relay died in between): JetStream drops such a second copy if
+//! it arrives within the stream's duplicate window (`duplicate_window`, 2 minutes by default,
+//! as SQS FIFO's 5-minute deduplication interval). The relay keeps its retries inside the
+//! window: it leases for [`OutboundBuilder::lease`] (30 s by default; a lease longer than the
+//! window is refused at start) and publishes a job again as soon as its failure is known, and
+//! a restarted relay gets the jobs of a dead one back at the file's reopen. **A copy
+//! published after the window is stored twice**: a relay (or its app) down for longer than the
+//! window between a publish and its local ack. The message id is the same in both copies, so
+//! a consumer that applies by message id (as [`Inbound`] does, with `ack_with`) still applies
+//! it once.
+//!
+//! On the way in, the local dedup key keeps one live local job per message id, and the
+//! idempotency key makes [`Lease::ack_with`](crate::Lease::ack_with) apply a message whose
+//! job already ended (a redelivery after the local job was acked) at most once, for as long as
+//! its applied marker is kept (`applied_retention`).
+//!
+//! # Faults
+//!
+//! Which failures cost a job an attempt (as [`Lease::nack`](crate::Lease::nack) through the
+//! job's retry policy), and which do not ([`Lease::snooze`](crate::Lease::snooze)):
+//!
+//! | failure | the job |
+//! |---|---|
+//! | connection lost or never made; no `PubAck` while the connection dropped | given back at no cost, the relay waits for the server |
+//! | no stream covers the subject any more | given back at no cost; the relay checks the stream again ([`RelayError::MissingStream`]) |
+//! | no `PubAck` within the publish timeout on a live connection; an error the server returned | nacked: an attempt counted, retried after its backoff, dead after its last attempt with the server's reason |
+//! | larger than the server's `max_payload` | dead at once, with the server's limit ([`RelayError::TooLarge`]): requeue it when the limit is raised |
+//!
+//! Every error is kept as the relay's [`RelayStats::last_error`], typed; none stops the relay,
+//! which retries with a backoff from 100 ms to [`OutboundBuilder::max_backoff`] (no busy
+//! loop). The relay stops when [`Outbound::shutdown`] is called, when it is dropped, or when
+//! the file is closed ([`Queue::close`](crate::Queue::close)).
+
+mod inbound;
+mod outbound;
+
+pub use inbound::{Inbound, InboundBuilder};
+pub use outbound::{Outbound, OutboundBuilder};
+
+use crate::JobId;
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The header JetStream deduplicates publishes by, within the stream's duplicate window.
+pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+/// The header naming the job a message was published from (its id in the sender's file).
+pub const JOB_ID_HEADER: &str = "Leaseq-Job-Id";
+
+/// The smallest wait between two tries at an unreachable server or a missing stream.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+
+/// A relay's error: why it cannot move jobs right now, or why one job could not go. Kept as
+/// [`RelayStats::last_error`]; returned by [`Outbound::wait_ready`] / [`Inbound::wait_ready`],
+/// and by the builders' `start` for a bad option or URL.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum RelayError {
+    /// A builder option out of range (the text says which); returned by `start`.
+    #[error("invalid relay option: {0}")]
+    InvalidOption(String),
+    /// The server URL does not parse; returned by `start`.
+    #[error("invalid NATS server URL {url:?}: {reason}")]
+    BadUrl {
+        /// The URL given.
+        url: String,
+        /// The client's reason.
+        reason: String,
+    },
+    /// No connection to the server (refused, timed out, or lost and not back yet). Jobs wait
+    /// in the local queue; the relay keeps trying.
+    #[error("NATS server {url} unreachable: {reason}")]
+    Unreachable {
+        /// The URL given.
+        url: String,
+        /// The client's reason.
+        reason: String,
+    },
+    /// The stream does not exist (or JetStream is not enabled). Jobs wait in the local queue;
+    /// the relay checks again with its backoff.
+    #[error("JetStream stream {stream:?} not found: {reason}")]
+    MissingStream {
+        /// The stream name given.
+        stream: String,
+        /// The server's reason.
+        reason: String,
+    },
+    /// The stream exists but none of its subjects covers the relay's subject. Jobs wait in
+    /// the local queue; the relay checks again with its backoff.
+    #[error("stream {stream:?} does not cover subject {subject:?} (its subjects: {subjects:?})")]
+    SubjectNotCovered {
+        /// The stream name given.
+        stream: String,
+        /// The relay's subject.
+        subject: String,
+        /// The stream's subjects.
+        subjects: Vec<String>,
+    },
+    /// A job larger than the server accepts: it is dead in the local queue with this reason.
+    #[error("job {job:?} is too large for the server: {reason}")]
+    TooLarge {
+        /// The job.
+        job: JobId,
+        /// The server's limit, as the client reports it.
+        reason: String,
+    },
+    /// A message larger than the local queue accepts: it stays in the stream, unacked
+    /// (redelivered after a minute, as a JetStream `nak` with a delay).
+    #[error(
+        "message {key:?} (stream sequence {stream_seq}) is too large for the local queue: {reason}"
+    )]
+    TooLargeForQueue {
+        /// The message's id (its dedup key).
+        key: String,
+        /// Its stream sequence.
+        stream_seq: u64,
+        /// leaseq's reason.
+        reason: String,
+    },
+    /// A publish or consume the server answered with an error, or did not answer in time on
+    /// a live connection. A job this happened to was nacked (an attempt counted).
+    #[error("JetStream: {reason}")]
+    Server {
+        /// The job, for a publish.
+        job: Option<JobId>,
+        /// The server's or client's reason.
+        reason: String,
+    },
+    /// The local queue refused a call (other than because it was closed, which stops the
+    /// relay).
+    #[error("local queue: {0}")]
+    Queue(Arc<crate::Error>),
+}
+
+impl From<crate::Error> for RelayError {
+    fn from(e: crate::Error) -> RelayError {
+        RelayError::Queue(Arc::new(e))
+    }
+}
+
+/// What a relay did so far, and its state now. Counters start at 0 at `start`.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct RelayStats {
+    /// Connected to the server and the stream (and, inbound, the consumer) checked.
+    pub ready: bool,
+    /// Outbound: jobs published and acked locally (`duplicates` among them). Inbound:
+    /// messages enqueued locally (new jobs) and acked to JetStream.
+    pub moved: u64,
+    /// Outbound: publishes the server answered as a duplicate (already in the stream).
+    /// Inbound: messages whose local job already existed (`Duplicate`), acked without a new
+    /// job.
+    pub duplicates: u64,
+    /// Outbound: jobs given back at no cost (connection lost, stream gone).
+    pub given_back: u64,
+    /// Outbound: jobs nacked (an attempt counted) after a server error or a timeout.
+    pub nacked: u64,
+    /// Outbound: jobs dead-lettered (too large for the server, or out of attempts by a nack).
+    pub dead: u64,
+    /// Outbound: local acks refused because the lease had already ended (`LeaseLost`): the
+    /// job is published again by its next delivery, and JetStream drops the copy within its
+    /// duplicate window. Inbound: messages left unacked (`nak`) because the local queue
+    /// refused them.
+    pub refused: u64,
+    /// The last error met, if any (cleared when the relay gets ready again).
+    pub last_error: Option<RelayError>,
+}
+
+/// State shared between a relay's thread and its handle.
+struct Shared {
+    stop: AtomicBool,
+    stop_signal: crate::StopSignal,
+    stats: Mutex<RelayStats>,
+    changed: Condvar,
+    /// Bumped at every disconnection of the client: a publish whose ack did not come while
+    /// the epoch moved is the connection's fault, not the job's.
+    disconnects: AtomicU64,
+}
+
+impl Shared {
+    fn new() -> Arc<Shared> {
+        Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            stop_signal: crate::StopSignal::new(),
+            stats: Mutex::new(RelayStats::default()),
+            changed: Condvar::new(),
+            disconnects: AtomicU64::new(0),
+        })
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.stop_signal.stop();
+        let _guard = self.stats.lock();
+        self.changed.notify_all();
+    }
+
+    fn update(&self, f: impl FnOnce(&mut RelayStats)) {
+        let mut stats = self.stats.lock();
+        f(&mut stats);
+        self.changed.notify_all();
+    }
+
+    fn fail(&self, e: RelayError) {
+        tracing::warn!(target: "leaseq::relay", error = %e, "relay");
+        self.update(|s| {
+            s.ready = false;
+            s.last_error = Some(e);
+        });
+    }
+
+    fn note(&self, e: RelayError) {
+        tracing::warn!(target: "leaseq::relay", error = %e, "relay");
+        self.update(|s| s.last_error = Some(e));
+    }
+
+    fn set_ready(&self) {
+        self.update(|s| {
+            s.ready = true;
+            s.last_error = None;
+        });
+    }
+
+    /// Sleeps up to `d`, returning early when the relay is told to stop.
+    fn sleep(&self, d: Duration) {
+        let deadline = Instant::now() + d;
+        let mut stats = self.stats.lock();
+        while !self.stopping() {
+            if self.changed.wait_until(&mut stats, deadline).timed_out() {
+                break;
+            }
+        }
+    }
+
+    /// Waits until the relay is ready, up to `timeout`; the last error if it is not.
+    fn wait_ready(&self, url: &str, timeout: Duration) -> Result<(), RelayError> {
+        let deadline = Instant::now() + timeout;
+        let mut stats = self.stats.lock();
+        loop {
+            if stats.ready {
+                return Ok(());
+            }
+            if self.stopping() || self.changed.wait_until(&mut stats, deadline).timed_out() {
+                if stats.ready {
+                    return Ok(());
+                }
+                return Err(stats
+                    .last_error
+                    .clone()
+                    .unwrap_or_else(|| RelayError::Unreachable {
+                        url: url.to_string(),
+                        reason: format!("not connected within {} ms", timeout.as_millis()),
+                    }));
+            }
+        }
+    }
+}
+
+/// The wait before the next try: doubling from 100 ms to the cap, reset on success.
+struct Backoff {
+    next: Duration,
+    cap: Duration,
+}
+
+impl Backoff {
+    fn new(cap: Duration) -> Backoff {
+        Backoff {
+            next: BACKOFF_MIN,
+            cap,
+        }
+    }
+
+    fn step(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.cap);
+        d
+    }
+
+    fn reset(&mut self) {
+        self.next = BACKOFF_MIN;
+    }
+}
+
+/// The options both relays share.
+#[derive(Clone)]
+struct Common {
+    url: String,
+    stream: String,
+    connect_timeout: Duration,
+    max_backoff: Duration,
+    name: String,
+}
+
+impl Common {
+    fn new(url: &str, stream: &str, name: &str) -> Common {
+        Common {
+            url: url.to_string(),
+            stream: stream.to_string(),
+            connect_timeout: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(5),
+            name: name.to_string(),
+        }
+    }
+
+    fn check(&self) -> Result<(), RelayError> {
+        if let Err(e) = self.url.parse::<async_nats::ServerAddr>() {
+            return Err(RelayError::BadUrl {
+                url: self.url.clone(),
+                reason: e.to_string(),
+            });
+        }
+        if !valid_stream_name(&self.stream) {
+            return Err(RelayError::InvalidOption(format!(
+                "stream name {:?}: 1 to 255 printable ASCII bytes, none of ` . * > / \\`",
+                self.stream
+            )));
+        }
+        if self.connect_timeout.is_zero() || self.max_backoff < BACKOFF_MIN {
+            return Err(RelayError::InvalidOption(format!(
+                "connect_timeout must be above 0 and max_backoff at least {} ms",
+                BACKOFF_MIN.as_millis()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The tokio runtime of one relay: one worker thread, which also runs the client's
+    /// connection task while the relay's own thread is in a queue call.
+    fn runtime(&self) -> Result<tokio::runtime::Runtime, RelayError> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(format!("{}-io", self.name))
+            .enable_all()
+            .build()
+            .map_err(|e| RelayError::InvalidOption(format!("cannot start the runtime: {e}")))
+    }
+
+    /// One connection attempt; the client then reconnects by itself (without limit, with
+    /// its own backoff), counting disconnections in `shared`.
+    async fn connect(&self, shared: &Arc<Shared>) -> Result<async_nats::Client, RelayError> {
+        let events = Arc::clone(shared);
+        async_nats::ConnectOptions::new()
+            .name(&self.name)
+            .connection_timeout(self.connect_timeout)
+            .event_callback(move |event| {
+                let events = Arc::clone(&events);
+                async move {
+                    if matches!(event, async_nats::Event::Disconnected) {
+                        events.disconnects.fetch_add(1, Ordering::AcqRel);
+                    }
+                }
+            })
+            .connect(self.url.as_str())
+            .await
+            .map_err(|e| RelayError::Unreachable {
+                url: self.url.clone(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// The stream's configuration, or why it cannot be had.
+    async fn stream_info(
+        &self,
+        js: &async_nats::jetstream::Context,
+    ) -> Result<async_nats::jetstream::stream::Stream, RelayError> {
+        use async_nats::jetstream::context::GetStreamErrorKind;
+        match js.get_stream(&self.stream).await {
+            Ok(s) => Ok(s),
+            Err(e) => match e.kind() {
+                GetStreamErrorKind::JetStream(_) => Err(RelayError::MissingStream {
+                    stream: self.stream.clone(),
+                    reason: e.to_string(),
+                }),
+                _ => Err(RelayError::Unreachable {
+                    url: self.url.clone(),
+                    reason: e.to_string(),
+                }),
+            },
+        }
+    }
+}
+
+fn valid_stream_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !b".*>/\\".contains(&b))
+}
+
+/// A subject relays publish to: literal tokens of printable ASCII, no wildcards.
+fn valid_subject(subject: &str) -> bool {
+    !subject.is_empty()
+        && subject.len() <= 1024
+        && subject.split('.').all(|t| {
+            !t.is_empty() && t != "*" && t != ">" && t.bytes().all(|b| b.is_ascii_graphic())
+        })
+}
+
+/// Whether the stream subject `pattern` (with `*` for one token, `>` for the rest) matches
+/// the literal `subject`, by NATS's rules.
+fn subject_matches(pattern: &str, subject: &str) -> bool {
+    let mut p = pattern.split('.');
+    let mut s = subject.split('.');
+    loop {
+        match (p.next(), s.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(_)) => {}
+            (Some(a), Some(b)) if a == b => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// The `Nats-Msg-Id` of a job: its idempotency key if printable ASCII (`!` to `~`), `hex:`
+/// and the key's bytes in lowercase hex for any other key, else `lq:{file_id:016x}:{job id}`.
+/// The same job always gets the same id, in every process, so JetStream can drop a copy
+/// published again within its duplicate window. (A printable key that itself starts with
+/// `hex:` can meet another key's hex form: keep printable keys free of that prefix.)
+pub fn message_id(file_id: u64, job: JobId, idempotency_key: Option<&[u8]>) -> String {
+    match idempotency_key {
+        Some(k) if !k.is_empty() && k.iter().all(|b| b.is_ascii_graphic()) => {
+            String::from_utf8_lossy(k).into_owned()
+        }
+        Some(k) if !k.is_empty() => {
+            let mut s = String::with_capacity(4 + 2 * k.len());
+            s.push_str("hex:");
+            for b in k {
+                s.push_str(&format!("{b:02x}"));
+            }
+            s
+        }
+        _ => format!("lq:{file_id:016x}:{}", job.0),
+    }
+}
+
+/// Starts a relay's thread; a panic in it becomes the relay's last error.
+fn spawn(
+    name: &str,
+    shared: &Arc<Shared>,
+    body: impl FnOnce() + Send + 'static,
+) -> Result<std::thread::JoinHandle<()>, RelayError> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn({
+            let shared = Arc::clone(shared);
+            move || {
+                // A bug of the relay (or its client) must not die silently: it is the last error.
+                if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+                    shared.fail(RelayError::Server {
+                        job: None,
+                        reason: format!(
+                            "the relay thread panicked and stopped: {}",
+                            crate::error::panic_message(&*panic)
+                        ),
+                    });
+                }
+            }
+        })
+        .map_err(|e| RelayError::InvalidOption(format!("cannot start the relay thread: {e}")))
+}
+
+/// What `Queue` calls the relay stops on.
+fn is_closed(e: &crate::Error) -> bool {
+    matches!(e, crate::Error::Closed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_match_by_nats_rules() {
+        assert!(subject_matches("orders.>", "orders.eu.new"));
+        assert!(subject_matches("orders.*", "orders.eu"));
+        assert!(!subject_matches("orders.*", "orders.eu.new"));
+        assert!(!subject_matches("orders.>", "orders"));
+        assert!(subject_matches("orders", "orders"));
+        assert!(!subject_matches("orders", "orders.eu"));
+        assert!(subject_matches("*.eu.*", "orders.eu.new"));
+        assert!(!subject_matches("*.us.*", "orders.eu.new"));
+    }
+
+    #[test]
+    fn subjects_and_streams_are_checked() {
+        assert!(valid_subject("events.sensor-1"));
+        assert!(!valid_subject("events.*"));
+        assert!(!valid_subject("events.>"));
+        assert!(!valid_subject("events..x"));
+        assert!(!valid_subject("ev ents"));
+        assert!(!valid_subject(""));
+        assert!(valid_stream_name("EVENTS_1"));
+        assert!(!valid_stream_name("A.B"));
+        assert!(!valid_stream_name(""));
+    }
+
+    #[test]
+    fn message_ids_are_stable_and_distinct() {
+        let j = JobId(7);
+        assert_eq!(message_id(0xab, j, None), "lq:00000000000000ab:7");
+        assert_eq!(message_id(0xab, j, Some(b"order-42")), "order-42");
+        assert_eq!(message_id(0xab, j, Some(b"a b")), "hex:612062");
+        assert_eq!(message_id(0xab, j, Some(&[0xff, 0x00])), "hex:ff00");
+        assert_ne!(message_id(1, j, None), message_id(2, j, None));
+        assert_ne!(message_id(1, JobId(8), None), message_id(1, j, None));
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(500));
+        let steps: Vec<u128> = (0..5).map(|_| b.step().as_millis()).collect();
+        assert_eq!(steps, [100, 200, 400, 500, 500]);
+        b.reset();
+        assert_eq!(b.step().as_millis(), 100);
+    }
+}

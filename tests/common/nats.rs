@@ -1,0 +1,265 @@
+//! A real `nats-server` with JetStream for the relay tests: started on 127.0.0.1 on a free
+//! port with its store in a temporary directory, killed with SIGKILL and restarted on the same
+//! port and store, stopped on drop. Plus a small synchronous JetStream client for the checks.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+
+/// The `nats-server` binary: `$NATS_SERVER`, else on `PATH`, else the distribution's
+/// `/usr/sbin/nats-server` (Debian installs it there, outside a normal user's `PATH`).
+pub fn nats_server_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("NATS_SERVER") {
+        return PathBuf::from(p);
+    }
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("nats-server"));
+    for candidate in on_path.chain([
+        "/usr/sbin/nats-server".into(),
+        "/usr/bin/nats-server".into(),
+    ]) {
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!(
+        "the relay tests need nats-server with JetStream (2.9 or later): \
+         `apt-get install nats-server`, or set NATS_SERVER to its path"
+    );
+}
+
+pub struct NatsServer {
+    child: Option<Child>,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    extra: String,
+}
+
+impl NatsServer {
+    /// A server with JetStream, its store in a fresh temporary directory.
+    pub fn start() -> NatsServer {
+        NatsServer::start_with("")
+    }
+
+    /// A server with extra configuration lines (such as `max_payload: 4096`).
+    pub fn start_with(extra: &str) -> NatsServer {
+        for _ in 0..5 {
+            let port = free_port();
+            let mut s = NatsServer {
+                child: None,
+                port,
+                dir: tempfile::tempdir().unwrap(),
+                extra: extra.to_string(),
+            };
+            if s.launch() {
+                return s;
+            }
+        }
+        panic!("nats-server did not start in 5 tries");
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    /// Starts the process on this server's port and store; whether it became ready.
+    fn launch(&mut self) -> bool {
+        let conf = self.dir.path().join("server.conf");
+        let store = self.dir.path().join("js");
+        let mut f = std::fs::File::create(&conf).unwrap();
+        writeln!(
+            f,
+            "listen: 127.0.0.1:{}\njetstream {{ store_dir: {:?} }}\n{}",
+            self.port,
+            store.display().to_string(),
+            self.extra
+        )
+        .unwrap();
+        let log = std::fs::File::create(self.log()).unwrap();
+        let child = Command::new(nats_server_bin())
+            .arg("-c")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start nats-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let text = std::fs::read_to_string(self.log()).unwrap_or_default();
+            if text.contains("Server is ready") {
+                return true;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                eprintln!("nats-server exited ({status}): {text}");
+                self.child = None;
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "nats-server not ready in 20 s: {}",
+            std::fs::read_to_string(self.log()).unwrap_or_default()
+        );
+    }
+
+    /// SIGKILLs the server (no clean shutdown) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port and store.
+    pub fn restart(&mut self) {
+        self.kill();
+        for _ in 0..50 {
+            if self.launch() {
+                return;
+            }
+            // The port may linger for a moment after the kill.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("nats-server did not restart on port {}", self.port);
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A blocking JetStream client for the tests' own checks and set-up.
+pub struct Js {
+    rt: tokio::runtime::Runtime,
+    pub js: jetstream::Context,
+}
+
+impl Js {
+    pub fn connect(url: &str) -> Js {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = rt.block_on(async_nats::connect(url)).unwrap();
+        let js = {
+            let _runtime = rt.enter();
+            jetstream::new(client.clone())
+        };
+        Js { rt, js }
+    }
+
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// A file-stored stream over `subjects`, with the default 2-minute duplicate window
+    /// unless `duplicate_window` is given.
+    pub fn create_stream(&self, name: &str, subjects: &[&str], duplicate_window: Option<Duration>) {
+        let config = jetstream::stream::Config {
+            name: name.to_string(),
+            subjects: subjects.iter().map(|s| s.to_string()).collect(),
+            duplicate_window: duplicate_window.unwrap_or(Duration::from_secs(120)),
+            ..Default::default()
+        };
+        self.block_on(self.js.create_stream(config)).unwrap();
+    }
+
+    /// Publishes and waits for the `PubAck`; `msg_id` as `Nats-Msg-Id` if given.
+    pub fn publish(&self, subject: &str, msg_id: Option<&str>, payload: &[u8]) {
+        let mut h = async_nats::HeaderMap::new();
+        if let Some(id) = msg_id {
+            h.insert("Nats-Msg-Id", id);
+        }
+        let payload = bytes::Bytes::copy_from_slice(payload);
+        self.block_on(async {
+            self.js
+                .publish_with_headers(subject.to_string(), h, payload)
+                .await
+                .unwrap()
+                .await
+                .unwrap()
+        });
+    }
+
+    /// Every message of the stream, in order: (stream sequence, `Nats-Msg-Id`, payload).
+    pub fn messages(&self, stream: &str) -> Vec<(u64, Option<String>, Vec<u8>)> {
+        self.block_on(async {
+            let mut s = self.js.get_stream(stream).await.unwrap();
+            let info = s.info().await.unwrap().state.clone();
+            let mut out = Vec::new();
+            for seq in info.first_sequence..=info.last_sequence {
+                if info.messages == 0 {
+                    break;
+                }
+                match s.get_raw_message(seq).await {
+                    Ok(m) => {
+                        let id = m.headers.get("Nats-Msg-Id").map(|v| v.as_str().to_string());
+                        out.push((seq, id, m.payload.to_vec()));
+                    }
+                    Err(e) => panic!("message {seq} of {stream}: {e}"),
+                }
+            }
+            out
+        })
+    }
+
+    /// The number of messages in the stream.
+    pub fn count(&self, stream: &str) -> u64 {
+        self.block_on(async {
+            let mut s = self.js.get_stream(stream).await.unwrap();
+            s.info().await.unwrap().state.messages
+        })
+    }
+
+    /// (pending, ack pending) of a consumer.
+    pub fn consumer_pending(&self, stream: &str, consumer: &str) -> (u64, usize) {
+        self.block_on(async {
+            let s = self.js.get_stream(stream).await.unwrap();
+            let mut c: jetstream::consumer::Consumer<jetstream::consumer::pull::Config> =
+                s.get_consumer(consumer).await.unwrap();
+            let info = c.info().await.unwrap();
+            (info.num_pending, info.num_ack_pending)
+        })
+    }
+}
+
+/// CPU time (user + system, in clock ticks of 1/100 s) used so far by this process's threads
+/// whose names start with `prefix`, from `/proc/self/task/*/stat`.
+pub fn thread_cpu_ticks(prefix: &str) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.trim_end().starts_with(prefix) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // Fields after the command (which is in parentheses and may hold spaces).
+        let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of the whole line: 12 and 13 here.
+        let utime: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0);
+        let stime: u64 = fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
+        total += utime + stime;
+    }
+    total
+}
