@@ -64,8 +64,19 @@ impl ChildProc {
     /// Re-runs this test binary as a child that executes only `entry_test` with the scenario
     /// `scenario` on `path`.
     pub fn spawn(entry_test: &str, scenario: &str, path: &Path) -> ChildProc {
+        ChildProc::spawn_env(entry_test, scenario, path, &[])
+    }
+
+    /// [`ChildProc::spawn`] with more environment variables for the child.
+    pub fn spawn_env(
+        entry_test: &str,
+        scenario: &str,
+        path: &Path,
+        env: &[(&str, &str)],
+    ) -> ChildProc {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", entry_test, "--nocapture", "--test-threads=1"])
+            .envs(env.iter().copied())
             .env(CHILD_ENV, scenario)
             .env(CHILD_PATH_ENV, path)
             .stdout(Stdio::piped())

@@ -2,6 +2,8 @@
 //! port with its store in a temporary directory, killed with SIGKILL and restarted on the same
 //! port and store, stopped on drop. Plus a small synchronous JetStream client for the checks.
 
+#![allow(dead_code)]
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
