@@ -95,7 +95,7 @@ fn run_outbound_app(file: &Queue, url: &str) -> ! {
             .write(|tx| {
                 for j in next..end {
                     // Every other job has an idempotency key (its message id).
-                    let opts = if j % 2 == 0 {
+                    let opts = if j.is_multiple_of(2) {
                         EnqueueOptions::default().idempotency_key(format!("key-{j}"))
                     } else {
                         EnqueueOptions::default()
@@ -257,7 +257,7 @@ fn outbound_10000_jobs_through_server_and_relay_kills_reach_the_stream_exactly_o
         let id = id
             .clone()
             .unwrap_or_else(|| panic!("message {seq} has no id"));
-        if j % 2 == 0 {
+        if j.is_multiple_of(2) {
             assert_eq!(id, format!("key-{j}"));
         } else {
             assert!(id.starts_with(&format!("lq:{file_id:016x}:")), "{id}");
@@ -281,35 +281,13 @@ fn inbound_10000_messages_through_worker_and_server_kills_are_applied_once_each(
     let js = Js::connect(&server.url());
     js.create_stream("IN", &["in.>"], None);
     let mut expected = HashSet::new();
-    js.block_on(async {
-        let mut acks = Vec::new();
-        for i in 0..JOBS {
-            let mut h = async_nats::HeaderMap::new();
-            // Every fourth message has no id: its key is the stream and sequence.
-            if i % 4 == 0 {
-                expected.insert(format!("IN:{}", i + 1));
-            } else {
-                let id = format!("m-{i}");
-                h.insert("Nats-Msg-Id", id.as_str());
-                expected.insert(id);
-            }
-            let payload = bytes::Bytes::from(format!("message {i}"));
-            acks.push(
-                js.js
-                    .publish_with_headers("in.cmd", h, payload)
-                    .await
-                    .unwrap(),
-            );
-            if acks.len() == 500 {
-                for a in acks.drain(..) {
-                    a.await.unwrap();
-                }
-            }
-        }
-        for a in acks {
-            a.await.unwrap();
-        }
+    let messages = (0..JOBS).map(|i| {
+        // Every fourth message has no id: its key is the stream and sequence.
+        let id = (!i.is_multiple_of(4)).then(|| format!("m-{i}"));
+        expected.insert(id.clone().unwrap_or_else(|| format!("IN:{}", i + 1)));
+        (id, format!("message {i}").into_bytes())
     });
+    js.publish_many("in.cmd", messages);
     assert_eq!(js.count("IN"), JOBS);
     drop(js);
     let dir = tempfile::tempdir().unwrap();

@@ -13,26 +13,30 @@ use async_nats::jetstream;
 
 /// The `nats-server` binary: `$NATS_SERVER`, else on `PATH`, else the distribution's
 /// `/usr/sbin/nats-server` (Debian installs it there, outside a normal user's `PATH`).
-pub fn nats_server_bin() -> PathBuf {
+pub fn find_nats_server() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("NATS_SERVER") {
-        return PathBuf::from(p);
+        return Some(PathBuf::from(p));
     }
     let on_path = std::env::var_os("PATH")
         .into_iter()
         .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
         .map(|d| d.join("nats-server"));
-    for candidate in on_path.chain([
-        "/usr/sbin/nats-server".into(),
-        "/usr/bin/nats-server".into(),
-    ]) {
-        if candidate.is_file() {
-            return candidate;
-        }
-    }
-    panic!(
-        "the relay tests need nats-server with JetStream (2.9 or later): \
-         `apt-get install nats-server`, or set NATS_SERVER to its path"
-    );
+    on_path
+        .chain([
+            "/usr/sbin/nats-server".into(),
+            "/usr/bin/nats-server".into(),
+        ])
+        .find(|candidate| candidate.is_file())
+}
+
+/// [`find_nats_server`], or a panic that says what to install.
+pub fn nats_server_bin() -> PathBuf {
+    find_nats_server().unwrap_or_else(|| {
+        panic!(
+            "the relay tests need nats-server with JetStream (2.9 or later): \
+             `apt-get install nats-server`, or set NATS_SERVER to its path"
+        )
+    })
 }
 
 pub struct NatsServer {
@@ -198,6 +202,36 @@ impl Js {
                 .unwrap()
                 .await
                 .unwrap()
+        });
+    }
+
+    /// Publishes every `(id, payload)` to `subject`, 500 in flight at a time, and waits for
+    /// all the `PubAck`s.
+    pub fn publish_many(
+        &self,
+        subject: &str,
+        messages: impl IntoIterator<Item = (Option<String>, Vec<u8>)>,
+    ) {
+        self.block_on(async {
+            let mut acks = Vec::new();
+            for (id, payload) in messages {
+                let mut h = async_nats::HeaderMap::new();
+                if let Some(id) = id {
+                    h.insert("Nats-Msg-Id", id.as_str());
+                }
+                let sent = self
+                    .js
+                    .publish_with_headers(subject.to_string(), h, payload.into());
+                acks.push(sent.await.unwrap());
+                if acks.len() == 500 {
+                    for a in acks.drain(..) {
+                        a.await.unwrap();
+                    }
+                }
+            }
+            for a in acks {
+                a.await.unwrap();
+            }
         });
     }
 
