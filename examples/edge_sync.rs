@@ -84,8 +84,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let js = nats::Js::connect(&url);
     js.create_stream("EVENTS", &["events.>"], None);
     js.create_stream("COMMANDS", &["commands.>"], None);
-    let start = Instant::now();
+    let appeared = Instant::now();
     relay.wait_ready(Duration::from_secs(30))?;
+    let reconnect_s = appeared.elapsed().as_secs_f64();
+    let start = Instant::now();
     while !events.is_empty()? {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -100,7 +102,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert!(stored.windows(2).all(|w| w[0].0 < w[1].0));
     assert_eq!(stored[0].2, b"reading 0 = 20.0");
     println!(
-        "online: {} events out in {:.2} s ({:.0} jobs/s), each in the stream once; {} duplicates dropped",
+        "online: the relay was back {reconnect_s:.2} s after the server; {} events out in {:.2} s ({:.0} jobs/s), each in the stream once; {} duplicates dropped",
         stats.moved,
         out_s,
         stats.moved as f64 / out_s,

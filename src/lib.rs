@@ -48,6 +48,10 @@
 //! assert!(queue.is_applied("order-42")?);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Built on the public API above: [`WorkerPool`] (threads, heartbeats, shutdown), the `leaseq`
+//! tool (feature `cli`), and with feature `nats`, `relay`: store-and-forward between a queue
+//! and a NATS JetStream stream.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
