@@ -296,7 +296,9 @@ impl Lease {
         F: FnMut(&crate::Tx<'_>) -> std::result::Result<(), BoxError>,
     {
         let q = self.queue()?;
-        let (applied, _) = q.ack_with_keys(&self.key(), &mut |tx, _| effect(tx), false)?;
+        let mut each = |tx: &crate::Tx<'_>, _: usize| effect(tx);
+        let (applied, _) =
+            q.ack_with_keys(&self.key(), &mut store::EffectFn::Each(&mut each), false)?;
         let r = single(applied);
         self.settle(&r);
         r
@@ -314,7 +316,9 @@ impl Lease {
         F: FnMut(&crate::Tx<'_>) -> std::result::Result<(), BoxError>,
     {
         let q = self.queue()?;
-        let (applied, next) = q.ack_with_keys(&self.key(), &mut |tx, _| effect(tx), true)?;
+        let mut each = |tx: &crate::Tx<'_>, _: usize| effect(tx);
+        let (applied, next) =
+            q.ack_with_keys(&self.key(), &mut store::EffectFn::Each(&mut each), true)?;
         let applied = single(applied);
         self.settle(&applied);
         Ok((applied?, next.into_iter().next().map(|l| q.lease(l))))

@@ -532,7 +532,62 @@ impl Queue {
         F: FnMut(&crate::Tx<'_>, &Lease) -> std::result::Result<(), crate::BoxError>,
     {
         let keys = self.batch_keys(leases)?;
-        let (applied, _) = self.ack_with_keys(&keys, &mut |tx, i| effect(tx, &leases[i]), false)?;
+        let mut each = |tx: &crate::Tx<'_>, i: usize| effect(tx, &leases[i]);
+        let (applied, _) =
+            self.ack_with_keys(&keys, &mut store::EffectFn::Each(&mut each), false)?;
+        leases.iter().zip(&applied).for_each(|(l, r)| l.settle(r));
+        Ok(applied)
+    }
+
+    /// [`Queue::ack_with_batch`] with one call of `effect` for the whole batch: `effect(tx,
+    /// leases)` runs once, with the leases of the batch that are current and whose idempotency
+    /// key is not yet applied (in the order given; two leases with the same key: the first),
+    /// then the markers and acks are written, and all commit together. For an effect that
+    /// writes the same tables for every job: it opens each table once per batch rather than
+    /// once per job (a redb `open_table` costs about what an insert does). The closure does not
+    /// run when no lease needs it. Returns one outcome per lease, in order: `Ok(Now)` for each
+    /// lease passed to the closure; `Ok(AlreadyApplied)`; `Err(LeaseLost)` or
+    /// `Err(Corrupted)` as in [`Queue::ack_batch`]. If the closure fails (an error, a panic,
+    /// an [`Outcome`](crate::Outcome)), none of its writes commit and every lease it was given
+    /// is given back as by a failing [`Lease::ack_with`] closure (the error as its last error,
+    /// or as the `Outcome` says), `Err(Effect)` in its place (the closure's own error at the
+    /// first, its text at the others); the other leases' outcomes stand and commit.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// use leaseq::{EnqueueOptions, redb::TableDefinition};
+    /// const TOTALS: TableDefinition<u64, u64> = TableDefinition::new("totals");
+    ///
+    /// for n in 1..=3u64 {
+    ///     queue.enqueue(&n.to_le_bytes(), EnqueueOptions::default())?;
+    /// }
+    /// let leases = queue.dequeue_batch(10)?;
+    /// let outcomes = queue.ack_with_all(&leases, |tx, leases| {
+    ///     let mut totals = tx.open_table(TOTALS)?; // opened once for the batch
+    ///     for lease in leases {
+    ///         let n = u64::from_le_bytes(lease.payload().try_into()?);
+    ///         totals.insert(lease.id().0, n * 10)?;
+    ///     }
+    ///     Ok(())
+    /// })?;
+    /// assert!(outcomes.iter().all(|o| matches!(o, Ok(leaseq::Applied::Now))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Queue::ack_batch`].
+    #[must_use = "a lease of the batch may be LeaseLost or Effect: its outcome is in the Vec"]
+    pub fn ack_with_all<F>(&self, leases: &[Lease], mut effect: F) -> Result<Vec<Result<Applied>>>
+    where
+        F: FnMut(&crate::Tx<'_>, &[&Lease]) -> std::result::Result<(), crate::BoxError>,
+    {
+        let keys = self.batch_keys(leases)?;
+        let mut all = |tx: &crate::Tx<'_>, at: &[usize]| {
+            let chosen: Vec<&Lease> = at.iter().map(|&i| &leases[i]).collect();
+            effect(tx, &chosen)
+        };
+        let (applied, _) = self.ack_with_keys(&keys, &mut store::EffectFn::All(&mut all), false)?;
         leases.iter().zip(&applied).for_each(|(l, r)| l.settle(r));
         Ok(applied)
     }
@@ -545,7 +600,7 @@ impl Queue {
     pub(crate) fn ack_with_keys(
         &self,
         keys: &[(u64, u64)],
-        effect: &mut store::Effect<'_>,
+        effect: &mut store::EffectFn<'_, '_>,
         next: bool,
     ) -> Result<(Vec<Result<Applied>>, Vec<store::Leased>)> {
         let (now_ms, cfg) = (self.now_ms(), self.cfg);
@@ -554,17 +609,31 @@ impl Queue {
         let mut failed: Vec<Option<store::Failure>> = vec![None; keys.len()];
         let mut errors: Vec<Option<crate::BoxError>> = keys.iter().map(|_| None).collect();
         for _ in 0..=keys.len() {
-            // The lease whose closure ran last.
-            let mut failing = None;
+            // The leases the closure that ran last was given.
+            let mut failing: Vec<usize> = Vec::new();
             let dequeue = next && errors.iter().all(Option::is_none);
             let ran = self.run(&mut |ctx| {
-                let applied = store::ack_with(ctx, keys, &cfg, now_ms, &failed, &mut |tx, i| {
-                    // Left set after the closure returns: an `Effect` error of the operation
-                    // comes from the closure that ran last (its error or panic, or a storage
-                    // error inside one of its enqueues that it swallowed).
-                    failing = Some(i);
-                    effect(tx, i)
-                })?;
+                // Left set after the closure returns: an `Effect` error of the operation
+                // comes from the closure that ran last (its error or panic, or a storage
+                // error inside one of its enqueues that it swallowed).
+                let (mut each, mut all);
+                let mut tracked = match effect {
+                    store::EffectFn::Each(f) => {
+                        each = |tx: &crate::Tx<'_>, i: usize| {
+                            failing = vec![i];
+                            f(tx, i)
+                        };
+                        store::EffectFn::Each(&mut each)
+                    }
+                    store::EffectFn::All(f) => {
+                        all = |tx: &crate::Tx<'_>, at: &[usize]| {
+                            failing = at.to_vec();
+                            f(tx, at)
+                        };
+                        store::EffectFn::All(&mut all)
+                    }
+                };
+                let applied = store::ack_with(ctx, keys, &cfg, now_ms, &failed, &mut tracked)?;
                 // The next job only after an ack that happened: a refused one leases nothing.
                 let leased = if dequeue && applied.iter().all(Result::is_ok) {
                     store::dequeue(ctx, &cfg, now_ms, 1)?
@@ -584,9 +653,17 @@ impl Queue {
                     }
                     return Ok((applied, leased));
                 }
-                (Err(Error::Effect(e)), Some(i)) if failed[i].is_none() => {
-                    failed[i] = Some(store::Failure::of(&e));
-                    errors[i] = Some(e);
+                (Err(Error::Effect(e)), at)
+                    if !at.is_empty() && at.iter().all(|&i| failed[i].is_none()) =>
+                {
+                    // Every lease the failing closure was given goes back with its error.
+                    let failure = store::Failure::of(&e);
+                    for &i in &at[1..] {
+                        failed[i] = Some(failure.clone());
+                        errors[i] = Some(e.to_string().into());
+                    }
+                    failed[at[0]] = Some(failure);
+                    errors[at[0]] = Some(e);
                 }
                 (Err(e), _) => return Err(e),
             }

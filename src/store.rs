@@ -1306,6 +1306,17 @@ pub(crate) fn ack(
 /// the batch.
 pub(crate) type Effect<'a> = dyn FnMut(&crate::Tx<'_>, usize) -> Result<(), BoxError> + 'a;
 
+/// A caller's effect for the whole batch: called once with the positions of the leases it
+/// covers.
+pub(crate) type EffectAll<'a> = dyn FnMut(&crate::Tx<'_>, &[usize]) -> Result<(), BoxError> + 'a;
+
+/// How [`ack_with`] runs the caller's effect: once per lease that needs it, or once for all
+/// of them (after the checks, before the deletes).
+pub(crate) enum EffectFn<'f, 'e> {
+    Each(&'f mut Effect<'e>),
+    All(&'f mut EffectAll<'e>),
+}
+
 /// Acks every current lease with its effect in this transaction (stale or damaged ones are
 /// reported in their place, as by [`ack`]). A lease whose idempotency key is already applied
 /// (also by an earlier lease of the same batch) is acked without its effect. A lease with
@@ -1319,7 +1330,7 @@ pub(crate) fn ack_with(
     cfg: &Config,
     now_ms: u64,
     failed: &[Option<Failure>],
-    effect: &mut Effect<'_>,
+    effect: &mut EffectFn<'_, '_>,
 ) -> Result<Vec<Result<Applied>>> {
     let tq = cfg.tables;
     debug_assert_eq!(leases.len(), failed.len());
@@ -1336,6 +1347,8 @@ pub(crate) fn ack_with(
     // Held open (as every leaseq table) while closures run.
     let mut by_time = tx.open_table(tq.applied_by_time())?;
     let mut new_markers = 0;
+    // With `EffectFn::All`, the leases whose effect runs (once, after the loop).
+    let mut pending = Vec::new();
     // The jobs this call deletes if it commits (current leases whose effect did not fail
     // before): follow-ups enqueued by the closures may take the dedup keys they hold.
     let mut acked = Vec::new();
@@ -1400,17 +1413,24 @@ pub(crate) fn ack_with(
         if already {
             out.push(Ok(Applied::AlreadyApplied));
         } else {
-            // leaseq's tables stay open: the closure may open any table but `leaseq_*` ones
-            // (redb would refuse those as already open), and enqueue follow-up jobs through
-            // them. A panic in it becomes an error like any other, so the group aborts cleanly.
-            let mut sink = TablesSink {
-                t: &mut t,
-                ctx,
-                acked: &acked,
-                broken: None,
-            };
-            let ran = run_closure(|| effect(&crate::Tx::new(tx, *cfg, now_ms, &mut sink), i));
-            sink.settle(ran)?;
+            match effect {
+                // leaseq's tables stay open: the closure may open any table but `leaseq_*`
+                // ones (redb would refuse those as already open), and enqueue follow-up jobs
+                // through them. A panic in it becomes an error like any other, so the group
+                // aborts cleanly.
+                EffectFn::Each(f) => {
+                    let mut sink = TablesSink {
+                        t: &mut t,
+                        ctx,
+                        acked: &acked,
+                        broken: None,
+                    };
+                    let ran = run_closure(|| f(&crate::Tx::new(tx, *cfg, now_ms, &mut sink), i));
+                    sink.settle(ran)?;
+                }
+                // Run once below, for every lease that needs it.
+                EffectFn::All(_) => pending.push(i),
+            }
             if let Some(k) = &key {
                 applied.insert(k.as_slice(), now_ms)?;
                 by_time.insert((now_ms, k.as_slice()), ())?;
@@ -1420,6 +1440,18 @@ pub(crate) fn ack_with(
         }
         keys.push((id, token));
         records.push(rec);
+    }
+    if let EffectFn::All(f) = effect
+        && !pending.is_empty()
+    {
+        let mut sink = TablesSink {
+            t: &mut t,
+            ctx,
+            acked: &acked,
+            broken: None,
+        };
+        let ran = run_closure(|| f(&crate::Tx::new(tx, *cfg, now_ms, &mut sink), &pending));
+        sink.settle(ran)?;
     }
     if !keys.is_empty() {
         t.delete_leased(&keys, &records, now_ms)?;

@@ -459,3 +459,271 @@ fn dequeue_batch_keeps_to_its_byte_budget() {
         Err(leaseq::Error::InvalidOption { .. })
     ));
 }
+
+/// Adds one to each key's counter with the table opened once (the `ack_with_all` shape).
+fn bump_all(tx: &redb::WriteTransaction, keys: &[u64]) -> Result<(), leaseq::BoxError> {
+    use redb::ReadableTable;
+    let mut t = tx.open_table(common::EFFECTS)?;
+    for &key in keys {
+        let n = t.get(key)?.map_or(0, |v| v.value());
+        t.insert(key, n + 1)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn ack_with_all_runs_once_for_the_leases_that_need_it() {
+    let f = Fixture::new();
+    let q = f.open();
+    let (leases, current) = three_leases_middle_stale(&f, &q);
+    // One more job, whose key is applied already by an earlier job.
+    let p = payloads(2);
+    q.enqueue_batch([
+        (&p[0][..], EnqueueOptions::default().idempotency_key("k")),
+        (&p[1][..], EnqueueOptions::default().idempotency_key("k")),
+    ])
+    .unwrap();
+    let first = q.dequeue().unwrap().unwrap();
+    assert_eq!(first.ack_with(|tx| bump(tx, 100)).unwrap(), Applied::Now);
+    let keyed = q.dequeue().unwrap().unwrap();
+    let mut batch: Vec<Lease> = leases;
+    batch.push(keyed);
+    let mut calls = Vec::new();
+    let out = q
+        .ack_with_all(&batch, |tx, ls| {
+            let ids: Vec<u64> = ls.iter().map(|l| l.id().0).collect();
+            calls.push(ids.clone());
+            bump_all(tx, &ids)
+        })
+        .unwrap();
+    assert!(
+        matches!(
+            out.as_slice(),
+            [
+                Ok(Applied::Now),
+                Err(Error::LeaseLost { .. }),
+                Ok(Applied::Now),
+                Ok(Applied::AlreadyApplied)
+            ]
+        ),
+        "{out:?}"
+    );
+    assert_eq!(
+        calls,
+        vec![vec![batch[0].id().0, batch[2].id().0]],
+        "one call"
+    );
+    assert_eq!(
+        effects(&q),
+        HashMap::from([(100, 1), (batch[0].id().0, 1), (batch[2].id().0, 1)])
+    );
+    assert_eq!(
+        q.stats().unwrap().leased,
+        1,
+        "only the stale lease's job is still leased"
+    );
+    // Nothing needs the closure: it does not run.
+    let out = q
+        .ack_with_all(std::slice::from_ref(&current), |_, _| Ok(()))
+        .unwrap();
+    assert!(matches!(out.as_slice(), [Ok(Applied::Now)]));
+    let again = q
+        .ack_with_all(std::slice::from_ref(&current), |_, _| panic!("ran"))
+        .unwrap();
+    assert!(matches!(again.as_slice(), [Err(Error::LeaseLost { .. })]));
+    assert!(q.is_empty().unwrap());
+    assert_consistent(&q);
+}
+
+#[test]
+fn a_failing_ack_with_all_gives_back_every_lease_it_was_given() {
+    let f = Fixture::new();
+    let q = f.open();
+    let ids = enqueue_ids(&q, 4);
+    let p = payloads(1);
+    let applied = q
+        .enqueue(&p[0], EnqueueOptions::default().idempotency_key("done"))
+        .unwrap()
+        .id();
+    let pre = q.dequeue_batch(10).unwrap();
+    // The keyed job's key is applied by its own earlier delivery... acked now, alone.
+    let (keyed, rest): (Vec<Lease>, Vec<Lease>) = pre.into_iter().partition(|l| l.id() == applied);
+    assert_eq!(
+        q.ack_with_all(&keyed, |tx, ls| bump_all(tx, &[ls[0].id().0]))
+            .unwrap()[0]
+            .as_ref()
+            .unwrap(),
+        &Applied::Now
+    );
+    // A closure that writes, then fails: nothing of it stays, all four go back.
+    let out = q
+        .ack_with_all(&rest, |tx, ls| {
+            bump_all(tx, &ls.iter().map(|l| l.id().0).collect::<Vec<_>>())?;
+            Err("downstream refused".into())
+        })
+        .unwrap();
+    assert_eq!(out.len(), 4);
+    for o in &out {
+        match o {
+            Err(Error::Effect(e)) => assert_eq!(e.to_string(), "downstream refused"),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(effects(&q), HashMap::from([(applied.0, 1)]));
+    for id in &ids {
+        let job = q.job(*id).unwrap().unwrap();
+        assert_eq!((job.state, job.attempts), (JobState::Ready, 1));
+        assert_eq!(job.last_error.as_deref(), Some("downstream refused"));
+    }
+    // An Outcome applies to every lease given: snoozed, attempts given back.
+    let leases = q.dequeue_batch(10).unwrap();
+    assert_eq!(leases.len(), 4);
+    let out = q
+        .ack_with_all(&leases, |_, _| {
+            Err(leaseq::Outcome::Snooze(Duration::from_secs(60)).into())
+        })
+        .unwrap();
+    assert!(out.iter().all(|o| matches!(o, Err(Error::Effect(_)))));
+    for id in &ids {
+        let job = q.job(*id).unwrap().unwrap();
+        assert_eq!(
+            (job.state, job.attempts, job.snoozes),
+            (JobState::Scheduled, 1, 1)
+        );
+    }
+    // A panic is an error like any other.
+    f.clock.advance(Duration::from_secs(61));
+    let leases = q.dequeue_batch(10).unwrap();
+    let out = q.ack_with_all(&leases, |_, _| panic!("boom")).unwrap();
+    assert!(
+        out.iter()
+            .all(|o| matches!(o, Err(Error::Effect(e)) if e.to_string().contains("boom"))),
+        "{out:?}"
+    );
+    assert_eq!(q.stats().unwrap().leased, 0);
+    // And then it applies, once.
+    let leases = q.dequeue_batch(10).unwrap();
+    let out = q
+        .ack_with_all(&leases, |tx, ls| {
+            bump_all(tx, &ls.iter().map(|l| l.id().0).collect::<Vec<_>>())
+        })
+        .unwrap();
+    assert!(out.iter().all(|o| matches!(o, Ok(Applied::Now))));
+    assert_eq!(effects(&q).len(), 5);
+    assert!(effects(&q).values().all(|&n| n == 1));
+    assert!(q.is_empty().unwrap());
+    assert_consistent(&q);
+}
+
+/// Seeded random batches (keys shared or applied, stale leases, failing effects, follow-up
+/// jobs) acked with `ack_with_all` on one file and `ack_with_batch` on another: the same
+/// outcomes, effects, jobs and stats.
+#[test]
+fn ack_with_all_matches_ack_with_batch_on_random_batches() {
+    for seed in 0..150u64 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let plan: Vec<(Option<u8>, bool)> = (0..rng.usize(1..12))
+            .map(|_| (rng.bool().then(|| rng.u8(0..4)), rng.u8(0..5) == 0))
+            .collect();
+        let stale_at = rng.bool().then(|| rng.usize(0..plan.len()));
+        // The positions every failing `ack_with_all` call was given: the per-lease side fails
+        // exactly those (the all side's next run covers the rest).
+        let failed_set = std::cell::RefCell::new(Vec::<usize>::new());
+        let run = |all: bool| {
+            let f = Fixture::new();
+            let q = f.open();
+            let p = payloads(plan.len());
+            let ids: Vec<JobId> = q
+                .enqueue_batch(plan.iter().zip(&p).map(|((key, _), b)| {
+                    let o = EnqueueOptions::default();
+                    let o = match key {
+                        Some(k) => o.idempotency_key([*k]),
+                        None => o,
+                    };
+                    (&b[..], o)
+                }))
+                .unwrap()
+                .into_iter()
+                .map(|e| e.id())
+                .collect();
+            // Key 0 is applied before the batch.
+            q.enqueue(b"pre", EnqueueOptions::default().idempotency_key([0u8]))
+                .unwrap();
+            let mut leases = q.dequeue_batch(plan.len()).unwrap();
+            let pre = q.dequeue().unwrap().unwrap();
+            pre.ack_with(|tx| bump(tx, 999)).unwrap();
+            if let Some(i) = stale_at {
+                // Make one lease stale: it expires and another delivery holds the job.
+                for (j, l) in leases.iter().enumerate() {
+                    if j != i {
+                        l.extend(LEASE * 4).unwrap();
+                    }
+                }
+                f.clock.advance(LEASE + Duration::from_millis(1));
+                let holder = q.dequeue().unwrap().unwrap();
+                assert_eq!(holder.id(), leases[i].id());
+            }
+            let at = |l: &Lease| ids.iter().position(|id| *id == l.id()).unwrap();
+            let fails = |l: &Lease| plan[at(l)].1;
+            let effect_of = |tx: &leaseq::Tx<'_>, l: &Lease| -> Result<(), leaseq::BoxError> {
+                bump(tx, l.id().0)?;
+                tx.enqueue(b"follow-up", EnqueueOptions::default())?;
+                Ok(())
+            };
+            let out = if all {
+                // All or nothing: fails when any of its leases would.
+                let mut calls = 0;
+                let out = q
+                    .ack_with_all(&leases, |tx, ls| {
+                        calls += 1;
+                        for l in ls {
+                            effect_of(tx, l)?;
+                        }
+                        if ls.iter().any(|l| fails(l)) {
+                            failed_set.borrow_mut().extend(ls.iter().map(|l| at(l)));
+                            return Err("refused".into());
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+                assert!(
+                    calls <= leases.len() + 1,
+                    "one call, and one more per failure"
+                );
+                out
+            } else {
+                let set = failed_set.borrow().clone();
+                q.ack_with_batch(&leases, |tx, l| {
+                    effect_of(tx, l)?;
+                    if set.contains(&at(l)) {
+                        return Err("refused".into());
+                    }
+                    Ok(())
+                })
+                .unwrap()
+            };
+            let out: Vec<String> = out
+                .iter()
+                .map(|o| match o {
+                    Ok(a) => format!("{a:?}"),
+                    Err(Error::Effect(e)) => format!("Effect({e})"),
+                    Err(Error::LeaseLost { job_id, .. }) => format!("LeaseLost({job_id:?})"),
+                    Err(e) => panic!("{e:?}"),
+                })
+                .collect();
+            let jobs: Vec<_> = ids
+                .iter()
+                .map(|id| {
+                    q.job(*id)
+                        .unwrap()
+                        .map(|j| (j.state, j.attempts, j.last_error))
+                })
+                .collect();
+            assert_consistent(&q);
+            leases.clear();
+            (out, effects(&q), jobs, q.stats().unwrap())
+        };
+        let (a, b) = (run(true), run(false));
+        assert_eq!(a, b, "seed {seed}: plan {plan:?}, stale at {stale_at:?}");
+    }
+}

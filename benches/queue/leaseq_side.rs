@@ -15,12 +15,6 @@ pub struct LeaseqQueue {
     queue: Queue,
 }
 
-fn effect(tx: &redb::WriteTransaction, lease: &Lease) -> Result<(), leaseq::BoxError> {
-    tx.open_table(EFFECTS)?
-        .insert(lease.id().0, lease.payload())?;
-    Ok(())
-}
-
 fn expect_applied(applied: leaseq::Applied) {
     assert_eq!(
         applied,
@@ -71,10 +65,17 @@ impl QueueUnderTest for LeaseqQueue {
     }
 
     fn ack_batch_with_effect(&self, jobs: Vec<Lease>) {
+        // One closure for the batch: the effects table opened once (as the other sides do).
         let applied = self
             .queue
-            .ack_with_batch(&jobs, |tx, l| effect(tx, l))
-            .expect("ack_with_batch");
+            .ack_with_all(&jobs, |tx, leases| {
+                let mut effects = tx.open_table(EFFECTS)?;
+                for l in leases {
+                    effects.insert(l.id().0, l.payload())?;
+                }
+                Ok(())
+            })
+            .expect("ack_with_all");
         applied
             .into_iter()
             .for_each(|a| expect_applied(a.expect("a lease of the batch")));

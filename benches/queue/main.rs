@@ -283,7 +283,35 @@ fn fsync_limit(c: &mut Criterion) {
     group.finish();
 }
 
+/// `LEASEQ_BENCH_PROFILE=<side>:<iterations>` runs that many iterations of the
+/// `cycle_batch_100` body on one side (`leaseq`, `redb_floor` or `sqlite`) and exits, without
+/// criterion: for profilers that count instructions (`valgrind --tool=callgrind`), where two
+/// iteration counts apart give the cost of one iteration without the set-up.
+fn profile(spec: &str) {
+    let (side, iterations) = spec.split_once(':').expect("<side>:<iterations>");
+    let iterations: usize = iterations.parse().expect("a number of iterations");
+    fn run<Q: QueueUnderTest>(iterations: usize) {
+        let instance = Instance::<Q>::new();
+        let payloads = vec![common::payload(); BATCH];
+        for _ in 0..iterations {
+            instance.queue.enqueue_batch(&payloads);
+            let jobs = instance.queue.dequeue_batch(BATCH);
+            assert_eq!(jobs.len(), BATCH);
+            instance.queue.ack_batch_with_effect(jobs);
+        }
+    }
+    match side {
+        "leaseq" => run::<leaseq_side::LeaseqQueue>(iterations),
+        "redb_floor" => run::<redb_floor::FloorQueue>(iterations),
+        "sqlite" => run::<SqliteQueue>(iterations),
+        other => panic!("unknown side {other}"),
+    }
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var("LEASEQ_BENCH_PROFILE") {
+        return profile(&spec);
+    }
     sqlite::self_check();
     redb_floor::self_check();
     let mut c = Criterion::default().configure_from_args();
