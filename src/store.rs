@@ -1180,40 +1180,63 @@ pub(crate) fn dequeue(
             .take(max - out.len())
             .map(|e| e.map(|(k, _)| k.value()))
             .collect::<Result<_, _>>()?;
-        // Their rows, read before any entry is removed, so the byte budget can cut the batch
-        // short with the jobs after the cut left ready in place.
-        let mut rows = Vec::with_capacity(firsts.len());
+        // Their rows, in order. A row is read and, if its payload is inline, leased at once
+        // through one `get_mut` (one descent of `leaseq_jobs` for the read and the write);
+        // the byte budget can cut the batch short before a row, leaving the jobs after the
+        // cut ready in place. The ready entries are removed after this pass.
+        let mut slots = Vec::with_capacity(firsts.len());
+        *ctx.dirty = true;
         for (i, &(rank, seq, id)) in firsts.iter().enumerate() {
-            let row = match t.row(id)? {
-                Row::Good(rec)
+            let Some(mut row) = t.jobs.get_mut(id)? else {
+                slots.push(Slot::Stray);
+                continue;
+            };
+            let mut rec = match JobRecord::decode(row.value()) {
+                Ok(rec)
                     if rec.state == StoredState::Ready
                         && priority_rank(rec.priority) == rank
                         && rec.seq == seq =>
                 {
-                    let size = rec.payload_len();
-                    let taken_any = !out.is_empty() || rows.iter().any(Option::is_some);
-                    if taken_any && bytes.saturating_add(size) > cfg.dequeue_batch_bytes {
-                        firsts.truncate(i);
-                        budget_reached = true;
-                        break;
-                    }
-                    bytes = bytes.saturating_add(size);
-                    Some(rec)
+                    rec
                 }
-                _ => None,
+                _ => {
+                    slots.push(Slot::Stray);
+                    continue;
+                }
             };
-            rows.push(row);
+            let size = rec.payload_len();
+            let taken_any = !out.is_empty() || slots.iter().any(|s| !matches!(s, Slot::Stray));
+            if taken_any && bytes.saturating_add(size) > cfg.dequeue_batch_bytes {
+                firsts.truncate(i);
+                budget_reached = true;
+                break;
+            }
+            bytes = bytes.saturating_add(size);
+            // Tokens in queue order, whatever the payloads.
+            let mut leased = lease_record(ctx, cfg, now_ms, id, &mut rec);
+            if rec.payload_apart.is_some() {
+                // Its payload is read (and checked) below, before its lease is written.
+                slots.push(Slot::Apart(rec, leased));
+                continue;
+            }
+            rec.validate()?;
+            row.insert(rec.encode()?.as_slice())?;
+            drop(row);
+            if !t.index(id, &rec)? {
+                tracing::warn!(job_id = id, "leaseq: index entry was already present");
+            }
+            leased.idempotency_key = rec.idempotency_key;
+            leased.payload = rec.payload;
+            slots.push(Slot::Leased(leased));
         }
-        // Then removed: one at a time for one, in one pass for more (a single delete
-        // rebuilds its leaf: 100 cost ~120 µs one by one, ~15 µs in one pass).
+        // Then the ready entries removed: one at a time for one, in one pass for more (a
+        // single delete rebuilds its leaf: 100 cost ~120 µs one by one, ~15 µs in one pass).
         match firsts.as_slice() {
             [] => break,
             [one] => {
-                *ctx.dirty = true;
                 t.ready()?.remove(*one)?;
             }
             [.., last] => {
-                *ctx.dirty = true;
                 let mut removed = 0;
                 t.ready()?.retain_in(..=*last, |_, ()| {
                     removed += 1;
@@ -1227,41 +1250,31 @@ pub(crate) fn dequeue(
                 }
             }
         }
-        debug_assert_eq!(firsts.len(), rows.len());
-        for ((_, _, id), row) in firsts.into_iter().zip(rows) {
+        debug_assert_eq!(firsts.len(), slots.len());
+        for ((_, _, id), slot) in firsts.into_iter().zip(slots) {
             // Its ready entry was removed above.
-            let Some(mut rec) = row else {
-                strays.push(id);
-                continue;
-            };
-            let apart = match &rec.payload_apart {
-                None => None,
-                Some(r) => match t.apart_payload(id, r)? {
-                    Ok(p) => Some(p),
-                    Err(why) => {
-                        // Its ready entry is gone: the job moves aside whole, the batch goes on.
-                        t.quarantine(ctx, id, &why, now_ms)?;
-                        continue;
-                    }
-                },
-            };
-            let token = ctx.alloc_token();
-            let lease_ms = rec.lease_ms.unwrap_or(cfg.lease_ms);
-            let deadline_ms = now_ms.saturating_add(lease_ms);
-            rec.attempts += 1;
-            rec.state = StoredState::Leased { token, deadline_ms };
-            t.put(id, &rec)?;
-            out.push(Leased {
-                id,
-                token,
-                attempt: rec.attempts,
-                max_attempts: rec.max_attempts,
-                deadline_ms,
-                lease_ms,
-                idempotency_key: rec.idempotency_key,
-                encoding: rec.encoding.and_then(crate::Encoding::from_tag),
-                payload: apart.unwrap_or(rec.payload),
-            });
+            match slot {
+                Slot::Stray => strays.push(id),
+                Slot::Leased(leased) => out.push(leased),
+                Slot::Apart(mut rec, mut leased) => {
+                    let Some(r) = &rec.payload_apart else {
+                        unreachable!("an apart slot has its payload apart")
+                    };
+                    let payload = match t.apart_payload(id, r)? {
+                        Ok(p) => p,
+                        Err(why) => {
+                            // Its ready entry is gone: the job moves aside whole, the batch
+                            // goes on.
+                            t.quarantine(ctx, id, &why, now_ms)?;
+                            continue;
+                        }
+                    };
+                    t.put(id, &rec)?;
+                    leased.idempotency_key = rec.idempotency_key;
+                    leased.payload = payload;
+                    out.push(leased);
+                }
+            }
         }
     }
     // Settled after the leases, from the rows as they are now: a stray entry's job may be one
@@ -1271,6 +1284,45 @@ pub(crate) fn dequeue(
         t.settle_stray(ctx, id, row, now_ms)?;
     }
     Ok(out)
+}
+
+/// A ready job found by [`dequeue`]: leased in place; leased in memory, its row written once
+/// its payload stored apart is read; or an entry that does not match its row.
+// Moved once each, on the way out: boxing would only add an allocation per job.
+#[allow(clippy::large_enum_variant)]
+enum Slot {
+    Leased(Leased),
+    Apart(JobRecord, Leased),
+    Stray,
+}
+
+/// Turns the ready record `rec` of job `id` into a leased one (a fresh token, the attempt
+/// counted, the deadline from its lease) and returns the delivery, its key and payload left
+/// empty.
+fn lease_record(
+    ctx: &mut Ctx<'_>,
+    cfg: &Config,
+    now_ms: u64,
+    id: u64,
+    rec: &mut JobRecord,
+) -> Leased {
+    let token = ctx.alloc_token();
+    let lease_ms = rec.lease_ms.unwrap_or(cfg.lease_ms);
+    let deadline_ms = now_ms.saturating_add(lease_ms);
+    rec.attempts += 1;
+    rec.state = StoredState::Leased { token, deadline_ms };
+    Leased {
+        id,
+        token,
+        attempt: rec.attempts,
+        max_attempts: rec.max_attempts,
+        deadline_ms,
+        lease_ms,
+        // Moved from the record once it is written.
+        idempotency_key: None,
+        encoding: rec.encoding.and_then(crate::Encoding::from_tag),
+        payload: Vec::new(),
+    }
 }
 
 /// Acks every current lease of the batch; a lease that is not current (`LeaseLost`) or whose
