@@ -1256,7 +1256,7 @@ pub(crate) fn dequeue(
             match slot {
                 Slot::Stray => strays.push(id),
                 Slot::Leased(leased) => out.push(leased),
-                Slot::Apart(mut rec, mut leased) => {
+                Slot::Apart(rec, mut leased) => {
                     let Some(r) = &rec.payload_apart else {
                         unreachable!("an apart slot has its payload apart")
                     };
