@@ -293,12 +293,30 @@ fn profile(spec: &str) {
     fn run<Q: QueueUnderTest>(iterations: usize) {
         let instance = Instance::<Q>::new();
         let payloads = vec![common::payload(); BATCH];
+        let before = written_bytes();
         for _ in 0..iterations {
             instance.queue.enqueue_batch(&payloads);
             let jobs = instance.queue.dequeue_batch(BATCH);
             assert_eq!(jobs.len(), BATCH);
             instance.queue.ack_batch_with_effect(jobs);
         }
+        let written = written_bytes() - before;
+        eprintln!(
+            "{}: {} bytes written to storage per iteration",
+            Q::NAME,
+            written / iterations.max(1) as u64
+        );
+    }
+    /// Bytes this process has caused to be written to storage (`/proc/self/io`).
+    fn written_bytes() -> u64 {
+        std::fs::read_to_string("/proc/self/io")
+            .ok()
+            .and_then(|io| {
+                io.lines()
+                    .find_map(|l| l.strip_prefix("write_bytes: ").map(str::to_string))
+            })
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
     }
     match side {
         "leaseq" => run::<leaseq_side::LeaseqQueue>(iterations),
