@@ -3,14 +3,22 @@
 use super::{Backoff, Common, MSG_ID_HEADER, RelayError, RelayStats, Shared, is_closed, spawn};
 use crate::{BATCH_MAX, EnqueueOptions, Enqueued, KEY_BYTES_MAX, Queue};
 use async_nats::jetstream::AckKind;
-use async_nats::jetstream::consumer::{Consumer, pull};
+use async_nats::jetstream::consumer::{AckPolicy, Consumer, pull};
 use futures_util::StreamExt;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How long a message the local queue refused stays away before JetStream offers it again.
 const REFUSED_DELAY: Duration = Duration::from_secs(60);
+
+/// The longest the acks of one pull may take to go out (a server gone makes them wait).
+const ACK_PHASE_MAX: Duration = Duration::from_secs(2);
+
+/// Pulls in a row that dropped the connection before the relay reports a message it cannot
+/// read.
+const POISON_PULLS: u32 = 3;
 
 /// Options of an [`Inbound`] relay; [`InboundBuilder::start`] starts it.
 pub struct InboundBuilder {
@@ -244,7 +252,10 @@ impl Worker {
         let mut backoff = Backoff::new(self.common.max_backoff);
         let mut client: Option<async_nats::Client> = None;
         let mut consumer: Option<Consumer<pull::Config>> = None;
-        while !self.shared.stopping() {
+        // Pulls in a row during which the connection dropped: a message the client cannot
+        // read (a header that is not UTF-8) drops it at every delivery.
+        let mut dropped_pulls = 0u32;
+        while !self.shared.stopping() && !self.queue.is_closed() {
             let Some(c) = &client else {
                 match rt.block_on(self.common.connect(&self.shared)) {
                     Ok(c) => client = Some(c),
@@ -270,8 +281,11 @@ impl Worker {
                 match rt.block_on(self.consumer(c)) {
                     Ok(made) => {
                         consumer = Some(made);
-                        backoff.reset();
                         self.shared.set_ready();
+                        if dropped_pulls >= POISON_PULLS {
+                            // Kept past the reconnection, which would clear it.
+                            self.shared.note(self.poisoned(dropped_pulls));
+                        }
                     }
                     Err(e) => {
                         self.shared.fail(e);
@@ -280,7 +294,17 @@ impl Worker {
                 }
                 continue;
             };
-            let fetched = match rt.block_on(self.fetch(cons)) {
+            let epoch = self.shared.disconnects.load(Ordering::Acquire);
+            let pulled = rt.block_on(self.fetch(cons));
+            if self.shared.disconnects.load(Ordering::Acquire) == epoch {
+                dropped_pulls = 0;
+            } else {
+                dropped_pulls += 1;
+                if dropped_pulls >= POISON_PULLS {
+                    self.shared.note(self.poisoned(dropped_pulls));
+                }
+            }
+            let fetched = match pulled {
                 Ok(f) => f,
                 Err(e) => {
                     // The consumer may be gone with the server's restart: make sure of it
@@ -294,8 +318,26 @@ impl Worker {
             if fetched.is_empty() {
                 continue;
             }
+            backoff.reset();
             match self.enqueue(&fetched) {
-                Ok(outcomes) => rt.block_on(self.ack(c, fetched, outcomes)),
+                Ok(outcomes) => {
+                    // A server gone before the acks: they are lost, and the messages come
+                    // again after the ack wait, to find their jobs (the dedup key).
+                    let acked = rt.block_on(tokio::time::timeout(
+                        ACK_PHASE_MAX,
+                        self.ack(c, fetched, outcomes),
+                    ));
+                    if acked.is_err() {
+                        self.shared.note(RelayError::Server {
+                            job: None,
+                            reason: format!(
+                                "acks not sent within {} ms; the messages will be delivered \
+                                 again and find their local jobs",
+                                ACK_PHASE_MAX.as_millis()
+                            ),
+                        });
+                    }
+                }
                 Err(e) if is_closed(&e) => break,
                 Err(e) => {
                     // Nothing committed; the messages come again after the ack wait.
@@ -303,6 +345,18 @@ impl Worker {
                     self.shared.sleep(backoff.step());
                 }
             }
+        }
+    }
+
+    fn poisoned(&self, pulls: u32) -> RelayError {
+        RelayError::Server {
+            job: None,
+            reason: format!(
+                "the connection dropped during {pulls} pulls in a row from consumer {:?}: a \
+                 message the client cannot read (such as a header that is not UTF-8) may be \
+                 blocking it; it stays in the stream (remove or terminate it there)",
+                self.consumer
+            ),
         }
     }
 
@@ -320,13 +374,24 @@ impl Worker {
             max_ack_pending: i64::try_from(self.batch * 4).unwrap_or(i64::MAX).max(1_000),
             ..Default::default()
         };
-        stream
+        let consumer = stream
             .get_or_create_consumer(&self.consumer, config)
             .await
             .map_err(|e| RelayError::Server {
                 job: None,
                 reason: format!("consumer {:?}: {e}", self.consumer),
-            })
+            })?;
+        // An existing consumer that does not wait for each ack would let a message go that
+        // the local queue never took.
+        let policy = consumer.cached_info().config.ack_policy;
+        if policy != AckPolicy::Explicit {
+            return Err(RelayError::InvalidOption(format!(
+                "consumer {:?} has ack policy {policy:?}: the relay needs explicit acks \
+                 (AckPolicy::Explicit), so a message is done only once it is a local job",
+                self.consumer
+            )));
+        }
+        Ok(consumer)
     }
 
     /// One pull: up to `batch` messages, waiting at most the fetch wait for the first.
@@ -368,9 +433,11 @@ impl Worker {
                 .headers
                 .as_ref()
                 .and_then(|h| h.get(MSG_ID_HEADER))
-                .map(|v| v.as_str().as_bytes().to_vec())
-                .filter(|k| !k.is_empty() && k.len() <= KEY_BYTES_MAX)
+                .map(|v| v.as_str())
+                .filter(|id| !id.is_empty())
+                .map(super::message_key)
                 .unwrap_or_else(|| format!("{stream}:{stream_seq}").into_bytes());
+            debug_assert!(key.len() <= KEY_BYTES_MAX);
             out.push(Fetched {
                 msg,
                 key,

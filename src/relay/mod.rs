@@ -439,14 +439,21 @@ fn subject_matches(pattern: &str, subject: &str) -> bool {
     }
 }
 
-/// The `Nats-Msg-Id` of a job: its idempotency key if printable ASCII (`!` to `~`), `hex:`
-/// and the key's bytes in lowercase hex for any other key, else `lq:{file_id:016x}:{job id}`.
-/// The same job always gets the same id, in every process, so JetStream can drop a copy
-/// published again within its duplicate window. (A printable key that itself starts with
-/// `hex:` can meet another key's hex form: keep printable keys free of that prefix.)
+/// The `Nats-Msg-Id` of a job: its idempotency key if printable ASCII (`!` to `~`), as it is
+/// (so a key that came in as a message id goes out under the same id when a job is forwarded
+/// on); `hex:` and the key's bytes in lowercase hex for any other key, and for a key shaped
+/// like this file's own ids (`lq:{file_id:016x}:…`), so no key takes the id of a keyless job;
+/// else `lq:{file_id:016x}:{job id}`. A printable key `hex:…` and the binary key it spells
+/// share an id: they are one key, seen before and after a relay. The same job always gets the
+/// same id, in every process, so JetStream can drop a copy published again within its
+/// duplicate window.
 pub fn message_id(file_id: u64, job: JobId, idempotency_key: Option<&[u8]>) -> String {
     match idempotency_key {
-        Some(k) if !k.is_empty() && k.iter().all(|b| b.is_ascii_graphic()) => {
+        Some(k)
+            if !k.is_empty()
+                && k.iter().all(|b| b.is_ascii_graphic())
+                && !k.starts_with(format!("lq:{file_id:016x}:").as_bytes()) =>
+        {
             String::from_utf8_lossy(k).into_owned()
         }
         Some(k) if !k.is_empty() => {
@@ -492,6 +499,25 @@ fn is_closed(e: &crate::Error) -> bool {
     matches!(e, crate::Error::Closed)
 }
 
+/// The local key (dedup and idempotency) of a message whose id is `id`: the id itself, or, for
+/// an id longer than [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX) (a long binary key's `hex:`
+/// form, say), `digest:` and 128 bits of SipHash-2-4 of it in hex: the same for every copy of
+/// the message, so a long id is deduplicated and applied once like a short one.
+pub fn message_key(id: &str) -> Vec<u8> {
+    if id.len() <= crate::KEY_BYTES_MAX {
+        return id.as_bytes().to_vec();
+    }
+    #[allow(deprecated)] // SipHash-2-4 by name: a fixed algorithm, unlike DefaultHasher's.
+    let half = |k0: u64, k1: u64| {
+        use std::hash::Hasher;
+        let mut h = std::hash::SipHasher::new_with_keys(k0, k1);
+        h.write(id.as_bytes());
+        h.finish()
+    };
+    let (a, b) = (half(0x6c65_6173_6571, 1), half(0x6c65_6173_6571, 2));
+    format!("digest:{a:016x}{b:016x}").into_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,8 +554,28 @@ mod tests {
         assert_eq!(message_id(0xab, j, Some(b"order-42")), "order-42");
         assert_eq!(message_id(0xab, j, Some(b"a b")), "hex:612062");
         assert_eq!(message_id(0xab, j, Some(&[0xff, 0x00])), "hex:ff00");
+        // A key shaped like this file's own ids goes as hex: it cannot take a keyless job's id.
+        let own = message_id(0xab, JobId(2), None);
+        assert_ne!(message_id(0xab, JobId(1), Some(own.as_bytes())), own);
+        assert!(message_id(0xab, JobId(1), Some(own.as_bytes())).starts_with("hex:"));
+        // Another file's id, or a hex form, passes as it is: forwarded on, it keeps its id.
+        assert_eq!(message_id(0xcd, j, Some(own.as_bytes())), own);
+        assert_eq!(message_id(0xab, j, Some(b"hex:ff00")), "hex:ff00");
         assert_ne!(message_id(1, j, None), message_id(2, j, None));
         assert_ne!(message_id(1, JobId(8), None), message_id(1, j, None));
+    }
+
+    #[test]
+    fn long_message_ids_get_a_fixed_length_key() {
+        assert_eq!(message_key("m-1"), b"m-1");
+        let long = format!("hex:{}", "ab".repeat(300));
+        let key = message_key(&long);
+        assert_eq!(key.len(), "digest:".len() + 32);
+        assert_eq!(key, message_key(&long), "the same for every copy");
+        let other = format!("hex:{}", "ab".repeat(299) + "ac");
+        assert_ne!(key, message_key(&other));
+        let at_limit = "x".repeat(crate::KEY_BYTES_MAX);
+        assert_eq!(message_key(&at_limit), at_limit.as_bytes());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use async_nats::jetstream::context::PublishErrorKind;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a relay waits for a job when its queue is empty before it looks at the
 /// connection again.
@@ -225,13 +225,19 @@ impl Worker {
         let mut backoff = Backoff::new(self.common.max_backoff);
         let mut conn: Option<(async_nats::Client, async_nats::jetstream::Context)> = None;
         let mut ready = false;
-        while !self.shared.stopping() {
+        // Jobs whose publish failed at no cost to them (the connection or the stream went
+        // away): kept leased, in queue order, and published again first, so an outage never
+        // reorders the queue. Renewed while they wait.
+        let mut held = Held::default();
+        while !self.shared.stopping() && !self.queue.is_closed() {
             let Some((client, js)) = &conn else {
                 match rt.block_on(self.common.connect(&self.shared)) {
                     Ok(client) => {
                         let js = async_nats::jetstream::context::ContextBuilder::new()
                             .timeout(self.publish_timeout)
                             .ack_timeout(self.publish_timeout)
+                            // Every publish of a batch may wait for its PubAck at once.
+                            .max_ack_inflight(self.max_in_flight)
                             .build(client.clone());
                         conn = Some((client, js));
                     }
@@ -250,6 +256,7 @@ impl Worker {
                         reason: "connection lost; reconnecting".into(),
                     });
                 }
+                self.renew(&mut held);
                 // The client reconnects by itself; look again soon, without spinning.
                 self.shared.sleep(backoff.step().min(IDLE_POLL));
                 continue;
@@ -258,24 +265,28 @@ impl Worker {
                 match rt.block_on(self.verify(js)) {
                     Ok(()) => {
                         ready = true;
-                        backoff.reset();
                         self.shared.set_ready();
                     }
                     Err(e) => {
                         self.shared.fail(e);
-                        self.shared.sleep(backoff.step());
+                        self.renew(&mut held);
+                        self.shared.sleep(backoff.step().min(self.lease / 4));
                         continue;
                     }
                 }
             }
-            let leases = match self.take() {
-                Ok(leases) => leases,
-                Err(e) if is_closed(&e) => break,
-                Err(e) => {
-                    self.shared.note(e.into());
-                    self.shared.sleep(backoff.step());
-                    continue;
+            let leases = if held.leases.is_empty() {
+                match self.take() {
+                    Ok(leases) => leases,
+                    Err(e) if is_closed(&e) => break,
+                    Err(e) => {
+                        self.shared.note(e.into());
+                        self.shared.sleep(backoff.step());
+                        continue;
+                    }
                 }
+            } else {
+                std::mem::take(&mut held.leases)
             };
             if leases.is_empty() {
                 continue;
@@ -284,9 +295,28 @@ impl Worker {
             let sent = rt.block_on(self.publish(js, &leases));
             let connection_lost = self.shared.disconnects.load(Ordering::Acquire) != epoch
                 || client.connection_state() != async_nats::connection::State::Connected;
-            if self.settle(leases, sent, connection_lost) {
-                // The stream no longer takes the subject: check it again before going on.
+            let settled = self.settle(leases, sent, connection_lost);
+            if settled.stored {
+                backoff.reset();
+            }
+            if !settled.held.is_empty() {
+                held = Held {
+                    leases: settled.held,
+                    renewed: Instant::now(),
+                };
+            }
+            if settled.stream_gone {
+                // The stream no longer takes the subject: check it again, after a pause.
                 ready = false;
+                self.shared.sleep(backoff.step().min(self.lease / 4));
+            }
+        }
+        // Jobs still held go back at no cost (they lose their place: the relay stops).
+        for lease in held.leases.drain(..) {
+            if let Err(e) = lease.snooze(Duration::ZERO)
+                && !matches!(e, crate::Error::LeaseLost { .. })
+            {
+                self.shared.note(e.into());
             }
         }
         if let Some((client, _)) = conn {
@@ -296,21 +326,50 @@ impl Worker {
         drop(rt);
     }
 
+    /// Keeps the held jobs leased: each lease is renewed (to the relay's lease) once a third
+    /// of it has passed since the last renewal. A lease found lost is dropped (its job is
+    /// another delivery's now).
+    fn renew(&self, held: &mut Held) {
+        if held.leases.is_empty() || held.renewed.elapsed() < self.lease / 3 {
+            return;
+        }
+        let mut lost = 0;
+        held.leases.retain(|lease| match lease.extend(self.lease) {
+            Ok(()) => true,
+            Err(crate::Error::LeaseLost { .. }) => {
+                lost += 1;
+                false
+            }
+            Err(e) => {
+                self.shared.note(e.into());
+                true
+            }
+        });
+        held.renewed = Instant::now();
+        if lost > 0 {
+            self.shared.update(|s| s.refused += lost);
+        }
+    }
+
     /// The stream exists, covers the subject, and its duplicate window is long enough.
     async fn verify(&self, js: &async_nats::jetstream::Context) -> Result<(), RelayError> {
         let stream = self.common.stream_info(js).await?;
         let config = &stream.cached_info().config;
-        let subjects = if config.subjects.is_empty() {
-            vec![config.name.clone()]
-        } else {
-            config.subjects.clone()
-        };
+        // A stream without subjects (a mirror, or one fed only by sources) takes no publish.
+        let subjects = config.subjects.clone();
         if !subjects.iter().any(|p| subject_matches(p, &self.subject)) {
             return Err(RelayError::SubjectNotCovered {
                 stream: self.common.stream.clone(),
                 subject: self.subject.clone(),
                 subjects,
             });
+        }
+        if config.no_ack {
+            return Err(RelayError::InvalidOption(format!(
+                "stream {:?} does not acknowledge publishes (no_ack): the relay cannot know a \
+                 job was stored, so it would never ack one locally",
+                self.common.stream
+            )));
         }
         let window = config.duplicate_window;
         if window < self.lease + self.publish_timeout {
@@ -332,7 +391,7 @@ impl Worker {
     fn take(&self) -> crate::Result<Vec<Lease>> {
         let leases = self.queue.dequeue_batch(self.max_in_flight)?;
         if !leases.is_empty() {
-            return Ok(leases);
+            return Ok(self.at_least_relay_lease(leases));
         }
         let Some(first) = self
             .queue
@@ -348,12 +407,43 @@ impl Worker {
                 Err(e) => self.shared.note(e.into()),
             }
         }
-        Ok(leases)
+        Ok(self.at_least_relay_lease(leases))
+    }
+
+    /// A job's own lease shorter than the relay's could end while its publish waits for the
+    /// PubAck (its job then delivered again, or dead): such leases are extended to the
+    /// relay's first (one commit each; jobs with the queue's lease cost nothing).
+    fn at_least_relay_lease(&self, mut leases: Vec<Lease>) -> Vec<Lease> {
+        let relay_ms = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX);
+        let mut lost = 0;
+        leases.retain(|lease| {
+            if lease.lease_ms() >= relay_ms {
+                return true;
+            }
+            match lease.extend(self.lease) {
+                Ok(()) => true,
+                Err(crate::Error::LeaseLost { .. }) => {
+                    lost += 1;
+                    false
+                }
+                Err(e) => {
+                    self.shared.note(e.into());
+                    true
+                }
+            }
+        });
+        if lost > 0 {
+            self.shared.update(|s| s.refused += lost);
+        }
+        leases
     }
 
     /// Publishes every job, in order, then waits for all their `PubAck`s until one shared
     /// deadline (so a dead server costs one timeout per batch, not one per job).
     async fn publish(&self, js: &async_nats::jetstream::Context, leases: &[Lease]) -> Vec<Sent> {
+        // One deadline for the whole batch, sends included: a server that stops reading
+        // costs one publish timeout, not one per job.
+        let deadline = tokio::time::Instant::now() + self.publish_timeout;
         let mut pending = Vec::with_capacity(leases.len());
         for lease in leases {
             let mut headers = async_nats::HeaderMap::new();
@@ -361,12 +451,12 @@ impl Worker {
             headers.insert(MSG_ID_HEADER, id.as_str());
             headers.insert(JOB_ID_HEADER, lease.id().0.to_string().as_str());
             let payload = bytes::Bytes::copy_from_slice(lease.payload());
-            pending.push(
-                js.publish_with_headers(self.subject.clone(), headers, payload)
-                    .await,
-            );
+            let send = js.publish_with_headers(self.subject.clone(), headers, payload);
+            pending.push(match tokio::time::timeout_at(deadline, send).await {
+                Ok(sent) => sent,
+                Err(_) => Err(PublishErrorKind::TimedOut.into()),
+            });
         }
-        let deadline = tokio::time::Instant::now() + self.publish_timeout;
         let mut sent = Vec::with_capacity(pending.len());
         for p in pending {
             let outcome = match p {
@@ -384,10 +474,11 @@ impl Worker {
         sent
     }
 
-    /// Acks the stored jobs in one commit and gives the others back by their failure.
-    /// Returns whether the stream stopped taking the subject.
-    fn settle(&self, leases: Vec<Lease>, sent: Vec<Sent>, connection_lost: bool) -> bool {
+    /// Acks the stored jobs in one commit, nacks or dead-letters those the server is blamed
+    /// for, and hands back (in order) those whose failure costs them nothing.
+    fn settle(&self, leases: Vec<Lease>, sent: Vec<Sent>, connection_lost: bool) -> Settled {
         debug_assert_eq!(leases.len(), sent.len());
+        let mut held = Vec::new();
         let mut stored = Vec::with_capacity(leases.len());
         let (mut duplicates, mut given_back, mut nacked, mut dead, mut refused) = (0, 0, 0, 0, 0);
         let mut stream_gone = false;
@@ -415,15 +506,18 @@ impl Worker {
                 PublishErrorKind::StreamNotFound => {
                     stream_gone = true;
                     given_back += 1;
-                    lease.snooze(Duration::ZERO)
+                    held.push(lease);
+                    continue;
                 }
                 PublishErrorKind::BrokenPipe | PublishErrorKind::MaxAckPending => {
                     given_back += 1;
-                    lease.snooze(Duration::ZERO)
+                    held.push(lease);
+                    continue;
                 }
                 _ if connection_lost => {
                     given_back += 1;
-                    lease.snooze(Duration::ZERO)
+                    held.push(lease);
+                    continue;
                 }
                 _ => {
                     let reason = e.to_string();
@@ -449,6 +543,7 @@ impl Worker {
             }
         }
         let mut moved = 0;
+        let any_stored = !stored.is_empty();
         if !stored.is_empty() {
             match self.queue.ack_batch(&stored) {
                 Ok(outcomes) => {
@@ -476,6 +571,35 @@ impl Worker {
         if let Some(e) = last {
             self.shared.note(e);
         }
-        stream_gone
+        Settled {
+            held,
+            stream_gone,
+            stored: any_stored,
+        }
+    }
+}
+
+/// What [`Worker::settle`] leaves to the loop.
+struct Settled {
+    /// Jobs to publish again, first, in order (their failure cost them nothing).
+    held: Vec<Lease>,
+    /// The server said no stream takes the subject.
+    stream_gone: bool,
+    /// At least one job of the batch is in the stream.
+    stored: bool,
+}
+
+/// Jobs kept leased through an outage, and when their leases were last renewed.
+struct Held {
+    leases: Vec<Lease>,
+    renewed: Instant,
+}
+
+impl Default for Held {
+    fn default() -> Held {
+        Held {
+            leases: Vec::new(),
+            renewed: Instant::now(),
+        }
     }
 }
