@@ -81,6 +81,16 @@ impl EnqueueOptions {
         ))
     }
 
+    /// Records that the payload is a value encoded with `encoding` (as
+    /// [`Queue::enqueue_value`](crate::Queue::enqueue_value) does), so
+    /// [`Lease::decode`](crate::Lease::decode) reads it that way whatever the consumer's
+    /// handle says. For bytes encoded elsewhere (a relay carries the sender's encoding this
+    /// way); nothing checks that they decode.
+    pub fn encoding(mut self, encoding: crate::Encoding) -> Self {
+        self.encoding = Some(encoding);
+        self
+    }
+
     /// The key under which [`Lease::ack_with`](crate::Lease::ack_with) records the job's
     /// effect as applied (at most [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX) bytes). Jobs sharing
     /// a key share one effect: the second `ack_with` finds it applied and skips the closure.

@@ -122,6 +122,7 @@ fn inbound_enqueues_each_message_once_and_acks_after_the_commit() {
         "{stats:?}"
     );
     let mut seen = HashSet::new();
+    let created = js.stream_created_ns("CMDS");
     for i in 0..300u32 {
         let lease = inbox
             .dequeue()
@@ -129,7 +130,7 @@ fn inbound_enqueues_each_message_once_and_acks_after_the_commit() {
             .expect("a job per message, in stream order");
         assert_eq!(lease.payload(), format!("command {i}").as_bytes());
         let key = if i % 5 == 0 {
-            format!("CMDS:{}", i + 1)
+            format!("CMDS:{created}:{}", i + 1)
         } else {
             format!("cmd-{i}")
         };

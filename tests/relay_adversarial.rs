@@ -179,7 +179,10 @@ fn stream_config(name: &str, subjects: &[&str]) -> StreamConfig {
 /// them): `NATS/1.0\r\n`, each `Name: value\r\n`, and `\r\n`.
 fn header_wire_len(msg_id: &str, job: JobId) -> usize {
     let line = |name: &str, value: &str| name.len() + 2 + value.len() + 2;
-    10 + line("Nats-Msg-Id", msg_id) + line("Leaseq-Job-Id", &job.0.to_string()) + 2
+    10 + line("Nats-Msg-Id", msg_id)
+        + line("Leaseq-Job-Id", &job.0.to_string())
+        + line("Leaseq-Encoding", "bincode")
+        + 2
 }
 
 /// A queue opened again at `path` within `limit` (the relays must have let go of it).
@@ -1448,4 +1451,243 @@ fn a_missing_stream_costs_little_cpu_and_no_attempt() {
     for j in jobs(&file, JobState::Ready) {
         assert_eq!((j.attempts, j.snoozes), (0, 0), "{j:?}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// From a new user's trial.
+// ---------------------------------------------------------------------------------------
+
+/// A server that stops answering on an open connection (SIGSTOP: a hung server, a link that
+/// drops packets silently) must cost no attempt: jobs with one attempt each all arrive once
+/// after it answers again, none dead, and meanwhile the relay says the server is not
+/// answering.
+#[test]
+fn a_stalled_server_costs_no_attempt_and_loses_nothing() {
+    let _g = shared();
+    let server = NatsServer::start();
+    let js = Js::connect(&server.url());
+    js.create_stream("STALL", &["stall"], None);
+    let (_dir, _path, file) = file();
+    let relay = Outbound::builder(&file, &server.url(), "STALL", "stall")
+        .publish_timeout(Duration::from_millis(300))
+        .lease(Duration::from_secs(2))
+        .max_backoff(Duration::from_millis(200))
+        .start()
+        .unwrap();
+    relay.wait_ready(READY).unwrap();
+    let mut frozen = Frozen::freeze(&server);
+    for i in 0..20u32 {
+        file.enqueue(
+            format!("s-{i:02}").as_bytes(),
+            EnqueueOptions::default().max_attempts(1),
+        )
+        .unwrap();
+    }
+    // Several publish timeouts, and longer than a lease: held jobs are renewed.
+    std::thread::sleep(Duration::from_secs(4));
+    let stats = relay.stats();
+    assert!(!stats.ready, "{stats:?}");
+    assert!(
+        matches!(&stats.last_error, Some(RelayError::Unreachable { .. })),
+        "{stats:?}"
+    );
+    assert_eq!((stats.nacked, stats.dead), (0, 0), "{stats:?}");
+    assert_eq!(file.stats().unwrap().dead, 0);
+    frozen.thaw();
+    wait_for(Duration::from_secs(20), "the jobs out", || {
+        file.stats().unwrap().total == 0
+    });
+    let stats = relay.shutdown();
+    assert_eq!(stats.dead, 0, "{stats:?}");
+    let got: Vec<String> = js
+        .messages("STALL")
+        .into_iter()
+        .map(|m| String::from_utf8(m.2).unwrap())
+        .collect();
+    let want: Vec<String> = (0..20).map(|i| format!("s-{i:02}")).collect();
+    assert_eq!(got, want, "once each, in order");
+}
+
+/// A killed server is seen at once (the client's disconnection), not at the end of the
+/// batch's publish timeout.
+#[test]
+fn a_killed_server_shows_in_the_stats_at_once() {
+    let _g = shared();
+    let mut server = NatsServer::start();
+    let js = Js::connect(&server.url());
+    js.create_stream("KS", &["ks"], None);
+    drop(js);
+    let (_dir, _path, file) = file();
+    let relay = Outbound::builder(&file, &server.url(), "KS", "ks")
+        .publish_timeout(Duration::from_secs(10))
+        .start()
+        .unwrap();
+    relay.wait_ready(READY).unwrap();
+    server.kill();
+    assert!(
+        wait_until(Duration::from_secs(2), || !relay.stats().ready),
+        "still ready 2 s after the server died: {:?}",
+        relay.stats()
+    );
+    assert!(matches!(
+        relay.stats().last_error,
+        Some(RelayError::Unreachable { .. })
+    ));
+}
+
+/// A shutdown does not wait out a connection attempt to a server that never answers.
+#[test]
+fn shutdown_does_not_wait_for_a_connection_attempt() {
+    let _g = shared();
+    // Accepts connections (the kernel's backlog) and never says a word.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("nats://{}", silent.local_addr().unwrap());
+    let (_dir, _path, file) = file();
+    let out = Outbound::builder(&file, &url, "S", "s")
+        .connect_timeout(Duration::from_secs(30))
+        .start()
+        .unwrap();
+    let inb = Inbound::builder(&file, &url, "S", "c")
+        .connect_timeout(Duration::from_secs(30))
+        .start()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    out.shutdown();
+    inb.shutdown();
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+}
+
+/// Start refuses what can never work: a closed file, an empty URL, a bad filter.
+#[test]
+fn start_refuses_a_closed_file_an_empty_url_and_a_bad_filter() {
+    let (_dir, _path, file) = file();
+    let e = Outbound::builder(&file, "", "S", "s")
+        .start()
+        .err()
+        .unwrap();
+    assert!(matches!(e, RelayError::BadUrl { .. }), "{e:?}");
+    let e = Inbound::builder(&file, "nats://127.0.0.1:4222", "S", "c")
+        .filter_subject("a..b")
+        .start()
+        .err()
+        .unwrap();
+    assert!(matches!(e, RelayError::InvalidOption(_)), "{e:?}");
+    file.close();
+    let e = Outbound::builder(&file, "nats://127.0.0.1:4222", "S", "s")
+        .start()
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&e, RelayError::Queue(q) if matches!(**q, leaseq::Error::Closed)),
+        "{e:?}"
+    );
+    let e = Inbound::builder(&file, "nats://127.0.0.1:4222", "S", "c")
+        .start()
+        .err()
+        .unwrap();
+    assert!(matches!(e, RelayError::Queue(_)), "{e:?}");
+}
+
+/// A typed payload keeps its encoding through the stream: the receiving job decodes with
+/// the sender's encoding, whatever the receiving handle's default.
+#[test]
+fn a_typed_payload_keeps_its_encoding_from_sender_to_receiver() {
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    #[serde(tag = "kind")]
+    enum Cmd {
+        Reboot { delay_s: u32 },
+    }
+    let _g = shared();
+    let server = NatsServer::start();
+    let js = Js::connect(&server.url());
+    js.create_stream("ENC", &["enc"], None);
+    let (_d1, _p1, edge) = file();
+    let json = edge.with_encoding(leaseq::Encoding::Json);
+    json.enqueue_value(&Cmd::Reboot { delay_s: 5 }, EnqueueOptions::default())
+        .unwrap();
+    let out = Outbound::builder(&edge, &server.url(), "ENC", "enc")
+        .start()
+        .unwrap();
+    wait_for(Duration::from_secs(10), "out", || {
+        edge.stats().unwrap().total == 0
+    });
+    out.shutdown();
+    let (_d2, _p2, hub) = file(); // default encoding: bincode
+    let inb = Inbound::builder(&hub, &server.url(), "ENC", "hub")
+        .fetch_wait(Duration::from_millis(100))
+        .start()
+        .unwrap();
+    wait_for(Duration::from_secs(10), "in", || {
+        hub.stats().unwrap().total == 1
+    });
+    inb.shutdown();
+    let lease = hub.dequeue().unwrap().unwrap();
+    assert_eq!(lease.encoding(), leaseq::Encoding::Json);
+    assert_eq!(lease.decode::<Cmd>().unwrap(), Cmd::Reboot { delay_s: 5 });
+}
+
+/// Messages without an id are keyed by stream, creation time and sequence: a stream deleted
+/// and made again (its sequences start over) brings new keys, not old applied ones.
+#[test]
+fn messages_without_an_id_in_a_recreated_stream_are_new_work() {
+    let _g = shared();
+    let server = NatsServer::start();
+    let js = Js::connect(&server.url());
+    js.create_stream("RE", &["re"], None);
+    js.publish("re", None, b"first life");
+    let (_dir, _path, file) = file();
+    let run = |want: &[u8]| {
+        let inb = Inbound::builder(&file, &server.url(), "RE", "c")
+            .fetch_wait(Duration::from_millis(100))
+            .start()
+            .unwrap();
+        wait_for(Duration::from_secs(10), "the message", || {
+            file.stats().unwrap().total == 1
+        });
+        inb.shutdown();
+        let lease = file.dequeue().unwrap().unwrap();
+        assert_eq!(lease.payload(), want);
+        lease.ack_with(|_| Ok(())).unwrap()
+    };
+    assert_eq!(run(b"first life"), leaseq::Applied::Now);
+    js.block_on(js.js.delete_stream("RE")).unwrap();
+    // Creation times have a resolution the server rounds to; make sure they differ.
+    std::thread::sleep(Duration::from_millis(20));
+    js.create_stream("RE", &["re"], None);
+    js.publish("re", None, b"second life");
+    assert_eq!(
+        run(b"second life"),
+        leaseq::Applied::Now,
+        "taken for the old message"
+    );
+}
+
+/// An existing consumer with another filter is refused, not silently used.
+#[test]
+fn an_existing_consumer_with_another_filter_is_refused() {
+    let _g = shared();
+    let server = NatsServer::start();
+    let js = Js::connect(&server.url());
+    js.create_stream("CF", &["cf.>"], None);
+    js.publish("cf.edge-1", Some("for-1"), b"edge 1's");
+    let (_dir, _path, file) = file();
+    let first = Inbound::builder(&file, &server.url(), "CF", "edge")
+        .filter_subject("cf.edge-1")
+        .fetch_wait(Duration::from_millis(100))
+        .start()
+        .unwrap();
+    first.wait_ready(READY).unwrap();
+    first.shutdown();
+    let second = Inbound::builder(&file, &server.url(), "CF", "edge")
+        .filter_subject("cf.edge-2")
+        .max_backoff(Duration::from_millis(200))
+        .start()
+        .unwrap();
+    let e = second.wait_ready(Duration::from_secs(3)).unwrap_err();
+    assert!(
+        matches!(&e, RelayError::InvalidOption(m) if m.contains("cf.edge-1")),
+        "{e:?}"
+    );
+    second.shutdown();
 }

@@ -281,10 +281,14 @@ fn inbound_10000_messages_through_worker_and_server_kills_are_applied_once_each(
     let js = Js::connect(&server.url());
     js.create_stream("IN", &["in.>"], None);
     let mut expected = HashSet::new();
+    let created = js.stream_created_ns("IN");
     let messages = (0..JOBS).map(|i| {
         // Every fourth message has no id: its key is the stream and sequence.
         let id = (!i.is_multiple_of(4)).then(|| format!("m-{i}"));
-        expected.insert(id.clone().unwrap_or_else(|| format!("IN:{}", i + 1)));
+        expected.insert(
+            id.clone()
+                .unwrap_or_else(|| format!("IN:{created}:{}", i + 1)),
+        );
         (id, format!("message {i}").into_bytes())
     });
     js.publish_many("in.cmd", messages);

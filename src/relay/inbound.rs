@@ -91,7 +91,15 @@ impl InboundBuilder {
     /// `BadUrl` for a URL that does not parse; `InvalidOption` for an option out of range or
     /// a bad stream or consumer name.
     pub fn start(self) -> Result<Inbound, RelayError> {
-        self.common.check()?;
+        self.common.check(&self.queue)?;
+        if let Some(f) = &self.filter_subject
+            && !super::valid_filter(f)
+        {
+            return Err(RelayError::InvalidOption(format!(
+                "filter subject {f:?}: dot-separated tokens of printable ASCII, `*` for a \
+                 token, `>` last"
+            )));
+        }
         if !super::valid_stream_name(&self.consumer) {
             return Err(RelayError::InvalidOption(format!(
                 "consumer name {:?}: 1 to 255 printable ASCII bytes, none of ` . * > / \\`",
@@ -239,6 +247,16 @@ struct Fetched {
     msg: async_nats::jetstream::Message,
     key: Vec<u8>,
     stream_seq: u64,
+    /// The sender's payload encoding (`Leaseq-Encoding`), if it said.
+    encoding: Option<crate::Encoding>,
+}
+
+/// The consumer a relay pulls from, and when its stream was created (nanoseconds since the
+/// Unix epoch): messages without an id are keyed by stream, creation and sequence, so a
+/// stream deleted and made again (its sequences starting over) gives new keys.
+struct Pull {
+    consumer: Consumer<pull::Config>,
+    created_ns: i128,
 }
 
 impl Worker {
@@ -251,7 +269,7 @@ impl Worker {
         let _runtime = rt.enter();
         let mut backoff = Backoff::new(self.common.max_backoff);
         let mut client: Option<async_nats::Client> = None;
-        let mut consumer: Option<Consumer<pull::Config>> = None;
+        let mut consumer: Option<Pull> = None;
         // Pulls in a row during which the connection dropped: a message the client cannot
         // read (a header that is not UTF-8) drops it at every delivery.
         let mut dropped_pulls = 0u32;
@@ -282,10 +300,6 @@ impl Worker {
                     Ok(made) => {
                         consumer = Some(made);
                         self.shared.set_ready();
-                        if dropped_pulls >= POISON_PULLS {
-                            // Kept past the reconnection, which would clear it.
-                            self.shared.note(self.poisoned(dropped_pulls));
-                        }
                     }
                     Err(e) => {
                         self.shared.fail(e);
@@ -297,11 +311,15 @@ impl Worker {
             let epoch = self.shared.disconnects.load(Ordering::Acquire);
             let pulled = rt.block_on(self.fetch(cons));
             if self.shared.disconnects.load(Ordering::Acquire) == epoch {
+                if dropped_pulls >= POISON_PULLS {
+                    self.shared.pin(None);
+                }
                 dropped_pulls = 0;
             } else {
                 dropped_pulls += 1;
                 if dropped_pulls >= POISON_PULLS {
-                    self.shared.note(self.poisoned(dropped_pulls));
+                    // Kept as the last error through the reconnections it causes.
+                    self.shared.pin(Some(self.poisoned(dropped_pulls)));
                 }
             }
             let fetched = match pulled {
@@ -361,10 +379,7 @@ impl Worker {
     }
 
     /// The stream checked and the durable consumer made or found.
-    async fn consumer(
-        &self,
-        client: &async_nats::Client,
-    ) -> Result<Consumer<pull::Config>, RelayError> {
+    async fn consumer(&self, client: &async_nats::Client) -> Result<Pull, RelayError> {
         let js = async_nats::jetstream::new(client.clone());
         let stream = self.common.stream_info(&js).await?;
         let config = pull::Config {
@@ -383,7 +398,17 @@ impl Worker {
             })?;
         // An existing consumer that does not wait for each ack would let a message go that
         // the local queue never took.
-        let policy = consumer.cached_info().config.ack_policy;
+        let found = &consumer.cached_info().config;
+        if let Some(want) = &self.filter_subject
+            && found.filter_subject != *want
+        {
+            return Err(RelayError::InvalidOption(format!(
+                "consumer {:?} exists with filter subject {:?}, not {want:?}: use another \
+                 consumer name, or delete that consumer",
+                self.consumer, found.filter_subject
+            )));
+        }
+        let policy = found.ack_policy;
         if policy != AckPolicy::Explicit {
             return Err(RelayError::InvalidOption(format!(
                 "consumer {:?} has ack policy {policy:?}: the relay needs explicit acks \
@@ -391,16 +416,20 @@ impl Worker {
                 self.consumer
             )));
         }
-        Ok(consumer)
+        Ok(Pull {
+            consumer,
+            created_ns: stream.cached_info().created.unix_timestamp_nanos(),
+        })
     }
 
     /// One pull: up to `batch` messages, waiting at most the fetch wait for the first.
-    async fn fetch(&self, consumer: &Consumer<pull::Config>) -> Result<Vec<Fetched>, RelayError> {
+    async fn fetch(&self, pull: &Pull) -> Result<Vec<Fetched>, RelayError> {
         let server = |e: &dyn std::fmt::Display| RelayError::Server {
             job: None,
             reason: format!("fetch from consumer {:?}: {e}", self.consumer),
         };
-        let mut batch = consumer
+        let mut batch = pull
+            .consumer
             .fetch()
             .max_messages(self.batch)
             .expires(self.fetch_wait)
@@ -429,19 +458,25 @@ impl Worker {
                 Ok(info) => (info.stream.to_string(), info.stream_sequence),
                 Err(e) => return Err(server(&e)),
             };
-            let key = msg
-                .headers
-                .as_ref()
-                .and_then(|h| h.get(MSG_ID_HEADER))
-                .map(|v| v.as_str())
+            let header = |name: &str| {
+                msg.headers
+                    .as_ref()
+                    .and_then(|h| h.get(name))
+                    .map(|v| v.as_str())
+            };
+            let key = header(MSG_ID_HEADER)
                 .filter(|id| !id.is_empty())
                 .map(super::message_key)
-                .unwrap_or_else(|| format!("{stream}:{stream_seq}").into_bytes());
+                .unwrap_or_else(|| {
+                    format!("{stream}:{}:{stream_seq}", pull.created_ns).into_bytes()
+                });
             debug_assert!(key.len() <= KEY_BYTES_MAX);
+            let encoding = header(super::ENCODING_HEADER).and_then(super::encoding_of);
             out.push(Fetched {
                 msg,
                 key,
                 stream_seq,
+                encoding,
             });
             if out.len() >= self.batch {
                 break;
@@ -455,10 +490,15 @@ impl Worker {
     /// Returns, per message, whether it is now a local job (new or already there).
     fn enqueue(&self, fetched: &[Fetched]) -> crate::Result<Vec<Result<Enqueued, crate::Error>>> {
         let options = |f: &Fetched| {
-            self.job_options
+            let o = self
+                .job_options
                 .clone()
                 .dedup_key(&f.key)
-                .idempotency_key(&f.key)
+                .idempotency_key(&f.key);
+            match f.encoding {
+                Some(e) => o.encoding(e),
+                None => o,
+            }
         };
         let all = self
             .queue

@@ -17,40 +17,56 @@
 //!
 //! A job's message id ([`message_id`]) is its idempotency key when it has one that is
 //! printable ASCII (`!` to `~`), `hex:` and the key's bytes in hex for any other key, and
-//! otherwise `lq:{file id:016x}:{job id}` ([`Queue::file_id`](crate::Queue::file_id) makes job ids unique across
-//! files). A job is published again only when its `PubAck` did not reach the relay (the
-//! server, the network or the relay died in between): JetStream drops such a second copy if
-//! it arrives within the stream's duplicate window (`duplicate_window`, 2 minutes by default,
-//! as SQS FIFO's 5-minute deduplication interval). The relay keeps its retries inside the
-//! window: it leases for [`OutboundBuilder::lease`] (30 s by default; a lease longer than the
-//! window is refused at start) and publishes a job again as soon as its failure is known, and
-//! a restarted relay gets the jobs of a dead one back at the file's reopen. **A copy
-//! published after the window is stored twice**: a relay (or its app) down for longer than the
-//! window between a publish and its local ack. The message id is the same in both copies, so
-//! a consumer that applies by message id (as [`Inbound`] does, with `ack_with`) still applies
-//! it once.
+//! otherwise `lq:{file id:016x}:{job id}` ([`Queue::file_id`](crate::Queue::file_id) makes job
+//! ids unique across files). **JetStream deduplicates per stream, not per subject or sender**:
+//! an idempotency key is the message's id in the whole stream, so keys must be unique across
+//! every producer into it (put the device or app id in the key: `edge-7/evt-17`); two devices
+//! sending `evt-17` to one stream store one message.
 //!
-//! On the way in, the local dedup key keeps one live local job per message id, and the
-//! idempotency key makes [`Lease::ack_with`](crate::Lease::ack_with) apply a message whose
-//! job already ended (a redelivery after the local job was acked) at most once, for as long as
-//! its applied marker is kept (`applied_retention`).
+//! A job is published again only when its `PubAck` did not reach the relay (the server, the
+//! network or the relay died in between): JetStream drops such a second copy if it arrives
+//! within the stream's duplicate window (`duplicate_window`, 2 minutes by default, as SQS
+//! FIFO's 5-minute deduplication interval). The relay keeps its retries inside the window: it
+//! publishes a failed job again as soon as the server answers, keeps its lease renewed
+//! meanwhile, and a restarted relay gets the jobs of a dead one back at the file's reopen; it
+//! does not publish to a stream whose window is shorter than its lease plus its publish
+//! timeout ([`OutboundBuilder::lease`]). **A copy published after the window is stored
+//! twice**: a relay (or its app) down for longer than the window between a publish and its
+//! local ack. The message id is the same in both copies, so a consumer that applies by
+//! message id (as [`Inbound`] does, with `ack_with`) still applies it once.
+//!
+//! On the way in, the local key is the message id ([`message_key`]: a digest for an id longer
+//! than [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX)), or `{stream}:{stream created, ns}:{stream
+//! sequence}` for a message without one. The dedup key keeps one live local job per message,
+//! and the idempotency key makes [`Lease::ack_with`](crate::Lease::ack_with) apply a message
+//! whose job already ended (a redelivery after the local job was acked) at most once, for as
+//! long as its applied marker is kept (`applied_retention`, 7 days by default). A message
+//! carries the job's payload encoding (`Leaseq-Encoding`), which the receiving job records, so
+//! [`Lease::decode`](crate::Lease::decode) reads a typed payload as it was written.
 //!
 //! # Faults
 //!
 //! Which failures cost a job an attempt (as [`Lease::nack`](crate::Lease::nack) through the
-//! job's retry policy), and which do not ([`Lease::snooze`](crate::Lease::snooze)):
+//! job's retry policy), and which do not:
 //!
 //! | failure | the job |
 //! |---|---|
-//! | connection lost or never made; no `PubAck` while the connection dropped | given back at no cost, the relay waits for the server |
-//! | no stream covers the subject any more | given back at no cost; the relay checks the stream again ([`RelayError::MissingStream`]) |
-//! | no `PubAck` within the publish timeout on a live connection; an error the server returned | nacked: an attempt counted, retried after its backoff, dead after its last attempt with the server's reason |
-//! | larger than the server's `max_payload` | dead at once, with the server's limit ([`RelayError::TooLarge`]): requeue it when the limit is raised |
+//! | the connection lost or never made; no `PubAck` for a whole batch while the connection stays open (a stopped server, a link dropping packets) | kept leased, in its place, renewed, and published again first when the server answers: no attempt counted, the queue's order kept ([`RelayError::Unreachable`]) |
+//! | no stream takes the subject any more | the same, while the relay checks the stream again ([`RelayError::MissingStream`]) |
+//! | an error the server returned (the stream's `max_msg_size`, a full stream with `discard: new`); no `PubAck` in time for some jobs of a batch while others got theirs | nacked: an attempt counted, retried after its backoff, dead after its last attempt with the server's reason ([`RelayError::Server`]) |
+//! | larger than the server's `max_payload` (payload and headers: about 100 bytes of headers) | dead at once, with the server's limit ([`RelayError::TooLarge`]): requeue it when the limit is raised |
 //!
 //! Every error is kept as the relay's [`RelayStats::last_error`], typed; none stops the relay,
 //! which retries with a backoff from 100 ms to [`OutboundBuilder::max_backoff`] (no busy
-//! loop). The relay stops when [`Outbound::shutdown`] is called, when it is dropped, or when
-//! the file is closed ([`Queue::close`](crate::Queue::close)).
+//! loop). A disconnection shows at once (`ready` false). The relay stops when
+//! [`Outbound::shutdown`] is called, when it is dropped, or when the file is closed
+//! ([`Queue::close`](crate::Queue::close)); jobs it still held go back then at no cost, behind
+//! the jobs waiting (as [`Lease::snooze`](crate::Lease::snooze)).
+//!
+//! **Limits.** One server URL, no credentials or TLS options yet. async-nats drops its
+//! connection on a message header that is not UTF-8, at each delivery of that message: an
+//! [`Inbound`] relay then reports it (a pinned [`RelayError::Server`] naming the consumer) and
+//! cannot pass it; it stays in the stream for an operator to remove.
 
 mod inbound;
 mod outbound;
@@ -68,6 +84,26 @@ use std::time::{Duration, Instant};
 pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
 /// The header naming the job a message was published from (its id in the sender's file).
 pub const JOB_ID_HEADER: &str = "Leaseq-Job-Id";
+/// The header carrying the payload's encoding (`bincode` or `json`), as the sender's lease
+/// saw it: an [`Inbound`] relay records it on the job, so `Lease::decode` reads it right.
+pub const ENCODING_HEADER: &str = "Leaseq-Encoding";
+
+/// The header value of an encoding.
+fn encoding_name(e: crate::Encoding) -> &'static str {
+    match e {
+        crate::Encoding::Json => "json",
+        _ => "bincode",
+    }
+}
+
+/// The encoding a header value names, if any.
+fn encoding_of(name: &str) -> Option<crate::Encoding> {
+    match name {
+        "json" => Some(crate::Encoding::Json),
+        "bincode" => Some(crate::Encoding::Bincode),
+        _ => None,
+    }
+}
 
 /// The smallest wait between two tries at an unreachable server or a missing stream.
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -173,7 +209,8 @@ pub struct RelayStats {
     /// Inbound: messages whose local job already existed (`Duplicate`), acked without a new
     /// job.
     pub duplicates: u64,
-    /// Outbound: jobs given back at no cost (connection lost, stream gone).
+    /// Outbound: publishes that failed at no cost to their job (the connection lost, the
+    /// server not answering, the stream gone): the job kept its place and went again.
     pub given_back: u64,
     /// Outbound: jobs nacked (an attempt counted) after a server error or a timeout.
     pub nacked: u64,
@@ -197,6 +234,9 @@ struct Shared {
     /// Bumped at every disconnection of the client: a publish whose ack did not come while
     /// the epoch moved is the connection's fault, not the job's.
     disconnects: AtomicU64,
+    /// An error that stays the last error while its cause lasts, whatever else happens in
+    /// between (the disconnections an unreadable message causes, say).
+    pinned: Mutex<Option<RelayError>>,
 }
 
 impl Shared {
@@ -207,7 +247,17 @@ impl Shared {
             stats: Mutex::new(RelayStats::default()),
             changed: Condvar::new(),
             disconnects: AtomicU64::new(0),
+            pinned: Mutex::new(None),
         })
+    }
+
+    /// Pins `e` as the last error until [`Shared::unpin`] (`None` unpins).
+    fn pin(&self, e: Option<RelayError>) {
+        if let Some(e) = &e {
+            tracing::warn!(target: "leaseq::relay", error = %e, "relay");
+        }
+        *self.pinned.lock() = e;
+        self.update(|_| {});
     }
 
     fn stopping(&self) -> bool {
@@ -222,8 +272,12 @@ impl Shared {
     }
 
     fn update(&self, f: impl FnOnce(&mut RelayStats)) {
+        let pinned = self.pinned.lock().clone();
         let mut stats = self.stats.lock();
         f(&mut stats);
+        if pinned.is_some() {
+            stats.last_error = pinned;
+        }
         self.changed.notify_all();
     }
 
@@ -328,7 +382,16 @@ impl Common {
         }
     }
 
-    fn check(&self) -> Result<(), RelayError> {
+    fn check(&self, queue: &crate::Queue) -> Result<(), RelayError> {
+        if queue.is_closed() {
+            return Err(crate::Error::Closed.into());
+        }
+        if self.url.trim().is_empty() {
+            return Err(RelayError::BadUrl {
+                url: self.url.clone(),
+                reason: "empty: give the server's address, as nats://host:4222".into(),
+            });
+        }
         if let Err(e) = self.url.parse::<async_nats::ServerAddr>() {
             return Err(RelayError::BadUrl {
                 url: self.url.clone(),
@@ -363,25 +426,45 @@ impl Common {
 
     /// One connection attempt; the client then reconnects by itself (without limit, with
     /// its own backoff), counting disconnections in `shared`.
+    /// A shutdown does not wait for the attempt: it ends it within 50 ms.
     async fn connect(&self, shared: &Arc<Shared>) -> Result<async_nats::Client, RelayError> {
         let events = Arc::clone(shared);
-        async_nats::ConnectOptions::new()
+        let url = self.url.clone();
+        let connect = async_nats::ConnectOptions::new()
             .name(&self.name)
             .connection_timeout(self.connect_timeout)
             .event_callback(move |event| {
-                let events = Arc::clone(&events);
+                let (events, url) = (Arc::clone(&events), url.clone());
                 async move {
                     if matches!(event, async_nats::Event::Disconnected) {
                         events.disconnects.fetch_add(1, Ordering::AcqRel);
+                        // Seen at once, not at the end of a batch's publish timeout.
+                        events.fail(RelayError::Unreachable {
+                            url,
+                            reason: "connection lost; reconnecting".into(),
+                        });
                     }
                 }
             })
-            .connect(self.url.as_str())
-            .await
-            .map_err(|e| RelayError::Unreachable {
+            .connect(self.url.as_str());
+        let stopped = async {
+            while !shared.stopping() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let (connect, stopped) = (std::pin::pin!(connect), std::pin::pin!(stopped));
+        match futures_util::future::select(connect, stopped).await {
+            futures_util::future::Either::Left((connected, _)) => {
+                connected.map_err(|e| RelayError::Unreachable {
+                    url: self.url.clone(),
+                    reason: e.to_string(),
+                })
+            }
+            futures_util::future::Either::Right(_) => Err(RelayError::Unreachable {
                 url: self.url.clone(),
-                reason: e.to_string(),
-            })
+                reason: "stopped while connecting".into(),
+            }),
+        }
     }
 
     /// The stream's configuration, or why it cannot be had.
@@ -420,6 +503,18 @@ fn valid_subject(subject: &str) -> bool {
         && subject.len() <= 1024
         && subject.split('.').all(|t| {
             !t.is_empty() && t != "*" && t != ">" && t.bytes().all(|b| b.is_ascii_graphic())
+        })
+}
+
+/// A consumer's filter: tokens of printable ASCII, `*` for one token, `>` for the rest (last).
+fn valid_filter(filter: &str) -> bool {
+    let tokens: Vec<&str> = filter.split('.').collect();
+    !filter.is_empty()
+        && filter.len() <= 1024
+        && tokens.iter().enumerate().all(|(i, t)| {
+            !t.is_empty()
+                && (*t != ">" || i == tokens.len() - 1)
+                && t.bytes().all(|b| b.is_ascii_graphic())
         })
 }
 
@@ -545,6 +640,8 @@ mod tests {
         assert!(valid_stream_name("EVENTS_1"));
         assert!(!valid_stream_name("A.B"));
         assert!(!valid_stream_name(""));
+        assert!(valid_filter("cmds.*.x") && valid_filter("cmds.>") && valid_filter("a"));
+        assert!(!valid_filter("a..b") && !valid_filter("a.>.b") && !valid_filter(""));
     }
 
     #[test]

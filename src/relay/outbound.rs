@@ -1,8 +1,8 @@
 //! The outbound relay: a local queue published to a JetStream subject.
 
 use super::{
-    Backoff, Common, JOB_ID_HEADER, MSG_ID_HEADER, RelayError, RelayStats, Shared, is_closed,
-    message_id, spawn, subject_matches, valid_subject,
+    Backoff, Common, ENCODING_HEADER, JOB_ID_HEADER, MSG_ID_HEADER, RelayError, RelayStats, Shared,
+    encoding_name, is_closed, message_id, spawn, subject_matches, valid_subject,
 };
 use crate::{BATCH_MAX, Lease, Queue};
 use async_nats::jetstream::context::PublishErrorKind;
@@ -42,10 +42,11 @@ impl OutboundBuilder {
     }
 
     /// The lease the relay takes its jobs under (at least twice the publish timeout; 30 s by
-    /// default; a job's own [`EnqueueOptions::lease`](crate::EnqueueOptions::lease) wins).
-    /// The stream's duplicate window must be longer than the lease plus the publish timeout,
-    /// or the relay does not start publishing ([`RelayError::InvalidOption`] as its last
-    /// error): a job published again after a lost `PubAck` must still meet the window.
+    /// default); a job whose own [`EnqueueOptions::lease`](crate::EnqueueOptions::lease) is
+    /// shorter is extended to it when taken. The stream's duplicate window must be at least
+    /// the lease plus the publish timeout, or the relay does not publish
+    /// ([`RelayError::InvalidOption`] as its last error): a job published again after a lost
+    /// `PubAck` must still meet the window.
     pub fn lease(mut self, lease: Duration) -> OutboundBuilder {
         self.lease = lease;
         self
@@ -73,7 +74,7 @@ impl OutboundBuilder {
     /// subject with wildcards or empty tokens, a bad stream name; `Queue` if the file id
     /// cannot be had (a closed file without one, a storage error).
     pub fn start(self) -> Result<Outbound, RelayError> {
-        self.common.check()?;
+        self.common.check(&self.queue)?;
         if !valid_subject(&self.subject) {
             return Err(RelayError::InvalidOption(format!(
                 "subject {:?}: dot-separated tokens of printable ASCII, no wildcards",
@@ -88,7 +89,8 @@ impl OutboundBuilder {
         }
         if self.publish_timeout.as_millis() == 0 || self.lease < self.publish_timeout * 2 {
             return Err(RelayError::InvalidOption(format!(
-                "publish_timeout must be at least 1 ms and the lease ({} ms) at least twice it ({} ms)",
+                "lease {} ms with publish_timeout {} ms: the publish timeout must be at least \
+                 1 ms and the lease at least twice it (a lease must outlast a batch's wait)",
                 self.lease.as_millis(),
                 self.publish_timeout.as_millis()
             )));
@@ -295,7 +297,27 @@ impl Worker {
             let sent = rt.block_on(self.publish(js, &leases));
             let connection_lost = self.shared.disconnects.load(Ordering::Acquire) != epoch
                 || client.connection_state() != async_nats::connection::State::Connected;
-            let settled = self.settle(leases, sent, connection_lost);
+            // Not one PubAck in time on an open connection: the server (or the network) is
+            // not answering, which is no job's fault (a stopped server, a link dropping
+            // packets silently).
+            let stalled = !connection_lost
+                && sent.iter().all(
+                    |s| matches!(s, Sent::Failed(e) if e.kind() == PublishErrorKind::TimedOut),
+                );
+            let jobs = leases.len();
+            let settled = self.settle(leases, sent, connection_lost || stalled);
+            if stalled {
+                ready = false;
+                self.shared.fail(RelayError::Unreachable {
+                    url: self.common.url.clone(),
+                    reason: format!(
+                        "no PubAck for any of {jobs} jobs within {} ms: the server or the \
+                         network is not answering",
+                        self.publish_timeout.as_millis()
+                    ),
+                });
+                self.shared.sleep(backoff.step().min(self.lease / 4));
+            }
             if settled.stored {
                 backoff.reset();
             }
@@ -450,6 +472,7 @@ impl Worker {
             let id = message_id(self.file_id, lease.id(), lease.idempotency_key());
             headers.insert(MSG_ID_HEADER, id.as_str());
             headers.insert(JOB_ID_HEADER, lease.id().0.to_string().as_str());
+            headers.insert(ENCODING_HEADER, encoding_name(lease.encoding()));
             let payload = bytes::Bytes::copy_from_slice(lease.payload());
             let send = js.publish_with_headers(self.subject.clone(), headers, payload);
             pending.push(match tokio::time::timeout_at(deadline, send).await {

@@ -257,6 +257,15 @@ impl Js {
         })
     }
 
+    /// When the stream was created, in nanoseconds since the Unix epoch: part of the local key
+    /// an `Inbound` relay gives a message without an id (`{stream}:{created}:{sequence}`).
+    pub fn stream_created_ns(&self, stream: &str) -> i128 {
+        self.block_on(async {
+            let mut s = self.js.get_stream(stream).await.unwrap();
+            s.info().await.unwrap().created.unix_timestamp_nanos()
+        })
+    }
+
     /// The number of messages in the stream.
     pub fn count(&self, stream: &str) -> u64 {
         self.block_on(async {
