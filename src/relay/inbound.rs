@@ -1,13 +1,14 @@
 //! The inbound relay: a JetStream stream consumed into a local queue.
 
-use super::{Backoff, Common, MSG_ID_HEADER, RelayError, RelayStats, Shared, is_closed, spawn};
+use super::{
+    Backoff, Common, Handle, MSG_ID_HEADER, RelayError, RelayStats, Shared, is_closed, spawn,
+};
 use crate::{BATCH_MAX, EnqueueOptions, Enqueued, KEY_BYTES_MAX, Queue};
 use async_nats::jetstream::AckKind;
 use async_nats::jetstream::consumer::{AckPolicy, Consumer, pull};
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How long a message the local queue refused stays away before JetStream offers it again.
@@ -138,9 +139,11 @@ impl InboundBuilder {
         };
         let thread = spawn("leaseq-relay-in", &shared, move || worker.run())?;
         Ok(Inbound {
-            shared,
-            url,
-            thread: Some(thread),
+            handle: Handle {
+                shared,
+                url,
+                thread: Some(thread),
+            },
         })
     }
 }
@@ -171,9 +174,7 @@ impl InboundBuilder {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Inbound {
-    shared: Arc<Shared>,
-    url: String,
-    thread: Option<JoinHandle<()>>,
+    handle: Handle,
 }
 
 impl Inbound {
@@ -199,34 +200,19 @@ impl Inbound {
     /// The relay's last error if it is not ready in time: `Unreachable`, `MissingStream`,
     /// `Server` (the consumer could not be made), `Queue`.
     pub fn wait_ready(&self, timeout: Duration) -> Result<(), RelayError> {
-        self.shared.wait_ready(&self.url, timeout)
+        self.handle.wait_ready(timeout)
     }
 
     /// What the relay did so far, and its last error.
     pub fn stats(&self) -> RelayStats {
-        self.shared.stats.lock().clone()
+        self.handle.stats()
     }
 
     /// Stops the relay: the pull in progress ends (at most the fetch wait), its messages are
     /// enqueued and acked, and the thread ends. Returns the final stats. Dropping the relay
     /// does the same.
     pub fn shutdown(mut self) -> RelayStats {
-        self.stop();
-        self.stats()
-    }
-
-    fn stop(&mut self) {
-        self.shared.stop();
-        if let Some(t) = self.thread.take() {
-            // A panic of the relay thread was already reported by the panic hook.
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Inbound {
-    fn drop(&mut self) {
-        self.stop();
+        self.handle.stop()
     }
 }
 

@@ -336,6 +336,39 @@ impl Shared {
     }
 }
 
+/// A running relay's thread and state, behind [`Outbound`] and [`Inbound`]: stopped and
+/// joined on drop.
+struct Handle {
+    shared: Arc<Shared>,
+    url: String,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Handle {
+    fn wait_ready(&self, timeout: Duration) -> Result<(), RelayError> {
+        self.shared.wait_ready(&self.url, timeout)
+    }
+
+    fn stats(&self) -> RelayStats {
+        self.shared.stats.lock().clone()
+    }
+
+    fn stop(&mut self) -> RelayStats {
+        self.shared.stop();
+        if let Some(t) = self.thread.take() {
+            // A panic of the relay thread was already reported by the panic hook.
+            let _ = t.join();
+        }
+        self.stats()
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// The wait before the next try: doubling from 100 ms to the cap, reset on success.
 struct Backoff {
     next: Duration,

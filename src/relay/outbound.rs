@@ -1,14 +1,13 @@
 //! The outbound relay: a local queue published to a JetStream subject.
 
 use super::{
-    Backoff, Common, ENCODING_HEADER, JOB_ID_HEADER, MSG_ID_HEADER, RelayError, RelayStats, Shared,
-    encoding_name, is_closed, message_id, spawn, subject_matches, valid_subject,
+    Backoff, Common, ENCODING_HEADER, Handle, JOB_ID_HEADER, MSG_ID_HEADER, RelayError, RelayStats,
+    Shared, encoding_name, is_closed, message_id, spawn, subject_matches, valid_subject,
 };
 use crate::{BATCH_MAX, Lease, Queue};
 use async_nats::jetstream::context::PublishErrorKind;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long a relay waits for a job when its queue is empty before it looks at the
@@ -110,9 +109,11 @@ impl OutboundBuilder {
         };
         let thread = spawn("leaseq-relay-out", &shared, move || worker.run())?;
         Ok(Outbound {
-            shared,
-            url: self.common.url,
-            thread: Some(thread),
+            handle: Handle {
+                shared,
+                url: self.common.url,
+                thread: Some(thread),
+            },
         })
     }
 }
@@ -139,9 +140,7 @@ impl OutboundBuilder {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Outbound {
-    shared: Arc<Shared>,
-    url: String,
-    thread: Option<JoinHandle<()>>,
+    handle: Handle,
 }
 
 impl Outbound {
@@ -167,34 +166,19 @@ impl Outbound {
     /// `SubjectNotCovered`, `InvalidOption` (the stream's duplicate window is too short for
     /// the lease), `Queue`.
     pub fn wait_ready(&self, timeout: Duration) -> Result<(), RelayError> {
-        self.shared.wait_ready(&self.url, timeout)
+        self.handle.wait_ready(timeout)
     }
 
     /// What the relay did so far, and its last error.
     pub fn stats(&self) -> RelayStats {
-        self.shared.stats.lock().clone()
+        self.handle.stats()
     }
 
     /// Stops the relay: no new job is leased; the batch in flight waits for its `PubAck`s (at
     /// most the publish timeout), is acked or given back, and the thread ends. Returns the
     /// final stats. Dropping the relay does the same.
     pub fn shutdown(mut self) -> RelayStats {
-        self.stop();
-        self.stats()
-    }
-
-    fn stop(&mut self) {
-        self.shared.stop();
-        if let Some(t) = self.thread.take() {
-            // A panic of the relay thread was already reported by the panic hook.
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Outbound {
-    fn drop(&mut self) {
-        self.stop();
+        self.handle.stop()
     }
 }
 
@@ -355,22 +339,8 @@ impl Worker {
         if held.leases.is_empty() || held.renewed.elapsed() < self.lease / 3 {
             return;
         }
-        let mut lost = 0;
-        held.leases.retain(|lease| match lease.extend(self.lease) {
-            Ok(()) => true,
-            Err(crate::Error::LeaseLost { .. }) => {
-                lost += 1;
-                false
-            }
-            Err(e) => {
-                self.shared.note(e.into());
-                true
-            }
-        });
+        self.extend(&mut held.leases, |_| true);
         held.renewed = Instant::now();
-        if lost > 0 {
-            self.shared.update(|s| s.refused += lost);
-        }
     }
 
     /// The stream exists, covers the subject, and its duplicate window is long enough.
@@ -432,14 +402,12 @@ impl Worker {
         Ok(self.at_least_relay_lease(leases))
     }
 
-    /// A job's own lease shorter than the relay's could end while its publish waits for the
-    /// PubAck (its job then delivered again, or dead): such leases are extended to the
-    /// relay's first (one commit each; jobs with the queue's lease cost nothing).
-    fn at_least_relay_lease(&self, mut leases: Vec<Lease>) -> Vec<Lease> {
-        let relay_ms = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX);
+    /// Extends to the relay's lease every lease `needs` picks (one commit each); a lease found
+    /// lost is dropped (its job is another delivery's now) and counted as refused.
+    fn extend(&self, leases: &mut Vec<Lease>, needs: impl Fn(&Lease) -> bool) {
         let mut lost = 0;
         leases.retain(|lease| {
-            if lease.lease_ms() >= relay_ms {
+            if !needs(lease) {
                 return true;
             }
             match lease.extend(self.lease) {
@@ -457,6 +425,14 @@ impl Worker {
         if lost > 0 {
             self.shared.update(|s| s.refused += lost);
         }
+    }
+
+    /// A job's own lease shorter than the relay's could end while its publish waits for the
+    /// PubAck (its job then delivered again, or dead): such leases are extended to the
+    /// relay's first (one commit each; jobs with the queue's lease cost nothing).
+    fn at_least_relay_lease(&self, mut leases: Vec<Lease>) -> Vec<Lease> {
+        let relay_ms = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX);
+        self.extend(&mut leases, |lease| lease.lease_ms() < relay_ms);
         leases
     }
 
