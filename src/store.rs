@@ -1184,8 +1184,12 @@ pub(crate) fn dequeue(
         // through one `get_mut` (one descent of `leaseq_jobs` for the read and the write);
         // the byte budget can cut the batch short before a row, leaving the jobs after the
         // cut ready in place. The ready entries are removed after this pass.
-        let mut slots = Vec::with_capacity(firsts.len());
+        if firsts.is_empty() {
+            break;
+        }
+        // `get_mut` copies the row's page for writing, whether or not the row is leased.
         *ctx.dirty = true;
+        let mut slots = Vec::with_capacity(firsts.len());
         for (i, &(rank, seq, id)) in firsts.iter().enumerate() {
             let Some(mut row) = t.jobs.get_mut(id)? else {
                 slots.push(Slot::Stray);
@@ -1232,6 +1236,7 @@ pub(crate) fn dequeue(
         // Then the ready entries removed: one at a time for one, in one pass for more (a
         // single delete rebuilds its leaf: 100 cost ~120 µs one by one, ~15 µs in one pass).
         match firsts.as_slice() {
+            // The budget cuts before the first row only when something was taken already.
             [] => break,
             [one] => {
                 t.ready()?.remove(*one)?;
