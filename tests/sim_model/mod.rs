@@ -902,7 +902,10 @@ impl Runner {
                                 m1.set_token(id, token);
                             }
                             let mut hist = w.hist;
-                            if self.none_mode && got.changes() {
+                            // A state a non-durable commit may be the last of: every change of
+                            // the model, also one the answer does not show (a dequeue that
+                            // found nothing but dead-lettered an expired lease on its way).
+                            if self.none_mode && (got.changes() || m1 != w.m) {
                                 hist.push(m1.clone());
                             }
                             duplicates = learned.duplicates;
