@@ -580,7 +580,7 @@ pub fn message_id(file_id: u64, job: JobId, idempotency_key: Option<&[u8]>) -> S
         Some(k)
             if !k.is_empty()
                 && k.iter().all(|b| b.is_ascii_graphic())
-                && !k.starts_with(format!("lq:{file_id:016x}:").as_bytes()) =>
+                && !is_own_id(file_id, k) =>
         {
             String::from_utf8_lossy(k).into_owned()
         }
@@ -594,6 +594,23 @@ pub fn message_id(file_id: u64, job: JobId, idempotency_key: Option<&[u8]>) -> S
         }
         _ => format!("lq:{file_id:016x}:{}", job.0),
     }
+}
+
+/// Whether `key` is shaped like one of this file's own message ids (`lq:{file_id:016x}:…`),
+/// checked without building the prefix (this runs for every job published).
+fn is_own_id(file_id: u64, key: &[u8]) -> bool {
+    let Some(rest) = key.strip_prefix(b"lq:") else {
+        return false;
+    };
+    rest.len() >= 17
+        && rest[16] == b':'
+        && std::str::from_utf8(&rest[..16])
+            .ok()
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+            == Some(file_id)
+        && rest[..16]
+            .iter()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Starts a relay's thread; a panic in it becomes the relay's last error.
@@ -691,6 +708,16 @@ mod tests {
         // Another file's id, or a hex form, passes as it is: forwarded on, it keeps its id.
         assert_eq!(message_id(0xcd, j, Some(own.as_bytes())), own);
         assert_eq!(message_id(0xab, j, Some(b"hex:ff00")), "hex:ff00");
+        // The same rule as building the prefix and comparing.
+        for key in [
+            "lq:00000000000000ab:",
+            "lq:00000000000000AB:1",
+            "lq:ab:1",
+            "lq:",
+        ] {
+            let by_prefix = key.starts_with(&format!("lq:{:016x}:", 0xab));
+            assert_eq!(is_own_id(0xab, key.as_bytes()), by_prefix, "{key}");
+        }
         assert_ne!(message_id(1, j, None), message_id(2, j, None));
         assert_ne!(message_id(1, JobId(8), None), message_id(1, j, None));
     }
