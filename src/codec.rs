@@ -309,7 +309,8 @@ impl JobRecord {
     /// The payload's size in bytes, wherever it is stored.
     pub(crate) fn payload_len(&self) -> usize {
         match &self.payload_apart {
-            Some(r) => r.len as usize,
+            // `validate` holds it to the payload cap, which fits every target's usize.
+            Some(r) => usize::try_from(r.len).unwrap_or(usize::MAX),
             None => self.payload.len(),
         }
     }
@@ -478,9 +479,8 @@ pub(crate) fn decode_payload<T: serde::de::DeserializeOwned>(
     match encoding {
         Encoding::Bincode => {
             let cfg = config::standard().with_limit::<{ crate::PAYLOAD_BYTES_MAX_CAP }>();
-            let (depth::DepthLimited(value), used) =
-                bincode::serde::decode_from_slice::<depth::DepthLimited<T>, _>(bytes, cfg)
-                    .map_err(|e| codec_error(e.to_string()))?;
+            let (value, used) = depth::decode_bincode::<T, _>(bytes, cfg)
+                .map_err(|e| codec_error(e.to_string()))?;
             if used != bytes.len() {
                 return Err(codec_error(format!(
                     "{} trailing bytes",

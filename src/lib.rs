@@ -64,6 +64,7 @@ mod job;
 mod lease;
 mod limits;
 mod open;
+mod platform;
 mod queue;
 mod retry;
 mod schema;

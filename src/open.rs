@@ -14,6 +14,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, StorageBackend};
 use crate::clock::{Clock, SystemClock};
 use crate::commit::{Committer, Durability};
 use crate::error::{Error, Result};
+use crate::platform;
 use crate::queue::Queue;
 use crate::retry::RetryPolicy;
 use crate::schema::{
@@ -259,6 +260,10 @@ impl Builder {
     /// Applies to [`Builder::open`] and [`Builder::open_backend`]. [`Builder::attach`] runs
     /// the same check on the caller's database ([`redb::Database::check_integrity`]) while it
     /// is on.
+    ///
+    /// **On 32-bit targets** (armv7, i686) the check stays on whatever this says: there, the
+    /// up-to-4 GiB allocation a damaged page number can ask for does not fit the address
+    /// space and aborts the process, so a damaged file could never be an `Error` without it.
     pub fn check_integrity(mut self, enabled: bool) -> Self {
         self.check_integrity = enabled;
         self
@@ -321,12 +326,17 @@ impl Builder {
         })
     }
 
+    /// Whether opens verify the file: [`Builder::check_integrity`], always on 32-bit targets.
+    fn verifies(&self) -> bool {
+        self.check_integrity || cfg!(target_pointer_width = "32")
+    }
+
     fn redb_builder(&self) -> redb::Builder {
         let mut b = redb::Builder::new();
         b.set_cache_size(self.cache_bytes);
         // Verify instead of trusting the allocator state saved in the file: redb's plain open
         // may panic on a file altered outside redb, and a panic in its unwinding aborts.
-        b.set_check_integrity_on_open(self.check_integrity);
+        b.set_check_integrity_on_open(self.verifies());
         if let Some(cb) = self.on_repair.clone() {
             b.set_repair_callback(move |session| cb(session.progress()));
         }
@@ -393,7 +403,7 @@ impl Builder {
         // allocated inside redb). Without the check, a plain read-only open; a file that
         // needs repair (a crashed writer) cannot be opened read-only and is repaired on a
         // scratch copy first. Either scratch look takes the locks a real open takes.
-        if self.check_integrity {
+        if self.verifies() {
             self.look_on_scratch(path, true)?;
         } else {
             match guarded(|| builder.open_read_only(path).map_err(Error::from)) {
@@ -539,7 +549,7 @@ impl Builder {
     fn attach_db(&self, mut db: Database) -> Result<Queue> {
         let cfg = self.config()?;
         // `Ok(false)`: damage was found and repaired (redb rebuilt what it could verify).
-        let repaired = self.check_integrity && !db.check_integrity()?;
+        let repaired = self.verifies() && !db.check_integrity()?;
         let db = DbBox::new(db);
         // Refuse a newer format or foreign `leaseq_*` tables before writing anything.
         precheck_attach(&db.get().begin_read()?)?;
@@ -776,8 +786,9 @@ fn precheck_attach(rtx: &redb::ReadTransaction) -> Result<()> {
     Ok(())
 }
 
-/// Builds a new queue file at a temporary path, fsyncs it, and links it into place without
-/// ever replacing an existing file; then fsyncs the directory.
+/// Builds a new queue file at a temporary path, flushes it, and puts it in place under its
+/// name without ever replacing an existing file, durably (`platform::place_new`: a hard
+/// link, or on a file system without hard links a rename under the create lock).
 fn create_atomically(path: &Path) -> Result<()> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -809,18 +820,20 @@ fn create_atomically(path: &Path) -> Result<()> {
         let db = redb::Builder::new().set_cache_size(1 << 20).create(&tmp)?;
         init_tables(&db)?;
         drop(db);
-        fs::File::open(&tmp)?.sync_all()?;
-        match fs::hard_link(&tmp, path) {
-            Ok(()) => {}
-            // Another opener created it first: use theirs.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e.into()),
-        }
-        fs::File::open(&dir)?.sync_all()?;
+        platform::sync_file(&tmp)?;
+        // Another opener may create it first: then theirs is used (`Placed::Existed`).
+        platform::place_new(&tmp, path, &create_lock_path(path, &dir), &dir)?;
         Ok(())
     })();
     let _ = fs::remove_file(&tmp);
     built
+}
+
+/// The create lock of `path` on a file system without hard links: `.{name}.create-lock` in
+/// its directory (left there: removing a lock file others may be waiting on is a race).
+fn create_lock_path(path: &Path, dir: &Path) -> PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    dir.join(format!(".{name}.create-lock"))
 }
 
 /// Owns the database; drops it inside `catch_unwind` so a panic in redb's drop (seen on

@@ -10,12 +10,13 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::ops::Bound;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 use redb::BackendError;
+
+use crate::platform;
 
 const PAGE_BYTES: u64 = 4096;
 
@@ -114,8 +115,8 @@ impl ScratchBackend {
         let start = n * PAGE_BYTES;
         if start < self.file_len {
             let end = (start + PAGE_BYTES).min(self.file_len);
-            self.file
-                .read_exact_at(&mut page[..(end - start) as usize], start)?;
+            // Callers hold the state lock (the portable branch of `read_exact_at` seeks).
+            platform::read_exact_at(&self.file, &mut page[..(end - start) as usize], start)?;
         }
         Ok(page)
     }

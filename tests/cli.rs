@@ -4,11 +4,13 @@
 use std::borrow::Borrow;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use leaseq::{Durability, Encoding, EnqueueOptions, JobInfo, JobState, Queue, RetryPolicy};
 use serde_json::Value;
+
+mod common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_leaseq");
 /// Longest any one run of the tool may take before the test calls it a hang.
@@ -24,7 +26,8 @@ enum Input<'a> {
 /// Runs the tool with `args`, stdin from `input`; fails the test if it runs longer than
 /// `RUN_TIMEOUT`.
 fn run_in(args: &[&str], input: Input<'_>) -> Output {
-    let mut cmd = Command::new(BIN);
+    // Through the target's runner, as cargo runs this test (an emulator for a foreign target).
+    let mut cmd = common::target_command(BIN);
     cmd.args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1,11 +1,13 @@
-//! A nesting limit for serde deserialization: [`DepthLimited`].
+//! Guards for decoding typed payloads with serde: a nesting limit, and for bincode a check
+//! of every sequence and map length ([`decode_bincode`], the entry point).
 //!
 //! bincode has no recursion limit of its own, and serde's derived impls recurse once per
 //! level of nesting, so a small payload of a recursive type (`enum Tree { Leaf,
 //! Node(Box<Tree>) }`, a run of `Node` tags) would decode deeper and deeper until the
-//! thread's stack overflows, aborting the process. [`DepthLimited`] wraps the deserializer
-//! in an adapter that counts levels on the way down and fails with a decode error past
-//! [`MAX_DEPTH`], as serde_json does on its own.
+//! thread's stack overflows, aborting the process. The adapter here wraps the deserializer,
+//! counts levels on the way down and fails with a decode error past [`MAX_DEPTH`], as
+//! serde_json does on its own. ([`DepthLimited`], the same adapter over any deserializer,
+//! is for tests with a self-describing format.)
 //!
 //! A level is a value that holds other values: a sequence, tuple, map, struct, `Some`,
 //! newtype struct, or enum variant with data (each is handed to its visitor as an access
@@ -13,10 +15,16 @@
 //! strings, bytes, units and unit variants hold nothing and cost nothing; a long flat
 //! sequence is one level however long it is. The remaining depth is passed down by value.
 
+use std::cell::Cell;
 use std::fmt;
 
+use bincode::config::Config;
+use bincode::de::read::Reader;
+use bincode::error::DecodeError;
+use bincode::serde::OwnedSerdeDecoder;
 use serde::de::{
-    self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor,
+    self, DeserializeOwned, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess,
+    VariantAccess, Visitor,
 };
 
 /// How many levels of nesting a payload may have: 128, serde_json's default recursion limit
@@ -28,14 +36,17 @@ pub(crate) const MAX_DEPTH: usize = 128;
 /// A `T` deserialized through the nesting limit: deeper than `MAX` levels ([`MAX_DEPTH`]
 /// unless a test says otherwise) is an error of the deserializer (`D::Error::custom`), raised
 /// before the stack runs out.
+#[cfg(test)]
 pub(crate) struct DepthLimited<T, const MAX: usize = MAX_DEPTH>(pub T);
 
+#[cfg(test)]
 impl<'de, T: de::Deserialize<'de>, const MAX: usize> de::Deserialize<'de> for DepthLimited<T, MAX> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let deserializer = Limited {
             inner: deserializer,
             depth: MAX,
             max: MAX,
+            lengths: None,
         };
         T::deserialize(deserializer).map(DepthLimited)
     }
@@ -43,29 +54,35 @@ impl<'de, T: de::Deserialize<'de>, const MAX: usize> de::Deserialize<'de> for De
 
 /// Wraps a deserializer, a visitor, a seed or an access object, with `depth` levels of
 /// nesting still allowed inside the value it reads (of `max` in all, for the error).
-struct Limited<X> {
+///
+/// With `lengths` (bincode input read through [`Lengths`]), the length a sequence or map is
+/// about to read is checked to fit a `usize` first (see [`decode_bincode`]).
+struct Limited<'g, X> {
     inner: X,
     depth: usize,
     max: usize,
+    lengths: Option<&'g Lengths<'g>>,
 }
 
-impl<X> Limited<X> {
+impl<'g, X> Limited<'g, X> {
     /// `other` wrapped at this one's depth.
-    fn same<Y>(&self, other: Y) -> Limited<Y> {
+    fn same<Y>(&self, other: Y) -> Limited<'g, Y> {
         Limited {
             inner: other,
             depth: self.depth,
             max: self.max,
+            lengths: self.lengths,
         }
     }
 
     /// `other` wrapped one level down, or the error if no level is left.
-    fn down<Y, E: de::Error>(&self, other: Y) -> Result<Limited<Y>, E> {
+    fn down<Y, E: de::Error>(&self, other: Y) -> Result<Limited<'g, Y>, E> {
         match self.depth.checked_sub(1) {
             Some(depth) => Ok(Limited {
                 inner: other,
                 depth,
                 max: self.max,
+                lengths: self.lengths,
             }),
             None => Err(E::custom(format_args!(
                 "payload nested deeper than {} levels",
@@ -73,6 +90,110 @@ impl<X> Limited<X> {
             ))),
         }
     }
+}
+
+// ---- Lengths: bincode's sequence and map lengths checked on every target. ----
+
+/// bincode input, read through [`LengthsReader`], whose next sequence or map length the
+/// adapter can look at before bincode reads it.
+///
+/// bincode 2 reads the length of a serde sequence or map as a `u64` and converts it with
+/// `as usize`: on a 32-bit target a damaged length of 2^32 or more is cut to its low 32 bits
+/// (2^62 becomes 0), and the payload decodes to a wrong value instead of failing. Strings and
+/// byte strings are read with a checked conversion and need no help.
+pub(crate) struct Lengths<'b> {
+    bytes: &'b [u8],
+    pos: Cell<usize>,
+}
+
+/// bincode's varint markers: a `u64` in the next 8 bytes, a `u128` in the next 16.
+const VARINT_U64: u8 = 253;
+
+impl<'b> Lengths<'b> {
+    fn new(bytes: &'b [u8]) -> Lengths<'b> {
+        Lengths {
+            bytes,
+            pos: Cell::new(0),
+        }
+    }
+
+    /// Fails if the varint at the read position holds a `u64` that does not fit a `usize`.
+    /// Anything else (a short or malformed varint included) is left for bincode to read and
+    /// judge, so on a 64-bit target this never fails where bincode would not.
+    fn check_next(&self) -> Result<(), String> {
+        let rest = self.bytes.get(self.pos.get()..).unwrap_or_default();
+        if let [VARINT_U64, tail @ ..] = rest
+            && let Some(le) = tail.first_chunk::<8>()
+        {
+            let len = u64::from_le_bytes(*le);
+            if usize::try_from(len).is_err() {
+                return Err(format!(
+                    "length {len} does not fit this target's {}-bit usize",
+                    usize::BITS
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A bincode [`Reader`] over [`Lengths`]' bytes that keeps the read position there.
+struct LengthsReader<'g>(&'g Lengths<'g>);
+
+impl Reader for LengthsReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> Result<(), DecodeError> {
+        let pos = self.0.pos.get();
+        let end = pos
+            .checked_add(out.len())
+            .filter(|&e| e <= self.0.bytes.len());
+        let Some(end) = end else {
+            return Err(DecodeError::UnexpectedEnd {
+                additional: pos + out.len() - self.0.bytes.len(),
+            });
+        };
+        out.copy_from_slice(&self.0.bytes[pos..end]);
+        self.0.pos.set(end);
+        Ok(())
+    }
+
+    fn peek_read(&mut self, n: usize) -> Option<&[u8]> {
+        let pos = self.0.pos.get();
+        self.0.bytes.get(pos..pos.checked_add(n)?)
+    }
+
+    fn consume(&mut self, n: usize) {
+        let pos = self.0.pos.get();
+        debug_assert!(pos + n <= self.0.bytes.len(), "consumed past the end");
+        self.0.pos.set((pos + n).min(self.0.bytes.len()));
+    }
+}
+
+/// Decodes a `T` from bincode `bytes` with `config`, through the nesting limit
+/// ([`MAX_DEPTH`]) and with every sequence and map length checked to fit a `usize` before
+/// bincode reads it ([`Lengths`]). Returns the value and the bytes read, as
+/// `bincode::serde::decode_from_slice`.
+pub(crate) fn decode_bincode<T: DeserializeOwned, C: Config>(
+    bytes: &[u8],
+    config: C,
+) -> Result<(T, usize), DecodeError> {
+    decode_bincode_within(bytes, config, MAX_DEPTH)
+}
+
+/// [`decode_bincode`] with `max` levels of nesting (tests use small ones).
+fn decode_bincode_within<T: DeserializeOwned, C: Config>(
+    bytes: &[u8],
+    config: C,
+    max: usize,
+) -> Result<(T, usize), DecodeError> {
+    let lengths = Lengths::new(bytes);
+    let mut decoder = OwnedSerdeDecoder::from_reader(LengthsReader(&lengths), config);
+    let value = T::deserialize(Limited {
+        inner: decoder.as_deserializer(),
+        depth: max,
+        max,
+        lengths: Some(&lengths),
+    })?;
+    Ok((value, lengths.pos.get()))
 }
 
 // ---- Deserializer: every call forwarded with the visitor wrapped at the same depth. ----
@@ -92,7 +213,7 @@ macro_rules! forward_deserialize {
     };
 }
 
-impl<'de, D: Deserializer<'de>> Deserializer<'de> for Limited<D> {
+impl<'de, 'g, D: Deserializer<'de>> Deserializer<'de> for Limited<'g, D> {
     type Error = D::Error;
 
     forward_deserialize! {
@@ -119,18 +240,38 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Limited<D> {
         deserialize_unit;
         deserialize_unit_struct(name: &'static str);
         deserialize_newtype_struct(name: &'static str);
-        deserialize_seq;
         deserialize_tuple(len: usize);
         deserialize_tuple_struct(name: &'static str, len: usize);
-        deserialize_map;
         deserialize_struct(name: &'static str, fields: &'static [&'static str]);
         deserialize_enum(name: &'static str, variants: &'static [&'static str]);
         deserialize_identifier;
         deserialize_ignored_any;
     }
 
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.check_length()?;
+        let visitor = self.same(visitor);
+        self.inner.deserialize_seq(visitor)
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.check_length()?;
+        let visitor = self.same(visitor);
+        self.inner.deserialize_map(visitor)
+    }
+
     fn is_human_readable(&self) -> bool {
         self.inner.is_human_readable()
+    }
+}
+
+impl<X> Limited<'_, X> {
+    /// With [`Lengths`]: fails if the length bincode reads next does not fit a `usize`.
+    fn check_length<E: de::Error>(&self) -> Result<(), E> {
+        match self.lengths {
+            Some(lengths) => lengths.check_next().map_err(E::custom),
+            None => Ok(()),
+        }
     }
 }
 
@@ -146,7 +287,7 @@ macro_rules! forward_visit {
     };
 }
 
-impl<'de, V: Visitor<'de>> Visitor<'de> for Limited<V> {
+impl<'de, 'g, V: Visitor<'de>> Visitor<'de> for Limited<'g, V> {
     type Value = V::Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -217,7 +358,7 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Limited<V> {
 
 // ---- Seeds: the nested value read through the wrapped deserializer. ----
 
-impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Limited<S> {
+impl<'de, 'g, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Limited<'g, S> {
     type Value = S::Value;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
@@ -229,7 +370,7 @@ impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Limited<S> {
 // ---- Access objects: already one level down (the visitor took the level); their seeds are
 // wrapped at that depth. ----
 
-impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for Limited<A> {
+impl<'de, 'g, A: SeqAccess<'de>> SeqAccess<'de> for Limited<'g, A> {
     type Error = A::Error;
 
     fn next_element_seed<T: DeserializeSeed<'de>>(
@@ -245,7 +386,7 @@ impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for Limited<A> {
     }
 }
 
-impl<'de, A: MapAccess<'de>> MapAccess<'de> for Limited<A> {
+impl<'de, 'g, A: MapAccess<'de>> MapAccess<'de> for Limited<'g, A> {
     type Error = A::Error;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(
@@ -276,9 +417,9 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Limited<A> {
 }
 
 /// The enum itself, at the depth of the value that is the enum.
-impl<'de, A: EnumAccess<'de>> EnumAccess<'de> for Limited<A> {
+impl<'de, 'g, A: EnumAccess<'de>> EnumAccess<'de> for Limited<'g, A> {
     type Error = A::Error;
-    type Variant = Limited<A::Variant>;
+    type Variant = Limited<'g, A::Variant>;
 
     fn variant_seed<S: DeserializeSeed<'de>>(
         self,
@@ -291,20 +432,22 @@ impl<'de, A: EnumAccess<'de>> EnumAccess<'de> for Limited<A> {
             inner: seed,
             depth: self.depth.saturating_sub(1),
             max: self.max,
+            lengths: self.lengths,
         };
-        let (depth, max) = (self.depth, self.max);
+        let (depth, max, lengths) = (self.depth, self.max, self.lengths);
         let (value, variant) = self.inner.variant_seed(tag)?;
         let variant = Limited {
             inner: variant,
             depth,
             max,
+            lengths,
         };
         Ok((value, variant))
     }
 }
 
 /// The variant's data is one level down from the enum; a unit variant has none.
-impl<'de, A: VariantAccess<'de>> VariantAccess<'de> for Limited<A> {
+impl<'de, 'g, A: VariantAccess<'de>> VariantAccess<'de> for Limited<'g, A> {
     type Error = A::Error;
 
     fn unit_variant(self) -> Result<(), A::Error> {
@@ -348,10 +491,7 @@ mod tests {
 
     /// Decoded through the limit (of `MAX` levels); all the bytes are used.
     fn limited<T: DeserializeOwned, const MAX: usize>(bytes: &[u8]) -> Result<T, DecodeError> {
-        let (DepthLimited(value), used) = bincode::serde::decode_from_slice::<
-            DepthLimited<T, MAX>,
-            _,
-        >(bytes, config::standard())?;
+        let (value, used) = decode_bincode_within::<T, _>(bytes, config::standard(), MAX)?;
         assert_eq!(used, bytes.len());
         Ok(value)
     }
@@ -471,6 +611,55 @@ mod tests {
         let mut bytes = step.repeat(n);
         bytes.extend_from_slice(end);
         bytes
+    }
+
+    /// A sequence or map length of 2^32 or more: an error on every target. bincode alone cuts
+    /// it to 32 bits on a 32-bit target (2^62 + 2 becomes 2: `[7, 9]` below would decode);
+    /// the length check refuses it there, and on 64-bit bincode's byte limit does.
+    #[test]
+    fn lengths_past_32_bits_are_errors_on_every_target() {
+        let long = |len: u64, tail: &[u8]| {
+            let mut b = vec![VARINT_U64];
+            b.extend_from_slice(&len.to_le_bytes());
+            b.extend_from_slice(tail);
+            b
+        };
+        let cfg = config::standard().with_limit::<{ 1 << 20 }>();
+        for len in [1u64 << 32, (1 << 62) + 2, u64::MAX] {
+            let bytes = long(len, &[7, 9]);
+            let seq = decode_bincode::<Vec<u8>, _>(&bytes, cfg);
+            let seq_u64 = decode_bincode::<Vec<u64>, _>(&bytes, cfg);
+            let map = decode_bincode::<BTreeMap<u8, u8>, _>(&long(len, &[7, 9]), cfg);
+            let in_struct =
+                decode_bincode::<(u8, Vec<u16>), _>(&[[1].as_slice(), &bytes].concat(), cfg);
+            for e in [seq.err(), seq_u64.err(), map.err(), in_struct.err()] {
+                let e = e
+                    .expect("a length past 32 bits must not decode")
+                    .to_string();
+                if usize::BITS == 32 {
+                    assert!(e.contains("does not fit this target's 32-bit usize"), "{e}");
+                }
+            }
+        }
+        // The largest length that fits 32 bits is bincode's to judge (too long here).
+        let fits = long(u64::from(u32::MAX), &[]);
+        let e = decode_bincode::<Vec<u8>, _>(&fits, cfg)
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("usize"), "{e}");
+        // Small lengths decode as before, through the reader and its peeks.
+        let v: Vec<Vec<u64>> = vec![vec![1, u64::MAX, 300], vec![], vec![1 << 40]];
+        let bytes = encode(&v);
+        assert_eq!(
+            decode_bincode::<Vec<Vec<u64>>, _>(&bytes, cfg).unwrap(),
+            (v, bytes.len())
+        );
+        // A cut input is bincode's end-of-input error, read no further.
+        let cut = &bytes[..bytes.len() - 3];
+        assert!(matches!(
+            decode_bincode::<Vec<Vec<u64>>, _>(cut, cfg),
+            Err(DecodeError::UnexpectedEnd { .. })
+        ));
     }
 
     #[test]

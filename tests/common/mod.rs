@@ -49,6 +49,45 @@ pub fn assert_consistent(q: &Queue) {
     assert!(v.is_empty(), "invariant violations: {v:#?}");
 }
 
+/// A command running `program`, a binary built for this test's target, the way cargo ran this
+/// test: through the target's runner when cargo was given one in the environment
+/// (`CARGO_TARGET_<TRIPLE>_RUNNER`, for example `qemu-arm -L /usr/arm-linux-gnueabihf`), so
+/// that a child starts under the same emulator on a machine that cannot run it directly (no
+/// binfmt_misc). On Windows the program is started directly: under wine, wine starts it.
+pub fn target_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match runner() {
+        Some(mut words) => {
+            let mut cmd = Command::new(words.remove(0));
+            cmd.args(words).arg(program);
+            cmd
+        }
+        None => Command::new(program),
+    }
+}
+
+/// The runner cargo was given for this binary's target, split on whitespace as cargo does:
+/// the one `CARGO_TARGET_<TRIPLE>_RUNNER` whose triple starts with this binary's architecture
+/// and names its OS.
+fn runner() -> Option<Vec<String>> {
+    if cfg!(windows) {
+        return None;
+    }
+    let arch = std::env::consts::ARCH.to_ascii_uppercase(); // ARM, AARCH64, X86_64
+    let os = match std::env::consts::OS {
+        "macos" | "ios" => "APPLE".to_string(),
+        other => other.to_ascii_uppercase(),
+    };
+    std::env::vars().find_map(|(key, value)| {
+        let triple = key.strip_prefix("CARGO_TARGET_")?.strip_suffix("_RUNNER")?;
+        let android = triple.contains("_ANDROID");
+        let ours = triple.starts_with(&arch)
+            && triple.contains(&os)
+            && (android == (std::env::consts::OS == "android"));
+        let words: Vec<String> = value.split_whitespace().map(String::from).collect();
+        (ours && !words.is_empty()).then_some(words)
+    })
+}
+
 /// Environment variable naming the scenario a re-executed test binary runs as a child.
 pub const CHILD_ENV: &str = "LEASEQ_TEST_CHILD";
 pub const CHILD_PATH_ENV: &str = "LEASEQ_TEST_CHILD_PATH";
@@ -74,7 +113,7 @@ impl ChildProc {
         path: &Path,
         env: &[(&str, &str)],
     ) -> ChildProc {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        let mut child = target_command(std::env::current_exe().unwrap())
             .args(["--exact", entry_test, "--nocapture", "--test-threads=1"])
             .envs(env.iter().copied())
             .env(CHILD_ENV, scenario)

@@ -95,7 +95,19 @@ fn stdin_as_file() -> Option<(File, u64)> {
     Some((file, start))
 }
 
-#[cfg(not(unix))]
+#[cfg(windows)]
+fn stdin_as_file() -> Option<(File, u64)> {
+    use std::os::windows::io::AsHandle;
+    let handle = std::io::stdin().as_handle().try_clone_to_owned().ok()?;
+    let mut file = File::from(handle);
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let start = file.stream_position().ok()?;
+    Some((file, start))
+}
+
+#[cfg(not(any(unix, windows)))]
 fn stdin_as_file() -> Option<(File, u64)> {
     None
 }
