@@ -817,6 +817,14 @@ fn create_atomically(path: &Path) -> Result<()> {
     // A leftover of a crashed process that had our pid: nobody else can be using it.
     let _ = fs::remove_file(&tmp);
     let built = (|| -> Result<()> {
+        // Made here first, so that a directory or volume that cannot take a new file (read
+        // only, no permission, full) is a plain `Io` error naming the directory.
+        fs::File::create_new(&tmp).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("{}: cannot create the queue file here: {e}", dir.display()),
+            )
+        })?;
         let db = redb::Builder::new().set_cache_size(1 << 20).create(&tmp)?;
         init_tables(&db)?;
         drop(db);

@@ -82,7 +82,18 @@ pub(crate) enum Placed {
 /// the file through the new name (`FlushFileBuffers`) forces the volume's log, which holds
 /// the name, to disk.
 pub(crate) fn place_new(tmp: &Path, path: &Path, lock: &Path, dir: &Path) -> io::Result<Placed> {
-    let placed = match fs::hard_link(tmp, path) {
+    place_new_with(|from, to| fs::hard_link(from, to), tmp, path, lock, dir)
+}
+
+/// [`place_new`] with `link` for `fs::hard_link` (tests stand in a file system without).
+fn place_new_with(
+    link: impl FnOnce(&Path, &Path) -> io::Result<()>,
+    tmp: &Path,
+    path: &Path,
+    lock: &Path,
+    dir: &Path,
+) -> io::Result<Placed> {
+    let placed = match link(tmp, path) {
         Ok(()) => Placed::Linked,
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(Placed::Existed),
         Err(e) if no_hard_links(&e) => {
@@ -149,5 +160,128 @@ fn sync_name(path: &Path, dir: &Path) -> io::Result<()> {
     {
         let _ = path;
         File::open(dir)?.sync_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier};
+
+    /// What `link` answers on a file system without hard links, on this OS.
+    fn no_links(_: &Path, _: &Path) -> io::Result<()> {
+        // EPERM on Unix, ERROR_INVALID_FUNCTION on Windows: both 1.
+        Err(io::Error::from_raw_os_error(1))
+    }
+
+    fn tmp_with(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+        let p = dir.join(name);
+        fs::write(&p, bytes).unwrap();
+        p
+    }
+
+    #[test]
+    fn without_hard_links_a_rename_places_the_file_and_never_replaces_one() {
+        let d = tempfile::tempdir().unwrap();
+        let (path, lock) = (d.path().join("q"), d.path().join(".q.create-lock"));
+        let tmp = tmp_with(d.path(), "t1", b"first");
+        let placed = place_new_with(no_links, &tmp, &path, &lock, d.path()).unwrap();
+        assert_eq!(placed, Placed::Renamed);
+        assert_eq!(fs::read(&path).unwrap(), b"first");
+        assert!(!tmp.exists(), "the temporary file became the queue file");
+        assert!(lock.exists(), "the create lock stays beside it");
+        // A second creator finds the name taken and leaves the file alone.
+        let tmp = tmp_with(d.path(), "t2", b"second");
+        let placed = place_new_with(no_links, &tmp, &path, &lock, d.path()).unwrap();
+        assert_eq!(placed, Placed::Existed);
+        assert_eq!(fs::read(&path).unwrap(), b"first");
+        assert_eq!(fs::read(&tmp).unwrap(), b"second", "left for the caller");
+    }
+
+    /// Creators racing for one name without hard links: exactly one file is placed, every
+    /// other creator sees it, and the file is the winner's, whole.
+    #[test]
+    fn racing_creators_without_hard_links_place_exactly_one_file() {
+        for round in 0..20 {
+            let d = Arc::new(tempfile::tempdir().unwrap());
+            let n = 6;
+            let gate = Arc::new(Barrier::new(n));
+            let handles: Vec<_> = (0..n)
+                .map(|i| {
+                    let (d, gate) = (d.clone(), gate.clone());
+                    std::thread::spawn(move || {
+                        let dir = d.path();
+                        let tmp =
+                            tmp_with(dir, &format!("t{i}"), format!("creator {i}").as_bytes());
+                        gate.wait();
+                        let placed = place_new_with(
+                            no_links,
+                            &tmp,
+                            &dir.join("q"),
+                            &dir.join(".q.create-lock"),
+                            dir,
+                        )
+                        .unwrap();
+                        (i, placed)
+                    })
+                })
+                .collect();
+            let results: Vec<(usize, Placed)> =
+                handles.into_iter().map(|h| h.join().unwrap()).collect();
+            let winners: Vec<usize> = results
+                .iter()
+                .filter(|(_, p)| *p == Placed::Renamed)
+                .map(|(i, _)| *i)
+                .collect();
+            assert_eq!(winners.len(), 1, "round {round}: {results:?}");
+            assert!(results.iter().all(|(_, p)| *p != Placed::Linked));
+            let content = fs::read_to_string(d.path().join("q")).unwrap();
+            assert_eq!(content, format!("creator {}", winners[0]), "round {round}");
+        }
+    }
+
+    #[test]
+    fn with_hard_links_the_link_places_the_file_and_an_existing_name_wins() {
+        let d = tempfile::tempdir().unwrap();
+        let (path, lock) = (d.path().join("q"), d.path().join(".q.create-lock"));
+        let tmp = tmp_with(d.path(), "t1", b"first");
+        assert_eq!(
+            place_new(&tmp, &path, &lock, d.path()).unwrap(),
+            Placed::Linked
+        );
+        assert!(!lock.exists(), "no lock file where links work");
+        let tmp = tmp_with(d.path(), "t2", b"second");
+        assert_eq!(
+            place_new(&tmp, &path, &lock, d.path()).unwrap(),
+            Placed::Existed
+        );
+        assert_eq!(fs::read(&path).unwrap(), b"first");
+    }
+
+    /// A link refused for a reason a rename shares (a missing directory) is that error, with
+    /// no fallback and nothing written.
+    #[test]
+    fn other_link_errors_are_returned_as_they_are() {
+        let d = tempfile::tempdir().unwrap();
+        let tmp = tmp_with(d.path(), "t", b"x");
+        let gone = d.path().join("no-such-dir");
+        let e = place_new(&tmp, &gone.join("q"), &gone.join(".q.create-lock"), &gone).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(!gone.exists());
+        assert_eq!(fs::read(&tmp).unwrap(), b"x");
+    }
+
+    #[test]
+    fn positional_reads_read_exactly_and_fail_past_the_end() {
+        let d = tempfile::tempdir().unwrap();
+        let p = tmp_with(d.path(), "f", &(0..=255u8).collect::<Vec<_>>());
+        let f = File::open(&p).unwrap();
+        let mut buf = [0u8; 4];
+        read_exact_at(&f, &mut buf, 100).unwrap();
+        assert_eq!(buf, [100, 101, 102, 103]);
+        read_exact_at(&f, &mut buf, 0).unwrap();
+        assert_eq!(buf, [0, 1, 2, 3]);
+        let e = read_exact_at(&f, &mut buf, 254).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
     }
 }

@@ -354,3 +354,106 @@ fn a_missing_directory_is_an_io_error_naming_it() {
     }
     assert!(!dir.path().join("no").exists());
 }
+
+/// A directory named by `var` (set by `.ci/run`, which mounts FAT volumes with fusefat), or
+/// `None` with a note when the machine has none: FAT cannot be mounted without FUSE.
+fn volume_dir(var: &str) -> Option<std::path::PathBuf> {
+    match std::env::var_os(var) {
+        Some(dir) => Some(dir.into()),
+        None => {
+            eprintln!("{var} not set: no such volume on this machine, nothing checked");
+            None
+        }
+    }
+}
+
+/// FAT32 and exFAT (SD cards, USB sticks) have no hard links: a new queue is created by a
+/// rename under a create lock kept beside it (`.<name>.create-lock`), and behaves as anywhere
+/// else: jobs kept across a reopen, a second open refused, a second create using the file.
+#[test]
+fn a_volume_without_hard_links_gets_its_queue_by_rename() {
+    let Some(dir) = volume_dir("LEASEQ_TEST_NO_LINK_DIR") else {
+        return;
+    };
+    let work = dir.join(format!("files-{}", std::process::id()));
+    fs::create_dir(&work).unwrap();
+    // The fixture really has no hard links (else this test would prove nothing).
+    fs::write(work.join("probe"), b"x").unwrap();
+    let link = fs::hard_link(work.join("probe"), work.join("probe2"));
+    assert!(link.is_err(), "{} allows hard links", dir.display());
+    fs::remove_file(work.join("probe")).unwrap();
+    let path = work.join("q.leaseq");
+    let q = Queue::open(&path).unwrap();
+    assert!(q.recovery().created);
+    let id = q.enqueue(b"kept", EnqueueOptions::default()).unwrap().id();
+    assert!(matches!(Queue::open(&path), Err(Error::AlreadyOpen { .. })));
+    drop(q);
+    let mut names: Vec<_> = fs::read_dir(&work)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, [".q.leaseq.create-lock", "q.leaseq"]);
+    let q = Queue::open(&path).unwrap();
+    assert!(!q.recovery().created);
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!((l.id(), l.payload()), (id, &b"kept"[..]));
+    l.ack().unwrap();
+    assert_consistent(&q);
+    drop(q);
+    // Creators racing for a new name there: one file, every open succeeds or is AlreadyOpen.
+    let path = work.join("raced.leaseq");
+    let results: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4).map(|_| s.spawn(|| Queue::open(&path))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(results.iter().any(|r| r.is_ok()), "{results:?}");
+    for r in &results {
+        assert!(matches!(r, Ok(_) | Err(Error::AlreadyOpen { .. })), "{r:?}");
+    }
+    drop(results);
+    let leftovers: Vec<_> = fs::read_dir(&work)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with(".leaseq-create"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    fs::remove_dir_all(&work).unwrap();
+}
+
+/// A read-only volume (`.ci/run` mounts one holding a queue file `q.leaseq` with one job): a
+/// new queue there is an `Io` error and creates nothing; the existing file is refused with a
+/// typed error and left byte-identical.
+#[test]
+fn a_read_only_volume_is_a_typed_error_and_nothing_is_written() {
+    let Some(dir) = volume_dir("LEASEQ_TEST_READ_ONLY_DIR") else {
+        return;
+    };
+    let before: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    match Queue::open(dir.join("new.leaseq")) {
+        Err(Error::Io(e)) => assert!(
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied
+            ),
+            "{e:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let existing = dir.join("q.leaseq");
+    let bytes = fs::read(&existing).unwrap();
+    let err = Queue::open(&existing).unwrap_err();
+    assert!(
+        matches!(err, Error::Io(_) | Error::Storage(_)),
+        "a typed I/O error: {err:?}"
+    );
+    assert_eq!(fs::read(&existing).unwrap(), bytes, "the file was written");
+    let after: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(before, after);
+}
