@@ -346,9 +346,15 @@ impl Builder {
     /// Opens the queue file at `path`, creating it if no file is there.
     ///
     /// A new file is created atomically: built at a temporary path beside it, closed,
-    /// fsynced, linked into place (never over an existing file), and the directory fsynced,
-    /// because a power loss inside redb's first create can leave a file redb refuses to open.
-    /// An existing file is never recreated or deleted. Before the queue is returned, every
+    /// flushed, hard-linked into place (never over an existing file), and the name made
+    /// durable (the directory fsynced on Unix; on Windows, where a directory cannot be
+    /// flushed, the file is flushed again through its new name, which forces NTFS's journal
+    /// holding the name to disk), because a power loss inside redb's first create can leave
+    /// a file redb refuses to open. On a file system without hard links (FAT32 and exFAT: SD
+    /// cards, USB sticks) the finished file is renamed into place instead, while holding an
+    /// exclusive lock on `.{name}.create-lock` beside it, which every creator of the name
+    /// takes and which stays there; a power loss on FAT, which keeps no journal, can still
+    /// damage the volume's own directory. An existing file is never recreated or deleted. Before the queue is returned, every
     /// lease left by a previous process goes back to ready, or dead when out of attempts, in
     /// one transaction ([`Queue::recovery`] reports it); the exclusive file lock proves that
     /// process is gone.
@@ -363,7 +369,10 @@ impl Builder {
     /// - `Corrupted` if redb or leaseq finds damage: with [`Builder::check_integrity`] on (the
     ///   default), a page of the file's trees altered outside redb is found at open; panics in
     ///   redb are caught;
-    /// - `Io` or `Storage` for I/O failures.
+    /// - `Io` for a directory that does not exist or cannot take a new file (read-only
+    ///   volume, no permission: the message names the directory; nothing is created);
+    /// - `Io` or `Storage` for other I/O failures, such as an existing file on a read-only
+    ///   volume (the file is left byte-identical).
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Queue> {
         let path = path.as_ref();
         let _span = tracing::info_span!("leaseq.open", path = %path.display()).entered();
