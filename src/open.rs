@@ -6,7 +6,6 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use redb::{Database, ReadableDatabase, ReadableTable, StorageBackend};
@@ -816,24 +815,8 @@ fn create_atomically(path: &Path) -> Result<()> {
             ),
         )));
     }
-    // Unique per process and per call, and short (the final name may be near the limit).
-    static CREATES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let tmp = dir.join(format!(
-        ".leaseq-create-{}-{}",
-        std::process::id(),
-        CREATES.fetch_add(1, Ordering::Relaxed)
-    ));
-    // A leftover of a crashed process that had our pid: nobody else can be using it.
-    let _ = fs::remove_file(&tmp);
+    let tmp = new_temp_file(&dir)?;
     let built = (|| -> Result<()> {
-        // Made here first, so that a directory or volume that cannot take a new file (read
-        // only, no permission, full) is a plain `Io` error naming the directory.
-        fs::File::create_new(&tmp).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("{}: cannot create the queue file here: {e}", dir.display()),
-            )
-        })?;
         let db = redb::Builder::new().set_cache_size(1 << 20).create(&tmp)?;
         init_tables(&db)?;
         drop(db);
@@ -844,6 +827,36 @@ fn create_atomically(path: &Path) -> Result<()> {
     })();
     let _ = fs::remove_file(&tmp);
     built
+}
+
+/// Creates an empty file with a new name in `dir` for building a queue file: the name has the
+/// process id and 64 random bits (`RandomState`'s keys), so processes that share the id (in
+/// other PID namespaces on a shared volume) do not share names, and `create_new` makes sure
+/// no other creator's file is taken. A directory or volume that cannot take a new file (read
+/// only, no permission, full) is an `Io` error naming the directory.
+fn new_temp_file(dir: &Path) -> Result<PathBuf> {
+    use std::hash::BuildHasher;
+    let cannot = |e: std::io::Error| {
+        Error::Io(std::io::Error::new(
+            e.kind(),
+            format!("{}: cannot create the queue file here: {e}", dir.display()),
+        ))
+    };
+    let random = std::collections::hash_map::RandomState::new();
+    let mut last = None;
+    for attempt in 0..8u32 {
+        let tmp = dir.join(format!(
+            ".leaseq-create-{}-{:016x}",
+            std::process::id(),
+            random.hash_one(attempt)
+        ));
+        match fs::File::create_new(&tmp) {
+            Ok(_) => return Ok(tmp),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(cannot(e)),
+        }
+    }
+    Err(cannot(last.expect("eight attempts made")))
 }
 
 /// The create lock of `path` on a file system without hard links: `.{name}.create-lock` in

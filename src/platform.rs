@@ -75,7 +75,11 @@ pub(crate) enum Placed {
 /// `EPERM` on Linux, `ERROR_INVALID_FUNCTION` on Windows) gets a rename done while holding an
 /// exclusive lock on `lock` (a small file kept beside the queue file): every creator of the
 /// name takes that lock and looks for the name first, so no rename ever replaces a file
-/// another creator put there. `tmp` is left for the caller to remove.
+/// another creator put there. `tmp` is left for the caller to remove. This holds while every
+/// creator of a name sees the same answer from `link` there (a file system either has hard
+/// links or not): a creator whose link succeeds takes no lock, so one whose link failed on
+/// the same directory for a reason of its own (a sandbox refusing only it) could rename over
+/// the linked file. The standard library has no rename that refuses to replace.
 ///
 /// Durability: on Unix the directory is fsynced after the name is in place. Windows cannot
 /// flush a directory through the standard library; NTFS journals the new name, and flushing
@@ -95,7 +99,7 @@ fn place_new_with(
 ) -> io::Result<Placed> {
     let placed = match link(tmp, path) {
         Ok(()) => Placed::Linked,
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(Placed::Existed),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Placed::Existed,
         Err(e) if no_hard_links(&e) => {
             let lock_file = fs::OpenOptions::new()
                 .create(true)
@@ -106,16 +110,18 @@ fn place_new_with(
             // by the OS if this process dies.
             lock_file.lock()?;
             match fs::symlink_metadata(path) {
-                Ok(_) => return Ok(Placed::Existed),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Ok(_) => Placed::Existed,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    fs::rename(tmp, path)?;
+                    Placed::Renamed
+                }
                 Err(e) => return Err(e),
             }
-            fs::rename(tmp, path)?;
-            sync_name(path, dir)?;
-            return Ok(Placed::Renamed);
         }
         Err(e) => return Err(e),
     };
+    // Also when another creator placed it: this caller is about to use the file, and that
+    // creator may not have made its name durable yet (or died before it could).
     sync_name(path, dir)?;
     Ok(placed)
 }

@@ -18,7 +18,7 @@
 use std::cell::Cell;
 use std::fmt;
 
-use bincode::config::Config;
+use bincode::config::{Config, Configuration, LittleEndian, Varint};
 use bincode::de::read::Reader;
 use bincode::error::DecodeError;
 use bincode::serde::OwnedSerdeDecoder;
@@ -172,19 +172,28 @@ impl Reader for LengthsReader<'_> {
 /// ([`MAX_DEPTH`]) and with every sequence and map length checked to fit a `usize` before
 /// bincode reads it ([`Lengths`]). Returns the value and the bytes read, as
 /// `bincode::serde::decode_from_slice`.
-pub(crate) fn decode_bincode<T: DeserializeOwned, C: Config>(
+///
+/// The configuration is bincode's standard one (little-endian varints, the encoding
+/// [`Lengths`] reads) with any byte limit `L`.
+pub(crate) fn decode_bincode<T: DeserializeOwned, L>(
     bytes: &[u8],
-    config: C,
-) -> Result<(T, usize), DecodeError> {
+    config: Configuration<LittleEndian, Varint, L>,
+) -> Result<(T, usize), DecodeError>
+where
+    Configuration<LittleEndian, Varint, L>: Config,
+{
     decode_bincode_within(bytes, config, MAX_DEPTH)
 }
 
 /// [`decode_bincode`] with `max` levels of nesting (tests use small ones).
-fn decode_bincode_within<T: DeserializeOwned, C: Config>(
+fn decode_bincode_within<T: DeserializeOwned, L>(
     bytes: &[u8],
-    config: C,
+    config: Configuration<LittleEndian, Varint, L>,
     max: usize,
-) -> Result<(T, usize), DecodeError> {
+) -> Result<(T, usize), DecodeError>
+where
+    Configuration<LittleEndian, Varint, L>: Config,
+{
     let lengths = Lengths::new(bytes);
     let mut decoder = OwnedSerdeDecoder::from_reader(LengthsReader(&lengths), config);
     let value = T::deserialize(Limited {

@@ -66,26 +66,54 @@ pub fn target_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
 }
 
 /// The runner cargo was given for this binary's target, split on whitespace as cargo does:
-/// the one `CARGO_TARGET_<TRIPLE>_RUNNER` whose triple starts with this binary's architecture
-/// and names its OS.
+/// the `CARGO_TARGET_<TRIPLE>_RUNNER` whose triple fits this binary's architecture, OS, C
+/// library and float ABI (the triple itself is not known to a test binary). Panics if two
+/// fit, rather than guess.
 fn runner() -> Option<Vec<String>> {
     if cfg!(windows) {
         return None;
     }
-    let arch = std::env::consts::ARCH.to_ascii_uppercase(); // ARM, AARCH64, X86_64
-    let os = match std::env::consts::OS {
-        "macos" | "ios" => "APPLE".to_string(),
-        other => other.to_ascii_uppercase(),
-    };
-    std::env::vars().find_map(|(key, value)| {
-        let triple = key.strip_prefix("CARGO_TARGET_")?.strip_suffix("_RUNNER")?;
-        let android = triple.contains("_ANDROID");
-        let ours = triple.starts_with(&arch)
+    let fits = |triple: &str| {
+        let parts: Vec<&str> = triple.split('_').collect();
+        let arch = parts.first().copied().unwrap_or_default();
+        let arch_fits = match std::env::consts::ARCH {
+            "x86" => matches!(arch, "I386" | "I586" | "I686"),
+            "arm" => arch.starts_with("ARM") || arch.starts_with("THUMB"),
+            // X86_64 is split in two by the underscore.
+            "x86_64" => triple.starts_with("X86_64_"),
+            other => arch == other.to_ascii_uppercase(),
+        };
+        let os = match std::env::consts::OS {
+            "macos" | "ios" => "APPLE".to_string(),
+            other => other.to_ascii_uppercase(),
+        };
+        let android = std::env::consts::OS == "android";
+        let last = parts.last().copied().unwrap_or_default();
+        let env_fits = match (cfg!(target_env = "musl"), cfg!(target_env = "gnu")) {
+            (true, _) => last.starts_with("MUSL"),
+            (_, true) => last.starts_with("GNU"),
+            _ => true,
+        };
+        let hard_float = last.ends_with("HF");
+        arch_fits
             && triple.contains(&os)
-            && (android == (std::env::consts::OS == "android"));
-        let words: Vec<String> = value.split_whitespace().map(String::from).collect();
-        (ours && !words.is_empty()).then_some(words)
-    })
+            && triple.contains("_ANDROID") == android
+            && env_fits
+            && (std::env::consts::ARCH != "arm" || hard_float == cfg!(target_abi = "eabihf"))
+    };
+    let mut found: Vec<(String, Vec<String>)> = std::env::vars()
+        .filter_map(|(key, value)| {
+            let triple = key.strip_prefix("CARGO_TARGET_")?.strip_suffix("_RUNNER")?;
+            let words: Vec<String> = value.split_whitespace().map(String::from).collect();
+            (fits(triple) && !words.is_empty()).then(|| (key.clone(), words))
+        })
+        .collect();
+    assert!(
+        found.len() <= 1,
+        "several cargo runners fit this target: {:?}; set only one",
+        found.iter().map(|(k, _)| k).collect::<Vec<_>>()
+    );
+    found.pop().map(|(_, words)| words)
 }
 
 /// Environment variable naming the scenario a re-executed test binary runs as a child.
