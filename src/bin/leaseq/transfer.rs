@@ -83,32 +83,37 @@ enum Source {
     Spooled { spool: BufWriter<File> },
 }
 
+/// Stdin as a file and where it stands, when it is a regular file (read twice, no spool).
+fn stdin_as_file() -> Option<(File, u64)> {
+    let mut file = stdin_handle()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let start = file.stream_position().ok()?;
+    Some((file, start))
+}
+
+/// A second handle on stdin, as a `File`.
 #[cfg(unix)]
-fn stdin_as_file() -> Option<(File, u64)> {
+fn stdin_handle() -> Option<File> {
     use std::os::fd::AsFd;
-    let fd = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
-    let mut file = File::from(fd);
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let start = file.stream_position().ok()?;
-    Some((file, start))
+    Some(File::from(
+        std::io::stdin().as_fd().try_clone_to_owned().ok()?,
+    ))
 }
 
+/// A second handle on stdin, as a `File`.
 #[cfg(windows)]
-fn stdin_as_file() -> Option<(File, u64)> {
+fn stdin_handle() -> Option<File> {
     use std::os::windows::io::AsHandle;
-    let handle = std::io::stdin().as_handle().try_clone_to_owned().ok()?;
-    let mut file = File::from(handle);
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let start = file.stream_position().ok()?;
-    Some((file, start))
+    Some(File::from(
+        std::io::stdin().as_handle().try_clone_to_owned().ok()?,
+    ))
 }
 
+/// Elsewhere stdin is always spooled.
 #[cfg(not(any(unix, windows)))]
-fn stdin_as_file() -> Option<(File, u64)> {
+fn stdin_handle() -> Option<File> {
     None
 }
 
