@@ -16,6 +16,10 @@
 //! 4. The counts table is compared with a direct single-pass count of the same files. The
 //!    last line is `verified: jobs=N lost=0 duplicate_effects=0 redeliveries=R crashes=K`,
 //!    and the exit code is non-zero if anything differs.
+//!
+//! Under an emulator that cannot start a foreign binary by itself (qemu-user without
+//! binfmt_misc), set `LEASEQ_DEMO_RUNNER` to the command that runs one (for example
+//! `qemu-arm -L /usr/arm-linux-gnueabihf`): each worker is started through it.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -32,6 +36,21 @@ const WORDS: TableDefinition<&str, u64> = TableDefinition::new("demo_words");
 const LINES: TableDefinition<&str, (u64, u32)> = TableDefinition::new("demo_lines");
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// A command running this binary (`exe`), through `LEASEQ_DEMO_RUNNER` when it is set (an
+/// emulator's command line, split on whitespace).
+fn worker_command(exe: &Path) -> Command {
+    let runner = std::env::var("LEASEQ_DEMO_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut cmd = Command::new(program);
+            cmd.args(words).arg(exe);
+            cmd
+        }
+        None => Command::new(exe),
+    }
+}
 
 fn words(line: &str) -> impl Iterator<Item = String> + '_ {
     line.split(|c: char| !c.is_alphanumeric() && c != '_')
@@ -177,7 +196,7 @@ fn run() -> Result<bool, Error> {
     let mut remaining = jobs;
     loop {
         let kill = crashes < crashes_min && remaining > 0;
-        let mut child = Command::new(&exe)
+        let mut child = worker_command(&exe)
             .arg("--worker")
             .arg(&queue_path)
             .stdout(Stdio::piped())
