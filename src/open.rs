@@ -368,15 +368,21 @@ impl Builder {
     /// - `Corrupted` if redb or leaseq finds damage: with [`Builder::check_integrity`] on (the
     ///   default), a page of the file's trees altered outside redb is found at open; panics in
     ///   redb are caught;
+    /// - `NotLeaseq` for a path that is a directory or anything but a regular file;
     /// - `Io` for a directory that does not exist or cannot take a new file (read-only
-    ///   volume, no permission: the message names the directory; nothing is created);
-    /// - `Io` or `Storage` for other I/O failures, such as an existing file on a read-only
-    ///   volume (the file is left byte-identical).
+    ///   volume, no permission: the message names the directory; nothing is created), and
+    ///   for an existing file that cannot be opened for writing (a read-only file or volume:
+    ///   kind `PermissionDenied` or `ReadOnlyFilesystem`, the message naming the file, which
+    ///   is left byte-identical). Every open writes (it returns orphaned leases), so there is
+    ///   no read-only open: copy a file from write-protected media to look at it. A name the
+    ///   platform refuses (on Windows `NUL`, `aux.leaseq`, `?` or `:` in a name) is an `Io`
+    ///   error of the OS's kind;
+    /// - `Io` or `Storage` for other I/O failures.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Queue> {
         let path = path.as_ref();
         let _span = tracing::info_span!("leaseq.open", path = %path.display()).entered();
         let started = std::time::Instant::now();
-        let r = guarded(|| self.open_path(path));
+        let r = guarded(|| self.open_path(path)).map_err(|e| naming(e, path));
         logged(&r, started);
         r
     }
@@ -827,6 +833,28 @@ fn create_atomically(path: &Path) -> Result<()> {
     })();
     let _ = fs::remove_file(&tmp);
     built
+}
+
+/// An `Io` error of an open said with the path (the OS's text names no file), unless it
+/// already names the path or its directory; any other error as it is.
+fn naming(e: Error, path: &Path) -> Error {
+    match e {
+        Error::Io(io) => {
+            let text = io.to_string();
+            let dir = path.parent().map(|d| d.display().to_string());
+            let named = text.contains(&path.display().to_string())
+                || dir.is_some_and(|d| !d.is_empty() && text.contains(&d));
+            if named {
+                Error::Io(io)
+            } else {
+                Error::Io(std::io::Error::new(
+                    io.kind(),
+                    format!("{}: {text}", path.display()),
+                ))
+            }
+        }
+        other => other,
+    }
 }
 
 /// Creates an empty file with a new name in `dir` for building a queue file: the name has the

@@ -72,7 +72,8 @@ pub(crate) enum Placed {
 /// A hard link is the one way the standard library offers to give a file a name only if
 /// the name is free, atomically, on every platform (`link(2)`, `CreateHardLinkW`). A file
 /// system without hard links (FAT32, exFAT: SD cards and USB sticks; `link` fails with
-/// `EPERM` on Linux, `ERROR_INVALID_FUNCTION` on Windows) gets a rename done while holding an
+/// `EPERM` on Linux, `ERROR_INVALID_FUNCTION` on Windows, `ERROR_ACCESS_DENIED` under wine)
+/// gets a rename done while holding an
 /// exclusive lock on `lock` (a small file kept beside the queue file): every creator of the
 /// name takes that lock and looks for the name first, so no rename ever replaces a file
 /// another creator put there. `tmp` is left for the caller to remove. This holds while every
@@ -146,8 +147,10 @@ fn no_hard_links(e: &io::Error) -> bool {
     }
     #[cfg(windows)]
     {
-        // ERROR_INVALID_FUNCTION (FAT, exFAT), ERROR_NOT_SUPPORTED.
-        matches!(e.raw_os_error(), Some(1) | Some(50))
+        // ERROR_INVALID_FUNCTION (Windows' FAT and exFAT), ERROR_NOT_SUPPORTED (some network
+        // and pooled drives), ERROR_ACCESS_DENIED (wine on exFAT; where it means a directory
+        // refusing new names, the rename is refused the same way).
+        matches!(e.raw_os_error(), Some(1) | Some(50) | Some(5))
     }
     #[cfg(not(any(unix, windows)))]
     {
