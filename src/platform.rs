@@ -6,6 +6,10 @@
 
 use std::fs::{self, File};
 use std::io;
+#[cfg(unix)]
+use std::os::unix::fs::FileExt;
+#[cfg(windows)]
+use std::os::windows::fs::FileExt;
 use std::path::Path;
 
 /// Reads exactly `buf.len()` bytes of `file` at byte `offset`.
@@ -15,12 +19,10 @@ use std::path::Path;
 pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
     #[cfg(unix)]
     {
-        use std::os::unix::fs::FileExt;
         file.read_exact_at(buf, offset)
     }
     #[cfg(windows)]
     {
-        use std::os::windows::fs::FileExt;
         let (mut done, mut at) = (0, offset);
         while done < buf.len() {
             match file.seek_read(&mut buf[done..], at) {

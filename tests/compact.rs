@@ -2,6 +2,7 @@
 
 mod common;
 
+#[cfg(feature = "sim")]
 use std::time::Duration;
 
 use common::{Fixture, all_ok, assert_consistent, bump};

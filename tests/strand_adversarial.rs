@@ -972,6 +972,7 @@ fn a_foreign_lease_refuses_the_whole_batch_and_writes_nothing() {
 /// The disk fails between the failing closure and the give-back commit: the call returns an
 /// error (not `Effect`), nothing of the effect is in the file, and after the "reboot" the
 /// reopen returns the job (its lease was durable).
+#[cfg(feature = "sim")]
 #[test]
 fn disk_failure_between_the_failing_closure_and_the_give_back() {
     use leaseq::sim::SimDisk;

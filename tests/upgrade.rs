@@ -8,7 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Fixture, T0_MS, assert_consistent};
+#[cfg(feature = "sim")]
+use common::T0_MS;
+use common::{Fixture, assert_consistent};
 use leaseq::{EnqueueOptions, Enqueued, JobId, JobState, Queue};
 
 const FIXTURE: &str = concat!(
