@@ -353,10 +353,11 @@ impl Builder {
     /// cards, USB sticks) the finished file is renamed into place instead, while holding an
     /// exclusive lock on `.{name}.create-lock` beside it, which every creator of the name
     /// takes and which stays there; a power loss on FAT, which keeps no journal, can still
-    /// damage the volume's own directory. An existing file is never recreated or deleted. Before the queue is returned, every
-    /// lease left by a previous process goes back to ready, or dead when out of attempts, in
-    /// one transaction ([`Queue::recovery`] reports it); the exclusive file lock proves that
-    /// process is gone.
+    /// damage the volume's own directory. An existing file is never recreated or deleted.
+    ///
+    /// Before the queue is returned, every lease left by a previous process goes back to
+    /// ready, or dead when out of attempts, in one transaction ([`Queue::recovery`] reports
+    /// it); the exclusive file lock proves that process is gone.
     ///
     /// # Errors
     /// - `InvalidOption` for a builder setting out of range (nothing is opened);

@@ -106,7 +106,7 @@ pub(crate) struct Lengths<'b> {
     pos: Cell<usize>,
 }
 
-/// bincode's varint markers: a `u64` in the next 8 bytes, a `u128` in the next 16.
+/// bincode's varint marker of a `u64` in the next 8 bytes (little-endian).
 const VARINT_U64: u8 = 253;
 
 impl<'b> Lengths<'b> {
