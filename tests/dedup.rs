@@ -217,3 +217,37 @@ fn a_jobs_own_retry_policy() {
     );
     let _ = JobId(0);
 }
+
+// C16: a dedup key held while its job lives is free once the job is gone, whether acked or
+// dead and purged: the next enqueue with the key is a new job, and every dedup entry left
+// names a live job (`check`).
+#[test]
+fn c16_a_key_is_free_after_ack_and_after_purge() {
+    let f = Fixture::new();
+    let q = f.builder().max_attempts(1).open(&f.path).unwrap();
+    let k = EnqueueOptions::default().dedup_key("k");
+    let a = q.enqueue(b"A", k.clone()).unwrap().id();
+    q.dequeue().unwrap().unwrap().ack().unwrap();
+    assert_eq!(q.purge(JobState::Dead).unwrap(), 0);
+    let b = match q.enqueue(b"B", k.clone()).unwrap() {
+        Enqueued::New(b) => b,
+        other => panic!("expected a new job, got {other:?}"),
+    };
+    assert_ne!(a, b);
+    assert_consistent(&q);
+    // B dies (one attempt), holds the key while dead, and lets it go when purged.
+    q.dequeue().unwrap().unwrap().nack("no").unwrap();
+    assert_eq!(q.job(b).unwrap().unwrap().state, JobState::Dead);
+    assert!(matches!(
+        q.enqueue(b"C", k.clone()).unwrap(),
+        Enqueued::DuplicateDead(id) if id == b
+    ));
+    assert_eq!(q.purge(JobState::Dead).unwrap(), 1);
+    let c = match q.enqueue(b"C", k).unwrap() {
+        Enqueued::New(c) => c,
+        other => panic!("expected a new job, got {other:?}"),
+    };
+    assert!(c != a && c != b);
+    assert_eq!(q.len().unwrap(), 1);
+    assert_consistent(&q);
+}

@@ -446,6 +446,8 @@ fn nack_puts_job_behind_available_work() {
     assert_eq!(order, vec![c, a, b]);
 }
 
+// C13: a job delayed 2 h, looked at every 10 min: scheduled, no attempt, no lease; at 2 h it
+// is delivered as attempt 1 with its lease from then.
 #[test]
 fn delayed_job_waits_without_attempts_or_lease() {
     let f = Fixture::new();

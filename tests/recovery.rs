@@ -215,3 +215,54 @@ fn committed_effect_survives_crash_and_is_never_applied_twice() {
     assert!(q.is_empty().unwrap());
     assert_consistent(&q);
 }
+
+/// The child side of `c12_a_delayed_job_keeps_its_due_time_across_a_crash`: at t = 0 it
+/// enqueues A with a 10 s delay and dies without closing the file (the crash, at t = 2 s).
+#[test]
+fn child_entry_delay() {
+    let Some((scenario, path)) = child_scenario() else {
+        return; // Only meaningful when re-executed by a parent test.
+    };
+    assert_eq!(scenario, "enqueue_delayed");
+    let clock = leaseq::ManualClock::new(common::T0_MS);
+    let q = Queue::builder().clock(clock).open(&path).unwrap();
+    let a = q
+        .enqueue(
+            b"A",
+            EnqueueOptions::default().delay(std::time::Duration::from_secs(10)),
+        )
+        .unwrap()
+        .id();
+    say(a);
+    ready_to_die();
+}
+
+// C12: a job delayed 10 s at t = 0, then a crash. A reopen at t = 5 s delivers nothing before
+// t = 10 s and delivers it at t = 11 s, with no enqueue in between; a reopen at t = 20 s
+// delivers it at once. Its due time is stored, not a timer of the dead process.
+#[test]
+fn c12_a_delayed_job_keeps_its_due_time_across_a_crash() {
+    for reopen_at_s in [5u64, 20] {
+        let f = Fixture::new();
+        let mut child = ChildProc::spawn("child_entry_delay", "enqueue_delayed", &f.path);
+        let said = child.until_ready();
+        child.kill();
+        let a: u64 = said[0].parse().unwrap();
+        let clock = leaseq::ManualClock::new(common::T0_MS + reopen_at_s * 1_000);
+        let q = Queue::builder().clock(clock.clone()).open(&f.path).unwrap();
+        assert_consistent(&q);
+        let info = q.job(leaseq::JobId(a)).unwrap().unwrap();
+        assert_eq!(info.state, JobState::Scheduled, "reopen at {reopen_at_s} s");
+        assert_eq!(info.attempts, 0);
+        if reopen_at_s < 10 {
+            assert!(q.dequeue().unwrap().is_none(), "due at 10 s, not before");
+            clock.set_ms(common::T0_MS + 9_999);
+            assert!(q.dequeue().unwrap().is_none(), "due at 10 s, not before");
+            clock.set_ms(common::T0_MS + 11_000);
+        }
+        let l = q.dequeue().unwrap().expect("due");
+        assert_eq!((l.id().0, l.attempt()), (a, 1));
+        l.ack().unwrap();
+        assert!(q.is_empty().unwrap());
+    }
+}
