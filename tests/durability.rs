@@ -177,3 +177,102 @@ fn power_loss_during_first_open_of_a_backend_leaves_a_usable_queue() {
         "no crash point left a usable queue ({headerless} headerless)"
     );
 }
+
+// C17: an enqueue with a dedup key whose commit fails (power lost at each write and sync it
+// makes) is an error; the handle refuses later writes; after the reopen the key either holds
+// A (its commit was durable after all: in doubt, as documented) or is free: the next enqueue
+// with the key is a new job, or a `Duplicate` naming a job that `job` finds. Never a key
+// naming a job that is not there.
+#[test]
+fn c17_a_failed_enqueue_never_leaves_a_key_naming_a_missing_job() {
+    let (mut new, mut duplicate, mut points) = (0, 0, 0);
+    for seed in 0..4u64 {
+        for i in 0..40u64 {
+            let disk = SimDisk::new(seed);
+            let q = open(&disk, Durability::Immediate).unwrap();
+            disk.crash_after(i);
+            let k = EnqueueOptions::default().dedup_key("k");
+            let first = q.enqueue(b"A", k.clone());
+            if first.is_ok() && !disk.is_crashed() {
+                break; // past the enqueue's last write
+            }
+            points += 1;
+            assert!(
+                first.is_err(),
+                "seed {seed} point {i}: Ok from a lost commit"
+            );
+            assert!(
+                q.enqueue(b"B", k.clone()).is_err(),
+                "the handle must refuse"
+            );
+            drop(q);
+            let (_after, q) = reopen(&disk, seed);
+            assert!(q.check().unwrap().is_empty(), "seed {seed} point {i}");
+            match q.enqueue(b"B", k).unwrap() {
+                leaseq::Enqueued::New(b) => {
+                    new += 1;
+                    assert_eq!(q.job(b).unwrap().unwrap().payload_bytes, 1);
+                }
+                leaseq::Enqueued::Duplicate(a) => {
+                    duplicate += 1;
+                    let info = q
+                        .job(a)
+                        .unwrap()
+                        .expect("the key names a job that is there");
+                    assert_eq!(q.len().unwrap(), 1, "{info:?}");
+                }
+                other => panic!("seed {seed} point {i}: {other:?}"),
+            }
+            assert!(q.check().unwrap().is_empty(), "seed {seed} point {i}");
+        }
+    }
+    eprintln!(
+        "c17: {points} crash points: key free after {new}, held by its job after {duplicate}"
+    );
+    assert!(points > 10, "only {points} crash points inside the enqueue");
+    assert!(
+        new > 0,
+        "no crash point lost the enqueue ({duplicate} kept it)"
+    );
+}
+
+// C11: a job A delayed 60 s beside a ready job B; at t = 30 s the dequeue that leases B meets
+// a storage error (the disk fails at its commit); after the reopen, with no enqueue in
+// between, B is delivered and a dequeue at t = 61 s delivers A: due times are read on every
+// dequeue, not kept by a timer that the error could stop.
+#[test]
+fn c11_a_storage_error_on_a_dequeue_does_not_lose_a_due_time() {
+    let disk = SimDisk::new(3);
+    let clock = ManualClock::new(1_000);
+    let q = Queue::builder()
+        .clock(clock.clone())
+        .open_backend(disk.backend())
+        .unwrap();
+    let a = q
+        .enqueue(
+            b"A",
+            EnqueueOptions::default().delay(std::time::Duration::from_secs(60)),
+        )
+        .unwrap()
+        .id();
+    let b = q.enqueue(b"B", EnqueueOptions::default()).unwrap().id();
+    clock.set_ms(31_000);
+    disk.crash_after(0);
+    assert!(q.dequeue().is_err(), "the dequeue meets the failed disk");
+    drop(q);
+    let after = SimDisk::from_image(disk.crash_image(), 3);
+    let clock = ManualClock::new(31_000);
+    let q = Queue::builder()
+        .clock(clock.clone())
+        .open_backend(after.backend())
+        .unwrap();
+    let l = q.dequeue().unwrap().expect("B, never leased durably");
+    assert_eq!(l.id(), b);
+    l.ack().unwrap();
+    assert!(q.dequeue().unwrap().is_none(), "not due before 61 s");
+    clock.set_ms(61_000);
+    let l = q.dequeue().unwrap().expect("due at 61 s");
+    assert_eq!((l.id(), l.attempt()), (a, 1));
+    l.ack().unwrap();
+    assert!(q.check().unwrap().is_empty());
+}
