@@ -1,0 +1,197 @@
+//! Operator actions on jobs by id or by state: requeue a dead job, remove a job, purge or
+//! requeue up to a bound of one state.
+
+use redb::ReadableTable;
+
+use crate::codec::StoredState;
+use crate::commit::Ctx;
+use crate::error::{Error, Result};
+use crate::job::{JobId, JobState};
+use crate::schema::QueueTables;
+
+use super::read::IndexKey;
+use super::tables::{Row, Tables};
+use super::validate::damaged;
+
+pub(crate) fn requeue_dead(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    id: u64,
+    now_ms: u64,
+) -> Result<Result<()>> {
+    let mut t = Tables::open(ctx.tx, tq)?;
+    let mut rec = match t.row(id)? {
+        Row::Good(rec) => rec,
+        Row::Damaged(why) => return Ok(Err(damaged(id, &why))),
+        Row::Missing => return Ok(Err(Error::JobNotFound { job_id: JobId(id) })),
+    };
+    if rec.state != StoredState::Dead {
+        return Ok(Err(Error::InvalidState {
+            job_id: JobId(id),
+            actual: rec.state.public(),
+            expected: "Dead",
+        }));
+    }
+    *ctx.dirty = true;
+    ctx.wake(t.tq.qid);
+    t.unindex(id, &rec)?;
+    rec.attempts = 0;
+    rec.run_at_ms = now_ms;
+    rec.seq = ctx.alloc_seq();
+    rec.state = StoredState::Ready;
+    t.put(id, &rec).map(Ok)
+}
+
+/// Deletes a job that is not leased (scheduled, ready or dead), releasing its dedup key. A
+/// damaged row (in any state: its state cannot be read) or a quarantined one is deleted too,
+/// with every index and dedup entry naming it: these scans read whole tables, which only
+/// damage repair pays. So is a leased job whose lease entry is missing (no sweep or reopen
+/// can find it), and a dead-letter entry naming no job.
+pub(crate) fn remove(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    id: u64,
+    now_ms: u64,
+) -> Result<Result<()>> {
+    let mut t = Tables::open(ctx.tx, tq)?;
+    match t.row(id)? {
+        Row::Good(rec) => {
+            if let StoredState::Leased { deadline_ms, .. } = rec.state
+                && t.leases()?.get((deadline_ms, id))?.is_some()
+            {
+                return Ok(Err(Error::InvalidState {
+                    job_id: JobId(id),
+                    actual: JobState::Leased,
+                    expected: "Scheduled, Ready or Dead",
+                }));
+            }
+            *ctx.dirty = true;
+            t.delete(id, &rec, now_ms).map(Ok)
+        }
+        Row::Damaged(_) => {
+            *ctx.dirty = true;
+            t.ready()?.retain(|(_, _, j), ()| j != id)?;
+            t.scheduled()?.retain(|(_, j), ()| j != id)?;
+            t.leases()?.retain(|(_, j), ()| j != id)?;
+            t.dead()?.remove(id)?;
+            t.dead_by_time()?.retain(|(_, j), ()| j != id)?;
+            t.drop_keys_of(id)?;
+            t.jobs.remove(id)?;
+            t.payloads()?.remove(id)?;
+            Ok(Ok(()))
+        }
+        Row::Missing => {
+            let quarantined = match ctx.tx.open_table(tq.quarantine()) {
+                Ok(mut q) => q.remove(id)?.is_some(),
+                Err(redb::TableError::TableDoesNotExist(_)) => false,
+                Err(e) => return Err(e.into()),
+            };
+            // A dead-letter entry naming no job is found by its id alone (the other indexes
+            // are keyed by time or place: a pass that meets such an entry drops it).
+            let stray_dead = t.dead()?.remove(id)?.is_some();
+            if stray_dead {
+                t.dead_by_time()?.retain(|(_, j), ()| j != id)?;
+            }
+            if !quarantined && !stray_dead {
+                return Ok(Err(Error::JobNotFound { job_id: JobId(id) }));
+            }
+            *ctx.dirty = true;
+            if quarantined {
+                t.drop_keys_of(id)?;
+                t.payloads()?.remove(id)?;
+            }
+            Ok(Ok(()))
+        }
+    }
+}
+
+/// Acts on up to `max` jobs of `state`, first in its index order: `Purge` deletes them
+/// (releasing their dedup keys), `Requeue` moves dead jobs back to ready with their attempts
+/// reset. A damaged row met on the way is quarantined, an entry naming no job dropped.
+/// Returns how many jobs were purged or requeued, and whether entries are left.
+pub(crate) fn sweep_state(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    state: JobState,
+    action: StateAction,
+    now_ms: u64,
+    max: usize,
+) -> Result<(u64, bool)> {
+    debug_assert!(state != JobState::Leased);
+    debug_assert!(action == StateAction::Purge || state == JobState::Dead);
+    let mut t = Tables::open(ctx.tx, tq)?;
+    // (job id, its index key) of the first `max + 1` entries (one more tells if more are left).
+    let ids: Vec<(u64, IndexKey)> = match state {
+        JobState::Ready => t
+            .ready()?
+            .iter()?
+            .take(max + 1)
+            .map(|e| {
+                e.map(|(k, _)| {
+                    let (r, s, i) = k.value();
+                    (i, (u64::from(r), s, i))
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        JobState::Scheduled => t
+            .scheduled()?
+            .iter()?
+            .take(max + 1)
+            .map(|e| e.map(|(k, _)| (k.value().1, (k.value().0, k.value().1, 0))))
+            .collect::<Result<_, _>>()?,
+        JobState::Dead => t
+            .dead()?
+            .iter()?
+            .take(max + 1)
+            .map(|e| e.map(|(k, _)| (k.value(), (k.value(), 0, 0))))
+            .collect::<Result<_, _>>()?,
+        JobState::Leased => return Ok((0, false)),
+    };
+    let more = ids.len() > max;
+    let mut done = 0;
+    for &(id, key) in ids.iter().take(max) {
+        *ctx.dirty = true;
+        match t.row(id)? {
+            Row::Good(mut rec) if rec.state.public() == state => match action {
+                StateAction::Purge => {
+                    t.delete(id, &rec, now_ms)?;
+                    done += 1;
+                }
+                StateAction::Requeue => {
+                    ctx.wake(t.tq.qid);
+                    t.unindex(id, &rec)?;
+                    rec.attempts = 0;
+                    rec.run_at_ms = now_ms;
+                    rec.seq = ctx.alloc_seq();
+                    rec.state = StoredState::Ready;
+                    t.put(id, &rec)?;
+                    done += 1;
+                }
+            },
+            row => {
+                // The entry does not match its row: drop it, then settle the row.
+                match state {
+                    JobState::Ready => {
+                        t.ready()?.remove((key.0 as u32, key.1, key.2))?;
+                    }
+                    JobState::Scheduled => {
+                        t.scheduled()?.remove((key.0, key.1))?;
+                    }
+                    _ => {
+                        t.dead()?.remove(id)?;
+                        t.dead_by_time()?.retain(|(_, j), ()| j != id)?;
+                    }
+                }
+                t.settle_stray(ctx, id, row, now_ms)?;
+            }
+        }
+    }
+    Ok((done, more))
+}
+
+/// What [`sweep_state`] does to each job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StateAction {
+    Purge,
+    Requeue,
+}

@@ -1,0 +1,542 @@
+//! The invariant checker behind `Queue::check`: every row, index and key table against the
+//! others, one function per invariant.
+
+use redb::ReadableTableMetadata;
+use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, TableHandle};
+
+use crate::codec::{JobRecord, PAYLOAD_INLINE_MAX, StoredState};
+use crate::error::Result;
+use crate::job::JobId;
+use crate::schema::{
+    FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QuarantineValue,
+    QueueTables, applied_key, priority_rank,
+};
+
+use super::read::quarantine_table;
+use super::registry::{named_queues, named_tables_present};
+
+/// Most violations `check` lists before it stops.
+const VIOLATIONS_MAX: usize = 1000;
+
+/// One broken invariant found by [`Queue::check`](crate::Queue::check).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The job concerned, when there is one.
+    pub job_id: Option<JobId>,
+    /// What is wrong.
+    pub detail: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.job_id {
+            Some(id) => write!(f, "job {id}: {}", self.detail),
+            None => f.write_str(&self.detail),
+        }
+    }
+}
+
+/// [`check`] over every queue of the file: the default queue, then each named one (its
+/// violations' details prefixed with the queue's name).
+pub(crate) fn check_file(db: &redb::Database) -> Result<Vec<Violation>> {
+    let mut out = check(db, &crate::schema::DEFAULT_TABLES)?;
+    let rtx = db.begin_read()?;
+    let named = named_queues(&rtx)?;
+    // Reverse: every queue's tables belong to a registered queue.
+    for table in rtx.list_tables()? {
+        let name = table.name().to_string();
+        if let Some(qid) = QueueTables::number_in(&name)
+            && !named.iter().any(|(_, n)| *n == qid)
+            && out.len() < VIOLATIONS_MAX
+        {
+            out.push(Violation {
+                job_id: None,
+                detail: format!("table {name} of queue number {qid}, which is not registered"),
+            });
+        }
+    }
+    for (name, qid) in &named {
+        named_tables_present(&rtx, name, QueueTables::named(*qid))?;
+    }
+    drop(rtx);
+    for (name, qid) in named {
+        for mut v in check(db, QueueTables::named(qid))? {
+            if out.len() >= VIOLATIONS_MAX {
+                return Ok(out);
+            }
+            v.detail = format!("queue {name:?}: {}", v.detail);
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// The violations found so far, at most `VIOLATIONS_MAX`.
+#[derive(Default)]
+struct Found {
+    out: Vec<Violation>,
+}
+
+impl Found {
+    fn add(&mut self, job: Option<u64>, detail: String) {
+        if self.out.len() < VIOLATIONS_MAX {
+            self.out.push(Violation {
+                job_id: job.map(JobId),
+                detail,
+            });
+        }
+    }
+}
+
+/// One queue's tables in a read snapshot, as the checks see them.
+struct Snapshot {
+    jobs: ReadOnlyTable<u64, &'static [u8]>,
+    ready: ReadOnlyTable<(u32, u64, u64), ()>,
+    scheduled: ReadOnlyTable<(u64, u64), ()>,
+    leases: ReadOnlyTable<(u64, u64), ()>,
+    dead: ReadOnlyTable<u64, ()>,
+    dead_by_time: ReadOnlyTable<(u64, u64), ()>,
+    dedup: ReadOnlyTable<&'static [u8], u64>,
+    dedup_windows: ReadOnlyTable<&'static [u8], u64>,
+    dedup_expiry: ReadOnlyTable<(u64, &'static [u8]), ()>,
+    applied: ReadOnlyTable<&'static [u8], u64>,
+    applied_by_time: ReadOnlyTable<(u64, &'static [u8]), ()>,
+    carriers: ReadOnlyTable<(&'static [u8], u64), ()>,
+    payloads: ReadOnlyTable<u64, &'static [u8]>,
+    /// Absent until the first job of the queue is quarantined.
+    quarantine: Option<ReadOnlyTable<u64, QuarantineValue>>,
+}
+
+impl Snapshot {
+    fn open(rtx: &ReadTransaction, tq: &'static QueueTables) -> Result<Snapshot> {
+        Ok(Snapshot {
+            jobs: rtx.open_table(tq.jobs())?,
+            ready: rtx.open_table(tq.ready())?,
+            scheduled: rtx.open_table(tq.scheduled())?,
+            leases: rtx.open_table(tq.leases())?,
+            dead: rtx.open_table(tq.dead())?,
+            dead_by_time: rtx.open_table(tq.dead_by_time())?,
+            dedup: rtx.open_table(tq.dedup())?,
+            dedup_windows: rtx.open_table(tq.dedup_windows())?,
+            dedup_expiry: rtx.open_table(tq.dedup_expiry())?,
+            applied: rtx.open_table(tq.applied())?,
+            applied_by_time: rtx.open_table(tq.applied_by_time())?,
+            carriers: rtx.open_table(tq.idem_jobs())?,
+            payloads: rtx.open_table(tq.payloads())?,
+            quarantine: quarantine_table(rtx, tq)?,
+        })
+    }
+
+    /// Job `id`'s record, if it has one that decodes.
+    fn record(&self, id: u64) -> Result<Option<JobRecord>> {
+        match self.jobs.get(id)? {
+            Some(g) => Ok(JobRecord::decode(g.value()).ok()),
+            None => Ok(None),
+        }
+    }
+
+    fn is_quarantined(&self, id: u64) -> Result<bool> {
+        match &self.quarantine {
+            Some(q) => Ok(q.get(id)?.is_some()),
+            None => Ok(false),
+        }
+    }
+}
+
+/// The file's id and token counters (`next_id`, `next_token`; 0 when missing).
+struct Counters {
+    next_id: u64,
+    next_token: u64,
+}
+
+/// Checks the invariants listed in ARCHITECTURE.md over a read snapshot of one queue: each
+/// job decodes and is in exactly one state; each state's index and the jobs table agree both
+/// ways; dedup entries point at the job that holds the key; counters are ahead of every id and
+/// token. Memory stays bounded: reverse checks look each index entry up instead of collecting
+/// ids.
+pub(crate) fn check(db: &redb::Database, tq: &'static QueueTables) -> Result<Vec<Violation>> {
+    let rtx = db.begin_read()?;
+    let mut found = Found::default();
+    let counters = check_meta(&rtx, &mut found)?;
+    let snap = Snapshot::open(&rtx, tq)?;
+    let counts = check_rows(&snap, &counters, &mut found)?;
+    check_index_sizes(&snap, counts, &mut found)?;
+    check_payload_rows(&snap, &mut found)?;
+    check_ready_entries(&snap, &mut found)?;
+    check_scheduled_entries(&snap, &mut found)?;
+    check_lease_entries(&snap, &mut found)?;
+    check_dead_entries(&snap, &mut found)?;
+    check_applied_markers(&snap, &mut found)?;
+    check_carriers(&snap, &mut found)?;
+    check_quarantine(&snap, &mut found)?;
+    check_dead_time_index(&snap, &mut found)?;
+    check_dedup_windows(&snap, &mut found)?;
+    check_dedup_holders(&snap, &mut found)?;
+    Ok(found.out)
+}
+
+/// The format version is current and the counters exist.
+fn check_meta(rtx: &ReadTransaction, found: &mut Found) -> Result<Counters> {
+    let meta = rtx.open_table(META)?;
+    let get = |k: &str| -> Result<Option<u64>> { Ok(meta.get(k)?.map(|g| g.value())) };
+    if get(META_FORMAT_VERSION)? != Some(FORMAT_VERSION) {
+        found.add(
+            None,
+            format!("format version is {:?}", get(META_FORMAT_VERSION)?),
+        );
+    }
+    let counters = Counters {
+        next_id: get(META_NEXT_ID)?.unwrap_or(0),
+        next_token: get(META_NEXT_TOKEN)?.unwrap_or(0),
+    };
+    if counters.next_id == 0 || counters.next_token == 0 {
+        found.add(None, "counters missing from leaseq_meta".into());
+    }
+    Ok(counters)
+}
+
+/// Every row, forward: its id (and token) below the counters, it decodes, its payload is
+/// where its record says, it is in its state's index, its caller key is listed among the
+/// carriers, and the dedup key it holds maps to it. Returns how many jobs are ready,
+/// scheduled, leased and dead.
+fn check_rows(snap: &Snapshot, counters: &Counters, found: &mut Found) -> Result<[u64; 4]> {
+    let Counters {
+        next_id,
+        next_token,
+    } = *counters;
+    let mut counts = [0u64; 4];
+    for entry in snap.jobs.iter()? {
+        let (k, val) = entry?;
+        let id = k.value();
+        if id == 0 || id >= next_id {
+            found.add(Some(id), format!("id not below next_id {next_id}"));
+        }
+        let rec = match JobRecord::decode(val.value()) {
+            Ok(r) => r,
+            Err(e) => {
+                found.add(Some(id), format!("record does not decode: {e}"));
+                continue;
+            }
+        };
+        check_payload_place(snap, id, &rec, found)?;
+        let indexed = match rec.state {
+            StoredState::Ready => {
+                counts[0] += 1;
+                snap.ready
+                    .get((priority_rank(rec.priority), rec.seq, id))?
+                    .is_some()
+            }
+            StoredState::Scheduled => {
+                counts[1] += 1;
+                snap.scheduled.get((rec.run_at_ms, id))?.is_some()
+            }
+            StoredState::Leased { token, deadline_ms } => {
+                counts[2] += 1;
+                if token == 0 || token >= next_token {
+                    found.add(
+                        Some(id),
+                        format!("token {token} not below next_token {next_token}"),
+                    );
+                }
+                snap.leases.get((deadline_ms, id))?.is_some()
+            }
+            StoredState::Dead => {
+                counts[3] += 1;
+                snap.dead.get(id)?.is_some()
+                    && snap.dead_by_time.get((rec.run_at_ms, id))?.is_some()
+            }
+        };
+        if !indexed {
+            found.add(
+                Some(id),
+                format!("{:?} but missing from its index", rec.state.public()),
+            );
+        }
+        if let Some(k) = rec.idempotency_key.as_deref()
+            && snap
+                .carriers
+                .get((applied_key(Some(k), id).as_slice(), id))?
+                .is_none()
+        {
+            found.add(
+                Some(id),
+                "carries an idempotency key leaseq_idem_jobs does not list".into(),
+            );
+        }
+        // A key held by a window may have been released (window ended) or taken over.
+        if let Some(key) = &rec.dedup_key
+            && rec.dedup_window_ms.is_none()
+            && snap.dedup.get(key.as_slice())?.map(|g| g.value()) != Some(id)
+        {
+            found.add(
+                Some(id),
+                "holds a dedup key the dedup table does not map to it".into(),
+            );
+        }
+    }
+    Ok(counts)
+}
+
+/// A payload above the inline limit is stored apart, and a payload stored apart has its row,
+/// which matches the record's length and checksum.
+fn check_payload_place(snap: &Snapshot, id: u64, rec: &JobRecord, found: &mut Found) -> Result<()> {
+    match &rec.payload_apart {
+        None if rec.payload.len() > PAYLOAD_INLINE_MAX => {
+            found.add(
+                Some(id),
+                "a payload above the inline limit is inline".into(),
+            );
+        }
+        None => {}
+        Some(r) => match snap.payloads.get(id)? {
+            None => found.add(
+                Some(id),
+                "payload stored apart, but its row is missing".into(),
+            ),
+            Some(p) => {
+                if let Err(e) = r.verify(p.value()) {
+                    found.add(Some(id), e.to_string());
+                }
+            }
+        },
+    }
+    Ok(())
+}
+
+/// Each state's index has exactly as many entries as jobs are in that state.
+fn check_index_sizes(snap: &Snapshot, counts: [u64; 4], found: &mut Found) -> Result<()> {
+    let lens = [
+        snap.ready.len()?,
+        snap.scheduled.len()?,
+        snap.leases.len()?,
+        snap.dead.len()?,
+    ];
+    for ((name, count), len) in ["ready", "scheduled", "leases", "dead"]
+        .iter()
+        .zip(counts)
+        .zip(lens)
+    {
+        if count != len {
+            found.add(
+                None,
+                format!("{count} jobs are {name} but its index has {len} entries"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Every payload row belongs to a job stored apart (or a quarantined one: its row stays
+/// until `remove`); a scan, since a missing row and a stray one would leave the counts
+/// equal.
+fn check_payload_rows(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    for e in snap.payloads.iter()? {
+        let id = e?.0.value();
+        if !(state_of_apart(&snap.jobs, id)? || snap.is_quarantined(id)?) {
+            found.add(Some(id), "payload row of no job".into());
+        }
+    }
+    Ok(())
+}
+
+/// Every ready entry names a ready job of that priority and sequence number.
+fn check_ready_entries(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    for e in snap.ready.iter()? {
+        let (rank, seq, id) = e?.0.value();
+        let ok = snap.record(id)?.is_some_and(|r| {
+            r.state == StoredState::Ready && priority_rank(r.priority) == rank && r.seq == seq
+        });
+        if !ok {
+            found.add(Some(id), "ready entry without a matching ready job".into());
+        }
+    }
+    Ok(())
+}
+
+/// Every scheduled entry names a scheduled job due at that time.
+fn check_scheduled_entries(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    for e in snap.scheduled.iter()? {
+        let (run_at, id) = e?.0.value();
+        let ok = snap
+            .record(id)?
+            .is_some_and(|r| r.state == StoredState::Scheduled && r.run_at_ms == run_at);
+        if !ok {
+            found.add(
+                Some(id),
+                "scheduled entry without a matching scheduled job".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Every lease entry names a leased job with that deadline.
+fn check_lease_entries(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    for e in snap.leases.iter()? {
+        let (deadline, id) = e?.0.value();
+        let ok = snap.record(id)?.is_some_and(
+            |r| matches!(r.state, StoredState::Leased { deadline_ms, .. } if deadline_ms == deadline),
+        );
+        if !ok {
+            found.add(Some(id), "lease entry without a matching leased job".into());
+        }
+    }
+    Ok(())
+}
+
+/// Every dead entry names a dead job.
+fn check_dead_entries(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    for e in snap.dead.iter()? {
+        let id = e?.0.value();
+        if !snap
+            .record(id)?
+            .is_some_and(|r| r.state == StoredState::Dead)
+        {
+            found.add(Some(id), "dead entry without a dead job".into());
+        }
+    }
+    Ok(())
+}
+
+/// Applied markers: only caller keys, each in the time index under its kept_since_ms, and
+/// the time index names only markers.
+fn check_applied_markers(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    for e in snap.applied.iter()? {
+        if e?.0.value().first() != Some(&1) {
+            found.add(None, "an applied marker that is not a caller key's".into());
+        }
+    }
+    check_time_index(
+        &snap.applied,
+        &snap.applied_by_time,
+        "applied marker",
+        found,
+    )
+}
+
+/// Each carrier entry names a live (or quarantined) job that carries that key.
+fn check_carriers(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    for e in snap.carriers.iter()? {
+        let entry = e?.0;
+        let (k, id) = entry.value();
+        let carried = match snap.record(id)? {
+            Some(r) => r
+                .idempotency_key
+                .as_deref()
+                .is_some_and(|ik| applied_key(Some(ik), id) == k),
+            None => snap.is_quarantined(id)?,
+        };
+        if !carried {
+            found.add(
+                Some(id),
+                "leaseq_idem_jobs names a job that does not carry the key".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Every quarantined job is reported, and none is also in the jobs table.
+fn check_quarantine(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    if let Some(q) = &snap.quarantine {
+        for e in q.iter()? {
+            let (k, row) = e?;
+            let id = k.value();
+            found.add(Some(id), format!("quarantined: {}", row.value().1));
+            if snap.jobs.get(id)?.is_some() {
+                found.add(Some(id), "both quarantined and in leaseq_jobs".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The dead jobs' time index has one entry per dead job.
+fn check_dead_time_index(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    if snap.dead_by_time.len()? != snap.dead.len()? {
+        found.add(
+            None,
+            format!(
+                "leaseq_dead_by_time has {} entries, leaseq_dead {}",
+                snap.dead_by_time.len()?,
+                snap.dead.len()?
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// Dedup windows and their expiry index agree both ways, and every window's key has a holder.
+fn check_dedup_windows(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    check_time_index(
+        &snap.dedup_windows,
+        &snap.dedup_expiry,
+        "dedup window",
+        found,
+    )?;
+    for e in snap.dedup_windows.iter()? {
+        let k = e?.0;
+        if snap.dedup.get(k.value())?.is_none() {
+            found.add(None, "a dedup window without a holder".into());
+        }
+    }
+    Ok(())
+}
+
+/// Every dedup entry names the job that holds the key, unless a window holds it.
+fn check_dedup_holders(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    for e in snap.dedup.iter()? {
+        let (k, holder) = e?;
+        let holder = holder.value();
+        // A quarantined job keeps its key until it is removed (reported above); a window
+        // holds its key whatever became of the job that took it.
+        let held = snap.dedup_windows.get(k.value())?.is_some() || snap.is_quarantined(holder)?;
+        let ok = held
+            || snap
+                .record(holder)?
+                .is_some_and(|r| r.dedup_key.as_deref() == Some(k.value()));
+        if !ok {
+            found.add(
+                Some(holder),
+                "dedup entry names a job that does not hold the key".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `table` (key → time) and its time index (time, key) agree both ways.
+fn check_time_index(
+    table: &ReadOnlyTable<&'static [u8], u64>,
+    index: &ReadOnlyTable<(u64, &'static [u8]), ()>,
+    what: &str,
+    found: &mut Found,
+) -> Result<()> {
+    for e in table.iter()? {
+        let (k, at) = e?;
+        if index.get((at.value(), k.value()))?.is_none() {
+            found.add(
+                None,
+                format!("{what} at {} missing from its time index", at.value()),
+            );
+        }
+    }
+    for e in index.iter()? {
+        let entry = e?.0;
+        let (at, k) = entry.value();
+        if table.get(k)?.map(|g| g.value()) != Some(at) {
+            found.add(
+                None,
+                format!("{what} time index entry at {at} without its entry"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether job `id` has a good record whose payload is stored apart.
+fn state_of_apart(jobs: &ReadOnlyTable<u64, &'static [u8]>, id: u64) -> Result<bool> {
+    Ok(jobs
+        .get(id)?
+        .is_some_and(|g| JobRecord::decode(g.value()).is_ok_and(|r| r.payload_apart.is_some())))
+}

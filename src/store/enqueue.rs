@@ -1,0 +1,184 @@
+//! Enqueue (new and imported records) and `Queue::write`: a caller's closure inside the group
+//! transaction, with the `Sink` that collects the jobs it enqueues.
+
+use redb::ReadableTable;
+
+use crate::codec::{JobRecord, StoredState};
+use crate::commit::Ctx;
+use crate::error::{BoxError, Error, Result};
+use crate::job::{Enqueued, JobId};
+use crate::schema::QueueTables;
+
+use super::retention::prune_windows;
+use super::tables::Tables;
+use super::{Config, PRUNE_PER_ACK_MAX};
+
+/// Adds validated records (from [`new_record`] or [`import_record`]) in order. A dedup key
+/// held by a live job, or by an earlier record of the same batch, makes that record a
+/// `Duplicate`. `now_ms` is when key holders and windows are judged: the call's time for an
+/// import (whose records keep their own `created_ms`), `None` for new records (created now).
+pub(crate) fn enqueue(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    records: &[JobRecord],
+    now_ms: Option<u64>,
+) -> Result<Vec<Enqueued>> {
+    let mut t = Tables::open(ctx.tx, tq)?;
+    enqueue_into(&mut t, ctx, records, now_ms)
+}
+
+/// [`enqueue`] on tables the running operation holds open.
+fn enqueue_into(
+    t: &mut Tables<'_>,
+    ctx: &mut Ctx<'_>,
+    records: &[JobRecord],
+    now_ms: Option<u64>,
+) -> Result<Vec<Enqueued>> {
+    let mut out = Vec::with_capacity(records.len());
+    for rec in records {
+        let now_ms = now_ms.unwrap_or(rec.created_ms);
+        if let Some(k) = &rec.dedup_key
+            && let Some((owner, by_window)) = t.key_holder(k, now_ms)?
+        {
+            // A lookup that found a window ended wrote (it released the key); this did not.
+            let dead = !by_window && t.dead()?.get(owner)?.is_some();
+            out.push(if dead {
+                Enqueued::DuplicateDead(JobId(owner))
+            } else {
+                Enqueued::Duplicate(JobId(owner))
+            });
+            continue;
+        }
+        let id = ctx.alloc_id();
+        *ctx.dirty = true;
+        ctx.wake(t.tq.qid);
+        let mut rec = rec.clone();
+        if rec.state == StoredState::Ready {
+            rec.seq = ctx.alloc_seq();
+        }
+        t.store_payload(id, &mut rec)?;
+        // An id in use is damage to the counters: the error aborts the whole transaction, so
+        // what this wrote over is never committed.
+        t.put_new(id, &rec)?;
+        if let Some(k) = &rec.dedup_key {
+            // Dedup windows past their end go as new keys come, a bounded few per key.
+            prune_windows(t, now_ms, PRUNE_PER_ACK_MAX)?;
+            t.dedup()?.insert(k.as_slice(), id)?;
+            // A window runs from the job's creation (an imported job's may be past: a window
+            // that already ended holds nothing beyond the live job).
+            if let Some(w) = rec.dedup_window_ms
+                && let end_ms = rec.created_ms.saturating_add(w)
+                && end_ms > now_ms
+            {
+                t.windows()?.insert(k.as_slice(), end_ms)?;
+                t.expiry()?.insert((end_ms, k.as_slice()), ())?;
+            }
+        }
+        t.carry_key(id, &rec)?;
+        out.push(Enqueued::New(JobId(id)));
+    }
+    Ok(out)
+}
+
+/// Where a caller's closure inside a group transaction enqueues ([`crate::Tx::enqueue`]): on
+/// the tables the running operation holds open (`ack_with`) or opens for it
+/// ([`write`]).
+pub(crate) trait Sink {
+    /// Adds validated records in order to queue `tq`, as [`enqueue`].
+    fn put(&mut self, tq: &'static QueueTables, records: &[JobRecord]) -> Result<Vec<Enqueued>>;
+}
+
+/// The [`Sink`] of one closure run. A storage error part-way through an enqueue leaves its
+/// writes half done: `broken` then makes the operation fail whatever the closure returns.
+pub(crate) struct TablesSink<'s, 't, 'c> {
+    pub(super) t: &'s mut Tables<'t>,
+    pub(super) ctx: &'s mut Ctx<'c>,
+    /// The jobs the running operation acks (deletes) when it commits: a dedup key one of them
+    /// holds only while live is free for a job enqueued here.
+    pub(super) acked: &'s [u64],
+    pub(super) broken: Option<String>,
+}
+
+impl Sink for TablesSink<'_, '_, '_> {
+    fn put(&mut self, tq: &'static QueueTables, records: &[JobRecord]) -> Result<Vec<Enqueued>> {
+        if let Some(why) = &self.broken {
+            return Err(Error::Effect(
+                format!("an earlier enqueue in this transaction failed: {why}").into(),
+            ));
+        }
+        let r = if tq.qid == self.t.tq.qid {
+            self.release_acked_keys(records)
+                .and_then(|()| enqueue_into(self.t, self.ctx, records, None))
+        } else {
+            // Another queue of the file: its tables, opened for this enqueue only.
+            Tables::open(self.t.tx, tq)
+                .and_then(|mut other| enqueue_into(&mut other, self.ctx, records, None))
+        };
+        if let Err(e) = &r {
+            self.broken = Some(e.to_string());
+        }
+        r
+    }
+}
+
+impl TablesSink<'_, '_, '_> {
+    /// Releases the dedup keys of `records` held (while live, not by a window) by a job this
+    /// operation acks: that job is gone when the transaction commits, so a follow-up with its
+    /// key takes the key instead of being answered `Duplicate` of a job that will not exist.
+    fn release_acked_keys(&mut self, records: &[JobRecord]) -> Result<()> {
+        if self.acked.is_empty() {
+            return Ok(());
+        }
+        for rec in records {
+            if let Some(k) = &rec.dedup_key
+                && let Some((owner, false)) = self.t.key_holder(k, rec.created_ms)?
+                && self.acked.contains(&owner)
+            {
+                self.t.dedup()?.remove(k.as_slice())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The closure's result, unless an enqueue inside it broke the transaction.
+    pub(super) fn settle<T>(self, ran: Result<T, BoxError>) -> Result<T> {
+        if let Some(why) = self.broken {
+            return Err(Error::Effect(
+                format!("an enqueue inside the transaction failed: {why}").into(),
+            ));
+        }
+        ran.map_err(Error::Effect)
+    }
+}
+
+/// Runs a caller's closure in the group transaction ([`crate::Queue::write`]): its own writes
+/// and the jobs it enqueues commit with the group. The closure's error (or panic) fails the
+/// call with `Effect`, and the group aborts so nothing of it commits.
+pub(crate) fn write<T>(
+    ctx: &mut Ctx<'_>,
+    cfg: &Config,
+    now_ms: u64,
+    f: &mut dyn FnMut(&crate::Tx<'_>) -> Result<T, BoxError>,
+) -> Result<T> {
+    let tq = cfg.tables;
+    let tx = ctx.tx;
+    // The caller's writes are unknown to leaseq: the group commits.
+    *ctx.dirty = true;
+    let mut t = Tables::open(tx, tq)?;
+    let mut sink = TablesSink {
+        t: &mut t,
+        ctx,
+        acked: &[],
+        broken: None,
+    };
+    let ran = run_closure(|| f(&crate::Tx::new(tx, *cfg, now_ms, &mut sink)));
+    sink.settle(ran)
+}
+
+/// Runs a caller's closure; a panic in it becomes its error.
+pub(super) fn run_closure<T>(f: impl FnOnce() -> Result<T, BoxError>) -> Result<T, BoxError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(panic) => Err(format!("closure panicked: {}", crate::panic_message(&*panic)).into()),
+    }
+}

@@ -1,0 +1,367 @@
+//! The calls checked against a lease's fencing token: ack, `ack_with` (the exactly-once
+//! effect), nack, snooze, fail, extend. A stale token is a refusal that writes nothing.
+
+use redb::ReadableTable;
+
+use crate::codec::{JobRecord, StoredState};
+use crate::commit::Ctx;
+use crate::error::{BoxError, Error, Result};
+use crate::job::{Applied, JobState};
+use crate::schema::{META, QueueTables, applied_key};
+
+use super::enqueue::{TablesSink, run_closure};
+use super::retention::prune_applied;
+use super::tables::Tables;
+use super::transition::retry_at_ms;
+use super::validate::lease_ms_checked;
+use super::{Config, PRUNE_PER_ACK_MAX};
+
+/// How a job whose `ack_with` closure failed is given back ([`crate::Outcome`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GiveBack {
+    /// Through the retry policy, or after this backoff (ms); dead when out of attempts.
+    Retry(Option<u64>),
+    /// Without charging the attempt, due after this delay (ms).
+    Snooze(u64),
+    /// Dead now.
+    Fail,
+}
+
+/// A lease whose `ack_with` closure failed in an earlier run of the call: how its job ends,
+/// and the last error it gets.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub reason: String,
+    pub how: GiveBack,
+}
+
+impl Failure {
+    /// The failure of a closure that returned `e`: an [`crate::Outcome`] decides how the
+    /// job ends (a delay above `DELAY_MAX` is refused there, and the job goes through the
+    /// retry policy with the refusal as its reason); any other error retries.
+    pub(crate) fn of(e: &BoxError) -> Failure {
+        let max_ms = crate::clock::duration_ms(crate::DELAY_MAX);
+        let refused = |d: std::time::Duration| Failure {
+            reason: format!(
+                "refused outcome: {e} (the delay of {} ms is above DELAY_MAX)",
+                d.as_millis()
+            ),
+            how: GiveBack::Retry(None),
+        };
+        match e.downcast_ref::<crate::Outcome>() {
+            Some(crate::Outcome::Snooze(d)) if crate::clock::duration_ms(*d) <= max_ms => Failure {
+                reason: e.to_string(),
+                how: GiveBack::Snooze(crate::clock::duration_ms(*d)),
+            },
+            Some(crate::Outcome::Fail(reason)) => Failure {
+                reason: reason.clone(),
+                how: GiveBack::Fail,
+            },
+            Some(crate::Outcome::Retry { after, reason })
+                if crate::clock::duration_ms(*after) <= max_ms =>
+            {
+                Failure {
+                    reason: reason.clone(),
+                    how: GiveBack::Retry(Some(crate::clock::duration_ms(*after))),
+                }
+            }
+            Some(crate::Outcome::Snooze(d) | crate::Outcome::Retry { after: d, .. }) => refused(*d),
+            None => Failure {
+                reason: e.to_string(),
+                how: GiveBack::Retry(None),
+            },
+        }
+    }
+}
+
+/// Acks every current lease of the batch; a lease that is not current (`LeaseLost`) or whose
+/// row is damaged (`Corrupted`) is reported in its place and changes nothing, so the others
+/// are not held up by it (as SQS's `DeleteMessageBatch` reports each entry).
+pub(crate) fn ack(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    leases: &[(u64, u64)],
+    now_ms: u64,
+) -> Result<Vec<Result<()>>> {
+    let mut t = Tables::open(ctx.tx, tq)?;
+    let mut out = Vec::with_capacity(leases.len());
+    let (mut keys, mut records) = (Vec::new(), Vec::new());
+    for &(id, token) in leases {
+        match t.lease_of(id, token)? {
+            Ok(rec) => {
+                keys.push((id, token));
+                records.push(rec);
+                out.push(Ok(()));
+            }
+            Err(e) => out.push(Err(e)),
+        }
+    }
+    if !keys.is_empty() {
+        *ctx.dirty = true;
+        t.delete_leased(&keys, &records, now_ms)?;
+    }
+    Ok(out)
+}
+
+/// The effect callback of [`ack_with`]: gets the transaction and the index of the lease in
+/// the batch.
+pub(crate) type Effect<'a> = dyn FnMut(&crate::Tx<'_>, usize) -> Result<(), BoxError> + 'a;
+
+/// A caller's effect for the whole batch: called once with the positions of the leases it
+/// covers.
+pub(crate) type EffectAll<'a> = dyn FnMut(&crate::Tx<'_>, &[usize]) -> Result<(), BoxError> + 'a;
+
+/// How [`ack_with`] runs the caller's effect: once per lease that needs it, or once for all
+/// of them (after the checks, before the deletes).
+pub(crate) enum EffectFn<'f, 'e> {
+    Each(&'f mut Effect<'e>),
+    All(&'f mut EffectAll<'e>),
+}
+
+/// Acks every current lease with its effect in this transaction (stale or damaged ones are
+/// reported in their place, as by [`ack`]). A lease whose idempotency key is already applied
+/// (also by an earlier lease of the same batch) is acked without its effect. A lease with
+/// `failed[i]` set had its effect fail in an earlier run of this call: its closure does not
+/// run again, and its job is given back with that error as its last error (as a nack through
+/// the retry policy, or dead when out of attempts), reported as `Effect`. A closure that fails now
+/// fails the whole transaction with `Effect`; the caller runs it again with that lease marked.
+pub(crate) fn ack_with(
+    ctx: &mut Ctx<'_>,
+    leases: &[(u64, u64)],
+    cfg: &Config,
+    now_ms: u64,
+    failed: &[Option<Failure>],
+    effect: &mut EffectFn<'_, '_>,
+) -> Result<Vec<Result<Applied>>> {
+    let tq = cfg.tables;
+    debug_assert_eq!(leases.len(), failed.len());
+    let tx = ctx.tx;
+    let mut t = Tables::open(tx, tq)?;
+    // Every leaseq table is held open while closures run, so redb refuses a closure that
+    // opens one (lazy opening would leave the unused index tables open to it).
+    t.open_all()?;
+    let mut applied = tx.open_table(tq.applied())?;
+    // Held open (unused) so a closure that opens `leaseq_meta` is refused by redb as well.
+    let _meta = tx.open_table(META)?;
+    let mut out = Vec::with_capacity(leases.len());
+    let (mut keys, mut records) = (Vec::new(), Vec::new());
+    // Held open (as every leaseq table) while closures run.
+    let mut by_time = tx.open_table(tq.applied_by_time())?;
+    let mut new_markers = 0;
+    // With `EffectFn::All`, the leases whose effect runs (once, after the loop).
+    let mut pending = Vec::new();
+    // The jobs this call deletes if it commits (current leases whose effect did not fail
+    // before): follow-ups enqueued by the closures may take the dedup keys they hold.
+    let mut acked = Vec::new();
+    // Each row read once: no row changes before the deletes at the end but a failed lease's
+    // own (given back below; closures cannot write leaseq's tables, and their enqueues take
+    // new ids). A job named by two leases of the batch is read again at each.
+    let mut read: Vec<Option<Result<JobRecord>>> = Vec::with_capacity(leases.len());
+    for (i, &(id, token)) in leases.iter().enumerate() {
+        let found = t.lease_of(id, token)?;
+        if failed[i].is_none() && found.is_ok() {
+            acked.push(id);
+        }
+        read.push(Some(found));
+    }
+    if leases.len() > 1 {
+        let mut ids: Vec<u64> = leases.iter().map(|&(id, _)| id).collect();
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            read.iter_mut().for_each(|r| *r = None);
+        }
+    }
+    for (i, &(id, token)) in leases.iter().enumerate() {
+        let found = match read[i].take() {
+            Some(found) => found,
+            None => t.lease_of(id, token)?,
+        };
+        let rec = match found {
+            Ok(rec) => rec,
+            Err(e) => {
+                out.push(Err(e));
+                continue;
+            }
+        };
+        *ctx.dirty = true;
+        if let Some(f) = &failed[i] {
+            ctx.wake(t.tq.qid);
+            match f.how {
+                GiveBack::Retry(backoff_ms) => {
+                    let at_ms = match backoff_ms {
+                        Some(b) => now_ms.saturating_add(b),
+                        None => retry_at_ms(cfg, id, &rec, now_ms),
+                    };
+                    t.end_attempt(ctx, id, rec, &f.reason, now_ms, at_ms)?;
+                }
+                GiveBack::Snooze(delay_ms) => t.snooze_leased(ctx, id, rec, now_ms, delay_ms)?,
+                GiveBack::Fail => t.fail_leased(id, rec, &f.reason, now_ms)?,
+            }
+            out.push(Err(Error::Effect(f.reason.clone().into())));
+            continue;
+        }
+        // Only a caller's idempotency key gets a marker. A job without one is keyed by its
+        // own id, and that marker would guard nothing: ids are never reused, and the effect
+        // and the removal of the job commit together, so no later delivery can ask.
+        let key = rec
+            .idempotency_key
+            .as_deref()
+            .map(|k| applied_key(Some(k), id));
+        let already = match &key {
+            Some(k) => applied.get(k.as_slice())?.is_some(),
+            None => false,
+        };
+        if already {
+            out.push(Ok(Applied::AlreadyApplied));
+        } else {
+            match effect {
+                // leaseq's tables stay open: the closure may open any table but `leaseq_*`
+                // ones (redb would refuse those as already open), and enqueue follow-up jobs
+                // through them. A panic in it becomes an error like any other, so the group
+                // aborts cleanly.
+                EffectFn::Each(f) => {
+                    let mut sink = TablesSink {
+                        t: &mut t,
+                        ctx,
+                        acked: &acked,
+                        broken: None,
+                    };
+                    let ran = run_closure(|| f(&crate::Tx::new(tx, *cfg, now_ms, &mut sink), i));
+                    sink.settle(ran)?;
+                }
+                // Run once below, for every lease that needs it.
+                EffectFn::All(_) => pending.push(i),
+            }
+            if let Some(k) = &key {
+                applied.insert(k.as_slice(), now_ms)?;
+                by_time.insert((now_ms, k.as_slice()), ())?;
+                new_markers += 1;
+            }
+            out.push(Ok(Applied::Now));
+        }
+        keys.push((id, token));
+        records.push(rec);
+    }
+    if let EffectFn::All(f) = effect
+        && !pending.is_empty()
+    {
+        let mut sink = TablesSink {
+            t: &mut t,
+            ctx,
+            acked: &acked,
+            broken: None,
+        };
+        let ran = run_closure(|| f(&crate::Tx::new(tx, *cfg, now_ms, &mut sink), &pending));
+        sink.settle(ran)?;
+    }
+    if !keys.is_empty() {
+        t.delete_leased(&keys, &records, now_ms)?;
+    }
+    // Markers past their retention go as new ones come, a bounded few per new one.
+    if new_markers > 0
+        && let Some(retention_ms) = cfg.applied_retention_ms
+    {
+        let max = PRUNE_PER_ACK_MAX * new_markers;
+        prune_applied(
+            &mut t,
+            &mut applied,
+            &mut by_time,
+            now_ms,
+            retention_ms,
+            max,
+        )?;
+        debug_assert!(*ctx.dirty, "an ack_with that wrote a marker is dirty");
+    }
+    Ok(out)
+}
+
+// The calls aimed at one job below answer `Ok(Err(refusal))` for a refusal about that job
+// (`LeaseLost`, `Corrupted` for its damaged row, ...): nothing was written, and the group
+// commit goes on without replaying its other members. An outer `Err` aborts the group.
+
+/// The record of lease `(id, token)`, or the refusal, as the first step of a call on it.
+macro_rules! lease_or_refuse {
+    ($t:expr, $id:expr, $token:expr) => {
+        match $t.lease_of($id, $token)? {
+            Ok(rec) => rec,
+            Err(refusal) => return Ok(Err(refusal)),
+        }
+    };
+}
+
+/// Ends the attempt of lease `(id, token)` with `reason`: due after `backoff_ms`, or after the
+/// retry policy's delay when `None`; dead when out of attempts.
+pub(crate) fn nack(
+    ctx: &mut Ctx<'_>,
+    cfg: &Config,
+    (id, token): (u64, u64),
+    now_ms: u64,
+    backoff_ms: Option<u64>,
+    reason: &str,
+) -> Result<Result<JobState>> {
+    let tq = cfg.tables;
+    let mut t = Tables::open(ctx.tx, tq)?;
+    let rec = lease_or_refuse!(t, id, token);
+    let at = match backoff_ms {
+        Some(b) => now_ms
+            .checked_add(b)
+            .ok_or_else(|| Error::invalid_option("backoff", "due time overflows"))?,
+        None => retry_at_ms(cfg, id, &rec, now_ms),
+    };
+    *ctx.dirty = true;
+    ctx.wake(t.tq.qid);
+    t.end_attempt(ctx, id, rec, reason, now_ms, at).map(Ok)
+}
+
+/// Gives a leased job back without charging its attempt: due at `now_ms + delay_ms` (ready
+/// at once for 0), its attempt count back down by one, its snooze count up by one. Never
+/// dead-letters; the last error is kept as it was.
+pub(crate) fn snooze(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    (id, token): (u64, u64),
+    now_ms: u64,
+    delay_ms: u64,
+) -> Result<Result<()>> {
+    let mut t = Tables::open(ctx.tx, tq)?;
+    let rec = lease_or_refuse!(t, id, token);
+    if now_ms.checked_add(delay_ms).is_none() {
+        return Err(Error::invalid_option("delay", "due time overflows"));
+    }
+    *ctx.dirty = true;
+    t.snooze_leased(ctx, id, rec, now_ms, delay_ms).map(Ok)
+}
+
+pub(crate) fn fail(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    (id, token): (u64, u64),
+    now_ms: u64,
+    reason: &str,
+) -> Result<Result<()>> {
+    let mut t = Tables::open(ctx.tx, tq)?;
+    let rec = lease_or_refuse!(t, id, token);
+    *ctx.dirty = true;
+    t.fail_leased(id, rec, reason, now_ms).map(Ok)
+}
+
+pub(crate) fn extend(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    id: u64,
+    token: u64,
+    now_ms: u64,
+    by: std::time::Duration,
+) -> Result<Result<u64>> {
+    let lease_ms = lease_ms_checked("extend", by)?;
+    let mut t = Tables::open(ctx.tx, tq)?;
+    let mut rec = lease_or_refuse!(t, id, token);
+    let deadline_ms = now_ms
+        .checked_add(lease_ms)
+        .ok_or_else(|| Error::invalid_option("extend", "deadline overflows"))?;
+    *ctx.dirty = true;
+    t.unindex(id, &rec)?;
+    rec.state = StoredState::Leased { token, deadline_ms };
+    t.put(id, &rec)?;
+    Ok(Ok(deadline_ms))
+}

@@ -1,0 +1,154 @@
+//! The file id and format upgrades of older files, run at open in the opening transaction.
+
+use redb::ReadableTable;
+
+use crate::codec::{JobRecord, PAYLOAD_INLINE_MAX, PayloadRef, StoredState};
+use crate::commit::Ctx;
+use crate::error::{Error, Result};
+use crate::schema::{FORMAT_VERSION, META, META_FILE_ID, META_FORMAT_VERSION, QUEUES, applied_key};
+
+/// The file's random id, if it has one yet.
+pub(crate) fn file_id(rtx: &redb::ReadTransaction) -> Result<Option<u64>> {
+    let meta = rtx.open_table(META)?;
+    Ok(meta
+        .get(META_FILE_ID)?
+        .map(|v| v.value())
+        .filter(|&id| id != 0))
+}
+
+/// The file's random id, drawn and written now if it has none (a commit only then).
+pub(crate) fn make_file_id(ctx: &mut Ctx<'_>) -> Result<u64> {
+    let mut meta = ctx.tx.open_table(META)?;
+    if let Some(id) = meta
+        .get(META_FILE_ID)?
+        .map(|v| v.value())
+        .filter(|&id| id != 0)
+    {
+        return Ok(id);
+    }
+    let id = random_u64();
+    meta.insert(META_FILE_ID, id)?;
+    *ctx.dirty = true;
+    Ok(id)
+}
+
+/// 64 random bits, never 0: std's randomly keyed SipHash over the time and process id.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(nanos);
+    h.write_u32(std::process::id());
+    h.finish().max(1)
+}
+
+/// Brings a file of an older format version to [`FORMAT_VERSION`], one step per version, in
+/// this transaction (run at open, before lease recovery). Returns the version it came from,
+/// or `None` if the file was current.
+///
+/// 1 → 2: the time index of the applied markers and the index of the caller idempotency keys
+/// live jobs carry are built from `leaseq_applied` and `leaseq_jobs`; markers of jobs' own ids
+/// (which guard nothing) are dropped. 2 → 3: payloads above 1 KiB move to `leaseq_payloads`.
+/// 3 → 4: the empty registry of named queues. 4 → 5: the version only (records of version 3
+/// are read as they are).
+///
+/// A row that fails its checks is skipped here: the pass that meets it quarantines it.
+pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
+    let tx = ctx.tx;
+    let mut meta = tx.open_table(META)?;
+    let version = meta
+        .get(META_FORMAT_VERSION)?
+        .map(|v| v.value())
+        .ok_or_else(|| Error::corrupted("leaseq_meta has no format version"))?;
+    match version {
+        FORMAT_VERSION => return Ok(None),
+        1..=4 => {}
+        _ => {
+            return Err(Error::UnsupportedVersion {
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+    }
+    *ctx.dirty = true;
+    if version == 1 {
+        upgrade_1_to_2(tx)?;
+    }
+    if version <= 2 {
+        upgrade_2_to_3(tx)?;
+    }
+    // 3 to 4: the registry of named queues, empty.
+    tx.open_table(QUEUES)?;
+    // 4 to 5: nothing to rewrite (version-4 records are written from now on).
+    meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
+    Ok(Some(version))
+}
+
+/// Format 1 to 2: the time index of applied markers (markers of jobs' own ids dropped), the
+/// carriers of caller keys, the dedup-window tables, the dead jobs by when they died.
+fn upgrade_1_to_2(tx: &redb::WriteTransaction) -> Result<()> {
+    let tq = &crate::schema::DEFAULT_TABLES;
+    let mut applied = tx.open_table(tq.applied())?;
+    applied.retain(|k, _| k.first() != Some(&0))?;
+    let mut by_time = tx.open_table(tq.applied_by_time())?;
+    for e in applied.iter()? {
+        let (k, at) = e?;
+        by_time.insert((at.value(), k.value()), ())?;
+    }
+    let jobs = tx.open_table(tq.jobs())?;
+    let mut idem = tx.open_table(tq.idem_jobs())?;
+    for e in jobs.iter()? {
+        let (id, row) = e?;
+        if let Ok(rec) = JobRecord::decode(row.value())
+            && let Some(k) = rec.idempotency_key.as_deref()
+        {
+            let key = applied_key(Some(k), id.value());
+            idem.insert((key.as_slice(), id.value()), ())?;
+        }
+    }
+    tx.open_table(tq.dedup_windows())?;
+    tx.open_table(tq.dedup_expiry())?;
+    let mut dead_by_time = tx.open_table(tq.dead_by_time())?;
+    for e in tx.open_table(tq.dead())?.iter()? {
+        let id = e?.0.value();
+        if let Some(row) = jobs.get(id)?
+            && let Ok(rec) = JobRecord::decode(row.value())
+            && rec.state == StoredState::Dead
+        {
+            dead_by_time.insert((rec.run_at_ms, id), ())?;
+        }
+    }
+    Ok(())
+}
+
+/// Format 2 to 3: every inline payload larger than `PAYLOAD_INLINE_MAX` moves to
+/// `leaseq_payloads` (one job at a time, so memory holds one payload). A row that does not
+/// decode is left for the passes that quarantine it.
+fn upgrade_2_to_3(tx: &redb::WriteTransaction) -> Result<()> {
+    let tq = &crate::schema::DEFAULT_TABLES;
+    let mut jobs = tx.open_table(tq.jobs())?;
+    let mut payloads = tx.open_table(tq.payloads())?;
+    let mut large = Vec::new();
+    for e in jobs.iter()? {
+        let (id, row) = e?;
+        if let Ok(rec) = JobRecord::decode(row.value())
+            && rec.payload.len() > PAYLOAD_INLINE_MAX
+        {
+            large.push(id.value());
+        }
+    }
+    for id in large {
+        let mut rec = match jobs.get(id)? {
+            Some(row) => JobRecord::decode(row.value())?,
+            None => continue,
+        };
+        let payload = std::mem::take(&mut rec.payload);
+        rec.payload_apart = Some(PayloadRef::of(&payload));
+        payloads.insert(id, payload.as_slice())?;
+        rec.validate()?;
+        jobs.insert(id, rec.encode()?.as_slice())?;
+    }
+    Ok(())
+}

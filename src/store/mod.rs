@@ -1,0 +1,105 @@
+//! The engine: every change leaseq makes to its tables, as functions over one open write
+//! transaction (a group commit's [`Ctx`](crate::commit::Ctx)), plus the read-only views.
+//!
+//! Each mutating function validates everything it can before its first write, so a refusal
+//! (`LeaseLost`, `InvalidOption`, ...) leaves the transaction untouched and the rest of the
+//! group can still commit. Each keeps the first invariant of ARCHITECTURE.md: a job is in
+//! exactly one state, and the state's index holds exactly the job's entry.
+//!
+//! The files, in the order a job meets them (callers outside `store` use the re-exports
+//! below, `store::dequeue` and so on):
+//!
+//! | file | what |
+//! |---|---|
+//! | `tables.rs` | `Tables`: one queue's tables in a write transaction; index, key and payload mechanics; quarantine |
+//! | `transition.rs` | the state changes shared by operations: end an attempt, snooze, fail, lease a record |
+//! | `validate.rs` | input checks and record building, before any write |
+//! | `enqueue.rs` | enqueue (new, imported), `Queue::write` and the closure's `Sink` |
+//! | `dequeue.rs` | the bounded sweep (due jobs, expired leases), then the dequeue |
+//! | `fenced.rs` | calls checked against a fencing token: ack, `ack_with`, nack, snooze, fail, extend |
+//! | `retention.rs` | bounded pruning of applied markers, dead jobs, dedup windows |
+//! | `admin.rs` | requeue, remove, purge or requeue by state |
+//! | `registry.rs` | named-queue numbers |
+//! | `migrate.rs` | the file id, format upgrades |
+//! | `recover.rs` | lease recovery at open |
+//! | `read.rs` | read-only views: peek, stats, one job, lists |
+//! | `check.rs` | the invariant checker behind `Queue::check` |
+
+use crate::schema::QueueTables;
+
+mod admin;
+mod check;
+mod dequeue;
+mod enqueue;
+mod fenced;
+mod migrate;
+mod read;
+mod recover;
+mod registry;
+mod retention;
+mod tables;
+mod transition;
+mod validate;
+
+pub(crate) use admin::{StateAction, remove, requeue_dead, sweep_state};
+pub use check::Violation;
+pub(crate) use check::check_file;
+pub(crate) use dequeue::dequeue;
+pub(crate) use enqueue::{Sink, enqueue, write};
+pub(crate) use fenced::{EffectFn, Failure, ack, ack_with, extend, fail, nack, snooze};
+pub(crate) use migrate::{file_id, make_file_id, upgrade};
+pub(crate) use read::{
+    is_applied, job, list, payload, probe, quarantined, quarantined_record, stats,
+};
+pub(crate) use recover::{check_leases, recover_leases};
+pub(crate) use registry::{find_queue, named_queues, queue_number};
+pub(crate) use retention::{prune, prune_dead_jobs, prune_dedup_windows};
+pub(crate) use validate::{import_record, lease_ms_checked, new_records};
+
+/// At most this many due scheduled jobs are promoted, and this many expired leases
+/// reclaimed, per dequeue: a sweep never makes one call slow.
+pub(crate) const SWEEP_MAX: usize = 256;
+
+/// `last_error` keeps at most this many bytes of a reason (cut at a char boundary).
+pub(crate) const REASON_BYTES_MAX: usize = 4096;
+
+/// Queue-wide settings an operation needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Config {
+    pub lease_ms: u64,
+    pub max_attempts: u32,
+    pub payload_bytes_max: usize,
+    /// Most payload bytes one dequeue batch hands out (its first job is always taken).
+    pub dequeue_batch_bytes: usize,
+    pub retry: crate::RetryPolicy,
+    /// How long an applied marker of a caller key is kept (`None`: forever).
+    pub applied_retention_ms: Option<u64>,
+    /// How long a dead job is kept (`None`: until removed).
+    pub dead_retention_ms: Option<u64>,
+    /// The queue's tables.
+    pub tables: &'static QueueTables,
+    /// The file's committer id (set once the file is open): which file the queue is in.
+    pub file: u64,
+    /// How `enqueue_value` encodes, and how `Lease::decode` reads a job that recorded none.
+    pub encoding: crate::Encoding,
+}
+
+/// At most this many expired applied markers are pruned per `ack_with` (twice what one
+/// lease adds, so the table cannot outgrow its retention); `Queue::prune` does the rest.
+pub(crate) const PRUNE_PER_ACK_MAX: usize = 2;
+
+/// A job handed out by a dequeue, before it becomes a `Lease`.
+#[derive(Debug)]
+pub(crate) struct Leased {
+    pub id: u64,
+    pub token: u64,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub deadline_ms: u64,
+    /// The lease duration this delivery got.
+    pub lease_ms: u64,
+    pub idempotency_key: Option<Vec<u8>>,
+    /// The encoding the job recorded, if any.
+    pub encoding: Option<crate::Encoding>,
+    pub payload: Vec<u8>,
+}

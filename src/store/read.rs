@@ -1,0 +1,287 @@
+//! Read-only views over a `ReadTransaction`: what a dequeue would find, stats, one job, its
+//! payload, lists, quarantine, applied markers.
+
+use redb::ReadableTableMetadata;
+use redb::{ReadOnlyTable, ReadTransaction, ReadableTable};
+
+use crate::codec::{JobRecord, StoredState};
+use crate::error::{Error, Result};
+use crate::job::{JobId, JobInfo, JobState, Quarantined, Stats};
+use crate::schema::{QuarantineValue, QueueTables, ReadyKey, applied_key};
+
+use super::validate::damaged;
+
+/// What a dequeue would find, read without a write transaction: whether anything is ready,
+/// due or expired now, and the earliest future due time or lease deadline.
+pub(crate) fn probe(
+    rtx: &ReadTransaction,
+    tq: &'static QueueTables,
+    now_ms: u64,
+) -> Result<(bool, Option<u64>)> {
+    let ready = rtx.open_table(tq.ready())?;
+    if !ready.is_empty()? {
+        return Ok((true, None));
+    }
+    let first_key = |def| -> Result<Option<u64>> {
+        let table = rtx.open_table::<(u64, u64), ()>(def)?;
+        let first = table.first()?;
+        Ok(first.map(|(k, _)| k.value().0))
+    };
+    let next_run = first_key(tq.scheduled())?;
+    let next_deadline = first_key(tq.leases())?;
+    let work = next_run.is_some_and(|t| t <= now_ms) || next_deadline.is_some_and(|t| t <= now_ms);
+    let next = [next_run, next_deadline].into_iter().flatten().min();
+    Ok((work, next))
+}
+
+pub(crate) fn stats(rtx: &ReadTransaction, tq: &'static QueueTables) -> Result<Stats> {
+    Ok(Stats {
+        total: rtx.open_table(tq.jobs())?.len()?,
+        scheduled: rtx.open_table(tq.scheduled())?.len()?,
+        ready: rtx.open_table(tq.ready())?.len()?,
+        leased: rtx.open_table(tq.leases())?.len()?,
+        dead: rtx.open_table(tq.dead())?.len()?,
+        applied: rtx.open_table(tq.applied())?.len()?,
+        dedup_keys: rtx.open_table(tq.dedup())?.len()?,
+        quarantined: match quarantine_table(rtx, tq)? {
+            Some(q) => q.len()?,
+            None => 0,
+        },
+    })
+}
+
+/// `leaseq_quarantine` in a snapshot, or `None` if nothing was ever quarantined in the file.
+pub(super) fn quarantine_table(
+    rtx: &ReadTransaction,
+    tq: &'static QueueTables,
+) -> Result<Option<ReadOnlyTable<u64, QuarantineValue>>> {
+    match rtx.open_table(tq.quarantine()) {
+        Ok(t) => Ok(Some(t)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Up to `max` quarantined rows, by job id, from `after` (exclusive) on.
+pub(crate) fn quarantined(
+    rtx: &ReadTransaction,
+    tq: &'static QueueTables,
+    after: Option<u64>,
+    max: usize,
+) -> Result<Vec<Quarantined>> {
+    let Some(q) = quarantine_table(rtx, tq)? else {
+        return Ok(Vec::new());
+    };
+    let start = after.map_or(0, |a| a.saturating_add(1));
+    if after == Some(u64::MAX) {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for e in q.range(start..)?.take(max) {
+        let (k, v) = e?;
+        let (quarantined_ms, reason, raw) = v.value();
+        out.push(Quarantined {
+            job_id: JobId(k.value()),
+            quarantined_ms,
+            reason: reason.to_string(),
+            record_bytes: raw.len(),
+        });
+    }
+    Ok(out)
+}
+
+/// The bytes of a quarantined row as they were found, or `None` if `id` is not quarantined.
+pub(crate) fn quarantined_record(
+    rtx: &ReadTransaction,
+    tq: &'static QueueTables,
+    id: u64,
+) -> Result<Option<Vec<u8>>> {
+    let Some(q) = quarantine_table(rtx, tq)? else {
+        return Ok(None);
+    };
+    Ok(q.get(id)?.map(|v| v.value().2.to_vec()))
+}
+
+pub(crate) fn job(
+    rtx: &ReadTransaction,
+    tq: &'static QueueTables,
+    id: u64,
+) -> Result<Option<JobInfo>> {
+    let jobs = rtx.open_table(tq.jobs())?;
+    let Some(v) = jobs.get(id)? else {
+        return quarantined_error(rtx, tq, id).map(|()| None);
+    };
+    let rec = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
+    Ok(Some(info(id, rec)))
+}
+
+/// `Corrupted` if job `id` (not in `leaseq_jobs`) is quarantined.
+fn quarantined_error(rtx: &ReadTransaction, tq: &'static QueueTables, id: u64) -> Result<()> {
+    if let Some(q) = quarantine_table(rtx, tq)?
+        && let Some(v) = q.get(id)?
+    {
+        return Err(Error::corrupted(format!(
+            "job {id} is quarantined: {}",
+            v.value().1
+        )));
+    }
+    Ok(())
+}
+
+/// A job as callers see it.
+pub(super) fn info(id: u64, rec: JobRecord) -> JobInfo {
+    let (lease_token, lease_deadline_ms) = match rec.state {
+        StoredState::Leased { token, deadline_ms } => (Some(token), Some(deadline_ms)),
+        _ => (None, None),
+    };
+    let payload_bytes = rec.payload_len();
+    JobInfo {
+        id: JobId(id),
+        state: rec.state.public(),
+        attempts: rec.attempts,
+        max_attempts: rec.max_attempts,
+        priority: rec.priority,
+        run_at_ms: rec.run_at_ms,
+        died_ms: (rec.state == StoredState::Dead).then_some(rec.run_at_ms),
+        lease_deadline_ms,
+        lease_token,
+        created_ms: rec.created_ms,
+        last_error: rec.last_error,
+        idempotency_key: rec.idempotency_key,
+        dedup_key: rec.dedup_key,
+        payload_bytes,
+        snoozes: rec.snoozes,
+        lease_ms: rec.lease_ms,
+        // A stored policy was validated when the record was read.
+        retry: rec.retry.and_then(|r| r.policy().ok()),
+        dedup_window_ms: rec.dedup_window_ms,
+        encoding: rec.encoding.and_then(crate::Encoding::from_tag),
+    }
+}
+
+/// The payload of job `id`, or `None` if no such job.
+pub(crate) fn payload(
+    rtx: &ReadTransaction,
+    tq: &'static QueueTables,
+    id: u64,
+) -> Result<Option<Vec<u8>>> {
+    let jobs = rtx.open_table(tq.jobs())?;
+    let Some(v) = jobs.get(id)? else {
+        return quarantined_error(rtx, tq, id).map(|()| None);
+    };
+    let rec = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
+    let Some(r) = rec.payload_apart else {
+        return Ok(Some(rec.payload));
+    };
+    let payloads = rtx.open_table(tq.payloads())?;
+    let v = payloads
+        .get(id)?
+        .ok_or_else(|| damaged(id, "payload: stored apart, but its row is missing"))?;
+    r.verify(v.value())
+        .map_err(|e| damaged(id, &e.to_string()))?;
+    Ok(Some(v.value().to_vec()))
+}
+
+/// A place in one state's index, as a `(u64, u64, u64)` key: ready `(rank, seq, id)`,
+/// scheduled `(run_at_ms, id, 0)`, leased `(deadline_ms, id, 0)`, dead `(id, 0, 0)`.
+pub(crate) type IndexKey = (u64, u64, u64);
+
+/// Up to `limit` jobs in `state`, in that state's index order (ready: the order they will be
+/// dequeued; scheduled: by due time; leased: by deadline; dead: by id), after `after`. Rows
+/// that fail their checks are skipped (`check` reports them). Returns the jobs and, when the
+/// page is full, the key of its last entry, to continue from.
+pub(crate) fn list(
+    rtx: &ReadTransaction,
+    tq: &'static QueueTables,
+    state: JobState,
+    after: Option<IndexKey>,
+    limit: usize,
+) -> Result<(Vec<JobInfo>, Option<IndexKey>)> {
+    let keys: Vec<IndexKey> = match state {
+        JobState::Ready => {
+            let t = rtx.open_table(tq.ready())?;
+            let from = after.map(|(r, s, i)| (r as u32, s, i));
+            let it = match from {
+                Some(k) => t.range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded))?,
+                None => t.range::<ReadyKey>(..)?,
+            };
+            it.take(limit)
+                .map(|e| {
+                    e.map(|(k, _)| {
+                        let (r, s, i) = k.value();
+                        (u64::from(r), s, i)
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        }
+        JobState::Scheduled | JobState::Leased => {
+            let def = if state == JobState::Scheduled {
+                tq.scheduled()
+            } else {
+                tq.leases()
+            };
+            let t = rtx.open_table(def)?;
+            let it = match after {
+                Some((a, b, _)) => t.range((
+                    std::ops::Bound::Excluded((a, b)),
+                    std::ops::Bound::Unbounded,
+                ))?,
+                None => t.range::<(u64, u64)>(..)?,
+            };
+            it.take(limit)
+                .map(|e| {
+                    e.map(|(k, _)| {
+                        let (a, b) = k.value();
+                        (a, b, 0)
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        }
+        JobState::Dead => {
+            let t = rtx.open_table(tq.dead())?;
+            let it = match after {
+                Some((id, _, _)) => {
+                    t.range((std::ops::Bound::Excluded(id), std::ops::Bound::Unbounded))?
+                }
+                None => t.range::<u64>(..)?,
+            };
+            it.take(limit)
+                .map(|e| e.map(|(k, _)| (k.value(), 0, 0)))
+                .collect::<Result<_, _>>()?
+        }
+    };
+    let jobs = rtx.open_table(tq.jobs())?;
+    let mut out = Vec::with_capacity(keys.len());
+    for &key in &keys {
+        let id = match state {
+            JobState::Ready => key.2,
+            JobState::Scheduled | JobState::Leased => key.1,
+            JobState::Dead => key.0,
+        };
+        if let Some(v) = jobs.get(id)?
+            && let Ok(rec) = JobRecord::decode(v.value())
+            && rec.state.public() == state
+        {
+            out.push(info(id, rec));
+        }
+    }
+    // A full page may have more after it; a short one reached the end.
+    let next = if keys.len() == limit {
+        keys.last().copied()
+    } else {
+        None
+    };
+    Ok((out, next))
+}
+
+/// Whether the applied-ids marker for this idempotency key exists.
+pub(crate) fn is_applied(
+    rtx: &ReadTransaction,
+    tq: &'static QueueTables,
+    key: &[u8],
+) -> Result<bool> {
+    Ok(rtx
+        .open_table(tq.applied())?
+        .get(applied_key(Some(key), 0).as_slice())?
+        .is_some())
+}

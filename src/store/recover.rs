@@ -1,0 +1,94 @@
+//! Lease recovery at open: every lease of the file back to ready (or dead), and the read-only
+//! look at leased rows before it.
+
+use redb::{ReadTransaction, ReadableTable};
+
+use crate::commit::Ctx;
+use crate::error::{Error, Result};
+use crate::schema::{QUEUES, QueueTables};
+
+use super::registry::{named_queues, named_tables_present};
+use super::tables::Tables;
+use super::transition::{Ended, REASON_ABANDONED, end_lease_entry};
+
+/// What lease recovery at open did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Recovered {
+    pub returned: u64,
+    pub dead: u64,
+    pub quarantined: u64,
+}
+
+/// Returns every lease in the file to ready (or dead when out of attempts): run at open, when
+/// the file lock proves the process that held them is gone. A leased row that is damaged is
+/// quarantined and the rest are recovered.
+pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<Recovered> {
+    let named: Vec<u32> = {
+        let queues = ctx.tx.open_table(QUEUES)?;
+        let mut v = Vec::new();
+        for e in queues.iter()? {
+            v.push(e?.1.value());
+        }
+        v
+    };
+    let mut out = recover_queue_leases(ctx, &crate::schema::DEFAULT_TABLES, now_ms)?;
+    for qid in named {
+        if !(1..=crate::QUEUES_MAX).contains(&qid) {
+            return Err(Error::corrupted(format!(
+                "leaseq_queues: queue number {qid}"
+            )));
+        }
+        let r = recover_queue_leases(ctx, QueueTables::named(qid), now_ms)?;
+        out.returned += r.returned;
+        out.dead += r.dead;
+        out.quarantined += r.quarantined;
+    }
+    Ok(out)
+}
+
+/// [`recover_leases`] for one queue.
+fn recover_queue_leases(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    now_ms: u64,
+) -> Result<Recovered> {
+    let mut t = Tables::open(ctx.tx, tq)?;
+    let all: Vec<(u64, u64)> = t
+        .leases()?
+        .iter()?
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_, _>>()?;
+    let mut out = Recovered::default();
+    for entry in all {
+        *ctx.dirty = true;
+        ctx.wake(t.tq.qid);
+        match end_lease_entry(&mut t, ctx, entry, REASON_ABANDONED, None, now_ms)? {
+            Ended::Returned => out.returned += 1,
+            Ended::Dead => out.dead += 1,
+            Ended::Quarantined => out.quarantined += 1,
+            Ended::Stray => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Reads, over a read snapshot, every lease entry and the job row it names: what lease
+/// recovery at open will read, so damage that redb itself reports refuses the file before
+/// anything is written. A row that redb reads but that fails leaseq's own checks is not an
+/// error here: recovery quarantines it.
+pub(crate) fn check_leases(rtx: &ReadTransaction) -> Result<()> {
+    let mut all = vec![&crate::schema::DEFAULT_TABLES];
+    for (name, qid) in named_queues(rtx)? {
+        let tq = QueueTables::named(qid);
+        named_tables_present(rtx, &name, tq)?;
+        all.push(tq);
+    }
+    for tq in all {
+        let jobs = rtx.open_table(tq.jobs())?;
+        for e in rtx.open_table(tq.leases())?.iter()? {
+            let (_, id) = e?.0.value();
+            jobs.get(id)?;
+        }
+    }
+    Ok(())
+}

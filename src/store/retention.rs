@@ -1,0 +1,187 @@
+//! Bounded retention: pruning expired applied markers, dead jobs and dedup windows, a few per
+//! operation and the rest on `Queue::prune`.
+
+use redb::{ReadableTable, Table};
+
+use crate::codec::StoredState;
+use crate::commit::Ctx;
+use crate::error::Result;
+use crate::schema::QueueTables;
+
+use super::Config;
+use super::tables::{Row, Tables};
+
+/// Removes up to `max` applied markers whose retention (from their `kept_since_ms`) has
+/// passed, oldest first. A marker whose key a live job carries is kept: its retention starts
+/// again from now. Returns how many were removed, how many looked at (each one a write), and
+/// whether expired ones may remain.
+pub(super) fn prune_applied(
+    t: &mut Tables<'_>,
+    applied: &mut Table<'_, &'static [u8], u64>,
+    by_time: &mut Table<'_, (u64, &'static [u8]), ()>,
+    now_ms: u64,
+    retention_ms: u64,
+    max: usize,
+) -> Result<(u64, usize, bool)> {
+    let Some(cutoff_ms) = now_ms.checked_sub(retention_ms) else {
+        return Ok((0, 0, false));
+    };
+    let (expired, more) = due_entries(by_time, cutoff_ms, max)?;
+    let looked = expired.len();
+    let mut removed = 0;
+    for (at, key) in expired {
+        by_time.remove((at, key.as_slice()))?;
+        let carried = t
+            .idem()?
+            .range((key.as_slice(), 0)..=(key.as_slice(), u64::MAX))?
+            .next()
+            .is_some();
+        if carried {
+            applied.insert(key.as_slice(), now_ms)?;
+            by_time.insert((now_ms, key.as_slice()), ())?;
+        } else {
+            applied.remove(key.as_slice())?;
+            removed += 1;
+        }
+    }
+    Ok((removed, looked, more))
+}
+
+/// Deletes up to `max` dead jobs that died `retention_ms` or more before `now_ms`, oldest
+/// first, releasing their keys. An index entry that does not match its row is dropped (the
+/// row settled). Returns how many were deleted and whether more may be left.
+pub(super) fn prune_dead(
+    t: &mut Tables<'_>,
+    ctx: &mut Ctx<'_>,
+    now_ms: u64,
+    retention_ms: u64,
+    max: usize,
+) -> Result<(u64, bool)> {
+    let Some(cutoff_ms) = now_ms.checked_sub(retention_ms) else {
+        return Ok((0, false));
+    };
+    let old: Vec<(u64, u64)> = t
+        .dead_by_time()?
+        .range(..=(cutoff_ms, u64::MAX))?
+        .take(max + 1)
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_, _>>()?;
+    let more = old.len() > max;
+    let mut deleted = 0;
+    for (died_ms, id) in old.into_iter().take(max) {
+        *ctx.dirty = true;
+        match t.row(id)? {
+            Row::Good(rec) if rec.state == StoredState::Dead && rec.run_at_ms == died_ms => {
+                t.delete(id, &rec, now_ms)?;
+                deleted += 1;
+            }
+            row => {
+                t.dead_by_time()?.remove((died_ms, id))?;
+                t.settle_stray(ctx, id, row, now_ms)?;
+            }
+        }
+    }
+    Ok((deleted, more))
+}
+
+/// [`Queue::prune`](crate::Queue::prune)'s work on dead jobs in one transaction.
+pub(crate) fn prune_dead_jobs(
+    ctx: &mut Ctx<'_>,
+    cfg: &Config,
+    now_ms: u64,
+    max: usize,
+) -> Result<(u64, bool)> {
+    let tq = cfg.tables;
+    let Some(retention_ms) = cfg.dead_retention_ms else {
+        return Ok((0, false));
+    };
+    let mut t = Tables::open(ctx.tx, tq)?;
+    prune_dead(&mut t, ctx, now_ms, retention_ms, max)
+}
+
+/// An entry of a time index: (time_ms, key).
+type TimedKey = (u64, Vec<u8>);
+
+/// The first `max` entries of a time index `(time_ms, key)` with `time_ms <= up_to_ms`, oldest
+/// first, and whether more such entries are left.
+fn due_entries(
+    index: &Table<'_, (u64, &'static [u8]), ()>,
+    up_to_ms: u64,
+    max: usize,
+) -> Result<(Vec<TimedKey>, bool)> {
+    let empty: &[u8] = &[];
+    let mut due: Vec<TimedKey> = index
+        .range(..(up_to_ms.saturating_add(1), empty))?
+        .take(max.saturating_add(1))
+        .map(|e| {
+            e.map(|(k, _)| {
+                let (at, key) = k.value();
+                (at, key.to_vec())
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let more = due.len() > max;
+    due.truncate(max);
+    Ok((due, more))
+}
+
+/// Releases up to `max` dedup keys whose window has ended, earliest first (the jobs that
+/// held them are not touched). Returns how many were released and whether more may be left.
+pub(super) fn prune_windows(t: &mut Tables<'_>, now_ms: u64, max: usize) -> Result<(u64, bool)> {
+    let (ended, more) = due_entries(t.expiry()?, now_ms, max)?;
+    let mut released = 0;
+    for (end_ms, key) in ended {
+        let current = t.windows()?.get(key.as_slice())?.map(|v| v.value());
+        if current == Some(end_ms) {
+            t.end_window(&key, end_ms)?;
+            released += 1;
+        } else {
+            t.expiry()?.remove((end_ms, key.as_slice()))?;
+        }
+    }
+    Ok((released, more))
+}
+
+/// [`Queue::prune`](crate::Queue::prune)'s work on dedup windows in one transaction.
+pub(crate) fn prune_dedup_windows(
+    ctx: &mut Ctx<'_>,
+    tq: &'static QueueTables,
+    now_ms: u64,
+    max: usize,
+) -> Result<(u64, bool)> {
+    let mut t = Tables::open(ctx.tx, tq)?;
+    let (released, more) = prune_windows(&mut t, now_ms, max)?;
+    if released > 0 || more {
+        *ctx.dirty = true;
+    }
+    Ok((released, more))
+}
+
+/// [`Queue::prune`](crate::Queue::prune)'s work in one transaction: up to `max` expired
+/// applied markers. Returns how many were removed and whether more may be left.
+pub(crate) fn prune(
+    ctx: &mut Ctx<'_>,
+    cfg: &Config,
+    now_ms: u64,
+    max: usize,
+) -> Result<(u64, bool)> {
+    let tq = cfg.tables;
+    let Some(retention_ms) = cfg.applied_retention_ms else {
+        return Ok((0, false));
+    };
+    let mut t = Tables::open(ctx.tx, tq)?;
+    let mut applied = ctx.tx.open_table(tq.applied())?;
+    let mut by_time = ctx.tx.open_table(tq.applied_by_time())?;
+    let (removed, looked, more) = prune_applied(
+        &mut t,
+        &mut applied,
+        &mut by_time,
+        now_ms,
+        retention_ms,
+        max,
+    )?;
+    if looked > 0 {
+        *ctx.dirty = true;
+    }
+    Ok((removed, more))
+}

@@ -1,0 +1,216 @@
+//! Input validation and record building: every refusal of bad input happens here, before an
+//! operation's first write.
+
+use crate::codec::{JobRecord, StoredState};
+use crate::error::{Error, Result};
+use crate::job::{EnqueueOptions, JobState};
+
+use super::transition::REASON_ABANDONED;
+use super::{Config, REASON_BYTES_MAX};
+
+pub(super) fn truncate_reason(reason: &str) -> String {
+    if reason.len() <= REASON_BYTES_MAX {
+        return reason.to_string();
+    }
+    let mut end = REASON_BYTES_MAX;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    reason[..end].to_string()
+}
+
+/// The error of a call aimed at one job whose row is damaged.
+pub(super) fn damaged(id: u64, why: &str) -> Error {
+    Error::corrupted(format!(
+        "job {id}: record damaged ({why}); a dequeue quarantines it when it meets it (ready, \
+         due or expired), or delete it with Queue::remove"
+    ))
+}
+
+/// Checks a lease duration option: 1 ms to `LEASE_MAX`, whole milliseconds.
+pub(crate) fn lease_ms_checked(field: &'static str, d: std::time::Duration) -> Result<u64> {
+    let ms = crate::clock::duration_ms(d);
+    if ms == 0 {
+        return Err(Error::invalid_option(field, "must be at least 1 ms"));
+    }
+    if d > crate::LEASE_MAX {
+        return Err(Error::invalid_option(
+            field,
+            format!(
+                "{ms} ms is above the cap of {} ms",
+                crate::LEASE_MAX.as_millis()
+            ),
+        ));
+    }
+    Ok(ms)
+}
+
+fn check_key(field: &'static str, key: Option<&Vec<u8>>) -> Result<()> {
+    match key {
+        Some(k) if k.len() > crate::KEY_BYTES_MAX => Err(Error::KeyTooLong {
+            field,
+            size_bytes: k.len(),
+            limit_bytes: crate::KEY_BYTES_MAX,
+        }),
+        Some(k) if k.is_empty() => Err(Error::invalid_option(field, "must not be empty")),
+        _ => Ok(()),
+    }
+}
+
+/// Validates a batch of enqueues (1 to `BATCH_MAX` jobs) and builds their records.
+pub(crate) fn new_records<'p>(
+    cfg: &Config,
+    now_ms: u64,
+    jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
+) -> Result<Vec<JobRecord>> {
+    let mut records = Vec::new();
+    for (payload, opts) in jobs {
+        if records.len() == crate::BATCH_MAX {
+            return Err(Error::invalid_option(
+                "jobs",
+                format!("a batch holds 1 to {} items", crate::BATCH_MAX),
+            ));
+        }
+        records.push(new_record(cfg, now_ms, payload, &opts)?);
+    }
+    if records.is_empty() {
+        return Err(Error::invalid_option("jobs", "the batch is empty"));
+    }
+    Ok(records)
+}
+
+/// Validates one imported job and builds its record: as [`new_record`], then its state and
+/// history as given, checked against the record's invariants.
+pub(crate) fn import_record(
+    cfg: &Config,
+    now_ms: u64,
+    job: &crate::ImportJob,
+) -> Result<JobRecord> {
+    let opts = EnqueueOptions {
+        delay: None,
+        encoding: job.encoding,
+        ..job.options.clone()
+    };
+    let mut rec = new_record(cfg, now_ms, &job.payload, &opts)?;
+    rec.created_ms = job.created_ms.unwrap_or(now_ms);
+    rec.attempts = job.attempts;
+    rec.snoozes = job.snoozes;
+    rec.last_error = job.last_error.as_deref().map(truncate_reason);
+    rec.run_at_ms = job.run_at_ms.unwrap_or(now_ms);
+    let left = job.attempts < rec.max_attempts;
+    rec.state = match job.state {
+        JobState::Ready | JobState::Scheduled if !left => {
+            return Err(Error::invalid_option(
+                "attempts",
+                format!(
+                    "{} of {} made: a job still to run needs one left",
+                    job.attempts, rec.max_attempts
+                ),
+            ));
+        }
+        JobState::Ready => StoredState::Ready,
+        JobState::Scheduled => StoredState::Scheduled,
+        // A lease that ended without an ack, as the reopen after a crash returns it.
+        JobState::Leased => {
+            rec.run_at_ms = now_ms;
+            rec.last_error = Some(REASON_ABANDONED.to_string());
+            if left {
+                StoredState::Ready
+            } else {
+                StoredState::Dead
+            }
+        }
+        JobState::Dead => StoredState::Dead,
+    };
+    rec.validate()
+        .map_err(|e| Error::invalid_option("job", e.to_string()))?;
+    Ok(rec)
+}
+
+/// Validates one enqueue and builds its record (state and run_at set, id not yet known).
+pub(crate) fn new_record(
+    cfg: &Config,
+    now_ms: u64,
+    payload: &[u8],
+    opts: &EnqueueOptions,
+) -> Result<JobRecord> {
+    if payload.len() > cfg.payload_bytes_max {
+        return Err(Error::PayloadTooLarge {
+            size_bytes: payload.len(),
+            limit_bytes: cfg.payload_bytes_max,
+        });
+    }
+    check_key("idempotency_key", opts.idempotency_key.as_ref())?;
+    check_key("dedup_key", opts.dedup_key.as_ref())?;
+    let max_attempts = opts.max_attempts.unwrap_or(cfg.max_attempts);
+    if max_attempts == 0 || max_attempts > crate::MAX_ATTEMPTS_CAP {
+        return Err(Error::invalid_option(
+            "max_attempts",
+            format!("{max_attempts} is outside 1..={}", crate::MAX_ATTEMPTS_CAP),
+        ));
+    }
+    let lease_ms = opts
+        .lease
+        .map(|d| lease_ms_checked("lease", d))
+        .transpose()?;
+    let delay_ms = match opts.delay {
+        Some(d) if d > crate::DELAY_MAX => {
+            return Err(Error::invalid_option(
+                "delay",
+                format!("above the cap of {} ms", crate::DELAY_MAX.as_millis()),
+            ));
+        }
+        Some(d) => crate::clock::duration_ms(d),
+        None => 0,
+    };
+    let run_at_ms = now_ms
+        .checked_add(delay_ms)
+        .ok_or_else(|| Error::invalid_option("delay", "due time overflows"))?;
+    if let Some(p) = &opts.retry {
+        p.validate("retry")?;
+    }
+    let dedup_window_ms = match opts.dedup_window {
+        None => None,
+        Some(_) if opts.dedup_key.is_none() => {
+            return Err(Error::invalid_option("dedup_window", "needs a dedup key"));
+        }
+        // In whole milliseconds: 500 µs would be a window of 0.
+        Some(w) if crate::clock::duration_ms(w) == 0 || w > crate::DELAY_MAX => {
+            return Err(Error::invalid_option(
+                "dedup_window",
+                format!(
+                    "{} ms is outside 1 ms to {} ms (DELAY_MAX)",
+                    w.as_millis(),
+                    crate::DELAY_MAX.as_millis()
+                ),
+            ));
+        }
+        Some(w) => Some(crate::clock::duration_ms(w)),
+    };
+    if dedup_window_ms.is_some_and(|w| now_ms.checked_add(w).is_none()) {
+        return Err(Error::invalid_option("dedup_window", "its end overflows"));
+    }
+    Ok(JobRecord {
+        state: if delay_ms > 0 {
+            StoredState::Scheduled
+        } else {
+            StoredState::Ready
+        },
+        priority: opts.priority,
+        run_at_ms,
+        attempts: 0,
+        max_attempts,
+        lease_ms,
+        created_ms: now_ms,
+        seq: 0,
+        idempotency_key: opts.idempotency_key.clone(),
+        dedup_key: opts.dedup_key.clone(),
+        last_error: None,
+        payload: payload.to_vec(),
+        retry: opts.retry.as_ref().map(crate::codec::StoredRetry::new),
+        dedup_window_ms,
+        payload_apart: None,
+        snoozes: 0,
+        encoding: opts.encoding.map(crate::Encoding::tag),
+    })
+}
