@@ -1,9 +1,9 @@
 //! # leaseq
 //!
 //! An embedded, single-process, synchronous, persistent job queue stored in one
-//! [redb](https://docs.rs/redb) file. The README is the user guide (guarantees, durability,
-//! the exactly-once effect, external calls, typed jobs, stopping, named queues, running for
-//! years); ARCHITECTURE.md is the map of the code.
+//! [redb](https://docs.rs/redb) file. The [`guide`] is the user guide (the exactly-once
+//! effect, external calls, typed jobs, stopping, named queues, running for years, durability);
+//! ARCHITECTURE.md is the map of the code.
 //!
 //! - **At-least-once delivery, never a lost job.** An [`enqueue`](Queue::enqueue) that
 //!   returned `Ok` survives a crash or power loss (with the default
@@ -74,6 +74,7 @@ mod store;
 mod tx;
 mod worker;
 
+pub mod guide;
 #[cfg(feature = "nats")]
 pub mod relay;
 #[cfg(feature = "sim")]
