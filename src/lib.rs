@@ -49,8 +49,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Built on the public API above: [`WorkerPool`] (threads, heartbeats, shutdown), the `leaseq`
-//! tool (feature `cli`), and with feature `nats`, `relay`: store-and-forward between a queue
+//! Built on the public API above: [`worker`] ([`WorkerPool`]: threads, heartbeats, shutdown),
+//! the `leaseq` tool (feature `cli`), and with feature `nats`, `relay`: store-and-forward between a queue
 //! and a NATS JetStream stream.
 
 #![forbid(unsafe_code)]
@@ -72,13 +72,13 @@ mod scratch;
 mod stop;
 mod store;
 mod tx;
-mod worker;
 
 pub mod guide;
 #[cfg(feature = "nats")]
 pub mod relay;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod worker;
 
 // The README's Rust code blocks are compiled (and run, unless marked `no_run`) as doc tests.
 #[cfg(doctest)]

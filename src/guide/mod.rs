@@ -15,7 +15,7 @@
 //! | [`comparison`] | when you outgrow one machine: leaseq's concepts in SQS, River and NATS JetStream; moving the jobs |
 //! | [`platforms`] | file systems, per-platform advice, 32-bit targets |
 //!
-//! Elsewhere: the worker pool's guide is its module page, [`WorkerPool`](crate::WorkerPool); the NATS
+//! Elsewhere: the worker pool's guide is its module page, [`worker`](crate::worker); the NATS
 //! JetStream relay's is `leaseq::relay` (feature `nats`).
 
 #[doc = include_str!("exactly_once.md")]
