@@ -181,7 +181,7 @@ pub struct PoolStats {
     pub heartbeats: u64,
     /// Heartbeat extends that found the attempt over (`LeaseLost`); that job's heartbeat
     /// stopped. A beat under way as the job's own final commit lands counts here too (it
-    /// changes nothing, C39); more than that means leases expired under running handlers.
+    /// changes nothing); more than that means leases expired under running handlers.
     pub heartbeats_lost: u64,
     /// Other failed calls (a dequeue, a commit, a heartbeat: storage errors), each logged
     /// with `tracing`.
