@@ -1,9 +1,11 @@
 //! # leaseq
 //!
 //! An embedded, single-process, synchronous, persistent job queue stored in one
-//! [redb](https://docs.rs/redb) file. The README is the user guide (guarantees, durability,
-//! the exactly-once effect, external calls, typed jobs, stopping, named queues, running for
-//! years); ARCHITECTURE.md is the map of the code.
+//! [redb](https://docs.rs/redb) file. Link it into a desktop or edge app: no server, no
+//! network, no async runtime. Jobs survive crashes and power loss; consumers take them under
+//! leases with fencing tokens; [`Lease::ack_with`] commits your own writes, an applied marker
+//! and the ack in one transaction, so a job's effect on your tables happens exactly once even
+//! though delivery is at-least-once.
 //!
 //! - **At-least-once delivery, never a lost job.** An [`enqueue`](Queue::enqueue) that
 //!   returned `Ok` survives a crash or power loss (with the default
@@ -19,6 +21,8 @@
 //!   with a stale one returns [`Error::LeaseLost`] and changes nothing.
 //! - **Producer dedup** ([`EnqueueOptions::dedup_key`]) keeps one live job per key. It is not
 //!   exactly-once; consumer idempotency is.
+//!
+//! The README's guarantees table says what each guarantee does not cover.
 //!
 //! leaseq re-exports the redb it is built on as [`leaseq::redb`](redb), so an app's own
 //! tables need no direct redb dependency:
@@ -49,9 +53,36 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Built on the public API above: [`WorkerPool`] (threads, heartbeats, shutdown), the `leaseq`
-//! tool (feature `cli`), and with feature `nats`, `relay`: store-and-forward between a queue
-//! and a NATS JetStream stream.
+//! # The guide
+//!
+//! The [`guide`] module, one chapter per concept:
+//! [the exactly-once effect](guide::exactly_once) and external effects,
+//! [typed jobs](guide::typed_jobs), [stopping and long jobs](guide::stopping),
+//! [several queues in one file](guide::named_queues), [running for years](guide::operations),
+//! [durability](guide::durability), [when you outgrow one machine](guide::comparison),
+//! [platforms](guide::platforms).
+//!
+//! # Where things are
+//!
+//! - **Open a file**: [`Queue::open`], or [`Queue::builder`] for the settings ([`Builder`]:
+//!   lease, attempts, retry policy, retention, durability, integrity check); what the open
+//!   recovered is [`Recovery`].
+//! - **Produce**: [`Queue::enqueue`], [`Queue::enqueue_value`], [`Queue::enqueue_batch`] with
+//!   [`EnqueueOptions`]; the outbox: [`Queue::write`] and [`Tx::enqueue`].
+//! - **Consume**: [`Queue::dequeue`], [`Queue::dequeue_timeout`], [`Queue::dequeue_until`],
+//!   [`Queue::dequeue_batch`]; then the [`Lease`]: ack, `ack_with`, nack, snooze, fail, extend,
+//!   [`Heartbeat`]; an [`Outcome`] returned from a closure; [`RetryPolicy`] for the backoff.
+//! - **Stop**: [`Queue::close`] for the file, a [`StopSignal`] for some consumers.
+//! - **Several queues**: [`Queue::named`]. **Look and repair**: [`Queue::stats`],
+//!   [`Queue::jobs`], [`Queue::check`], [`Queue::prune`], [`Queue::purge`],
+//!   [`Queue::requeue_dead`], [`Queue::remove`], [`Queue::compact`].
+//! - **Errors**: one [`Error`] enum; every call's page lists its errors. **Limits**: the
+//!   constants ([`LEASE_MAX`], [`BATCH_MAX`], …). **Time**: whole milliseconds everywhere
+//!   (`Duration`s in, Unix-ms timestamps out), from a [`Clock`] ([`ManualClock`] in tests).
+//! - **Built on the public API**: [`worker`] ([`WorkerPool`]: threads, heartbeats, shutdown);
+//!   with feature `nats`, `relay`: store-and-forward between a queue and a NATS JetStream
+//!   stream; with feature `sim`, `sim`: a power-loss simulator for testing your own effects;
+//!   with feature `cli`, the `leaseq` tool (`docs/cli.md` in the source repository).
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -72,12 +103,13 @@ mod scratch;
 mod stop;
 mod store;
 mod tx;
-mod worker;
 
+pub mod guide;
 #[cfg(feature = "nats")]
 pub mod relay;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod worker;
 
 // The README's Rust code blocks are compiled (and run, unless marked `no_run`) as doc tests.
 #[cfg(doctest)]

@@ -5,13 +5,47 @@
 //! [`async_nats`], whose small runtime (one tokio worker thread per relay) stays inside the
 //! relay: the queue and your code stay synchronous.
 //!
-//! - [`Outbound`] leases jobs from a local queue, publishes each to a JetStream subject with a
-//!   `Nats-Msg-Id` header, waits for the server's `PubAck`, and only then acks the job locally
-//!   (in one commit per batch). While the server is unreachable the jobs wait in the file and
-//!   the app keeps enqueueing; they go out in queue order (priority, then age) when it returns.
-//! - [`Inbound`] consumes a stream with a durable pull consumer and enqueues each message into
-//!   a local queue, with the message's id as the job's dedup key and idempotency key, and sends
-//!   the JetStream ack only after the local enqueue committed.
+//! ```toml
+//! leaseq = { version = "0.1", features = ["nats"] }
+//! ```
+//!
+//! | direction | what the relay does | what is promised |
+//! |---|---|---|
+//! | out ([`Outbound`]) | leases up to `max_in_flight` jobs (256) from a local queue in one commit, publishes each to a JetStream subject with a `Nats-Msg-Id` header, waits for every `PubAck` (one shared timeout per batch), acks the stored ones locally in one commit | a job leaves the file only after the stream stored it; it goes again if its `PubAck` never came (the server, the network or the relay died), with the same message id, which the stream drops as a duplicate within its window |
+//! | in ([`Inbound`]) | a durable pull consumer; each pull (up to 256 messages) enqueued in one local commit with the message id as the job's dedup key and idempotency key; the JetStream acks after that commit | a message is acked only once it is a local job; one delivered again finds its job (dedup key) or, once that job ended, its applied marker ([`Lease::ack_with`](crate::Lease::ack_with) runs the effect once) |
+//!
+//! While the server is unreachable the jobs wait in the file and the app keeps enqueueing;
+//! they go out in queue order (priority, then age) when it returns.
+//!
+//! ```no_run
+//! use leaseq::relay::{Inbound, Outbound};
+//! use leaseq::{EnqueueOptions, Queue};
+//! use std::time::Duration;
+//!
+//! let file = Queue::open("edge.leaseq")?;
+//! let events = file.named("events")?;
+//! // Out: every job of `events` is published to `events.edge-1` of the stream EVENTS, then
+//! // acked locally. Works offline: the jobs wait in the file until the server is back.
+//! let out = Outbound::builder(&events, "nats://127.0.0.1:4222", "EVENTS", "events.edge-1").start()?;
+//! // The key is the message id in the whole stream: unique across devices.
+//! events.enqueue(b"door opened", EnqueueOptions::default().idempotency_key("edge-1/evt-17"))?;
+//!
+//! // In: the fleet's commands for this edge become jobs of `commands`, each acked to
+//! // JetStream only after its local commit.
+//! let commands = file.named("commands")?;
+//! let inbound = Inbound::builder(&commands, "nats://127.0.0.1:4222", "COMMANDS", "edge-1")
+//!     .filter_subject("commands.edge-1")
+//!     .start()?;
+//! if let Some(lease) = commands.dequeue_timeout(Duration::from_secs(1))? {
+//!     lease.ack_with(|_tx| Ok(()))?; // your writes: applied once per message id
+//! }
+//! println!("{:?} {:?}", out.stats(), inbound.stats().last_error);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! `cargo run --release --features nats --example edge_sync` runs an edge app recording
+//! offline, syncing when a server appears, and taking commands applied once. Measured
+//! throughput: `docs/performance.md` in the source repository.
 //!
 //! # Message ids and the windows
 //!
@@ -30,14 +64,16 @@
 //! publishes a failed job again as soon as the server answers, keeps its lease renewed
 //! meanwhile, and a restarted relay gets the jobs of a dead one back at the file's reopen; it
 //! does not publish to a stream whose window is shorter than its lease plus its publish
-//! timeout ([`OutboundBuilder::lease`]). **A copy published after the window is stored
+//! timeout ([`OutboundBuilder::lease`]; 30 s and 5 s by default, so a window of at least 35 s;
+//! its last error is then [`RelayError::InvalidOption`]). **A copy published after the window is stored
 //! twice**: a relay (or its app) down for longer than the window between a publish and its
 //! local ack. The message id is the same in both copies, so a consumer that applies by
 //! message id (as [`Inbound`] does, with `ack_with`) still applies it once.
 //!
 //! On the way in, the local key is the message id ([`message_key`]: a digest for an id longer
 //! than [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX)), or `{stream}:{stream created, ns}:{stream
-//! sequence}` for a message without one. The dedup key keeps one live local job per message,
+//! sequence}` for a message without one, so one key follows the work from one file to
+//! another. The dedup key keeps one live local job per message,
 //! and the idempotency key makes [`Lease::ack_with`](crate::Lease::ack_with) apply a message
 //! whose job already ended (a redelivery after the local job was acked) at most once, for as
 //! long as its applied marker is kept (`applied_retention`, 7 days by default). A message
@@ -56,9 +92,16 @@
 //! | an error the server returned (the stream's `max_msg_size`, a full stream with `discard: new`); no `PubAck` in time for some jobs of a batch while others got theirs | nacked: an attempt counted, retried after its backoff, dead after its last attempt with the server's reason ([`RelayError::Server`]) |
 //! | larger than the server's `max_payload` (payload and headers: about 100 bytes of headers) | dead at once, with the server's limit ([`RelayError::TooLarge`]): requeue it when the limit is raised |
 //!
-//! Every error is kept as the relay's [`RelayStats::last_error`], typed; none stops the relay,
-//! which retries with a backoff from 100 ms to [`OutboundBuilder::max_backoff`] (no busy
-//! loop). A disconnection shows at once (`ready` false). The relay stops when
+//! On the way in, a message too large for the local queue stays in the stream, unacked (a
+//! `nak` with a delay of a minute: [`RelayError::TooLargeForQueue`]); an existing consumer
+//! must use explicit acks and the filter asked for, or [`Inbound`] refuses it
+//! ([`RelayError::InvalidOption`]).
+//!
+//! Every error is kept as the relay's [`RelayStats::last_error`], typed, and
+//! [`Outbound::wait_ready`] returns it; none stops the relay, which retries with a backoff
+//! from 100 ms to [`OutboundBuilder::max_backoff`] (no busy loop: 50 jobs and an unreachable
+//! server cost under 0.3 s of CPU in 3.5 s, tested). A disconnection shows at once (`ready`
+//! false). The relay stops when
 //! [`Outbound::shutdown`] is called, when it is dropped, or when the file is closed
 //! ([`Queue::close`](crate::Queue::close)); jobs it still held go back then at no cost, behind
 //! the jobs waiting (as [`Lease::snooze`](crate::Lease::snooze)).
@@ -67,6 +110,15 @@
 //! connection on a message header that is not UTF-8, at each delivery of that message: an
 //! [`Inbound`] relay then reports it (a pinned [`RelayError::Server`] naming the consumer) and
 //! cannot pass it; it stays in the stream for an operator to remove.
+//!
+//! # Tested against a real `nats-server`
+//!
+//! `tests/relay.rs`, `tests/relay_kill.rs`, `tests/relay_adversarial.rs`: 10,000 jobs out
+//! while the server is SIGKILLed and restarted three times and the relay's process six times,
+//! each kill timed while jobs are in flight: every job in the stream exactly once (by message
+//! id and by payload), none left locally. 10,000 messages in, with the same kills of the
+//! worker's process: every message applied exactly once through `ack_with`. Both fail when the
+//! message ids or keys are made unstable across restarts.
 
 mod inbound;
 mod outbound;

@@ -20,20 +20,29 @@
 //! <message>` as its last error and the thread lives on), then ends the job and takes the
 //! next one in the same commit ([`Lease::ack_and_next`] / [`Lease::ack_with_and_next`]), so a
 //! busy worker pays one commit per job. The heartbeat stops only after that final commit
-//! returned.
+//! returned. An idle worker's dequeue waits at most [`PoolBuilder::idle_timeout`] before it
+//! looks again (an idle pool of 4 threads makes 4 dequeue calls in a second,
+//! [`PoolStats::polls`]).
 //!
 //! **Heartbeats.** One thread per pool extends the lease of every running job through its
 //! [`Heartbeat`](crate::Heartbeat), by the delivery's own lease ([`Lease::lease_ms`]) every
-//! third of it (both configurable), so a handler may run far longer than the lease while
-//! another consumer never gets its job. An extend that finds the attempt over (`LeaseLost`)
-//! drops that job's heartbeat; the core writes nothing for it.
+//! third of it ([`PoolBuilder::heartbeat_extend`], [`PoolBuilder::heartbeat_every`]), so a
+//! handler may run far longer than the lease while another consumer never gets its job. A
+//! job's heartbeat starts before its handler and stops after its final commit. An extend that
+//! finds the attempt over (`LeaseLost`, a beat landing just after the ack among them) drops
+//! that job's heartbeat; the core writes nothing for it.
 //!
 //! **Shutdown.** [`WorkerPool::shutdown`] stops taking jobs (idle workers wake at once), lets
 //! the running handlers finish within the grace, then gives back the leases of the handlers
 //! still running (ready at once, the attempt counted); heartbeats go on until each job's
-//! final commit and stop last. Dropping the pool shuts it down with
-//! [`PoolBuilder::drop_grace`] (default [`DROP_GRACE_DEFAULT`], 10 s). The pool never closes
-//! the file ([`Queue::close`]): it stops with its own [`StopSignal`].
+//! final commit and stop last. A job taken as the stop came goes back unstarted (snoozed: its
+//! attempt not charged). Dropping the pool shuts it down with [`PoolBuilder::drop_grace`]
+//! (default [`DROP_GRACE_DEFAULT`], 10 s). The pool never closes the file ([`Queue::close`]):
+//! it stops with its own [`StopSignal`].
+//!
+//! **Effect handlers run inside the queue's write transaction**: every other write of the
+//! file waits while one runs, so keep them to the writes. An [`Outcome`] returned there ends
+//! the job as it says ([`Lease::ack_with`] honours it in the commit after the failed one).
 //!
 //! ```
 //! use leaseq::{EnqueueOptions, Queue, WorkerPool};
@@ -56,6 +65,48 @@
 //! assert_eq!(report.given_back, 0);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Two pools on one file, a plain one on a named queue and an effect one on the default
+//! queue; the effect handler's writes and the ack commit together:
+//!
+//! ```
+//! use leaseq::redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
+//! use leaseq::{EnqueueOptions, Outcome, Queue, WorkerPool};
+//! use std::time::Duration;
+//!
+//! const PAID: TableDefinition<u64, u64> = TableDefinition::new("paid");
+//!
+//! let dir = tempfile::tempdir()?;
+//! let queue = Queue::open(dir.path().join("app.leaseq"))?;
+//! // Plain handler: Ok acks, Err retries through the policy, an Outcome snoozes or fails.
+//! let mailer = WorkerPool::builder(&queue.named("mail")?).threads(2).start(|lease| {
+//!     if lease.payload().is_empty() {
+//!         return Err(Outcome::Fail("empty".into()).into());
+//!     }
+//!     Ok(()) // send it
+//! })?;
+//! // Effect handler: runs inside ack_with, so its writes and the ack commit together.
+//! let payer = WorkerPool::builder(&queue).threads(4).start_effects(|tx, lease| {
+//!     tx.open_table(PAID)?.insert(lease.id().0, 1)?;
+//!     Ok(())
+//! })?;
+//! queue.enqueue(b"order 1", EnqueueOptions::default())?;
+//! while !queue.is_empty()? {
+//!     std::thread::sleep(Duration::from_millis(10));
+//! }
+//! let report = payer.shutdown(Duration::from_secs(30)); // dropping shuts down too (10 s grace)
+//! println!("{report:?}");
+//! drop(mailer);
+//!
+//! // Reading your own table afterwards: a redb read transaction on the queue's database.
+//! let paid = queue.database().begin_read()?.open_table(PAID)?.len()?;
+//! assert_eq!(paid, 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! `cargo run --example worker_pool` pays orders exactly once with an effect pool that
+//! enqueues a receipt per payment for a plain pool on a named queue, and prints a verified
+//! summary. Measured throughput: `docs/performance.md` in the source repository.
 
 mod heartbeat;
 mod run;
@@ -130,7 +181,7 @@ pub struct PoolStats {
     pub heartbeats: u64,
     /// Heartbeat extends that found the attempt over (`LeaseLost`); that job's heartbeat
     /// stopped. A beat under way as the job's own final commit lands counts here too (it
-    /// changes nothing, C39); more than that means leases expired under running handlers.
+    /// changes nothing); more than that means leases expired under running handlers.
     pub heartbeats_lost: u64,
     /// Other failed calls (a dequeue, a commit, a heartbeat: storage errors), each logged
     /// with `tracing`.
@@ -607,18 +658,8 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
 }
 
 /// Threads that run a handler on every job of a [`Queue`], with heartbeats, panic
-/// catching and a graceful shutdown (see [the module docs](crate::WorkerPool#how-it-works)).
+/// catching and a graceful shutdown: how it works is on [the module page](crate::worker).
 /// Made by [`WorkerPool::builder`].
-///
-/// # How it works
-///
-/// Each worker loops: take a job ([`Queue::dequeue_until`] with the pool's
-/// [`StopSignal`], blocked on the queue's wake-up while there is none), start its heartbeat,
-/// run the handler (panics caught), end the job by what the handler returned and take the
-/// next job in the same commit, stop the heartbeat. One heartbeat thread extends every
-/// running job's lease. [`shutdown`](WorkerPool::shutdown) stops the loop, waits out the
-/// grace, and gives back the leases of handlers still running. Dropping the pool shuts it
-/// down with [`PoolBuilder::drop_grace`].
 ///
 /// The pool holds a handle to the queue (so the file stays open) until it is shut down and
 /// every handler it started has returned.
