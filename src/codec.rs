@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::job::JobState;
+use crate::limits::{PAYLOAD_INLINE_MAX, RECORD_BYTES_MAX};
 use crate::retry::{RetryKind, RetryPolicy};
 
 mod depth;
@@ -30,15 +31,6 @@ mod layout;
 
 /// First byte of every encoded record.
 const RECORD_VERSION: u8 = 4;
-
-/// The largest payload kept inline in its job record, in bytes; larger ones are stored apart
-/// (`leaseq_payloads`). Small enough that a rewritten record stays within a fraction of a
-/// 4 KiB page; large enough that the common small job touches one table.
-pub(crate) const PAYLOAD_INLINE_MAX: usize = 1024;
-
-/// Decoding never reads or allocates past this many bytes (the payload cap plus headroom for
-/// keys and the error text).
-const RECORD_BYTES_MAX: usize = crate::PAYLOAD_BYTES_MAX_CAP + 64 * 1024;
 
 type RecordConfig = Configuration<LittleEndian, Fixint, Limit<RECORD_BYTES_MAX>>;
 

@@ -37,15 +37,8 @@ use parking_lot::{Condvar, Mutex};
 use redb::{Database, ReadableTable, WriteTransaction};
 
 use crate::error::{Error, Result};
+use crate::limits::{COUNTER_BLOCK, GATHER_MAX, GROUP_MEMBERS_MAX, NON_DURABLE_COMMITS_MAX};
 use crate::schema::{META, META_NEXT_ID, META_NEXT_TOKEN};
-
-/// How long a group may stay open gathering members.
-const GATHER_MAX: Duration = Duration::from_millis(2);
-/// The most operations one group takes.
-const GROUP_MEMBERS_MAX: usize = 1024;
-/// With `Durability::None`, every this-many commits is made durable anyway, so redb can
-/// reuse pages (non-durable commits pin them) and the file does not grow without bound.
-const NON_DURABLE_COMMITS_MAX: u64 = 256;
 
 /// Source of committer ids (0 means "none" in the thread-locals below). An id, not the
 /// committer's address: the committer moves (into the queue's `Arc`) after its first group.
@@ -60,12 +53,6 @@ thread_local! {
     /// tells a thread returning from the previous group apart from a new arrival.
     static LAST_GROUP: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
-
-/// Ids and lease tokens handed out in blocks: `leaseq_meta` stores the end of the reserved
-/// block (every id or token ever used is below it), so the counter row is written once per
-/// `COUNTER_BLOCK` allocations instead of on every commit. Unused numbers of a block are
-/// skipped after a reopen; ids and tokens stay unique and increasing.
-pub(crate) const COUNTER_BLOCK: u64 = 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Counters {

@@ -1,4 +1,6 @@
-//! Every limit leaseq puts on what grows or what a caller may ask for, in one place.
+//! Every limit leaseq puts on what grows or what a caller may ask for, in one place: the public
+//! caps first, then the internal bounds and defaults. How the bounds relate is asserted at
+//! compile time at the end.
 
 use std::time::Duration;
 
@@ -23,3 +25,80 @@ pub const DUE_RECHECK_MAX: Duration = Duration::from_millis(250);
 pub const QUEUES_MAX: u32 = 1024;
 /// Longest queue name, in bytes (ASCII letters, digits, `_`, `-` and `.`).
 pub const QUEUE_NAME_BYTES_MAX: usize = 64;
+
+// The engine (store).
+
+/// At most this many due scheduled jobs are promoted, and this many expired leases
+/// reclaimed, per dequeue: a sweep never makes one call slow.
+pub(crate) const SWEEP_MAX: usize = 256;
+/// At most this many expired applied markers are pruned per `ack_with` (twice what one
+/// lease adds, so the table cannot outgrow its retention); `Queue::prune` does the rest.
+pub(crate) const PRUNE_PER_ACK_MAX: usize = 2;
+/// `last_error` keeps at most this many bytes of a reason (cut at a char boundary).
+pub(crate) const REASON_BYTES_MAX: usize = 4096;
+/// Most violations `check` lists before it stops.
+pub(crate) const VIOLATIONS_MAX: usize = 1000;
+
+// Group commit.
+
+/// How long a group may stay open gathering members.
+pub(crate) const GATHER_MAX: Duration = Duration::from_millis(2);
+/// The most operations one group takes.
+pub(crate) const GROUP_MEMBERS_MAX: usize = 1024;
+/// With `Durability::None`, every this-many commits is made durable anyway, so redb can
+/// reuse pages (non-durable commits pin them) and the file does not grow without bound.
+pub(crate) const NON_DURABLE_COMMITS_MAX: u64 = 256;
+/// Ids and lease tokens handed out in blocks: `leaseq_meta` stores the end of the reserved
+/// block (every id or token ever used is below it), so the counter row is written once per
+/// `COUNTER_BLOCK` allocations instead of on every commit. Unused numbers of a block are
+/// skipped after a reopen; ids and tokens stay unique and increasing.
+pub(crate) const COUNTER_BLOCK: u64 = 1024;
+
+// The record and payload codecs.
+
+/// The largest payload kept inline in its job record, in bytes; larger ones are stored apart
+/// (`leaseq_payloads`). Small enough that a rewritten record stays within a fraction of a
+/// 4 KiB page; large enough that the common small job touches one table.
+pub(crate) const PAYLOAD_INLINE_MAX: usize = 1024;
+/// Decoding never reads or allocates past this many bytes (the payload cap plus headroom for
+/// keys and the error text).
+pub(crate) const RECORD_BYTES_MAX: usize = PAYLOAD_BYTES_MAX_CAP + 64 * 1024;
+/// How many levels of nesting a payload may have: 128, serde_json's default recursion limit
+/// (which reads 127 levels of arrays and objects, and refuses the 128th). Far more than a job
+/// type nests, and few enough that the frames they take fit a small thread stack (each level
+/// costs a handful of frames; the tests decode to the limit on 256 KiB).
+pub(crate) const DEPTH_MAX: usize = 128;
+
+// Waiting.
+
+/// The most queue wake-ups one stop signal remembers (one per queue it was waited on, in any
+/// file); past that the dead ones are dropped first, then the oldest.
+pub(crate) const WATCHED_MAX: usize = 4096;
+
+// Defaults of `Builder`.
+
+/// [`Builder::dequeue_batch_bytes`](crate::Builder::dequeue_batch_bytes)'s default: 16 MiB.
+pub(crate) const DEQUEUE_BATCH_BYTES_DEFAULT: usize = 16 << 20;
+/// The default of [`Builder::applied_retention`](crate::Builder::applied_retention): 7 days.
+pub(crate) const APPLIED_RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+// How the bounds relate, checked at compile time.
+const _: () = {
+    // A record's headroom above its payload holds both keys, a full reason and the fixed
+    // fields (under 256 bytes).
+    assert!(2 * KEY_BYTES_MAX + REASON_BYTES_MAX + 256 <= RECORD_BYTES_MAX - PAYLOAD_BYTES_MAX_CAP);
+    // Payloads stored apart are those above the inline limit, which the cap exceeds.
+    assert!(PAYLOAD_INLINE_MAX < PAYLOAD_BYTES_MAX_CAP);
+    // One ack_with adds at most one applied marker: pruning two per ack keeps the table
+    // within its retention.
+    assert!(PRUNE_PER_ACK_MAX >= 2);
+    // A clock that jumps forward delivers due work within a second.
+    assert!(DUE_RECHECK_MAX.as_millis() <= 1000);
+    // A delay or lease in ms fits the u64 arithmetic of deadlines with room to spare.
+    assert!(DELAY_MAX.as_millis() < (u64::MAX / 4) as u128);
+    // Every bound admits at least one item.
+    assert!(GROUP_MEMBERS_MAX >= 1 && SWEEP_MAX >= 1 && VIOLATIONS_MAX >= 1);
+    assert!(COUNTER_BLOCK >= 1 && NON_DURABLE_COMMITS_MAX >= 1);
+    // A queue name fits within a redb table name with its prefix and suffix.
+    assert!(QUEUE_NAME_BYTES_MAX <= 64);
+};

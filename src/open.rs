@@ -13,6 +13,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, StorageBackend};
 use crate::clock::{Clock, SystemClock};
 use crate::commit::{Committer, Durability};
 use crate::error::{Error, Result};
+use crate::limits::{APPLIED_RETENTION_DEFAULT, DEQUEUE_BATCH_BYTES_DEFAULT};
 use crate::platform;
 use crate::queue::Queue;
 use crate::retry::RetryPolicy;
@@ -21,12 +22,6 @@ use crate::schema::{
 };
 use crate::scratch::ScratchBackend;
 use crate::store::{self, Config};
-
-/// [`Builder::dequeue_batch_bytes`]'s default: 16 MiB.
-const DEQUEUE_BATCH_BYTES_DEFAULT: usize = 16 << 20;
-
-/// The default of [`Builder::applied_retention`]: 7 days.
-const APPLIED_RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// redb's file header: a file shorter than this cannot be a database.
 const REDB_HEADER_BYTES: u64 = 320;

@@ -7,10 +7,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use crate::commit::Signal;
-
-/// The most queue wake-ups one stop signal remembers (one per queue it was waited on, in any
-/// file); past that the dead ones are dropped first, then the oldest.
-const WATCHED_MAX: usize = 4096;
+use crate::limits::WATCHED_MAX;
 
 /// A flag that stops [`Queue::dequeue_until`](crate::Queue::dequeue_until) calls: once
 /// [`stop`](StopSignal::stop) is called, every call waiting on it returns `Ok(None)` at once

@@ -5,7 +5,7 @@
 //! level of nesting, so a small payload of a recursive type (`enum Tree { Leaf,
 //! Node(Box<Tree>) }`, a run of `Node` tags) would decode deeper and deeper until the
 //! thread's stack overflows, aborting the process. The adapter here wraps the deserializer,
-//! counts levels on the way down and fails with a decode error past [`MAX_DEPTH`], as
+//! counts levels on the way down and fails with a decode error past [`DEPTH_MAX`], as
 //! serde_json does on its own. ([`DepthLimited`], the same adapter over any deserializer,
 //! is for tests with a self-describing format.)
 //!
@@ -15,6 +15,7 @@
 //! strings, bytes, units and unit variants hold nothing and cost nothing; a long flat
 //! sequence is one level however long it is. The remaining depth is passed down by value.
 
+use crate::limits::DEPTH_MAX;
 use std::cell::Cell;
 use std::fmt;
 
@@ -27,17 +28,11 @@ use serde::de::{
     VariantAccess, Visitor,
 };
 
-/// How many levels of nesting a payload may have: 128, serde_json's default recursion limit
-/// (which reads 127 levels of arrays and objects, and refuses the 128th). Far more than a job
-/// type nests, and few enough that the frames they take fit a small thread stack (each level
-/// costs a handful of frames; the tests decode to the limit on 256 KiB).
-pub(crate) const MAX_DEPTH: usize = 128;
-
-/// A `T` deserialized through the nesting limit: deeper than `MAX` levels ([`MAX_DEPTH`]
+/// A `T` deserialized through the nesting limit: deeper than `MAX` levels ([`DEPTH_MAX`]
 /// unless a test says otherwise) is an error of the deserializer (`D::Error::custom`), raised
 /// before the stack runs out.
 #[cfg(test)]
-pub(crate) struct DepthLimited<T, const MAX: usize = MAX_DEPTH>(pub T);
+pub(crate) struct DepthLimited<T, const MAX: usize = DEPTH_MAX>(pub T);
 
 #[cfg(test)]
 impl<'de, T: de::Deserialize<'de>, const MAX: usize> de::Deserialize<'de> for DepthLimited<T, MAX> {
@@ -169,7 +164,7 @@ impl Reader for LengthsReader<'_> {
 }
 
 /// Decodes a `T` from bincode `bytes` with `config`, through the nesting limit
-/// ([`MAX_DEPTH`]) and with every sequence and map length checked to fit a `usize` before
+/// ([`DEPTH_MAX`]) and with every sequence and map length checked to fit a `usize` before
 /// bincode reads it ([`Lengths`]). Returns the value and the bytes read, as
 /// `bincode::serde::decode_from_slice`.
 ///
@@ -182,7 +177,7 @@ pub(crate) fn decode_bincode<T: DeserializeOwned, L>(
 where
     Configuration<LittleEndian, Varint, L>: Config,
 {
-    decode_bincode_within(bytes, config, MAX_DEPTH)
+    decode_bincode_within(bytes, config, DEPTH_MAX)
 }
 
 /// [`decode_bincode`] with `max` levels of nesting (tests use small ones).
@@ -673,7 +668,7 @@ mod tests {
 
     #[test]
     fn the_limit_is_serde_json_s() {
-        assert_eq!(MAX_DEPTH, 128);
+        assert_eq!(DEPTH_MAX, 128);
         // serde_json's limit of 128 reads 127 levels; this one reads 128.
         let json = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
         assert!(serde_json::from_str::<serde_json::Value>(&json(127)).is_ok());
@@ -683,7 +678,7 @@ mod tests {
     #[test]
     fn recursive_types_decode_to_128_levels_and_no_further() {
         for n in [0, 1, 127, 128, 129] {
-            let ok = n <= MAX_DEPTH;
+            let ok = n <= DEPTH_MAX;
             // `n` Nodes around a Leaf: n levels.
             let tree = repeated(&[1], n, &[0]);
             // `n` nested sequences, the innermost empty.
@@ -696,36 +691,36 @@ mod tests {
             let deep = repeated(&[1], n, &[0]);
             if ok {
                 assert_eq!(
-                    limited::<Tree, MAX_DEPTH>(&tree).unwrap(),
+                    limited::<Tree, DEPTH_MAX>(&tree).unwrap(),
                     plain::<Tree>(&tree)
                 );
                 assert_eq!(
-                    limited::<NestVec, MAX_DEPTH>(&vec).unwrap(),
+                    limited::<NestVec, DEPTH_MAX>(&vec).unwrap(),
                     plain::<NestVec>(&vec)
                 );
                 assert_eq!(
-                    limited::<NestOpt, MAX_DEPTH>(&opt).unwrap(),
+                    limited::<NestOpt, DEPTH_MAX>(&opt).unwrap(),
                     plain::<NestOpt>(&opt)
                 );
                 assert_eq!(
-                    limited::<NestMap, MAX_DEPTH>(&map).unwrap(),
+                    limited::<NestMap, DEPTH_MAX>(&map).unwrap(),
                     plain::<NestMap>(&map)
                 );
                 assert_eq!(
-                    limited::<Deep, MAX_DEPTH>(&deep).unwrap(),
+                    limited::<Deep, DEPTH_MAX>(&deep).unwrap(),
                     chain(node, 0, n)
                 );
             } else {
-                assert_too_deep(limited::<Tree, MAX_DEPTH>(&tree), MAX_DEPTH);
-                assert_too_deep(limited::<NestVec, MAX_DEPTH>(&vec), MAX_DEPTH);
-                assert_too_deep(limited::<NestOpt, MAX_DEPTH>(&opt), MAX_DEPTH);
-                assert_too_deep(limited::<NestMap, MAX_DEPTH>(&map), MAX_DEPTH);
-                assert_too_deep(limited::<Deep, MAX_DEPTH>(&deep), MAX_DEPTH);
+                assert_too_deep(limited::<Tree, DEPTH_MAX>(&tree), DEPTH_MAX);
+                assert_too_deep(limited::<NestVec, DEPTH_MAX>(&vec), DEPTH_MAX);
+                assert_too_deep(limited::<NestOpt, DEPTH_MAX>(&opt), DEPTH_MAX);
+                assert_too_deep(limited::<NestMap, DEPTH_MAX>(&map), DEPTH_MAX);
+                assert_too_deep(limited::<Deep, DEPTH_MAX>(&deep), DEPTH_MAX);
             }
         }
         // The value nests as counted: 128 Nodes are 128 levels, encoded and decoded back.
         let v = chain(node, 0, 128);
-        assert_eq!(limited::<Deep, MAX_DEPTH>(&encode(&v)).unwrap(), v);
+        assert_eq!(limited::<Deep, DEPTH_MAX>(&encode(&v)).unwrap(), v);
     }
 
     #[test]
@@ -735,19 +730,19 @@ mod tests {
             for (nodes, levels) in [(1, 127), (2, 128), (3, 129)] {
                 let value = chain(step, 63, nodes);
                 let bytes = encode(&value);
-                let r = limited::<Deep, MAX_DEPTH>(&bytes);
-                if levels <= MAX_DEPTH {
+                let r = limited::<Deep, DEPTH_MAX>(&bytes);
+                if levels <= DEPTH_MAX {
                     let back = r.unwrap_or_else(|e| panic!("{name}, {levels} levels: {e}"));
                     assert_eq!(back, value, "{name}");
                     assert_eq!(back, plain::<Deep>(&bytes), "{name}");
                 } else {
-                    assert_too_deep(r, MAX_DEPTH);
+                    assert_too_deep(r, DEPTH_MAX);
                 }
             }
             // 64 steps (128 levels) decode; a Node more does not.
             let value = chain(step, 64, 0);
-            assert_eq!(limited::<Deep, MAX_DEPTH>(&encode(&value)).unwrap(), value);
-            assert_too_deep(limited::<Deep, MAX_DEPTH>(&encode(&node(value))), MAX_DEPTH);
+            assert_eq!(limited::<Deep, DEPTH_MAX>(&encode(&value)).unwrap(), value);
+            assert_too_deep(limited::<Deep, DEPTH_MAX>(&encode(&node(value))), DEPTH_MAX);
         }
     }
 
@@ -791,27 +786,27 @@ mod tests {
         type Decode = fn(&[u8]) -> Result<(), DecodeError>;
         let mut cases: Vec<(&str, Vec<u8>, Decode)> = vec![
             ("tree", repeated(&[1], 1_000_000, &[0]), |b| {
-                limited::<Tree, MAX_DEPTH>(b).map(drop)
+                limited::<Tree, DEPTH_MAX>(b).map(drop)
             }),
             ("vec", repeated(&[1], 1_000_000, &[0]), |b| {
-                limited::<NestVec, MAX_DEPTH>(b).map(drop)
+                limited::<NestVec, DEPTH_MAX>(b).map(drop)
             }),
             ("option", repeated(&[1], 1_000_000, &[0]), |b| {
-                limited::<NestOpt, MAX_DEPTH>(b).map(drop)
+                limited::<NestOpt, DEPTH_MAX>(b).map(drop)
             }),
             ("map", repeated(&[1, 0], 1_000_000, &[0]), |b| {
-                limited::<NestMap, MAX_DEPTH>(b).map(drop)
+                limited::<NestMap, DEPTH_MAX>(b).map(drop)
             }),
             // The payload: variant 1 deep, ending in a variant `Tree` lacks.
             ("tree, bad end", repeated(&[1], 64 * 1024, &[7]), |b| {
-                limited::<Tree, MAX_DEPTH>(b).map(drop)
+                limited::<Tree, DEPTH_MAX>(b).map(drop)
             }),
         ];
         for (name, step) in two_level_steps() {
             let mut one = encode(&step(Deep::End));
             assert_eq!(one.pop(), Some(0), "{name}: the nested value is last");
             cases.push((name, repeated(&one, 1_000_000, &[0]), |b| {
-                limited::<Deep, MAX_DEPTH>(b).map(drop)
+                limited::<Deep, DEPTH_MAX>(b).map(drop)
             }));
         }
         std::thread::Builder::new()
@@ -822,7 +817,7 @@ mod tests {
                         Err(e) => assert_eq!(
                             e.to_string(),
                             DecodeError::OtherString(format!(
-                                "payload nested deeper than {MAX_DEPTH} levels"
+                                "payload nested deeper than {DEPTH_MAX} levels"
                             ))
                             .to_string(),
                             "{name}"
@@ -913,37 +908,37 @@ mod tests {
         let jobs = jobs();
         for job in &jobs {
             let bytes = encode(job);
-            assert_eq!(&limited::<Job, MAX_DEPTH>(&bytes).unwrap(), job);
+            assert_eq!(&limited::<Job, DEPTH_MAX>(&bytes).unwrap(), job);
             assert_eq!(
-                limited::<Job, MAX_DEPTH>(&bytes).unwrap(),
+                limited::<Job, DEPTH_MAX>(&bytes).unwrap(),
                 plain::<Job>(&bytes)
             );
         }
         let bytes = encode(&jobs);
-        assert_eq!(limited::<Vec<Job>, MAX_DEPTH>(&bytes).unwrap(), jobs);
+        assert_eq!(limited::<Vec<Job>, DEPTH_MAX>(&bytes).unwrap(), jobs);
         // Long flat vectors: 10,000 elements, of numbers, strings and structs.
         let numbers: Vec<u64> = (0..10_000).map(|i| i * 7_919).collect();
         let strings: Vec<String> = (0..10_000).map(|i| i.to_string()).collect();
         let many: Vec<Job> = jobs.iter().cycle().take(10_000).cloned().collect();
         let bytes = encode(&numbers);
-        assert_eq!(limited::<Vec<u64>, MAX_DEPTH>(&bytes).unwrap(), numbers);
+        assert_eq!(limited::<Vec<u64>, DEPTH_MAX>(&bytes).unwrap(), numbers);
         let bytes = encode(&strings);
-        assert_eq!(limited::<Vec<String>, MAX_DEPTH>(&bytes).unwrap(), strings);
+        assert_eq!(limited::<Vec<String>, DEPTH_MAX>(&bytes).unwrap(), strings);
         let bytes = encode(&many);
-        assert_eq!(limited::<Vec<Job>, MAX_DEPTH>(&bytes).unwrap(), many);
+        assert_eq!(limited::<Vec<Job>, DEPTH_MAX>(&bytes).unwrap(), many);
         // Wrong bytes fail as they did (same error): a bad variant, a short input.
         let mut bad = encode(&jobs[1]);
         let plain_err = bincode::serde::decode_from_slice::<Job, _>(&bad[..3], config::standard())
             .unwrap_err()
             .to_string();
         assert_eq!(
-            limited::<Job, MAX_DEPTH>(&bad[..3])
+            limited::<Job, DEPTH_MAX>(&bad[..3])
                 .unwrap_err()
                 .to_string(),
             plain_err
         );
         bad.truncate(bad.len() - 1);
-        assert!(limited::<Job, MAX_DEPTH>(&bad).is_err());
+        assert!(limited::<Job, DEPTH_MAX>(&bad).is_err());
     }
 
     /// Through the adapter, serde_json (self-describing: `deserialize_any`, identifiers,
@@ -985,7 +980,7 @@ mod tests {
         };
         let text = serde_json::to_string(&doc).unwrap();
         let mut de = serde_json::Deserializer::from_str(&text);
-        let DepthLimited(back) = DepthLimited::<Doc, MAX_DEPTH>::deserialize(&mut de).unwrap();
+        let DepthLimited(back) = DepthLimited::<Doc, DEPTH_MAX>::deserialize(&mut de).unwrap();
         assert_eq!(back, doc);
         assert_eq!(back, serde_json::from_str::<Doc>(&text).unwrap());
         // The adapter's limit applies to it as to bincode (an array or object is a level).
@@ -1014,18 +1009,18 @@ mod tests {
         }
         let bytes = encode(&((), vec![((), Some(()))]));
         type Nested = (Readable, Vec<(Readable, Option<Readable>)>);
-        let (top, rest) = limited::<Nested, MAX_DEPTH>(&bytes).unwrap();
+        let (top, rest) = limited::<Nested, DEPTH_MAX>(&bytes).unwrap();
         assert_eq!(top, Readable(false));
         assert_eq!(rest, vec![(Readable(false), Some(Readable(false)))]);
         let mut de = serde_json::Deserializer::from_str("[null, [[null, null]]]");
         let DepthLimited((top, rest)) =
-            DepthLimited::<Nested, MAX_DEPTH>::deserialize(&mut de).unwrap();
+            DepthLimited::<Nested, DEPTH_MAX>::deserialize(&mut de).unwrap();
         assert_eq!(top, Readable(true));
         assert_eq!(rest, vec![(Readable(true), None)]);
         // And a real one: std's `SocketAddr` is a string for people, bytes for machines.
         let addr: std::net::SocketAddr = "127.0.0.1:8080".parse().unwrap();
         assert_eq!(
-            limited::<std::net::SocketAddr, MAX_DEPTH>(&encode(&addr)).unwrap(),
+            limited::<std::net::SocketAddr, DEPTH_MAX>(&encode(&addr)).unwrap(),
             addr
         );
     }

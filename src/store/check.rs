@@ -4,9 +4,10 @@
 use redb::ReadableTableMetadata;
 use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, TableHandle};
 
-use crate::codec::{JobRecord, PAYLOAD_INLINE_MAX, StoredState};
+use crate::codec::{JobRecord, StoredState};
 use crate::error::Result;
 use crate::job::JobId;
+use crate::limits::{PAYLOAD_INLINE_MAX, VIOLATIONS_MAX};
 use crate::schema::{
     FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QuarantineValue,
     QueueTables, applied_key, priority_rank,
@@ -14,9 +15,6 @@ use crate::schema::{
 
 use super::read::quarantine_table;
 use super::registry::{named_queues, named_tables_present};
-
-/// Most violations `check` lists before it stops.
-const VIOLATIONS_MAX: usize = 1000;
 
 /// One broken invariant found by [`Queue::check`](crate::Queue::check).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,12 +6,13 @@ use redb::ReadableTable;
 use crate::codec::{JobRecord, StoredState};
 use crate::commit::Ctx;
 use crate::error::{Error, Result};
+use crate::limits::{PRUNE_PER_ACK_MAX, SWEEP_MAX};
 use crate::schema::priority_rank;
 
 use super::retention::prune_dead;
 use super::tables::{Row, Tables};
 use super::transition::{REASON_EXPIRED, end_lease_entry, lease_record};
-use super::{Config, Leased, PRUNE_PER_ACK_MAX, SWEEP_MAX};
+use super::{Config, Leased};
 
 /// Promotes due scheduled jobs and reclaims expired leases, at most `SWEEP_MAX` of each. An
 /// entry whose row is damaged or disagrees is settled (quarantined, dropped) and the sweep

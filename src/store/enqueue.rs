@@ -7,11 +7,12 @@ use crate::codec::{JobRecord, StoredState};
 use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
 use crate::job::{Enqueued, JobId};
+use crate::limits::PRUNE_PER_ACK_MAX;
 use crate::schema::QueueTables;
 
+use super::Config;
 use super::retention::prune_windows;
 use super::tables::Tables;
-use super::{Config, PRUNE_PER_ACK_MAX};
 
 /// Adds validated records (from [`new_record`] or [`import_record`]) in order. A dedup key
 /// held by a live job, or by an earlier record of the same batch, makes that record a

@@ -7,14 +7,15 @@ use crate::codec::{JobRecord, StoredState};
 use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
 use crate::job::{Applied, JobState};
+use crate::limits::PRUNE_PER_ACK_MAX;
 use crate::schema::{META, QueueTables, applied_key};
 
+use super::Config;
 use super::enqueue::{TablesSink, run_closure};
 use super::retention::prune_applied;
 use super::tables::Tables;
 use super::transition::retry_at_ms;
 use super::validate::lease_ms_checked;
-use super::{Config, PRUNE_PER_ACK_MAX};
 
 /// How a job whose `ack_with` closure failed is given back ([`crate::Outcome`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

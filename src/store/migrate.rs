@@ -2,9 +2,10 @@
 
 use redb::ReadableTable;
 
-use crate::codec::{JobRecord, PAYLOAD_INLINE_MAX, PayloadRef, StoredState};
+use crate::codec::{JobRecord, PayloadRef, StoredState};
 use crate::commit::Ctx;
 use crate::error::{Error, Result};
+use crate::limits::PAYLOAD_INLINE_MAX;
 use crate::schema::{FORMAT_VERSION, META, META_FILE_ID, META_FORMAT_VERSION, QUEUES, applied_key};
 
 /// The file's random id, if it has one yet.

@@ -56,13 +56,6 @@ pub(crate) use registry::{find_queue, named_queues, queue_number};
 pub(crate) use retention::{prune, prune_dead_jobs, prune_dedup_windows};
 pub(crate) use validate::{import_record, lease_ms_checked, new_records};
 
-/// At most this many due scheduled jobs are promoted, and this many expired leases
-/// reclaimed, per dequeue: a sweep never makes one call slow.
-pub(crate) const SWEEP_MAX: usize = 256;
-
-/// `last_error` keeps at most this many bytes of a reason (cut at a char boundary).
-pub(crate) const REASON_BYTES_MAX: usize = 4096;
-
 /// Queue-wide settings an operation needs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Config {
@@ -83,10 +76,6 @@ pub(crate) struct Config {
     /// How `enqueue_value` encodes, and how `Lease::decode` reads a job that recorded none.
     pub encoding: crate::Encoding,
 }
-
-/// At most this many expired applied markers are pruned per `ack_with` (twice what one
-/// lease adds, so the table cannot outgrow its retention); `Queue::prune` does the rest.
-pub(crate) const PRUNE_PER_ACK_MAX: usize = 2;
 
 /// A job handed out by a dequeue, before it becomes a `Lease`.
 #[derive(Debug)]

@@ -4,9 +4,10 @@
 use crate::codec::{JobRecord, StoredState};
 use crate::error::{Error, Result};
 use crate::job::{EnqueueOptions, JobState};
+use crate::limits::REASON_BYTES_MAX;
 
+use super::Config;
 use super::transition::REASON_ABANDONED;
-use super::{Config, REASON_BYTES_MAX};
 
 pub(super) fn truncate_reason(reason: &str) -> String {
     if reason.len() <= REASON_BYTES_MAX {
