@@ -37,8 +37,8 @@ use parking_lot::{Condvar, Mutex};
 use redb::{Database, ReadableTable, WriteTransaction};
 
 use crate::error::{Error, Result};
+use crate::format::schema::{META, META_NEXT_ID, META_NEXT_TOKEN};
 use crate::limits::{COUNTER_BLOCK, GATHER_MAX, GROUP_MEMBERS_MAX, NON_DURABLE_COMMITS_MAX};
-use crate::schema::{META, META_NEXT_ID, META_NEXT_TOKEN};
 
 /// Source of committer ids (0 means "none" in the thread-locals below). An id, not the
 /// committer's address: the committer moves (into the queue's `Arc`) after its first group.

@@ -71,7 +71,7 @@ impl EnqueueOptions {
     where
         T: serde::Serialize + serde::de::DeserializeOwned,
     {
-        let payload = crate::codec::encode_payload(value, encoding)?;
+        let payload = crate::format::payload::encode_payload(value, encoding)?;
         Ok((
             payload,
             EnqueueOptions {

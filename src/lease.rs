@@ -101,7 +101,7 @@ impl Lease {
     /// bincode: also when the job type gained, lost or reordered a field since the job was
     /// enqueued; see [`Encoding`](crate::Encoding)).
     pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
-        crate::codec::decode_payload(&self.payload, self.encoding)
+        crate::format::payload::decode_payload(&self.payload, self.encoding)
     }
 
     /// The encoding [`decode`](Lease::decode) uses for this job.

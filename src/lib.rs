@@ -88,9 +88,9 @@
 #![deny(missing_docs)]
 
 mod clock;
-mod codec;
 mod commit;
 mod error;
+mod format;
 mod job;
 mod lease;
 mod limits;
@@ -98,7 +98,6 @@ mod open;
 mod platform;
 mod queue;
 mod retry;
-mod schema;
 mod scratch;
 mod stop;
 mod store;
@@ -121,10 +120,11 @@ struct ReadmeDoctests;
 pub use redb;
 
 pub use clock::{Clock, ClockWaker, ManualClock, SystemClock};
-pub use codec::Encoding;
 pub use commit::{CommitStats, Durability};
 pub(crate) use error::panic_message;
 pub use error::{BoxError, Error, Result};
+pub use format::payload::Encoding;
+pub use format::schema::FORMAT_VERSION;
 pub use job::{
     Applied, EnqueueOptions, Enqueued, ImportJob, JobCursor, JobId, JobInfo, JobPage, JobState,
     Quarantined, Stats,
@@ -137,7 +137,6 @@ pub use limits::{
 pub use open::{Builder, Recovery};
 pub use queue::{Pruned, Queue};
 pub use retry::RetryPolicy;
-pub use schema::FORMAT_VERSION;
 pub use stop::StopSignal;
 pub use store::Violation;
 pub use tx::Tx;

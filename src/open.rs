@@ -13,13 +13,13 @@ use redb::{Database, ReadableDatabase, ReadableTable, StorageBackend};
 use crate::clock::{Clock, SystemClock};
 use crate::commit::{Committer, Durability};
 use crate::error::{Error, Result};
+use crate::format::schema::{
+    DEFAULT_TABLES, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN,
+};
 use crate::limits::{APPLIED_RETENTION_DEFAULT, DEQUEUE_BATCH_BYTES_DEFAULT};
 use crate::platform;
 use crate::queue::Queue;
 use crate::retry::RetryPolicy;
-use crate::schema::{
-    DEFAULT_TABLES, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN,
-};
 use crate::scratch::ScratchBackend;
 use crate::store::{self, Config};
 
@@ -314,7 +314,7 @@ impl Builder {
             payload_bytes_max: self.payload_bytes_max,
             dequeue_batch_bytes: self.dequeue_batch_bytes,
             retry: self.retry,
-            tables: &crate::schema::DEFAULT_TABLES,
+            tables: &crate::format::schema::DEFAULT_TABLES,
             file: 0,
             encoding: self.encoding,
         })
@@ -743,7 +743,8 @@ fn init_tables(db: &Database) -> Result<()> {
         // keeps its version (the open upgrades it).
         if meta.get(META_FORMAT_VERSION)?.is_none() {
             DEFAULT_TABLES.create(&tx).map_err(foreign)?;
-            tx.open_table(crate::schema::QUEUES).map_err(foreign)?;
+            tx.open_table(crate::format::schema::QUEUES)
+                .map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {

@@ -112,7 +112,7 @@ impl Queue {
     /// `Reentrant`; `Closed` after [`Queue::close`] (even for a queue that exists: reach it
     /// with [`Queue::existing`] then).
     pub fn named(&self, name: &str) -> Result<Queue> {
-        crate::schema::QueueTables::check_name(name)?;
+        crate::format::schema::QueueTables::check_name(name)?;
         self.check_open()?;
         let found = guarded(|| store::find_queue(&self.inner.db.get().begin_read()?, name))?;
         let qid = match found {
@@ -128,7 +128,7 @@ impl Queue {
     /// `QueueNotFound` if the file has no queue of that name; `InvalidOption` for a bad name;
     /// `Corrupted` for a damaged registry; `Storage`.
     pub fn existing(&self, name: &str) -> Result<Queue> {
-        crate::schema::QueueTables::check_name(name)?;
+        crate::format::schema::QueueTables::check_name(name)?;
         match guarded(|| store::find_queue(&self.inner.db.get().begin_read()?, name))? {
             Some(qid) => Ok(self.handle_of(name, qid)),
             None => Err(Error::QueueNotFound {
@@ -155,7 +155,7 @@ impl Queue {
         Queue {
             inner: self.inner.clone(),
             cfg: Config {
-                tables: crate::schema::QueueTables::named(qid),
+                tables: crate::format::schema::QueueTables::named(qid),
                 ..self.inner.cfg
             },
             name: Some(name.into()),

@@ -3,11 +3,11 @@
 
 use redb::ReadableTable;
 
-use crate::codec::StoredState;
 use crate::commit::Ctx;
 use crate::error::{Error, Result};
+use crate::format::record::StoredState;
+use crate::format::schema::QueueTables;
 use crate::job::{JobId, JobState};
-use crate::schema::QueueTables;
 
 use super::read::IndexKey;
 use super::tables::{Row, Tables};

@@ -4,14 +4,14 @@
 use redb::ReadableTableMetadata;
 use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, TableHandle};
 
-use crate::codec::{JobRecord, StoredState};
 use crate::error::Result;
-use crate::job::JobId;
-use crate::limits::{PAYLOAD_INLINE_MAX, VIOLATIONS_MAX};
-use crate::schema::{
+use crate::format::record::{JobRecord, StoredState};
+use crate::format::schema::{
     FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QuarantineValue,
     QueueTables, applied_key, priority_rank,
 };
+use crate::job::JobId;
+use crate::limits::{PAYLOAD_INLINE_MAX, VIOLATIONS_MAX};
 
 use super::read::quarantine_table;
 use super::registry::{named_queues, named_tables_present};
@@ -37,7 +37,7 @@ impl std::fmt::Display for Violation {
 /// [`check`] over every queue of the file: the default queue, then each named one (its
 /// violations' details prefixed with the queue's name).
 pub(crate) fn check_file(db: &redb::Database) -> Result<Vec<Violation>> {
-    let mut out = check(db, &crate::schema::DEFAULT_TABLES)?;
+    let mut out = check(db, &crate::format::schema::DEFAULT_TABLES)?;
     let rtx = db.begin_read()?;
     let named = named_queues(&rtx)?;
     // Reverse: every queue's tables belong to a registered queue.

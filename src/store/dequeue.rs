@@ -3,11 +3,11 @@
 
 use redb::ReadableTable;
 
-use crate::codec::{JobRecord, StoredState};
 use crate::commit::Ctx;
 use crate::error::{Error, Result};
+use crate::format::record::{JobRecord, StoredState};
+use crate::format::schema::priority_rank;
 use crate::limits::{PRUNE_PER_ACK_MAX, SWEEP_MAX};
-use crate::schema::priority_rank;
 
 use super::retention::prune_dead;
 use super::tables::{Row, Tables};

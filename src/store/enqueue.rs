@@ -3,12 +3,12 @@
 
 use redb::ReadableTable;
 
-use crate::codec::{JobRecord, StoredState};
 use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
+use crate::format::record::{JobRecord, StoredState};
+use crate::format::schema::QueueTables;
 use crate::job::{Enqueued, JobId};
 use crate::limits::PRUNE_PER_ACK_MAX;
-use crate::schema::QueueTables;
 
 use super::Config;
 use super::retention::prune_windows;

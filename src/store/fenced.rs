@@ -3,12 +3,12 @@
 
 use redb::ReadableTable;
 
-use crate::codec::{JobRecord, StoredState};
 use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
+use crate::format::record::{JobRecord, StoredState};
+use crate::format::schema::{META, QueueTables, applied_key};
 use crate::job::{Applied, JobState};
 use crate::limits::PRUNE_PER_ACK_MAX;
-use crate::schema::{META, QueueTables, applied_key};
 
 use super::Config;
 use super::enqueue::{TablesSink, run_closure};

@@ -2,11 +2,13 @@
 
 use redb::ReadableTable;
 
-use crate::codec::{JobRecord, PayloadRef, StoredState};
 use crate::commit::Ctx;
 use crate::error::{Error, Result};
+use crate::format::record::{JobRecord, PayloadRef, StoredState};
+use crate::format::schema::{
+    FORMAT_VERSION, META, META_FILE_ID, META_FORMAT_VERSION, QUEUES, applied_key,
+};
 use crate::limits::PAYLOAD_INLINE_MAX;
-use crate::schema::{FORMAT_VERSION, META, META_FILE_ID, META_FORMAT_VERSION, QUEUES, applied_key};
 
 /// The file's random id, if it has one yet.
 pub(crate) fn file_id(rtx: &redb::ReadTransaction) -> Result<Option<u64>> {
@@ -90,7 +92,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
 /// Format 1 to 2: the time index of applied markers (markers of jobs' own ids dropped), the
 /// carriers of caller keys, the dedup-window tables, the dead jobs by when they died.
 fn upgrade_1_to_2(tx: &redb::WriteTransaction) -> Result<()> {
-    let tq = &crate::schema::DEFAULT_TABLES;
+    let tq = &crate::format::schema::DEFAULT_TABLES;
     let mut applied = tx.open_table(tq.applied())?;
     applied.retain(|k, _| k.first() != Some(&0))?;
     let mut by_time = tx.open_table(tq.applied_by_time())?;
@@ -128,7 +130,7 @@ fn upgrade_1_to_2(tx: &redb::WriteTransaction) -> Result<()> {
 /// `leaseq_payloads` (one job at a time, so memory holds one payload). A row that does not
 /// decode is left for the passes that quarantine it.
 fn upgrade_2_to_3(tx: &redb::WriteTransaction) -> Result<()> {
-    let tq = &crate::schema::DEFAULT_TABLES;
+    let tq = &crate::format::schema::DEFAULT_TABLES;
     let mut jobs = tx.open_table(tq.jobs())?;
     let mut payloads = tx.open_table(tq.payloads())?;
     let mut large = Vec::new();

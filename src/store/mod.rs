@@ -25,7 +25,7 @@
 //! | `read.rs` | read-only views: peek, stats, one job, lists |
 //! | `check.rs` | the invariant checker behind `Queue::check` |
 
-use crate::schema::QueueTables;
+use crate::format::schema::QueueTables;
 
 mod admin;
 mod check;

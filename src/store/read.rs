@@ -4,10 +4,10 @@
 use redb::ReadableTableMetadata;
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable};
 
-use crate::codec::{JobRecord, StoredState};
 use crate::error::{Error, Result};
+use crate::format::record::{JobRecord, StoredState};
+use crate::format::schema::{QuarantineValue, QueueTables, ReadyKey, applied_key};
 use crate::job::{JobId, JobInfo, JobState, Quarantined, Stats};
-use crate::schema::{QuarantineValue, QueueTables, ReadyKey, applied_key};
 
 use super::validate::damaged;
 

@@ -5,7 +5,7 @@ use redb::{ReadTransaction, ReadableTable};
 
 use crate::commit::Ctx;
 use crate::error::{Error, Result};
-use crate::schema::{QUEUES, QueueTables};
+use crate::format::schema::{QUEUES, QueueTables};
 
 use super::registry::{named_queues, named_tables_present};
 use super::tables::Tables;
@@ -31,7 +31,7 @@ pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<Recovered
         }
         v
     };
-    let mut out = recover_queue_leases(ctx, &crate::schema::DEFAULT_TABLES, now_ms)?;
+    let mut out = recover_queue_leases(ctx, &crate::format::schema::DEFAULT_TABLES, now_ms)?;
     for qid in named {
         if !(1..=crate::QUEUES_MAX).contains(&qid) {
             return Err(Error::corrupted(format!(
@@ -77,7 +77,7 @@ fn recover_queue_leases(
 /// anything is written. A row that redb reads but that fails leaseq's own checks is not an
 /// error here: recovery quarantines it.
 pub(crate) fn check_leases(rtx: &ReadTransaction) -> Result<()> {
-    let mut all = vec![&crate::schema::DEFAULT_TABLES];
+    let mut all = vec![&crate::format::schema::DEFAULT_TABLES];
     for (name, qid) in named_queues(rtx)? {
         let tq = QueueTables::named(qid);
         named_tables_present(rtx, &name, tq)?;

@@ -5,7 +5,7 @@ use redb::{ReadTransaction, ReadableTable};
 
 use crate::commit::Ctx;
 use crate::error::{Error, Result};
-use crate::schema::{QUEUES, QueueTables};
+use crate::format::schema::{QUEUES, QueueTables};
 
 /// The number of the queue named `name`, creating the queue (its registry entry and tables)
 /// when `create` and it does not exist. Refusals: `QueueNotFound` (not `create`),

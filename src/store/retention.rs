@@ -3,10 +3,10 @@
 
 use redb::{ReadableTable, Table};
 
-use crate::codec::StoredState;
 use crate::commit::Ctx;
 use crate::error::Result;
-use crate::schema::QueueTables;
+use crate::format::record::StoredState;
+use crate::format::schema::QueueTables;
 
 use super::Config;
 use super::tables::{Row, Tables};

@@ -3,12 +3,12 @@
 
 use redb::{ReadableTable, Table};
 
-use crate::codec::{JobRecord, PayloadRef, StoredState};
 use crate::commit::Ctx;
 use crate::error::{Error, Result};
+use crate::format::record::{JobRecord, PayloadRef, StoredState};
+use crate::format::schema::{QuarantineValue, QueueTables, applied_key, priority_rank};
 use crate::job::JobId;
 use crate::limits::PAYLOAD_INLINE_MAX;
-use crate::schema::{QuarantineValue, QueueTables, applied_key, priority_rank};
 
 use super::validate::{damaged, truncate_reason};
 

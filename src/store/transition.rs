@@ -1,9 +1,9 @@
 //! State transitions shared by the operations: ending an attempt (ready again, or dead),
 //! snoozing and failing a leased job, ending a lease entry, leasing a ready record.
 
-use crate::codec::{JobRecord, StoredState};
 use crate::commit::Ctx;
 use crate::error::Result;
+use crate::format::record::{JobRecord, StoredState};
 use crate::job::{JobId, JobState};
 
 use super::tables::{Row, Tables};

@@ -1,8 +1,8 @@
 //! Input validation and record building: every refusal of bad input happens here, before an
 //! operation's first write.
 
-use crate::codec::{JobRecord, StoredState};
 use crate::error::{Error, Result};
+use crate::format::record::{JobRecord, StoredState};
 use crate::job::{EnqueueOptions, JobState};
 use crate::limits::REASON_BYTES_MAX;
 
@@ -208,7 +208,10 @@ pub(crate) fn new_record(
         dedup_key: opts.dedup_key.clone(),
         last_error: None,
         payload: payload.to_vec(),
-        retry: opts.retry.as_ref().map(crate::codec::StoredRetry::new),
+        retry: opts
+            .retry
+            .as_ref()
+            .map(crate::format::record::StoredRetry::new),
         dedup_window_ms,
         payload_apart: None,
         snoozes: 0,

@@ -1,56 +1,6 @@
-//! The on-disk format: every table leaseq owns, its key layout, and the format version.
-//!
-//! All names start with `leaseq_`; the caller's own tables may share the file. Integer tuple
-//! keys compare numerically in redb, so the orderings below need no manual byte encoding.
-//!
-//! | table | key | value | meaning |
-//! |---|---|---|---|
-//! | `leaseq_jobs` | job id | encoded [`JobRecord`](crate::codec::JobRecord) | every live job, one row each |
-//! | `leaseq_ready` | (priority rank, seq, job id) | () | jobs a dequeue may take; the first entry is served first; `seq` is drawn each time a job becomes ready, so within a priority jobs are served in the order they became ready, whatever the clock does |
-//! | `leaseq_scheduled` | (run_at_ms, job id) | () | delayed or backing-off jobs, due at `run_at_ms` |
-//! | `leaseq_leases` | (deadline_ms, job id) | () | leased jobs by lease deadline |
-//! | `leaseq_dead` | job id | () | dead-lettered jobs |
-//! | `leaseq_dead_by_time` | (died_ms, job id) | () | the same by when they died, for `Builder::dead_retention` |
-//! | `leaseq_dedup` | dedup key | job id | producer dedup: the job that holds the key (live; or, within its dedup window, possibly gone) |
-//! | `leaseq_dedup_windows` | dedup key | expires_ms | keys held for a window after enqueue: until then, whatever the job does |
-//! | `leaseq_dedup_expiry` | (expires_ms, dedup key) | () | the same windows by end, for pruning |
-//! | `leaseq_applied` | applied key | kept_since_ms | idempotency keys whose effect committed; the marker's retention counts from `kept_since_ms`: when it was applied, or later, when a prune last found a live job carrying the key |
-//! | `leaseq_applied_by_time` | (kept_since_ms, applied key) | () | the same markers by age, for pruning |
-//! | `leaseq_idem_jobs` | (applied key, job id) | () | every live job (scheduled, ready, leased, dead) that carries a caller idempotency key: a marker it names is never pruned |
-//! | `leaseq_payloads` | job id | payload bytes | payloads of more than `PAYLOAD_INLINE_MAX` (1 KiB) bytes, stored apart from their record (which holds their length and checksum), so a state change never rewrites them |
-//! | `leaseq_meta` | name | u64 | format version and counters |
-//! | `leaseq_queues` | queue name | u32 | the named queues and their numbers |
-//! | `leaseq_quarantine` | job id | (quarantined_ms, reason, raw record bytes) | job rows that failed their checks, moved aside whole so the rest of the queue goes on |
-//!
-//! Version history:
-//! - 1: the first format.
-//! - 2: applied markers get a time index (`leaseq_applied_by_time`) and the caller idempotency
-//!   keys of live jobs an index (`leaseq_idem_jobs`), so markers can be pruned by age without
-//!   ever removing one a live job carries; no marker is written for a job's own id. Dedup
-//!   keys can be held for a window (`leaseq_dedup_windows`, `leaseq_dedup_expiry`). Job
-//!   records are of record version 2 (a job's own retry policy and dedup window). Dead jobs
-//!   are indexed by when they died (`leaseq_dead_by_time`). The
-//!   upgrade from 1 builds both indexes from `leaseq_applied` and `leaseq_jobs` in one
-//!   transaction at the first writable open (a version-1 build then refuses the file: it
-//!   would not keep the indexes).
-//!
-//! - 3: payloads of more than 1 KiB are stored apart from their record, in `leaseq_payloads`
-//!   (record version 3 holds their length and checksum); smaller ones stay inline. The
-//!   upgrade from 2 moves every larger inline payload out, in one transaction at the first
-//!   writable open.
-//! - 4: named queues. `leaseq_queues` maps each queue name to its number (1 and up); queue
-//!   `n` has every table above but `leaseq_meta` (shared: ids and tokens are unique in the
-//!   file) under the name `leaseq_q{n}_…` (`leaseq_q1_jobs`, `leaseq_q1_ready`, …). The
-//!   tables listed above are the default (unnamed) queue's. The upgrade from 3 creates the
-//!   empty registry.
-//! - 5: job records of record version 4: a snooze count and the encoding of a typed payload.
-//!   No table changes; records of version 3 are still read (never snoozed, no recorded
-//!   encoding), so the upgrade from 4 only sets the version (a version-4 build then refuses
-//!   the file instead of quarantining the records it cannot read).
-//!
-//! `leaseq_quarantine` (added within version 1) is created by the first `ack_with` (held open
-//! while closures run, so they cannot open it) or the first quarantine; a file without it has
-//! nothing quarantined.
+//! The names and key layouts of every table leaseq owns, the meta keys, and the format
+//! version. docs/format.md (this folder's module doc) describes each table and holds the
+//! version history.
 
 use redb::TableDefinition;
 

@@ -1,0 +1,10 @@
+#![doc = include_str!("../../docs/format.md")]
+//!
+//! In the code: `schema.rs` names the tables, keys and meta keys; `record.rs` is the job
+//! record and its versions (the bytes of version 4 in `record/layout.rs`); `payload.rs` is
+//! how typed payloads are encoded (the record stores only its tag). A new on-disk rule lives
+//! here and nowhere else.
+
+pub(crate) mod payload;
+pub(crate) mod record;
+pub(crate) mod schema;
