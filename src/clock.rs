@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
-use crate::commit::WorkSignal;
+use crate::signal::QueueSignals;
 
 /// A source of the current time, in Unix milliseconds.
 ///
@@ -40,10 +40,10 @@ pub trait Clock: Send + Sync + Debug + 'static {
 /// [`Clock::subscribe`]. Holds the queue weakly: once the queue is closed, `wake` returns
 /// `false` and the clock may drop the waker.
 #[derive(Clone)]
-pub struct ClockWaker(Weak<WorkSignal>);
+pub struct ClockWaker(Weak<QueueSignals>);
 
 impl ClockWaker {
-    pub(crate) fn new(work: &Arc<WorkSignal>) -> ClockWaker {
+    pub(crate) fn new(work: &Arc<QueueSignals>) -> ClockWaker {
         ClockWaker(Arc::downgrade(work))
     }
 

@@ -1,5 +1,5 @@
 //! Group commit: many callers, one redb write transaction, one fsync (ARCHITECTURE.md,
-//! "Concurrency" in the README).
+//! the guide's durability chapter).
 //!
 //! A caller's operation runs on the caller's own thread, against the group's open
 //! `WriteTransaction`, under the group mutex. Then the caller waits for the group's commit.
@@ -26,7 +26,6 @@
 //! fresh group (`Replay`). A group that wrote nothing is aborted instead of committed, so a
 //! refused call costs no fsync.
 
-use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -39,6 +38,7 @@ use redb::{Database, ReadableTable, WriteTransaction};
 use crate::error::{Error, Result};
 use crate::format::schema::{META, META_NEXT_ID, META_NEXT_TOKEN};
 use crate::limits::{COUNTER_BLOCK, GATHER_MAX, GROUP_MEMBERS_MAX, NON_DURABLE_COMMITS_MAX};
+use crate::signal::QueueSignals;
 
 /// Source of committer ids (0 means "none" in the thread-locals below). An id, not the
 /// committer's address: the committer moves (into the queue's `Arc`) after its first group.
@@ -239,65 +239,7 @@ pub(crate) struct Committer {
     durability: Durability,
     quick_repair: bool,
     /// Blocked consumers wait on it; shared with the queue's clock (see `ClockWaker`).
-    work: Arc<WorkSignal>,
-}
-
-/// What blocked consumers wait on, one [`Signal`] per queue of the file (by number): a queue's
-/// is bumped after every commit that made work available in it; all are bumped whenever the
-/// queue's clock jumps (a [`ManualClock`](crate::ManualClock) advanced).
-#[derive(Debug, Default)]
-pub(crate) struct WorkSignal {
-    queues: Mutex<HashMap<u32, Arc<Signal>>>,
-}
-
-impl WorkSignal {
-    /// The signal of queue `qid`.
-    pub(crate) fn of(&self, qid: u32) -> Arc<Signal> {
-        self.queues.lock().entry(qid).or_default().clone()
-    }
-
-    /// Wakes the consumers of queue `qid`.
-    pub(crate) fn notify(&self, qid: u32) {
-        let signal = self.queues.lock().get(&qid).cloned();
-        if let Some(s) = signal {
-            s.notify();
-        }
-    }
-
-    /// Wakes the consumers of every queue.
-    pub(crate) fn notify_all(&self) {
-        let all: Vec<Arc<Signal>> = self.queues.lock().values().cloned().collect();
-        all.iter().for_each(|s| s.notify());
-    }
-}
-
-/// One queue's wake-up: an epoch and the consumers blocked on it.
-#[derive(Debug, Default)]
-pub(crate) struct Signal {
-    epoch: Mutex<u64>,
-    cv: Condvar,
-}
-
-impl Signal {
-    pub(crate) fn notify(&self) {
-        *self.epoch.lock() += 1;
-        self.cv.notify_all();
-    }
-
-    pub(crate) fn epoch(&self) -> u64 {
-        *self.epoch.lock()
-    }
-
-    /// Blocks until the epoch moves past `epoch`, or `timeout` passes.
-    pub(crate) fn wait(&self, epoch: u64, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        let mut e = self.epoch.lock();
-        while *e == epoch {
-            if self.cv.wait_until(&mut e, deadline).timed_out() {
-                return;
-            }
-        }
-    }
+    work: Arc<QueueSignals>,
 }
 
 /// Decides whether an error from an operation leaves the transaction clean (a refusal made
@@ -325,7 +267,7 @@ impl Committer {
             arrivals: AtomicUsize::new(0),
             durability,
             quick_repair,
-            work: Arc::new(WorkSignal::default()),
+            work: Arc::new(QueueSignals::default()),
         }
     }
 
@@ -686,7 +628,7 @@ impl Committer {
     }
 
     /// What blocked consumers wait on.
-    pub(crate) fn work(&self) -> &Arc<WorkSignal> {
+    pub(crate) fn work(&self) -> &Arc<QueueSignals> {
         &self.work
     }
 }

@@ -99,6 +99,7 @@ mod platform;
 mod queue;
 mod retry;
 mod scratch;
+mod signal;
 mod stop;
 mod store;
 mod tx;

@@ -6,8 +6,8 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use crate::commit::Signal;
 use crate::limits::WATCHED_MAX;
+use crate::signal::WakeSignal;
 
 /// A flag that stops [`Queue::dequeue_until`](crate::Queue::dequeue_until) calls: once
 /// [`stop`](StopSignal::stop) is called, every call waiting on it returns `Ok(None)` at once
@@ -23,7 +23,7 @@ pub struct StopSignal {
 struct StopInner {
     stopped: AtomicBool,
     /// The wake-ups of the queues waited on with this signal, so `stop` can wake them.
-    watched: Mutex<Vec<Weak<Signal>>>,
+    watched: Mutex<Vec<Weak<WakeSignal>>>,
 }
 
 impl fmt::Debug for StopSignal {
@@ -44,7 +44,7 @@ impl StopSignal {
     /// Calling it again is a no-op.
     pub fn stop(&self) {
         self.inner.stopped.store(true, Ordering::SeqCst);
-        let watched: Vec<Arc<Signal>> = self
+        let watched: Vec<Arc<WakeSignal>> = self
             .inner
             .watched
             .lock()
@@ -61,7 +61,7 @@ impl StopSignal {
 
     /// Remembers a queue's wake-up, so `stop` wakes the consumers blocked on it. Called
     /// before the waiter reads the flag, so a stop in between is not missed.
-    pub(crate) fn watch(&self, signal: &Arc<Signal>) {
+    pub(crate) fn watch(&self, signal: &Arc<WakeSignal>) {
         let mut watched = self.inner.watched.lock();
         if watched.iter().any(|w| w.as_ptr() == Arc::as_ptr(signal)) {
             return;
