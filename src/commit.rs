@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use redb::{Database, ReadableTable, WriteTransaction};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, catch_engine_panic};
 use crate::format::schema::{META, META_NEXT_ID, META_NEXT_TOKEN};
 use crate::limits::{COUNTER_BLOCK, GATHER_MAX, GROUP_MEMBERS_MAX, NON_DURABLE_COMMITS_MAX};
 use crate::signal::QueueSignals;
@@ -330,15 +330,7 @@ impl Committer {
         }
         let leader = st.open.is_none();
         if leader {
-            let begun = catch_unwind(AssertUnwindSafe(|| {
-                self.begin(db, st.non_durable_commits, st.counters)
-            }))
-            .unwrap_or_else(|p| {
-                Err(Error::corrupted(format!(
-                    "storage engine panicked: {}",
-                    crate::panic_message(&*p)
-                )))
-            });
+            let begun = catch_engine_panic(|| self.begin(db, st.non_durable_commits, st.counters));
             match begun {
                 Ok(mut g) => {
                     g.seq = st.next_seq;
@@ -361,7 +353,9 @@ impl Committer {
         let g = st.open.as_mut().expect("a group is open");
         LAST_GROUP.with(|c| c.set((me, g.seq)));
         IN_GROUP.with(|c| c.borrow_mut().push(me));
-        let applied = catch_unwind(AssertUnwindSafe(|| {
+        // Caller closures run under their own catch_unwind (ack_with), so a panic here is the
+        // storage engine's: `Corrupted`, and the group aborts as for any other failure.
+        let applied = catch_engine_panic(|| {
             let mut ctx = Ctx {
                 tx: &g.tx,
                 counters: &mut g.counters,
@@ -369,39 +363,30 @@ impl Committer {
                 wake: &mut g.wake,
             };
             op(&mut ctx)
-        }));
+        });
         IN_GROUP.with(|c| {
             let popped = c.borrow_mut().pop();
             debug_assert_eq!(popped, Some(me), "IN_GROUP is a stack");
         });
         leave();
         match applied {
-            Ok(Ok(v)) => {
+            Ok(v) => {
                 g.members += 1;
                 if g.members >= GROUP_MEMBERS_MAX {
                     self.leader_cv.notify_one();
                 }
                 Ok((Ok(v), g.result.clone(), leader))
             }
-            Ok(Err(e)) if is_refusal(&e) => {
+            Err(e) if is_refusal(&e) => {
                 g.members += 1;
                 if g.members >= GROUP_MEMBERS_MAX {
                     self.leader_cv.notify_one();
                 }
                 Ok((Err(e), g.result.clone(), leader))
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 self.abort_open(st);
                 Err(e)
-            }
-            Err(panic) => {
-                // Caller closures run under their own catch_unwind (ack_with), so this is
-                // the storage engine: report it as corruption, never unwind through the API.
-                self.abort_open(st);
-                Err(Error::corrupted(format!(
-                    "storage engine panicked: {}",
-                    crate::panic_message(&*panic)
-                )))
             }
         }
     }

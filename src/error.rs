@@ -256,3 +256,14 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         "non-string panic payload".to_string()
     }
 }
+
+/// Runs `f`, turning a panic inside the storage engine into `Corrupted`: no panic crosses
+/// leaseq's API. The one place that does (the open, the committer, the read views).
+pub(crate) fn catch_engine_panic<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        Err(Error::corrupted(format!(
+            "storage engine panicked: {}",
+            panic_message(&*p)
+        )))
+    })
+}

@@ -427,3 +427,67 @@ impl ImportJob {
         self
     }
 }
+
+/// How a failing handler wants its job to end instead of the default retry: return it as the
+/// error (`Err(Outcome::Snooze(d).into())`, or `?` on a `Result<_, Outcome>`) from an
+/// [`ack_with`](crate::Lease::ack_with) closure (any form, and [`Queue::ack_with_batch`](crate::Queue::ack_with_batch)) or a
+/// [`WorkerPool`](crate::WorkerPool) handler. As Oban's `{:snooze, s}` / `{:cancel, reason}`
+/// and River's `JobSnooze` / `JobCancel`.
+///
+/// In an `ack_with` closure, nothing of the closure's transaction commits (as for any failing
+/// closure), and the job ends as the outcome says in the commit that follows; the call returns
+/// [`Error::Effect`](crate::Error::Effect) holding the `Outcome` (downcast it to see which).
+/// A directive the queue refuses (a snooze or backoff above [`DELAY_MAX`](crate::DELAY_MAX))
+/// gives the job back through the retry policy with the refusal as its last error, so the job
+/// never waits out its lease.
+///
+/// ```
+/// use leaseq::{BoxError, Lease, Outcome};
+/// use std::time::Duration;
+///
+/// fn handle(lease: &Lease) -> Result<(), BoxError> {
+///     match lease.payload() {
+///         b"later" => Err(Outcome::Snooze(Duration::from_secs(30)).into()),
+///         b"" => Err(Outcome::Fail("empty payload".into()).into()),
+///         b"busy" => Err(Outcome::Retry {
+///             after: Duration::from_secs(5),
+///             reason: "upstream busy".into(),
+///         }
+///         .into()),
+///         _ => Ok(()),
+///     }
+/// }
+/// # let _ = handle;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Give the job back to be due after this delay (whole ms; `ZERO`: ready at once)
+    /// without charging the attempt ([`Lease::snooze`](crate::Lease::snooze)); never dead-letters.
+    Snooze(std::time::Duration),
+    /// Dead-letter the job now with this reason, whatever attempts it has left
+    /// ([`Lease::fail`](crate::Lease::fail)).
+    Fail(String),
+    /// Give the job back to be due after `after` instead of the retry policy's delay, the
+    /// attempt counted ([`Lease::nack_after`](crate::Lease::nack_after)); dead when it was the last attempt.
+    Retry {
+        /// The backoff (whole ms; `ZERO`: ready at once).
+        after: std::time::Duration,
+        /// Kept as the job's last error.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Snooze(d) => write!(f, "snooze for {} ms", d.as_millis()),
+            Outcome::Fail(reason) => write!(f, "fail: {reason}"),
+            Outcome::Retry { after, reason } => {
+                write!(f, "{reason} (retry after {} ms)", after.as_millis())
+            }
+        }
+    }
+}
+
+impl std::error::Error for Outcome {}

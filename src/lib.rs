@@ -90,6 +90,7 @@
 mod clock;
 mod commit;
 mod error;
+mod file;
 mod format;
 mod job;
 mod lease;
@@ -124,18 +125,19 @@ pub use clock::{Clock, ClockWaker, ManualClock, SystemClock};
 pub use commit::{CommitStats, Durability};
 pub(crate) use error::panic_message;
 pub use error::{BoxError, Error, Result};
+pub use file::Recovery;
 pub use format::payload::Encoding;
 pub use format::schema::FORMAT_VERSION;
 pub use job::{
     Applied, EnqueueOptions, Enqueued, ImportJob, JobCursor, JobId, JobInfo, JobPage, JobState,
-    Quarantined, Stats,
+    Outcome, Quarantined, Stats,
 };
-pub use lease::{Heartbeat, Lease, Outcome};
+pub use lease::{Heartbeat, Lease};
 pub use limits::{
     BATCH_MAX, DELAY_MAX, DUE_RECHECK_MAX, KEY_BYTES_MAX, LEASE_MAX, MAX_ATTEMPTS_CAP,
     PAYLOAD_BYTES_MAX_CAP, QUEUE_NAME_BYTES_MAX, QUEUES_MAX,
 };
-pub use open::{Builder, Recovery};
+pub use open::Builder;
 pub use queue::{Pruned, Queue};
 pub use retry::RetryPolicy;
 pub use stop::StopSignal;

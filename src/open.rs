@@ -12,7 +12,8 @@ use redb::{Database, ReadableDatabase, ReadableTable, StorageBackend};
 
 use crate::clock::{Clock, SystemClock};
 use crate::commit::{Committer, Durability};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, catch_engine_panic};
+use crate::file::{GuardedDb, OpenFile, Recovery};
 use crate::format::schema::{
     DEFAULT_TABLES, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN,
 };
@@ -30,29 +31,6 @@ const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0
 /// open and cleared by a clean close (redb's file format, `docs/design.md`).
 const REDB_GOD_BYTE_OFFSET: u64 = REDB_MAGIC.len() as u64;
 const REDB_RECOVERY_REQUIRED: u8 = 2;
-
-/// What the open found and did before returning the queue.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Recovery {
-    /// Leases found in the file at open (their holder closed the file or exited without
-    /// ending them) put back to ready.
-    pub leases_returned: u64,
-    /// Leases found in the file at open whose job had no attempts left: dead-lettered.
-    pub leases_dead_lettered: u64,
-    /// Whether the previous process did not close the file cleanly (it crashed or was
-    /// killed), so redb recovered it at open: a full repair, or with quick-repair the
-    /// allocator state its last commit saved. Always `false` for [`Builder::attach`] unless
-    /// redb's integrity check found and repaired damage there.
-    pub repaired: bool,
-    /// Whether the open created a new file.
-    pub created: bool,
-    /// Leased job rows that failed their checks and were quarantined instead of returned
-    /// (see [`Queue::quarantined`]).
-    pub quarantined: u64,
-    /// The format version the file was upgraded from at this open (in one transaction, before
-    /// lease recovery), or `None` if it was current. See [`FORMAT_VERSION`].
-    pub upgraded_from: Option<u64>,
-}
 
 /// Settings for opening a queue. Start from [`Queue::builder`].
 ///
@@ -378,7 +356,7 @@ impl Builder {
         let path = path.as_ref();
         let _span = tracing::info_span!("leaseq.open", path = %path.display()).entered();
         let started = std::time::Instant::now();
-        let r = guarded(|| self.open_path(path)).map_err(|e| naming(e, path));
+        let r = catch_engine_panic(|| self.open_path(path)).map_err(|e| naming(e, path));
         logged(&r, started);
         r
     }
@@ -416,13 +394,13 @@ impl Builder {
         if self.verifies() {
             self.look_on_scratch(path, true)?;
         } else {
-            match guarded(|| builder.open_read_only(path).map_err(Error::from)) {
+            match catch_engine_panic(|| builder.open_read_only(path).map_err(Error::from)) {
                 Ok(ro) => {
                     let rtx = ro.begin_read()?;
                     verify_format(&rtx, path)?;
                     // What recovery will read must decode now, so a damaged lease is refused
                     // before the writable open touches the file.
-                    guarded(|| store::check_leases(&rtx))?;
+                    catch_engine_panic(|| store::check_leases(&rtx))?;
                 }
                 Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
                     return Err(already_open());
@@ -433,11 +411,12 @@ impl Builder {
                 Err(e) => return Err(e),
             }
         }
-        let opened = guarded(|| builder.open(path).map_err(Error::from)).and_then(|db| {
-            let db = DbBox::new(db);
-            verify_format(&db.get().begin_read()?, path)?;
-            self.finish(db, cfg, Some(path.to_path_buf()), repaired, created)
-        });
+        let opened =
+            catch_engine_panic(|| builder.open(path).map_err(Error::from)).and_then(|db| {
+                let db = GuardedDb::new(db);
+                verify_format(&db.get().begin_read()?, path)?;
+                self.finish(db, cfg, Some(path.to_path_buf()), repaired, created)
+            });
         match opened {
             Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => Err(already_open()),
             other => other,
@@ -456,15 +435,15 @@ impl Builder {
         if let Some(cb) = self.on_repair.clone() {
             b.set_repair_callback(move |session| cb(session.progress()));
         }
-        let db = match guarded(|| b.create_with_backend(scratch).map_err(Error::from)) {
+        let db = match catch_engine_panic(|| b.create_with_backend(scratch).map_err(Error::from)) {
             Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
                 return Err(Error::AlreadyOpen {
                     path: path.to_path_buf(),
                 });
             }
-            other => DbBox::new(other?),
+            other => GuardedDb::new(other?),
         };
-        let looked = guarded(|| {
+        let looked = catch_engine_panic(|| {
             let rtx = db.get().begin_read()?;
             verify_format(&rtx, path)?;
             // What recovery will read must decode now, so a damaged lease is refused before
@@ -493,7 +472,7 @@ impl Builder {
     pub fn open_backend(&self, backend: impl StorageBackend) -> Result<Queue> {
         let _span = tracing::info_span!("leaseq.open", backend = true).entered();
         let started = std::time::Instant::now();
-        let r = guarded(|| self.open_on_backend(backend));
+        let r = catch_engine_panic(|| self.open_on_backend(backend));
         logged(&r, started);
         r
     }
@@ -509,12 +488,12 @@ impl Builder {
                 .map_err(Error::Io)?;
             god[0] & REDB_RECOVERY_REQUIRED != 0
         };
-        let db = guarded(|| {
+        let db = catch_engine_panic(|| {
             self.redb_builder()
                 .create_with_backend(backend)
                 .map_err(Error::from)
         })?;
-        let db = DbBox::new(db);
+        let db = GuardedDb::new(db);
         // A backend has no atomic create: a crash inside its first open can leave an empty
         // redb database (no tables at all), which is finished here as a new queue.
         let blank = empty || {
@@ -551,7 +530,7 @@ impl Builder {
     pub fn attach(&self, db: Database) -> Result<Queue> {
         let _span = tracing::info_span!("leaseq.open", attach = true).entered();
         let started = std::time::Instant::now();
-        let r = guarded(|| self.attach_db(db));
+        let r = catch_engine_panic(|| self.attach_db(db));
         logged(&r, started);
         r
     }
@@ -560,7 +539,7 @@ impl Builder {
         let cfg = self.config()?;
         // `Ok(false)`: damage was found and repaired (redb rebuilt what it could verify).
         let repaired = self.verifies() && !db.check_integrity()?;
-        let db = DbBox::new(db);
+        let db = GuardedDb::new(db);
         // Refuse a newer format or foreign `leaseq_*` tables before writing anything.
         precheck_attach(&db.get().begin_read()?)?;
         init_tables(db.get())?;
@@ -570,7 +549,7 @@ impl Builder {
 
     fn finish(
         &self,
-        db: DbBox,
+        db: GuardedDb,
         cfg: Config,
         path: Option<PathBuf>,
         repaired: bool,
@@ -581,7 +560,7 @@ impl Builder {
             file: committer.id(),
             ..cfg
         };
-        let inner = Inner {
+        let inner = OpenFile {
             db,
             committer,
             cfg,
@@ -600,7 +579,7 @@ impl Builder {
         inner
             .clock
             .subscribe(crate::clock::ClockWaker::new(inner.committer.work()));
-        let inner = Inner {
+        let inner = OpenFile {
             recovery: Recovery {
                 leases_returned: recovered.returned,
                 leases_dead_lettered: recovered.dead,
@@ -629,16 +608,6 @@ fn retention_ms(field: &'static str, retention: Option<Duration>) -> Result<Opti
         ),
         Some(d) => Ok(Some(crate::clock::duration_ms(d))),
     }
-}
-
-/// Converts a panic inside the storage engine into `Corrupted`: no panic crosses leaseq's API.
-pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        Err(Error::corrupted(format!(
-            "storage engine panicked: {}",
-            crate::panic_message(&*p)
-        )))
-    })
 }
 
 /// Refuses files that cannot be redb databases before redb sees them. Returns whether the
@@ -889,45 +858,6 @@ fn new_temp_file(dir: &Path) -> Result<PathBuf> {
 fn create_lock_path(path: &Path, dir: &Path) -> PathBuf {
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     dir.join(format!(".{name}.create-lock"))
-}
-
-/// Owns the database; drops it inside `catch_unwind` so a panic in redb's drop (seen on
-/// corrupted files) does not cross leaseq's API.
-pub(crate) struct DbBox(Option<Database>);
-
-impl DbBox {
-    pub(crate) fn new(db: Database) -> DbBox {
-        DbBox(Some(db))
-    }
-
-    pub(crate) fn get(&self) -> &Database {
-        self.0.as_ref().expect("database present until drop")
-    }
-
-    pub(crate) fn get_mut(&mut self) -> &mut Database {
-        self.0.as_mut().expect("database present until drop")
-    }
-}
-
-impl Drop for DbBox {
-    fn drop(&mut self) {
-        if let Some(db) = self.0.take() {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
-        }
-    }
-}
-
-pub(crate) struct Inner {
-    // Field order matters: the committer (holding no transaction once idle) drops before the
-    // database.
-    pub(crate) committer: Committer,
-    pub(crate) db: DbBox,
-    pub(crate) cfg: Config,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) path: Option<PathBuf>,
-    pub(crate) recovery: Recovery,
-    /// Set by [`Queue::close`]: no new enqueue or delivery through any handle of the file.
-    pub(crate) closed: std::sync::atomic::AtomicBool,
 }
 
 /// One `tracing` event for an open: what its recovery did, or why it was refused.

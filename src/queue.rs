@@ -8,13 +8,15 @@ use std::time::{Duration, Instant};
 use redb::{Database, ReadableDatabase};
 
 use crate::commit::Ctx;
+use crate::error::catch_engine_panic;
 use crate::error::{Error, Result};
+use crate::file::{OpenFile, Recovery};
 use crate::job::{
     Applied, EnqueueOptions, Enqueued, JobCursor, JobId, JobInfo, JobPage, JobState, Quarantined,
     Stats,
 };
 use crate::lease::Lease;
-use crate::open::{Builder, Inner, Recovery, guarded};
+use crate::open::Builder;
 use crate::retry::RetryPolicy;
 use crate::stop::StopSignal;
 use crate::store::{self, Config, Violation};
@@ -45,7 +47,7 @@ fn batch_too_large(field: &'static str) -> Error {
 /// dropped.
 #[derive(Clone)]
 pub struct Queue {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<OpenFile>,
     /// This handle's queue: its tables and default options.
     pub(crate) cfg: Config,
     /// Its name; `None` for the default queue.
@@ -114,7 +116,8 @@ impl Queue {
     pub fn named(&self, name: &str) -> Result<Queue> {
         crate::format::schema::QueueTables::check_name(name)?;
         self.check_open()?;
-        let found = guarded(|| store::find_queue(&self.inner.db.get().begin_read()?, name))?;
+        let found =
+            catch_engine_panic(|| store::find_queue(&self.inner.db.get().begin_read()?, name))?;
         let qid = match found {
             Some(qid) => qid,
             None => self.run(&mut |ctx| store::queue_number(ctx, name, true))??,
@@ -129,7 +132,7 @@ impl Queue {
     /// `Corrupted` for a damaged registry; `Storage`.
     pub fn existing(&self, name: &str) -> Result<Queue> {
         crate::format::schema::QueueTables::check_name(name)?;
-        match guarded(|| store::find_queue(&self.inner.db.get().begin_read()?, name))? {
+        match catch_engine_panic(|| store::find_queue(&self.inner.db.get().begin_read()?, name))? {
             Some(qid) => Ok(self.handle_of(name, qid)),
             None => Err(Error::QueueNotFound {
                 name: name.to_string(),
@@ -142,7 +145,7 @@ impl Queue {
     /// # Errors
     /// `Storage`, or `Corrupted` for a damaged registry.
     pub fn queue_names(&self) -> Result<Vec<String>> {
-        let named = guarded(|| store::named_queues(&self.inner.db.get().begin_read()?))?;
+        let named = catch_engine_panic(|| store::named_queues(&self.inner.db.get().begin_read()?))?;
         Ok(named.into_iter().map(|(name, _)| name).collect())
     }
 
@@ -449,7 +452,7 @@ impl Queue {
         // thread is holding up).
         self.inner.committer.check_reentrant()?;
         let now_ms = self.now_ms();
-        let (work, next_due_ms) = guarded(|| {
+        let (work, next_due_ms) = catch_engine_panic(|| {
             let rtx = self.inner.db.get().begin_read()?;
             store::probe(&rtx, self.cfg.tables, now_ms)
         })?;
@@ -833,7 +836,7 @@ impl Queue {
     /// # Errors
     /// `Corrupted` if its record does not decode; `Storage`.
     pub fn job(&self, id: JobId) -> Result<Option<JobInfo>> {
-        guarded(|| store::job(&self.inner.db.get().begin_read()?, self.cfg.tables, id.0))
+        catch_engine_panic(|| store::job(&self.inner.db.get().begin_read()?, self.cfg.tables, id.0))
     }
 
     /// Counts of jobs per state in this handle's queue, read from one snapshot.
@@ -841,7 +844,7 @@ impl Queue {
     /// # Errors
     /// `Storage`.
     pub fn stats(&self) -> Result<Stats> {
-        guarded(|| store::stats(&self.inner.db.get().begin_read()?, self.cfg.tables))
+        catch_engine_panic(|| store::stats(&self.inner.db.get().begin_read()?, self.cfg.tables))
     }
 
     /// Jobs still to be done: scheduled, ready or leased, not dead ([`Stats::pending`]), so
@@ -879,7 +882,7 @@ impl Queue {
         if after.is_some_and(|c| c.state != state) {
             return Err(Error::invalid_option("after", "a cursor of another state"));
         }
-        let (jobs, last) = guarded(|| {
+        let (jobs, last) = catch_engine_panic(|| {
             store::list(
                 &self.inner.db.get().begin_read()?,
                 self.cfg.tables,
@@ -897,7 +900,9 @@ impl Queue {
     /// # Errors
     /// `Corrupted` if its row is damaged or quarantined; `Storage`.
     pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        guarded(|| store::payload(&self.inner.db.get().begin_read()?, self.cfg.tables, id.0))
+        catch_engine_panic(|| {
+            store::payload(&self.inner.db.get().begin_read()?, self.cfg.tables, id.0)
+        })
     }
 
     /// Moves every dead job back to ready with its attempts reset, as
@@ -980,7 +985,7 @@ impl Queue {
     /// `Storage`, or `Corrupted` if redb cannot read the tables or the registry of named
     /// queues is damaged.
     pub fn check(&self) -> Result<Vec<Violation>> {
-        guarded(|| store::check_file(self.inner.db.get()))
+        catch_engine_panic(|| store::check_file(self.inner.db.get()))
     }
 
     /// Moves a dead job back to ready with its attempts reset to 0, as a fresh job at the
@@ -1022,7 +1027,7 @@ impl Queue {
     /// # Errors
     /// `Storage`.
     pub fn is_applied(&self, idempotency_key: impl AsRef<[u8]>) -> Result<bool> {
-        guarded(|| {
+        catch_engine_panic(|| {
             store::is_applied(
                 &self.inner.db.get().begin_read()?,
                 self.cfg.tables,
@@ -1040,7 +1045,8 @@ impl Queue {
     /// `Closed` after [`Queue::close`] for a file that has no id yet; `CommitFailed`,
     /// `Storage`, `Reentrant`.
     pub fn file_id(&self) -> Result<u64> {
-        if let Some(id) = guarded(|| store::file_id(&self.inner.db.get().begin_read()?))? {
+        if let Some(id) = catch_engine_panic(|| store::file_id(&self.inner.db.get().begin_read()?))?
+        {
             return Ok(id);
         }
         self.check_open()?;
@@ -1059,7 +1065,7 @@ impl Queue {
         if max == 0 || max > crate::BATCH_MAX {
             return Err(batch_too_large("max"));
         }
-        guarded(|| {
+        catch_engine_panic(|| {
             store::quarantined(
                 &self.inner.db.get().begin_read()?,
                 self.cfg.tables,
@@ -1075,7 +1081,7 @@ impl Queue {
     /// # Errors
     /// `Storage`.
     pub fn quarantined_record(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        guarded(|| {
+        catch_engine_panic(|| {
             store::quarantined_record(&self.inner.db.get().begin_read()?, self.cfg.tables, id.0)
         })
     }
@@ -1194,7 +1200,7 @@ impl Queue {
         let db = inner.db.get_mut();
         let _span = tracing::info_span!("leaseq.compact").entered();
         let started = std::time::Instant::now();
-        match guarded(|| {
+        match catch_engine_panic(|| {
             db.compact().map_err(|e| match e {
                 redb::CompactionError::TransactionInProgress => Error::Busy {
                     detail: "a transaction is open on database()".into(),
@@ -1232,7 +1238,7 @@ impl Queue {
     /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` or `Storage`.
     pub fn flush(&self) -> Result<()> {
         self.inner.committer.check_reentrant()?;
-        guarded(|| {
+        catch_engine_panic(|| {
             let tx = self.inner.db.get().begin_write()?;
             tx.commit()?;
             Ok(())

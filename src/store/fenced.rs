@@ -17,7 +17,7 @@ use super::tables::Tables;
 use super::transition::retry_at_ms;
 use super::validate::lease_ms_checked;
 
-/// How a job whose `ack_with` closure failed is given back ([`crate::Outcome`]).
+/// How a job whose `ack_with` closure failed is given back ([`crate::job::Outcome`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum GiveBack {
     /// Through the retry policy, or after this backoff (ms); dead when out of attempts.
@@ -37,7 +37,7 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    /// The failure of a closure that returned `e`: an [`crate::Outcome`] decides how the
+    /// The failure of a closure that returned `e`: an [`crate::job::Outcome`] decides how the
     /// job ends (a delay above `DELAY_MAX` is refused there, and the job goes through the
     /// retry policy with the refusal as its reason); any other error retries.
     pub(crate) fn of(e: &BoxError) -> Failure {
@@ -49,16 +49,18 @@ impl Failure {
             ),
             how: GiveBack::Retry(None),
         };
-        match e.downcast_ref::<crate::Outcome>() {
-            Some(crate::Outcome::Snooze(d)) if crate::clock::duration_ms(*d) <= max_ms => Failure {
-                reason: e.to_string(),
-                how: GiveBack::Snooze(crate::clock::duration_ms(*d)),
-            },
-            Some(crate::Outcome::Fail(reason)) => Failure {
+        match e.downcast_ref::<crate::job::Outcome>() {
+            Some(crate::job::Outcome::Snooze(d)) if crate::clock::duration_ms(*d) <= max_ms => {
+                Failure {
+                    reason: e.to_string(),
+                    how: GiveBack::Snooze(crate::clock::duration_ms(*d)),
+                }
+            }
+            Some(crate::job::Outcome::Fail(reason)) => Failure {
                 reason: reason.clone(),
                 how: GiveBack::Fail,
             },
-            Some(crate::Outcome::Retry { after, reason })
+            Some(crate::job::Outcome::Retry { after, reason })
                 if crate::clock::duration_ms(*after) <= max_ms =>
             {
                 Failure {
@@ -66,7 +68,9 @@ impl Failure {
                     how: GiveBack::Retry(Some(crate::clock::duration_ms(*after))),
                 }
             }
-            Some(crate::Outcome::Snooze(d) | crate::Outcome::Retry { after: d, .. }) => refused(*d),
+            Some(crate::job::Outcome::Snooze(d) | crate::job::Outcome::Retry { after: d, .. }) => {
+                refused(*d)
+            }
             None => Failure {
                 reason: e.to_string(),
                 how: GiveBack::Retry(None),

@@ -1,0 +1,75 @@
+//! The state every handle of one open file shares ([`OpenFile`]): the database behind a panic
+//! guard, the group committer, the clock, and what the open found ([`Recovery`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use redb::Database;
+
+use crate::clock::Clock;
+use crate::commit::Committer;
+use crate::store::Config;
+
+/// What the open found and did before returning the queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Leases found in the file at open (their holder closed the file or exited without
+    /// ending them) put back to ready.
+    pub leases_returned: u64,
+    /// Leases found in the file at open whose job had no attempts left: dead-lettered.
+    pub leases_dead_lettered: u64,
+    /// Whether the previous process did not close the file cleanly (it crashed or was
+    /// killed), so redb recovered it at open: a full repair, or with quick-repair the
+    /// allocator state its last commit saved. Always `false` for [`Builder::attach`](crate::Builder::attach) unless
+    /// redb's integrity check found and repaired damage there.
+    pub repaired: bool,
+    /// Whether the open created a new file.
+    pub created: bool,
+    /// Leased job rows that failed their checks and were quarantined instead of returned
+    /// (see [`Queue::quarantined`](crate::Queue::quarantined)).
+    pub quarantined: u64,
+    /// The format version the file was upgraded from at this open (in one transaction, before
+    /// lease recovery), or `None` if it was current. See [`FORMAT_VERSION`](crate::FORMAT_VERSION).
+    pub upgraded_from: Option<u64>,
+}
+
+/// Owns the database; drops it inside `catch_unwind` so a panic in redb's drop (seen on
+/// corrupted files) does not cross leaseq's API.
+pub(crate) struct GuardedDb(Option<Database>);
+
+impl GuardedDb {
+    pub(crate) fn new(db: Database) -> GuardedDb {
+        GuardedDb(Some(db))
+    }
+
+    pub(crate) fn get(&self) -> &Database {
+        self.0.as_ref().expect("database present until drop")
+    }
+
+    pub(crate) fn get_mut(&mut self) -> &mut Database {
+        self.0.as_mut().expect("database present until drop")
+    }
+}
+
+impl Drop for GuardedDb {
+    fn drop(&mut self) {
+        if let Some(db) = self.0.take() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
+        }
+    }
+}
+
+/// What every handle of one open file shares: the database, its committer, the default
+/// queue's settings, the clock, and what the open found.
+pub(crate) struct OpenFile {
+    // Field order matters: the committer (holding no transaction once idle) drops before the
+    // database.
+    pub(crate) committer: Committer,
+    pub(crate) db: GuardedDb,
+    pub(crate) cfg: Config,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) path: Option<PathBuf>,
+    pub(crate) recovery: Recovery,
+    /// Set by [`Queue::close`](crate::Queue::close): no new enqueue or delivery through any handle of the file.
+    pub(crate) closed: std::sync::atomic::AtomicBool,
+}
