@@ -215,7 +215,7 @@ impl From<redb::Error> for Error {
             redb::Error::Corrupted(detail) => Error::Corrupted { detail },
             redb::Error::ValueTooLarge(size) => Error::PayloadTooLarge {
                 size_bytes: size,
-                limit_bytes: crate::PAYLOAD_BYTES_MAX_CAP,
+                limit_bytes: crate::limits::PAYLOAD_BYTES_MAX_CAP,
             },
             other => Error::Storage(other),
         }

@@ -54,10 +54,10 @@ pub struct EnqueueOptions {
     pub(crate) delay: Option<Duration>,
     pub(crate) max_attempts: Option<u32>,
     pub(crate) lease: Option<Duration>,
-    pub(crate) retry: Option<crate::RetryPolicy>,
+    pub(crate) retry: Option<crate::retry::RetryPolicy>,
     pub(crate) dedup_window: Option<Duration>,
     /// Set by `enqueue_value`: how the payload was encoded.
-    pub(crate) encoding: Option<crate::Encoding>,
+    pub(crate) encoding: Option<crate::format::payload::Encoding>,
 }
 
 impl EnqueueOptions {
@@ -66,8 +66,8 @@ impl EnqueueOptions {
     pub(crate) fn typed<T>(
         self,
         value: &T,
-        encoding: crate::Encoding,
-    ) -> crate::Result<(Vec<u8>, Self)>
+        encoding: crate::format::payload::Encoding,
+    ) -> crate::error::Result<(Vec<u8>, Self)>
     where
         T: serde::Serialize + serde::de::DeserializeOwned,
     {
@@ -86,7 +86,7 @@ impl EnqueueOptions {
     /// [`Lease::decode`](crate::Lease::decode) reads it that way whatever the consumer's
     /// handle says. For bytes encoded elsewhere (a relay carries the sender's encoding this
     /// way); nothing checks that they decode.
-    pub fn encoding(mut self, encoding: crate::Encoding) -> Self {
+    pub fn encoding(mut self, encoding: crate::format::payload::Encoding) -> Self {
         self.encoding = Some(encoding);
         self
     }
@@ -127,7 +127,7 @@ impl EnqueueOptions {
     /// This job's retry policy, instead of the queue's
     /// [`Builder::retry`](crate::Builder::retry). Checked at enqueue (`InvalidOption` with
     /// field `"retry"`).
-    pub fn retry(mut self, policy: crate::RetryPolicy) -> Self {
+    pub fn retry(mut self, policy: crate::retry::RetryPolicy) -> Self {
         self.retry = Some(policy);
         self
     }
@@ -250,12 +250,12 @@ pub struct JobInfo {
     /// ([`EnqueueOptions::lease`]); `None` uses the queue's.
     pub lease_ms: Option<u64>,
     /// Its own retry policy, if given at enqueue ([`EnqueueOptions::retry`]).
-    pub retry: Option<crate::RetryPolicy>,
+    pub retry: Option<crate::retry::RetryPolicy>,
     /// Its dedup window in ms, if given ([`EnqueueOptions::dedup_window`]).
     pub dedup_window_ms: Option<u64>,
     /// The encoding of a payload enqueued with
     /// [`Queue::enqueue_value`](crate::Queue::enqueue_value); `None` for raw bytes.
-    pub encoding: Option<crate::Encoding>,
+    pub encoding: Option<crate::format::payload::Encoding>,
 }
 
 /// One page of [`Queue::jobs`](crate::Queue::jobs).
@@ -351,7 +351,7 @@ pub struct ImportJob {
     pub(crate) snoozes: u32,
     pub(crate) last_error: Option<String>,
     pub(crate) created_ms: Option<u64>,
-    pub(crate) encoding: Option<crate::Encoding>,
+    pub(crate) encoding: Option<crate::format::payload::Encoding>,
 }
 
 impl ImportJob {
@@ -422,7 +422,7 @@ impl ImportJob {
     }
 
     /// The encoding of a typed payload ([`JobInfo::encoding`]); `None` for raw bytes.
-    pub fn encoding(mut self, encoding: Option<crate::Encoding>) -> ImportJob {
+    pub fn encoding(mut self, encoding: Option<crate::format::payload::Encoding>) -> ImportJob {
         self.encoding = encoding;
         self
     }
@@ -491,3 +491,33 @@ impl std::fmt::Display for Outcome {
 }
 
 impl std::error::Error for Outcome {}
+
+/// What [`Queue::prune`](crate::Queue::prune) removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Pruned {
+    /// Applied-ids markers past their retention.
+    pub applied: u64,
+    /// Dedup keys whose window ended (released; their jobs untouched).
+    pub dedup_windows: u64,
+    /// Dead jobs past [`Builder::dead_retention`](crate::Builder::dead_retention) (deleted).
+    pub dead: u64,
+}
+
+/// One broken invariant found by [`Queue::check`](crate::Queue::check).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The job concerned, when there is one.
+    pub job_id: Option<JobId>,
+    /// What is wrong.
+    pub detail: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.job_id {
+            Some(id) => write!(f, "job {id}: {}", self.detail),
+            None => f.write_str(&self.detail),
+        }
+    }
+}

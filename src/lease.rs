@@ -64,7 +64,7 @@ pub struct Lease {
     pub(crate) idempotency_key: Option<Vec<u8>>,
     /// How [`Lease::decode`] reads the payload: the job's recorded encoding, else its
     /// handle's.
-    pub(crate) encoding: crate::Encoding,
+    pub(crate) encoding: crate::format::payload::Encoding,
     pub(crate) payload: Vec<u8>,
 }
 
@@ -105,7 +105,7 @@ impl Lease {
     }
 
     /// The encoding [`decode`](Lease::decode) uses for this job.
-    pub fn encoding(&self) -> crate::Encoding {
+    pub fn encoding(&self) -> crate::format::payload::Encoding {
         self.encoding
     }
 
@@ -187,10 +187,13 @@ impl Lease {
 
     /// The queue, while this lease's attempt may still be open; `LeaseLost` once it ended.
     fn queue(&self) -> Result<Queue> {
-        self.queue.lock().clone().ok_or(crate::Error::LeaseLost {
-            job_id: JobId(self.id),
-            token: self.token,
-        })
+        self.queue
+            .lock()
+            .clone()
+            .ok_or(crate::error::Error::LeaseLost {
+                job_id: JobId(self.id),
+                token: self.token,
+            })
     }
 
     /// After a call that may end the attempt: if `outcome` says it ended (or was lost), lets
@@ -198,7 +201,7 @@ impl Lease {
     pub(crate) fn settle<T>(&self, outcome: &Result<T>) {
         let ended = matches!(
             outcome,
-            Ok(_) | Err(crate::Error::LeaseLost { .. } | crate::Error::Effect(_))
+            Ok(_) | Err(crate::error::Error::LeaseLost { .. } | crate::error::Error::Effect(_))
         );
         if ended {
             *self.queue.lock() = None;
@@ -293,10 +296,10 @@ impl Lease {
     /// `CommitFailed` or `Storage` as [`Lease::ack`].
     pub fn ack_with<F>(&self, mut effect: F) -> Result<Applied>
     where
-        F: FnMut(&crate::Tx<'_>) -> std::result::Result<(), BoxError>,
+        F: FnMut(&crate::tx::Tx<'_>) -> std::result::Result<(), BoxError>,
     {
         let q = self.queue()?;
-        let mut each = |tx: &crate::Tx<'_>, _: usize| effect(tx);
+        let mut each = |tx: &crate::tx::Tx<'_>, _: usize| effect(tx);
         let (applied, _) =
             q.ack_with_keys(&self.key(), &mut store::EffectFn::Each(&mut each), false)?;
         let r = single(applied);
@@ -313,10 +316,10 @@ impl Lease {
     /// job back) and [`Queue::dequeue`].
     pub fn ack_with_and_next<F>(&self, mut effect: F) -> Result<(Applied, Option<Lease>)>
     where
-        F: FnMut(&crate::Tx<'_>) -> std::result::Result<(), BoxError>,
+        F: FnMut(&crate::tx::Tx<'_>) -> std::result::Result<(), BoxError>,
     {
         let q = self.queue()?;
-        let mut each = |tx: &crate::Tx<'_>, _: usize| effect(tx);
+        let mut each = |tx: &crate::tx::Tx<'_>, _: usize| effect(tx);
         let (applied, next) =
             q.ack_with_keys(&self.key(), &mut store::EffectFn::Each(&mut each), true)?;
         let applied = single(applied);
@@ -344,8 +347,11 @@ impl Lease {
     /// `InvalidOption` if `backoff` is above [`DELAY_MAX`](crate::DELAY_MAX) (nothing written,
     /// the lease stays current); otherwise as [`Lease::ack`].
     pub fn nack_after(&self, reason: &str, backoff: Duration) -> Result<JobState> {
-        if backoff > crate::DELAY_MAX {
-            return Err(crate::Error::invalid_option("backoff", "above DELAY_MAX"));
+        if backoff > crate::limits::DELAY_MAX {
+            return Err(crate::error::Error::invalid_option(
+                "backoff",
+                "above DELAY_MAX",
+            ));
         }
         self.give_back(reason, Some(crate::clock::duration_ms(backoff)))
     }
@@ -393,8 +399,11 @@ impl Lease {
     /// `InvalidOption` if `delay` is above [`DELAY_MAX`](crate::DELAY_MAX) (nothing written,
     /// the lease stays current); otherwise as [`Lease::ack`].
     pub fn snooze(&self, delay: Duration) -> Result<()> {
-        if delay > crate::DELAY_MAX {
-            return Err(crate::Error::invalid_option("delay", "above DELAY_MAX"));
+        if delay > crate::limits::DELAY_MAX {
+            return Err(crate::error::Error::invalid_option(
+                "delay",
+                "above DELAY_MAX",
+            ));
         }
         let (key, q) = (self.key()[0], self.queue()?);
         let (now_ms, delay_ms) = (q.now_ms(), crate::clock::duration_ms(delay));
@@ -432,7 +441,7 @@ impl Lease {
         let _one_at_a_time = self.extending.lock();
         let now_ms = q.now_ms();
         let r = q.run(&mut |ctx| store::extend(ctx, q.config().tables, id, token, now_ms, by))?;
-        if matches!(r, Err(crate::Error::LeaseLost { .. })) {
+        if matches!(r, Err(crate::error::Error::LeaseLost { .. })) {
             self.settle(&r);
         }
         self.deadline_ms.store(r?, Ordering::SeqCst);
@@ -445,7 +454,7 @@ fn single<T>(mut outcomes: Vec<Result<T>>) -> Result<T> {
     debug_assert_eq!(outcomes.len(), 1);
     outcomes
         .pop()
-        .unwrap_or_else(|| Err(crate::Error::corrupted("no outcome for the lease")))
+        .unwrap_or_else(|| Err(crate::error::Error::corrupted("no outcome for the lease")))
 }
 
 /// Extends one delivery's lease from any thread: made by [`Lease::heartbeat`]. Cheap to clone,
@@ -491,7 +500,7 @@ impl Heartbeat {
     /// or `Storage` as [`Lease::ack`].
     pub fn extend(&self, by: Duration) -> Result<u64> {
         store::lease_ms_checked("extend", by)?;
-        let q = self.queue.as_ref().ok_or(crate::Error::LeaseLost {
+        let q = self.queue.as_ref().ok_or(crate::error::Error::LeaseLost {
             job_id: JobId(self.id),
             token: self.token,
         })?;

@@ -123,14 +123,13 @@ pub use redb;
 
 pub use clock::{Clock, ClockWaker, ManualClock, SystemClock};
 pub use commit::{CommitStats, Durability};
-pub(crate) use error::panic_message;
 pub use error::{BoxError, Error, Result};
 pub use file::Recovery;
 pub use format::payload::Encoding;
 pub use format::schema::FORMAT_VERSION;
 pub use job::{
     Applied, EnqueueOptions, Enqueued, ImportJob, JobCursor, JobId, JobInfo, JobPage, JobState,
-    Outcome, Quarantined, Stats,
+    Outcome, Pruned, Quarantined, Stats, Violation,
 };
 pub use lease::{Heartbeat, Lease};
 pub use limits::{
@@ -138,10 +137,9 @@ pub use limits::{
     PAYLOAD_BYTES_MAX_CAP, QUEUE_NAME_BYTES_MAX, QUEUES_MAX,
 };
 pub use open::Builder;
-pub use queue::{Pruned, Queue};
+pub use queue::Queue;
 pub use retry::RetryPolicy;
 pub use stop::StopSignal;
-pub use store::Violation;
 pub use tx::Tx;
 pub use worker::{
     DROP_GRACE_DEFAULT, IDLE_TIMEOUT_DEFAULT, IDLE_TIMEOUT_MAX, PoolBuilder, PoolStats,

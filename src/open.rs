@@ -59,7 +59,7 @@ pub struct Builder {
     retry: RetryPolicy,
     applied_retention: Option<Duration>,
     dead_retention: Option<Duration>,
-    encoding: crate::Encoding,
+    encoding: crate::format::payload::Encoding,
 }
 
 impl fmt::Debug for Builder {
@@ -98,7 +98,7 @@ impl Default for Builder {
             retry: RetryPolicy::default(),
             applied_retention: Some(APPLIED_RETENTION_DEFAULT),
             dead_retention: None,
-            encoding: crate::Encoding::Bincode,
+            encoding: crate::format::payload::Encoding::Bincode,
         }
     }
 }
@@ -163,7 +163,7 @@ impl Builder {
     /// (named queues start with it too); default [`Encoding::Bincode`](crate::Encoding::Bincode).
     /// Jobs record their encoding, so changing it later still decodes the jobs stored before.
     /// See [`Encoding`](crate::Encoding) for which to choose.
-    pub fn encoding(mut self, encoding: crate::Encoding) -> Self {
+    pub fn encoding(mut self, encoding: crate::format::payload::Encoding) -> Self {
         self.encoding = encoding;
         self
     }
@@ -259,20 +259,23 @@ impl Builder {
 
     fn config(&self) -> Result<Config> {
         let lease_ms = store::lease_ms_checked("lease", self.lease)?;
-        if self.max_attempts == 0 || self.max_attempts > crate::MAX_ATTEMPTS_CAP {
+        if self.max_attempts == 0 || self.max_attempts > crate::limits::MAX_ATTEMPTS_CAP {
             return Err(Error::invalid_option(
                 "max_attempts",
                 format!(
                     "{} is outside 1..={}",
                     self.max_attempts,
-                    crate::MAX_ATTEMPTS_CAP
+                    crate::limits::MAX_ATTEMPTS_CAP
                 ),
             ));
         }
-        if self.payload_bytes_max > crate::PAYLOAD_BYTES_MAX_CAP {
+        if self.payload_bytes_max > crate::limits::PAYLOAD_BYTES_MAX_CAP {
             return Err(Error::invalid_option(
                 "payload_bytes_max",
-                format!("above the cap of {} bytes", crate::PAYLOAD_BYTES_MAX_CAP),
+                format!(
+                    "above the cap of {} bytes",
+                    crate::limits::PAYLOAD_BYTES_MAX_CAP
+                ),
             ));
         }
         if self.dequeue_batch_bytes == 0 {
@@ -603,7 +606,7 @@ fn retention_ms(field: &'static str, retention: Option<Duration>) -> Result<Opti
     match retention {
         None => Ok(None),
         // Checked in whole milliseconds: 500 µs would be a retention of 0.
-        Some(d) if crate::clock::duration_ms(d) == 0 || d > crate::DELAY_MAX => Err(
+        Some(d) if crate::clock::duration_ms(d) == 0 || d > crate::limits::DELAY_MAX => Err(
             Error::invalid_option(field, format!("{d:?} is outside 1 ms..=DELAY_MAX")),
         ),
         Some(d) => Ok(Some(crate::clock::duration_ms(d))),

@@ -15,27 +15,17 @@ use crate::job::{
     Applied, EnqueueOptions, Enqueued, JobCursor, JobId, JobInfo, JobPage, JobState, Quarantined,
     Stats,
 };
+use crate::job::{Pruned, Violation};
 use crate::lease::Lease;
 use crate::open::Builder;
 use crate::retry::RetryPolicy;
 use crate::stop::StopSignal;
-use crate::store::{self, Config, Violation};
+use crate::store::{self, Config};
 
-/// What [`Queue::prune`] removed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Pruned {
-    /// Applied-ids markers past their retention.
-    pub applied: u64,
-    /// Dedup keys whose window ended (released; their jobs untouched).
-    pub dedup_windows: u64,
-    /// Dead jobs past [`Builder::dead_retention`] (deleted).
-    pub dead: u64,
-}
 fn batch_too_large(field: &'static str) -> Error {
     Error::invalid_option(
         field,
-        format!("a batch holds 1 to {} items", crate::BATCH_MAX),
+        format!("a batch holds 1 to {} items", crate::limits::BATCH_MAX),
     )
 }
 
@@ -182,10 +172,13 @@ impl Queue {
     /// # Errors
     /// `InvalidOption` for 0 or above [`MAX_ATTEMPTS_CAP`](crate::MAX_ATTEMPTS_CAP).
     pub fn with_max_attempts(&self, max_attempts: u32) -> Result<Queue> {
-        if max_attempts == 0 || max_attempts > crate::MAX_ATTEMPTS_CAP {
+        if max_attempts == 0 || max_attempts > crate::limits::MAX_ATTEMPTS_CAP {
             return Err(Error::invalid_option(
                 "max_attempts",
-                format!("{max_attempts} is outside 1..={}", crate::MAX_ATTEMPTS_CAP),
+                format!(
+                    "{max_attempts} is outside 1..={}",
+                    crate::limits::MAX_ATTEMPTS_CAP
+                ),
             ));
         }
         let mut q = self.clone();
@@ -197,7 +190,7 @@ impl Queue {
     /// [`enqueue_value`](Queue::enqueue_value) (and for decoding jobs that recorded none: raw
     /// payloads and jobs of files before format 5). Other handles are unchanged; nothing is
     /// stored until a job is enqueued.
-    pub fn with_encoding(&self, encoding: crate::Encoding) -> Queue {
+    pub fn with_encoding(&self, encoding: crate::format::payload::Encoding) -> Queue {
         let mut q = self.clone();
         q.cfg.encoding = encoding;
         q
@@ -341,9 +334,9 @@ impl Queue {
     /// assert_eq!((ready[0].attempts, ready[0].last_error.as_deref()), (1, Some("not now")));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn import_batch(&self, jobs: &[crate::ImportJob]) -> Result<Vec<Enqueued>> {
+    pub fn import_batch(&self, jobs: &[crate::job::ImportJob]) -> Result<Vec<Enqueued>> {
         self.check_open()?;
-        if jobs.is_empty() || jobs.len() > crate::BATCH_MAX {
+        if jobs.is_empty() || jobs.len() > crate::limits::BATCH_MAX {
             return Err(batch_too_large("jobs"));
         }
         let now_ms = self.now_ms();
@@ -409,7 +402,7 @@ impl Queue {
     /// `CommitFailed`, `Storage` or `Reentrant` otherwise.
     pub fn write<T, F>(&self, mut f: F) -> Result<T>
     where
-        F: FnMut(&crate::Tx<'_>) -> std::result::Result<T, crate::BoxError>,
+        F: FnMut(&crate::tx::Tx<'_>) -> std::result::Result<T, crate::error::BoxError>,
     {
         self.check_open()?;
         let (now_ms, cfg) = (self.now_ms(), self.cfg);
@@ -443,7 +436,7 @@ impl Queue {
     }
 
     fn try_dequeue_batch(&self, max: usize) -> Result<(Vec<Lease>, Option<u64>)> {
-        if max == 0 || max > crate::BATCH_MAX {
+        if max == 0 || max > crate::limits::BATCH_MAX {
             return Err(batch_too_large("max"));
         }
         self.check_open()?;
@@ -532,10 +525,10 @@ impl Queue {
     #[must_use = "a lease of the batch may be LeaseLost or Effect: its outcome is in the Vec"]
     pub fn ack_with_batch<F>(&self, leases: &[Lease], mut effect: F) -> Result<Vec<Result<Applied>>>
     where
-        F: FnMut(&crate::Tx<'_>, &Lease) -> std::result::Result<(), crate::BoxError>,
+        F: FnMut(&crate::tx::Tx<'_>, &Lease) -> std::result::Result<(), crate::error::BoxError>,
     {
         let keys = self.batch_keys(leases)?;
-        let mut each = |tx: &crate::Tx<'_>, i: usize| effect(tx, &leases[i]);
+        let mut each = |tx: &crate::tx::Tx<'_>, i: usize| effect(tx, &leases[i]);
         let (applied, _) =
             self.ack_with_keys(&keys, &mut store::EffectFn::Each(&mut each), false)?;
         leases.iter().zip(&applied).for_each(|(l, r)| l.settle(r));
@@ -583,10 +576,10 @@ impl Queue {
     #[must_use = "a lease of the batch may be LeaseLost or Effect: its outcome is in the Vec"]
     pub fn ack_with_all<F>(&self, leases: &[Lease], mut effect: F) -> Result<Vec<Result<Applied>>>
     where
-        F: FnMut(&crate::Tx<'_>, &[&Lease]) -> std::result::Result<(), crate::BoxError>,
+        F: FnMut(&crate::tx::Tx<'_>, &[&Lease]) -> std::result::Result<(), crate::error::BoxError>,
     {
         let keys = self.batch_keys(leases)?;
-        let mut all = |tx: &crate::Tx<'_>, at: &[usize]| {
+        let mut all = |tx: &crate::tx::Tx<'_>, at: &[usize]| {
             let chosen: Vec<&Lease> = at.iter().map(|&i| &leases[i]).collect();
             effect(tx, &chosen)
         };
@@ -610,7 +603,7 @@ impl Queue {
         // After `close`, an ack-and-next acks and takes nothing.
         let next = next && !self.is_closed();
         let mut failed: Vec<Option<store::Failure>> = vec![None; keys.len()];
-        let mut errors: Vec<Option<crate::BoxError>> = keys.iter().map(|_| None).collect();
+        let mut errors: Vec<Option<crate::error::BoxError>> = keys.iter().map(|_| None).collect();
         for _ in 0..=keys.len() {
             // The leases the closure that ran last was given.
             let mut failing: Vec<usize> = Vec::new();
@@ -622,14 +615,14 @@ impl Queue {
                 let (mut each, mut all);
                 let mut tracked = match effect {
                     store::EffectFn::Each(f) => {
-                        each = |tx: &crate::Tx<'_>, i: usize| {
+                        each = |tx: &crate::tx::Tx<'_>, i: usize| {
                             failing = vec![i];
                             f(tx, i)
                         };
                         store::EffectFn::Each(&mut each)
                     }
                     store::EffectFn::All(f) => {
-                        all = |tx: &crate::Tx<'_>, at: &[usize]| {
+                        all = |tx: &crate::tx::Tx<'_>, at: &[usize]| {
                             failing = at.to_vec();
                             f(tx, at)
                         };
@@ -680,7 +673,7 @@ impl Queue {
         if leases.is_empty() {
             return Err(Error::invalid_option("leases", "the batch is empty"));
         }
-        if leases.len() > crate::BATCH_MAX {
+        if leases.len() > crate::limits::BATCH_MAX {
             return Err(batch_too_large("leases"));
         }
         if leases
@@ -767,7 +760,7 @@ impl Queue {
                 let until_due = due_ms.saturating_sub(self.now_ms()).max(1);
                 wait = wait
                     .min(Duration::from_millis(until_due))
-                    .min(crate::DUE_RECHECK_MAX);
+                    .min(crate::limits::DUE_RECHECK_MAX);
             }
             work.wait(epoch, wait);
         }
@@ -876,7 +869,7 @@ impl Queue {
     /// `InvalidOption` for `limit` of 0 or above `BATCH_MAX`, or a cursor of another state;
     /// `Storage`.
     pub fn jobs(&self, state: JobState, after: Option<JobCursor>, limit: usize) -> Result<JobPage> {
-        if limit == 0 || limit > crate::BATCH_MAX {
+        if limit == 0 || limit > crate::limits::BATCH_MAX {
             return Err(batch_too_large("limit"));
         }
         if after.is_some_and(|c| c.state != state) {
@@ -945,7 +938,7 @@ impl Queue {
             JobState::Leased => stats.leased,
             JobState::Dead => stats.dead,
         };
-        let batches = at_start.div_ceil(crate::BATCH_MAX as u64) + 1;
+        let batches = at_start.div_ceil(crate::limits::BATCH_MAX as u64) + 1;
         let mut total = 0;
         for _ in 0..batches {
             let now_ms = self.now_ms();
@@ -956,7 +949,7 @@ impl Queue {
                     state,
                     action,
                     now_ms,
-                    crate::BATCH_MAX,
+                    crate::limits::BATCH_MAX,
                 )
             })?;
             total += n;
@@ -1062,7 +1055,7 @@ impl Queue {
     /// # Errors
     /// `InvalidOption` for `max` of 0 or above `BATCH_MAX`; `Storage`.
     pub fn quarantined(&self, after: Option<JobId>, max: usize) -> Result<Vec<Quarantined>> {
-        if max == 0 || max > crate::BATCH_MAX {
+        if max == 0 || max > crate::limits::BATCH_MAX {
             return Err(batch_too_large("max"));
         }
         catch_engine_panic(|| {
@@ -1087,7 +1080,7 @@ impl Queue {
     }
 
     /// How this handle's commits were shared: groups committed and operations they answered.
-    pub fn commit_stats(&self) -> crate::CommitStats {
+    pub fn commit_stats(&self) -> crate::commit::CommitStats {
         self.inner.committer.stats()
     }
 
@@ -1127,34 +1120,43 @@ impl Queue {
     /// `Reentrant`; `CommitFailed` or `Storage` (the commits before it stay).
     pub fn prune(&self) -> Result<Pruned> {
         let cfg = self.cfg;
-        let batches = self.stats()?.applied.div_ceil(crate::BATCH_MAX as u64) + 1;
+        let batches = self
+            .stats()?
+            .applied
+            .div_ceil(crate::limits::BATCH_MAX as u64)
+            + 1;
         let mut out = Pruned::default();
         for _ in 0..batches {
             let now_ms = self.now_ms();
             let (removed, more) =
-                self.run(&mut |ctx| store::prune(ctx, &cfg, now_ms, crate::BATCH_MAX))?;
+                self.run(&mut |ctx| store::prune(ctx, &cfg, now_ms, crate::limits::BATCH_MAX))?;
             out.applied += removed;
             if !more {
                 break;
             }
         }
         // Dead jobs past their retention.
-        let batches = self.stats()?.dead.div_ceil(crate::BATCH_MAX as u64) + 1;
+        let batches = self.stats()?.dead.div_ceil(crate::limits::BATCH_MAX as u64) + 1;
         for _ in 0..batches {
             let now_ms = self.now_ms();
-            let (deleted, more) =
-                self.run(&mut |ctx| store::prune_dead_jobs(ctx, &cfg, now_ms, crate::BATCH_MAX))?;
+            let (deleted, more) = self.run(&mut |ctx| {
+                store::prune_dead_jobs(ctx, &cfg, now_ms, crate::limits::BATCH_MAX)
+            })?;
             out.dead += deleted;
             if !more {
                 break;
             }
         }
         // Dedup windows that ended: as many batches as there are keys at most.
-        let batches = self.stats()?.dedup_keys.div_ceil(crate::BATCH_MAX as u64) + 1;
+        let batches = self
+            .stats()?
+            .dedup_keys
+            .div_ceil(crate::limits::BATCH_MAX as u64)
+            + 1;
         for _ in 0..batches {
             let now_ms = self.now_ms();
             let (released, more) = self.run(&mut |ctx| {
-                store::prune_dedup_windows(ctx, self.cfg.tables, now_ms, crate::BATCH_MAX)
+                store::prune_dedup_windows(ctx, self.cfg.tables, now_ms, crate::limits::BATCH_MAX)
             })?;
             out.dedup_windows += released;
             if !more {

@@ -70,7 +70,7 @@ impl RetryPolicy {
         RetryPolicy {
             kind: RetryKind::Fixed,
             base_ms: duration_ms(delay),
-            cap_ms: duration_ms(crate::DELAY_MAX),
+            cap_ms: duration_ms(crate::limits::DELAY_MAX),
             jitter_percent: 0,
         }
     }
@@ -161,7 +161,7 @@ impl RetryPolicy {
     /// Checks the settings: a base of at least 1 ms, a cap from the base to `DELAY_MAX`,
     /// jitter at most 100 %.
     pub(crate) fn validate(&self, field: &'static str) -> Result<()> {
-        let delay_max_ms = duration_ms(crate::DELAY_MAX);
+        let delay_max_ms = duration_ms(crate::limits::DELAY_MAX);
         let fail = |why: String| Err(Error::invalid_option(field, why));
         match self.kind {
             RetryKind::Immediate => Ok(()),
@@ -204,7 +204,7 @@ mod tests {
     /// still holds.
     #[test]
     fn c27_exponential_delays_are_bounded_and_monotonic_at_every_attempt() {
-        let caps = [1, 999, 60_000, duration_ms(crate::DELAY_MAX)];
+        let caps = [1, 999, 60_000, duration_ms(crate::limits::DELAY_MAX)];
         for base in [1u64, 7, 1_000, 86_400_000] {
             for cap in caps.into_iter().filter(|&c| c >= base) {
                 for jitter in [0u8, 10, 50, 100] {
@@ -282,7 +282,7 @@ mod tests {
             RetryPolicy::fixed(Duration::ZERO),
             RetryPolicy::exponential(Duration::ZERO, s(1)),
             RetryPolicy::exponential(s(10), s(1)),
-            RetryPolicy::exponential(s(1), crate::DELAY_MAX + Duration::from_millis(1)),
+            RetryPolicy::exponential(s(1), crate::limits::DELAY_MAX + Duration::from_millis(1)),
             RetryPolicy::fixed(Duration::MAX),
             RetryPolicy::fixed(s(1)).with_jitter(101),
         ];

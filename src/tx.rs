@@ -115,7 +115,7 @@ impl<'a> Tx<'a> {
     /// As [`Tx::enqueue`]; `InvalidOption` for a queue of another file.
     pub fn enqueue_to(
         &self,
-        queue: &crate::Queue,
+        queue: &crate::queue::Queue,
         payload: &[u8],
         opts: EnqueueOptions,
     ) -> Result<Enqueued> {

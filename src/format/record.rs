@@ -319,13 +319,13 @@ impl JobRecord {
         if matches!(self.state, StoredState::Leased { .. }) && self.attempts == 0 {
             return fail("leased job with no attempt counted");
         }
-        if self.payload.len() > crate::PAYLOAD_BYTES_MAX_CAP {
+        if self.payload.len() > crate::limits::PAYLOAD_BYTES_MAX_CAP {
             return fail("payload above the cap");
         }
         if let Some(r) = &self.payload_apart
             && (!self.payload.is_empty()
                 || r.len <= PAYLOAD_INLINE_MAX as u64
-                || r.len > crate::PAYLOAD_BYTES_MAX_CAP as u64)
+                || r.len > crate::limits::PAYLOAD_BYTES_MAX_CAP as u64)
         {
             return fail("payload stored apart with an inline part or a size out of range");
         }
@@ -338,15 +338,17 @@ impl JobRecord {
         {
             return fail("unknown payload encoding");
         }
-        let window_max_ms = crate::clock::duration_ms(crate::DELAY_MAX);
+        let window_max_ms = crate::clock::duration_ms(crate::limits::DELAY_MAX);
         if self
             .dedup_window_ms
             .is_some_and(|w| w == 0 || w > window_max_ms || self.dedup_key.is_none())
         {
             return fail("dedup window out of range or without a dedup key");
         }
-        let key_too_long =
-            |k: &Option<Vec<u8>>| k.as_ref().is_some_and(|k| k.len() > crate::KEY_BYTES_MAX);
+        let key_too_long = |k: &Option<Vec<u8>>| {
+            k.as_ref()
+                .is_some_and(|k| k.len() > crate::limits::KEY_BYTES_MAX)
+        };
         if key_too_long(&self.idempotency_key) || key_too_long(&self.dedup_key) {
             return fail("key above the limit");
         }

@@ -62,7 +62,10 @@ impl QueueTables {
         use std::collections::HashMap;
         use std::sync::{Mutex, OnceLock};
         static NAMED: OnceLock<Mutex<HashMap<u32, &'static QueueTables>>> = OnceLock::new();
-        debug_assert!((1..=crate::QUEUES_MAX).contains(&qid), "queue number {qid}");
+        debug_assert!(
+            (1..=crate::limits::QUEUES_MAX).contains(&qid),
+            "queue number {qid}"
+        );
         let mut map = NAMED
             .get_or_init(Default::default)
             .lock()
@@ -122,15 +125,17 @@ impl QueueTables {
 
     /// Checks a queue name: 1 to `QUEUE_NAME_BYTES_MAX` bytes of ASCII letters, digits, `_`,
     /// `-` and `.`.
-    pub(crate) fn check_name(name: &str) -> crate::Result<()> {
+    pub(crate) fn check_name(name: &str) -> crate::error::Result<()> {
         let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
-        if name.is_empty() || name.len() > crate::QUEUE_NAME_BYTES_MAX || !name.chars().all(ok_char)
+        if name.is_empty()
+            || name.len() > crate::limits::QUEUE_NAME_BYTES_MAX
+            || !name.chars().all(ok_char)
         {
-            return Err(crate::Error::invalid_option(
+            return Err(crate::error::Error::invalid_option(
                 "queue name",
                 format!(
                     "{name:?}: 1 to {} bytes of ASCII letters, digits, '_', '-' and '.'",
-                    crate::QUEUE_NAME_BYTES_MAX
+                    crate::limits::QUEUE_NAME_BYTES_MAX
                 ),
             ));
         }

@@ -10,29 +10,11 @@ use crate::format::schema::{
     FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QuarantineValue,
     QueueTables, applied_key, priority_rank,
 };
-use crate::job::JobId;
+use crate::job::{JobId, Violation};
 use crate::limits::{PAYLOAD_INLINE_MAX, VIOLATIONS_MAX};
 
 use super::read::quarantine_table;
 use super::registry::{named_queues, named_tables_present};
-
-/// One broken invariant found by [`Queue::check`](crate::Queue::check).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    /// The job concerned, when there is one.
-    pub job_id: Option<JobId>,
-    /// What is wrong.
-    pub detail: String,
-}
-
-impl std::fmt::Display for Violation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.job_id {
-            Some(id) => write!(f, "job {id}: {}", self.detail),
-            None => f.write_str(&self.detail),
-        }
-    }
-}
 
 /// [`check`] over every queue of the file: the default queue, then each named one (its
 /// violations' details prefixed with the queue's name).

@@ -67,7 +67,7 @@ pub(crate) fn dequeue(
     max: usize,
 ) -> Result<Vec<Leased>> {
     let tq = cfg.tables;
-    debug_assert!((1..=crate::BATCH_MAX).contains(&max));
+    debug_assert!((1..=crate::limits::BATCH_MAX).contains(&max));
     let mut t = Tables::open(ctx.tx, tq)?;
     sweep(&mut t, ctx, cfg, now_ms)?;
     let mut out = Vec::with_capacity(max);

@@ -159,7 +159,7 @@ pub(crate) fn write<T>(
     ctx: &mut Ctx<'_>,
     cfg: &Config,
     now_ms: u64,
-    f: &mut dyn FnMut(&crate::Tx<'_>) -> Result<T, BoxError>,
+    f: &mut dyn FnMut(&crate::tx::Tx<'_>) -> Result<T, BoxError>,
 ) -> Result<T> {
     let tq = cfg.tables;
     let tx = ctx.tx;
@@ -172,7 +172,7 @@ pub(crate) fn write<T>(
         acked: &[],
         broken: None,
     };
-    let ran = run_closure(|| f(&crate::Tx::new(tx, *cfg, now_ms, &mut sink)));
+    let ran = run_closure(|| f(&crate::tx::Tx::new(tx, *cfg, now_ms, &mut sink)));
     sink.settle(ran)
 }
 
@@ -180,6 +180,8 @@ pub(crate) fn write<T>(
 pub(super) fn run_closure<T>(f: impl FnOnce() -> Result<T, BoxError>) -> Result<T, BoxError> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(panic) => Err(format!("closure panicked: {}", crate::panic_message(&*panic)).into()),
+        Err(panic) => {
+            Err(format!("closure panicked: {}", crate::error::panic_message(&*panic)).into())
+        }
     }
 }

@@ -41,7 +41,7 @@ impl Failure {
     /// job ends (a delay above `DELAY_MAX` is refused there, and the job goes through the
     /// retry policy with the refusal as its reason); any other error retries.
     pub(crate) fn of(e: &BoxError) -> Failure {
-        let max_ms = crate::clock::duration_ms(crate::DELAY_MAX);
+        let max_ms = crate::clock::duration_ms(crate::limits::DELAY_MAX);
         let refused = |d: std::time::Duration| Failure {
             reason: format!(
                 "refused outcome: {e} (the delay of {} ms is above DELAY_MAX)",
@@ -110,11 +110,12 @@ pub(crate) fn ack(
 
 /// The effect callback of [`ack_with`]: gets the transaction and the index of the lease in
 /// the batch.
-pub(crate) type Effect<'a> = dyn FnMut(&crate::Tx<'_>, usize) -> Result<(), BoxError> + 'a;
+pub(crate) type Effect<'a> = dyn FnMut(&crate::tx::Tx<'_>, usize) -> Result<(), BoxError> + 'a;
 
 /// A caller's effect for the whole batch: called once with the positions of the leases it
 /// covers.
-pub(crate) type EffectAll<'a> = dyn FnMut(&crate::Tx<'_>, &[usize]) -> Result<(), BoxError> + 'a;
+pub(crate) type EffectAll<'a> =
+    dyn FnMut(&crate::tx::Tx<'_>, &[usize]) -> Result<(), BoxError> + 'a;
 
 /// How [`ack_with`] runs the caller's effect: once per lease that needs it, or once for all
 /// of them (after the checks, before the deletes).
@@ -231,7 +232,8 @@ pub(crate) fn ack_with(
                         acked: &acked,
                         broken: None,
                     };
-                    let ran = run_closure(|| f(&crate::Tx::new(tx, *cfg, now_ms, &mut sink), i));
+                    let ran =
+                        run_closure(|| f(&crate::tx::Tx::new(tx, *cfg, now_ms, &mut sink), i));
                     sink.settle(ran)?;
                 }
                 // Run once below, for every lease that needs it.
@@ -256,7 +258,7 @@ pub(crate) fn ack_with(
             acked: &acked,
             broken: None,
         };
-        let ran = run_closure(|| f(&crate::Tx::new(tx, *cfg, now_ms, &mut sink), &pending));
+        let ran = run_closure(|| f(&crate::tx::Tx::new(tx, *cfg, now_ms, &mut sink), &pending));
         sink.settle(ran)?;
     }
     if !keys.is_empty() {

@@ -42,7 +42,6 @@ mod transition;
 mod validate;
 
 pub(crate) use admin::{StateAction, remove, requeue_dead, sweep_state};
-pub use check::Violation;
 pub(crate) use check::check_file;
 pub(crate) use dequeue::dequeue;
 pub(crate) use enqueue::{Sink, enqueue, write};
@@ -64,7 +63,7 @@ pub(crate) struct Config {
     pub payload_bytes_max: usize,
     /// Most payload bytes one dequeue batch hands out (its first job is always taken).
     pub dequeue_batch_bytes: usize,
-    pub retry: crate::RetryPolicy,
+    pub retry: crate::retry::RetryPolicy,
     /// How long an applied marker of a caller key is kept (`None`: forever).
     pub applied_retention_ms: Option<u64>,
     /// How long a dead job is kept (`None`: until removed).
@@ -74,7 +73,7 @@ pub(crate) struct Config {
     /// The file's committer id (set once the file is open): which file the queue is in.
     pub file: u64,
     /// How `enqueue_value` encodes, and how `Lease::decode` reads a job that recorded none.
-    pub encoding: crate::Encoding,
+    pub encoding: crate::format::payload::Encoding,
 }
 
 /// A job handed out by a dequeue, before it becomes a `Lease`.
@@ -89,6 +88,6 @@ pub(crate) struct Leased {
     pub lease_ms: u64,
     pub idempotency_key: Option<Vec<u8>>,
     /// The encoding the job recorded, if any.
-    pub encoding: Option<crate::Encoding>,
+    pub encoding: Option<crate::format::payload::Encoding>,
     pub payload: Vec<u8>,
 }

@@ -155,7 +155,9 @@ pub(super) fn info(id: u64, rec: JobRecord) -> JobInfo {
         // A stored policy was validated when the record was read.
         retry: rec.retry.and_then(|r| r.policy().ok()),
         dedup_window_ms: rec.dedup_window_ms,
-        encoding: rec.encoding.and_then(crate::Encoding::from_tag),
+        encoding: rec
+            .encoding
+            .and_then(crate::format::payload::Encoding::from_tag),
     }
 }
 

@@ -33,7 +33,7 @@ pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<Recovered
     };
     let mut out = recover_queue_leases(ctx, &crate::format::schema::DEFAULT_TABLES, now_ms)?;
     for qid in named {
-        if !(1..=crate::QUEUES_MAX).contains(&qid) {
+        if !(1..=crate::limits::QUEUES_MAX).contains(&qid) {
             return Err(Error::corrupted(format!(
                 "leaseq_queues: queue number {qid}"
             )));

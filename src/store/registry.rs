@@ -16,7 +16,7 @@ pub(crate) fn queue_number(ctx: &mut Ctx<'_>, name: &str, create: bool) -> Resul
     }
     let mut queues = ctx.tx.open_table(QUEUES)?;
     if let Some(qid) = queues.get(name)?.map(|v| v.value()) {
-        if !(1..=crate::QUEUES_MAX).contains(&qid) {
+        if !(1..=crate::limits::QUEUES_MAX).contains(&qid) {
             return Err(Error::corrupted(format!(
                 "leaseq_queues: {name:?} has number {qid}"
             )));
@@ -29,12 +29,12 @@ pub(crate) fn queue_number(ctx: &mut Ctx<'_>, name: &str, create: bool) -> Resul
         }));
     }
     let count = queues.len()?;
-    if count >= u64::from(crate::QUEUES_MAX) {
+    if count >= u64::from(crate::limits::QUEUES_MAX) {
         return Ok(Err(Error::invalid_option(
             "queue name",
             format!(
                 "the file holds QUEUES_MAX ({}) named queues",
-                crate::QUEUES_MAX
+                crate::limits::QUEUES_MAX
             ),
         )));
     }
@@ -44,12 +44,12 @@ pub(crate) fn queue_number(ctx: &mut Ctx<'_>, name: &str, create: bool) -> Resul
         highest = highest.max(e?.1.value());
     }
     let qid = highest + 1;
-    if qid > crate::QUEUES_MAX {
+    if qid > crate::limits::QUEUES_MAX {
         return Ok(Err(Error::invalid_option(
             "queue name",
             format!(
                 "queue numbers are used up to QUEUES_MAX ({})",
-                crate::QUEUES_MAX
+                crate::limits::QUEUES_MAX
             ),
         )));
     }
@@ -71,7 +71,7 @@ pub(crate) fn named_queues(rtx: &ReadTransaction) -> Result<Vec<(String, u32)>> 
     for e in queues.iter()? {
         let (name, qid) = e?;
         let qid = qid.value();
-        if !(1..=crate::QUEUES_MAX).contains(&qid) {
+        if !(1..=crate::limits::QUEUES_MAX).contains(&qid) {
             return Err(Error::corrupted(format!(
                 "leaseq_queues: {:?} has number {qid}",
                 name.value()

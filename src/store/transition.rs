@@ -86,7 +86,9 @@ pub(super) fn lease_record(
         lease_ms,
         // Moved from the record once it is written.
         idempotency_key: None,
-        encoding: rec.encoding.and_then(crate::Encoding::from_tag),
+        encoding: rec
+            .encoding
+            .and_then(crate::format::payload::Encoding::from_tag),
         payload: Vec::new(),
     }
 }

@@ -34,12 +34,12 @@ pub(crate) fn lease_ms_checked(field: &'static str, d: std::time::Duration) -> R
     if ms == 0 {
         return Err(Error::invalid_option(field, "must be at least 1 ms"));
     }
-    if d > crate::LEASE_MAX {
+    if d > crate::limits::LEASE_MAX {
         return Err(Error::invalid_option(
             field,
             format!(
                 "{ms} ms is above the cap of {} ms",
-                crate::LEASE_MAX.as_millis()
+                crate::limits::LEASE_MAX.as_millis()
             ),
         ));
     }
@@ -48,10 +48,10 @@ pub(crate) fn lease_ms_checked(field: &'static str, d: std::time::Duration) -> R
 
 fn check_key(field: &'static str, key: Option<&Vec<u8>>) -> Result<()> {
     match key {
-        Some(k) if k.len() > crate::KEY_BYTES_MAX => Err(Error::KeyTooLong {
+        Some(k) if k.len() > crate::limits::KEY_BYTES_MAX => Err(Error::KeyTooLong {
             field,
             size_bytes: k.len(),
-            limit_bytes: crate::KEY_BYTES_MAX,
+            limit_bytes: crate::limits::KEY_BYTES_MAX,
         }),
         Some(k) if k.is_empty() => Err(Error::invalid_option(field, "must not be empty")),
         _ => Ok(()),
@@ -66,10 +66,10 @@ pub(crate) fn new_records<'p>(
 ) -> Result<Vec<JobRecord>> {
     let mut records = Vec::new();
     for (payload, opts) in jobs {
-        if records.len() == crate::BATCH_MAX {
+        if records.len() == crate::limits::BATCH_MAX {
             return Err(Error::invalid_option(
                 "jobs",
-                format!("a batch holds 1 to {} items", crate::BATCH_MAX),
+                format!("a batch holds 1 to {} items", crate::limits::BATCH_MAX),
             ));
         }
         records.push(new_record(cfg, now_ms, payload, &opts)?);
@@ -85,7 +85,7 @@ pub(crate) fn new_records<'p>(
 pub(crate) fn import_record(
     cfg: &Config,
     now_ms: u64,
-    job: &crate::ImportJob,
+    job: &crate::job::ImportJob,
 ) -> Result<JobRecord> {
     let opts = EnqueueOptions {
         delay: None,
@@ -144,10 +144,13 @@ pub(crate) fn new_record(
     check_key("idempotency_key", opts.idempotency_key.as_ref())?;
     check_key("dedup_key", opts.dedup_key.as_ref())?;
     let max_attempts = opts.max_attempts.unwrap_or(cfg.max_attempts);
-    if max_attempts == 0 || max_attempts > crate::MAX_ATTEMPTS_CAP {
+    if max_attempts == 0 || max_attempts > crate::limits::MAX_ATTEMPTS_CAP {
         return Err(Error::invalid_option(
             "max_attempts",
-            format!("{max_attempts} is outside 1..={}", crate::MAX_ATTEMPTS_CAP),
+            format!(
+                "{max_attempts} is outside 1..={}",
+                crate::limits::MAX_ATTEMPTS_CAP
+            ),
         ));
     }
     let lease_ms = opts
@@ -155,10 +158,13 @@ pub(crate) fn new_record(
         .map(|d| lease_ms_checked("lease", d))
         .transpose()?;
     let delay_ms = match opts.delay {
-        Some(d) if d > crate::DELAY_MAX => {
+        Some(d) if d > crate::limits::DELAY_MAX => {
             return Err(Error::invalid_option(
                 "delay",
-                format!("above the cap of {} ms", crate::DELAY_MAX.as_millis()),
+                format!(
+                    "above the cap of {} ms",
+                    crate::limits::DELAY_MAX.as_millis()
+                ),
             ));
         }
         Some(d) => crate::clock::duration_ms(d),
@@ -176,13 +182,13 @@ pub(crate) fn new_record(
             return Err(Error::invalid_option("dedup_window", "needs a dedup key"));
         }
         // In whole milliseconds: 500 µs would be a window of 0.
-        Some(w) if crate::clock::duration_ms(w) == 0 || w > crate::DELAY_MAX => {
+        Some(w) if crate::clock::duration_ms(w) == 0 || w > crate::limits::DELAY_MAX => {
             return Err(Error::invalid_option(
                 "dedup_window",
                 format!(
                     "{} ms is outside 1 ms to {} ms (DELAY_MAX)",
                     w.as_millis(),
-                    crate::DELAY_MAX.as_millis()
+                    crate::limits::DELAY_MAX.as_millis()
                 ),
             ));
         }
@@ -215,6 +221,6 @@ pub(crate) fn new_record(
         dedup_window_ms,
         payload_apart: None,
         snoozes: 0,
-        encoding: opts.encoding.map(crate::Encoding::tag),
+        encoding: opts.encoding.map(crate::format::payload::Encoding::tag),
     })
 }

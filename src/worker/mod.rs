@@ -834,8 +834,8 @@ mod tests {
     #[test]
     fn panic_texts() {
         let p = std::panic::catch_unwind(|| panic!("boom {}", 7)).unwrap_err();
-        assert_eq!(crate::panic_message(&*p), "boom 7");
+        assert_eq!(crate::error::panic_message(&*p), "boom 7");
         let p = std::panic::catch_unwind(|| std::panic::panic_any(5u8)).unwrap_err();
-        assert_eq!(crate::panic_message(&*p), "non-string panic payload");
+        assert_eq!(crate::error::panic_message(&*p), "non-string panic payload");
     }
 }

@@ -142,7 +142,7 @@ fn end_plain(
             retry(
                 c,
                 lease,
-                &format!("panic: {}", crate::panic_message(&*panic)),
+                &format!("panic: {}", crate::error::panic_message(&*panic)),
             );
             None
         }
@@ -207,7 +207,7 @@ fn run_effect(
         panicked = false;
         catch_unwind(AssertUnwindSafe(|| handler(tx, lease))).unwrap_or_else(|panic| {
             panicked = true;
-            Err(format!("panic: {}", crate::panic_message(&*panic)).into())
+            Err(format!("panic: {}", crate::error::panic_message(&*panic)).into())
         })
     };
     let r = if stop.is_stopped() {
