@@ -211,7 +211,7 @@ impl Builder {
     /// card, a stray write, a bad copy) is then refused with `Error::Corrupted` at open. This
     /// costs two reads of the whole file at every open of an existing file (the look on a
     /// scratch copy, then the writable open): 70-80 ms per 100 MB of queue file from the page
-    /// cache on the development machine (the README's scale table: 200-223 ms for 272 MiB),
+    /// cache on the development machine (docs/performance.md, "Memory and recovery": 200-223 ms for 272 MiB),
     /// more from a cold disk. After a crash without
     /// quick-repair, redb's own repair does the same work anyway, so the check adds nothing
     /// there; with quick-repair it replaces the millisecond reopen.

@@ -1,33 +1,9 @@
 //! The JSON form of a job: the line of `leaseq export` and `leaseq import`, and (with a few
 //! fields more) the objects of `ls --json` and `show --json`.
 //!
-//! One job per line, fields in this order:
-//!
-//! | field | type | meaning |
-//! |---|---|---|
-//! | `queue` | string or null | the named queue; null for the default queue |
-//! | `id` | integer | the job's id in the exported file (import assigns new ids) |
-//! | `state` | `"ready"`, `"scheduled"` or `"dead"` | a leased job is exported as a reopen returns it: ready, or dead when out of attempts |
-//! | `attempts`, `max_attempts` | integers | deliveries so far, and allowed |
-//! | `priority` | integer | lower is served first |
-//! | `run_at_ms` | integer | scheduled: due time; ready: when it became ready; dead: when it died (Unix ms) |
-//! | `created_ms` | integer | when it was enqueued (Unix ms) |
-//! | `last_error` | string or null | why the last attempt ended badly |
-//! | `idempotency_key`, `dedup_key` | string or null | the key as text; null when none, or when `…_hex` holds it |
-//! | `idempotency_key_hex`, `dedup_key_hex` | string | present only for a key that is not text |
-//! | `dedup_window_ms`, `lease_ms` | integer or null | the job's own dedup window and lease |
-//! | `retry` | object or null | the job's own retry policy: `{"kind":"immediate"\|"fixed"\|"exponential","base_ms":..,"cap_ms":..,"jitter_percent":..}` |
-//! | `snoozes` | integer | times the job was snoozed |
-//! | `encoding` | `"bincode"`, `"json"` or null | the codec of a payload enqueued as a typed value |
-//! | `payload_utf8` or `payload_hex` | string | the payload: exactly one of the two |
-//!
-//! Bytes (payload, keys) are written as text when they are UTF-8 without control characters
-//! other than tab, newline and carriage return, as hex otherwise; import takes either for any
-//! bytes.
-//!
-//! Import takes every field but the payload as optional (defaults: default queue, ready, 0
-//! attempts, the queue's max attempts, priority 0, now) and refuses unknown fields, so a
-//! typo never drops data.
+//! One job per line. docs/cli.md holds the schema (every field, its type and meaning, how
+//! bytes are written, what import defaults and refuses); the serde structs below are its
+//! source, so a field added here goes into that table too.
 
 use serde::{Deserialize, Serialize};
 

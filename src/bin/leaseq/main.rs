@@ -4,7 +4,7 @@
 //! enqueues, requeues dead jobs, purges, prunes, compacts, checks, and moves jobs between
 //! files as JSON lines (`export` / `import`). `leaseq --help` lists the commands, the exit
 //! codes (0 success, 1 a problem found, 2 a usage or runtime error) and how queues are
-//! chosen; `jsonl.rs` documents the JSON-lines schema.
+//! chosen; docs/cli.md documents the JSON-lines schema.
 //!
 //! The tool uses leaseq's public API only. Errors are one line on stderr starting with
 //! `leaseq: `; progress bars appear only when stderr is a terminal; logs (`-v`, `-vv`) go to

@@ -1,4 +1,4 @@
-//! `leaseq export` and `leaseq import`: jobs as JSON lines (schema in `jsonl.rs`).
+//! `leaseq export` and `leaseq import`: jobs as JSON lines (schema in docs/cli.md).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
