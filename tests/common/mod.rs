@@ -30,7 +30,7 @@ impl Fixture {
     }
 
     /// Retries at once: the scenario tests count deliveries and read states right after a
-    /// nack or an expiry (the retry policy has tests of its own, `tests/retry.rs`).
+    /// nack or an expiry (the retry policy has tests of its own, `tests/core/retry.rs`).
     pub fn builder(&self) -> Builder {
         Queue::builder()
             .lease(LEASE)
