@@ -1,7 +1,7 @@
 //! Bad files and bad input: corrupted bytes (C22), truncated files (C23), payloads and keys
 //! over the limit (C24), options out of range (C25). Each refusal is a typed error that
 //! writes nothing; no panic crosses leaseq's API; nothing aborts.
-//! Scenario ids refer to ../shared/cases/SCENARIOS.md.
+//! Scenario ids refer to docs/testing.md (Scenarios).
 //!
 //! C22 runs its byte flips in child processes (this test binary re-run), so that an abort
 //! inside the storage engine is caught and attributed to its flip instead of killing the

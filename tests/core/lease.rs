@@ -1,5 +1,5 @@
 //! Leases, fencing tokens, attempts and ordering against the public API, on real files with a
-//! manual clock. Scenario ids refer to ../shared/cases/SCENARIOS.md.
+//! manual clock. Scenario ids refer to docs/testing.md (Scenarios).
 
 use crate::common;
 use crate::common::{Fixture, LEASE, assert_consistent};

@@ -1,7 +1,7 @@
 //! C08 (crash-recovery): seeded runs in which a child process (this test binary re-run)
 //! drives a random workload on one queue file and is SIGKILLed at a random moment; the parent
 //! reopens the file and checks every promise made by the calls the child reported as `Ok`.
-//! Scenario ids refer to ../shared/cases/SCENARIOS.md.
+//! Scenario ids refer to docs/testing.md (Scenarios).
 //!
 //! Protocol. The child reports each call's outcome with `say()` only after the call returned
 //! (`ENQ`, `DEQ`, `ACK`, `ACKW`, ...), and reports `TRY <id> <token>` *before* every call that

@@ -1,6 +1,6 @@
 //! Crash recovery with real processes: a child re-runs this test binary, works on the queue
 //! and is killed with SIGKILL; the parent reopens the file and checks what was promised.
-//! Scenario ids refer to ../shared/cases/SCENARIOS.md.
+//! Scenario ids refer to docs/testing.md (Scenarios).
 
 use crate::common;
 use crate::common::{ChildProc, Fixture, assert_consistent, child_scenario, ready_to_die, say};
