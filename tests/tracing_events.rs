@@ -1,6 +1,11 @@
 //! leaseq reports through `tracing` only: recovery at open, dead-lettering, pruning, and a
 //! refused open reach an installed subscriber; with none installed nothing is printed (the
 //! `tracing` default).
+//!
+//! A test binary of its own: `tracing` caches per call site, for the whole process, whether
+//! anyone listens, and tests of other subjects hitting leaseq's call sites beside these with
+//! no subscriber race that cache (in the `core` binary the DEBUG event of an open went
+//! missing from a capture).
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Drives the model-based crash harness of `tests/crash_sim.rs` from fuzzer bytes: the first 8
+//! Drives the model-based crash harness of `tests/sim/crash_model.rs` from fuzzer bytes: the first 8
 //! bytes seed the simulated disks' crash images, every later byte is one choice of the workload
 //! (which call, its options, where power fails). A violation of the model panics.
 #![no_main]

@@ -30,7 +30,7 @@ impl Fixture {
     }
 
     /// Retries at once: the scenario tests count deliveries and read states right after a
-    /// nack or an expiry (the retry policy has tests of its own, `tests/retry.rs`).
+    /// nack or an expiry (the retry policy has tests of its own, `tests/core/retry.rs`).
     pub fn builder(&self) -> Builder {
         Queue::builder()
             .lease(LEASE)
@@ -125,11 +125,16 @@ pub const CHILD_PATH_ENV: &str = "LEASEQ_TEST_CHILD_PATH";
 pub struct ChildProc {
     child: Child,
     lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    /// The test the child runs, for the message when it runs none.
+    entry_test: String,
 }
 
 impl ChildProc {
     /// Re-runs this test binary as a child that executes only `entry_test` with the scenario
-    /// `scenario` on `path`.
+    /// `scenario` on `path`. `entry_test` is the test's full name in this binary as libtest
+    /// prints it, its module path included (`module::name`): the child runs it with `--exact`,
+    /// and a child whose name matches no test fails the parent when the parent reads its
+    /// output (see `libtest_line`), never passes silently.
     pub fn spawn(entry_test: &str, scenario: &str, path: &Path) -> ChildProc {
         ChildProc::spawn_env(entry_test, scenario, path, &[])
     }
@@ -151,7 +156,11 @@ impl ChildProc {
             .spawn()
             .unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        ChildProc { child, lines }
+        ChildProc {
+            child,
+            lines,
+            entry_test: entry_test.to_string(),
+        }
     }
 
     /// The messages the child sent with [`say`] until it said `READY`.
@@ -163,7 +172,7 @@ impl ChildProc {
             match line.find("@@ ").map(|i| &line[i + 3..]) {
                 Some("READY") => return said,
                 Some(msg) => said.push(msg.to_string()),
-                None => {} // libtest's own output
+                None => libtest_line(&self.entry_test, &line),
             }
         }
         panic!("child exited before READY; it said {said:?}");
@@ -184,6 +193,18 @@ impl Drop for ChildProc {
     fn drop(&mut self) {
         self.kill_now();
     }
+}
+
+/// A line of libtest's own output from the child that runs `entry_test`: panics if the child
+/// runs no test (the name given to `--exact` names no test of this binary, for example after
+/// the test moved to another module), which would otherwise look like a child that said
+/// nothing and exited 0.
+fn libtest_line(entry_test: &str, line: &str) {
+    assert!(
+        line.trim() != "running 0 tests",
+        "the child ran no test: no test of this binary is named `{entry_test}` (a test's name \
+         includes its module path)"
+    );
 }
 
 /// In a child: send a message to the parent.
@@ -217,6 +238,7 @@ impl ChildProc {
             if let Some(i) = line.find("@@ ") {
                 return Some(line[i + 3..].to_string());
             }
+            libtest_line(&self.entry_test, &line);
         }
         None
     }

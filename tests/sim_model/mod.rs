@@ -1,4 +1,4 @@
-//! Model-based crash test harness, shared by `tests/crash_sim.rs` and the fuzz
+//! Model-based crash test harness, shared by `tests/sim/crash_model.rs` and the fuzz
 //! targets in `fuzz/`.
 //!
 //! One seed (or one fuzzer input) drives a single-threaded, deterministic workload over leaseq's

@@ -1,0 +1,250 @@
+//! Producer dedup over time (issue 9, C29, C30): keys held while the job is live, or for a
+//! window after enqueue whatever the job does; a dead holder said explicitly; a job's own
+//! retry policy.
+
+use crate::common::{Fixture, T0_MS, assert_consistent};
+use leaseq::{Clock, EnqueueOptions, Enqueued, Error, JobId, JobState, RetryPolicy};
+use std::time::Duration;
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn windowed(k: &str, s: u64) -> EnqueueOptions {
+    EnqueueOptions::default().dedup_key(k).dedup_window(secs(s))
+}
+
+/// C29: `enq(A, k, window=5s)`; the clock passes 6 s; A is delivered, attempt 1, payload
+/// intact: the window's end released the key only. `enq(B, k)` → New(B); the ack of A leaves
+/// k → B (ownership is checked on release); `enq(C, k)` → Duplicate(B).
+#[test]
+fn c29_a_window_ending_releases_the_key_never_the_job() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a = q.enqueue(b"A", windowed("k", 5)).unwrap().id();
+    f.clock.advance(secs(6));
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!((l.id(), l.attempt(), l.payload()), (a, 1, &b"A"[..]));
+    let b = match q
+        .enqueue(b"B", EnqueueOptions::default().dedup_key("k"))
+        .unwrap()
+    {
+        Enqueued::New(b) => b,
+        other => panic!("the window ended: {other:?}"),
+    };
+    l.ack().unwrap();
+    assert_eq!(
+        q.enqueue(b"C", EnqueueOptions::default().dedup_key("k"))
+            .unwrap(),
+        Enqueued::Duplicate(b),
+        "A's ack did not release B's key"
+    );
+    assert_consistent(&q);
+}
+
+/// C30: `enq(A, k, window=60s)`; `deq`; `ack` at t=1s; `enq(B, k)` at t=30s → Duplicate(A)
+/// (the window outlives the job; the id named is the job that took the key, gone now); at
+/// t=61s → New. A duplicate does not extend the window.
+#[test]
+fn c30_a_window_outlives_the_ack_and_a_duplicate_does_not_extend_it() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a = q.enqueue(b"A", windowed("k", 60)).unwrap().id();
+    let l = q.dequeue().unwrap().unwrap();
+    f.clock.advance(secs(1));
+    l.ack().unwrap();
+    assert_eq!(q.job(a).unwrap(), None, "A is gone");
+    f.clock.advance(secs(29));
+    assert_eq!(
+        q.enqueue(b"B", windowed("k", 60)).unwrap(),
+        Enqueued::Duplicate(a)
+    );
+    assert_eq!(q.len().unwrap(), 0, "nothing was added");
+    f.clock.advance(secs(30)); // t = 60 s: the window ends at exactly 60 s
+    assert!(matches!(
+        q.enqueue(b"B", windowed("k", 60)).unwrap(),
+        Enqueued::New(_)
+    ));
+    assert_consistent(&q);
+}
+
+/// Dedup keys held by windows that ended are cleaned up: a few per new key, and all by
+/// `prune`; `stats().dedup_keys` counts what is held.
+#[test]
+fn ended_windows_are_pruned() {
+    let f = Fixture::new();
+    let q = f.open();
+    for i in 0..20 {
+        let l = {
+            q.enqueue(b"x", windowed(&format!("w{i}"), 10)).unwrap();
+            q.dequeue().unwrap().unwrap()
+        };
+        l.ack().unwrap();
+    }
+    assert_eq!(q.stats().unwrap().dedup_keys, 20, "held by their windows");
+    f.clock.advance(secs(11));
+    q.enqueue(b"y", EnqueueOptions::default().dedup_key("live"))
+        .unwrap();
+    assert_eq!(
+        q.stats().unwrap().dedup_keys,
+        20 - 2 + 1,
+        "two ended per new key"
+    );
+    assert_eq!(q.prune().unwrap().dedup_windows, 18);
+    assert_eq!(q.stats().unwrap().dedup_keys, 1);
+    assert_consistent(&q);
+}
+
+/// A dead job keeps its key (it is still there to see and requeue), and a duplicate of it says
+/// so; removing or requeueing it settles the key.
+#[test]
+fn a_duplicate_of_a_dead_job_says_so() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a = q
+        .enqueue(b"A", EnqueueOptions::default().dedup_key("k"))
+        .unwrap()
+        .id();
+    q.dequeue().unwrap().unwrap().fail("bad input").unwrap();
+    assert_eq!(
+        q.enqueue(b"A fixed", EnqueueOptions::default().dedup_key("k"))
+            .unwrap(),
+        Enqueued::DuplicateDead(a)
+    );
+    q.requeue_dead(a).unwrap();
+    assert_eq!(
+        q.enqueue(b"A fixed", EnqueueOptions::default().dedup_key("k"))
+            .unwrap(),
+        Enqueued::Duplicate(a)
+    );
+    q.dequeue().unwrap().unwrap().fail("again").unwrap();
+    q.remove(a).unwrap();
+    assert!(matches!(
+        q.enqueue(b"A fixed", EnqueueOptions::default().dedup_key("k"))
+            .unwrap(),
+        Enqueued::New(_)
+    ));
+    assert_consistent(&q);
+}
+
+/// A windowed key survives a reopen, and so does the window's end.
+#[test]
+fn a_window_survives_a_reopen() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a = q.enqueue(b"A", windowed("k", 60)).unwrap().id();
+    q.dequeue().unwrap().unwrap().ack().unwrap();
+    drop(q);
+    let q = f.open();
+    assert_eq!(
+        q.enqueue(b"B", windowed("k", 60)).unwrap(),
+        Enqueued::Duplicate(a)
+    );
+    f.clock.advance(secs(60));
+    assert!(matches!(
+        q.enqueue(b"B", windowed("k", 60)).unwrap(),
+        Enqueued::New(_)
+    ));
+    assert_consistent(&q);
+}
+
+#[test]
+fn bad_windows_are_refused_and_write_nothing() {
+    let f = Fixture::new();
+    let q = f.open();
+    let cases = [
+        EnqueueOptions::default().dedup_window(secs(5)), // no dedup key
+        EnqueueOptions::default()
+            .dedup_key("k")
+            .dedup_window(Duration::ZERO),
+        EnqueueOptions::default()
+            .dedup_key("k")
+            .dedup_window(Duration::from_micros(500)),
+        EnqueueOptions::default()
+            .dedup_key("k")
+            .dedup_window(leaseq::DELAY_MAX + Duration::from_millis(1)),
+        EnqueueOptions::default().retry(RetryPolicy::fixed(Duration::ZERO)),
+    ];
+    for opts in cases {
+        let r = q.enqueue(b"x", opts.clone());
+        assert!(
+            matches!(r, Err(Error::InvalidOption { .. })),
+            "{opts:?}: {r:?}"
+        );
+    }
+    assert_eq!(q.stats().unwrap().total, 0);
+    assert_eq!(q.stats().unwrap().dedup_keys, 0);
+}
+
+/// A job's own retry policy wins over the queue's (here: the fixture's `immediate`), and it is
+/// kept across a reopen.
+#[test]
+fn a_jobs_own_retry_policy() {
+    let f = Fixture::new();
+    let q = f.open();
+    let slow = q
+        .enqueue(
+            b"slow",
+            EnqueueOptions::default().retry(RetryPolicy::fixed(secs(30))),
+        )
+        .unwrap()
+        .id();
+    let fast = q.enqueue(b"fast", EnqueueOptions::default()).unwrap().id();
+    for l in q.dequeue_batch(2).unwrap() {
+        l.nack("later").unwrap();
+    }
+    assert_eq!(q.job(fast).unwrap().unwrap().state, JobState::Ready);
+    let info = q.job(slow).unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.run_at_ms),
+        (JobState::Scheduled, T0_MS + 30_000)
+    );
+    drop(q);
+    let q = f.open();
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.id(), fast);
+    l.ack().unwrap();
+    f.clock.advance(secs(30));
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!((l.id(), l.attempt()), (slow, 2));
+    l.nack("again").unwrap();
+    assert_eq!(
+        q.job(slow).unwrap().unwrap().run_at_ms,
+        f.clock.now_ms() + 30_000
+    );
+    let _ = JobId(0);
+}
+
+// C16: a dedup key held while its job lives is free once the job is gone, whether acked or
+// dead and purged: the next enqueue with the key is a new job, and every dedup entry left
+// names a live job (`check`).
+#[test]
+fn c16_a_key_is_free_after_ack_and_after_purge() {
+    let f = Fixture::new();
+    let q = f.builder().max_attempts(1).open(&f.path).unwrap();
+    let k = EnqueueOptions::default().dedup_key("k");
+    let a = q.enqueue(b"A", k.clone()).unwrap().id();
+    q.dequeue().unwrap().unwrap().ack().unwrap();
+    assert_eq!(q.purge(JobState::Dead).unwrap(), 0);
+    let b = match q.enqueue(b"B", k.clone()).unwrap() {
+        Enqueued::New(b) => b,
+        other => panic!("expected a new job, got {other:?}"),
+    };
+    assert_ne!(a, b);
+    assert_consistent(&q);
+    // B dies (one attempt), holds the key while dead, and lets it go when purged.
+    q.dequeue().unwrap().unwrap().nack("no").unwrap();
+    assert_eq!(q.job(b).unwrap().unwrap().state, JobState::Dead);
+    assert!(matches!(
+        q.enqueue(b"C", k.clone()).unwrap(),
+        Enqueued::DuplicateDead(id) if id == b
+    ));
+    assert_eq!(q.purge(JobState::Dead).unwrap(), 1);
+    let c = match q.enqueue(b"C", k).unwrap() {
+        Enqueued::New(c) => c,
+        other => panic!("expected a new job, got {other:?}"),
+    };
+    assert!(c != a && c != b);
+    assert_eq!(q.len().unwrap(), 1);
+    assert_consistent(&q);
+}

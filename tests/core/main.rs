@@ -1,0 +1,37 @@
+//! leaseq's integration tests on the default features, in one binary (one link against
+//! leaseq and redb instead of one per file): the public API on real files with a manual
+//! clock, and real processes killed with SIGKILL. One module per subject; each opens with
+//! its goal and method. Scenario ids (C01-C39) are listed in `docs/testing.md`.
+//!
+//! Parts that need the power-loss simulator are gated on the `sim` feature inside their
+//! subject's module (`cargo test --all-features` runs them). Tests that re-run this binary as
+//! a child process name their child test by its path in this binary (`recovery::...`).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod admin;
+mod bad_files;
+mod batch;
+mod clock_wakeups;
+mod compact;
+mod dedup;
+mod effect;
+mod files;
+mod group_commit;
+mod import;
+mod lease;
+mod named;
+mod outbox;
+mod process_kill;
+mod quarantine;
+mod recovery;
+mod retention;
+mod retry;
+mod snooze;
+mod stopping;
+mod stranded_leases;
+mod typed;
+mod upgrade;
+mod worker;
+mod write_amplification;
