@@ -1,5 +1,5 @@
 # Sourced by .ci/run: mounts two small exFAT volumes (a real file system without hard links,
-# as on SD cards and USB sticks) through FUSE on loop devices, for tests/files.rs:
+# as on SD cards and USB sticks) through FUSE on loop devices, for tests/core/files.rs:
 #   LEASEQ_TEST_NO_LINK_DIR    a writable exFAT volume (creating a queue there renames under a
 #                              create lock instead of linking)
 #   LEASEQ_TEST_READ_ONLY_DIR  a read-only exFAT volume holding q.leaseq with one job

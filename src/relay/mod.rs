@@ -113,7 +113,7 @@
 //!
 //! # Tested against a real `nats-server`
 //!
-//! `tests/relay.rs`, `tests/relay_kill.rs`, `tests/relay_adversarial.rs`: 10,000 jobs out
+//! `tests/relay/` (`contract.rs`, `kills.rs`): 10,000 jobs out
 //! while the server is SIGKILLed and restarted three times and the relay's process six times,
 //! each kill timed while jobs are in flight: every job in the stream exactly once (by message
 //! id and by payload), none left locally. 10,000 messages in, with the same kills of the

@@ -301,7 +301,7 @@ fn child_entry_repair() {
 // C10: a crashed file's reopen repairs it and says so (the `on_repair` signal and
 // `Recovery::repaired`); a process killed inside that repair loses nothing: the next reopen
 // repairs again and finds every job, the 10 leased ones returned. (The reopen's time at scale
-// is measured by `examples/scale.rs`, README: Performance.)
+// is measured by `examples/scale.rs`, docs/performance.md.)
 #[test]
 fn c10_a_crash_inside_the_repair_loses_nothing() {
     let f = Fixture::new();

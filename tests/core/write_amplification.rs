@@ -2,7 +2,7 @@
 //! writes a number of bytes that does not grow with the payload. Payloads above 1 KiB are
 //! stored apart from the job record (format 3), so a 4 MiB job costs what a 1 KiB job costs.
 //! Bytes are counted by a storage backend that sums every write (redb's in-memory backend
-//! underneath). `--nocapture` prints the figures the README quotes.
+//! underneath). `--nocapture` prints the figures docs/performance.md quotes.
 
 use leaseq::{EnqueueOptions, ManualClock, Queue};
 use redb::StorageBackend;
