@@ -1,4 +1,5 @@
-//! leaseq reports through `tracing` only: recovery at open, dead-lettering, pruning, and a
+//! leaseq reports through `tracing` only: recovery and upgrades at open, dead-lettering (never
+//! for a snooze), pruning, and a
 //! refused open reach an installed subscriber; with none installed nothing is printed (the
 //! `tracing` default).
 //!
@@ -13,7 +14,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::Fixture;
+use common::{Fixture, LEASE, assert_consistent};
 use leaseq::EnqueueOptions;
 
 /// Everything the subscriber wrote, as text.
@@ -123,4 +124,57 @@ fn a_quiet_run_reports_nothing_above_debug() {
         .count();
     assert_eq!(events_above_debug, 0, "{log}");
     assert!(log.contains("leaseq: opened"), "the open at DEBUG: {log}");
+}
+
+const FIXTURE4: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/format4-crashed.leaseq"
+);
+
+/// A snooze is never reported as a dead-lettering (it never is one), however often a job
+/// with one attempt is snoozed; the expiry that does use its attempt is; the upgrade of a
+/// format-4 file is reported with the version it came from.
+#[test]
+fn snoozes_are_not_dead_letterings_and_the_upgrade_is_reported() {
+    let f = Fixture::new();
+    let q = f.open();
+    let id = q
+        .enqueue(b"one try", EnqueueOptions::default().max_attempts(1))
+        .unwrap()
+        .id();
+    let ((), log) = capture(|| {
+        for _ in 0..5 {
+            q.dequeue()
+                .unwrap()
+                .unwrap()
+                .snooze(Duration::ZERO)
+                .unwrap();
+        }
+    });
+    assert!(!log.contains("dead-lettered"), "{log}");
+    assert_eq!(q.job(id).unwrap().unwrap().snoozes, 5);
+    let ((), log) = capture(|| {
+        let l = q.dequeue().unwrap().unwrap();
+        f.clock.advance(LEASE + Duration::from_secs(1));
+        drop(l);
+        assert!(q.dequeue().unwrap().is_none());
+    });
+    assert!(
+        log.contains("dead-lettered (no attempts left)") && log.contains("lease expired"),
+        "{log}"
+    );
+    let j = q.job(id).unwrap().unwrap();
+    assert_eq!(
+        (j.state, j.attempts, j.snoozes),
+        (leaseq::JobState::Dead, 1, 5)
+    );
+    drop(q);
+
+    let g = Fixture::new();
+    std::fs::copy(FIXTURE4, &g.path).unwrap();
+    let (q, log) = capture(|| g.open());
+    assert_eq!(q.recovery().upgraded_from, Some(4));
+    assert!(log.contains("upgraded_from=4"), "{log}");
+    assert!(log.contains("leases_returned=1"), "{log}");
+    assert_consistent(&q);
 }

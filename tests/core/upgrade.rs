@@ -11,10 +11,9 @@
 //! Adversarial tests of the "run for years" work (issue 9): the upgrade of a format-1 file with
 //! damaged rows.
 
-use crate::common::{Fixture, LEASE, T0_MS, assert_consistent, bump, flip_record_byte};
+use crate::common::{Fixture, T0_MS, assert_consistent, bump, flip_record_byte};
 use leaseq::{Applied, Encoding, EnqueueOptions, Enqueued, ImportJob, JobId, JobState, Queue};
 use redb::TableDefinition;
-use std::sync::Arc;
 use std::time::Duration;
 
 const FIXTURE: &str = concat!(
@@ -288,79 +287,6 @@ fn an_upgraded_file_mixes_record_versions_through_snooze_crash_and_import() {
         (4, dead),
         "jobs 1 to 3, the imported dead job"
     );
-    assert_consistent(&q);
-}
-
-// ---------------------------------------------------------------------------------------
-// tracing.
-// ---------------------------------------------------------------------------------------
-
-/// Everything a subscriber wrote, as text.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn capture<T>(f: impl FnOnce() -> T) -> (T, String) {
-    let out = Captured::default();
-    let writer = out.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let value = tracing::subscriber::with_default(subscriber, f);
-    let text = String::from_utf8_lossy(&out.0.lock().unwrap()).into_owned();
-    (value, text)
-}
-
-/// A snooze is never reported as a dead-lettering (it never is one), however often a job
-/// with one attempt is snoozed; the expiry that does use its attempt is; the upgrade of a
-/// format-4 file is reported with the version it came from.
-#[test]
-fn snoozes_are_not_dead_letterings_and_the_upgrade_is_reported() {
-    let f = Fixture::new();
-    let q = f.open();
-    let id = q.enqueue(b"one try", d().max_attempts(1)).unwrap().id();
-    let ((), log) = capture(|| {
-        for _ in 0..5 {
-            q.dequeue()
-                .unwrap()
-                .unwrap()
-                .snooze(Duration::ZERO)
-                .unwrap();
-        }
-    });
-    assert!(!log.contains("dead-lettered"), "{log}");
-    assert_eq!(q.job(id).unwrap().unwrap().snoozes, 5);
-    let ((), log) = capture(|| {
-        let l = q.dequeue().unwrap().unwrap();
-        f.clock.advance(LEASE + Duration::from_secs(1));
-        drop(l);
-        assert!(q.dequeue().unwrap().is_none());
-    });
-    assert!(
-        log.contains("dead-lettered (no attempts left)") && log.contains("lease expired"),
-        "{log}"
-    );
-    let j = q.job(id).unwrap().unwrap();
-    assert_eq!((j.state, j.attempts, j.snoozes), (JobState::Dead, 1, 5));
-    drop(q);
-
-    let g = Fixture::new();
-    std::fs::copy(FIXTURE4, &g.path).unwrap();
-    let (q, log) = capture(|| g.open());
-    assert_eq!(q.recovery().upgraded_from, Some(4));
-    assert!(log.contains("upgraded_from=4"), "{log}");
-    assert!(log.contains("leases_returned=1"), "{log}");
     assert_consistent(&q);
 }
 
