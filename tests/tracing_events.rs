@@ -1,7 +1,6 @@
 //! leaseq reports through `tracing` only: recovery and upgrades at open, dead-lettering (never
-//! for a snooze), pruning, and a
-//! refused open reach an installed subscriber; with none installed nothing is printed (the
-//! `tracing` default).
+//! for a snooze), pruning, and a refused open reach an installed subscriber; with none
+//! installed nothing is printed (the `tracing` default).
 //!
 //! A test binary of its own: `tracing` caches per call site, for the whole process, whether
 //! anyone listens, and tests of other subjects hitting leaseq's call sites beside these with
