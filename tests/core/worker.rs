@@ -387,8 +387,11 @@ fn outcomes_snooze_fail_and_retry_after() {
             }
         })
         .unwrap();
+    // One snapshot: two `stats()` reads could see "none leased" before a job was taken and
+    // "none ready" after (seen under qemu-arm).
     wait_for("every job ended", || {
-        q.queue.stats().unwrap().leased == 0 && q.queue.stats().unwrap().ready == 0
+        let stats = q.queue.stats().unwrap();
+        stats.leased == 0 && stats.ready == 0
     });
     let s = q.queue.job(snooze).unwrap().unwrap();
     assert_eq!(s.state, JobState::Scheduled);
