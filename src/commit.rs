@@ -55,15 +55,15 @@ thread_local! {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Counters {
+pub(crate) struct IdBlocks {
     next_id: u64,
     id_end: u64,
     next_token: u64,
     token_end: u64,
 }
 
-impl Counters {
-    pub(crate) fn read(tx: &WriteTransaction) -> Result<Counters> {
+impl IdBlocks {
+    pub(crate) fn read(tx: &WriteTransaction) -> Result<IdBlocks> {
         let meta = tx.open_table(META)?;
         let get = |k: &str| -> Result<u64> {
             let v = meta
@@ -76,7 +76,7 @@ impl Counters {
             Ok(v)
         };
         let (id_end, token_end) = (get(META_NEXT_ID)?, get(META_NEXT_TOKEN)?);
-        Ok(Counters {
+        Ok(IdBlocks {
             next_id: id_end,
             id_end,
             next_token: token_end,
@@ -92,7 +92,7 @@ impl Counters {
     }
 
     /// Whether the reserved blocks moved (the meta row must be written).
-    fn reserved_moved(&self, since: &Counters) -> bool {
+    fn reserved_moved(&self, since: &IdBlocks) -> bool {
         (self.id_end, self.token_end) != (since.id_end, since.token_end)
     }
 
@@ -111,7 +111,7 @@ impl Counters {
 /// sets when it writes and when it makes work available.
 pub(crate) struct Ctx<'g> {
     pub tx: &'g WriteTransaction,
-    pub counters: &'g mut Counters,
+    pub counters: &'g mut IdBlocks,
     /// Set by any operation that wrote: the group must commit.
     pub dirty: &'g mut bool,
     /// The queues (numbers) in which an operation made or scheduled work: their blocked
@@ -129,7 +129,7 @@ impl Ctx<'_> {
 
     pub(crate) fn alloc_id(&mut self) -> u64 {
         let c = &mut *self.counters;
-        Counters::take(&mut c.next_id, &mut c.id_end)
+        IdBlocks::take(&mut c.next_id, &mut c.id_end)
     }
 
     /// A ready-queue position: from the token counter, so increasing and unique.
@@ -139,7 +139,7 @@ impl Ctx<'_> {
 
     pub(crate) fn alloc_token(&mut self) -> u64 {
         let c = &mut *self.counters;
-        Counters::take(&mut c.next_token, &mut c.token_end)
+        IdBlocks::take(&mut c.next_token, &mut c.token_end)
     }
 }
 
@@ -152,8 +152,8 @@ enum GroupResult {
 
 struct OpenGroup {
     tx: WriteTransaction,
-    counters: Counters,
-    counters_at_start: Counters,
+    counters: IdBlocks,
+    counters_at_start: IdBlocks,
     dirty: bool,
     wake: Vec<u32>,
     members: usize,
@@ -176,7 +176,7 @@ struct State {
     /// Commits since the last durable one (`Durability::None` only).
     non_durable_commits: u64,
     /// The counters as of the last commit (read from `leaseq_meta` by the first group).
-    counters: Option<Counters>,
+    counters: Option<IdBlocks>,
     stats: CommitStats,
     /// Sequence number of the next group to open.
     next_seq: u64,
@@ -395,7 +395,7 @@ impl Committer {
         &self,
         db: &Database,
         non_durable_commits: u64,
-        cached: Option<Counters>,
+        cached: Option<IdBlocks>,
     ) -> Result<OpenGroup> {
         let mut tx = db.begin_write()?;
         let durable = match self.durability {
@@ -411,7 +411,7 @@ impl Committer {
         }
         let counters = match cached {
             Some(c) => c,
-            None => Counters::read(&tx)?,
+            None => IdBlocks::read(&tx)?,
         };
         Ok(OpenGroup {
             tx,

@@ -8,7 +8,7 @@ use redb::Database;
 
 use crate::clock::Clock;
 use crate::commit::Committer;
-use crate::store::Config;
+use crate::store::QueueConfig;
 
 /// What the open found and did before returning the queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,7 +66,7 @@ pub(crate) struct OpenFile {
     // database.
     pub(crate) committer: Committer,
     pub(crate) db: GuardedDb,
-    pub(crate) cfg: Config,
+    pub(crate) cfg: QueueConfig,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) path: Option<PathBuf>,
     pub(crate) recovery: Recovery,

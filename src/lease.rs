@@ -301,7 +301,7 @@ impl Lease {
         let q = self.queue()?;
         let mut each = |tx: &crate::tx::Tx<'_>, _: usize| effect(tx);
         let (applied, _) =
-            q.ack_with_keys(&self.key(), &mut store::EffectFn::Each(&mut each), false)?;
+            q.ack_with_keys(&self.key(), &mut store::EffectCall::Each(&mut each), false)?;
         let r = single(applied);
         self.settle(&r);
         r
@@ -321,7 +321,7 @@ impl Lease {
         let q = self.queue()?;
         let mut each = |tx: &crate::tx::Tx<'_>, _: usize| effect(tx);
         let (applied, next) =
-            q.ack_with_keys(&self.key(), &mut store::EffectFn::Each(&mut each), true)?;
+            q.ack_with_keys(&self.key(), &mut store::EffectCall::Each(&mut each), true)?;
         let applied = single(applied);
         self.settle(&applied);
         Ok((applied?, next.into_iter().next().map(|l| q.lease(l))))

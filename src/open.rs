@@ -22,7 +22,7 @@ use crate::platform;
 use crate::queue::Queue;
 use crate::retry::RetryPolicy;
 use crate::scratch::ScratchBackend;
-use crate::store::{self, Config};
+use crate::store::{self, QueueConfig};
 
 /// redb's file header: a file shorter than this cannot be a database.
 const REDB_HEADER_BYTES: u64 = 320;
@@ -257,7 +257,7 @@ impl Builder {
         self
     }
 
-    fn config(&self) -> Result<Config> {
+    fn config(&self) -> Result<QueueConfig> {
         let lease_ms = store::lease_ms_checked("lease", self.lease)?;
         if self.max_attempts == 0 || self.max_attempts > crate::limits::MAX_ATTEMPTS_CAP {
             return Err(Error::invalid_option(
@@ -287,7 +287,7 @@ impl Builder {
         self.retry.validate("retry")?;
         let applied_retention_ms = retention_ms("applied_retention", self.applied_retention)?;
         let dead_retention_ms = retention_ms("dead_retention", self.dead_retention)?;
-        Ok(Config {
+        Ok(QueueConfig {
             dead_retention_ms,
             applied_retention_ms,
             lease_ms,
@@ -296,7 +296,7 @@ impl Builder {
             dequeue_batch_bytes: self.dequeue_batch_bytes,
             retry: self.retry,
             tables: &crate::format::schema::DEFAULT_TABLES,
-            file: 0,
+            committer_id: 0,
             encoding: self.encoding,
         })
     }
@@ -403,7 +403,7 @@ impl Builder {
                     verify_format(&rtx, path)?;
                     // What recovery will read must decode now, so a damaged lease is refused
                     // before the writable open touches the file.
-                    catch_engine_panic(|| store::check_leases(&rtx))?;
+                    catch_engine_panic(|| store::read_leased_rows(&rtx))?;
                 }
                 Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
                     return Err(already_open());
@@ -451,7 +451,7 @@ impl Builder {
             verify_format(&rtx, path)?;
             // What recovery will read must decode now, so a damaged lease is refused before
             // the writable open touches the file.
-            store::check_leases(&rtx)
+            store::read_leased_rows(&rtx)
         });
         // The scratch copy is thrown away: close it without saving its state.
         retire.retire(db.get());
@@ -553,14 +553,14 @@ impl Builder {
     fn finish(
         &self,
         db: GuardedDb,
-        cfg: Config,
+        cfg: QueueConfig,
         path: Option<PathBuf>,
         repaired: bool,
         created: bool,
     ) -> Result<Queue> {
         let committer = Committer::new(self.durability, self.quick_repair);
-        let cfg = Config {
-            file: committer.id(),
+        let cfg = QueueConfig {
+            committer_id: committer.id(),
             ..cfg
         };
         let inner = OpenFile {

@@ -20,7 +20,7 @@ use crate::lease::Lease;
 use crate::open::Builder;
 use crate::retry::RetryPolicy;
 use crate::stop::StopSignal;
-use crate::store::{self, Config};
+use crate::store::{self, QueueConfig};
 
 fn batch_too_large(field: &'static str) -> Error {
     Error::invalid_option(
@@ -39,7 +39,7 @@ fn batch_too_large(field: &'static str) -> Error {
 pub struct Queue {
     pub(crate) inner: Arc<OpenFile>,
     /// This handle's queue: its tables and default options.
-    pub(crate) cfg: Config,
+    pub(crate) cfg: QueueConfig,
     /// Its name; `None` for the default queue.
     pub(crate) name: Option<Arc<str>>,
 }
@@ -76,7 +76,7 @@ impl Queue {
         self.inner.clock.now_ms()
     }
 
-    pub(crate) fn config(&self) -> Config {
+    pub(crate) fn config(&self) -> QueueConfig {
         self.cfg
     }
 
@@ -110,7 +110,7 @@ impl Queue {
             catch_engine_panic(|| store::find_queue(&self.inner.db.get().begin_read()?, name))?;
         let qid = match found {
             Some(qid) => qid,
-            None => self.run(&mut |ctx| store::queue_number(ctx, name, true))??,
+            None => self.run(&mut |ctx| store::create_queue(ctx, name))??,
         };
         Ok(self.handle_of(name, qid))
     }
@@ -147,7 +147,7 @@ impl Queue {
     fn handle_of(&self, name: &str, qid: u32) -> Queue {
         Queue {
             inner: self.inner.clone(),
-            cfg: Config {
+            cfg: QueueConfig {
                 tables: crate::format::schema::QueueTables::named(qid),
                 ..self.inner.cfg
             },
@@ -447,7 +447,7 @@ impl Queue {
         let now_ms = self.now_ms();
         let (work, next_due_ms) = catch_engine_panic(|| {
             let rtx = self.inner.db.get().begin_read()?;
-            store::probe(&rtx, self.cfg.tables, now_ms)
+            store::peek_due(&rtx, self.cfg.tables, now_ms)
         })?;
         if !work {
             return Ok((Vec::new(), next_due_ms));
@@ -463,7 +463,7 @@ impl Queue {
         ))
     }
 
-    pub(crate) fn lease(&self, l: store::Leased) -> Lease {
+    pub(crate) fn lease(&self, l: store::Delivery) -> Lease {
         Lease {
             queue: parking_lot::Mutex::new(Some(self.clone())),
             owner: (self.inner.committer.id(), self.cfg.tables.qid),
@@ -530,7 +530,7 @@ impl Queue {
         let keys = self.batch_keys(leases)?;
         let mut each = |tx: &crate::tx::Tx<'_>, i: usize| effect(tx, &leases[i]);
         let (applied, _) =
-            self.ack_with_keys(&keys, &mut store::EffectFn::Each(&mut each), false)?;
+            self.ack_with_keys(&keys, &mut store::EffectCall::Each(&mut each), false)?;
         leases.iter().zip(&applied).for_each(|(l, r)| l.settle(r));
         Ok(applied)
     }
@@ -583,7 +583,8 @@ impl Queue {
             let chosen: Vec<&Lease> = at.iter().map(|&i| &leases[i]).collect();
             effect(tx, &chosen)
         };
-        let (applied, _) = self.ack_with_keys(&keys, &mut store::EffectFn::All(&mut all), false)?;
+        let (applied, _) =
+            self.ack_with_keys(&keys, &mut store::EffectCall::All(&mut all), false)?;
         leases.iter().zip(&applied).for_each(|(l, r)| l.settle(r));
         Ok(applied)
     }
@@ -596,13 +597,13 @@ impl Queue {
     pub(crate) fn ack_with_keys(
         &self,
         keys: &[(u64, u64)],
-        effect: &mut store::EffectFn<'_, '_>,
+        effect: &mut store::EffectCall<'_, '_>,
         next: bool,
-    ) -> Result<(Vec<Result<Applied>>, Vec<store::Leased>)> {
+    ) -> Result<(Vec<Result<Applied>>, Vec<store::Delivery>)> {
         let (now_ms, cfg) = (self.now_ms(), self.cfg);
         // After `close`, an ack-and-next acks and takes nothing.
         let next = next && !self.is_closed();
-        let mut failed: Vec<Option<store::Failure>> = vec![None; keys.len()];
+        let mut failed: Vec<Option<store::ClosureFailure>> = vec![None; keys.len()];
         let mut errors: Vec<Option<crate::error::BoxError>> = keys.iter().map(|_| None).collect();
         for _ in 0..=keys.len() {
             // The leases the closure that ran last was given.
@@ -614,19 +615,19 @@ impl Queue {
                 // error inside one of its enqueues that it swallowed).
                 let (mut each, mut all);
                 let mut tracked = match effect {
-                    store::EffectFn::Each(f) => {
+                    store::EffectCall::Each(f) => {
                         each = |tx: &crate::tx::Tx<'_>, i: usize| {
                             failing = vec![i];
                             f(tx, i)
                         };
-                        store::EffectFn::Each(&mut each)
+                        store::EffectCall::Each(&mut each)
                     }
-                    store::EffectFn::All(f) => {
+                    store::EffectCall::All(f) => {
                         all = |tx: &crate::tx::Tx<'_>, at: &[usize]| {
                             failing = at.to_vec();
                             f(tx, at)
                         };
-                        store::EffectFn::All(&mut all)
+                        store::EffectCall::All(&mut all)
                     }
                 };
                 let applied = store::ack_with(ctx, keys, &cfg, now_ms, &failed, &mut tracked)?;
@@ -653,7 +654,7 @@ impl Queue {
                     if !at.is_empty() && at.iter().all(|&i| failed[i].is_none()) =>
                 {
                     // Every lease the failing closure was given goes back with its error.
-                    let failure = store::Failure::of(&e);
+                    let failure = store::ClosureFailure::of(&e);
                     for &i in &at[1..] {
                         failed[i] = Some(failure.clone());
                         errors[i] = Some(e.to_string().into());
@@ -906,7 +907,7 @@ impl Queue {
     /// # Errors
     /// `Reentrant`; `CommitFailed` or `Storage` (the commits before it stay).
     pub fn requeue_dead_all(&self) -> Result<u64> {
-        self.each_in_state(JobState::Dead, store::StateAction::Requeue)
+        self.each_in_state(JobState::Dead, store::BulkAction::Requeue)
     }
 
     /// Deletes every job in `state` (dead, scheduled or ready; never leased: a leased job is
@@ -924,13 +925,13 @@ impl Queue {
                 "leased jobs are ended through their leases",
             ));
         }
-        self.each_in_state(state, store::StateAction::Purge)
+        self.each_in_state(state, store::BulkAction::Purge)
     }
 
     /// Runs `action` over the jobs in `state`, a batch per commit, until none is left or as
     /// many batches ran as there were jobs at the start (so jobs arriving meanwhile cannot
     /// keep it going).
-    fn each_in_state(&self, state: JobState, action: store::StateAction) -> Result<u64> {
+    fn each_in_state(&self, state: JobState, action: store::BulkAction) -> Result<u64> {
         let stats = self.stats()?;
         let at_start = match state {
             JobState::Scheduled => stats.scheduled,
@@ -943,7 +944,7 @@ impl Queue {
         for _ in 0..batches {
             let now_ms = self.now_ms();
             let (n, more) = self.run(&mut |ctx| {
-                store::sweep_state(
+                store::bulk_by_state(
                     ctx,
                     self.cfg.tables,
                     state,

@@ -8,7 +8,7 @@ use std::ops::Deref;
 
 use crate::error::{Error, Result};
 use crate::job::{EnqueueOptions, Enqueued};
-use crate::store::{self, Config, Sink};
+use crate::store::{self, QueueConfig, Sink};
 
 /// A redb write transaction (it dereferences to [`redb::WriteTransaction`], so
 /// `tx.open_table(..)` works as on redb's own) in which leaseq can also enqueue jobs.
@@ -26,7 +26,7 @@ use crate::store::{self, Config, Sink};
 pub struct Tx<'a> {
     tx: &'a redb::WriteTransaction,
     /// The queue the transaction's call came from (`enqueue` adds to it).
-    cfg: Config,
+    cfg: QueueConfig,
 
     now_ms: u64,
     sink: RefCell<&'a mut (dyn Sink + 'a)>,
@@ -41,7 +41,7 @@ impl std::fmt::Debug for Tx<'_> {
 impl<'a> Tx<'a> {
     pub(crate) fn new(
         tx: &'a redb::WriteTransaction,
-        cfg: Config,
+        cfg: QueueConfig,
         now_ms: u64,
         sink: &'a mut (dyn Sink + 'a),
     ) -> Tx<'a> {
@@ -120,7 +120,7 @@ impl<'a> Tx<'a> {
         opts: EnqueueOptions,
     ) -> Result<Enqueued> {
         let cfg = queue.config();
-        if cfg.file != self.cfg.file {
+        if cfg.committer_id != self.cfg.committer_id {
             return Err(Error::invalid_option("queue", "a queue of another file"));
         }
         let mut out = self.enqueue_batch_with(&cfg, [(payload, opts)])?;
@@ -130,7 +130,7 @@ impl<'a> Tx<'a> {
 
     fn enqueue_batch_with<'p>(
         &self,
-        cfg: &Config,
+        cfg: &QueueConfig,
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
     ) -> Result<Vec<Enqueued>> {
         let records = store::new_records(cfg, self.now_ms, jobs)?;

@@ -45,7 +45,7 @@ pub(crate) enum StoredState {
 }
 
 impl StoredState {
-    pub(crate) fn public(&self) -> JobState {
+    pub(crate) fn job_state(&self) -> JobState {
         match self {
             StoredState::Scheduled => JobState::Scheduled,
             StoredState::Ready => JobState::Ready,

@@ -1,7 +1,8 @@
 //! The inbound relay: a JetStream stream consumed into a local queue.
 
 use super::{
-    Backoff, Common, Handle, MSG_ID_HEADER, RelayError, RelayStats, Shared, is_closed, spawn,
+    Backoff, MSG_ID_HEADER, RelayConfig, RelayError, RelayState, RelayStats, RelayThread,
+    is_closed, spawn,
 };
 use crate::{BATCH_MAX, EnqueueOptions, Enqueued, KEY_BYTES_MAX, Queue};
 use async_nats::jetstream::AckKind;
@@ -24,7 +25,7 @@ const POISON_PULLS: u32 = 3;
 /// Options of an [`Inbound`] relay; [`InboundBuilder::start`] starts it.
 pub struct InboundBuilder {
     queue: Queue,
-    common: Common,
+    common: RelayConfig,
     consumer: String,
     filter_subject: Option<String>,
     batch: usize,
@@ -124,7 +125,7 @@ impl InboundBuilder {
                 "ack_wait must be at least 1 s".into(),
             ));
         }
-        let shared = Shared::new();
+        let shared = RelayState::new();
         let url = self.common.url.clone();
         let worker = Worker {
             queue: self.queue,
@@ -139,7 +140,7 @@ impl InboundBuilder {
         };
         let thread = spawn("leaseq-relay-in", &shared, move || worker.run())?;
         Ok(Inbound {
-            handle: Handle {
+            handle: RelayThread {
                 shared,
                 url,
                 thread: Some(thread),
@@ -174,7 +175,7 @@ impl InboundBuilder {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Inbound {
-    handle: Handle,
+    handle: RelayThread,
 }
 
 impl Inbound {
@@ -184,7 +185,7 @@ impl Inbound {
     pub fn builder(queue: &Queue, url: &str, stream: &str, consumer: &str) -> InboundBuilder {
         InboundBuilder {
             queue: queue.clone(),
-            common: Common::new(url, stream, "leaseq-relay-in"),
+            common: RelayConfig::new(url, stream, "leaseq-relay-in"),
             consumer: consumer.to_string(),
             filter_subject: None,
             batch: 256,
@@ -218,14 +219,14 @@ impl Inbound {
 
 struct Worker {
     queue: Queue,
-    common: Common,
+    common: RelayConfig,
     consumer: String,
     filter_subject: Option<String>,
     batch: usize,
     fetch_wait: Duration,
     ack_wait: Duration,
     job_options: EnqueueOptions,
-    shared: Arc<Shared>,
+    shared: Arc<RelayState>,
 }
 
 /// One fetched message and its key.

@@ -278,7 +278,7 @@ pub struct RelayStats {
 }
 
 /// State shared between a relay's thread and its handle.
-struct Shared {
+struct RelayState {
     stop: AtomicBool,
     stop_signal: crate::StopSignal,
     stats: Mutex<RelayStats>,
@@ -291,9 +291,9 @@ struct Shared {
     pinned: Mutex<Option<RelayError>>,
 }
 
-impl Shared {
-    fn new() -> Arc<Shared> {
-        Arc::new(Shared {
+impl RelayState {
+    fn new() -> Arc<RelayState> {
+        Arc::new(RelayState {
             stop: AtomicBool::new(false),
             stop_signal: crate::StopSignal::new(),
             stats: Mutex::new(RelayStats::default()),
@@ -303,7 +303,7 @@ impl Shared {
         })
     }
 
-    /// Pins `e` as the last error until [`Shared::unpin`] (`None` unpins).
+    /// Pins `e` as the last error until [`RelayState::unpin`] (`None` unpins).
     fn pin(&self, e: Option<RelayError>) {
         if let Some(e) = &e {
             tracing::warn!(target: "leaseq::relay", error = %e, "relay");
@@ -390,13 +390,13 @@ impl Shared {
 
 /// A running relay's thread and state, behind [`Outbound`] and [`Inbound`]: stopped and
 /// joined on drop.
-struct Handle {
-    shared: Arc<Shared>,
+struct RelayThread {
+    shared: Arc<RelayState>,
     url: String,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Handle {
+impl RelayThread {
     fn wait_ready(&self, timeout: Duration) -> Result<(), RelayError> {
         self.shared.wait_ready(&self.url, timeout)
     }
@@ -415,7 +415,7 @@ impl Handle {
     }
 }
 
-impl Drop for Handle {
+impl Drop for RelayThread {
     fn drop(&mut self) {
         self.stop();
     }
@@ -448,7 +448,7 @@ impl Backoff {
 
 /// The options both relays share.
 #[derive(Clone)]
-struct Common {
+struct RelayConfig {
     url: String,
     stream: String,
     connect_timeout: Duration,
@@ -456,9 +456,9 @@ struct Common {
     name: String,
 }
 
-impl Common {
-    fn new(url: &str, stream: &str, name: &str) -> Common {
-        Common {
+impl RelayConfig {
+    fn new(url: &str, stream: &str, name: &str) -> RelayConfig {
+        RelayConfig {
             url: url.to_string(),
             stream: stream.to_string(),
             connect_timeout: Duration::from_secs(5),
@@ -512,7 +512,7 @@ impl Common {
     /// One connection attempt; the client then reconnects by itself (without limit, with
     /// its own backoff), counting disconnections in `shared`.
     /// A shutdown does not wait for the attempt: it ends it within 50 ms.
-    async fn connect(&self, shared: &Arc<Shared>) -> Result<async_nats::Client, RelayError> {
+    async fn connect(&self, shared: &Arc<RelayState>) -> Result<async_nats::Client, RelayError> {
         let events = Arc::clone(shared);
         let url = self.url.clone();
         let connect = async_nats::ConnectOptions::new()
@@ -668,7 +668,7 @@ fn is_own_id(file_id: u64, key: &[u8]) -> bool {
 /// Starts a relay's thread; a panic in it becomes the relay's last error.
 fn spawn(
     name: &str,
-    shared: &Arc<Shared>,
+    shared: &Arc<RelayState>,
     body: impl FnOnce() + Send + 'static,
 ) -> Result<std::thread::JoinHandle<()>, RelayError> {
     std::thread::Builder::new()

@@ -1,8 +1,9 @@
 //! The outbound relay: a local queue published to a JetStream subject.
 
 use super::{
-    Backoff, Common, ENCODING_HEADER, Handle, JOB_ID_HEADER, MSG_ID_HEADER, RelayError, RelayStats,
-    Shared, encoding_name, is_closed, message_id, spawn, subject_matches, valid_subject,
+    Backoff, ENCODING_HEADER, JOB_ID_HEADER, MSG_ID_HEADER, RelayConfig, RelayError, RelayState,
+    RelayStats, RelayThread, encoding_name, is_closed, message_id, spawn, subject_matches,
+    valid_subject,
 };
 use crate::{BATCH_MAX, Lease, Queue};
 use async_nats::jetstream::context::PublishErrorKind;
@@ -17,7 +18,7 @@ const IDLE_POLL: Duration = Duration::from_millis(500);
 /// Options of an [`Outbound`] relay; [`OutboundBuilder::start`] starts it.
 pub struct OutboundBuilder {
     queue: Queue,
-    common: Common,
+    common: RelayConfig,
     subject: String,
     max_in_flight: usize,
     publish_timeout: Duration,
@@ -96,7 +97,7 @@ impl OutboundBuilder {
         }
         let queue = self.queue.with_lease(self.lease)?;
         let file_id = queue.file_id()?;
-        let shared = Shared::new();
+        let shared = RelayState::new();
         let worker = Worker {
             queue,
             common: self.common.clone(),
@@ -109,7 +110,7 @@ impl OutboundBuilder {
         };
         let thread = spawn("leaseq-relay-out", &shared, move || worker.run())?;
         Ok(Outbound {
-            handle: Handle {
+            handle: RelayThread {
                 shared,
                 url: self.common.url,
                 thread: Some(thread),
@@ -140,7 +141,7 @@ impl OutboundBuilder {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Outbound {
-    handle: Handle,
+    handle: RelayThread,
 }
 
 impl Outbound {
@@ -150,7 +151,7 @@ impl Outbound {
     pub fn builder(queue: &Queue, url: &str, stream: &str, subject: &str) -> OutboundBuilder {
         OutboundBuilder {
             queue: queue.clone(),
-            common: Common::new(url, stream, "leaseq-relay-out"),
+            common: RelayConfig::new(url, stream, "leaseq-relay-out"),
             subject: subject.to_string(),
             max_in_flight: 256,
             publish_timeout: Duration::from_secs(5),
@@ -185,13 +186,13 @@ impl Outbound {
 /// The relay's thread.
 struct Worker {
     queue: Queue,
-    common: Common,
+    common: RelayConfig,
     subject: String,
     max_in_flight: usize,
     publish_timeout: Duration,
     lease: Duration,
     file_id: u64,
-    shared: Arc<Shared>,
+    shared: Arc<RelayState>,
 }
 
 /// What became of one publish.

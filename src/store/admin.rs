@@ -28,7 +28,7 @@ pub(crate) fn requeue_dead(
     if rec.state != StoredState::Dead {
         return Ok(Err(Error::InvalidState {
             job_id: JobId(id),
-            actual: rec.state.public(),
+            actual: rec.state.job_state(),
             expected: "Dead",
         }));
     }
@@ -109,16 +109,16 @@ pub(crate) fn remove(
 /// (releasing their dedup keys), `Requeue` moves dead jobs back to ready with their attempts
 /// reset. A damaged row met on the way is quarantined, an entry naming no job dropped.
 /// Returns how many jobs were purged or requeued, and whether entries are left.
-pub(crate) fn sweep_state(
+pub(crate) fn bulk_by_state(
     ctx: &mut Ctx<'_>,
     tq: &'static QueueTables,
     state: JobState,
-    action: StateAction,
+    action: BulkAction,
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
     debug_assert!(state != JobState::Leased);
-    debug_assert!(action == StateAction::Purge || state == JobState::Dead);
+    debug_assert!(action == BulkAction::Purge || state == JobState::Dead);
     let mut t = Tables::open(ctx.tx, tq)?;
     // (job id, its index key) of the first `max + 1` entries (one more tells if more are left).
     let ids: Vec<(u64, IndexKey)> = match state {
@@ -152,12 +152,12 @@ pub(crate) fn sweep_state(
     for &(id, key) in ids.iter().take(max) {
         *ctx.dirty = true;
         match t.row(id)? {
-            Row::Good(mut rec) if rec.state.public() == state => match action {
-                StateAction::Purge => {
+            Row::Good(mut rec) if rec.state.job_state() == state => match action {
+                BulkAction::Purge => {
                     t.delete(id, &rec, now_ms)?;
                     done += 1;
                 }
-                StateAction::Requeue => {
+                BulkAction::Requeue => {
                     ctx.wake(t.tq.qid);
                     t.unindex(id, &rec)?;
                     rec.attempts = 0;
@@ -182,16 +182,16 @@ pub(crate) fn sweep_state(
                         t.dead_by_time()?.retain(|(_, j), ()| j != id)?;
                     }
                 }
-                t.settle_stray(ctx, id, row, now_ms)?;
+                t.repair_stray_entry(ctx, id, row, now_ms)?;
             }
         }
     }
     Ok((done, more))
 }
 
-/// What [`sweep_state`] does to each job.
+/// What [`bulk_by_state`] does to each job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StateAction {
+pub(crate) enum BulkAction {
     Purge,
     Requeue,
 }

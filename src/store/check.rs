@@ -124,7 +124,7 @@ impl Snapshot {
 }
 
 /// The file's id and token counters (`next_id`, `next_token`; 0 when missing).
-struct Counters {
+struct StoredCounters {
     next_id: u64,
     next_token: u64,
 }
@@ -156,7 +156,7 @@ pub(crate) fn check(db: &redb::Database, tq: &'static QueueTables) -> Result<Vec
 }
 
 /// The format version is current and the counters exist.
-fn check_meta(rtx: &ReadTransaction, found: &mut Found) -> Result<Counters> {
+fn check_meta(rtx: &ReadTransaction, found: &mut Found) -> Result<StoredCounters> {
     let meta = rtx.open_table(META)?;
     let get = |k: &str| -> Result<Option<u64>> { Ok(meta.get(k)?.map(|g| g.value())) };
     if get(META_FORMAT_VERSION)? != Some(FORMAT_VERSION) {
@@ -165,7 +165,7 @@ fn check_meta(rtx: &ReadTransaction, found: &mut Found) -> Result<Counters> {
             format!("format version is {:?}", get(META_FORMAT_VERSION)?),
         );
     }
-    let counters = Counters {
+    let counters = StoredCounters {
         next_id: get(META_NEXT_ID)?.unwrap_or(0),
         next_token: get(META_NEXT_TOKEN)?.unwrap_or(0),
     };
@@ -179,8 +179,8 @@ fn check_meta(rtx: &ReadTransaction, found: &mut Found) -> Result<Counters> {
 /// where its record says, it is in its state's index, its caller key is listed among the
 /// carriers, and the dedup key it holds maps to it. Returns how many jobs are ready,
 /// scheduled, leased and dead.
-fn check_rows(snap: &Snapshot, counters: &Counters, found: &mut Found) -> Result<[u64; 4]> {
-    let Counters {
+fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> Result<[u64; 4]> {
+    let StoredCounters {
         next_id,
         next_token,
     } = *counters;
@@ -229,7 +229,7 @@ fn check_rows(snap: &Snapshot, counters: &Counters, found: &mut Found) -> Result
         if !indexed {
             found.add(
                 Some(id),
-                format!("{:?} but missing from its index", rec.state.public()),
+                format!("{:?} but missing from its index", rec.state.job_state()),
             );
         }
         if let Some(k) = rec.idempotency_key.as_deref()

@@ -12,12 +12,12 @@ use crate::limits::{PRUNE_PER_ACK_MAX, SWEEP_MAX};
 use super::retention::prune_dead;
 use super::tables::{Row, Tables};
 use super::transition::{REASON_EXPIRED, end_lease_entry, lease_record};
-use super::{Config, Leased};
+use super::{Delivery, QueueConfig};
 
 /// Promotes due scheduled jobs and reclaims expired leases, at most `SWEEP_MAX` of each. An
 /// entry whose row is damaged or disagrees is settled (quarantined, dropped) and the sweep
 /// goes on.
-fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, cfg: &Config, now_ms: u64) -> Result<()> {
+fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, cfg: &QueueConfig, now_ms: u64) -> Result<()> {
     if let Some(retention_ms) = cfg.dead_retention_ms {
         prune_dead(t, ctx, now_ms, retention_ms, PRUNE_PER_ACK_MAX)?;
     }
@@ -41,7 +41,7 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, cfg: &Config, now_ms: u64) -> Re
             }
             row => {
                 t.scheduled()?.remove((run_at_ms, id))?;
-                t.settle_stray(ctx, id, row, now_ms)?;
+                t.repair_stray_entry(ctx, id, row, now_ms)?;
             }
         }
     }
@@ -62,10 +62,10 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, cfg: &Config, now_ms: u64) -> Re
 /// Sweeps, then leases up to `max` ready jobs in queue order.
 pub(crate) fn dequeue(
     ctx: &mut Ctx<'_>,
-    cfg: &Config,
+    cfg: &QueueConfig,
     now_ms: u64,
     max: usize,
-) -> Result<Vec<Leased>> {
+) -> Result<Vec<Delivery>> {
     let tq = cfg.tables;
     debug_assert!((1..=crate::limits::BATCH_MAX).contains(&max));
     let mut t = Tables::open(ctx.tx, tq)?;
@@ -99,7 +99,7 @@ pub(crate) fn dequeue(
         let mut slots = Vec::with_capacity(firsts.len());
         for (i, &(rank, seq, id)) in firsts.iter().enumerate() {
             let Some(mut row) = t.jobs.get_mut(id)? else {
-                slots.push(Slot::Stray);
+                slots.push(Taken::Stray);
                 continue;
             };
             let mut rec = match JobRecord::decode(row.value()) {
@@ -111,12 +111,12 @@ pub(crate) fn dequeue(
                     rec
                 }
                 _ => {
-                    slots.push(Slot::Stray);
+                    slots.push(Taken::Stray);
                     continue;
                 }
             };
             let size = rec.payload_len();
-            let taken_any = !out.is_empty() || slots.iter().any(|s| !matches!(s, Slot::Stray));
+            let taken_any = !out.is_empty() || slots.iter().any(|s| !matches!(s, Taken::Stray));
             if taken_any && bytes.saturating_add(size) > cfg.dequeue_batch_bytes {
                 firsts.truncate(i);
                 budget_reached = true;
@@ -127,7 +127,7 @@ pub(crate) fn dequeue(
             let mut leased = lease_record(ctx, cfg, now_ms, id, &mut rec);
             if rec.payload_apart.is_some() {
                 // Its payload is read (and checked) below, before its lease is written.
-                slots.push(Slot::Apart(rec, leased));
+                slots.push(Taken::Apart(rec, leased));
                 continue;
             }
             rec.validate()?;
@@ -138,7 +138,7 @@ pub(crate) fn dequeue(
             }
             leased.idempotency_key = rec.idempotency_key;
             leased.payload = rec.payload;
-            slots.push(Slot::Leased(leased));
+            slots.push(Taken::Leased(leased));
         }
         // Then the ready entries removed: one at a time for one, in one pass for more (a
         // single delete rebuilds its leaf: 100 cost ~120 µs one by one, ~15 µs in one pass).
@@ -166,9 +166,9 @@ pub(crate) fn dequeue(
         for ((_, _, id), slot) in firsts.into_iter().zip(slots) {
             // Its ready entry was removed above.
             match slot {
-                Slot::Stray => strays.push(id),
-                Slot::Leased(leased) => out.push(leased),
-                Slot::Apart(rec, mut leased) => {
+                Taken::Stray => strays.push(id),
+                Taken::Leased(leased) => out.push(leased),
+                Taken::Apart(rec, mut leased) => {
                     let Some(r) = &rec.payload_apart else {
                         unreachable!("an apart slot has its payload apart")
                     };
@@ -193,7 +193,7 @@ pub(crate) fn dequeue(
     // this dequeue just leased through its own entry.
     for id in strays {
         let row = t.row(id)?;
-        t.settle_stray(ctx, id, row, now_ms)?;
+        t.repair_stray_entry(ctx, id, row, now_ms)?;
     }
     Ok(out)
 }
@@ -202,8 +202,8 @@ pub(crate) fn dequeue(
 /// its payload stored apart is read; or an entry that does not match its row.
 // Moved once each, on the way out: boxing would only add an allocation per job.
 #[allow(clippy::large_enum_variant)]
-enum Slot {
-    Leased(Leased),
-    Apart(JobRecord, Leased),
+enum Taken {
+    Leased(Delivery),
+    Apart(JobRecord, Delivery),
     Stray,
 }

@@ -10,7 +10,7 @@ use crate::format::schema::QueueTables;
 use crate::job::{Enqueued, JobId};
 use crate::limits::PRUNE_PER_ACK_MAX;
 
-use super::Config;
+use super::QueueConfig;
 use super::retention::prune_windows;
 use super::tables::Tables;
 
@@ -71,8 +71,8 @@ fn enqueue_into(
                 && let end_ms = rec.created_ms.saturating_add(w)
                 && end_ms > now_ms
             {
-                t.windows()?.insert(k.as_slice(), end_ms)?;
-                t.expiry()?.insert((end_ms, k.as_slice()), ())?;
+                t.dedup_windows()?.insert(k.as_slice(), end_ms)?;
+                t.dedup_expiry()?.insert((end_ms, k.as_slice()), ())?;
             }
         }
         t.carry_key(id, &rec)?;
@@ -157,7 +157,7 @@ impl TablesSink<'_, '_, '_> {
 /// call with `Effect`, and the group aborts so nothing of it commits.
 pub(crate) fn write<T>(
     ctx: &mut Ctx<'_>,
-    cfg: &Config,
+    cfg: &QueueConfig,
     now_ms: u64,
     f: &mut dyn FnMut(&crate::tx::Tx<'_>) -> Result<T, BoxError>,
 ) -> Result<T> {

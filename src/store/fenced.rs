@@ -10,7 +10,7 @@ use crate::format::schema::{META, QueueTables, applied_key};
 use crate::job::{Applied, JobState};
 use crate::limits::PRUNE_PER_ACK_MAX;
 
-use super::Config;
+use super::QueueConfig;
 use super::enqueue::{TablesSink, run_closure};
 use super::retention::prune_applied;
 use super::tables::Tables;
@@ -31,18 +31,18 @@ pub(crate) enum GiveBack {
 /// A lease whose `ack_with` closure failed in an earlier run of the call: how its job ends,
 /// and the last error it gets.
 #[derive(Debug, Clone)]
-pub(crate) struct Failure {
+pub(crate) struct ClosureFailure {
     pub reason: String,
     pub how: GiveBack,
 }
 
-impl Failure {
+impl ClosureFailure {
     /// The failure of a closure that returned `e`: an [`crate::job::Outcome`] decides how the
     /// job ends (a delay above `DELAY_MAX` is refused there, and the job goes through the
     /// retry policy with the refusal as its reason); any other error retries.
-    pub(crate) fn of(e: &BoxError) -> Failure {
+    pub(crate) fn of(e: &BoxError) -> ClosureFailure {
         let max_ms = crate::clock::duration_ms(crate::limits::DELAY_MAX);
-        let refused = |d: std::time::Duration| Failure {
+        let refused = |d: std::time::Duration| ClosureFailure {
             reason: format!(
                 "refused outcome: {e} (the delay of {} ms is above DELAY_MAX)",
                 d.as_millis()
@@ -51,19 +51,19 @@ impl Failure {
         };
         match e.downcast_ref::<crate::job::Outcome>() {
             Some(crate::job::Outcome::Snooze(d)) if crate::clock::duration_ms(*d) <= max_ms => {
-                Failure {
+                ClosureFailure {
                     reason: e.to_string(),
                     how: GiveBack::Snooze(crate::clock::duration_ms(*d)),
                 }
             }
-            Some(crate::job::Outcome::Fail(reason)) => Failure {
+            Some(crate::job::Outcome::Fail(reason)) => ClosureFailure {
                 reason: reason.clone(),
                 how: GiveBack::Fail,
             },
             Some(crate::job::Outcome::Retry { after, reason })
                 if crate::clock::duration_ms(*after) <= max_ms =>
             {
-                Failure {
+                ClosureFailure {
                     reason: reason.clone(),
                     how: GiveBack::Retry(Some(crate::clock::duration_ms(*after))),
                 }
@@ -71,7 +71,7 @@ impl Failure {
             Some(crate::job::Outcome::Snooze(d) | crate::job::Outcome::Retry { after: d, .. }) => {
                 refused(*d)
             }
-            None => Failure {
+            None => ClosureFailure {
                 reason: e.to_string(),
                 how: GiveBack::Retry(None),
             },
@@ -119,7 +119,7 @@ pub(crate) type EffectAll<'a> =
 
 /// How [`ack_with`] runs the caller's effect: once per lease that needs it, or once for all
 /// of them (after the checks, before the deletes).
-pub(crate) enum EffectFn<'f, 'e> {
+pub(crate) enum EffectCall<'f, 'e> {
     Each(&'f mut Effect<'e>),
     All(&'f mut EffectAll<'e>),
 }
@@ -134,10 +134,10 @@ pub(crate) enum EffectFn<'f, 'e> {
 pub(crate) fn ack_with(
     ctx: &mut Ctx<'_>,
     leases: &[(u64, u64)],
-    cfg: &Config,
+    cfg: &QueueConfig,
     now_ms: u64,
-    failed: &[Option<Failure>],
-    effect: &mut EffectFn<'_, '_>,
+    failed: &[Option<ClosureFailure>],
+    effect: &mut EffectCall<'_, '_>,
 ) -> Result<Vec<Result<Applied>>> {
     let tq = cfg.tables;
     debug_assert_eq!(leases.len(), failed.len());
@@ -154,7 +154,7 @@ pub(crate) fn ack_with(
     // Held open (as every leaseq table) while closures run.
     let mut by_time = tx.open_table(tq.applied_by_time())?;
     let mut new_markers = 0;
-    // With `EffectFn::All`, the leases whose effect runs (once, after the loop).
+    // With `EffectCall::All`, the leases whose effect runs (once, after the loop).
     let mut pending = Vec::new();
     // The jobs this call deletes if it commits (current leases whose effect did not fail
     // before): follow-ups enqueued by the closures may take the dedup keys they hold.
@@ -225,7 +225,7 @@ pub(crate) fn ack_with(
                 // ones (redb would refuse those as already open), and enqueue follow-up jobs
                 // through them. A panic in it becomes an error like any other, so the group
                 // aborts cleanly.
-                EffectFn::Each(f) => {
+                EffectCall::Each(f) => {
                     let mut sink = TablesSink {
                         t: &mut t,
                         ctx,
@@ -237,7 +237,7 @@ pub(crate) fn ack_with(
                     sink.settle(ran)?;
                 }
                 // Run once below, for every lease that needs it.
-                EffectFn::All(_) => pending.push(i),
+                EffectCall::All(_) => pending.push(i),
             }
             if let Some(k) = &key {
                 applied.insert(k.as_slice(), now_ms)?;
@@ -249,7 +249,7 @@ pub(crate) fn ack_with(
         keys.push((id, token));
         records.push(rec);
     }
-    if let EffectFn::All(f) = effect
+    if let EffectCall::All(f) = effect
         && !pending.is_empty()
     {
         let mut sink = TablesSink {
@@ -300,7 +300,7 @@ macro_rules! lease_or_refuse {
 /// retry policy's delay when `None`; dead when out of attempts.
 pub(crate) fn nack(
     ctx: &mut Ctx<'_>,
-    cfg: &Config,
+    cfg: &QueueConfig,
     (id, token): (u64, u64),
     now_ms: u64,
     backoff_ms: Option<u64>,

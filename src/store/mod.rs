@@ -41,23 +41,23 @@ mod tables;
 mod transition;
 mod validate;
 
-pub(crate) use admin::{StateAction, remove, requeue_dead, sweep_state};
+pub(crate) use admin::{BulkAction, bulk_by_state, remove, requeue_dead};
 pub(crate) use check::check_file;
 pub(crate) use dequeue::dequeue;
 pub(crate) use enqueue::{Sink, enqueue, write};
-pub(crate) use fenced::{EffectFn, Failure, ack, ack_with, extend, fail, nack, snooze};
+pub(crate) use fenced::{ClosureFailure, EffectCall, ack, ack_with, extend, fail, nack, snooze};
 pub(crate) use migrate::{file_id, make_file_id, upgrade};
 pub(crate) use read::{
-    is_applied, job, list, payload, probe, quarantined, quarantined_record, stats,
+    is_applied, job, list, payload, peek_due, quarantined, quarantined_record, stats,
 };
-pub(crate) use recover::{check_leases, recover_leases};
-pub(crate) use registry::{find_queue, named_queues, queue_number};
+pub(crate) use recover::{read_leased_rows, recover_leases};
+pub(crate) use registry::{create_queue, find_queue, named_queues};
 pub(crate) use retention::{prune, prune_dead_jobs, prune_dedup_windows};
 pub(crate) use validate::{import_record, lease_ms_checked, new_records};
 
 /// Queue-wide settings an operation needs.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Config {
+pub(crate) struct QueueConfig {
     pub lease_ms: u64,
     pub max_attempts: u32,
     pub payload_bytes_max: usize,
@@ -71,14 +71,14 @@ pub(crate) struct Config {
     /// The queue's tables.
     pub tables: &'static QueueTables,
     /// The file's committer id (set once the file is open): which file the queue is in.
-    pub file: u64,
+    pub committer_id: u64,
     /// How `enqueue_value` encodes, and how `Lease::decode` reads a job that recorded none.
     pub encoding: crate::format::payload::Encoding,
 }
 
 /// A job handed out by a dequeue, before it becomes a `Lease`.
 #[derive(Debug)]
-pub(crate) struct Leased {
+pub(crate) struct Delivery {
     pub id: u64,
     pub token: u64,
     pub attempt: u32,

@@ -13,7 +13,7 @@ use super::validate::damaged;
 
 /// What a dequeue would find, read without a write transaction: whether anything is ready,
 /// due or expired now, and the earliest future due time or lease deadline.
-pub(crate) fn probe(
+pub(crate) fn peek_due(
     rtx: &ReadTransaction,
     tq: &'static QueueTables,
     now_ms: u64,
@@ -137,7 +137,7 @@ pub(super) fn info(id: u64, rec: JobRecord) -> JobInfo {
     let payload_bytes = rec.payload_len();
     JobInfo {
         id: JobId(id),
-        state: rec.state.public(),
+        state: rec.state.job_state(),
         attempts: rec.attempts,
         max_attempts: rec.max_attempts,
         priority: rec.priority,
@@ -262,7 +262,7 @@ pub(crate) fn list(
         };
         if let Some(v) = jobs.get(id)?
             && let Ok(rec) = JobRecord::decode(v.value())
-            && rec.state.public() == state
+            && rec.state.job_state() == state
         {
             out.push(info(id, rec));
         }

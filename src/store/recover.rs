@@ -13,7 +13,7 @@ use super::transition::{Ended, REASON_ABANDONED, end_lease_entry};
 
 /// What lease recovery at open did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Recovered {
+pub(crate) struct LeaseRecovery {
     pub returned: u64,
     pub dead: u64,
     pub quarantined: u64,
@@ -22,7 +22,7 @@ pub(crate) struct Recovered {
 /// Returns every lease in the file to ready (or dead when out of attempts): run at open, when
 /// the file lock proves the process that held them is gone. A leased row that is damaged is
 /// quarantined and the rest are recovered.
-pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<Recovered> {
+pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<LeaseRecovery> {
     let named: Vec<u32> = {
         let queues = ctx.tx.open_table(QUEUES)?;
         let mut v = Vec::new();
@@ -51,14 +51,14 @@ fn recover_queue_leases(
     ctx: &mut Ctx<'_>,
     tq: &'static QueueTables,
     now_ms: u64,
-) -> Result<Recovered> {
+) -> Result<LeaseRecovery> {
     let mut t = Tables::open(ctx.tx, tq)?;
     let all: Vec<(u64, u64)> = t
         .leases()?
         .iter()?
         .map(|e| e.map(|(k, _)| k.value()))
         .collect::<Result<_, _>>()?;
-    let mut out = Recovered::default();
+    let mut out = LeaseRecovery::default();
     for entry in all {
         *ctx.dirty = true;
         ctx.wake(t.tq.qid);
@@ -76,7 +76,7 @@ fn recover_queue_leases(
 /// recovery at open will read, so damage that redb itself reports refuses the file before
 /// anything is written. A row that redb reads but that fails leaseq's own checks is not an
 /// error here: recovery quarantines it.
-pub(crate) fn check_leases(rtx: &ReadTransaction) -> Result<()> {
+pub(crate) fn read_leased_rows(rtx: &ReadTransaction) -> Result<()> {
     let mut all = vec![&crate::format::schema::DEFAULT_TABLES];
     for (name, qid) in named_queues(rtx)? {
         let tq = QueueTables::named(qid);

@@ -8,9 +8,8 @@ use crate::error::{Error, Result};
 use crate::format::schema::{QUEUES, QueueTables};
 
 /// The number of the queue named `name`, creating the queue (its registry entry and tables)
-/// when `create` and it does not exist. Refusals: `QueueNotFound` (not `create`),
-/// `InvalidOption` (a bad name, or `QUEUES_MAX` reached).
-pub(crate) fn queue_number(ctx: &mut Ctx<'_>, name: &str, create: bool) -> Result<Result<u32>> {
+/// if it does not exist. Refusals: `InvalidOption` (a bad name, or `QUEUES_MAX` reached).
+pub(crate) fn create_queue(ctx: &mut Ctx<'_>, name: &str) -> Result<Result<u32>> {
     if let Err(e) = QueueTables::check_name(name) {
         return Ok(Err(e));
     }
@@ -22,11 +21,6 @@ pub(crate) fn queue_number(ctx: &mut Ctx<'_>, name: &str, create: bool) -> Resul
             )));
         }
         return Ok(Ok(qid));
-    }
-    if !create {
-        return Ok(Err(Error::QueueNotFound {
-            name: name.to_string(),
-        }));
     }
     let count = queues.len()?;
     if count >= u64::from(crate::limits::QUEUES_MAX) {

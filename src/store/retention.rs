@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::format::record::StoredState;
 use crate::format::schema::QueueTables;
 
-use super::Config;
+use super::QueueConfig;
 use super::tables::{Row, Tables};
 
 /// Removes up to `max` applied markers whose retention (from their `kept_since_ms`) has
@@ -32,7 +32,7 @@ pub(super) fn prune_applied(
     for (at, key) in expired {
         by_time.remove((at, key.as_slice()))?;
         let carried = t
-            .idem()?
+            .carriers()?
             .range((key.as_slice(), 0)..=(key.as_slice(), u64::MAX))?
             .next()
             .is_some();
@@ -77,7 +77,7 @@ pub(super) fn prune_dead(
             }
             row => {
                 t.dead_by_time()?.remove((died_ms, id))?;
-                t.settle_stray(ctx, id, row, now_ms)?;
+                t.repair_stray_entry(ctx, id, row, now_ms)?;
             }
         }
     }
@@ -87,7 +87,7 @@ pub(super) fn prune_dead(
 /// [`Queue::prune`](crate::Queue::prune)'s work on dead jobs in one transaction.
 pub(crate) fn prune_dead_jobs(
     ctx: &mut Ctx<'_>,
-    cfg: &Config,
+    cfg: &QueueConfig,
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
@@ -128,15 +128,15 @@ fn due_entries(
 /// Releases up to `max` dedup keys whose window has ended, earliest first (the jobs that
 /// held them are not touched). Returns how many were released and whether more may be left.
 pub(super) fn prune_windows(t: &mut Tables<'_>, now_ms: u64, max: usize) -> Result<(u64, bool)> {
-    let (ended, more) = due_entries(t.expiry()?, now_ms, max)?;
+    let (ended, more) = due_entries(t.dedup_expiry()?, now_ms, max)?;
     let mut released = 0;
     for (end_ms, key) in ended {
-        let current = t.windows()?.get(key.as_slice())?.map(|v| v.value());
+        let current = t.dedup_windows()?.get(key.as_slice())?.map(|v| v.value());
         if current == Some(end_ms) {
             t.end_window(&key, end_ms)?;
             released += 1;
         } else {
-            t.expiry()?.remove((end_ms, key.as_slice()))?;
+            t.dedup_expiry()?.remove((end_ms, key.as_slice()))?;
         }
     }
     Ok((released, more))
@@ -161,7 +161,7 @@ pub(crate) fn prune_dedup_windows(
 /// applied markers. Returns how many were removed and whether more may be left.
 pub(crate) fn prune(
     ctx: &mut Ctx<'_>,
-    cfg: &Config,
+    cfg: &QueueConfig,
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {

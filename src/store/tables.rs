@@ -115,9 +115,9 @@ impl<'t> Tables<'t> {
         self.leases()?;
         self.dead()?;
         self.dedup()?;
-        self.idem()?;
-        self.windows()?;
-        self.expiry()?;
+        self.carriers()?;
+        self.dedup_windows()?;
+        self.dedup_expiry()?;
         self.dead_by_time()?;
         self.payloads()?;
         lazy(&mut self.quarantine, self.tx, self.tq.quarantine())?;
@@ -144,7 +144,7 @@ impl<'t> Tables<'t> {
         lazy(&mut self.dedup, self.tx, self.tq.dedup())
     }
 
-    pub(super) fn idem(&mut self) -> Result<&mut Table<'t, (&'static [u8], u64), ()>> {
+    pub(super) fn carriers(&mut self) -> Result<&mut Table<'t, (&'static [u8], u64), ()>> {
         lazy(&mut self.idem, self.tx, self.tq.idem_jobs())
     }
 
@@ -191,11 +191,11 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    pub(super) fn windows(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
+    pub(super) fn dedup_windows(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
         lazy(&mut self.windows, self.tx, self.tq.dedup_windows())
     }
 
-    pub(super) fn expiry(&mut self) -> Result<&mut Table<'t, (u64, &'static [u8]), ()>> {
+    pub(super) fn dedup_expiry(&mut self) -> Result<&mut Table<'t, (u64, &'static [u8]), ()>> {
         lazy(&mut self.expiry, self.tx, self.tq.dedup_expiry())
     }
 
@@ -206,7 +206,7 @@ impl<'t> Tables<'t> {
         let Some(owner) = self.dedup()?.get(k)?.map(|v| v.value()) else {
             return Ok(None);
         };
-        let window_end_ms = self.windows()?.get(k)?.map(|v| v.value());
+        let window_end_ms = self.dedup_windows()?.get(k)?.map(|v| v.value());
         match window_end_ms {
             Some(end_ms) if end_ms <= now_ms => {
                 self.end_window(k, end_ms)?;
@@ -220,8 +220,8 @@ impl<'t> Tables<'t> {
     /// Releases dedup key `k` whose window ends at `end_ms`: its window, its expiry entry and
     /// its holder entry. The job that held it is not touched.
     pub(super) fn end_window(&mut self, k: &[u8], end_ms: u64) -> Result<()> {
-        self.windows()?.remove(k)?;
-        self.expiry()?.remove((end_ms, k))?;
+        self.dedup_windows()?.remove(k)?;
+        self.dedup_expiry()?.remove((end_ms, k))?;
         self.dedup()?.remove(k)?;
         Ok(())
     }
@@ -237,7 +237,7 @@ impl<'t> Tables<'t> {
             }
         }
         for k in keys {
-            let window_end_ms = self.windows()?.get(k.as_slice())?.map(|v| v.value());
+            let window_end_ms = self.dedup_windows()?.get(k.as_slice())?.map(|v| v.value());
             match window_end_ms {
                 Some(end_ms) => self.end_window(&k, end_ms)?,
                 None => {
@@ -245,7 +245,7 @@ impl<'t> Tables<'t> {
                 }
             }
         }
-        self.idem()?.retain(|(_, j), ()| j != id)?;
+        self.carriers()?.retain(|(_, j), ()| j != id)?;
         Ok(())
     }
 
@@ -287,7 +287,7 @@ impl<'t> Tables<'t> {
     /// a damaged row is quarantined; a good row gets back its own index entry if that is
     /// missing (an index entry damaged in place); nothing is left to do for a missing row.
     /// Returns whether a row was quarantined.
-    pub(super) fn settle_stray(
+    pub(super) fn repair_stray_entry(
         &mut self,
         ctx: &mut Ctx<'_>,
         id: u64,
@@ -384,7 +384,7 @@ impl<'t> Tables<'t> {
         if !present {
             tracing::warn!(
                 job_id = id,
-                state = ?rec.state.public(),
+                state = ?rec.state.job_state(),
                 "leaseq: the job's index entry was missing"
             );
         }
@@ -404,7 +404,7 @@ impl<'t> Tables<'t> {
     pub(super) fn carry_key(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
         if let Some(k) = rec.idempotency_key.as_deref() {
             let key = applied_key(Some(k), id);
-            self.idem()?.insert((key.as_slice(), id), ())?;
+            self.carriers()?.insert((key.as_slice(), id), ())?;
         }
         Ok(())
     }
@@ -422,7 +422,7 @@ impl<'t> Tables<'t> {
         }
         if let Some(k) = rec.idempotency_key.as_deref() {
             let key = applied_key(Some(k), id);
-            if self.idem()?.remove((key.as_slice(), id))?.is_none() {
+            if self.carriers()?.remove((key.as_slice(), id))?.is_none() {
                 tracing::warn!(
                     job_id = id,
                     "leaseq: idempotency-key index entry was missing"

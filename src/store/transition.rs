@@ -8,7 +8,7 @@ use crate::job::{JobId, JobState};
 
 use super::tables::{Row, Tables};
 use super::validate::truncate_reason;
-use super::{Config, Leased};
+use super::{Delivery, QueueConfig};
 
 pub(crate) const REASON_EXPIRED: &str = "lease expired";
 pub(crate) const REASON_ABANDONED: &str =
@@ -16,7 +16,7 @@ pub(crate) const REASON_ABANDONED: &str =
 
 /// When a job whose attempt `rec.attempts` just ended without an ack is due again: now plus
 /// the retry policy's delay.
-pub(super) fn retry_at_ms(cfg: &Config, id: u64, rec: &JobRecord, now_ms: u64) -> u64 {
+pub(super) fn retry_at_ms(cfg: &QueueConfig, id: u64, rec: &JobRecord, now_ms: u64) -> u64 {
     // A stored policy was validated when the record was read.
     let policy = rec.retry.and_then(|r| r.policy().ok()).unwrap_or(cfg.retry);
     now_ms.saturating_add(policy.delay_ms(JobId(id), rec.attempts))
@@ -39,7 +39,7 @@ pub(super) fn end_lease_entry(
     ctx: &mut Ctx<'_>,
     (deadline_ms, id): (u64, u64),
     reason: &str,
-    retry: Option<&Config>,
+    retry: Option<&QueueConfig>,
     now_ms: u64,
 ) -> Result<Ended> {
     match t.row(id)? {
@@ -53,7 +53,7 @@ pub(super) fn end_lease_entry(
         }
         row => {
             t.leases()?.remove((deadline_ms, id))?;
-            Ok(if t.settle_stray(ctx, id, row, now_ms)? {
+            Ok(if t.repair_stray_entry(ctx, id, row, now_ms)? {
                 Ended::Quarantined
             } else {
                 Ended::Stray
@@ -67,17 +67,17 @@ pub(super) fn end_lease_entry(
 /// empty.
 pub(super) fn lease_record(
     ctx: &mut Ctx<'_>,
-    cfg: &Config,
+    cfg: &QueueConfig,
     now_ms: u64,
     id: u64,
     rec: &mut JobRecord,
-) -> Leased {
+) -> Delivery {
     let token = ctx.alloc_token();
     let lease_ms = rec.lease_ms.unwrap_or(cfg.lease_ms);
     let deadline_ms = now_ms.saturating_add(lease_ms);
     rec.attempts += 1;
     rec.state = StoredState::Leased { token, deadline_ms };
-    Leased {
+    Delivery {
         id,
         token,
         attempt: rec.attempts,
@@ -171,6 +171,6 @@ impl Tables<'_> {
             };
         }
         self.put(id, &rec)?;
-        Ok(rec.state.public())
+        Ok(rec.state.job_state())
     }
 }

@@ -6,7 +6,7 @@ use crate::format::record::{JobRecord, StoredState};
 use crate::job::{EnqueueOptions, JobState};
 use crate::limits::REASON_BYTES_MAX;
 
-use super::Config;
+use super::QueueConfig;
 use super::transition::REASON_ABANDONED;
 
 pub(super) fn truncate_reason(reason: &str) -> String {
@@ -60,7 +60,7 @@ fn check_key(field: &'static str, key: Option<&Vec<u8>>) -> Result<()> {
 
 /// Validates a batch of enqueues (1 to `BATCH_MAX` jobs) and builds their records.
 pub(crate) fn new_records<'p>(
-    cfg: &Config,
+    cfg: &QueueConfig,
     now_ms: u64,
     jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
 ) -> Result<Vec<JobRecord>> {
@@ -83,7 +83,7 @@ pub(crate) fn new_records<'p>(
 /// Validates one imported job and builds its record: as [`new_record`], then its state and
 /// history as given, checked against the record's invariants.
 pub(crate) fn import_record(
-    cfg: &Config,
+    cfg: &QueueConfig,
     now_ms: u64,
     job: &crate::job::ImportJob,
 ) -> Result<JobRecord> {
@@ -130,7 +130,7 @@ pub(crate) fn import_record(
 
 /// Validates one enqueue and builds its record (state and run_at set, id not yet known).
 pub(crate) fn new_record(
-    cfg: &Config,
+    cfg: &QueueConfig,
     now_ms: u64,
     payload: &[u8],
     opts: &EnqueueOptions,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use super::Counters;
+use super::PoolCounters;
 use crate::{Error, Heartbeat, LEASE_MAX, Lease};
 
 const MS: Duration = Duration::from_millis(1);
@@ -95,7 +95,7 @@ impl Beats {
     }
 
     /// The heartbeat thread's body.
-    pub(super) fn run(&self, counters: &Counters) {
+    pub(super) fn run(&self, counters: &PoolCounters) {
         let mut st = self.state.lock();
         loop {
             if st.exit && st.jobs.is_empty() {
@@ -123,7 +123,7 @@ impl Beats {
     }
 
     /// One extend of the beat `token`, with the registry unlocked during the commit.
-    fn beat(&self, st: &mut MutexGuard<'_, State>, token: u64, now: Instant, c: &Counters) {
+    fn beat(&self, st: &mut MutexGuard<'_, State>, token: u64, now: Instant, c: &PoolCounters) {
         let Some(b) = st.jobs.get(&token) else {
             return;
         };
@@ -131,19 +131,19 @@ impl Beats {
         let r = MutexGuard::unlocked(st, || heartbeat.extend(extend));
         match r {
             Ok(_) => {
-                Counters::add(&c.heartbeats);
+                PoolCounters::add(&c.heartbeats);
                 if let Some(b) = st.jobs.get_mut(&token) {
                     b.due = now.checked_add(every).unwrap_or(now);
                 }
             }
             Err(Error::LeaseLost { .. }) => {
-                Counters::add(&c.heartbeats_lost);
+                PoolCounters::add(&c.heartbeats_lost);
                 st.jobs.remove(&token);
             }
             Err(e) => {
                 // The lease is as it was (a refused or failed extend writes nothing): try
                 // again sooner than the interval, while some of the lease is left.
-                Counters::add(&c.errors);
+                PoolCounters::add(&c.errors);
                 tracing::warn!(job = heartbeat.job_id().0, error = %e, "leaseq pool: heartbeat failed");
                 if let Some(b) = st.jobs.get_mut(&token) {
                     let again = Instant::now();

@@ -219,16 +219,16 @@ pub struct ShutdownReport {
 }
 
 type PlainFn = dyn Fn(&Lease) -> std::result::Result<(), BoxError> + Send + Sync;
-type EffectFn = dyn Fn(&Tx<'_>, &Lease) -> std::result::Result<(), BoxError> + Send + Sync;
+type EffectHandler = dyn Fn(&Tx<'_>, &Lease) -> std::result::Result<(), BoxError> + Send + Sync;
 
 enum Handler {
     Plain(Box<PlainFn>),
-    Effect(Box<EffectFn>),
+    Effect(Box<EffectHandler>),
 }
 
 /// Where one worker is with its job; the shutdown reads it to find the handlers still
 /// running, and claims them.
-enum Slot {
+enum WorkerSlot {
     /// No job.
     Idle,
     /// A plain handler runs.
@@ -242,7 +242,7 @@ enum Slot {
 }
 
 #[derive(Default)]
-struct Counters {
+struct PoolCounters {
     polls: AtomicU64,
     jobs: AtomicU64,
     acked: AtomicU64,
@@ -260,7 +260,7 @@ struct Counters {
     errors: AtomicU64,
 }
 
-impl Counters {
+impl PoolCounters {
     fn add(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -334,20 +334,20 @@ impl Gate {
     }
 }
 
-struct Shared {
+struct PoolState {
     queue: Queue,
     stop: StopSignal,
     handler: Handler,
     idle_timeout: Duration,
     heartbeat_every: Option<Duration>,
     heartbeat_extend: Option<Duration>,
-    slots: Vec<Mutex<Slot>>,
+    slots: Vec<Mutex<WorkerSlot>>,
     beats: heartbeat::Beats,
     gate: Gate,
-    counters: Counters,
+    counters: PoolCounters,
 }
 
-impl Shared {
+impl PoolState {
     /// The worker's plain handler returned: `Running` → `Committing`. `false` if the
     /// shutdown claimed the job.
     fn enter_commit(&self, index: usize) -> bool {
@@ -356,9 +356,9 @@ impl Shared {
         };
         let mut slot = slot.lock();
         match *slot {
-            Slot::Claimed => false,
+            WorkerSlot::Claimed => false,
             _ => {
-                *slot = Slot::Committing;
+                *slot = WorkerSlot::Committing;
                 true
             }
         }
@@ -370,15 +370,15 @@ impl Shared {
         let Some(slot) = self.slots.get(index) else {
             return false;
         };
-        let old = std::mem::replace(&mut *slot.lock(), Slot::Idle);
-        matches!(old, Slot::Claimed)
+        let old = std::mem::replace(&mut *slot.lock(), WorkerSlot::Idle);
+        matches!(old, WorkerSlot::Claimed)
     }
 
     fn in_flight(&self) -> u64 {
         let busy = self
             .slots
             .iter()
-            .filter(|s| !matches!(*s.lock(), Slot::Idle))
+            .filter(|s| !matches!(*s.lock(), WorkerSlot::Idle))
             .count();
         u64::try_from(busy).unwrap_or(u64::MAX)
     }
@@ -386,7 +386,7 @@ impl Shared {
     fn claimed(&self) -> usize {
         self.slots
             .iter()
-            .filter(|s| matches!(*s.lock(), Slot::Claimed))
+            .filter(|s| matches!(*s.lock(), WorkerSlot::Claimed))
             .count()
     }
 
@@ -395,9 +395,9 @@ impl Shared {
         let mut taken = Vec::new();
         for slot in &self.slots {
             let mut slot = slot.lock();
-            if let Slot::Running(lease) = &*slot {
+            if let WorkerSlot::Running(lease) = &*slot {
                 taken.push(Arc::clone(lease));
-                *slot = Slot::Claimed;
+                *slot = WorkerSlot::Claimed;
             }
         }
         taken
@@ -604,17 +604,17 @@ impl PoolBuilder {
         if self.queue.is_closed() {
             return Err(Error::Closed);
         }
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(PoolState {
             queue: self.queue.clone(),
             stop: self.stop.clone().unwrap_or_default(),
             handler,
             idle_timeout: self.idle_timeout,
             heartbeat_every: self.heartbeat_every,
             heartbeat_extend: self.heartbeat_extend,
-            slots: (0..threads).map(|_| Mutex::new(Slot::Idle)).collect(),
+            slots: (0..threads).map(|_| Mutex::new(WorkerSlot::Idle)).collect(),
             beats: heartbeat::Beats::default(),
             gate: Gate::default(),
-            counters: Counters::default(),
+            counters: PoolCounters::default(),
         });
         let mut pool = WorkerPool {
             shared: Arc::clone(&shared),
@@ -664,7 +664,7 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
 /// The pool holds a handle to the queue (so the file stays open) until it is shut down and
 /// every handler it started has returned.
 pub struct WorkerPool {
-    shared: Arc<Shared>,
+    shared: Arc<PoolState>,
     workers: Vec<JoinHandle<()>>,
     heart: Option<JoinHandle<()>>,
     drop_grace: Duration,
@@ -755,11 +755,11 @@ impl WorkerPool {
         );
         for lease in shared.claim_running() {
             match lease.nack_after(&reason, Duration::ZERO) {
-                Ok(_) => Counters::add(&shared.counters.given_back),
+                Ok(_) => PoolCounters::add(&shared.counters.given_back),
                 // It had expired and was delivered again: nothing to give back.
                 Err(Error::LeaseLost { .. }) => {}
                 Err(e) => {
-                    Counters::add(&shared.counters.errors);
+                    PoolCounters::add(&shared.counters.errors);
                     tracing::warn!(job = lease.id().0, error = %e, "leaseq pool: giving back at shutdown");
                 }
             }

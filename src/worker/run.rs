@@ -5,7 +5,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Counters, EffectFn, Handler, Outcome, Shared, Slot};
+use super::{EffectHandler, Handler, Outcome, PoolCounters, PoolState, WorkerSlot};
 use crate::{Applied, BoxError, Error, JobState, Lease, Result};
 
 /// The first wait after a failed dequeue; doubled after each failure in a row.
@@ -14,7 +14,7 @@ const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
 const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// The worker thread's body.
-pub(super) fn worker(shared: &Shared, index: usize) {
+pub(super) fn worker(shared: &PoolState, index: usize) {
     let mut next: Option<Lease> = None;
     let mut backoff = ERROR_BACKOFF_MIN;
     loop {
@@ -24,7 +24,7 @@ pub(super) fn worker(shared: &Shared, index: usize) {
                 if shared.stop.is_stopped() {
                     break;
                 }
-                Counters::add(&shared.counters.polls);
+                PoolCounters::add(&shared.counters.polls);
                 match shared
                     .queue
                     .dequeue_until(shared.idle_timeout, &shared.stop)
@@ -37,7 +37,7 @@ pub(super) fn worker(shared: &Shared, index: usize) {
                     // The app closed the file to new work: nothing more to take.
                     Err(Error::Closed) => break,
                     Err(e) => {
-                        Counters::add(&shared.counters.errors);
+                        PoolCounters::add(&shared.counters.errors);
                         tracing::warn!(error = %e, "leaseq pool: dequeue failed");
                         shared.gate.sleep(backoff, &shared.stop);
                         backoff = (backoff * 2).min(ERROR_BACKOFF_MAX);
@@ -58,17 +58,17 @@ pub(super) fn worker(shared: &Shared, index: usize) {
 }
 
 /// Gives back a lease whose handler never ran, ready at once.
-fn return_unstarted(shared: &Shared, lease: &Lease) {
+fn return_unstarted(shared: &PoolState, lease: &Lease) {
     let c = &shared.counters;
     match lease.snooze(Duration::ZERO) {
-        Ok(()) => Counters::add(&c.unstarted),
+        Ok(()) => PoolCounters::add(&c.unstarted),
         Err(e) => note_error(c, lease, &e, "giving back an unstarted job"),
     }
 }
 
 /// Runs one job: its heartbeat starts before the handler, and stops after the job's final
 /// commit returned. Returns the next job, when that commit took one.
-fn process(shared: &Shared, index: usize, lease: Lease) -> Option<Lease> {
+fn process(shared: &PoolState, index: usize, lease: Lease) -> Option<Lease> {
     let lease = Arc::new(lease);
     let token = lease.token();
     let (extend, every) =
@@ -77,13 +77,13 @@ fn process(shared: &Shared, index: usize, lease: Lease) -> Option<Lease> {
     // A plain handler runs apart from its commit, so a shutdown may take its job back; an
     // effect handler runs inside its commit, which ends the job whatever happens.
     let phase = match &shared.handler {
-        Handler::Plain(_) => Slot::Running(Arc::clone(&lease)),
-        Handler::Effect(_) => Slot::Committing,
+        Handler::Plain(_) => WorkerSlot::Running(Arc::clone(&lease)),
+        Handler::Effect(_) => WorkerSlot::Committing,
     };
     if let Some(slot) = shared.slots.get(index) {
         *slot.lock() = phase;
     }
-    Counters::add(&shared.counters.jobs);
+    PoolCounters::add(&shared.counters.jobs);
     let next = match &shared.handler {
         Handler::Plain(handler) => {
             let ran = catch_unwind(AssertUnwindSafe(|| handler(&lease)));
@@ -108,15 +108,15 @@ fn process(shared: &Shared, index: usize, lease: Lease) -> Option<Lease> {
 }
 
 /// Counts a handler run whose outcome the shutdown overrode.
-fn note_ran(c: &Counters, ran: &std::thread::Result<std::result::Result<(), BoxError>>) {
+fn note_ran(c: &PoolCounters, ran: &std::thread::Result<std::result::Result<(), BoxError>>) {
     if ran.is_err() {
-        Counters::add(&c.panics);
+        PoolCounters::add(&c.panics);
     }
 }
 
 /// Ends a plain handler's job by what it returned.
 fn end_plain(
-    shared: &Shared,
+    shared: &PoolState,
     lease: &Lease,
     ran: std::thread::Result<std::result::Result<(), BoxError>>,
 ) -> Option<Lease> {
@@ -138,7 +138,7 @@ fn end_plain(
             None
         }
         Err(panic) => {
-            Counters::add(&c.panics);
+            PoolCounters::add(&c.panics);
             retry(
                 c,
                 lease,
@@ -150,7 +150,7 @@ fn end_plain(
 }
 
 /// Gives the job back through the retry policy (dead when out of attempts).
-fn retry(c: &Counters, lease: &Lease, reason: &str) {
+fn retry(c: &PoolCounters, lease: &Lease, reason: &str) {
     if let Some(state) = settle(c, lease, lease.nack(reason), &c.retried) {
         count_dead(c, state);
     }
@@ -159,7 +159,7 @@ fn retry(c: &Counters, lease: &Lease, reason: &str) {
 /// Does what a handler's [`Outcome`] asks. A refused directive (a snooze or backoff above
 /// `DELAY_MAX`) gives the job back through the retry policy instead, with the refusal as
 /// its last error, so the job never waits out its lease.
-fn apply(c: &Counters, lease: &Lease, outcome: Outcome) {
+fn apply(c: &PoolCounters, lease: &Lease, outcome: Outcome) {
     let refused = match outcome {
         Outcome::Snooze(delay) => match lease.snooze(delay) {
             Err(e @ Error::InvalidOption { .. }) => e,
@@ -170,7 +170,7 @@ fn apply(c: &Counters, lease: &Lease, outcome: Outcome) {
         },
         Outcome::Fail(reason) => {
             if settle(c, lease, lease.fail(&reason), &c.failed).is_some() {
-                Counters::add(&c.dead);
+                PoolCounters::add(&c.dead);
             }
             return;
         }
@@ -187,19 +187,19 @@ fn apply(c: &Counters, lease: &Lease, outcome: Outcome) {
     retry(c, lease, &format!("refused outcome: {refused}"));
 }
 
-fn count_dead(c: &Counters, state: JobState) {
+fn count_dead(c: &PoolCounters, state: JobState) {
     if state == JobState::Dead {
-        Counters::add(&c.dead);
+        PoolCounters::add(&c.dead);
     }
 }
 
 /// Runs an effect handler inside `ack_with` (with the next dequeue in the same commit unless
 /// the pool is stopping). The job ends with this commit, whatever a shutdown does meanwhile.
 fn run_effect(
-    c: &Counters,
+    c: &PoolCounters,
     stop: &crate::StopSignal,
     lease: &Lease,
-    handler: &EffectFn,
+    handler: &EffectHandler,
 ) -> Option<Lease> {
     // Whether the closure's last run panicked (it may run more than once).
     let mut panicked = false;
@@ -217,9 +217,9 @@ fn run_effect(
     };
     match r {
         Ok((applied, next)) => {
-            Counters::add(&c.acked);
+            PoolCounters::add(&c.acked);
             if applied == Applied::AlreadyApplied {
-                Counters::add(&c.already_applied);
+                PoolCounters::add(&c.already_applied);
             }
             next
         }
@@ -227,15 +227,15 @@ fn run_effect(
         // returned asked, or through the retry policy.
         Err(Error::Effect(e)) => {
             if panicked {
-                Counters::add(&c.panics);
+                PoolCounters::add(&c.panics);
             }
             match e.downcast_ref::<Outcome>() {
-                Some(Outcome::Snooze(d)) if *d <= crate::DELAY_MAX => Counters::add(&c.snoozed),
+                Some(Outcome::Snooze(d)) if *d <= crate::DELAY_MAX => PoolCounters::add(&c.snoozed),
                 Some(Outcome::Fail(_)) => {
-                    Counters::add(&c.failed);
-                    Counters::add(&c.dead);
+                    PoolCounters::add(&c.failed);
+                    PoolCounters::add(&c.dead);
                 }
-                _ => Counters::add(&c.retried),
+                _ => PoolCounters::add(&c.retried),
             }
             None
         }
@@ -251,14 +251,14 @@ fn run_effect(
 /// it back), `errors` otherwise (the job comes back when its lease ends: its heartbeat stops
 /// with this call). Returns the value on success.
 fn settle<T>(
-    c: &Counters,
+    c: &PoolCounters,
     lease: &Lease,
     r: Result<T>,
     ok: &std::sync::atomic::AtomicU64,
 ) -> Option<T> {
     match r {
         Ok(v) => {
-            Counters::add(ok);
+            PoolCounters::add(ok);
             Some(v)
         }
         Err(e) => {
@@ -268,11 +268,11 @@ fn settle<T>(
     }
 }
 
-fn note_error(c: &Counters, lease: &Lease, e: &Error, what: &str) {
+fn note_error(c: &PoolCounters, lease: &Lease, e: &Error, what: &str) {
     if matches!(e, Error::LeaseLost { .. }) {
-        Counters::add(&c.lost);
+        PoolCounters::add(&c.lost);
     } else {
-        Counters::add(&c.errors);
+        PoolCounters::add(&c.errors);
     }
     tracing::warn!(job = lease.id().0, error = %e, "leaseq pool: {what}");
 }

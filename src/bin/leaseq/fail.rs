@@ -100,4 +100,4 @@ pub fn one_line(text: &str) -> String {
 }
 
 /// `Result` of a command.
-pub type Outcome<T = ()> = Result<T, Fail>;
+pub type CliResult<T = ()> = Result<T, Fail>;

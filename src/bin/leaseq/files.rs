@@ -7,7 +7,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use leaseq::{Builder, Queue};
 
-use crate::fail::{Fail, Outcome};
+use crate::fail::{CliResult, Fail};
 
 /// How `--queue '(default)'` names the default (unnamed) queue; no named queue can be called
 /// this (names are ASCII letters, digits, `_`, `-` and `.`).
@@ -31,7 +31,7 @@ pub fn builder() -> Builder {
 /// Opens `path` with `builder`, after making sure a file is there when `missing` says so.
 /// The integrity check (redb's, at every open of an existing file) shows a progress bar on a
 /// terminal.
-pub fn open_with(path: &Path, missing: Missing, builder: Builder) -> Outcome<Queue> {
+pub fn open_with(path: &Path, missing: Missing, builder: Builder) -> CliResult<Queue> {
     if missing == Missing::Refuse {
         match std::fs::metadata(path) {
             Ok(_) => {}
@@ -88,7 +88,7 @@ pub fn in_memory() -> leaseq::Result<Queue> {
 }
 
 /// Opens `path` with the tool's settings.
-pub fn open(path: &Path, missing: Missing) -> Outcome<Queue> {
+pub fn open(path: &Path, missing: Missing) -> CliResult<Queue> {
     open_with(path, missing, builder())
 }
 
@@ -99,7 +99,7 @@ pub fn queue_label(q: &Queue) -> &str {
 
 /// The queue `--queue NAME` names, if it exists (never made); the default queue for
 /// `(default)`.
-pub fn existing(queue: &Queue, name: &str) -> Outcome<Queue> {
+pub fn existing(queue: &Queue, name: &str) -> CliResult<Queue> {
     if name == DEFAULT_QUEUE {
         return Ok(queue.clone());
     }
@@ -110,7 +110,7 @@ pub fn existing(queue: &Queue, name: &str) -> Outcome<Queue> {
 
 /// The queue `--queue NAME` names, made if missing; the default queue for `(default)` or
 /// no name.
-pub fn named_or_default(queue: &Queue, name: Option<&str>) -> Outcome<Queue> {
+pub fn named_or_default(queue: &Queue, name: Option<&str>) -> CliResult<Queue> {
     match name {
         None | Some(DEFAULT_QUEUE) => Ok(queue.clone()),
         Some(name) => queue
@@ -121,7 +121,7 @@ pub fn named_or_default(queue: &Queue, name: Option<&str>) -> Outcome<Queue> {
 
 /// The queues a command covers: the one `--queue` names, or every queue of the file (the
 /// default one first, then the named ones by name).
-pub fn selected(queue: &Queue, name: Option<&str>) -> Outcome<Vec<Queue>> {
+pub fn selected(queue: &Queue, name: Option<&str>) -> CliResult<Vec<Queue>> {
     if let Some(name) = name {
         return Ok(vec![existing(queue, name)?]);
     }

@@ -27,7 +27,7 @@ mod transfer;
 mod write;
 
 use args::{Cli, Command};
-use fail::{Outcome, one_line};
+use fail::{CliResult, one_line};
 
 fn main() -> ExitCode {
     // A bug must still end as one line, never a backtrace.
@@ -60,7 +60,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(command: &Command) -> Outcome {
+fn run(command: &Command) -> CliResult {
     match command {
         Command::Stats(a) => read::stats(a),
         Command::Ls(a) => read::ls(a),

@@ -5,7 +5,7 @@ use std::io::{BufWriter, StdoutLock, Write};
 
 use leaseq::JobState;
 
-use crate::fail::{Fail, Outcome};
+use crate::fail::{CliResult, Fail};
 
 /// The state's name on the command line and in JSON.
 pub fn state_name(state: JobState) -> &'static str {
@@ -110,7 +110,7 @@ impl Out {
     }
 
     /// Writes one line.
-    pub fn line(&mut self, text: impl AsRef<str>) -> Outcome {
+    pub fn line(&mut self, text: impl AsRef<str>) -> CliResult {
         let w = &mut self.w;
         w.write_all(text.as_ref().as_bytes())
             .and_then(|()| w.write_all(b"\n"))
@@ -118,7 +118,7 @@ impl Out {
     }
 
     /// Writes one value as a JSON line.
-    pub fn json(&mut self, value: &impl serde::Serialize) -> Outcome {
+    pub fn json(&mut self, value: &impl serde::Serialize) -> CliResult {
         serde_json::to_writer(&mut self.w, value).map_err(|e| match e.io_error_kind() {
             Some(kind) => Fail::io("stdout", kind.into()),
             None => Fail::error(format!("json: {e}")),
@@ -127,12 +127,12 @@ impl Out {
     }
 
     /// Writes bytes as they are.
-    pub fn bytes(&mut self, bytes: &[u8]) -> Outcome {
+    pub fn bytes(&mut self, bytes: &[u8]) -> CliResult {
         self.w.write_all(bytes).map_err(|e| Fail::io("stdout", e))
     }
 
     /// Flushes what is buffered.
-    pub fn flush(&mut self) -> Outcome {
+    pub fn flush(&mut self) -> CliResult {
         self.w.flush().map_err(|e| Fail::io("stdout", e))
     }
 }

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::args::{CheckArgs, LsArgs, QueuesArgs, ShowArgs, StatsArgs};
 use crate::duration::format_ms;
-use crate::fail::{Fail, Outcome};
+use crate::fail::{CliResult, Fail};
 use crate::files::{self, Missing, path_of, queue_label};
 use crate::jsonl::JobView;
 use crate::output::{Out, short, state_name, utc};
@@ -36,7 +36,7 @@ struct StatsJson<'a> {
 }
 
 /// `leaseq stats`.
-pub fn stats(a: &StatsArgs) -> Outcome {
+pub fn stats(a: &StatsArgs) -> CliResult {
     let queue = files::open(&a.file, Missing::Refuse)?;
     let path = path_of(&queue);
     let mut rows: Vec<(String, Option<String>, Stats)> = Vec::new();
@@ -98,7 +98,7 @@ pub fn stats(a: &StatsArgs) -> Outcome {
 }
 
 /// Writes a table: the first column left-aligned, the others right-aligned.
-fn table(out: &mut Out, header: &[&str], rows: &[Vec<String>]) -> Outcome {
+fn table(out: &mut Out, header: &[&str], rows: &[Vec<String>]) -> CliResult {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -124,7 +124,7 @@ fn table(out: &mut Out, header: &[&str], rows: &[Vec<String>]) -> Outcome {
 }
 
 /// `leaseq ls`.
-pub fn ls(a: &LsArgs) -> Outcome {
+pub fn ls(a: &LsArgs) -> CliResult {
     let queue = files::open(&a.file, Missing::Refuse)?;
     let path = path_of(&queue);
     let queues = files::selected(&queue, a.queue.queue.as_deref())?;
@@ -191,7 +191,7 @@ pub fn find_job(
     queue: &Queue,
     name: Option<&str>,
     id: u64,
-) -> Outcome<Option<(Queue, leaseq::JobInfo)>> {
+) -> CliResult<Option<(Queue, leaseq::JobInfo)>> {
     let path = path_of(queue);
     for q in files::selected(queue, name)? {
         if let Some(info) = q.job(JobId(id)).map_err(|e| Fail::leaseq(path, e))? {
@@ -210,7 +210,7 @@ fn no_job(queue: &Queue, name: Option<&str>, id: u64) -> Fail {
 }
 
 /// `leaseq show`.
-pub fn show(a: &ShowArgs) -> Outcome {
+pub fn show(a: &ShowArgs) -> CliResult {
     let queue = files::open(&a.file, Missing::Refuse)?;
     let path = path_of(&queue);
     let name = a.queue.queue.as_deref();
@@ -302,7 +302,7 @@ pub fn show(a: &ShowArgs) -> Outcome {
 }
 
 /// `leaseq queues`.
-pub fn queues(a: &QueuesArgs) -> Outcome {
+pub fn queues(a: &QueuesArgs) -> CliResult {
     let queue = files::open(&a.file, Missing::Refuse)?;
     let names = queue
         .queue_names()
@@ -335,7 +335,7 @@ struct CheckJson {
 }
 
 /// `leaseq check`: exit 1 when the file breaks an invariant or fails redb's integrity check.
-pub fn check(a: &CheckArgs) -> Outcome {
+pub fn check(a: &CheckArgs) -> CliResult {
     let mut out = Out::new();
     let queue = match files::open(&a.file, Missing::Refuse) {
         Ok(q) => q,

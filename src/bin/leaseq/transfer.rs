@@ -8,7 +8,7 @@ use std::path::Path;
 use leaseq::{Enqueued, ImportJob, JobState, Queue};
 
 use crate::args::{ExportArgs, ImportArgs};
-use crate::fail::{Fail, Outcome, one_line};
+use crate::fail::{CliResult, Fail, one_line};
 use crate::files::{self, DEFAULT_QUEUE, Missing, path_of};
 use crate::jsonl::JobLine;
 use crate::output::Out;
@@ -26,7 +26,7 @@ const EXPORT_STATES: [JobState; 4] = [
 ];
 
 /// `leaseq export`: every job of the selected queues, one JSON object per line.
-pub fn export(a: &ExportArgs) -> Outcome {
+pub fn export(a: &ExportArgs) -> CliResult {
     let queue = files::open(&a.file, Missing::Refuse)?;
     let path = path_of(&queue);
     let queues = files::selected(&queue, a.queue.queue.as_deref())?;
@@ -274,7 +274,7 @@ fn import_into(
 
 /// Imports `batch` into an empty queue in memory: what the library refuses there it would
 /// refuse on the file. A refused batch is tried again job by job to name the first bad line.
-fn rehearse(batch: &Batch) -> Outcome {
+fn rehearse(batch: &Batch) -> CliResult {
     let mut counts = Counts::default();
     let whole = files::in_memory()
         .and_then(|root| import_into(&root, &mut HashMap::new(), batch, &mut counts));
@@ -315,8 +315,8 @@ fn batches(
     queue_override: Option<&Option<String>>,
     mut copy: Option<&mut BufWriter<File>>,
     bad_line: fn(String) -> Fail,
-    mut each: impl FnMut(&Batch) -> Outcome,
-) -> Outcome {
+    mut each: impl FnMut(&Batch) -> CliResult,
+) -> CliResult {
     let mut buf = Vec::new();
     let mut batch = Batch::default();
     let mut line_no = 0u64;
@@ -359,7 +359,7 @@ fn changed_input(message: String) -> Fail {
 /// batch into an empty queue in memory, so a bad line is reported (with its number) before
 /// the file is opened; the second imports for real, one commit per batch and queue. The file
 /// is opened (or created) only after the whole input passed.
-pub fn import(a: &ImportArgs) -> Outcome {
+pub fn import(a: &ImportArgs) -> CliResult {
     let queue_override: Option<Option<String>> = a.queue.as_ref().map(|q| match q.as_str() {
         DEFAULT_QUEUE => None,
         name => Some(name.to_string()),
@@ -392,7 +392,7 @@ pub fn import(a: &ImportArgs) -> Outcome {
     let mut names: BTreeSet<String> = BTreeSet::new();
     let mut jobs_total = 0u64;
     let pass1 = {
-        let mut rehearse_each = |batch: &Batch| -> Outcome {
+        let mut rehearse_each = |batch: &Batch| -> CliResult {
             for p in &batch.jobs {
                 if let Some(n) = &p.queue
                     && n != DEFAULT_QUEUE

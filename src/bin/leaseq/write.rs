@@ -7,12 +7,12 @@ use leaseq::{EnqueueOptions, Enqueued, JobId, JobState, Queue};
 use serde::Serialize;
 
 use crate::args::{EnqueueArgs, FileArg, PruneArgs, PurgeArgs, RequeueDeadArgs, StateArg};
-use crate::fail::{Fail, Outcome, one_line};
+use crate::fail::{CliResult, Fail, one_line};
 use crate::files::{self, Missing, path_of, queue_label};
 use crate::output::{Out, state_name};
 
 /// Reads at most [`leaseq::PAYLOAD_BYTES_MAX_CAP`] bytes from `r`; more is refused.
-fn read_payload(r: impl Read, what: &str) -> Outcome<Vec<u8>> {
+fn read_payload(r: impl Read, what: &str) -> CliResult<Vec<u8>> {
     let cap = leaseq::PAYLOAD_BYTES_MAX_CAP;
     let mut buf = Vec::new();
     r.take(cap as u64 + 1)
@@ -26,7 +26,7 @@ fn read_payload(r: impl Read, what: &str) -> Outcome<Vec<u8>> {
     Ok(buf)
 }
 
-fn payload_of(a: &EnqueueArgs) -> Outcome<Vec<u8>> {
+fn payload_of(a: &EnqueueArgs) -> CliResult<Vec<u8>> {
     if let Some(data) = &a.data {
         return Ok(data.as_bytes().to_vec());
     }
@@ -78,7 +78,7 @@ struct EnqueuedJson<'a> {
 
 /// `leaseq enqueue`: the same call first on an empty queue in memory, so an option the
 /// library refuses is refused before the file is opened (or created).
-pub fn enqueue(a: &EnqueueArgs) -> Outcome {
+pub fn enqueue(a: &EnqueueArgs) -> CliResult {
     let payload = payload_of(a)?;
     let opts = options_of(a);
     let queue_name = a.queue.as_deref();
@@ -123,7 +123,7 @@ pub fn enqueue(a: &EnqueueArgs) -> Outcome {
 }
 
 /// `leaseq requeue-dead`.
-pub fn requeue_dead(a: &RequeueDeadArgs) -> Outcome {
+pub fn requeue_dead(a: &RequeueDeadArgs) -> CliResult {
     let queue = files::open(&a.file, Missing::Refuse)?;
     let path = path_of(&queue);
     let name = a.queue.queue.as_deref();
@@ -152,7 +152,7 @@ pub fn requeue_dead(a: &RequeueDeadArgs) -> Outcome {
 }
 
 /// `leaseq purge`. Leased jobs are refused before the file is opened.
-pub fn purge(a: &PurgeArgs) -> Outcome {
+pub fn purge(a: &PurgeArgs) -> CliResult {
     if a.state == StateArg::Leased {
         return Err(Fail::error(
             "purge refuses leased jobs: a leased job is ended through its lease (ack, nack, fail)",
@@ -174,7 +174,7 @@ pub fn purge(a: &PurgeArgs) -> Outcome {
 }
 
 /// `leaseq prune`: every queue of the file.
-pub fn prune(a: &PruneArgs) -> Outcome {
+pub fn prune(a: &PruneArgs) -> CliResult {
     let builder = files::builder()
         .applied_retention(a.applied_retention)
         .dead_retention(a.dead_retention);
@@ -194,14 +194,14 @@ pub fn prune(a: &PruneArgs) -> Outcome {
     out.flush()
 }
 
-fn file_bytes(path: &Path) -> Outcome<u64> {
+fn file_bytes(path: &Path) -> CliResult<u64> {
     std::fs::metadata(path)
         .map(|m| m.len())
         .map_err(|e| Fail::io(&path.display().to_string(), e))
 }
 
 /// `leaseq compact`.
-pub fn compact(a: &FileArg) -> Outcome {
+pub fn compact(a: &FileArg) -> CliResult {
     let mut queue = files::open(&a.file, Missing::Refuse)?;
     let before = file_bytes(&a.file)?;
     let bar = files::bar(None, "compacting");
