@@ -1,8 +1,9 @@
 //! The user guide: how to use leaseq well, one concept per chapter.
 //!
 //! These modules hold no code, only documentation (as clap's `_tutorial`); every example in
-//! them is compiled by `cargo test --doc`, and run unless it needs a server. The reference for each type and call is on
-//! its own page; the chapters explain how the calls fit together and why.
+//! them is compiled and run by `cargo test --doc` (in a temporary directory; the HTTP client
+//! of the outbox example is a stand-in). The reference for each type and call is on its own
+//! page; the chapters explain how the calls fit together and why.
 //!
 //! | chapter | what it covers |
 //! |---|---|
