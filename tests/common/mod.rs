@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use leaseq::{Builder, ManualClock, Queue};
+use leaseq::{Builder, EnqueueOptions, JobId, ManualClock, Queue};
 
 pub const LEASE: Duration = Duration::from_secs(30);
 pub const T0_MS: u64 = 1_700_000_000_000;
@@ -347,4 +347,20 @@ pub fn drain_payloads(q: &Queue) -> Vec<Vec<u8>> {
         l.ack().unwrap();
     }
     out
+}
+
+/// `n` milliseconds.
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Enqueues `n` jobs (payloads `job 0`, `job 1`, ...) with `opts`; their ids in order.
+pub fn enqueue_n(q: &Queue, n: usize, opts: EnqueueOptions) -> Vec<JobId> {
+    (0..n)
+        .map(|i| {
+            q.enqueue(format!("job {i}").as_bytes(), opts.clone())
+                .unwrap()
+                .id()
+        })
+        .collect()
 }

@@ -11,7 +11,7 @@
 
 use crate::common;
 use crate::common::{
-    ChildProc, Fixture, LEASE, T0_MS, all_ok, assert_consistent, child_scenario, say,
+    ChildProc, Fixture, LEASE, T0_MS, all_ok, assert_consistent, child_scenario, ms, say,
 };
 use leaseq::{
     Durability, EnqueueOptions, Enqueued, Error, JobId, JobState, Lease, ManualClock, Queue,
@@ -39,10 +39,6 @@ const FLIPS_DEFAULT: usize = 300;
 const FLIP_SEED: u64 = 0xC22;
 
 const JOBS: u64 = 1000;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 fn hash(bytes: &[u8]) -> u64 {
     let mut h = DefaultHasher::new();

@@ -10,7 +10,7 @@
 //! stale batches and concurrent batch acks.
 
 use crate::common;
-use crate::common::{Fixture, LEASE, T0_MS, all_ok, assert_consistent, bump, effects};
+use crate::common::{Fixture, LEASE, T0_MS, all_ok, assert_consistent, bump, effects, ms};
 use leaseq::{
     Applied, Durability, EnqueueOptions, Enqueued, Error, JobId, JobInfo, JobState, Lease, Queue,
     Stats,
@@ -769,10 +769,6 @@ const EXPIRED: &str = "lease expired";
 
 const ABANDONED: &str =
     "lease abandoned: still held when the file was closed or its process exited";
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 fn builder(f: &Fixture, d: Durability) -> leaseq::Builder {
     Queue::builder()

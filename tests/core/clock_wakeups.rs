@@ -4,15 +4,11 @@
 //! Adversarial tests (issue 8): clock wakers. Written by an adversarial review; every bug it
 //! found is fixed and its test kept as a regression test.
 
-use crate::common::{Fixture, LEASE, T0_MS};
+use crate::common::{Fixture, LEASE, T0_MS, ms};
 use leaseq::{Clock, EnqueueOptions, Error, JobId, Lease, ManualClock, Queue};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 // ---------------------------------------------------------------------------------------
 // C36: a clock step while a consumer is blocked

@@ -21,7 +21,7 @@
 //! `seed + i`), `LEASEQ_KILL_PARALLEL` (runs at a time, default 2).
 
 use crate::common;
-use crate::common::{ChildProc, child_scenario, say};
+use crate::common::{ChildProc, child_scenario, ms, say};
 use leaseq::{Applied, EnqueueOptions, Enqueued, Error, JobId, JobInfo, JobState, Lease, Queue};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -48,10 +48,6 @@ const SHARED_DEDUP_KEYS: u32 = 6;
 
 /// A child still alive after this long is stuck (a deadlock): it says so and exits.
 const CHILD_WATCHDOG: Duration = Duration::from_secs(30);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)

@@ -7,7 +7,8 @@
 //! kept as a regression test.
 
 use crate::common::{
-    Fixture, LEASE, T0_MS, assert_consistent, bump, effects, flip_record_byte, overwrite_record,
+    Fixture, LEASE, T0_MS, assert_consistent, bump, effects, enqueue_n, flip_record_byte, ms,
+    overwrite_record,
 };
 use leaseq::{Applied, EnqueueOptions, Enqueued, Error, JobId, JobState, Lease, Queue};
 use redb::TableDefinition;
@@ -16,20 +17,6 @@ use std::time::Duration;
 
 /// leaseq's own tables, written behind its back to plant damage (as a flaky disk would).
 const READY: TableDefinition<(u32, u64, u64), ()> = TableDefinition::new("leaseq_ready");
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn enqueue_n(q: &Queue, n: usize, opts: EnqueueOptions) -> Vec<JobId> {
-    (0..n)
-        .map(|i| {
-            q.enqueue(format!("job {i}").as_bytes(), opts.clone())
-                .unwrap()
-                .id()
-        })
-        .collect()
-}
 
 // ---------------------------------------------------------------------------------------
 // C37: one bad record

@@ -12,7 +12,7 @@
 //! the held dedup keys are the model's; every dequeue hands out the model's choice.
 
 use crate::common;
-use crate::common::{Fixture, T0_MS, all_ok, assert_consistent, bump, flip_record_byte};
+use crate::common::{Fixture, T0_MS, all_ok, assert_consistent, bump, flip_record_byte, ms};
 use leaseq::{
     Applied, Durability, EnqueueOptions, Enqueued, Error, JobId, JobState, Lease, Queue,
     RetryPolicy, Stats,
@@ -21,10 +21,6 @@ use proptest::prelude::*;
 use redb::{ReadableTable, TableDefinition};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 fn keyed(k: &str) -> EnqueueOptions {
     EnqueueOptions::default().idempotency_key(k)

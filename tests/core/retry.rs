@@ -4,7 +4,7 @@
 //!
 //! Adversarial tests of the "run for years" work (issue 9): the retry policy through the API.
 
-use crate::common::{Fixture, T0_MS, assert_consistent};
+use crate::common::{Fixture, T0_MS, assert_consistent, ms};
 use leaseq::{Clock, EnqueueOptions, Error, JobId, JobInfo, JobState, Queue, RetryPolicy};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -190,10 +190,6 @@ fn bad_retry_settings_are_refused_before_anything_is_written() {
         );
         assert!(!f.path.exists(), "{p:?}: a file was created");
     }
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
 }
 
 /// Every job in `state`, page by page; panics on a repeated id.

@@ -10,10 +10,8 @@
 //! ones keep it (issue 8's adversarial review).
 
 use crate::common;
-use crate::common::{Fixture, LEASE, T0_MS, all_ok, assert_consistent};
-use leaseq::{
-    Applied, Durability, EnqueueOptions, Error, ImportJob, JobId, JobState, Queue, StopSignal,
-};
+use crate::common::{Fixture, LEASE, T0_MS, all_ok, assert_consistent, enqueue_n};
+use leaseq::{Applied, Durability, EnqueueOptions, Error, ImportJob, JobState, StopSignal};
 use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 
@@ -657,16 +655,6 @@ fn one_stop_signal_wakes_waiters_in_two_files() {
     assert!(!q1.is_closed() && !q2.is_closed());
     assert_consistent(&q1);
     assert_consistent(&q2);
-}
-
-fn enqueue_n(q: &Queue, n: usize, opts: EnqueueOptions) -> Vec<JobId> {
-    (0..n)
-        .map(|i| {
-            q.enqueue(format!("job {i}").as_bytes(), opts.clone())
-                .unwrap()
-                .id()
-        })
-        .collect()
 }
 
 // ---------------------------------------------------------------------------------------

@@ -6,27 +6,15 @@
 //! outcomes. Written by an adversarial review; every bug it found is fixed and its test kept as
 //! a regression test.
 
-use crate::common::{Fixture, LEASE, T0_MS, all_ok, assert_consistent, bump, effects};
+use crate::common::{
+    Fixture, LEASE, T0_MS, all_ok, assert_consistent, bump, effects, enqueue_n, ms,
+};
 #[cfg(feature = "sim")]
 use leaseq::ManualClock;
 use leaseq::{Applied, Clock, EnqueueOptions, Error, JobId, JobState, Lease, Queue};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn enqueue_n(q: &Queue, n: usize, opts: EnqueueOptions) -> Vec<JobId> {
-    (0..n)
-        .map(|i| {
-            q.enqueue(format!("job {i}").as_bytes(), opts.clone())
-                .unwrap()
-                .id()
-        })
-        .collect()
-}
 
 // ---------------------------------------------------------------------------------------
 // C34, C35: refused and failed calls

@@ -11,7 +11,7 @@
 //! Adversarial tests of the "run for years" work (issue 9): the upgrade of a format-1 file with
 //! damaged rows.
 
-use crate::common::{Fixture, T0_MS, assert_consistent, bump, flip_record_byte};
+use crate::common::{Fixture, T0_MS, assert_consistent, bump, flip_record_byte, ms};
 use leaseq::{Applied, Encoding, EnqueueOptions, Enqueued, ImportJob, JobId, JobState, Queue};
 use redb::TableDefinition;
 use std::time::Duration;
@@ -298,10 +298,6 @@ const APPLIED_BY_TIME: TableDefinition<(u64, &[u8]), ()> =
 const IDEM_JOBS: TableDefinition<(&[u8], u64), ()> = TableDefinition::new("leaseq_idem_jobs");
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("leaseq_meta");
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 fn keyed(k: &str) -> EnqueueOptions {
     EnqueueOptions::default().idempotency_key(k)

@@ -5,7 +5,7 @@
 //! Timing tests use real time scaled down (leases of 300 ms, heartbeats every 100 ms), with
 //! margins of several heartbeats either way.
 
-use crate::common::assert_consistent;
+use crate::common::{assert_consistent, ms};
 use leaseq::redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use leaseq::{
     BoxError, EnqueueOptions, Error, JobId, JobState, Outcome, Queue, RetryPolicy, StopSignal,
@@ -72,10 +72,6 @@ fn queue(lease: Duration) -> Q {
         .open(dir.path().join("q.leaseq"))
         .unwrap();
     Q { _dir: dir, queue }
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
 }
 
 /// Waits for `cond`; panics with `what` if it does not hold within 120 s. The bound only
