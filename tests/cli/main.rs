@@ -44,7 +44,7 @@ fn run_in(args: &[&str], input: Input<'_>) -> Output {
             cmd.stdin(std::fs::File::open(p).unwrap());
         }
     }
-    let mut child = cmd.spawn().expect("spawn leaseq");
+    let mut child = common::spawn_retrying(&mut cmd);
     if let Input::Bytes(bytes) = input {
         let mut stdin = child.stdin.take().unwrap();
         let bytes = bytes.to_vec();

@@ -65,6 +65,27 @@ pub fn target_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
     }
 }
 
+/// Starts `cmd`, trying again up to 4 times, 250 ms apart, when the start itself fails.
+/// Under wine, `CreateProcess` fails now and then with `ERROR_INTERNAL_ERROR` (1359) while
+/// other processes start and die around it (the kill tests start and kill hundreds); that
+/// says nothing about leaseq, so it must not fail a test. Panics with the last error after
+/// the fifth failure.
+pub fn spawn_retrying(cmd: &mut Command) -> Child {
+    const ATTEMPTS: u32 = 5;
+    let mut attempt = 1;
+    loop {
+        match cmd.spawn() {
+            Ok(child) => return child,
+            Err(e) if attempt < ATTEMPTS => {
+                eprintln!("starting {cmd:?} failed (attempt {attempt} of {ATTEMPTS}): {e}");
+                std::thread::sleep(Duration::from_millis(250));
+                attempt += 1;
+            }
+            Err(e) => panic!("starting {cmd:?} failed {ATTEMPTS} times: {e}"),
+        }
+    }
+}
+
 /// The runner cargo was given for this binary's target, split on whitespace as cargo does:
 /// the `CARGO_TARGET_<TRIPLE>_RUNNER` whose triple fits this binary's architecture, OS, C
 /// library and float ABI (the triple itself is not known to a test binary). Panics if two
@@ -146,15 +167,14 @@ impl ChildProc {
         path: &Path,
         env: &[(&str, &str)],
     ) -> ChildProc {
-        let mut child = target_command(std::env::current_exe().unwrap())
-            .args(["--exact", entry_test, "--nocapture", "--test-threads=1"])
+        let mut cmd = target_command(std::env::current_exe().unwrap());
+        cmd.args(["--exact", entry_test, "--nocapture", "--test-threads=1"])
             .envs(env.iter().copied())
             .env(CHILD_ENV, scenario)
             .env(CHILD_PATH_ENV, path)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::inherit());
+        let mut child = spawn_retrying(&mut cmd);
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
         ChildProc {
             child,
