@@ -20,12 +20,15 @@
 //! on every event cost a third of the CPU at 4x4.
 //!
 //! Operations validate before they write, so a refused call (stale token, bad option) leaves
-//! the transaction clean and just reports its error after the commit. An operation that
-//! fails after writing (an `ack_with` closure error, a storage error) aborts the whole group:
+//! the transaction clean and just reports its error after the commit: it answers a
+//! [`Refusal`] (see [`Verdict`]), and its [`WriteMark`] must be unset (checked: a refusal
+//! after a write aborts the group). An operation that fails (an `ack_with` closure error, a
+//! storage error) aborts the whole group:
 //! its caller gets the error at once, and every other member runs its operation again in a
 //! fresh group (`Replay`). A group that wrote nothing is aborted instead of committed, so a
 //! refused call costs no fsync.
 
+use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -107,16 +110,64 @@ impl IdBlocks {
     }
 }
 
-/// What an operation sees of its group: the transaction, the counters, and two flags it
-/// sets when it writes and when it makes work available.
+/// What an operation sees of its group: the transaction, the counters, the mark it leaves
+/// when it writes, and the queues in which it made work available.
 pub(crate) struct Ctx<'g> {
+    /// For reads and for opening `store::Tables`, whose write accessors mark the group
+    /// themselves. A write straight through the transaction (the file's meta, the queue
+    /// registry, the applied markers, a caller's closure) calls [`Ctx::mark_written`].
     pub tx: &'g WriteTransaction,
     pub counters: &'g mut IdBlocks,
-    /// Set by any operation that wrote: the group must commit.
-    pub dirty: &'g mut bool,
+    written: WriteMark<'g>,
     /// The queues (numbers) in which an operation made or scheduled work: their blocked
     /// consumers wake on commit.
     pub wake: &'g mut Vec<u32>,
+}
+
+/// Set by every write of one operation: the group must commit. A group no operation marked
+/// is aborted (it wrote nothing), so a write that does not mark is lost although its caller
+/// was answered `Ok`; that is why writes mark themselves (the `store::Tables` write
+/// accessors hold a copy). A refusal ([`Refusal`]) must leave it unset.
+#[derive(Clone, Copy)]
+pub(crate) struct WriteMark<'g>(&'g Cell<bool>);
+
+impl WriteMark<'_> {
+    pub(crate) fn set(self) {
+        self.0.set(true);
+    }
+}
+
+/// An operation's answer that it refused and wrote nothing (a stale lease, a missing job, an
+/// option out of range): the group goes on without it, and its caller gets the error after
+/// the commit. Any other error an operation returns aborts the group (see [`Verdict`]).
+#[derive(Debug)]
+pub(crate) struct Refusal(pub(crate) Error);
+
+/// What an operation run by [`Committer::run`] answers: `Ok(Ok(v))` done, `Ok(Err(refusal))`
+/// refused having written nothing (the group stays clean of it), `Err(e)` failed (the group
+/// aborts; its other members run again in a new one).
+pub(crate) type Verdict<T> = Result<std::result::Result<T, Refusal>>;
+
+/// `Ok(Err(Refusal(e)))`: the refusal `e`, as a [`Verdict`].
+pub(crate) fn refuse<T>(e: Error) -> Verdict<T> {
+    Ok(Err(Refusal(e)))
+}
+
+impl<'g> Ctx<'g> {
+    /// Marks the group written: it must commit.
+    pub(crate) fn mark_written(&self) {
+        self.written.set();
+    }
+
+    /// The mark, for tables that write on this operation's behalf.
+    pub(crate) fn write_mark(&self) -> WriteMark<'g> {
+        self.written
+    }
+
+    /// Whether this operation has written so far.
+    pub(crate) fn written(&self) -> bool {
+        self.written.0.get()
+    }
 }
 
 impl Ctx<'_> {
@@ -242,21 +293,6 @@ pub(crate) struct Committer {
     work: Arc<QueueSignals>,
 }
 
-/// Decides whether an error from an operation leaves the transaction clean (a refusal made
-/// before any write) or dirty (the group must abort).
-fn is_refusal(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::LeaseLost { .. }
-            | Error::JobNotFound { .. }
-            | Error::QueueNotFound { .. }
-            | Error::InvalidState { .. }
-            | Error::InvalidOption { .. }
-            | Error::PayloadTooLarge { .. }
-            | Error::KeyTooLong { .. }
-    )
-}
-
 impl Committer {
     pub(crate) fn new(durability: Durability, quick_repair: bool) -> Committer {
         Committer {
@@ -281,7 +317,7 @@ impl Committer {
     pub(crate) fn run<T>(
         &self,
         db: &Database,
-        op: &mut dyn FnMut(&mut Ctx<'_>) -> Result<T>,
+        op: &mut dyn FnMut(&mut Ctx<'_>) -> Verdict<T>,
     ) -> Result<T> {
         self.check_reentrant()?;
         loop {
@@ -304,7 +340,7 @@ impl Committer {
         &self,
         db: &Database,
         st: &mut parking_lot::MutexGuard<'_, State>,
-        op: &mut dyn FnMut(&mut Ctx<'_>) -> Result<T>,
+        op: &mut dyn FnMut(&mut Ctx<'_>) -> Verdict<T>,
     ) -> Result<(Result<T>, Arc<OnceLock<GroupResult>>, bool)> {
         let leave = || {
             if self.arrivals.fetch_sub(1, Ordering::SeqCst) == 1 {
@@ -355,40 +391,54 @@ impl Committer {
         IN_GROUP.with(|c| c.borrow_mut().push(me));
         // Caller closures run under their own catch_unwind (ack_with), so a panic here is the
         // storage engine's: `Corrupted`, and the group aborts as for any other failure.
+        let written = Cell::new(false);
         let applied = catch_engine_panic(|| {
             let mut ctx = Ctx {
                 tx: &g.tx,
                 counters: &mut g.counters,
-                dirty: &mut g.dirty,
+                written: WriteMark(&written),
                 wake: &mut g.wake,
             };
             op(&mut ctx)
         });
+        g.dirty |= written.get();
         IN_GROUP.with(|c| {
             let popped = c.borrow_mut().pop();
             debug_assert_eq!(popped, Some(me), "IN_GROUP is a stack");
         });
         leave();
         match applied {
-            Ok(v) => {
-                g.members += 1;
-                if g.members >= GROUP_MEMBERS_MAX {
-                    self.leader_cv.notify_one();
-                }
-                Ok((Ok(v), g.result.clone(), leader))
-            }
-            Err(e) if is_refusal(&e) => {
-                g.members += 1;
-                if g.members >= GROUP_MEMBERS_MAX {
-                    self.leader_cv.notify_one();
-                }
-                Ok((Err(e), g.result.clone(), leader))
+            Ok(Ok(v)) => self.count_member(g, leader, Ok(v)),
+            // The pair of "validate before writing": a refusal wrote nothing. One that did
+            // would commit half an operation its caller was told was refused, so the group
+            // aborts instead (and debug builds stop here).
+            Ok(Err(Refusal(e))) if !written.get() => self.count_member(g, leader, Err(e)),
+            Ok(Err(Refusal(e))) => {
+                self.abort_open(st);
+                debug_assert!(false, "an operation wrote, then refused: {e}");
+                Err(e)
             }
             Err(e) => {
                 self.abort_open(st);
                 Err(e)
             }
         }
+    }
+
+    /// Counts a member that answered (done or refused) into the open group `g`, telling its
+    /// leader when the group is full.
+    #[allow(clippy::type_complexity)]
+    fn count_member<T>(
+        &self,
+        g: &mut OpenGroup,
+        leader: bool,
+        answer: Result<T>,
+    ) -> Result<(Result<T>, Arc<OnceLock<GroupResult>>, bool)> {
+        g.members += 1;
+        if g.members >= GROUP_MEMBERS_MAX {
+            self.leader_cv.notify_one();
+        }
+        Ok((answer, g.result.clone(), leader))
     }
 
     fn begin(
@@ -647,4 +697,112 @@ fn commit_group_inner(g: OpenGroup) -> std::result::Result<(), String> {
         g.counters.write(&g.tx).map_err(|e| e.to_string())?;
     }
     g.tx.commit().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The contract between the committer and the operations it runs: who commits, who
+    //! aborts, what a refusal after a write does.
+
+    use super::*;
+    use redb::{ReadableDatabase, TableDefinition};
+
+    const ROWS: TableDefinition<u64, u64> = TableDefinition::new("rows");
+
+    /// A file with the counters a group reads, and a committer over it.
+    fn setup() -> (tempfile::TempDir, Database, Committer) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("c.redb")).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut meta = tx.open_table(META).unwrap();
+            meta.insert(META_NEXT_ID, 1).unwrap();
+            meta.insert(META_NEXT_TOKEN, 1).unwrap();
+        }
+        tx.commit().unwrap();
+        (dir, db, Committer::new(Durability::Immediate, false))
+    }
+
+    fn row(db: &Database, k: u64) -> Option<u64> {
+        let rtx = db.begin_read().unwrap();
+        let t = rtx.open_table(ROWS).unwrap();
+        t.get(k).unwrap().map(|v| v.value())
+    }
+
+    /// Writes row `k` and marks the group, as the engine's writes do.
+    fn put(ctx: &mut Ctx<'_>, k: u64) -> Result<()> {
+        ctx.mark_written();
+        ctx.tx.open_table(ROWS)?.insert(k, k)?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_marked_write_commits_and_a_refusal_is_answered_after_it() {
+        let (_dir, db, c) = setup();
+        c.run(&db, &mut |ctx| put(ctx, 1).map(Ok)).unwrap();
+        let e = c
+            .run(&db, &mut |_ctx| {
+                refuse::<()>(Error::invalid_option("x", "no"))
+            })
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidOption { .. }), "{e:?}");
+        let stats = c.stats();
+        assert_eq!(
+            (stats.commits, stats.aborted_clean, stats.replayed),
+            (1, 1, 0)
+        );
+        assert_eq!(row(&db, 1), Some(1));
+    }
+
+    #[test]
+    fn an_unmarked_group_is_aborted_so_a_write_that_does_not_mark_is_lost() {
+        // Why writes must mark: the committer trusts the mark, not the transaction.
+        let (_dir, db, c) = setup();
+        c.run(&db, &mut |ctx| {
+            ctx.tx.open_table(ROWS)?.insert(7, 7)?;
+            Ok(Ok(()))
+        })
+        .unwrap();
+        assert_eq!(c.stats().aborted_clean, 1);
+        let rtx = db.begin_read().unwrap();
+        assert!(
+            rtx.open_table(ROWS).is_err(),
+            "nothing of the write was committed"
+        );
+    }
+
+    #[test]
+    fn a_failure_after_a_write_aborts_the_group() {
+        let (_dir, db, c) = setup();
+        let e = c
+            .run(&db, &mut |ctx| {
+                put(ctx, 2)?;
+                Err::<std::result::Result<(), Refusal>, _>(Error::corrupted("boom"))
+            })
+            .unwrap_err();
+        assert!(matches!(e, Error::Corrupted { .. }), "{e:?}");
+        assert_eq!(c.stats().replayed, 1);
+        c.run(&db, &mut |ctx| put(ctx, 3).map(Ok)).unwrap();
+        assert_eq!((row(&db, 2), row(&db, 3)), (None, Some(3)));
+    }
+
+    /// The pair assertion: an operation that wrote and then refused would commit half of
+    /// itself under a refusal. Debug builds stop there; release builds abort the group.
+    #[test]
+    #[cfg_attr(
+        debug_assertions,
+        should_panic(expected = "an operation wrote, then refused")
+    )]
+    fn a_refusal_after_a_write_aborts_the_group() {
+        let (_dir, db, c) = setup();
+        let e = c
+            .run(&db, &mut |ctx| {
+                put(ctx, 4)?;
+                refuse::<()>(Error::invalid_option("x", "too late"))
+            })
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidOption { .. }), "{e:?}");
+        assert_eq!(c.stats().replayed, 1);
+        assert_eq!(row(&db, 4), None);
+    }
 }

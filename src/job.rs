@@ -233,7 +233,7 @@ pub struct JobInfo {
     pub created_ms: u64,
     /// Why the last attempt ended badly, at most 4096 bytes: the `nack` or `fail` reason, the
     /// text of a failing `ack_with` closure's error (`closure panicked: …` for a panic; the
-    /// reason of an [`Outcome::Fail`](crate::Outcome::Fail) or `Outcome::Retry` it returned),
+    /// reason of an [`Outcome::Fail`] or `Outcome::Retry` it returned),
     /// `lease expired`, or `lease abandoned: …` for a lease returned at open (or imported as
     /// leased). A snooze and a requeue of a dead job keep it.
     pub last_error: Option<String>,

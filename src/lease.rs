@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use crate::commit::refuse;
 use crate::error::{BoxError, Result};
 use crate::job::{Applied, JobId, JobState};
 use crate::queue::Queue;
@@ -221,7 +222,7 @@ impl Lease {
     pub fn ack(&self) -> Result<()> {
         let (key, q) = (self.key(), self.queue()?);
         let now_ms = q.now_ms();
-        let r = single(q.run(&mut |ctx| store::ack(ctx, q.config().tables, &key, now_ms))?);
+        let r = single(q.run(&mut |ctx| store::ack(ctx, q.config().tables, &key, now_ms).map(Ok))?);
         self.settle(&r);
         r
     }
@@ -239,13 +240,13 @@ impl Lease {
         let more = !q.is_closed();
         let next = q.run(&mut |ctx| {
             if let Err(e) = single(store::ack(ctx, q.config().tables, &key, now_ms)?) {
-                return Ok(Err(e));
+                return refuse(e);
             }
             if !more {
                 return Ok(Ok(Vec::new()));
             }
             Ok(Ok(store::dequeue(ctx, &cfg, now_ms, 1)?))
-        })?;
+        });
         self.settle(&next);
         Ok(next?.into_iter().next().map(|l| q.lease(l)))
     }
@@ -359,7 +360,7 @@ impl Lease {
     fn give_back(&self, reason: &str, backoff_ms: Option<u64>) -> Result<JobState> {
         let (key, q) = ((self.id, self.token), self.queue()?);
         let (now_ms, cfg) = (q.now_ms(), q.config());
-        let r = q.run(&mut |ctx| store::nack(ctx, &cfg, key, now_ms, backoff_ms, reason))?;
+        let r = q.run(&mut |ctx| store::nack(ctx, &cfg, key, now_ms, backoff_ms, reason));
         self.settle(&r);
         r
     }
@@ -407,7 +408,7 @@ impl Lease {
         }
         let (key, q) = (self.key()[0], self.queue()?);
         let (now_ms, delay_ms) = (q.now_ms(), crate::clock::duration_ms(delay));
-        let r = q.run(&mut |ctx| store::snooze(ctx, q.config().tables, key, now_ms, delay_ms))?;
+        let r = q.run(&mut |ctx| store::snooze(ctx, q.config().tables, key, now_ms, delay_ms));
         self.settle(&r);
         r
     }
@@ -420,7 +421,7 @@ impl Lease {
     pub fn fail(&self, reason: &str) -> Result<()> {
         let (key, q) = (self.key()[0], self.queue()?);
         let now_ms = q.now_ms();
-        let r = q.run(&mut |ctx| store::fail(ctx, q.config().tables, key, now_ms, reason))?;
+        let r = q.run(&mut |ctx| store::fail(ctx, q.config().tables, key, now_ms, reason));
         self.settle(&r);
         r
     }
@@ -440,7 +441,7 @@ impl Lease {
         let (id, token, q) = (self.id, self.token, self.queue()?);
         let _one_at_a_time = self.extending.lock();
         let now_ms = q.now_ms();
-        let r = q.run(&mut |ctx| store::extend(ctx, q.config().tables, id, token, now_ms, by))?;
+        let r = q.run(&mut |ctx| store::extend(ctx, q.config().tables, id, token, now_ms, by));
         if matches!(r, Err(crate::error::Error::LeaseLost { .. })) {
             self.settle(&r);
         }
@@ -505,6 +506,6 @@ impl Heartbeat {
             token: self.token,
         })?;
         let (id, token, now_ms) = (self.id, self.token, q.now_ms());
-        q.run(&mut |ctx| store::extend(ctx, q.config().tables, id, token, now_ms, by))?
+        q.run(&mut |ctx| store::extend(ctx, q.config().tables, id, token, now_ms, by))
     }
 }

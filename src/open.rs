@@ -575,9 +575,9 @@ impl Builder {
         let now_ms = inner.clock.now_ms();
         let upgraded_from = inner
             .committer
-            .run(inner.db.get(), &mut |ctx| store::upgrade(ctx))?;
+            .run(inner.db.get(), &mut |ctx| store::upgrade(ctx).map(Ok))?;
         let recovered = inner.committer.run(inner.db.get(), &mut |ctx| {
-            store::recover_leases(ctx, now_ms)
+            store::recover_leases(ctx, now_ms).map(Ok)
         })?;
         inner
             .clock

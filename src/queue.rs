@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redb::{Database, ReadableDatabase};
 
-use crate::commit::Ctx;
+use crate::commit::{Ctx, Verdict};
 use crate::error::catch_engine_panic;
 use crate::error::{Error, Result};
 use crate::file::{OpenFile, Recovery};
@@ -80,7 +80,8 @@ impl Queue {
         self.cfg
     }
 
-    pub(crate) fn run<T>(&self, op: &mut dyn FnMut(&mut Ctx<'_>) -> Result<T>) -> Result<T> {
+    /// Runs `op` in the group commit: its value once committed, or its refusal or failure.
+    pub(crate) fn run<T>(&self, op: &mut dyn FnMut(&mut Ctx<'_>) -> Verdict<T>) -> Result<T> {
         self.inner.committer.run(self.inner.db.get(), op)
     }
 
@@ -110,7 +111,7 @@ impl Queue {
             catch_engine_panic(|| store::find_queue(&self.inner.db.get().begin_read()?, name))?;
         let qid = match found {
             Some(qid) => qid,
-            None => self.run(&mut |ctx| store::create_queue(ctx, name))??,
+            None => self.run(&mut |ctx| store::create_queue(ctx, name))?,
         };
         Ok(self.handle_of(name, qid))
     }
@@ -268,7 +269,7 @@ impl Queue {
     ) -> Result<Vec<Enqueued>> {
         self.check_open()?;
         let records = store::new_records(&self.cfg, self.now_ms(), jobs)?;
-        self.run(&mut |ctx| store::enqueue(ctx, self.cfg.tables, &records, None))
+        self.run(&mut |ctx| store::enqueue(ctx, self.cfg.tables, &records, None).map(Ok))
     }
 
     /// Adds up to [`BATCH_MAX`](crate::BATCH_MAX) jobs with their state and history (attempts,
@@ -344,7 +345,7 @@ impl Queue {
             .iter()
             .map(|j| store::import_record(&self.cfg, now_ms, j))
             .collect::<Result<Vec<_>>>()?;
-        self.run(&mut |ctx| store::enqueue(ctx, self.cfg.tables, &records, Some(now_ms)))
+        self.run(&mut |ctx| store::enqueue(ctx, self.cfg.tables, &records, Some(now_ms)).map(Ok))
     }
 
     /// Runs `f` in a write transaction shared with the queue's group commit and commits it:
@@ -406,7 +407,7 @@ impl Queue {
     {
         self.check_open()?;
         let (now_ms, cfg) = (self.now_ms(), self.cfg);
-        self.run(&mut |ctx| store::write(ctx, &cfg, now_ms, &mut f))
+        self.run(&mut |ctx| store::write(ctx, &cfg, now_ms, &mut f).map(Ok))
     }
 
     /// Takes the next job if one is available now, or returns `None` at once.
@@ -453,7 +454,7 @@ impl Queue {
             return Ok((Vec::new(), next_due_ms));
         }
         let cfg = self.cfg;
-        let leased = self.run(&mut |ctx| store::dequeue(ctx, &cfg, now_ms, max))?;
+        let leased = self.run(&mut |ctx| store::dequeue(ctx, &cfg, now_ms, max).map(Ok))?;
         // Nothing leased although work was seen (another consumer took it, or a bounded
         // sweep has more to do): look again soon rather than waiting out the timeout.
         let next_due_ms = leased.is_empty().then_some(now_ms);
@@ -505,7 +506,7 @@ impl Queue {
     pub fn ack_batch(&self, leases: &[Lease]) -> Result<Vec<Result<()>>> {
         let keys = self.batch_keys(leases)?;
         let now_ms = self.now_ms();
-        let out = self.run(&mut |ctx| store::ack(ctx, self.cfg.tables, &keys, now_ms))?;
+        let out = self.run(&mut |ctx| store::ack(ctx, self.cfg.tables, &keys, now_ms).map(Ok))?;
         leases.iter().zip(&out).for_each(|(l, r)| l.settle(r));
         Ok(out)
     }
@@ -637,7 +638,7 @@ impl Queue {
                 } else {
                     Vec::new()
                 };
-                Ok((applied, leased))
+                Ok(Ok((applied, leased)))
             });
             match (ran, failing) {
                 (Ok((mut applied, leased)), _) => {
@@ -952,6 +953,7 @@ impl Queue {
                     now_ms,
                     crate::limits::BATCH_MAX,
                 )
+                .map(Ok)
             })?;
             total += n;
             if !more {
@@ -989,7 +991,7 @@ impl Queue {
     /// `JobNotFound`; `InvalidState` if the job is not dead; `CommitFailed` or `Storage`.
     pub fn requeue_dead(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
-        self.run(&mut |ctx| store::requeue_dead(ctx, self.cfg.tables, id.0, now_ms))?
+        self.run(&mut |ctx| store::requeue_dead(ctx, self.cfg.tables, id.0, now_ms))
     }
 
     /// Deletes a job that is not leased (scheduled, ready or dead) and releases its dedup key,
@@ -1005,7 +1007,7 @@ impl Queue {
     /// `JobNotFound`; `InvalidState` if the job is leased; `CommitFailed` or `Storage`.
     pub fn remove(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
-        self.run(&mut |ctx| store::remove(ctx, self.cfg.tables, id.0, now_ms))?
+        self.run(&mut |ctx| store::remove(ctx, self.cfg.tables, id.0, now_ms))
     }
 
     /// Whether the applied-ids marker of this idempotency key exists: an effect under it was
@@ -1044,7 +1046,7 @@ impl Queue {
             return Ok(id);
         }
         self.check_open()?;
-        self.run(&mut |ctx| store::make_file_id(ctx))
+        self.run(&mut |ctx| store::make_file_id(ctx).map(Ok))
     }
 
     /// Quarantined job rows, by job id, after `after` (exclusive; `None` from the first), at
@@ -1129,8 +1131,9 @@ impl Queue {
         let mut out = Pruned::default();
         for _ in 0..batches {
             let now_ms = self.now_ms();
-            let (removed, more) =
-                self.run(&mut |ctx| store::prune(ctx, &cfg, now_ms, crate::limits::BATCH_MAX))?;
+            let (removed, more) = self.run(&mut |ctx| {
+                store::prune(ctx, &cfg, now_ms, crate::limits::BATCH_MAX).map(Ok)
+            })?;
             out.applied += removed;
             if !more {
                 break;
@@ -1141,7 +1144,7 @@ impl Queue {
         for _ in 0..batches {
             let now_ms = self.now_ms();
             let (deleted, more) = self.run(&mut |ctx| {
-                store::prune_dead_jobs(ctx, &cfg, now_ms, crate::limits::BATCH_MAX)
+                store::prune_dead_jobs(ctx, &cfg, now_ms, crate::limits::BATCH_MAX).map(Ok)
             })?;
             out.dead += deleted;
             if !more {
@@ -1158,6 +1161,7 @@ impl Queue {
             let now_ms = self.now_ms();
             let (released, more) = self.run(&mut |ctx| {
                 store::prune_dedup_windows(ctx, self.cfg.tables, now_ms, crate::limits::BATCH_MAX)
+                    .map(Ok)
             })?;
             out.dedup_windows += released;
             if !more {

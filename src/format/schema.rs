@@ -202,23 +202,20 @@ pub(crate) fn priority_rank(priority: i32) -> u32 {
     (i64::from(priority) - i64::from(i32::MIN)) as u32
 }
 
-/// The key under which an effect's applied-ids marker is stored: a caller's idempotency key
-/// (tag 1) or, by default, the job id (tag 0), so the two can never collide.
-pub(crate) fn applied_key(idempotency_key: Option<&[u8]>, job_id: u64) -> Vec<u8> {
-    match idempotency_key {
-        Some(k) => {
-            let mut v = Vec::with_capacity(k.len() + 1);
-            v.push(1);
-            v.extend_from_slice(k);
-            v
-        }
-        None => {
-            let mut v = Vec::with_capacity(9);
-            v.push(0);
-            v.extend_from_slice(&job_id.to_be_bytes());
-            v
-        }
-    }
+/// The first byte of an applied marker's key made from a caller's idempotency key.
+pub(crate) const MARKER_TAG_KEY: u8 = 1;
+
+/// The first byte of an applied marker's key made from a job id (8 bytes, big-endian). Only
+/// format 1 wrote such markers; the upgrade to format 2 removes them.
+pub(crate) const MARKER_TAG_ID: u8 = 0;
+
+/// The key under which the applied-ids marker of a caller's idempotency key is stored: the
+/// key behind [`MARKER_TAG_KEY`], so it never collides with a format-1 marker of a job id.
+pub(crate) fn marker_key(idempotency_key: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(idempotency_key.len() + 1);
+    v.push(MARKER_TAG_KEY);
+    v.extend_from_slice(idempotency_key);
+    v
 }
 
 #[cfg(test)]
@@ -236,11 +233,13 @@ mod tests {
     }
 
     #[test]
-    fn applied_keys_of_ids_and_caller_keys_never_collide() {
-        let by_id = applied_key(None, 7);
-        let by_key = applied_key(Some(&7u64.to_be_bytes()), 0);
-        assert_ne!(by_id, by_key);
-        assert_eq!(by_id[0], 0);
-        assert_eq!(by_key[0], 1);
+    fn marker_keys_never_collide_with_format_1_id_markers() {
+        // A caller key of 8 bytes looks like a job id; its tag keeps it apart.
+        let id_like = 7u64.to_be_bytes();
+        let key = marker_key(&id_like);
+        assert_eq!(key[0], MARKER_TAG_KEY);
+        assert_ne!(MARKER_TAG_KEY, MARKER_TAG_ID);
+        assert_eq!(&key[1..], &id_like);
+        assert_eq!(marker_key(b""), vec![MARKER_TAG_KEY]);
     }
 }

@@ -3,7 +3,7 @@
 
 use redb::ReadableTable;
 
-use crate::commit::Ctx;
+use crate::commit::{Ctx, Verdict, refuse};
 use crate::error::{Error, Result};
 use crate::format::record::StoredState;
 use crate::format::schema::QueueTables;
@@ -18,21 +18,20 @@ pub(crate) fn requeue_dead(
     tq: &'static QueueTables,
     id: u64,
     now_ms: u64,
-) -> Result<Result<()>> {
-    let mut t = Tables::open(ctx.tx, tq)?;
+) -> Verdict<()> {
+    let mut t = Tables::open(ctx, tq)?;
     let mut rec = match t.row(id)? {
         Row::Good(rec) => rec,
-        Row::Damaged(why) => return Ok(Err(damaged(id, &why))),
-        Row::Missing => return Ok(Err(Error::JobNotFound { job_id: JobId(id) })),
+        Row::Damaged(why) => return refuse(damaged(id, &why)),
+        Row::Missing => return refuse(Error::JobNotFound { job_id: JobId(id) }),
     };
     if rec.state != StoredState::Dead {
-        return Ok(Err(Error::InvalidState {
+        return refuse(Error::InvalidState {
             job_id: JobId(id),
             actual: rec.state.job_state(),
             expected: "Dead",
-        }));
+        });
     }
-    *ctx.dirty = true;
     ctx.wake(t.tq.qid);
     t.unindex(id, &rec)?;
     rec.attempts = 0;
@@ -52,53 +51,54 @@ pub(crate) fn remove(
     tq: &'static QueueTables,
     id: u64,
     now_ms: u64,
-) -> Result<Result<()>> {
-    let mut t = Tables::open(ctx.tx, tq)?;
+) -> Verdict<()> {
+    let mut t = Tables::open(ctx, tq)?;
     match t.row(id)? {
         Row::Good(rec) => {
             if let StoredState::Leased { deadline_ms, .. } = rec.state
                 && t.leases()?.get((deadline_ms, id))?.is_some()
             {
-                return Ok(Err(Error::InvalidState {
+                return refuse(Error::InvalidState {
                     job_id: JobId(id),
                     actual: JobState::Leased,
                     expected: "Scheduled, Ready or Dead",
-                }));
+                });
             }
-            *ctx.dirty = true;
             t.delete(id, &rec, now_ms).map(Ok)
         }
         Row::Damaged(_) => {
-            *ctx.dirty = true;
-            t.ready()?.retain(|(_, _, j), ()| j != id)?;
-            t.scheduled()?.retain(|(_, j), ()| j != id)?;
-            t.leases()?.retain(|(_, j), ()| j != id)?;
-            t.dead()?.remove(id)?;
-            t.dead_by_time()?.retain(|(_, j), ()| j != id)?;
+            t.ready_mut()?.retain(|(_, _, j), ()| j != id)?;
+            t.scheduled_mut()?.retain(|(_, j), ()| j != id)?;
+            t.leases_mut()?.retain(|(_, j), ()| j != id)?;
+            t.dead_mut()?.remove(id)?;
+            t.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
             t.drop_keys_of(id)?;
-            t.jobs.remove(id)?;
-            t.payloads()?.remove(id)?;
+            t.jobs_mut().remove(id)?;
+            t.payloads_mut()?.remove(id)?;
             Ok(Ok(()))
         }
         Row::Missing => {
+            // Looked up before anything is written: a refusal writes nothing.
             let quarantined = match ctx.tx.open_table(tq.quarantine()) {
-                Ok(mut q) => q.remove(id)?.is_some(),
+                Ok(q) => q.get(id)?.is_some(),
                 Err(redb::TableError::TableDoesNotExist(_)) => false,
                 Err(e) => return Err(e.into()),
             };
             // A dead-letter entry naming no job is found by its id alone (the other indexes
             // are keyed by time or place: a pass that meets such an entry drops it).
-            let stray_dead = t.dead()?.remove(id)?.is_some();
-            if stray_dead {
-                t.dead_by_time()?.retain(|(_, j), ()| j != id)?;
-            }
+            let stray_dead = t.dead()?.get(id)?.is_some();
             if !quarantined && !stray_dead {
-                return Ok(Err(Error::JobNotFound { job_id: JobId(id) }));
+                return refuse(Error::JobNotFound { job_id: JobId(id) });
             }
-            *ctx.dirty = true;
             if quarantined {
+                ctx.mark_written();
+                ctx.tx.open_table(tq.quarantine())?.remove(id)?;
                 t.drop_keys_of(id)?;
-                t.payloads()?.remove(id)?;
+                t.payloads_mut()?.remove(id)?;
+            }
+            if stray_dead {
+                t.dead_mut()?.remove(id)?;
+                t.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
             }
             Ok(Ok(()))
         }
@@ -119,7 +119,7 @@ pub(crate) fn bulk_by_state(
 ) -> Result<(u64, bool)> {
     debug_assert!(state != JobState::Leased);
     debug_assert!(action == BulkAction::Purge || state == JobState::Dead);
-    let mut t = Tables::open(ctx.tx, tq)?;
+    let mut t = Tables::open(ctx, tq)?;
     // (job id, its index key) of the first `max + 1` entries (one more tells if more are left).
     let ids: Vec<(u64, IndexKey)> = match state {
         JobState::Ready => t
@@ -150,7 +150,6 @@ pub(crate) fn bulk_by_state(
     let more = ids.len() > max;
     let mut done = 0;
     for &(id, key) in ids.iter().take(max) {
-        *ctx.dirty = true;
         match t.row(id)? {
             Row::Good(mut rec) if rec.state.job_state() == state => match action {
                 BulkAction::Purge => {
@@ -172,17 +171,17 @@ pub(crate) fn bulk_by_state(
                 // The entry does not match its row: drop it, then settle the row.
                 match state {
                     JobState::Ready => {
-                        t.ready()?.remove((key.0 as u32, key.1, key.2))?;
+                        t.ready_mut()?.remove((key.0 as u32, key.1, key.2))?;
                     }
                     JobState::Scheduled => {
-                        t.scheduled()?.remove((key.0, key.1))?;
+                        t.scheduled_mut()?.remove((key.0, key.1))?;
                     }
                     _ => {
-                        t.dead()?.remove(id)?;
-                        t.dead_by_time()?.retain(|(_, j), ()| j != id)?;
+                        t.dead_mut()?.remove(id)?;
+                        t.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
                     }
                 }
-                t.repair_stray_entry(ctx, id, row, now_ms)?;
+                t.repair_stray_entry(id, row, now_ms)?;
             }
         }
     }

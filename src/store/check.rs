@@ -7,8 +7,8 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, Tabl
 use crate::error::Result;
 use crate::format::record::{JobRecord, StoredState};
 use crate::format::schema::{
-    FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN, QuarantineValue,
-    QueueTables, applied_key, priority_rank,
+    FORMAT_VERSION, MARKER_TAG_KEY, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN,
+    QuarantineValue, QueueTables, marker_key, priority_rank,
 };
 use crate::job::{JobId, Violation};
 use crate::limits::{PAYLOAD_INLINE_MAX, VIOLATIONS_MAX};
@@ -233,10 +233,7 @@ fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> 
             );
         }
         if let Some(k) = rec.idempotency_key.as_deref()
-            && snap
-                .carriers
-                .get((applied_key(Some(k), id).as_slice(), id))?
-                .is_none()
+            && snap.carriers.get((marker_key(k).as_slice(), id))?.is_none()
         {
             found.add(
                 Some(id),
@@ -382,7 +379,7 @@ fn check_dead_entries(snap: &Snapshot, found: &mut Found) -> Result<()> {
 /// the time index names only markers.
 fn check_applied_markers(snap: &Snapshot, found: &mut Found) -> Result<()> {
     for e in snap.applied.iter()? {
-        if e?.0.value().first() != Some(&1) {
+        if e?.0.value().first() != Some(&MARKER_TAG_KEY) {
             found.add(None, "an applied marker that is not a caller key's".into());
         }
     }
@@ -403,7 +400,7 @@ fn check_carriers(snap: &Snapshot, found: &mut Found) -> Result<()> {
             Some(r) => r
                 .idempotency_key
                 .as_deref()
-                .is_some_and(|ik| applied_key(Some(ik), id) == k),
+                .is_some_and(|ik| marker_key(ik) == k),
             None => snap.is_quarantined(id)?,
         };
         if !carried {

@@ -19,7 +19,7 @@ use super::{Delivery, QueueConfig};
 /// goes on.
 fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, cfg: &QueueConfig, now_ms: u64) -> Result<()> {
     if let Some(retention_ms) = cfg.dead_retention_ms {
-        prune_dead(t, ctx, now_ms, retention_ms, PRUNE_PER_ACK_MAX)?;
+        prune_dead(t, now_ms, retention_ms, PRUNE_PER_ACK_MAX)?;
     }
     let due: Vec<(u64, u64)> = t
         .scheduled()?
@@ -28,7 +28,6 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, cfg: &QueueConfig, now_ms: u64) 
         .map(|e| e.map(|(k, _)| k.value()))
         .collect::<Result<_, _>>()?;
     for (run_at_ms, id) in due {
-        *ctx.dirty = true;
         ctx.wake(t.tq.qid);
         match t.row(id)? {
             Row::Good(mut rec)
@@ -40,8 +39,8 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, cfg: &QueueConfig, now_ms: u64) 
                 t.put(id, &rec)?;
             }
             row => {
-                t.scheduled()?.remove((run_at_ms, id))?;
-                t.repair_stray_entry(ctx, id, row, now_ms)?;
+                t.scheduled_mut()?.remove((run_at_ms, id))?;
+                t.repair_stray_entry(id, row, now_ms)?;
             }
         }
     }
@@ -52,7 +51,6 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, cfg: &QueueConfig, now_ms: u64) 
         .map(|e| e.map(|(k, _)| k.value()))
         .collect::<Result<_, _>>()?;
     for (deadline_ms, id) in expired {
-        *ctx.dirty = true;
         ctx.wake(t.tq.qid);
         end_lease_entry(t, ctx, (deadline_ms, id), REASON_EXPIRED, Some(cfg), now_ms)?;
     }
@@ -68,7 +66,7 @@ pub(crate) fn dequeue(
 ) -> Result<Vec<Delivery>> {
     let tq = cfg.tables;
     debug_assert!((1..=crate::limits::BATCH_MAX).contains(&max));
-    let mut t = Tables::open(ctx.tx, tq)?;
+    let mut t = Tables::open(ctx, tq)?;
     sweep(&mut t, ctx, cfg, now_ms)?;
     let mut out = Vec::with_capacity(max);
     // Entries whose row is damaged or does not match: settled below. Each is settled once (its
@@ -95,10 +93,9 @@ pub(crate) fn dequeue(
             break;
         }
         // `get_mut` copies the row's page for writing, whether or not the row is leased.
-        *ctx.dirty = true;
         let mut slots = Vec::with_capacity(firsts.len());
         for (i, &(rank, seq, id)) in firsts.iter().enumerate() {
-            let Some(mut row) = t.jobs.get_mut(id)? else {
+            let Some(mut row) = t.jobs_mut().get_mut(id)? else {
                 slots.push(Taken::Stray);
                 continue;
             };
@@ -146,11 +143,11 @@ pub(crate) fn dequeue(
             // The budget cuts before the first row only when something was taken already.
             [] => break,
             [one] => {
-                t.ready()?.remove(*one)?;
+                t.ready_mut()?.remove(*one)?;
             }
             [.., last] => {
                 let mut removed = 0;
-                t.ready()?.retain_in(..=*last, |_, ()| {
+                t.ready_mut()?.retain_in(..=*last, |_, ()| {
                     removed += 1;
                     false
                 })?;
@@ -177,7 +174,7 @@ pub(crate) fn dequeue(
                         Err(why) => {
                             // Its ready entry is gone: the job moves aside whole, the batch
                             // goes on.
-                            t.quarantine(ctx, id, &why, now_ms)?;
+                            t.quarantine(id, &why, now_ms)?;
                             continue;
                         }
                     };
@@ -193,7 +190,7 @@ pub(crate) fn dequeue(
     // this dequeue just leased through its own entry.
     for id in strays {
         let row = t.row(id)?;
-        t.repair_stray_entry(ctx, id, row, now_ms)?;
+        t.repair_stray_entry(id, row, now_ms)?;
     }
     Ok(out)
 }

@@ -14,7 +14,7 @@ use super::QueueConfig;
 use super::retention::prune_windows;
 use super::tables::Tables;
 
-/// Adds validated records (from [`new_record`] or [`import_record`]) in order. A dedup key
+/// Adds validated records (from [`new_records`](super::validate::new_records) or [`import_record`](super::validate::import_record)) in order. A dedup key
 /// held by a live job, or by an earlier record of the same batch, makes that record a
 /// `Duplicate`. `now_ms` is when key holders and windows are judged: the call's time for an
 /// import (whose records keep their own `created_ms`), `None` for new records (created now).
@@ -24,7 +24,7 @@ pub(crate) fn enqueue(
     records: &[JobRecord],
     now_ms: Option<u64>,
 ) -> Result<Vec<Enqueued>> {
-    let mut t = Tables::open(ctx.tx, tq)?;
+    let mut t = Tables::open(ctx, tq)?;
     enqueue_into(&mut t, ctx, records, now_ms)
 }
 
@@ -51,7 +51,6 @@ fn enqueue_into(
             continue;
         }
         let id = ctx.alloc_id();
-        *ctx.dirty = true;
         ctx.wake(t.tq.qid);
         let mut rec = rec.clone();
         if rec.state == StoredState::Ready {
@@ -64,15 +63,15 @@ fn enqueue_into(
         if let Some(k) = &rec.dedup_key {
             // Dedup windows past their end go as new keys come, a bounded few per key.
             prune_windows(t, now_ms, PRUNE_PER_ACK_MAX)?;
-            t.dedup()?.insert(k.as_slice(), id)?;
+            t.dedup_mut()?.insert(k.as_slice(), id)?;
             // A window runs from the job's creation (an imported job's may be past: a window
             // that already ended holds nothing beyond the live job).
             if let Some(w) = rec.dedup_window_ms
                 && let end_ms = rec.created_ms.saturating_add(w)
                 && end_ms > now_ms
             {
-                t.dedup_windows()?.insert(k.as_slice(), end_ms)?;
-                t.dedup_expiry()?.insert((end_ms, k.as_slice()), ())?;
+                t.dedup_windows_mut()?.insert(k.as_slice(), end_ms)?;
+                t.dedup_expiry_mut()?.insert((end_ms, k.as_slice()), ())?;
             }
         }
         t.carry_key(id, &rec)?;
@@ -83,7 +82,7 @@ fn enqueue_into(
 
 /// Where a caller's closure inside a group transaction enqueues ([`crate::Tx::enqueue`]): on
 /// the tables the running operation holds open (`ack_with`) or opens for it
-/// ([`write`]).
+/// ([`write()`]).
 pub(crate) trait Sink {
     /// Adds validated records in order to queue `tq`, as [`enqueue`].
     fn put(&mut self, tq: &'static QueueTables, records: &[JobRecord]) -> Result<Vec<Enqueued>>;
@@ -112,7 +111,8 @@ impl Sink for TablesSink<'_, '_, '_> {
                 .and_then(|()| enqueue_into(self.t, self.ctx, records, None))
         } else {
             // Another queue of the file: its tables, opened for this enqueue only.
-            Tables::open(self.t.tx, tq)
+            self.t
+                .open_other(tq)
                 .and_then(|mut other| enqueue_into(&mut other, self.ctx, records, None))
         };
         if let Err(e) = &r {
@@ -135,7 +135,7 @@ impl TablesSink<'_, '_, '_> {
                 && let Some((owner, false)) = self.t.key_holder(k, rec.created_ms)?
                 && self.acked.contains(&owner)
             {
-                self.t.dedup()?.remove(k.as_slice())?;
+                self.t.dedup_mut()?.remove(k.as_slice())?;
             }
         }
         Ok(())
@@ -164,8 +164,8 @@ pub(crate) fn write<T>(
     let tq = cfg.tables;
     let tx = ctx.tx;
     // The caller's writes are unknown to leaseq: the group commits.
-    *ctx.dirty = true;
-    let mut t = Tables::open(tx, tq)?;
+    ctx.mark_written();
+    let mut t = Tables::open(ctx, tq)?;
     let mut sink = TablesSink {
         t: &mut t,
         ctx,

@@ -3,10 +3,10 @@
 
 use redb::ReadableTable;
 
-use crate::commit::Ctx;
+use crate::commit::{Ctx, Verdict, refuse};
 use crate::error::{BoxError, Error, Result};
 use crate::format::record::{JobRecord, StoredState};
-use crate::format::schema::{META, QueueTables, applied_key};
+use crate::format::schema::{META, QueueTables, marker_key};
 use crate::job::{Applied, JobState};
 use crate::limits::PRUNE_PER_ACK_MAX;
 
@@ -88,7 +88,7 @@ pub(crate) fn ack(
     leases: &[(u64, u64)],
     now_ms: u64,
 ) -> Result<Vec<Result<()>>> {
-    let mut t = Tables::open(ctx.tx, tq)?;
+    let mut t = Tables::open(ctx, tq)?;
     let mut out = Vec::with_capacity(leases.len());
     let (mut keys, mut records) = (Vec::new(), Vec::new());
     for &(id, token) in leases {
@@ -102,7 +102,6 @@ pub(crate) fn ack(
         }
     }
     if !keys.is_empty() {
-        *ctx.dirty = true;
         t.delete_leased(&keys, &records, now_ms)?;
     }
     Ok(out)
@@ -142,7 +141,7 @@ pub(crate) fn ack_with(
     let tq = cfg.tables;
     debug_assert_eq!(leases.len(), failed.len());
     let tx = ctx.tx;
-    let mut t = Tables::open(tx, tq)?;
+    let mut t = Tables::open(ctx, tq)?;
     // Every leaseq table is held open while closures run, so redb refuses a closure that
     // opens one (lazy opening would leave the unused index tables open to it).
     t.open_all()?;
@@ -189,7 +188,6 @@ pub(crate) fn ack_with(
                 continue;
             }
         };
-        *ctx.dirty = true;
         if let Some(f) = &failed[i] {
             ctx.wake(t.tq.qid);
             match f.how {
@@ -209,10 +207,7 @@ pub(crate) fn ack_with(
         // Only a caller's idempotency key gets a marker. A job without one is keyed by its
         // own id, and that marker would guard nothing: ids are never reused, and the effect
         // and the removal of the job commit together, so no later delivery can ask.
-        let key = rec
-            .idempotency_key
-            .as_deref()
-            .map(|k| applied_key(Some(k), id));
+        let key = rec.idempotency_key.as_deref().map(marker_key);
         let already = match &key {
             Some(k) => applied.get(k.as_slice())?.is_some(),
             None => false,
@@ -240,6 +235,7 @@ pub(crate) fn ack_with(
                 EffectCall::All(_) => pending.push(i),
             }
             if let Some(k) = &key {
+                t.mark_written();
                 applied.insert(k.as_slice(), now_ms)?;
                 by_time.insert((now_ms, k.as_slice()), ())?;
                 new_markers += 1;
@@ -277,21 +273,22 @@ pub(crate) fn ack_with(
             retention_ms,
             max,
         )?;
-        debug_assert!(*ctx.dirty, "an ack_with that wrote a marker is dirty");
+        debug_assert!(ctx.written(), "an ack_with that wrote a marker is marked");
     }
     Ok(out)
 }
 
-// The calls aimed at one job below answer `Ok(Err(refusal))` for a refusal about that job
-// (`LeaseLost`, `Corrupted` for its damaged row, ...): nothing was written, and the group
-// commit goes on without replaying its other members. An outer `Err` aborts the group.
+// The calls aimed at one job below answer a `Verdict`: a refusal about that job (`LeaseLost`,
+// `Corrupted` for its damaged row, an option that overflows) is made before anything is
+// written, and the group commit goes on without replaying its other members. An outer `Err`
+// aborts the group.
 
 /// The record of lease `(id, token)`, or the refusal, as the first step of a call on it.
 macro_rules! lease_or_refuse {
     ($t:expr, $id:expr, $token:expr) => {
         match $t.lease_of($id, $token)? {
             Ok(rec) => rec,
-            Err(refusal) => return Ok(Err(refusal)),
+            Err(refusal) => return refuse(refusal),
         }
     };
 }
@@ -305,17 +302,17 @@ pub(crate) fn nack(
     now_ms: u64,
     backoff_ms: Option<u64>,
     reason: &str,
-) -> Result<Result<JobState>> {
+) -> Verdict<JobState> {
     let tq = cfg.tables;
-    let mut t = Tables::open(ctx.tx, tq)?;
+    let mut t = Tables::open(ctx, tq)?;
     let rec = lease_or_refuse!(t, id, token);
     let at = match backoff_ms {
-        Some(b) => now_ms
-            .checked_add(b)
-            .ok_or_else(|| Error::invalid_option("backoff", "due time overflows"))?,
+        Some(b) => match now_ms.checked_add(b) {
+            Some(at) => at,
+            None => return refuse(Error::invalid_option("backoff", "due time overflows")),
+        },
         None => retry_at_ms(cfg, id, &rec, now_ms),
     };
-    *ctx.dirty = true;
     ctx.wake(t.tq.qid);
     t.end_attempt(ctx, id, rec, reason, now_ms, at).map(Ok)
 }
@@ -329,13 +326,12 @@ pub(crate) fn snooze(
     (id, token): (u64, u64),
     now_ms: u64,
     delay_ms: u64,
-) -> Result<Result<()>> {
-    let mut t = Tables::open(ctx.tx, tq)?;
+) -> Verdict<()> {
+    let mut t = Tables::open(ctx, tq)?;
     let rec = lease_or_refuse!(t, id, token);
     if now_ms.checked_add(delay_ms).is_none() {
-        return Err(Error::invalid_option("delay", "due time overflows"));
+        return refuse(Error::invalid_option("delay", "due time overflows"));
     }
-    *ctx.dirty = true;
     t.snooze_leased(ctx, id, rec, now_ms, delay_ms).map(Ok)
 }
 
@@ -345,10 +341,9 @@ pub(crate) fn fail(
     (id, token): (u64, u64),
     now_ms: u64,
     reason: &str,
-) -> Result<Result<()>> {
-    let mut t = Tables::open(ctx.tx, tq)?;
+) -> Verdict<()> {
+    let mut t = Tables::open(ctx, tq)?;
     let rec = lease_or_refuse!(t, id, token);
-    *ctx.dirty = true;
     t.fail_leased(id, rec, reason, now_ms).map(Ok)
 }
 
@@ -359,14 +354,16 @@ pub(crate) fn extend(
     token: u64,
     now_ms: u64,
     by: std::time::Duration,
-) -> Result<Result<u64>> {
-    let lease_ms = lease_ms_checked("extend", by)?;
-    let mut t = Tables::open(ctx.tx, tq)?;
+) -> Verdict<u64> {
+    let lease_ms = match lease_ms_checked("extend", by) {
+        Ok(ms) => ms,
+        Err(e) => return refuse(e),
+    };
+    let mut t = Tables::open(ctx, tq)?;
     let mut rec = lease_or_refuse!(t, id, token);
-    let deadline_ms = now_ms
-        .checked_add(lease_ms)
-        .ok_or_else(|| Error::invalid_option("extend", "deadline overflows"))?;
-    *ctx.dirty = true;
+    let Some(deadline_ms) = now_ms.checked_add(lease_ms) else {
+        return refuse(Error::invalid_option("extend", "deadline overflows"));
+    };
     t.unindex(id, &rec)?;
     rec.state = StoredState::Leased { token, deadline_ms };
     t.put(id, &rec)?;

@@ -6,7 +6,7 @@ use crate::commit::Ctx;
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, PayloadRef, StoredState};
 use crate::format::schema::{
-    FORMAT_VERSION, META, META_FILE_ID, META_FORMAT_VERSION, QUEUES, applied_key,
+    FORMAT_VERSION, MARKER_TAG_ID, META, META_FILE_ID, META_FORMAT_VERSION, QUEUES, marker_key,
 };
 use crate::limits::PAYLOAD_INLINE_MAX;
 
@@ -30,8 +30,8 @@ pub(crate) fn make_file_id(ctx: &mut Ctx<'_>) -> Result<u64> {
         return Ok(id);
     }
     let id = random_u64();
+    ctx.mark_written();
     meta.insert(META_FILE_ID, id)?;
-    *ctx.dirty = true;
     Ok(id)
 }
 
@@ -75,7 +75,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
             });
         }
     }
-    *ctx.dirty = true;
+    ctx.mark_written();
     if version == 1 {
         upgrade_1_to_2(tx)?;
     }
@@ -94,7 +94,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
 fn upgrade_1_to_2(tx: &redb::WriteTransaction) -> Result<()> {
     let tq = &crate::format::schema::DEFAULT_TABLES;
     let mut applied = tx.open_table(tq.applied())?;
-    applied.retain(|k, _| k.first() != Some(&0))?;
+    applied.retain(|k, _| k.first() != Some(&MARKER_TAG_ID))?;
     let mut by_time = tx.open_table(tq.applied_by_time())?;
     for e in applied.iter()? {
         let (k, at) = e?;
@@ -107,7 +107,7 @@ fn upgrade_1_to_2(tx: &redb::WriteTransaction) -> Result<()> {
         if let Ok(rec) = JobRecord::decode(row.value())
             && let Some(k) = rec.idempotency_key.as_deref()
         {
-            let key = applied_key(Some(k), id.value());
+            let key = marker_key(k);
             idem.insert((key.as_slice(), id.value()), ())?;
         }
     }

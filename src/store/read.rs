@@ -6,7 +6,7 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableTable};
 
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, StoredState};
-use crate::format::schema::{QuarantineValue, QueueTables, ReadyKey, applied_key};
+use crate::format::schema::{QuarantineValue, QueueTables, ReadyKey, marker_key};
 use crate::job::{JobId, JobInfo, JobState, Quarantined, Stats};
 
 use super::validate::damaged;
@@ -284,6 +284,6 @@ pub(crate) fn is_applied(
 ) -> Result<bool> {
     Ok(rtx
         .open_table(tq.applied())?
-        .get(applied_key(Some(key), 0).as_slice())?
+        .get(marker_key(key).as_slice())?
         .is_some())
 }

@@ -52,7 +52,7 @@ fn recover_queue_leases(
     tq: &'static QueueTables,
     now_ms: u64,
 ) -> Result<LeaseRecovery> {
-    let mut t = Tables::open(ctx.tx, tq)?;
+    let mut t = Tables::open(ctx, tq)?;
     let all: Vec<(u64, u64)> = t
         .leases()?
         .iter()?
@@ -60,7 +60,6 @@ fn recover_queue_leases(
         .collect::<Result<_, _>>()?;
     let mut out = LeaseRecovery::default();
     for entry in all {
-        *ctx.dirty = true;
         ctx.wake(t.tq.qid);
         match end_lease_entry(&mut t, ctx, entry, REASON_ABANDONED, None, now_ms)? {
             Ended::Returned => out.returned += 1,

@@ -3,15 +3,15 @@
 use redb::ReadableTableMetadata;
 use redb::{ReadTransaction, ReadableTable};
 
-use crate::commit::Ctx;
+use crate::commit::{Ctx, Verdict, refuse};
 use crate::error::{Error, Result};
 use crate::format::schema::{QUEUES, QueueTables};
 
 /// The number of the queue named `name`, creating the queue (its registry entry and tables)
 /// if it does not exist. Refusals: `InvalidOption` (a bad name, or `QUEUES_MAX` reached).
-pub(crate) fn create_queue(ctx: &mut Ctx<'_>, name: &str) -> Result<Result<u32>> {
+pub(crate) fn create_queue(ctx: &mut Ctx<'_>, name: &str) -> Verdict<u32> {
     if let Err(e) = QueueTables::check_name(name) {
-        return Ok(Err(e));
+        return refuse(e);
     }
     let mut queues = ctx.tx.open_table(QUEUES)?;
     if let Some(qid) = queues.get(name)?.map(|v| v.value()) {
@@ -24,13 +24,13 @@ pub(crate) fn create_queue(ctx: &mut Ctx<'_>, name: &str) -> Result<Result<u32>>
     }
     let count = queues.len()?;
     if count >= u64::from(crate::limits::QUEUES_MAX) {
-        return Ok(Err(Error::invalid_option(
+        return refuse(Error::invalid_option(
             "queue name",
             format!(
                 "the file holds QUEUES_MAX ({}) named queues",
                 crate::limits::QUEUES_MAX
             ),
-        )));
+        ));
     }
     // Numbers are never reused: one above the highest there is.
     let mut highest = 0;
@@ -39,15 +39,15 @@ pub(crate) fn create_queue(ctx: &mut Ctx<'_>, name: &str) -> Result<Result<u32>>
     }
     let qid = highest + 1;
     if qid > crate::limits::QUEUES_MAX {
-        return Ok(Err(Error::invalid_option(
+        return refuse(Error::invalid_option(
             "queue name",
             format!(
                 "queue numbers are used up to QUEUES_MAX ({})",
                 crate::limits::QUEUES_MAX
             ),
-        )));
+        ));
     }
-    *ctx.dirty = true;
+    ctx.mark_written();
     queues.insert(name, qid)?;
     QueueTables::named(qid).create(ctx.tx)?;
     Ok(Ok(qid))

@@ -28,6 +28,10 @@ pub(super) fn prune_applied(
     };
     let (expired, more) = due_entries(by_time, cutoff_ms, max)?;
     let looked = expired.len();
+    if looked > 0 {
+        // Each marker looked at is written (removed, or kept with a new time).
+        t.mark_written();
+    }
     let mut removed = 0;
     for (at, key) in expired {
         by_time.remove((at, key.as_slice()))?;
@@ -52,7 +56,6 @@ pub(super) fn prune_applied(
 /// row settled). Returns how many were deleted and whether more may be left.
 pub(super) fn prune_dead(
     t: &mut Tables<'_>,
-    ctx: &mut Ctx<'_>,
     now_ms: u64,
     retention_ms: u64,
     max: usize,
@@ -69,15 +72,14 @@ pub(super) fn prune_dead(
     let more = old.len() > max;
     let mut deleted = 0;
     for (died_ms, id) in old.into_iter().take(max) {
-        *ctx.dirty = true;
         match t.row(id)? {
             Row::Good(rec) if rec.state == StoredState::Dead && rec.run_at_ms == died_ms => {
                 t.delete(id, &rec, now_ms)?;
                 deleted += 1;
             }
             row => {
-                t.dead_by_time()?.remove((died_ms, id))?;
-                t.repair_stray_entry(ctx, id, row, now_ms)?;
+                t.dead_by_time_mut()?.remove((died_ms, id))?;
+                t.repair_stray_entry(id, row, now_ms)?;
             }
         }
     }
@@ -95,8 +97,8 @@ pub(crate) fn prune_dead_jobs(
     let Some(retention_ms) = cfg.dead_retention_ms else {
         return Ok((0, false));
     };
-    let mut t = Tables::open(ctx.tx, tq)?;
-    prune_dead(&mut t, ctx, now_ms, retention_ms, max)
+    let mut t = Tables::open(ctx, tq)?;
+    prune_dead(&mut t, now_ms, retention_ms, max)
 }
 
 /// An entry of a time index: (time_ms, key).
@@ -136,7 +138,7 @@ pub(super) fn prune_windows(t: &mut Tables<'_>, now_ms: u64, max: usize) -> Resu
             t.end_window(&key, end_ms)?;
             released += 1;
         } else {
-            t.dedup_expiry()?.remove((end_ms, key.as_slice()))?;
+            t.dedup_expiry_mut()?.remove((end_ms, key.as_slice()))?;
         }
     }
     Ok((released, more))
@@ -149,12 +151,8 @@ pub(crate) fn prune_dedup_windows(
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
-    let mut t = Tables::open(ctx.tx, tq)?;
-    let (released, more) = prune_windows(&mut t, now_ms, max)?;
-    if released > 0 || more {
-        *ctx.dirty = true;
-    }
-    Ok((released, more))
+    let mut t = Tables::open(ctx, tq)?;
+    prune_windows(&mut t, now_ms, max)
 }
 
 /// [`Queue::prune`](crate::Queue::prune)'s work in one transaction: up to `max` expired
@@ -169,10 +167,10 @@ pub(crate) fn prune(
     let Some(retention_ms) = cfg.applied_retention_ms else {
         return Ok((0, false));
     };
-    let mut t = Tables::open(ctx.tx, tq)?;
+    let mut t = Tables::open(ctx, tq)?;
     let mut applied = ctx.tx.open_table(tq.applied())?;
     let mut by_time = ctx.tx.open_table(tq.applied_by_time())?;
-    let (removed, looked, more) = prune_applied(
+    let (removed, _looked, more) = prune_applied(
         &mut t,
         &mut applied,
         &mut by_time,
@@ -180,8 +178,5 @@ pub(crate) fn prune(
         retention_ms,
         max,
     )?;
-    if looked > 0 {
-        *ctx.dirty = true;
-    }
     Ok((removed, more))
 }

@@ -3,10 +3,10 @@
 
 use redb::{ReadableTable, Table};
 
-use crate::commit::Ctx;
+use crate::commit::{Ctx, WriteMark};
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, PayloadRef, StoredState};
-use crate::format::schema::{QuarantineValue, QueueTables, applied_key, priority_rank};
+use crate::format::schema::{QuarantineValue, QueueTables, marker_key, priority_rank};
 use crate::job::JobId;
 use crate::limits::PAYLOAD_INLINE_MAX;
 
@@ -46,21 +46,26 @@ where
 /// The tables a state change touches. `jobs` is opened at once, the index tables when
 /// first used: every table opened in a transaction costs an open, a close and a root check
 /// at commit (about a fifth of an operation's CPU when all six were opened every time).
+///
+/// Each table has a reading accessor (`jobs()`, `ready()`, ...: a shared reference, which
+/// cannot write) and a writing one (`jobs_mut()`, `ready_mut()`, ...), and only the writing
+/// one marks the group written ([`WriteMark`]): no write through `Tables` can forget to.
 pub(super) struct Tables<'t> {
     pub(super) tx: &'t redb::WriteTransaction,
     pub(super) tq: &'static QueueTables,
-    pub(super) jobs: Table<'t, u64, &'static [u8]>,
-    pub(super) ready: Option<Table<'t, (u32, u64, u64), ()>>,
-    pub(super) scheduled: Option<Table<'t, (u64, u64), ()>>,
-    pub(super) leases: Option<Table<'t, (u64, u64), ()>>,
-    pub(super) dead: Option<Table<'t, u64, ()>>,
-    pub(super) dedup: Option<Table<'t, &'static [u8], u64>>,
-    pub(super) quarantine: Option<Table<'t, u64, QuarantineValue>>,
-    pub(super) idem: Option<Table<'t, (&'static [u8], u64), ()>>,
-    pub(super) windows: Option<Table<'t, &'static [u8], u64>>,
-    pub(super) expiry: Option<Table<'t, (u64, &'static [u8]), ()>>,
-    pub(super) dead_by_time: Option<Table<'t, (u64, u64), ()>>,
-    pub(super) payloads: Option<Table<'t, u64, &'static [u8]>>,
+    mark: WriteMark<'t>,
+    jobs: Table<'t, u64, &'static [u8]>,
+    ready: Option<Table<'t, (u32, u64, u64), ()>>,
+    scheduled: Option<Table<'t, (u64, u64), ()>>,
+    leases: Option<Table<'t, (u64, u64), ()>>,
+    dead: Option<Table<'t, u64, ()>>,
+    dedup: Option<Table<'t, &'static [u8], u64>>,
+    quarantine: Option<Table<'t, u64, QuarantineValue>>,
+    idem: Option<Table<'t, (&'static [u8], u64), ()>>,
+    windows: Option<Table<'t, &'static [u8], u64>>,
+    expiry: Option<Table<'t, (u64, &'static [u8]), ()>>,
+    dead_by_time: Option<Table<'t, (u64, u64), ()>>,
+    payloads: Option<Table<'t, u64, &'static [u8]>>,
 }
 
 /// A job row as read: absent, present but failing its checks (the reason), or good.
@@ -86,13 +91,27 @@ fn lazy<'a, 't, K: redb::Key + 'static, V: redb::Value + 'static>(
 }
 
 impl<'t> Tables<'t> {
-    pub(super) fn open(
+    /// The tables of queue `tq` in the operation's transaction, marking its group when they
+    /// write.
+    pub(super) fn open(ctx: &Ctx<'t>, tq: &'static QueueTables) -> Result<Tables<'t>> {
+        Tables::open_with(ctx.tx, ctx.write_mark(), tq)
+    }
+
+    /// The tables of another queue `tq` of the file, in the same transaction and marking
+    /// the same group.
+    pub(super) fn open_other(&self, tq: &'static QueueTables) -> Result<Tables<'t>> {
+        Tables::open_with(self.tx, self.mark, tq)
+    }
+
+    fn open_with(
         tx: &'t redb::WriteTransaction,
+        mark: WriteMark<'t>,
         tq: &'static QueueTables,
     ) -> Result<Tables<'t>> {
         Ok(Tables {
             tx,
             tq,
+            mark,
             jobs: tx.open_table(tq.jobs())?,
             ready: None,
             scheduled: None,
@@ -124,35 +143,90 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    pub(super) fn ready(&mut self) -> Result<&mut Table<'t, (u32, u64, u64), ()>> {
+    /// Marks the group written, for a write beside these tables straight through the
+    /// transaction (the applied markers).
+    pub(super) fn mark_written(&self) {
+        self.mark.set();
+    }
+
+    pub(super) fn jobs(&self) -> &Table<'t, u64, &'static [u8]> {
+        &self.jobs
+    }
+
+    pub(super) fn jobs_mut(&mut self) -> &mut Table<'t, u64, &'static [u8]> {
+        self.mark.set();
+        &mut self.jobs
+    }
+
+    pub(super) fn ready(&mut self) -> Result<&Table<'t, (u32, u64, u64), ()>> {
+        lazy(&mut self.ready, self.tx, self.tq.ready()).map(|t| &*t)
+    }
+
+    pub(super) fn ready_mut(&mut self) -> Result<&mut Table<'t, (u32, u64, u64), ()>> {
+        self.mark.set();
         lazy(&mut self.ready, self.tx, self.tq.ready())
     }
 
-    pub(super) fn scheduled(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+    pub(super) fn scheduled(&mut self) -> Result<&Table<'t, (u64, u64), ()>> {
+        lazy(&mut self.scheduled, self.tx, self.tq.scheduled()).map(|t| &*t)
+    }
+
+    pub(super) fn scheduled_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.mark.set();
         lazy(&mut self.scheduled, self.tx, self.tq.scheduled())
     }
 
-    pub(super) fn leases(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+    pub(super) fn leases(&mut self) -> Result<&Table<'t, (u64, u64), ()>> {
+        lazy(&mut self.leases, self.tx, self.tq.leases()).map(|t| &*t)
+    }
+
+    pub(super) fn leases_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.mark.set();
         lazy(&mut self.leases, self.tx, self.tq.leases())
     }
 
-    pub(super) fn dead(&mut self) -> Result<&mut Table<'t, u64, ()>> {
+    pub(super) fn dead(&mut self) -> Result<&Table<'t, u64, ()>> {
+        lazy(&mut self.dead, self.tx, self.tq.dead()).map(|t| &*t)
+    }
+
+    pub(super) fn dead_mut(&mut self) -> Result<&mut Table<'t, u64, ()>> {
+        self.mark.set();
         lazy(&mut self.dead, self.tx, self.tq.dead())
     }
 
-    pub(super) fn dedup(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
+    pub(super) fn dedup(&mut self) -> Result<&Table<'t, &'static [u8], u64>> {
+        lazy(&mut self.dedup, self.tx, self.tq.dedup()).map(|t| &*t)
+    }
+
+    pub(super) fn dedup_mut(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
+        self.mark.set();
         lazy(&mut self.dedup, self.tx, self.tq.dedup())
     }
 
-    pub(super) fn carriers(&mut self) -> Result<&mut Table<'t, (&'static [u8], u64), ()>> {
+    pub(super) fn carriers(&mut self) -> Result<&Table<'t, (&'static [u8], u64), ()>> {
+        lazy(&mut self.idem, self.tx, self.tq.idem_jobs()).map(|t| &*t)
+    }
+
+    pub(super) fn carriers_mut(&mut self) -> Result<&mut Table<'t, (&'static [u8], u64), ()>> {
+        self.mark.set();
         lazy(&mut self.idem, self.tx, self.tq.idem_jobs())
     }
 
-    pub(super) fn dead_by_time(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+    pub(super) fn dead_by_time(&mut self) -> Result<&Table<'t, (u64, u64), ()>> {
+        lazy(&mut self.dead_by_time, self.tx, self.tq.dead_by_time()).map(|t| &*t)
+    }
+
+    pub(super) fn dead_by_time_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.mark.set();
         lazy(&mut self.dead_by_time, self.tx, self.tq.dead_by_time())
     }
 
-    pub(super) fn payloads(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+    pub(super) fn payloads(&mut self) -> Result<&Table<'t, u64, &'static [u8]>> {
+        lazy(&mut self.payloads, self.tx, self.tq.payloads()).map(|t| &*t)
+    }
+
+    pub(super) fn payloads_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.mark.set();
         lazy(&mut self.payloads, self.tx, self.tq.payloads())
     }
 
@@ -162,7 +236,7 @@ impl<'t> Tables<'t> {
         if rec.payload.len() > PAYLOAD_INLINE_MAX {
             let payload = std::mem::take(&mut rec.payload);
             rec.payload_apart = Some(PayloadRef::of(&payload));
-            self.payloads()?.insert(id, payload.as_slice())?;
+            self.payloads_mut()?.insert(id, payload.as_slice())?;
         }
         Ok(())
     }
@@ -185,17 +259,27 @@ impl<'t> Tables<'t> {
 
     /// Removes the payload job `id` stores apart, if it does.
     fn drop_payload(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
-        if rec.payload_apart.is_some() && self.payloads()?.remove(id)?.is_none() {
+        if rec.payload_apart.is_some() && self.payloads_mut()?.remove(id)?.is_none() {
             tracing::warn!(job_id = id, "leaseq: the job's payload row was missing");
         }
         Ok(())
     }
 
-    pub(super) fn dedup_windows(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
+    pub(super) fn dedup_windows(&mut self) -> Result<&Table<'t, &'static [u8], u64>> {
+        lazy(&mut self.windows, self.tx, self.tq.dedup_windows()).map(|t| &*t)
+    }
+
+    pub(super) fn dedup_windows_mut(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
+        self.mark.set();
         lazy(&mut self.windows, self.tx, self.tq.dedup_windows())
     }
 
-    pub(super) fn dedup_expiry(&mut self) -> Result<&mut Table<'t, (u64, &'static [u8]), ()>> {
+    pub(super) fn dedup_expiry(&mut self) -> Result<&Table<'t, (u64, &'static [u8]), ()>> {
+        lazy(&mut self.expiry, self.tx, self.tq.dedup_expiry()).map(|t| &*t)
+    }
+
+    pub(super) fn dedup_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, &'static [u8]), ()>> {
+        self.mark.set();
         lazy(&mut self.expiry, self.tx, self.tq.dedup_expiry())
     }
 
@@ -220,9 +304,9 @@ impl<'t> Tables<'t> {
     /// Releases dedup key `k` whose window ends at `end_ms`: its window, its expiry entry and
     /// its holder entry. The job that held it is not touched.
     pub(super) fn end_window(&mut self, k: &[u8], end_ms: u64) -> Result<()> {
-        self.dedup_windows()?.remove(k)?;
-        self.dedup_expiry()?.remove((end_ms, k))?;
-        self.dedup()?.remove(k)?;
+        self.dedup_windows_mut()?.remove(k)?;
+        self.dedup_expiry_mut()?.remove((end_ms, k))?;
+        self.dedup_mut()?.remove(k)?;
         Ok(())
     }
 
@@ -241,17 +325,17 @@ impl<'t> Tables<'t> {
             match window_end_ms {
                 Some(end_ms) => self.end_window(&k, end_ms)?,
                 None => {
-                    self.dedup()?.remove(k.as_slice())?;
+                    self.dedup_mut()?.remove(k.as_slice())?;
                 }
             }
         }
-        self.carriers()?.retain(|(_, j), ()| j != id)?;
+        self.carriers_mut()?.retain(|(_, j), ()| j != id)?;
         Ok(())
     }
 
     /// The row of job `id`; `Err` only for storage errors, never for a damaged row.
     pub(super) fn row(&self, id: u64) -> Result<Row> {
-        Ok(match self.jobs.get(id)? {
+        Ok(match self.jobs().get(id)? {
             None => Row::Missing,
             Some(v) => match JobRecord::decode(v.value()) {
                 Ok(rec) => Row::Good(rec),
@@ -263,19 +347,13 @@ impl<'t> Tables<'t> {
     /// Moves the damaged row of job `id` whole into `leaseq_quarantine` (its bytes as found,
     /// with `reason`), so the pass that met it goes on with the rest. The caller has removed
     /// the index entry that led to it. A dedup key the job held stays held by it until
-    /// [`remove`] deletes the quarantined row.
-    pub(super) fn quarantine(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        id: u64,
-        reason: &str,
-        now_ms: u64,
-    ) -> Result<()> {
+    /// [`remove`](super::admin::remove) deletes the quarantined row.
+    pub(super) fn quarantine(&mut self, id: u64, reason: &str, now_ms: u64) -> Result<()> {
+        self.mark.set();
         let raw = self
             .jobs
             .remove(id)?
             .ok_or_else(|| Error::corrupted(format!("job {id}: no row to quarantine")))?;
-        *ctx.dirty = true;
         let reason = truncate_reason(reason);
         tracing::warn!(job_id = id, %reason, "leaseq: job record quarantined");
         lazy(&mut self.quarantine, self.tx, self.tq.quarantine())?
@@ -287,14 +365,7 @@ impl<'t> Tables<'t> {
     /// a damaged row is quarantined; a good row gets back its own index entry if that is
     /// missing (an index entry damaged in place); nothing is left to do for a missing row.
     /// Returns whether a row was quarantined.
-    pub(super) fn repair_stray_entry(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        id: u64,
-        row: Row,
-        now_ms: u64,
-    ) -> Result<bool> {
-        *ctx.dirty = true;
+    pub(super) fn repair_stray_entry(&mut self, id: u64, row: Row, now_ms: u64) -> Result<bool> {
         match row {
             Row::Missing => {
                 tracing::warn!(job_id = id, "leaseq: index entry without a job row dropped");
@@ -309,7 +380,7 @@ impl<'t> Tables<'t> {
                 Ok(false)
             }
             Row::Damaged(why) => {
-                self.quarantine(ctx, id, &why, now_ms)?;
+                self.quarantine(id, &why, now_ms)?;
                 Ok(true)
             }
         }
@@ -325,7 +396,7 @@ impl<'t> Tables<'t> {
     /// with the same key, index damage) is logged and kept: it now names the job rightly.
     pub(super) fn put(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
         rec.validate()?;
-        self.jobs.insert(id, rec.encode()?.as_slice())?;
+        self.jobs_mut().insert(id, rec.encode()?.as_slice())?;
         if !self.index(id, rec)? {
             tracing::warn!(job_id = id, "leaseq: index entry was already present");
         }
@@ -336,7 +407,11 @@ impl<'t> Tables<'t> {
     /// already in use, found by the insert itself rather than a read before it.
     pub(super) fn put_new(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
         rec.validate()?;
-        if self.jobs.insert(id, rec.encode()?.as_slice())?.is_some() {
+        if self
+            .jobs_mut()
+            .insert(id, rec.encode()?.as_slice())?
+            .is_some()
+        {
             return Err(Error::corrupted(format!("job id {id} is already in use")));
         }
         if !self.index(id, rec)? {
@@ -349,17 +424,20 @@ impl<'t> Tables<'t> {
     pub(super) fn index(&mut self, id: u64, rec: &JobRecord) -> Result<bool> {
         Ok(match rec.state {
             StoredState::Ready => self
-                .ready()?
+                .ready_mut()?
                 .insert((priority_rank(rec.priority), rec.seq, id), ())?
                 .is_none(),
-            StoredState::Scheduled => self.scheduled()?.insert((rec.run_at_ms, id), ())?.is_none(),
+            StoredState::Scheduled => self
+                .scheduled_mut()?
+                .insert((rec.run_at_ms, id), ())?
+                .is_none(),
             StoredState::Leased { deadline_ms, .. } => {
-                self.leases()?.insert((deadline_ms, id), ())?.is_none()
+                self.leases_mut()?.insert((deadline_ms, id), ())?.is_none()
             }
             StoredState::Dead => {
                 // A dead job's run_at_ms is when it died.
-                self.dead_by_time()?.insert((rec.run_at_ms, id), ())?;
-                self.dead()?.insert(id, ())?.is_none()
+                self.dead_by_time_mut()?.insert((rec.run_at_ms, id), ())?;
+                self.dead_mut()?.insert(id, ())?.is_none()
             }
         })
     }
@@ -369,16 +447,16 @@ impl<'t> Tables<'t> {
     pub(super) fn unindex(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
         let present = match rec.state {
             StoredState::Ready => self
-                .ready()?
+                .ready_mut()?
                 .remove((priority_rank(rec.priority), rec.seq, id))?
                 .is_some(),
-            StoredState::Scheduled => self.scheduled()?.remove((rec.run_at_ms, id))?.is_some(),
+            StoredState::Scheduled => self.scheduled_mut()?.remove((rec.run_at_ms, id))?.is_some(),
             StoredState::Leased { deadline_ms, .. } => {
-                self.leases()?.remove((deadline_ms, id))?.is_some()
+                self.leases_mut()?.remove((deadline_ms, id))?.is_some()
             }
             StoredState::Dead => {
-                self.dead_by_time()?.remove((rec.run_at_ms, id))?;
-                self.dead()?.remove(id)?.is_some()
+                self.dead_by_time_mut()?.remove((rec.run_at_ms, id))?;
+                self.dead_mut()?.remove(id)?.is_some()
             }
         };
         if !present {
@@ -395,7 +473,7 @@ impl<'t> Tables<'t> {
     /// the carriers of its idempotency key.
     pub(super) fn delete(&mut self, id: u64, rec: &JobRecord, now_ms: u64) -> Result<()> {
         self.unindex(id, rec)?;
-        self.jobs.remove(id)?;
+        self.jobs_mut().remove(id)?;
         self.drop_payload(id, rec)?;
         self.release_keys(id, rec, now_ms)
     }
@@ -403,8 +481,8 @@ impl<'t> Tables<'t> {
     /// Job `id` carries its caller idempotency key (if any): its marker is kept.
     pub(super) fn carry_key(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
         if let Some(k) = rec.idempotency_key.as_deref() {
-            let key = applied_key(Some(k), id);
-            self.carriers()?.insert((key.as_slice(), id), ())?;
+            let key = marker_key(k);
+            self.carriers_mut()?.insert((key.as_slice(), id), ())?;
         }
         Ok(())
     }
@@ -418,11 +496,11 @@ impl<'t> Tables<'t> {
             && owner == id
             && rec.dedup_window_ms.is_none()
         {
-            self.dedup()?.remove(k.as_slice())?;
+            self.dedup_mut()?.remove(k.as_slice())?;
         }
         if let Some(k) = rec.idempotency_key.as_deref() {
-            let key = applied_key(Some(k), id);
-            if self.carriers()?.remove((key.as_slice(), id))?.is_none() {
+            let key = marker_key(k);
+            if self.carriers_mut()?.remove((key.as_slice(), id))?.is_none() {
                 tracing::warn!(
                     job_id = id,
                     "leaseq: idempotency-key index entry was missing"
@@ -459,7 +537,7 @@ impl<'t> Tables<'t> {
         };
         let dense = |lo: u64, hi: u64, n: usize| n >= 2 && hi - lo < 2 * n as u64;
         if first.0 == last.0 && dense(first.1, last.1, keys.len()) {
-            remove_dense(self.leases()?, first..=last, &keys, "leaseq_leases")?;
+            remove_dense(self.leases_mut()?, first..=last, &keys, "leaseq_leases")?;
         } else {
             for (&(id, _), rec) in leases.iter().zip(records) {
                 self.unindex(id, rec)?;
@@ -469,14 +547,14 @@ impl<'t> Tables<'t> {
         ids.sort_unstable();
         if dense(ids[0], ids[ids.len() - 1], ids.len()) {
             remove_dense(
-                &mut self.jobs,
+                self.jobs_mut(),
                 ids[0]..=ids[ids.len() - 1],
                 &ids,
                 "leaseq_jobs",
             )?;
         } else {
             for &id in &ids {
-                self.jobs.remove(id)?;
+                self.jobs_mut().remove(id)?;
             }
         }
         for (&(id, _), rec) in leases.iter().zip(records) {

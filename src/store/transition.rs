@@ -52,8 +52,8 @@ pub(super) fn end_lease_entry(
             })
         }
         row => {
-            t.leases()?.remove((deadline_ms, id))?;
-            Ok(if t.repair_stray_entry(ctx, id, row, now_ms)? {
+            t.leases_mut()?.remove((deadline_ms, id))?;
+            Ok(if t.repair_stray_entry(id, row, now_ms)? {
                 Ended::Quarantined
             } else {
                 Ended::Stray
@@ -94,7 +94,7 @@ pub(super) fn lease_record(
 }
 
 impl Tables<'_> {
-    /// Gives a leased job back without charging its attempt (see [`snooze`]).
+    /// Gives a leased job back without charging its attempt (see [`snooze`](super::fenced::snooze)).
     pub(super) fn snooze_leased(
         &mut self,
         ctx: &mut Ctx<'_>,

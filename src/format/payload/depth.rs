@@ -6,7 +6,7 @@
 //! Node(Box<Tree>) }`, a run of `Node` tags) would decode deeper and deeper until the
 //! thread's stack overflows, aborting the process. The adapter here wraps the deserializer,
 //! counts levels on the way down and fails with a decode error past [`DEPTH_MAX`], as
-//! serde_json does on its own. ([`DepthLimited`], the same adapter over any deserializer,
+//! serde_json does on its own. (`DepthLimited`, the same adapter over any deserializer,
 //! is for tests with a self-describing format.)
 //!
 //! A level is a value that holds other values: a sequence, tuple, map, struct, `Some`,

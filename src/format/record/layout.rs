@@ -50,7 +50,7 @@ pub(super) fn write(rec: &JobRecord, out: &mut Vec<u8>) {
     opt(out, rec.encoding.as_ref(), |o, v| o.push(*v));
 }
 
-/// Reads a body written by [`write`] (or by bincode for the same version); every byte must be
+/// Reads a body written by [`write()`] (or by bincode for the same version); every byte must be
 /// used.
 pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
     let mut r = Reader { rest: body };
