@@ -172,9 +172,9 @@ impl<'g> Ctx<'g> {
 
 impl Ctx<'_> {
     /// Marks queue `qid` as having new work once this group commits.
-    pub(crate) fn wake(&mut self, qid: u32) {
-        if !self.wake.contains(&qid) {
-            self.wake.push(qid);
+    pub(crate) fn wake(&mut self, queue_number: u32) {
+        if !self.wake.contains(&queue_number) {
+            self.wake.push(queue_number);
         }
     }
 
@@ -623,8 +623,8 @@ impl Committer {
         waiters.iter().for_each(std::thread::Thread::unpark);
         self.enter_cv.notify_all();
         if committed {
-            for qid in wake {
-                self.work.notify(qid);
+            for queue_number in wake {
+                self.work.notify(queue_number);
             }
         }
     }

@@ -66,7 +66,7 @@ pub(crate) struct OpenFile {
     // database.
     pub(crate) committer: Committer,
     pub(crate) db: GuardedDb,
-    pub(crate) cfg: QueueConfig,
+    pub(crate) config: QueueConfig,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) path: Option<PathBuf>,
     pub(crate) recovery: Recovery,

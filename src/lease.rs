@@ -235,7 +235,7 @@ impl Lease {
     /// As [`Lease::ack`] (a refused ack leases nothing) and [`Queue::dequeue`].
     pub fn ack_and_next(&self) -> Result<Option<Lease>> {
         let (key, q) = (self.key(), self.queue()?);
-        let (now_ms, cfg) = (q.now_ms(), q.config());
+        let (now_ms, config) = (q.now_ms(), q.config());
         // After `close`, the ack alone.
         let more = !q.is_closed();
         let next = q.run(&mut |ctx| {
@@ -245,7 +245,7 @@ impl Lease {
             if !more {
                 return Ok(Ok(Vec::new()));
             }
-            Ok(Ok(store::dequeue(ctx, &cfg, now_ms, 1)?))
+            Ok(Ok(store::dequeue(ctx, &config, now_ms, 1)?))
         });
         self.settle(&next);
         Ok(next?.into_iter().next().map(|l| q.lease(l)))
@@ -359,8 +359,8 @@ impl Lease {
 
     fn give_back(&self, reason: &str, backoff_ms: Option<u64>) -> Result<JobState> {
         let (key, q) = ((self.id, self.token), self.queue()?);
-        let (now_ms, cfg) = (q.now_ms(), q.config());
-        let r = q.run(&mut |ctx| store::nack(ctx, &cfg, key, now_ms, backoff_ms, reason));
+        let (now_ms, config) = (q.now_ms(), q.config());
+        let r = q.run(&mut |ctx| store::nack(ctx, &config, key, now_ms, backoff_ms, reason));
         self.settle(&r);
         r
     }

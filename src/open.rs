@@ -365,7 +365,7 @@ impl Builder {
     }
 
     fn open_path(&self, path: &Path) -> Result<Queue> {
-        let cfg = self.config()?;
+        let config = self.config()?;
         let mut created = false;
         match fs::metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -418,7 +418,7 @@ impl Builder {
             catch_engine_panic(|| builder.open(path).map_err(Error::from)).and_then(|db| {
                 let db = GuardedDb::new(db);
                 verify_format(&db.get().begin_read()?, path)?;
-                self.finish(db, cfg, Some(path.to_path_buf()), repaired, created)
+                self.finish(db, config, Some(path.to_path_buf()), repaired, created)
             });
         match opened {
             Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => Err(already_open()),
@@ -481,7 +481,7 @@ impl Builder {
     }
 
     fn open_on_backend(&self, backend: impl StorageBackend) -> Result<Queue> {
-        let cfg = self.config()?;
+        let config = self.config()?;
         let len_bytes = backend.len().map_err(Error::Io)?;
         let empty = len_bytes == 0;
         let repaired = len_bytes >= REDB_HEADER_BYTES && {
@@ -507,7 +507,7 @@ impl Builder {
             init_tables(db.get())?;
         }
         verify_format(&db.get().begin_read()?, Path::new("<backend>"))?;
-        self.finish(db, cfg, None, repaired && !blank, blank)
+        self.finish(db, config, None, repaired && !blank, blank)
     }
 
     /// Adds leaseq's tables to the caller's own redb database (if they are not there yet) and
@@ -539,7 +539,7 @@ impl Builder {
     }
 
     fn attach_db(&self, mut db: Database) -> Result<Queue> {
-        let cfg = self.config()?;
+        let config = self.config()?;
         // `Ok(false)`: damage was found and repaired (redb rebuilt what it could verify).
         let repaired = self.verifies() && !db.check_integrity()?;
         let db = GuardedDb::new(db);
@@ -547,26 +547,26 @@ impl Builder {
         precheck_attach(&db.get().begin_read()?)?;
         init_tables(db.get())?;
         verify_format(&db.get().begin_read()?, Path::new("<attached>"))?;
-        self.finish(db, cfg, None, repaired, false)
+        self.finish(db, config, None, repaired, false)
     }
 
     fn finish(
         &self,
         db: GuardedDb,
-        cfg: QueueConfig,
+        config: QueueConfig,
         path: Option<PathBuf>,
         repaired: bool,
         created: bool,
     ) -> Result<Queue> {
         let committer = Committer::new(self.durability, self.quick_repair);
-        let cfg = QueueConfig {
+        let config = QueueConfig {
             committer_id: committer.id(),
-            ..cfg
+            ..config
         };
         let inner = OpenFile {
             db,
             committer,
-            cfg,
+            config,
             clock: self.clock.clone(),
             path,
             recovery: Recovery::default(),
@@ -594,7 +594,7 @@ impl Builder {
             ..inner
         };
         Ok(Queue {
-            cfg: inner.cfg,
+            config: inner.config,
             inner: Arc::new(inner),
             name: None,
         })

@@ -39,7 +39,7 @@ fn batch_too_large(field: &'static str) -> Error {
 pub struct Queue {
     pub(crate) inner: Arc<OpenFile>,
     /// This handle's queue: its tables and default options.
-    pub(crate) cfg: QueueConfig,
+    pub(crate) config: QueueConfig,
     /// Its name; `None` for the default queue.
     pub(crate) name: Option<Arc<str>>,
 }
@@ -77,7 +77,7 @@ impl Queue {
     }
 
     pub(crate) fn config(&self) -> QueueConfig {
-        self.cfg
+        self.config
     }
 
     /// Runs `op` in the group commit: its value once committed, or its refusal or failure.
@@ -109,11 +109,11 @@ impl Queue {
         self.check_open()?;
         let found =
             catch_engine_panic(|| store::find_queue(&self.inner.db.get().begin_read()?, name))?;
-        let qid = match found {
-            Some(qid) => qid,
+        let queue_number = match found {
+            Some(queue_number) => queue_number,
             None => self.run(&mut |ctx| store::create_queue(ctx, name))?,
         };
-        Ok(self.handle_of(name, qid))
+        Ok(self.handle_of(name, queue_number))
     }
 
     /// A handle to the queue named `name` if it exists; never makes one (a read only).
@@ -124,7 +124,7 @@ impl Queue {
     pub fn existing(&self, name: &str) -> Result<Queue> {
         crate::format::schema::QueueTables::check_name(name)?;
         match catch_engine_panic(|| store::find_queue(&self.inner.db.get().begin_read()?, name))? {
-            Some(qid) => Ok(self.handle_of(name, qid)),
+            Some(queue_number) => Ok(self.handle_of(name, queue_number)),
             None => Err(Error::QueueNotFound {
                 name: name.to_string(),
             }),
@@ -145,12 +145,12 @@ impl Queue {
         self.name.as_deref()
     }
 
-    fn handle_of(&self, name: &str, qid: u32) -> Queue {
+    fn handle_of(&self, name: &str, queue_number: u32) -> Queue {
         Queue {
             inner: self.inner.clone(),
-            cfg: QueueConfig {
-                tables: crate::format::schema::QueueTables::named(qid),
-                ..self.inner.cfg
+            config: QueueConfig {
+                tables: crate::format::schema::QueueTables::named(queue_number),
+                ..self.inner.config
             },
             name: Some(name.into()),
         }
@@ -163,7 +163,7 @@ impl Queue {
     /// `InvalidOption` for a lease of 0 or above [`LEASE_MAX`](crate::LEASE_MAX).
     pub fn with_lease(&self, lease: Duration) -> Result<Queue> {
         let mut q = self.clone();
-        q.cfg.lease_ms = store::lease_ms_checked("lease", lease)?;
+        q.config.lease_ms = store::lease_ms_checked("lease", lease)?;
         Ok(q)
     }
 
@@ -183,7 +183,7 @@ impl Queue {
             ));
         }
         let mut q = self.clone();
-        q.cfg.max_attempts = max_attempts;
+        q.config.max_attempts = max_attempts;
         Ok(q)
     }
 
@@ -193,7 +193,7 @@ impl Queue {
     /// stored until a job is enqueued.
     pub fn with_encoding(&self, encoding: crate::format::payload::Encoding) -> Queue {
         let mut q = self.clone();
-        q.cfg.encoding = encoding;
+        q.config.encoding = encoding;
         q
     }
 
@@ -205,7 +205,7 @@ impl Queue {
     pub fn with_retry(&self, retry: RetryPolicy) -> Result<Queue> {
         retry.validate("retry")?;
         let mut q = self.clone();
-        q.cfg.retry = retry;
+        q.config.retry = retry;
         Ok(q)
     }
 
@@ -250,7 +250,7 @@ impl Queue {
     where
         T: serde::Serialize + serde::de::DeserializeOwned,
     {
-        let (payload, opts) = opts.typed(value, self.cfg.encoding)?;
+        let (payload, opts) = opts.typed(value, self.config.encoding)?;
         self.enqueue(&payload, opts)
     }
 
@@ -268,8 +268,8 @@ impl Queue {
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
     ) -> Result<Vec<Enqueued>> {
         self.check_open()?;
-        let records = store::new_records(&self.cfg, self.now_ms(), jobs)?;
-        self.run(&mut |ctx| store::enqueue(ctx, self.cfg.tables, &records, None).map(Ok))
+        let records = store::new_records(&self.config, self.now_ms(), jobs)?;
+        self.run(&mut |ctx| store::enqueue(ctx, self.config.tables, &records, None).map(Ok))
     }
 
     /// Adds up to [`BATCH_MAX`](crate::BATCH_MAX) jobs with their state and history (attempts,
@@ -343,9 +343,9 @@ impl Queue {
         let now_ms = self.now_ms();
         let records = jobs
             .iter()
-            .map(|j| store::import_record(&self.cfg, now_ms, j))
+            .map(|j| store::import_record(&self.config, now_ms, j))
             .collect::<Result<Vec<_>>>()?;
-        self.run(&mut |ctx| store::enqueue(ctx, self.cfg.tables, &records, Some(now_ms)).map(Ok))
+        self.run(&mut |ctx| store::enqueue(ctx, self.config.tables, &records, Some(now_ms)).map(Ok))
     }
 
     /// Runs `f` in a write transaction shared with the queue's group commit and commits it:
@@ -406,8 +406,8 @@ impl Queue {
         F: FnMut(&crate::tx::Tx<'_>) -> std::result::Result<T, crate::error::BoxError>,
     {
         self.check_open()?;
-        let (now_ms, cfg) = (self.now_ms(), self.cfg);
-        self.run(&mut |ctx| store::write(ctx, &cfg, now_ms, &mut f).map(Ok))
+        let (now_ms, config) = (self.now_ms(), self.config);
+        self.run(&mut |ctx| store::write(ctx, &config, now_ms, &mut f).map(Ok))
     }
 
     /// Takes the next job if one is available now, or returns `None` at once.
@@ -448,13 +448,13 @@ impl Queue {
         let now_ms = self.now_ms();
         let (work, next_due_ms) = catch_engine_panic(|| {
             let rtx = self.inner.db.get().begin_read()?;
-            store::peek_due(&rtx, self.cfg.tables, now_ms)
+            store::peek_due(&rtx, self.config.tables, now_ms)
         })?;
         if !work {
             return Ok((Vec::new(), next_due_ms));
         }
-        let cfg = self.cfg;
-        let leased = self.run(&mut |ctx| store::dequeue(ctx, &cfg, now_ms, max).map(Ok))?;
+        let config = self.config;
+        let leased = self.run(&mut |ctx| store::dequeue(ctx, &config, now_ms, max).map(Ok))?;
         // Nothing leased although work was seen (another consumer took it, or a bounded
         // sweep has more to do): look again soon rather than waiting out the timeout.
         let next_due_ms = leased.is_empty().then_some(now_ms);
@@ -467,7 +467,7 @@ impl Queue {
     pub(crate) fn lease(&self, l: store::Delivery) -> Lease {
         Lease {
             queue: parking_lot::Mutex::new(Some(self.clone())),
-            owner: (self.inner.committer.id(), self.cfg.tables.qid),
+            owner: (self.inner.committer.id(), self.config.tables.queue_number),
             id: l.id,
             token: l.token,
             attempt: l.attempt,
@@ -476,7 +476,7 @@ impl Queue {
             extending: parking_lot::Mutex::new(()),
             lease_ms: l.lease_ms,
             idempotency_key: l.idempotency_key,
-            encoding: l.encoding.unwrap_or(self.cfg.encoding),
+            encoding: l.encoding.unwrap_or(self.config.encoding),
             payload: l.payload,
         }
     }
@@ -506,7 +506,8 @@ impl Queue {
     pub fn ack_batch(&self, leases: &[Lease]) -> Result<Vec<Result<()>>> {
         let keys = self.batch_keys(leases)?;
         let now_ms = self.now_ms();
-        let out = self.run(&mut |ctx| store::ack(ctx, self.cfg.tables, &keys, now_ms).map(Ok))?;
+        let out =
+            self.run(&mut |ctx| store::ack(ctx, self.config.tables, &keys, now_ms).map(Ok))?;
         leases.iter().zip(&out).for_each(|(l, r)| l.settle(r));
         Ok(out)
     }
@@ -601,7 +602,7 @@ impl Queue {
         effect: &mut store::EffectCall<'_, '_>,
         next: bool,
     ) -> Result<(Vec<Result<Applied>>, Vec<store::Delivery>)> {
-        let (now_ms, cfg) = (self.now_ms(), self.cfg);
+        let (now_ms, config) = (self.now_ms(), self.config);
         // After `close`, an ack-and-next acks and takes nothing.
         let next = next && !self.is_closed();
         let mut failed: Vec<Option<store::ClosureFailure>> = vec![None; keys.len()];
@@ -631,10 +632,10 @@ impl Queue {
                         store::EffectCall::All(&mut all)
                     }
                 };
-                let applied = store::ack_with(ctx, keys, &cfg, now_ms, &failed, &mut tracked)?;
+                let applied = store::ack_with(ctx, keys, &config, now_ms, &failed, &mut tracked)?;
                 // The next job only after an ack that happened: a refused one leases nothing.
                 let leased = if dequeue && applied.iter().all(Result::is_ok) {
-                    store::dequeue(ctx, &cfg, now_ms, 1)?
+                    store::dequeue(ctx, &config, now_ms, 1)?
                 } else {
                     Vec::new()
                 };
@@ -680,7 +681,7 @@ impl Queue {
         }
         if leases
             .iter()
-            .any(|l| l.owner != (self.inner.committer.id(), self.cfg.tables.qid))
+            .any(|l| l.owner != (self.inner.committer.id(), self.config.tables.queue_number))
         {
             return Err(Error::invalid_option("leases", "a lease of another queue"));
         }
@@ -735,7 +736,11 @@ impl Queue {
         self.inner.committer.check_reentrant()?;
         // A timeout too long to add to the monotonic clock waits without end.
         let deadline = Instant::now().checked_add(timeout);
-        let work = self.inner.committer.work().of(self.config().tables.qid);
+        let work = self
+            .inner
+            .committer
+            .work()
+            .of(self.config().tables.queue_number);
         if let Some(stop) = stop {
             stop.watch(&work);
         }
@@ -831,7 +836,9 @@ impl Queue {
     /// # Errors
     /// `Corrupted` if its record does not decode; `Storage`.
     pub fn job(&self, id: JobId) -> Result<Option<JobInfo>> {
-        catch_engine_panic(|| store::job(&self.inner.db.get().begin_read()?, self.cfg.tables, id.0))
+        catch_engine_panic(|| {
+            store::job(&self.inner.db.get().begin_read()?, self.config.tables, id.0)
+        })
     }
 
     /// Counts of jobs per state in this handle's queue, read from one snapshot.
@@ -839,7 +846,7 @@ impl Queue {
     /// # Errors
     /// `Storage`.
     pub fn stats(&self) -> Result<Stats> {
-        catch_engine_panic(|| store::stats(&self.inner.db.get().begin_read()?, self.cfg.tables))
+        catch_engine_panic(|| store::stats(&self.inner.db.get().begin_read()?, self.config.tables))
     }
 
     /// Jobs still to be done: scheduled, ready or leased, not dead ([`Stats::pending`]), so
@@ -880,7 +887,7 @@ impl Queue {
         let (jobs, last) = catch_engine_panic(|| {
             store::list(
                 &self.inner.db.get().begin_read()?,
-                self.cfg.tables,
+                self.config.tables,
                 state,
                 after.map(|c| c.key),
                 limit,
@@ -896,7 +903,7 @@ impl Queue {
     /// `Corrupted` if its row is damaged or quarantined; `Storage`.
     pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
         catch_engine_panic(|| {
-            store::payload(&self.inner.db.get().begin_read()?, self.cfg.tables, id.0)
+            store::payload(&self.inner.db.get().begin_read()?, self.config.tables, id.0)
         })
     }
 
@@ -947,7 +954,7 @@ impl Queue {
             let (n, more) = self.run(&mut |ctx| {
                 store::bulk_by_state(
                     ctx,
-                    self.cfg.tables,
+                    self.config.tables,
                     state,
                     action,
                     now_ms,
@@ -991,7 +998,7 @@ impl Queue {
     /// `JobNotFound`; `InvalidState` if the job is not dead; `CommitFailed` or `Storage`.
     pub fn requeue_dead(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
-        self.run(&mut |ctx| store::requeue_dead(ctx, self.cfg.tables, id.0, now_ms))
+        self.run(&mut |ctx| store::requeue_dead(ctx, self.config.tables, id.0, now_ms))
     }
 
     /// Deletes a job that is not leased (scheduled, ready or dead) and releases its dedup key,
@@ -1007,7 +1014,7 @@ impl Queue {
     /// `JobNotFound`; `InvalidState` if the job is leased; `CommitFailed` or `Storage`.
     pub fn remove(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
-        self.run(&mut |ctx| store::remove(ctx, self.cfg.tables, id.0, now_ms))
+        self.run(&mut |ctx| store::remove(ctx, self.config.tables, id.0, now_ms))
     }
 
     /// Whether the applied-ids marker of this idempotency key exists: an effect under it was
@@ -1026,7 +1033,7 @@ impl Queue {
         catch_engine_panic(|| {
             store::is_applied(
                 &self.inner.db.get().begin_read()?,
-                self.cfg.tables,
+                self.config.tables,
                 idempotency_key.as_ref(),
             )
         })
@@ -1064,7 +1071,7 @@ impl Queue {
         catch_engine_panic(|| {
             store::quarantined(
                 &self.inner.db.get().begin_read()?,
-                self.cfg.tables,
+                self.config.tables,
                 after.map(|id| id.0),
                 max,
             )
@@ -1078,7 +1085,7 @@ impl Queue {
     /// `Storage`.
     pub fn quarantined_record(&self, id: JobId) -> Result<Option<Vec<u8>>> {
         catch_engine_panic(|| {
-            store::quarantined_record(&self.inner.db.get().begin_read()?, self.cfg.tables, id.0)
+            store::quarantined_record(&self.inner.db.get().begin_read()?, self.config.tables, id.0)
         })
     }
 
@@ -1122,7 +1129,7 @@ impl Queue {
     /// # Errors
     /// `Reentrant`; `CommitFailed` or `Storage` (the commits before it stay).
     pub fn prune(&self) -> Result<Pruned> {
-        let cfg = self.cfg;
+        let config = self.config;
         let batches = self
             .stats()?
             .applied
@@ -1132,7 +1139,7 @@ impl Queue {
         for _ in 0..batches {
             let now_ms = self.now_ms();
             let (removed, more) = self.run(&mut |ctx| {
-                store::prune(ctx, &cfg, now_ms, crate::limits::BATCH_MAX).map(Ok)
+                store::prune(ctx, &config, now_ms, crate::limits::BATCH_MAX).map(Ok)
             })?;
             out.applied += removed;
             if !more {
@@ -1144,7 +1151,7 @@ impl Queue {
         for _ in 0..batches {
             let now_ms = self.now_ms();
             let (deleted, more) = self.run(&mut |ctx| {
-                store::prune_dead_jobs(ctx, &cfg, now_ms, crate::limits::BATCH_MAX).map(Ok)
+                store::prune_dead_jobs(ctx, &config, now_ms, crate::limits::BATCH_MAX).map(Ok)
             })?;
             out.dead += deleted;
             if !more {
@@ -1160,8 +1167,13 @@ impl Queue {
         for _ in 0..batches {
             let now_ms = self.now_ms();
             let (released, more) = self.run(&mut |ctx| {
-                store::prune_dedup_windows(ctx, self.cfg.tables, now_ms, crate::limits::BATCH_MAX)
-                    .map(Ok)
+                store::prune_dedup_windows(
+                    ctx,
+                    self.config.tables,
+                    now_ms,
+                    crate::limits::BATCH_MAX,
+                )
+                .map(Ok)
             })?;
             out.dedup_windows += released;
             if !more {
@@ -1169,7 +1181,7 @@ impl Queue {
             }
         }
         tracing::info!(
-            queue = self.cfg.tables.qid,
+            queue = self.config.tables.queue_number,
             applied = out.applied,
             dedup_windows = out.dedup_windows,
             dead = out.dead,

@@ -18,13 +18,13 @@ pub(crate) struct QueueSignals {
 
 impl QueueSignals {
     /// The signal of queue `qid`.
-    pub(crate) fn of(&self, qid: u32) -> Arc<WakeSignal> {
-        self.queues.lock().entry(qid).or_default().clone()
+    pub(crate) fn of(&self, queue_number: u32) -> Arc<WakeSignal> {
+        self.queues.lock().entry(queue_number).or_default().clone()
     }
 
     /// Wakes the consumers of queue `qid`.
-    pub(crate) fn notify(&self, qid: u32) {
-        let signal = self.queues.lock().get(&qid).cloned();
+    pub(crate) fn notify(&self, queue_number: u32) {
+        let signal = self.queues.lock().get(&queue_number).cloned();
         if let Some(s) = signal {
             s.notify();
         }

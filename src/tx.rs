@@ -26,7 +26,7 @@ use crate::store::{self, QueueConfig, Sink};
 pub struct Tx<'a> {
     tx: &'a redb::WriteTransaction,
     /// The queue the transaction's call came from (`enqueue` adds to it).
-    cfg: QueueConfig,
+    config: QueueConfig,
 
     now_ms: u64,
     sink: RefCell<&'a mut (dyn Sink + 'a)>,
@@ -41,13 +41,13 @@ impl std::fmt::Debug for Tx<'_> {
 impl<'a> Tx<'a> {
     pub(crate) fn new(
         tx: &'a redb::WriteTransaction,
-        cfg: QueueConfig,
+        config: QueueConfig,
         now_ms: u64,
         sink: &'a mut (dyn Sink + 'a),
     ) -> Tx<'a> {
         Tx {
             tx,
-            cfg,
+            config,
             now_ms,
             sink: RefCell::new(sink),
         }
@@ -90,7 +90,7 @@ impl<'a> Tx<'a> {
     where
         T: serde::Serialize + serde::de::DeserializeOwned,
     {
-        let (payload, opts) = opts.typed(value, self.cfg.encoding)?;
+        let (payload, opts) = opts.typed(value, self.config.encoding)?;
         self.enqueue(&payload, opts)
     }
 
@@ -103,7 +103,7 @@ impl<'a> Tx<'a> {
         &self,
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
     ) -> Result<Vec<Enqueued>> {
-        self.enqueue_batch_with(&self.cfg, jobs)
+        self.enqueue_batch_with(&self.config, jobs)
     }
 
     /// Enqueues a job in another queue of the same file (a [`Queue::named`](crate::Queue::named)
@@ -119,22 +119,22 @@ impl<'a> Tx<'a> {
         payload: &[u8],
         opts: EnqueueOptions,
     ) -> Result<Enqueued> {
-        let cfg = queue.config();
-        if cfg.committer_id != self.cfg.committer_id {
+        let config = queue.config();
+        if config.committer_id != self.config.committer_id {
             return Err(Error::invalid_option("queue", "a queue of another file"));
         }
-        let mut out = self.enqueue_batch_with(&cfg, [(payload, opts)])?;
+        let mut out = self.enqueue_batch_with(&config, [(payload, opts)])?;
         debug_assert_eq!(out.len(), 1);
         Ok(out.remove(0))
     }
 
     fn enqueue_batch_with<'p>(
         &self,
-        cfg: &QueueConfig,
+        config: &QueueConfig,
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
     ) -> Result<Vec<Enqueued>> {
-        let records = store::new_records(cfg, self.now_ms, jobs)?;
-        self.sink.borrow_mut().put(cfg.tables, &records)
+        let records = store::new_records(config, self.now_ms, jobs)?;
+        self.sink.borrow_mut().put(config.tables, &records)
     }
 }
 

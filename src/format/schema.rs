@@ -19,7 +19,7 @@ pub(crate) type QuarantineValue = (u64, &'static str, &'static [u8]);
 #[derive(Debug)]
 pub(crate) struct QueueTables {
     /// The queue's number: 0 for the default queue.
-    pub qid: u32,
+    pub queue_number: u32,
     jobs: &'static str,
     ready: &'static str,
     scheduled: &'static str,
@@ -38,7 +38,7 @@ pub(crate) struct QueueTables {
 
 /// The default queue's tables.
 pub(crate) static DEFAULT_TABLES: QueueTables = QueueTables {
-    qid: 0,
+    queue_number: 0,
     jobs: "leaseq_jobs",
     ready: "leaseq_ready",
     scheduled: "leaseq_scheduled",
@@ -58,24 +58,24 @@ pub(crate) static DEFAULT_TABLES: QueueTables = QueueTables {
 impl QueueTables {
     /// The tables of named queue number `qid` (at least 1). Their names are made once per
     /// number and kept for the life of the process (at most `QUEUES_MAX` sets).
-    pub(crate) fn named(qid: u32) -> &'static QueueTables {
+    pub(crate) fn named(queue_number: u32) -> &'static QueueTables {
         use std::collections::HashMap;
         use std::sync::{Mutex, OnceLock};
         static NAMED: OnceLock<Mutex<HashMap<u32, &'static QueueTables>>> = OnceLock::new();
         debug_assert!(
-            (1..=crate::limits::QUEUES_MAX).contains(&qid),
-            "queue number {qid}"
+            (1..=crate::limits::QUEUES_MAX).contains(&queue_number),
+            "queue number {queue_number}"
         );
         let mut map = NAMED
             .get_or_init(Default::default)
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.entry(qid).or_insert_with(|| {
+        map.entry(queue_number).or_insert_with(|| {
             let name = |suffix: &str| -> &'static str {
-                Box::leak(format!("leaseq_q{qid}_{suffix}").into_boxed_str())
+                Box::leak(format!("leaseq_q{queue_number}_{suffix}").into_boxed_str())
             };
             Box::leak(Box::new(QueueTables {
-                qid,
+                queue_number,
                 jobs: name("jobs"),
                 ready: name("ready"),
                 scheduled: name("scheduled"),

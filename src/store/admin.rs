@@ -15,30 +15,30 @@ use super::validate::damaged;
 
 pub(crate) fn requeue_dead(
     ctx: &mut Ctx<'_>,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     id: u64,
     now_ms: u64,
 ) -> Verdict<()> {
-    let mut t = Tables::open(ctx, tq)?;
-    let mut rec = match t.row(id)? {
-        Row::Good(rec) => rec,
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    let mut record = match tx_tables.row(id)? {
+        Row::Good(record) => record,
         Row::Damaged(why) => return refuse(damaged(id, &why)),
         Row::Missing => return refuse(Error::JobNotFound { job_id: JobId(id) }),
     };
-    if rec.state != StoredState::Dead {
+    if record.state != StoredState::Dead {
         return refuse(Error::InvalidState {
             job_id: JobId(id),
-            actual: rec.state.job_state(),
+            actual: record.state.job_state(),
             expected: "Dead",
         });
     }
-    ctx.wake(t.tq.qid);
-    t.unindex(id, &rec)?;
-    rec.attempts = 0;
-    rec.run_at_ms = now_ms;
-    rec.seq = ctx.alloc_seq();
-    rec.state = StoredState::Ready;
-    t.put(id, &rec).map(Ok)
+    ctx.wake(tx_tables.tables.queue_number);
+    tx_tables.unindex(id, &record)?;
+    record.attempts = 0;
+    record.run_at_ms = now_ms;
+    record.seq = ctx.alloc_seq();
+    record.state = StoredState::Ready;
+    tx_tables.put(id, &record).map(Ok)
 }
 
 /// Deletes a job that is not leased (scheduled, ready or dead), releasing its dedup key. A
@@ -48,15 +48,15 @@ pub(crate) fn requeue_dead(
 /// can find it), and a dead-letter entry naming no job.
 pub(crate) fn remove(
     ctx: &mut Ctx<'_>,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     id: u64,
     now_ms: u64,
 ) -> Verdict<()> {
-    let mut t = Tables::open(ctx, tq)?;
-    match t.row(id)? {
-        Row::Good(rec) => {
-            if let StoredState::Leased { deadline_ms, .. } = rec.state
-                && t.leases()?.get((deadline_ms, id))?.is_some()
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    match tx_tables.row(id)? {
+        Row::Good(record) => {
+            if let StoredState::Leased { deadline_ms, .. } = record.state
+                && tx_tables.leases()?.get((deadline_ms, id))?.is_some()
             {
                 return refuse(Error::InvalidState {
                     job_id: JobId(id),
@@ -64,41 +64,41 @@ pub(crate) fn remove(
                     expected: "Scheduled, Ready or Dead",
                 });
             }
-            t.delete(id, &rec, now_ms).map(Ok)
+            tx_tables.delete(id, &record, now_ms).map(Ok)
         }
         Row::Damaged(_) => {
-            t.ready_mut()?.retain(|(_, _, j), ()| j != id)?;
-            t.scheduled_mut()?.retain(|(_, j), ()| j != id)?;
-            t.leases_mut()?.retain(|(_, j), ()| j != id)?;
-            t.dead_mut()?.remove(id)?;
-            t.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
-            t.drop_keys_of(id)?;
-            t.jobs_mut().remove(id)?;
-            t.payloads_mut()?.remove(id)?;
+            tx_tables.ready_mut()?.retain(|(_, _, j), ()| j != id)?;
+            tx_tables.scheduled_mut()?.retain(|(_, j), ()| j != id)?;
+            tx_tables.leases_mut()?.retain(|(_, j), ()| j != id)?;
+            tx_tables.dead_mut()?.remove(id)?;
+            tx_tables.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
+            tx_tables.drop_keys_of(id)?;
+            tx_tables.jobs_mut().remove(id)?;
+            tx_tables.payloads_mut()?.remove(id)?;
             Ok(Ok(()))
         }
         Row::Missing => {
             // Looked up before anything is written: a refusal writes nothing.
-            let quarantined = match ctx.tx.open_table(tq.quarantine()) {
+            let quarantined = match ctx.tx.open_table(tables.quarantine()) {
                 Ok(q) => q.get(id)?.is_some(),
                 Err(redb::TableError::TableDoesNotExist(_)) => false,
                 Err(e) => return Err(e.into()),
             };
             // A dead-letter entry naming no job is found by its id alone (the other indexes
             // are keyed by time or place: a pass that meets such an entry drops it).
-            let stray_dead = t.dead()?.get(id)?.is_some();
+            let stray_dead = tx_tables.dead()?.get(id)?.is_some();
             if !quarantined && !stray_dead {
                 return refuse(Error::JobNotFound { job_id: JobId(id) });
             }
             if quarantined {
                 ctx.mark_written();
-                ctx.tx.open_table(tq.quarantine())?.remove(id)?;
-                t.drop_keys_of(id)?;
-                t.payloads_mut()?.remove(id)?;
+                ctx.tx.open_table(tables.quarantine())?.remove(id)?;
+                tx_tables.drop_keys_of(id)?;
+                tx_tables.payloads_mut()?.remove(id)?;
             }
             if stray_dead {
-                t.dead_mut()?.remove(id)?;
-                t.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
+                tx_tables.dead_mut()?.remove(id)?;
+                tx_tables.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
             }
             Ok(Ok(()))
         }
@@ -111,7 +111,7 @@ pub(crate) fn remove(
 /// Returns how many jobs were purged or requeued, and whether entries are left.
 pub(crate) fn bulk_by_state(
     ctx: &mut Ctx<'_>,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     state: JobState,
     action: BulkAction,
     now_ms: u64,
@@ -119,10 +119,10 @@ pub(crate) fn bulk_by_state(
 ) -> Result<(u64, bool)> {
     debug_assert!(state != JobState::Leased);
     debug_assert!(action == BulkAction::Purge || state == JobState::Dead);
-    let mut t = Tables::open(ctx, tq)?;
+    let mut tx_tables = Tables::open(ctx, tables)?;
     // (job id, its index key) of the first `max + 1` entries (one more tells if more are left).
     let ids: Vec<(u64, IndexKey)> = match state {
-        JobState::Ready => t
+        JobState::Ready => tx_tables
             .ready()?
             .iter()?
             .take(max + 1)
@@ -133,13 +133,13 @@ pub(crate) fn bulk_by_state(
                 })
             })
             .collect::<Result<_, _>>()?,
-        JobState::Scheduled => t
+        JobState::Scheduled => tx_tables
             .scheduled()?
             .iter()?
             .take(max + 1)
             .map(|e| e.map(|(k, _)| (k.value().1, (k.value().0, k.value().1, 0))))
             .collect::<Result<_, _>>()?,
-        JobState::Dead => t
+        JobState::Dead => tx_tables
             .dead()?
             .iter()?
             .take(max + 1)
@@ -150,20 +150,20 @@ pub(crate) fn bulk_by_state(
     let more = ids.len() > max;
     let mut done = 0;
     for &(id, key) in ids.iter().take(max) {
-        match t.row(id)? {
-            Row::Good(mut rec) if rec.state.job_state() == state => match action {
+        match tx_tables.row(id)? {
+            Row::Good(mut record) if record.state.job_state() == state => match action {
                 BulkAction::Purge => {
-                    t.delete(id, &rec, now_ms)?;
+                    tx_tables.delete(id, &record, now_ms)?;
                     done += 1;
                 }
                 BulkAction::Requeue => {
-                    ctx.wake(t.tq.qid);
-                    t.unindex(id, &rec)?;
-                    rec.attempts = 0;
-                    rec.run_at_ms = now_ms;
-                    rec.seq = ctx.alloc_seq();
-                    rec.state = StoredState::Ready;
-                    t.put(id, &rec)?;
+                    ctx.wake(tx_tables.tables.queue_number);
+                    tx_tables.unindex(id, &record)?;
+                    record.attempts = 0;
+                    record.run_at_ms = now_ms;
+                    record.seq = ctx.alloc_seq();
+                    record.state = StoredState::Ready;
+                    tx_tables.put(id, &record)?;
                     done += 1;
                 }
             },
@@ -171,17 +171,19 @@ pub(crate) fn bulk_by_state(
                 // The entry does not match its row: drop it, then settle the row.
                 match state {
                     JobState::Ready => {
-                        t.ready_mut()?.remove((key.0 as u32, key.1, key.2))?;
+                        tx_tables
+                            .ready_mut()?
+                            .remove((key.0 as u32, key.1, key.2))?;
                     }
                     JobState::Scheduled => {
-                        t.scheduled_mut()?.remove((key.0, key.1))?;
+                        tx_tables.scheduled_mut()?.remove((key.0, key.1))?;
                     }
                     _ => {
-                        t.dead_mut()?.remove(id)?;
-                        t.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
+                        tx_tables.dead_mut()?.remove(id)?;
+                        tx_tables.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
                     }
                 }
-                t.repair_stray_entry(id, row, now_ms)?;
+                tx_tables.repair_stray_entry(id, row, now_ms)?;
             }
         }
     }

@@ -25,22 +25,24 @@ pub(crate) fn check_file(db: &redb::Database) -> Result<Vec<Violation>> {
     // Reverse: every queue's tables belong to a registered queue.
     for table in rtx.list_tables()? {
         let name = table.name().to_string();
-        if let Some(qid) = QueueTables::number_in(&name)
-            && !named.iter().any(|(_, n)| *n == qid)
+        if let Some(queue_number) = QueueTables::number_in(&name)
+            && !named.iter().any(|(_, n)| *n == queue_number)
             && out.len() < VIOLATIONS_MAX
         {
             out.push(Violation {
                 job_id: None,
-                detail: format!("table {name} of queue number {qid}, which is not registered"),
+                detail: format!(
+                    "table {name} of queue number {queue_number}, which is not registered"
+                ),
             });
         }
     }
-    for (name, qid) in &named {
-        named_tables_present(&rtx, name, QueueTables::named(*qid))?;
+    for (name, queue_number) in &named {
+        named_tables_present(&rtx, name, QueueTables::named(*queue_number))?;
     }
     drop(rtx);
-    for (name, qid) in named {
-        for mut v in check(db, QueueTables::named(qid))? {
+    for (name, queue_number) in named {
+        for mut v in check(db, QueueTables::named(queue_number))? {
             if out.len() >= VIOLATIONS_MAX {
                 return Ok(out);
             }
@@ -88,22 +90,22 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    fn open(rtx: &ReadTransaction, tq: &'static QueueTables) -> Result<Snapshot> {
+    fn open(rtx: &ReadTransaction, tables: &'static QueueTables) -> Result<Snapshot> {
         Ok(Snapshot {
-            jobs: rtx.open_table(tq.jobs())?,
-            ready: rtx.open_table(tq.ready())?,
-            scheduled: rtx.open_table(tq.scheduled())?,
-            leases: rtx.open_table(tq.leases())?,
-            dead: rtx.open_table(tq.dead())?,
-            dead_by_time: rtx.open_table(tq.dead_by_time())?,
-            dedup: rtx.open_table(tq.dedup())?,
-            dedup_windows: rtx.open_table(tq.dedup_windows())?,
-            dedup_expiry: rtx.open_table(tq.dedup_expiry())?,
-            applied: rtx.open_table(tq.applied())?,
-            applied_by_time: rtx.open_table(tq.applied_by_time())?,
-            carriers: rtx.open_table(tq.idem_jobs())?,
-            payloads: rtx.open_table(tq.payloads())?,
-            quarantine: quarantine_table(rtx, tq)?,
+            jobs: rtx.open_table(tables.jobs())?,
+            ready: rtx.open_table(tables.ready())?,
+            scheduled: rtx.open_table(tables.scheduled())?,
+            leases: rtx.open_table(tables.leases())?,
+            dead: rtx.open_table(tables.dead())?,
+            dead_by_time: rtx.open_table(tables.dead_by_time())?,
+            dedup: rtx.open_table(tables.dedup())?,
+            dedup_windows: rtx.open_table(tables.dedup_windows())?,
+            dedup_expiry: rtx.open_table(tables.dedup_expiry())?,
+            applied: rtx.open_table(tables.applied())?,
+            applied_by_time: rtx.open_table(tables.applied_by_time())?,
+            carriers: rtx.open_table(tables.idem_jobs())?,
+            payloads: rtx.open_table(tables.payloads())?,
+            quarantine: quarantine_table(rtx, tables)?,
         })
     }
 
@@ -134,11 +136,11 @@ struct StoredCounters {
 /// ways; dedup entries point at the job that holds the key; counters are ahead of every id and
 /// token. Memory stays bounded: reverse checks look each index entry up instead of collecting
 /// ids.
-pub(crate) fn check(db: &redb::Database, tq: &'static QueueTables) -> Result<Vec<Violation>> {
+pub(crate) fn check(db: &redb::Database, tables: &'static QueueTables) -> Result<Vec<Violation>> {
     let rtx = db.begin_read()?;
     let mut found = Found::default();
     let counters = check_meta(&rtx, &mut found)?;
-    let snap = Snapshot::open(&rtx, tq)?;
+    let snap = Snapshot::open(&rtx, tables)?;
     let counts = check_rows(&snap, &counters, &mut found)?;
     check_index_sizes(&snap, counts, &mut found)?;
     check_payload_rows(&snap, &mut found)?;
@@ -191,24 +193,24 @@ fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> 
         if id == 0 || id >= next_id {
             found.add(Some(id), format!("id not below next_id {next_id}"));
         }
-        let rec = match JobRecord::decode(val.value()) {
+        let record = match JobRecord::decode(val.value()) {
             Ok(r) => r,
             Err(e) => {
                 found.add(Some(id), format!("record does not decode: {e}"));
                 continue;
             }
         };
-        check_payload_place(snap, id, &rec, found)?;
-        let indexed = match rec.state {
+        check_payload_place(snap, id, &record, found)?;
+        let indexed = match record.state {
             StoredState::Ready => {
                 counts[0] += 1;
                 snap.ready
-                    .get((priority_rank(rec.priority), rec.seq, id))?
+                    .get((priority_rank(record.priority), record.seq, id))?
                     .is_some()
             }
             StoredState::Scheduled => {
                 counts[1] += 1;
-                snap.scheduled.get((rec.run_at_ms, id))?.is_some()
+                snap.scheduled.get((record.run_at_ms, id))?.is_some()
             }
             StoredState::Leased { token, deadline_ms } => {
                 counts[2] += 1;
@@ -223,16 +225,16 @@ fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> 
             StoredState::Dead => {
                 counts[3] += 1;
                 snap.dead.get(id)?.is_some()
-                    && snap.dead_by_time.get((rec.run_at_ms, id))?.is_some()
+                    && snap.dead_by_time.get((record.run_at_ms, id))?.is_some()
             }
         };
         if !indexed {
             found.add(
                 Some(id),
-                format!("{:?} but missing from its index", rec.state.job_state()),
+                format!("{:?} but missing from its index", record.state.job_state()),
             );
         }
-        if let Some(k) = rec.idempotency_key.as_deref()
+        if let Some(k) = record.idempotency_key.as_deref()
             && snap.carriers.get((marker_key(k).as_slice(), id))?.is_none()
         {
             found.add(
@@ -241,8 +243,8 @@ fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> 
             );
         }
         // A key held by a window may have been released (window ended) or taken over.
-        if let Some(key) = &rec.dedup_key
-            && rec.dedup_window_ms.is_none()
+        if let Some(key) = &record.dedup_key
+            && record.dedup_window_ms.is_none()
             && snap.dedup.get(key.as_slice())?.map(|g| g.value()) != Some(id)
         {
             found.add(
@@ -256,9 +258,14 @@ fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> 
 
 /// A payload above the inline limit is stored apart, and a payload stored apart has its row,
 /// which matches the record's length and checksum.
-fn check_payload_place(snap: &Snapshot, id: u64, rec: &JobRecord, found: &mut Found) -> Result<()> {
-    match &rec.payload_apart {
-        None if rec.payload.len() > PAYLOAD_INLINE_MAX => {
+fn check_payload_place(
+    snap: &Snapshot,
+    id: u64,
+    record: &JobRecord,
+    found: &mut Found,
+) -> Result<()> {
+    match &record.payload_apart {
+        None if record.payload.len() > PAYLOAD_INLINE_MAX => {
             found.add(
                 Some(id),
                 "a payload above the inline limit is inline".into(),

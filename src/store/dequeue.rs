@@ -17,42 +17,54 @@ use super::{Delivery, QueueConfig};
 /// Promotes due scheduled jobs and reclaims expired leases, at most `SWEEP_MAX` of each. An
 /// entry whose row is damaged or disagrees is settled (quarantined, dropped) and the sweep
 /// goes on.
-fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, cfg: &QueueConfig, now_ms: u64) -> Result<()> {
-    if let Some(retention_ms) = cfg.dead_retention_ms {
-        prune_dead(t, now_ms, retention_ms, PRUNE_PER_ACK_MAX)?;
+fn sweep(
+    tx_tables: &mut Tables<'_>,
+    ctx: &mut Ctx<'_>,
+    config: &QueueConfig,
+    now_ms: u64,
+) -> Result<()> {
+    if let Some(retention_ms) = config.dead_retention_ms {
+        prune_dead(tx_tables, now_ms, retention_ms, PRUNE_PER_ACK_MAX)?;
     }
-    let due: Vec<(u64, u64)> = t
+    let due: Vec<(u64, u64)> = tx_tables
         .scheduled()?
         .range(..=(now_ms, u64::MAX))?
         .take(SWEEP_MAX)
         .map(|e| e.map(|(k, _)| k.value()))
         .collect::<Result<_, _>>()?;
     for (run_at_ms, id) in due {
-        ctx.wake(t.tq.qid);
-        match t.row(id)? {
-            Row::Good(mut rec)
-                if rec.state == StoredState::Scheduled && rec.run_at_ms == run_at_ms =>
+        ctx.wake(tx_tables.tables.queue_number);
+        match tx_tables.row(id)? {
+            Row::Good(mut record)
+                if record.state == StoredState::Scheduled && record.run_at_ms == run_at_ms =>
             {
-                t.unindex(id, &rec)?;
-                rec.seq = ctx.alloc_seq();
-                rec.state = StoredState::Ready;
-                t.put(id, &rec)?;
+                tx_tables.unindex(id, &record)?;
+                record.seq = ctx.alloc_seq();
+                record.state = StoredState::Ready;
+                tx_tables.put(id, &record)?;
             }
             row => {
-                t.scheduled_mut()?.remove((run_at_ms, id))?;
-                t.repair_stray_entry(id, row, now_ms)?;
+                tx_tables.scheduled_mut()?.remove((run_at_ms, id))?;
+                tx_tables.repair_stray_entry(id, row, now_ms)?;
             }
         }
     }
-    let expired: Vec<(u64, u64)> = t
+    let expired: Vec<(u64, u64)> = tx_tables
         .leases()?
         .range(..=(now_ms, u64::MAX))?
         .take(SWEEP_MAX)
         .map(|e| e.map(|(k, _)| k.value()))
         .collect::<Result<_, _>>()?;
     for (deadline_ms, id) in expired {
-        ctx.wake(t.tq.qid);
-        end_lease_entry(t, ctx, (deadline_ms, id), REASON_EXPIRED, Some(cfg), now_ms)?;
+        ctx.wake(tx_tables.tables.queue_number);
+        end_lease_entry(
+            tx_tables,
+            ctx,
+            (deadline_ms, id),
+            REASON_EXPIRED,
+            Some(config),
+            now_ms,
+        )?;
     }
     Ok(())
 }
@@ -60,14 +72,14 @@ fn sweep(t: &mut Tables<'_>, ctx: &mut Ctx<'_>, cfg: &QueueConfig, now_ms: u64) 
 /// Sweeps, then leases up to `max` ready jobs in queue order.
 pub(crate) fn dequeue(
     ctx: &mut Ctx<'_>,
-    cfg: &QueueConfig,
+    config: &QueueConfig,
     now_ms: u64,
     max: usize,
 ) -> Result<Vec<Delivery>> {
-    let tq = cfg.tables;
+    let tables = config.tables;
     debug_assert!((1..=crate::limits::BATCH_MAX).contains(&max));
-    let mut t = Tables::open(ctx, tq)?;
-    sweep(&mut t, ctx, cfg, now_ms)?;
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    sweep(&mut tx_tables, ctx, config, now_ms)?;
     let mut out = Vec::with_capacity(max);
     // Entries whose row is damaged or does not match: settled below. Each is settled once (its
     // entry removed), so however much damage lies ahead of the first good job, the loop ends,
@@ -79,7 +91,7 @@ pub(crate) fn dequeue(
     let mut budget_reached = false;
     while out.len() < max && !budget_reached {
         // The first entries still wanted, in queue order.
-        let mut firsts: Vec<(u32, u64, u64)> = t
+        let mut firsts: Vec<(u32, u64, u64)> = tx_tables
             .ready()?
             .iter()?
             .take(max - out.len())
@@ -95,46 +107,46 @@ pub(crate) fn dequeue(
         // `get_mut` copies the row's page for writing, whether or not the row is leased.
         let mut slots = Vec::with_capacity(firsts.len());
         for (i, &(rank, seq, id)) in firsts.iter().enumerate() {
-            let Some(mut row) = t.jobs_mut().get_mut(id)? else {
+            let Some(mut row) = tx_tables.jobs_mut().get_mut(id)? else {
                 slots.push(Taken::Stray);
                 continue;
             };
-            let mut rec = match JobRecord::decode(row.value()) {
-                Ok(rec)
-                    if rec.state == StoredState::Ready
-                        && priority_rank(rec.priority) == rank
-                        && rec.seq == seq =>
+            let mut record = match JobRecord::decode(row.value()) {
+                Ok(record)
+                    if record.state == StoredState::Ready
+                        && priority_rank(record.priority) == rank
+                        && record.seq == seq =>
                 {
-                    rec
+                    record
                 }
                 _ => {
                     slots.push(Taken::Stray);
                     continue;
                 }
             };
-            let size = rec.payload_len();
+            let size = record.payload_len();
             let taken_any = !out.is_empty() || slots.iter().any(|s| !matches!(s, Taken::Stray));
-            if taken_any && bytes.saturating_add(size) > cfg.dequeue_batch_bytes {
+            if taken_any && bytes.saturating_add(size) > config.dequeue_batch_bytes {
                 firsts.truncate(i);
                 budget_reached = true;
                 break;
             }
             bytes = bytes.saturating_add(size);
             // Tokens in queue order, whatever the payloads.
-            let mut leased = lease_record(ctx, cfg, now_ms, id, &mut rec);
-            if rec.payload_apart.is_some() {
+            let mut leased = lease_record(ctx, config, now_ms, id, &mut record);
+            if record.payload_apart.is_some() {
                 // Its payload is read (and checked) below, before its lease is written.
-                slots.push(Taken::Apart(rec, leased));
+                slots.push(Taken::Apart(record, leased));
                 continue;
             }
-            rec.validate()?;
-            row.insert(rec.encode()?.as_slice())?;
+            record.validate()?;
+            row.insert(record.encode()?.as_slice())?;
             drop(row);
-            if !t.index(id, &rec)? {
+            if !tx_tables.index(id, &record)? {
                 tracing::warn!(job_id = id, "leaseq: index entry was already present");
             }
-            leased.idempotency_key = rec.idempotency_key;
-            leased.payload = rec.payload;
+            leased.idempotency_key = record.idempotency_key;
+            leased.payload = record.payload;
             slots.push(Taken::Leased(leased));
         }
         // Then the ready entries removed: one at a time for one, in one pass for more (a
@@ -143,11 +155,11 @@ pub(crate) fn dequeue(
             // The budget cuts before the first row only when something was taken already.
             [] => break,
             [one] => {
-                t.ready_mut()?.remove(*one)?;
+                tx_tables.ready_mut()?.remove(*one)?;
             }
             [.., last] => {
                 let mut removed = 0;
-                t.ready_mut()?.retain_in(..=*last, |_, ()| {
+                tx_tables.ready_mut()?.retain_in(..=*last, |_, ()| {
                     removed += 1;
                     false
                 })?;
@@ -165,21 +177,21 @@ pub(crate) fn dequeue(
             match slot {
                 Taken::Stray => strays.push(id),
                 Taken::Leased(leased) => out.push(leased),
-                Taken::Apart(rec, mut leased) => {
-                    let Some(r) = &rec.payload_apart else {
+                Taken::Apart(record, mut leased) => {
+                    let Some(r) = &record.payload_apart else {
                         unreachable!("an apart slot has its payload apart")
                     };
-                    let payload = match t.apart_payload(id, r)? {
+                    let payload = match tx_tables.apart_payload(id, r)? {
                         Ok(p) => p,
                         Err(why) => {
                             // Its ready entry is gone: the job moves aside whole, the batch
                             // goes on.
-                            t.quarantine(id, &why, now_ms)?;
+                            tx_tables.quarantine(id, &why, now_ms)?;
                             continue;
                         }
                     };
-                    t.put(id, &rec)?;
-                    leased.idempotency_key = rec.idempotency_key;
+                    tx_tables.put(id, &record)?;
+                    leased.idempotency_key = record.idempotency_key;
                     leased.payload = payload;
                     out.push(leased);
                 }
@@ -189,8 +201,8 @@ pub(crate) fn dequeue(
     // Settled after the leases, from the rows as they are now: a stray entry's job may be one
     // this dequeue just leased through its own entry.
     for id in strays {
-        let row = t.row(id)?;
-        t.repair_stray_entry(id, row, now_ms)?;
+        let row = tx_tables.row(id)?;
+        tx_tables.repair_stray_entry(id, row, now_ms)?;
     }
     Ok(out)
 }

@@ -20,29 +20,29 @@ use super::tables::Tables;
 /// import (whose records keep their own `created_ms`), `None` for new records (created now).
 pub(crate) fn enqueue(
     ctx: &mut Ctx<'_>,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     records: &[JobRecord],
     now_ms: Option<u64>,
 ) -> Result<Vec<Enqueued>> {
-    let mut t = Tables::open(ctx, tq)?;
-    enqueue_into(&mut t, ctx, records, now_ms)
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    enqueue_into(&mut tx_tables, ctx, records, now_ms)
 }
 
 /// [`enqueue`] on tables the running operation holds open.
 fn enqueue_into(
-    t: &mut Tables<'_>,
+    tx_tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     records: &[JobRecord],
     now_ms: Option<u64>,
 ) -> Result<Vec<Enqueued>> {
     let mut out = Vec::with_capacity(records.len());
-    for rec in records {
-        let now_ms = now_ms.unwrap_or(rec.created_ms);
-        if let Some(k) = &rec.dedup_key
-            && let Some((owner, by_window)) = t.key_holder(k, now_ms)?
+    for record in records {
+        let now_ms = now_ms.unwrap_or(record.created_ms);
+        if let Some(k) = &record.dedup_key
+            && let Some((owner, by_window)) = tx_tables.key_holder(k, now_ms)?
         {
             // A lookup that found a window ended wrote (it released the key); this did not.
-            let dead = !by_window && t.dead()?.get(owner)?.is_some();
+            let dead = !by_window && tx_tables.dead()?.get(owner)?.is_some();
             out.push(if dead {
                 Enqueued::DuplicateDead(JobId(owner))
             } else {
@@ -51,30 +51,34 @@ fn enqueue_into(
             continue;
         }
         let id = ctx.alloc_id();
-        ctx.wake(t.tq.qid);
-        let mut rec = rec.clone();
-        if rec.state == StoredState::Ready {
-            rec.seq = ctx.alloc_seq();
+        ctx.wake(tx_tables.tables.queue_number);
+        let mut record = record.clone();
+        if record.state == StoredState::Ready {
+            record.seq = ctx.alloc_seq();
         }
-        t.store_payload(id, &mut rec)?;
+        tx_tables.store_payload(id, &mut record)?;
         // An id in use is damage to the counters: the error aborts the whole transaction, so
         // what this wrote over is never committed.
-        t.put_new(id, &rec)?;
-        if let Some(k) = &rec.dedup_key {
+        tx_tables.put_new(id, &record)?;
+        if let Some(k) = &record.dedup_key {
             // Dedup windows past their end go as new keys come, a bounded few per key.
-            prune_windows(t, now_ms, PRUNE_PER_ACK_MAX)?;
-            t.dedup_mut()?.insert(k.as_slice(), id)?;
+            prune_windows(tx_tables, now_ms, PRUNE_PER_ACK_MAX)?;
+            tx_tables.dedup_mut()?.insert(k.as_slice(), id)?;
             // A window runs from the job's creation (an imported job's may be past: a window
             // that already ended holds nothing beyond the live job).
-            if let Some(w) = rec.dedup_window_ms
-                && let end_ms = rec.created_ms.saturating_add(w)
+            if let Some(w) = record.dedup_window_ms
+                && let end_ms = record.created_ms.saturating_add(w)
                 && end_ms > now_ms
             {
-                t.dedup_windows_mut()?.insert(k.as_slice(), end_ms)?;
-                t.dedup_expiry_mut()?.insert((end_ms, k.as_slice()), ())?;
+                tx_tables
+                    .dedup_windows_mut()?
+                    .insert(k.as_slice(), end_ms)?;
+                tx_tables
+                    .dedup_expiry_mut()?
+                    .insert((end_ms, k.as_slice()), ())?;
             }
         }
-        t.carry_key(id, &rec)?;
+        tx_tables.carry_key(id, &record)?;
         out.push(Enqueued::New(JobId(id)));
     }
     Ok(out)
@@ -85,13 +89,14 @@ fn enqueue_into(
 /// ([`write()`]).
 pub(crate) trait Sink {
     /// Adds validated records in order to queue `tq`, as [`enqueue`].
-    fn put(&mut self, tq: &'static QueueTables, records: &[JobRecord]) -> Result<Vec<Enqueued>>;
+    fn put(&mut self, tables: &'static QueueTables, records: &[JobRecord])
+    -> Result<Vec<Enqueued>>;
 }
 
 /// The [`Sink`] of one closure run. A storage error part-way through an enqueue leaves its
 /// writes half done: `broken` then makes the operation fail whatever the closure returns.
 pub(crate) struct TablesSink<'s, 't, 'c> {
-    pub(super) t: &'s mut Tables<'t>,
+    pub(super) tx_tables: &'s mut Tables<'t>,
     pub(super) ctx: &'s mut Ctx<'c>,
     /// The jobs the running operation acks (deletes) when it commits: a dedup key one of them
     /// holds only while live is free for a job enqueued here.
@@ -100,19 +105,23 @@ pub(crate) struct TablesSink<'s, 't, 'c> {
 }
 
 impl Sink for TablesSink<'_, '_, '_> {
-    fn put(&mut self, tq: &'static QueueTables, records: &[JobRecord]) -> Result<Vec<Enqueued>> {
+    fn put(
+        &mut self,
+        tables: &'static QueueTables,
+        records: &[JobRecord],
+    ) -> Result<Vec<Enqueued>> {
         if let Some(why) = &self.broken {
             return Err(Error::Effect(
                 format!("an earlier enqueue in this transaction failed: {why}").into(),
             ));
         }
-        let r = if tq.qid == self.t.tq.qid {
+        let r = if tables.queue_number == self.tx_tables.tables.queue_number {
             self.release_acked_keys(records)
-                .and_then(|()| enqueue_into(self.t, self.ctx, records, None))
+                .and_then(|()| enqueue_into(self.tx_tables, self.ctx, records, None))
         } else {
             // Another queue of the file: its tables, opened for this enqueue only.
-            self.t
-                .open_other(tq)
+            self.tx_tables
+                .open_other(tables)
                 .and_then(|mut other| enqueue_into(&mut other, self.ctx, records, None))
         };
         if let Err(e) = &r {
@@ -130,12 +139,12 @@ impl TablesSink<'_, '_, '_> {
         if self.acked.is_empty() {
             return Ok(());
         }
-        for rec in records {
-            if let Some(k) = &rec.dedup_key
-                && let Some((owner, false)) = self.t.key_holder(k, rec.created_ms)?
+        for record in records {
+            if let Some(k) = &record.dedup_key
+                && let Some((owner, false)) = self.tx_tables.key_holder(k, record.created_ms)?
                 && self.acked.contains(&owner)
             {
-                self.t.dedup_mut()?.remove(k.as_slice())?;
+                self.tx_tables.dedup_mut()?.remove(k.as_slice())?;
             }
         }
         Ok(())
@@ -157,22 +166,22 @@ impl TablesSink<'_, '_, '_> {
 /// call with `Effect`, and the group aborts so nothing of it commits.
 pub(crate) fn write<T>(
     ctx: &mut Ctx<'_>,
-    cfg: &QueueConfig,
+    config: &QueueConfig,
     now_ms: u64,
     f: &mut dyn FnMut(&crate::tx::Tx<'_>) -> Result<T, BoxError>,
 ) -> Result<T> {
-    let tq = cfg.tables;
+    let tables = config.tables;
     let tx = ctx.tx;
     // The caller's writes are unknown to leaseq: the group commits.
     ctx.mark_written();
-    let mut t = Tables::open(ctx, tq)?;
+    let mut tx_tables = Tables::open(ctx, tables)?;
     let mut sink = TablesSink {
-        t: &mut t,
+        tx_tables: &mut tx_tables,
         ctx,
         acked: &[],
         broken: None,
     };
-    let ran = run_closure(|| f(&crate::tx::Tx::new(tx, *cfg, now_ms, &mut sink)));
+    let ran = run_closure(|| f(&crate::tx::Tx::new(tx, *config, now_ms, &mut sink)));
     sink.settle(ran)
 }
 

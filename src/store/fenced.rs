@@ -84,25 +84,25 @@ impl ClosureFailure {
 /// are not held up by it (as SQS's `DeleteMessageBatch` reports each entry).
 pub(crate) fn ack(
     ctx: &mut Ctx<'_>,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     leases: &[(u64, u64)],
     now_ms: u64,
 ) -> Result<Vec<Result<()>>> {
-    let mut t = Tables::open(ctx, tq)?;
+    let mut tx_tables = Tables::open(ctx, tables)?;
     let mut out = Vec::with_capacity(leases.len());
     let (mut keys, mut records) = (Vec::new(), Vec::new());
     for &(id, token) in leases {
-        match t.lease_of(id, token)? {
-            Ok(rec) => {
+        match tx_tables.lease_of(id, token)? {
+            Ok(record) => {
                 keys.push((id, token));
-                records.push(rec);
+                records.push(record);
                 out.push(Ok(()));
             }
             Err(e) => out.push(Err(e)),
         }
     }
     if !keys.is_empty() {
-        t.delete_leased(&keys, &records, now_ms)?;
+        tx_tables.delete_leased(&keys, &records, now_ms)?;
     }
     Ok(out)
 }
@@ -133,25 +133,25 @@ pub(crate) enum EffectCall<'f, 'e> {
 pub(crate) fn ack_with(
     ctx: &mut Ctx<'_>,
     leases: &[(u64, u64)],
-    cfg: &QueueConfig,
+    config: &QueueConfig,
     now_ms: u64,
     failed: &[Option<ClosureFailure>],
     effect: &mut EffectCall<'_, '_>,
 ) -> Result<Vec<Result<Applied>>> {
-    let tq = cfg.tables;
+    let tables = config.tables;
     debug_assert_eq!(leases.len(), failed.len());
     let tx = ctx.tx;
-    let mut t = Tables::open(ctx, tq)?;
+    let mut tx_tables = Tables::open(ctx, tables)?;
     // Every leaseq table is held open while closures run, so redb refuses a closure that
     // opens one (lazy opening would leave the unused index tables open to it).
-    t.open_all()?;
-    let mut applied = tx.open_table(tq.applied())?;
+    tx_tables.open_all()?;
+    let mut applied = tx.open_table(tables.applied())?;
     // Held open (unused) so a closure that opens `leaseq_meta` is refused by redb as well.
     let _meta = tx.open_table(META)?;
     let mut out = Vec::with_capacity(leases.len());
     let (mut keys, mut records) = (Vec::new(), Vec::new());
     // Held open (as every leaseq table) while closures run.
-    let mut by_time = tx.open_table(tq.applied_by_time())?;
+    let mut by_time = tx.open_table(tables.applied_by_time())?;
     let mut new_markers = 0;
     // With `EffectCall::All`, the leases whose effect runs (once, after the loop).
     let mut pending = Vec::new();
@@ -163,7 +163,7 @@ pub(crate) fn ack_with(
     // new ids). A job named by two leases of the batch is read again at each.
     let mut read: Vec<Option<Result<JobRecord>>> = Vec::with_capacity(leases.len());
     for (i, &(id, token)) in leases.iter().enumerate() {
-        let found = t.lease_of(id, token)?;
+        let found = tx_tables.lease_of(id, token)?;
         if failed[i].is_none() && found.is_ok() {
             acked.push(id);
         }
@@ -179,27 +179,29 @@ pub(crate) fn ack_with(
     for (i, &(id, token)) in leases.iter().enumerate() {
         let found = match read[i].take() {
             Some(found) => found,
-            None => t.lease_of(id, token)?,
+            None => tx_tables.lease_of(id, token)?,
         };
-        let rec = match found {
-            Ok(rec) => rec,
+        let record = match found {
+            Ok(record) => record,
             Err(e) => {
                 out.push(Err(e));
                 continue;
             }
         };
         if let Some(f) = &failed[i] {
-            ctx.wake(t.tq.qid);
+            ctx.wake(tx_tables.tables.queue_number);
             match f.how {
                 GiveBack::Retry(backoff_ms) => {
                     let at_ms = match backoff_ms {
                         Some(b) => now_ms.saturating_add(b),
-                        None => retry_at_ms(cfg, id, &rec, now_ms),
+                        None => retry_at_ms(config, id, &record, now_ms),
                     };
-                    t.end_attempt(ctx, id, rec, &f.reason, now_ms, at_ms)?;
+                    tx_tables.end_attempt(ctx, id, record, &f.reason, now_ms, at_ms)?;
                 }
-                GiveBack::Snooze(delay_ms) => t.snooze_leased(ctx, id, rec, now_ms, delay_ms)?,
-                GiveBack::Fail => t.fail_leased(id, rec, &f.reason, now_ms)?,
+                GiveBack::Snooze(delay_ms) => {
+                    tx_tables.snooze_leased(ctx, id, record, now_ms, delay_ms)?
+                }
+                GiveBack::Fail => tx_tables.fail_leased(id, record, &f.reason, now_ms)?,
             }
             out.push(Err(Error::Effect(f.reason.clone().into())));
             continue;
@@ -207,7 +209,7 @@ pub(crate) fn ack_with(
         // Only a caller's idempotency key gets a marker. A job without one is keyed by its
         // own id, and that marker would guard nothing: ids are never reused, and the effect
         // and the removal of the job commit together, so no later delivery can ask.
-        let key = rec.idempotency_key.as_deref().map(marker_key);
+        let key = record.idempotency_key.as_deref().map(marker_key);
         let already = match &key {
             Some(k) => applied.get(k.as_slice())?.is_some(),
             None => false,
@@ -222,20 +224,20 @@ pub(crate) fn ack_with(
                 // aborts cleanly.
                 EffectCall::Each(f) => {
                     let mut sink = TablesSink {
-                        t: &mut t,
+                        tx_tables: &mut tx_tables,
                         ctx,
                         acked: &acked,
                         broken: None,
                     };
                     let ran =
-                        run_closure(|| f(&crate::tx::Tx::new(tx, *cfg, now_ms, &mut sink), i));
+                        run_closure(|| f(&crate::tx::Tx::new(tx, *config, now_ms, &mut sink), i));
                     sink.settle(ran)?;
                 }
                 // Run once below, for every lease that needs it.
                 EffectCall::All(_) => pending.push(i),
             }
             if let Some(k) = &key {
-                t.mark_written();
+                tx_tables.mark_written();
                 applied.insert(k.as_slice(), now_ms)?;
                 by_time.insert((now_ms, k.as_slice()), ())?;
                 new_markers += 1;
@@ -243,30 +245,35 @@ pub(crate) fn ack_with(
             out.push(Ok(Applied::Now));
         }
         keys.push((id, token));
-        records.push(rec);
+        records.push(record);
     }
     if let EffectCall::All(f) = effect
         && !pending.is_empty()
     {
         let mut sink = TablesSink {
-            t: &mut t,
+            tx_tables: &mut tx_tables,
             ctx,
             acked: &acked,
             broken: None,
         };
-        let ran = run_closure(|| f(&crate::tx::Tx::new(tx, *cfg, now_ms, &mut sink), &pending));
+        let ran = run_closure(|| {
+            f(
+                &crate::tx::Tx::new(tx, *config, now_ms, &mut sink),
+                &pending,
+            )
+        });
         sink.settle(ran)?;
     }
     if !keys.is_empty() {
-        t.delete_leased(&keys, &records, now_ms)?;
+        tx_tables.delete_leased(&keys, &records, now_ms)?;
     }
     // Markers past their retention go as new ones come, a bounded few per new one.
     if new_markers > 0
-        && let Some(retention_ms) = cfg.applied_retention_ms
+        && let Some(retention_ms) = config.applied_retention_ms
     {
         let max = PRUNE_PER_ACK_MAX * new_markers;
         prune_applied(
-            &mut t,
+            &mut tx_tables,
             &mut applied,
             &mut by_time,
             now_ms,
@@ -285,9 +292,9 @@ pub(crate) fn ack_with(
 
 /// The record of lease `(id, token)`, or the refusal, as the first step of a call on it.
 macro_rules! lease_or_refuse {
-    ($t:expr, $id:expr, $token:expr) => {
-        match $t.lease_of($id, $token)? {
-            Ok(rec) => rec,
+    ($tx_tables:expr, $id:expr, $token:expr) => {
+        match $tx_tables.lease_of($id, $token)? {
+            Ok(record) => record,
             Err(refusal) => return refuse(refusal),
         }
     };
@@ -297,24 +304,26 @@ macro_rules! lease_or_refuse {
 /// retry policy's delay when `None`; dead when out of attempts.
 pub(crate) fn nack(
     ctx: &mut Ctx<'_>,
-    cfg: &QueueConfig,
+    config: &QueueConfig,
     (id, token): (u64, u64),
     now_ms: u64,
     backoff_ms: Option<u64>,
     reason: &str,
 ) -> Verdict<JobState> {
-    let tq = cfg.tables;
-    let mut t = Tables::open(ctx, tq)?;
-    let rec = lease_or_refuse!(t, id, token);
+    let tables = config.tables;
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    let record = lease_or_refuse!(tx_tables, id, token);
     let at = match backoff_ms {
         Some(b) => match now_ms.checked_add(b) {
             Some(at) => at,
             None => return refuse(Error::invalid_option("backoff", "due time overflows")),
         },
-        None => retry_at_ms(cfg, id, &rec, now_ms),
+        None => retry_at_ms(config, id, &record, now_ms),
     };
-    ctx.wake(t.tq.qid);
-    t.end_attempt(ctx, id, rec, reason, now_ms, at).map(Ok)
+    ctx.wake(tx_tables.tables.queue_number);
+    tx_tables
+        .end_attempt(ctx, id, record, reason, now_ms, at)
+        .map(Ok)
 }
 
 /// Gives a leased job back without charging its attempt: due at `now_ms + delay_ms` (ready
@@ -322,34 +331,36 @@ pub(crate) fn nack(
 /// dead-letters; the last error is kept as it was.
 pub(crate) fn snooze(
     ctx: &mut Ctx<'_>,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     (id, token): (u64, u64),
     now_ms: u64,
     delay_ms: u64,
 ) -> Verdict<()> {
-    let mut t = Tables::open(ctx, tq)?;
-    let rec = lease_or_refuse!(t, id, token);
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    let record = lease_or_refuse!(tx_tables, id, token);
     if now_ms.checked_add(delay_ms).is_none() {
         return refuse(Error::invalid_option("delay", "due time overflows"));
     }
-    t.snooze_leased(ctx, id, rec, now_ms, delay_ms).map(Ok)
+    tx_tables
+        .snooze_leased(ctx, id, record, now_ms, delay_ms)
+        .map(Ok)
 }
 
 pub(crate) fn fail(
     ctx: &mut Ctx<'_>,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     (id, token): (u64, u64),
     now_ms: u64,
     reason: &str,
 ) -> Verdict<()> {
-    let mut t = Tables::open(ctx, tq)?;
-    let rec = lease_or_refuse!(t, id, token);
-    t.fail_leased(id, rec, reason, now_ms).map(Ok)
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    let record = lease_or_refuse!(tx_tables, id, token);
+    tx_tables.fail_leased(id, record, reason, now_ms).map(Ok)
 }
 
 pub(crate) fn extend(
     ctx: &mut Ctx<'_>,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     id: u64,
     token: u64,
     now_ms: u64,
@@ -359,13 +370,13 @@ pub(crate) fn extend(
         Ok(ms) => ms,
         Err(e) => return refuse(e),
     };
-    let mut t = Tables::open(ctx, tq)?;
-    let mut rec = lease_or_refuse!(t, id, token);
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    let mut record = lease_or_refuse!(tx_tables, id, token);
     let Some(deadline_ms) = now_ms.checked_add(lease_ms) else {
         return refuse(Error::invalid_option("extend", "deadline overflows"));
     };
-    t.unindex(id, &rec)?;
-    rec.state = StoredState::Leased { token, deadline_ms };
-    t.put(id, &rec)?;
+    tx_tables.unindex(id, &record)?;
+    record.state = StoredState::Leased { token, deadline_ms };
+    tx_tables.put(id, &record)?;
     Ok(Ok(deadline_ms))
 }

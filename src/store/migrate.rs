@@ -92,35 +92,35 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
 /// Format 1 to 2: the time index of applied markers (markers of jobs' own ids dropped), the
 /// carriers of caller keys, the dedup-window tables, the dead jobs by when they died.
 fn upgrade_1_to_2(tx: &redb::WriteTransaction) -> Result<()> {
-    let tq = &crate::format::schema::DEFAULT_TABLES;
-    let mut applied = tx.open_table(tq.applied())?;
+    let tables = &crate::format::schema::DEFAULT_TABLES;
+    let mut applied = tx.open_table(tables.applied())?;
     applied.retain(|k, _| k.first() != Some(&MARKER_TAG_ID))?;
-    let mut by_time = tx.open_table(tq.applied_by_time())?;
+    let mut by_time = tx.open_table(tables.applied_by_time())?;
     for e in applied.iter()? {
         let (k, at) = e?;
         by_time.insert((at.value(), k.value()), ())?;
     }
-    let jobs = tx.open_table(tq.jobs())?;
-    let mut idem = tx.open_table(tq.idem_jobs())?;
+    let jobs = tx.open_table(tables.jobs())?;
+    let mut idem = tx.open_table(tables.idem_jobs())?;
     for e in jobs.iter()? {
         let (id, row) = e?;
-        if let Ok(rec) = JobRecord::decode(row.value())
-            && let Some(k) = rec.idempotency_key.as_deref()
+        if let Ok(record) = JobRecord::decode(row.value())
+            && let Some(k) = record.idempotency_key.as_deref()
         {
             let key = marker_key(k);
             idem.insert((key.as_slice(), id.value()), ())?;
         }
     }
-    tx.open_table(tq.dedup_windows())?;
-    tx.open_table(tq.dedup_expiry())?;
-    let mut dead_by_time = tx.open_table(tq.dead_by_time())?;
-    for e in tx.open_table(tq.dead())?.iter()? {
+    tx.open_table(tables.dedup_windows())?;
+    tx.open_table(tables.dedup_expiry())?;
+    let mut dead_by_time = tx.open_table(tables.dead_by_time())?;
+    for e in tx.open_table(tables.dead())?.iter()? {
         let id = e?.0.value();
         if let Some(row) = jobs.get(id)?
-            && let Ok(rec) = JobRecord::decode(row.value())
-            && rec.state == StoredState::Dead
+            && let Ok(record) = JobRecord::decode(row.value())
+            && record.state == StoredState::Dead
         {
-            dead_by_time.insert((rec.run_at_ms, id), ())?;
+            dead_by_time.insert((record.run_at_ms, id), ())?;
         }
     }
     Ok(())
@@ -130,28 +130,28 @@ fn upgrade_1_to_2(tx: &redb::WriteTransaction) -> Result<()> {
 /// `leaseq_payloads` (one job at a time, so memory holds one payload). A row that does not
 /// decode is left for the passes that quarantine it.
 fn upgrade_2_to_3(tx: &redb::WriteTransaction) -> Result<()> {
-    let tq = &crate::format::schema::DEFAULT_TABLES;
-    let mut jobs = tx.open_table(tq.jobs())?;
-    let mut payloads = tx.open_table(tq.payloads())?;
+    let tables = &crate::format::schema::DEFAULT_TABLES;
+    let mut jobs = tx.open_table(tables.jobs())?;
+    let mut payloads = tx.open_table(tables.payloads())?;
     let mut large = Vec::new();
     for e in jobs.iter()? {
         let (id, row) = e?;
-        if let Ok(rec) = JobRecord::decode(row.value())
-            && rec.payload.len() > PAYLOAD_INLINE_MAX
+        if let Ok(record) = JobRecord::decode(row.value())
+            && record.payload.len() > PAYLOAD_INLINE_MAX
         {
             large.push(id.value());
         }
     }
     for id in large {
-        let mut rec = match jobs.get(id)? {
+        let mut record = match jobs.get(id)? {
             Some(row) => JobRecord::decode(row.value())?,
             None => continue,
         };
-        let payload = std::mem::take(&mut rec.payload);
-        rec.payload_apart = Some(PayloadRef::of(&payload));
+        let payload = std::mem::take(&mut record.payload);
+        record.payload_apart = Some(PayloadRef::of(&payload));
         payloads.insert(id, payload.as_slice())?;
-        rec.validate()?;
-        jobs.insert(id, rec.encode()?.as_slice())?;
+        record.validate()?;
+        jobs.insert(id, record.encode()?.as_slice())?;
     }
     Ok(())
 }

@@ -15,10 +15,10 @@ use super::validate::damaged;
 /// due or expired now, and the earliest future due time or lease deadline.
 pub(crate) fn peek_due(
     rtx: &ReadTransaction,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     now_ms: u64,
 ) -> Result<(bool, Option<u64>)> {
-    let ready = rtx.open_table(tq.ready())?;
+    let ready = rtx.open_table(tables.ready())?;
     if !ready.is_empty()? {
         return Ok((true, None));
     }
@@ -27,23 +27,24 @@ pub(crate) fn peek_due(
         let first = table.first()?;
         Ok(first.map(|(k, _)| k.value().0))
     };
-    let next_run = first_key(tq.scheduled())?;
-    let next_deadline = first_key(tq.leases())?;
-    let work = next_run.is_some_and(|t| t <= now_ms) || next_deadline.is_some_and(|t| t <= now_ms);
+    let next_run = first_key(tables.scheduled())?;
+    let next_deadline = first_key(tables.leases())?;
+    let work = next_run.is_some_and(|at_ms| at_ms <= now_ms)
+        || next_deadline.is_some_and(|at_ms| at_ms <= now_ms);
     let next = [next_run, next_deadline].into_iter().flatten().min();
     Ok((work, next))
 }
 
-pub(crate) fn stats(rtx: &ReadTransaction, tq: &'static QueueTables) -> Result<Stats> {
+pub(crate) fn stats(rtx: &ReadTransaction, tables: &'static QueueTables) -> Result<Stats> {
     Ok(Stats {
-        total: rtx.open_table(tq.jobs())?.len()?,
-        scheduled: rtx.open_table(tq.scheduled())?.len()?,
-        ready: rtx.open_table(tq.ready())?.len()?,
-        leased: rtx.open_table(tq.leases())?.len()?,
-        dead: rtx.open_table(tq.dead())?.len()?,
-        applied: rtx.open_table(tq.applied())?.len()?,
-        dedup_keys: rtx.open_table(tq.dedup())?.len()?,
-        quarantined: match quarantine_table(rtx, tq)? {
+        total: rtx.open_table(tables.jobs())?.len()?,
+        scheduled: rtx.open_table(tables.scheduled())?.len()?,
+        ready: rtx.open_table(tables.ready())?.len()?,
+        leased: rtx.open_table(tables.leases())?.len()?,
+        dead: rtx.open_table(tables.dead())?.len()?,
+        applied: rtx.open_table(tables.applied())?.len()?,
+        dedup_keys: rtx.open_table(tables.dedup())?.len()?,
+        quarantined: match quarantine_table(rtx, tables)? {
             Some(q) => q.len()?,
             None => 0,
         },
@@ -53,10 +54,10 @@ pub(crate) fn stats(rtx: &ReadTransaction, tq: &'static QueueTables) -> Result<S
 /// `leaseq_quarantine` in a snapshot, or `None` if nothing was ever quarantined in the file.
 pub(super) fn quarantine_table(
     rtx: &ReadTransaction,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
 ) -> Result<Option<ReadOnlyTable<u64, QuarantineValue>>> {
-    match rtx.open_table(tq.quarantine()) {
-        Ok(t) => Ok(Some(t)),
+    match rtx.open_table(tables.quarantine()) {
+        Ok(table) => Ok(Some(table)),
         Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
         Err(e) => Err(e.into()),
     }
@@ -65,11 +66,11 @@ pub(super) fn quarantine_table(
 /// Up to `max` quarantined rows, by job id, from `after` (exclusive) on.
 pub(crate) fn quarantined(
     rtx: &ReadTransaction,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     after: Option<u64>,
     max: usize,
 ) -> Result<Vec<Quarantined>> {
-    let Some(q) = quarantine_table(rtx, tq)? else {
+    let Some(q) = quarantine_table(rtx, tables)? else {
         return Ok(Vec::new());
     };
     let start = after.map_or(0, |a| a.saturating_add(1));
@@ -93,10 +94,10 @@ pub(crate) fn quarantined(
 /// The bytes of a quarantined row as they were found, or `None` if `id` is not quarantined.
 pub(crate) fn quarantined_record(
     rtx: &ReadTransaction,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     id: u64,
 ) -> Result<Option<Vec<u8>>> {
-    let Some(q) = quarantine_table(rtx, tq)? else {
+    let Some(q) = quarantine_table(rtx, tables)? else {
         return Ok(None);
     };
     Ok(q.get(id)?.map(|v| v.value().2.to_vec()))
@@ -104,20 +105,20 @@ pub(crate) fn quarantined_record(
 
 pub(crate) fn job(
     rtx: &ReadTransaction,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     id: u64,
 ) -> Result<Option<JobInfo>> {
-    let jobs = rtx.open_table(tq.jobs())?;
+    let jobs = rtx.open_table(tables.jobs())?;
     let Some(v) = jobs.get(id)? else {
-        return quarantined_error(rtx, tq, id).map(|()| None);
+        return quarantined_error(rtx, tables, id).map(|()| None);
     };
-    let rec = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
-    Ok(Some(info(id, rec)))
+    let record = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
+    Ok(Some(info(id, record)))
 }
 
 /// `Corrupted` if job `id` (not in `leaseq_jobs`) is quarantined.
-fn quarantined_error(rtx: &ReadTransaction, tq: &'static QueueTables, id: u64) -> Result<()> {
-    if let Some(q) = quarantine_table(rtx, tq)?
+fn quarantined_error(rtx: &ReadTransaction, tables: &'static QueueTables, id: u64) -> Result<()> {
+    if let Some(q) = quarantine_table(rtx, tables)?
         && let Some(v) = q.get(id)?
     {
         return Err(Error::corrupted(format!(
@@ -129,33 +130,33 @@ fn quarantined_error(rtx: &ReadTransaction, tq: &'static QueueTables, id: u64) -
 }
 
 /// A job as callers see it.
-pub(super) fn info(id: u64, rec: JobRecord) -> JobInfo {
-    let (lease_token, lease_deadline_ms) = match rec.state {
+pub(super) fn info(id: u64, record: JobRecord) -> JobInfo {
+    let (lease_token, lease_deadline_ms) = match record.state {
         StoredState::Leased { token, deadline_ms } => (Some(token), Some(deadline_ms)),
         _ => (None, None),
     };
-    let payload_bytes = rec.payload_len();
+    let payload_bytes = record.payload_len();
     JobInfo {
         id: JobId(id),
-        state: rec.state.job_state(),
-        attempts: rec.attempts,
-        max_attempts: rec.max_attempts,
-        priority: rec.priority,
-        run_at_ms: rec.run_at_ms,
-        died_ms: (rec.state == StoredState::Dead).then_some(rec.run_at_ms),
+        state: record.state.job_state(),
+        attempts: record.attempts,
+        max_attempts: record.max_attempts,
+        priority: record.priority,
+        run_at_ms: record.run_at_ms,
+        died_ms: (record.state == StoredState::Dead).then_some(record.run_at_ms),
         lease_deadline_ms,
         lease_token,
-        created_ms: rec.created_ms,
-        last_error: rec.last_error,
-        idempotency_key: rec.idempotency_key,
-        dedup_key: rec.dedup_key,
+        created_ms: record.created_ms,
+        last_error: record.last_error,
+        idempotency_key: record.idempotency_key,
+        dedup_key: record.dedup_key,
         payload_bytes,
-        snoozes: rec.snoozes,
-        lease_ms: rec.lease_ms,
+        snoozes: record.snoozes,
+        lease_ms: record.lease_ms,
         // A stored policy was validated when the record was read.
-        retry: rec.retry.and_then(|r| r.policy().ok()),
-        dedup_window_ms: rec.dedup_window_ms,
-        encoding: rec
+        retry: record.retry.and_then(|r| r.policy().ok()),
+        dedup_window_ms: record.dedup_window_ms,
+        encoding: record
             .encoding
             .and_then(crate::format::payload::Encoding::from_tag),
     }
@@ -164,18 +165,18 @@ pub(super) fn info(id: u64, rec: JobRecord) -> JobInfo {
 /// The payload of job `id`, or `None` if no such job.
 pub(crate) fn payload(
     rtx: &ReadTransaction,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     id: u64,
 ) -> Result<Option<Vec<u8>>> {
-    let jobs = rtx.open_table(tq.jobs())?;
+    let jobs = rtx.open_table(tables.jobs())?;
     let Some(v) = jobs.get(id)? else {
-        return quarantined_error(rtx, tq, id).map(|()| None);
+        return quarantined_error(rtx, tables, id).map(|()| None);
     };
-    let rec = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
-    let Some(r) = rec.payload_apart else {
-        return Ok(Some(rec.payload));
+    let record = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
+    let Some(r) = record.payload_apart else {
+        return Ok(Some(record.payload));
     };
-    let payloads = rtx.open_table(tq.payloads())?;
+    let payloads = rtx.open_table(tables.payloads())?;
     let v = payloads
         .get(id)?
         .ok_or_else(|| damaged(id, "payload: stored apart, but its row is missing"))?;
@@ -194,18 +195,20 @@ pub(crate) type IndexKey = (u64, u64, u64);
 /// page is full, the key of its last entry, to continue from.
 pub(crate) fn list(
     rtx: &ReadTransaction,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     state: JobState,
     after: Option<IndexKey>,
     limit: usize,
 ) -> Result<(Vec<JobInfo>, Option<IndexKey>)> {
     let keys: Vec<IndexKey> = match state {
         JobState::Ready => {
-            let t = rtx.open_table(tq.ready())?;
+            let index = rtx.open_table(tables.ready())?;
             let from = after.map(|(r, s, i)| (r as u32, s, i));
             let it = match from {
-                Some(k) => t.range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded))?,
-                None => t.range::<ReadyKey>(..)?,
+                Some(k) => {
+                    index.range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded))?
+                }
+                None => index.range::<ReadyKey>(..)?,
             };
             it.take(limit)
                 .map(|e| {
@@ -218,17 +221,17 @@ pub(crate) fn list(
         }
         JobState::Scheduled | JobState::Leased => {
             let def = if state == JobState::Scheduled {
-                tq.scheduled()
+                tables.scheduled()
             } else {
-                tq.leases()
+                tables.leases()
             };
-            let t = rtx.open_table(def)?;
+            let index = rtx.open_table(def)?;
             let it = match after {
-                Some((a, b, _)) => t.range((
+                Some((a, b, _)) => index.range((
                     std::ops::Bound::Excluded((a, b)),
                     std::ops::Bound::Unbounded,
                 ))?,
-                None => t.range::<(u64, u64)>(..)?,
+                None => index.range::<(u64, u64)>(..)?,
             };
             it.take(limit)
                 .map(|e| {
@@ -240,19 +243,19 @@ pub(crate) fn list(
                 .collect::<Result<_, _>>()?
         }
         JobState::Dead => {
-            let t = rtx.open_table(tq.dead())?;
+            let index = rtx.open_table(tables.dead())?;
             let it = match after {
                 Some((id, _, _)) => {
-                    t.range((std::ops::Bound::Excluded(id), std::ops::Bound::Unbounded))?
+                    index.range((std::ops::Bound::Excluded(id), std::ops::Bound::Unbounded))?
                 }
-                None => t.range::<u64>(..)?,
+                None => index.range::<u64>(..)?,
             };
             it.take(limit)
                 .map(|e| e.map(|(k, _)| (k.value(), 0, 0)))
                 .collect::<Result<_, _>>()?
         }
     };
-    let jobs = rtx.open_table(tq.jobs())?;
+    let jobs = rtx.open_table(tables.jobs())?;
     let mut out = Vec::with_capacity(keys.len());
     for &key in &keys {
         let id = match state {
@@ -261,10 +264,10 @@ pub(crate) fn list(
             JobState::Dead => key.0,
         };
         if let Some(v) = jobs.get(id)?
-            && let Ok(rec) = JobRecord::decode(v.value())
-            && rec.state.job_state() == state
+            && let Ok(record) = JobRecord::decode(v.value())
+            && record.state.job_state() == state
         {
-            out.push(info(id, rec));
+            out.push(info(id, record));
         }
     }
     // A full page may have more after it; a short one reached the end.
@@ -279,11 +282,11 @@ pub(crate) fn list(
 /// Whether the applied-ids marker for this idempotency key exists.
 pub(crate) fn is_applied(
     rtx: &ReadTransaction,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     key: &[u8],
 ) -> Result<bool> {
     Ok(rtx
-        .open_table(tq.applied())?
+        .open_table(tables.applied())?
         .get(marker_key(key).as_slice())?
         .is_some())
 }

@@ -32,13 +32,13 @@ pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<LeaseReco
         v
     };
     let mut out = recover_queue_leases(ctx, &crate::format::schema::DEFAULT_TABLES, now_ms)?;
-    for qid in named {
-        if !(1..=crate::limits::QUEUES_MAX).contains(&qid) {
+    for queue_number in named {
+        if !(1..=crate::limits::QUEUES_MAX).contains(&queue_number) {
             return Err(Error::corrupted(format!(
-                "leaseq_queues: queue number {qid}"
+                "leaseq_queues: queue number {queue_number}"
             )));
         }
-        let r = recover_queue_leases(ctx, QueueTables::named(qid), now_ms)?;
+        let r = recover_queue_leases(ctx, QueueTables::named(queue_number), now_ms)?;
         out.returned += r.returned;
         out.dead += r.dead;
         out.quarantined += r.quarantined;
@@ -49,19 +49,19 @@ pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<LeaseReco
 /// [`recover_leases`] for one queue.
 fn recover_queue_leases(
     ctx: &mut Ctx<'_>,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     now_ms: u64,
 ) -> Result<LeaseRecovery> {
-    let mut t = Tables::open(ctx, tq)?;
-    let all: Vec<(u64, u64)> = t
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    let all: Vec<(u64, u64)> = tx_tables
         .leases()?
         .iter()?
         .map(|e| e.map(|(k, _)| k.value()))
         .collect::<Result<_, _>>()?;
     let mut out = LeaseRecovery::default();
     for entry in all {
-        ctx.wake(t.tq.qid);
-        match end_lease_entry(&mut t, ctx, entry, REASON_ABANDONED, None, now_ms)? {
+        ctx.wake(tx_tables.tables.queue_number);
+        match end_lease_entry(&mut tx_tables, ctx, entry, REASON_ABANDONED, None, now_ms)? {
             Ended::Returned => out.returned += 1,
             Ended::Dead => out.dead += 1,
             Ended::Quarantined => out.quarantined += 1,
@@ -77,14 +77,14 @@ fn recover_queue_leases(
 /// error here: recovery quarantines it.
 pub(crate) fn read_leased_rows(rtx: &ReadTransaction) -> Result<()> {
     let mut all = vec![&crate::format::schema::DEFAULT_TABLES];
-    for (name, qid) in named_queues(rtx)? {
-        let tq = QueueTables::named(qid);
-        named_tables_present(rtx, &name, tq)?;
-        all.push(tq);
+    for (name, queue_number) in named_queues(rtx)? {
+        let tables = QueueTables::named(queue_number);
+        named_tables_present(rtx, &name, tables)?;
+        all.push(tables);
     }
-    for tq in all {
-        let jobs = rtx.open_table(tq.jobs())?;
-        for e in rtx.open_table(tq.leases())?.iter()? {
+    for tables in all {
+        let jobs = rtx.open_table(tables.jobs())?;
+        for e in rtx.open_table(tables.leases())?.iter()? {
             let (_, id) = e?.0.value();
             jobs.get(id)?;
         }

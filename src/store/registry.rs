@@ -14,13 +14,13 @@ pub(crate) fn create_queue(ctx: &mut Ctx<'_>, name: &str) -> Verdict<u32> {
         return refuse(e);
     }
     let mut queues = ctx.tx.open_table(QUEUES)?;
-    if let Some(qid) = queues.get(name)?.map(|v| v.value()) {
-        if !(1..=crate::limits::QUEUES_MAX).contains(&qid) {
+    if let Some(queue_number) = queues.get(name)?.map(|v| v.value()) {
+        if !(1..=crate::limits::QUEUES_MAX).contains(&queue_number) {
             return Err(Error::corrupted(format!(
-                "leaseq_queues: {name:?} has number {qid}"
+                "leaseq_queues: {name:?} has number {queue_number}"
             )));
         }
-        return Ok(Ok(qid));
+        return Ok(Ok(queue_number));
     }
     let count = queues.len()?;
     if count >= u64::from(crate::limits::QUEUES_MAX) {
@@ -37,8 +37,8 @@ pub(crate) fn create_queue(ctx: &mut Ctx<'_>, name: &str) -> Verdict<u32> {
     for e in queues.iter()? {
         highest = highest.max(e?.1.value());
     }
-    let qid = highest + 1;
-    if qid > crate::limits::QUEUES_MAX {
+    let queue_number = highest + 1;
+    if queue_number > crate::limits::QUEUES_MAX {
         return refuse(Error::invalid_option(
             "queue name",
             format!(
@@ -48,36 +48,36 @@ pub(crate) fn create_queue(ctx: &mut Ctx<'_>, name: &str) -> Verdict<u32> {
         ));
     }
     ctx.mark_written();
-    queues.insert(name, qid)?;
-    QueueTables::named(qid).create(ctx.tx)?;
-    Ok(Ok(qid))
+    queues.insert(name, queue_number)?;
+    QueueTables::named(queue_number).create(ctx.tx)?;
+    Ok(Ok(queue_number))
 }
 
 /// Every named queue of the file: (name, number), by name. None in a file of format 3 or
 /// older (no registry yet).
 pub(crate) fn named_queues(rtx: &ReadTransaction) -> Result<Vec<(String, u32)>> {
     let queues = match rtx.open_table(QUEUES) {
-        Ok(t) => t,
+        Ok(tx_tables) => tx_tables,
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
     };
     let mut out: Vec<(String, u32)> = Vec::new();
     for e in queues.iter()? {
-        let (name, qid) = e?;
-        let qid = qid.value();
-        if !(1..=crate::limits::QUEUES_MAX).contains(&qid) {
+        let (name, queue_number) = e?;
+        let queue_number = queue_number.value();
+        if !(1..=crate::limits::QUEUES_MAX).contains(&queue_number) {
             return Err(Error::corrupted(format!(
-                "leaseq_queues: {:?} has number {qid}",
+                "leaseq_queues: {:?} has number {queue_number}",
                 name.value()
             )));
         }
-        if let Some((other, _)) = out.iter().find(|(_, n)| *n == qid) {
+        if let Some((other, _)) = out.iter().find(|(_, n)| *n == queue_number) {
             return Err(Error::corrupted(format!(
-                "leaseq_queues: {other:?} and {:?} both have number {qid}",
+                "leaseq_queues: {other:?} and {:?} both have number {queue_number}",
                 name.value()
             )));
         }
-        out.push((name.value().to_string(), qid));
+        out.push((name.value().to_string(), queue_number));
     }
     Ok(out)
 }
@@ -87,7 +87,7 @@ pub(crate) fn named_queues(rtx: &ReadTransaction) -> Result<Vec<(String, u32)>> 
 pub(super) fn named_tables_present(
     rtx: &ReadTransaction,
     name: &str,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
 ) -> Result<()> {
     fn present<K: redb::Key + 'static, V: redb::Value + 'static>(
         rtx: &ReadTransaction,
@@ -96,25 +96,25 @@ pub(super) fn named_tables_present(
     ) -> Result<()> {
         match rtx.open_table(def) {
             Ok(_) => Ok(()),
-            Err(redb::TableError::TableDoesNotExist(t)) => Err(Error::corrupted(format!(
-                "queue {name:?} is registered, but its table {t} is missing"
+            Err(redb::TableError::TableDoesNotExist(table)) => Err(Error::corrupted(format!(
+                "queue {name:?} is registered, but its table {table} is missing"
             ))),
             Err(e) => Err(e.into()),
         }
     }
-    present(rtx, name, tq.jobs())?;
-    present(rtx, name, tq.ready())?;
-    present(rtx, name, tq.scheduled())?;
-    present(rtx, name, tq.leases())?;
-    present(rtx, name, tq.dead())?;
-    present(rtx, name, tq.dead_by_time())?;
-    present(rtx, name, tq.dedup())?;
-    present(rtx, name, tq.dedup_windows())?;
-    present(rtx, name, tq.dedup_expiry())?;
-    present(rtx, name, tq.applied())?;
-    present(rtx, name, tq.applied_by_time())?;
-    present(rtx, name, tq.idem_jobs())?;
-    present(rtx, name, tq.payloads())
+    present(rtx, name, tables.jobs())?;
+    present(rtx, name, tables.ready())?;
+    present(rtx, name, tables.scheduled())?;
+    present(rtx, name, tables.leases())?;
+    present(rtx, name, tables.dead())?;
+    present(rtx, name, tables.dead_by_time())?;
+    present(rtx, name, tables.dedup())?;
+    present(rtx, name, tables.dedup_windows())?;
+    present(rtx, name, tables.dedup_expiry())?;
+    present(rtx, name, tables.applied())?;
+    present(rtx, name, tables.applied_by_time())?;
+    present(rtx, name, tables.idem_jobs())?;
+    present(rtx, name, tables.payloads())
 }
 
 /// The number of queue `name`, if it exists (a read).
@@ -122,5 +122,5 @@ pub(crate) fn find_queue(rtx: &ReadTransaction, name: &str) -> Result<Option<u32
     Ok(named_queues(rtx)?
         .into_iter()
         .find(|(n, _)| n == name)
-        .map(|(_, qid)| qid))
+        .map(|(_, queue_number)| queue_number))
 }

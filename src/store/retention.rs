@@ -16,7 +16,7 @@ use super::tables::{Row, Tables};
 /// again from now. Returns how many were removed, how many looked at (each one a write), and
 /// whether expired ones may remain.
 pub(super) fn prune_applied(
-    t: &mut Tables<'_>,
+    tx_tables: &mut Tables<'_>,
     applied: &mut Table<'_, &'static [u8], u64>,
     by_time: &mut Table<'_, (u64, &'static [u8]), ()>,
     now_ms: u64,
@@ -30,12 +30,12 @@ pub(super) fn prune_applied(
     let looked = expired.len();
     if looked > 0 {
         // Each marker looked at is written (removed, or kept with a new time).
-        t.mark_written();
+        tx_tables.mark_written();
     }
     let mut removed = 0;
     for (at, key) in expired {
         by_time.remove((at, key.as_slice()))?;
-        let carried = t
+        let carried = tx_tables
             .carriers()?
             .range((key.as_slice(), 0)..=(key.as_slice(), u64::MAX))?
             .next()
@@ -55,7 +55,7 @@ pub(super) fn prune_applied(
 /// first, releasing their keys. An index entry that does not match its row is dropped (the
 /// row settled). Returns how many were deleted and whether more may be left.
 pub(super) fn prune_dead(
-    t: &mut Tables<'_>,
+    tx_tables: &mut Tables<'_>,
     now_ms: u64,
     retention_ms: u64,
     max: usize,
@@ -63,7 +63,7 @@ pub(super) fn prune_dead(
     let Some(cutoff_ms) = now_ms.checked_sub(retention_ms) else {
         return Ok((0, false));
     };
-    let old: Vec<(u64, u64)> = t
+    let old: Vec<(u64, u64)> = tx_tables
         .dead_by_time()?
         .range(..=(cutoff_ms, u64::MAX))?
         .take(max + 1)
@@ -72,14 +72,16 @@ pub(super) fn prune_dead(
     let more = old.len() > max;
     let mut deleted = 0;
     for (died_ms, id) in old.into_iter().take(max) {
-        match t.row(id)? {
-            Row::Good(rec) if rec.state == StoredState::Dead && rec.run_at_ms == died_ms => {
-                t.delete(id, &rec, now_ms)?;
+        match tx_tables.row(id)? {
+            Row::Good(record)
+                if record.state == StoredState::Dead && record.run_at_ms == died_ms =>
+            {
+                tx_tables.delete(id, &record, now_ms)?;
                 deleted += 1;
             }
             row => {
-                t.dead_by_time_mut()?.remove((died_ms, id))?;
-                t.repair_stray_entry(id, row, now_ms)?;
+                tx_tables.dead_by_time_mut()?.remove((died_ms, id))?;
+                tx_tables.repair_stray_entry(id, row, now_ms)?;
             }
         }
     }
@@ -89,16 +91,16 @@ pub(super) fn prune_dead(
 /// [`Queue::prune`](crate::Queue::prune)'s work on dead jobs in one transaction.
 pub(crate) fn prune_dead_jobs(
     ctx: &mut Ctx<'_>,
-    cfg: &QueueConfig,
+    config: &QueueConfig,
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
-    let tq = cfg.tables;
-    let Some(retention_ms) = cfg.dead_retention_ms else {
+    let tables = config.tables;
+    let Some(retention_ms) = config.dead_retention_ms else {
         return Ok((0, false));
     };
-    let mut t = Tables::open(ctx, tq)?;
-    prune_dead(&mut t, now_ms, retention_ms, max)
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    prune_dead(&mut tx_tables, now_ms, retention_ms, max)
 }
 
 /// An entry of a time index: (time_ms, key).
@@ -129,16 +131,25 @@ fn due_entries(
 
 /// Releases up to `max` dedup keys whose window has ended, earliest first (the jobs that
 /// held them are not touched). Returns how many were released and whether more may be left.
-pub(super) fn prune_windows(t: &mut Tables<'_>, now_ms: u64, max: usize) -> Result<(u64, bool)> {
-    let (ended, more) = due_entries(t.dedup_expiry()?, now_ms, max)?;
+pub(super) fn prune_windows(
+    tx_tables: &mut Tables<'_>,
+    now_ms: u64,
+    max: usize,
+) -> Result<(u64, bool)> {
+    let (ended, more) = due_entries(tx_tables.dedup_expiry()?, now_ms, max)?;
     let mut released = 0;
     for (end_ms, key) in ended {
-        let current = t.dedup_windows()?.get(key.as_slice())?.map(|v| v.value());
+        let current = tx_tables
+            .dedup_windows()?
+            .get(key.as_slice())?
+            .map(|v| v.value());
         if current == Some(end_ms) {
-            t.end_window(&key, end_ms)?;
+            tx_tables.end_window(&key, end_ms)?;
             released += 1;
         } else {
-            t.dedup_expiry_mut()?.remove((end_ms, key.as_slice()))?;
+            tx_tables
+                .dedup_expiry_mut()?
+                .remove((end_ms, key.as_slice()))?;
         }
     }
     Ok((released, more))
@@ -147,31 +158,31 @@ pub(super) fn prune_windows(t: &mut Tables<'_>, now_ms: u64, max: usize) -> Resu
 /// [`Queue::prune`](crate::Queue::prune)'s work on dedup windows in one transaction.
 pub(crate) fn prune_dedup_windows(
     ctx: &mut Ctx<'_>,
-    tq: &'static QueueTables,
+    tables: &'static QueueTables,
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
-    let mut t = Tables::open(ctx, tq)?;
-    prune_windows(&mut t, now_ms, max)
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    prune_windows(&mut tx_tables, now_ms, max)
 }
 
 /// [`Queue::prune`](crate::Queue::prune)'s work in one transaction: up to `max` expired
 /// applied markers. Returns how many were removed and whether more may be left.
 pub(crate) fn prune(
     ctx: &mut Ctx<'_>,
-    cfg: &QueueConfig,
+    config: &QueueConfig,
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
-    let tq = cfg.tables;
-    let Some(retention_ms) = cfg.applied_retention_ms else {
+    let tables = config.tables;
+    let Some(retention_ms) = config.applied_retention_ms else {
         return Ok((0, false));
     };
-    let mut t = Tables::open(ctx, tq)?;
-    let mut applied = ctx.tx.open_table(tq.applied())?;
-    let mut by_time = ctx.tx.open_table(tq.applied_by_time())?;
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    let mut applied = ctx.tx.open_table(tables.applied())?;
+    let mut by_time = ctx.tx.open_table(tables.applied_by_time())?;
     let (removed, _looked, more) = prune_applied(
-        &mut t,
+        &mut tx_tables,
         &mut applied,
         &mut by_time,
         now_ms,

@@ -52,7 +52,7 @@ where
 /// one marks the group written ([`WriteMark`]): no write through `Tables` can forget to.
 pub(super) struct Tables<'t> {
     pub(super) tx: &'t redb::WriteTransaction,
-    pub(super) tq: &'static QueueTables,
+    pub(super) tables: &'static QueueTables,
     mark: WriteMark<'t>,
     jobs: Table<'t, u64, &'static [u8]>,
     ready: Option<Table<'t, (u32, u64, u64), ()>>,
@@ -93,26 +93,26 @@ fn lazy<'a, 't, K: redb::Key + 'static, V: redb::Value + 'static>(
 impl<'t> Tables<'t> {
     /// The tables of queue `tq` in the operation's transaction, marking its group when they
     /// write.
-    pub(super) fn open(ctx: &Ctx<'t>, tq: &'static QueueTables) -> Result<Tables<'t>> {
-        Tables::open_with(ctx.tx, ctx.write_mark(), tq)
+    pub(super) fn open(ctx: &Ctx<'t>, tables: &'static QueueTables) -> Result<Tables<'t>> {
+        Tables::open_with(ctx.tx, ctx.write_mark(), tables)
     }
 
     /// The tables of another queue `tq` of the file, in the same transaction and marking
     /// the same group.
-    pub(super) fn open_other(&self, tq: &'static QueueTables) -> Result<Tables<'t>> {
-        Tables::open_with(self.tx, self.mark, tq)
+    pub(super) fn open_other(&self, tables: &'static QueueTables) -> Result<Tables<'t>> {
+        Tables::open_with(self.tx, self.mark, tables)
     }
 
     fn open_with(
         tx: &'t redb::WriteTransaction,
         mark: WriteMark<'t>,
-        tq: &'static QueueTables,
+        tables: &'static QueueTables,
     ) -> Result<Tables<'t>> {
         Ok(Tables {
             tx,
-            tq,
+            tables,
             mark,
-            jobs: tx.open_table(tq.jobs())?,
+            jobs: tx.open_table(tables.jobs())?,
             ready: None,
             scheduled: None,
             leases: None,
@@ -139,7 +139,7 @@ impl<'t> Tables<'t> {
         self.dedup_expiry()?;
         self.dead_by_time()?;
         self.payloads()?;
-        lazy(&mut self.quarantine, self.tx, self.tq.quarantine())?;
+        lazy(&mut self.quarantine, self.tx, self.tables.quarantine())?;
         Ok(())
     }
 
@@ -159,83 +159,83 @@ impl<'t> Tables<'t> {
     }
 
     pub(super) fn ready(&mut self) -> Result<&Table<'t, (u32, u64, u64), ()>> {
-        lazy(&mut self.ready, self.tx, self.tq.ready()).map(|t| &*t)
+        lazy(&mut self.ready, self.tx, self.tables.ready()).map(|table| &*table)
     }
 
     pub(super) fn ready_mut(&mut self) -> Result<&mut Table<'t, (u32, u64, u64), ()>> {
         self.mark.set();
-        lazy(&mut self.ready, self.tx, self.tq.ready())
+        lazy(&mut self.ready, self.tx, self.tables.ready())
     }
 
     pub(super) fn scheduled(&mut self) -> Result<&Table<'t, (u64, u64), ()>> {
-        lazy(&mut self.scheduled, self.tx, self.tq.scheduled()).map(|t| &*t)
+        lazy(&mut self.scheduled, self.tx, self.tables.scheduled()).map(|table| &*table)
     }
 
     pub(super) fn scheduled_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
         self.mark.set();
-        lazy(&mut self.scheduled, self.tx, self.tq.scheduled())
+        lazy(&mut self.scheduled, self.tx, self.tables.scheduled())
     }
 
     pub(super) fn leases(&mut self) -> Result<&Table<'t, (u64, u64), ()>> {
-        lazy(&mut self.leases, self.tx, self.tq.leases()).map(|t| &*t)
+        lazy(&mut self.leases, self.tx, self.tables.leases()).map(|table| &*table)
     }
 
     pub(super) fn leases_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
         self.mark.set();
-        lazy(&mut self.leases, self.tx, self.tq.leases())
+        lazy(&mut self.leases, self.tx, self.tables.leases())
     }
 
     pub(super) fn dead(&mut self) -> Result<&Table<'t, u64, ()>> {
-        lazy(&mut self.dead, self.tx, self.tq.dead()).map(|t| &*t)
+        lazy(&mut self.dead, self.tx, self.tables.dead()).map(|table| &*table)
     }
 
     pub(super) fn dead_mut(&mut self) -> Result<&mut Table<'t, u64, ()>> {
         self.mark.set();
-        lazy(&mut self.dead, self.tx, self.tq.dead())
+        lazy(&mut self.dead, self.tx, self.tables.dead())
     }
 
     pub(super) fn dedup(&mut self) -> Result<&Table<'t, &'static [u8], u64>> {
-        lazy(&mut self.dedup, self.tx, self.tq.dedup()).map(|t| &*t)
+        lazy(&mut self.dedup, self.tx, self.tables.dedup()).map(|table| &*table)
     }
 
     pub(super) fn dedup_mut(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
         self.mark.set();
-        lazy(&mut self.dedup, self.tx, self.tq.dedup())
+        lazy(&mut self.dedup, self.tx, self.tables.dedup())
     }
 
     pub(super) fn carriers(&mut self) -> Result<&Table<'t, (&'static [u8], u64), ()>> {
-        lazy(&mut self.idem, self.tx, self.tq.idem_jobs()).map(|t| &*t)
+        lazy(&mut self.idem, self.tx, self.tables.idem_jobs()).map(|table| &*table)
     }
 
     pub(super) fn carriers_mut(&mut self) -> Result<&mut Table<'t, (&'static [u8], u64), ()>> {
         self.mark.set();
-        lazy(&mut self.idem, self.tx, self.tq.idem_jobs())
+        lazy(&mut self.idem, self.tx, self.tables.idem_jobs())
     }
 
     pub(super) fn dead_by_time(&mut self) -> Result<&Table<'t, (u64, u64), ()>> {
-        lazy(&mut self.dead_by_time, self.tx, self.tq.dead_by_time()).map(|t| &*t)
+        lazy(&mut self.dead_by_time, self.tx, self.tables.dead_by_time()).map(|table| &*table)
     }
 
     pub(super) fn dead_by_time_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
         self.mark.set();
-        lazy(&mut self.dead_by_time, self.tx, self.tq.dead_by_time())
+        lazy(&mut self.dead_by_time, self.tx, self.tables.dead_by_time())
     }
 
     pub(super) fn payloads(&mut self) -> Result<&Table<'t, u64, &'static [u8]>> {
-        lazy(&mut self.payloads, self.tx, self.tq.payloads()).map(|t| &*t)
+        lazy(&mut self.payloads, self.tx, self.tables.payloads()).map(|table| &*table)
     }
 
     pub(super) fn payloads_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
         self.mark.set();
-        lazy(&mut self.payloads, self.tx, self.tq.payloads())
+        lazy(&mut self.payloads, self.tx, self.tables.payloads())
     }
 
     /// Stores `rec`'s payload apart (under `id`) if it is larger than `PAYLOAD_INLINE_MAX`,
     /// leaving its length and checksum in the record.
-    pub(super) fn store_payload(&mut self, id: u64, rec: &mut JobRecord) -> Result<()> {
-        if rec.payload.len() > PAYLOAD_INLINE_MAX {
-            let payload = std::mem::take(&mut rec.payload);
-            rec.payload_apart = Some(PayloadRef::of(&payload));
+    pub(super) fn store_payload(&mut self, id: u64, record: &mut JobRecord) -> Result<()> {
+        if record.payload.len() > PAYLOAD_INLINE_MAX {
+            let payload = std::mem::take(&mut record.payload);
+            record.payload_apart = Some(PayloadRef::of(&payload));
             self.payloads_mut()?.insert(id, payload.as_slice())?;
         }
         Ok(())
@@ -258,29 +258,29 @@ impl<'t> Tables<'t> {
     }
 
     /// Removes the payload job `id` stores apart, if it does.
-    fn drop_payload(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
-        if rec.payload_apart.is_some() && self.payloads_mut()?.remove(id)?.is_none() {
+    fn drop_payload(&mut self, id: u64, record: &JobRecord) -> Result<()> {
+        if record.payload_apart.is_some() && self.payloads_mut()?.remove(id)?.is_none() {
             tracing::warn!(job_id = id, "leaseq: the job's payload row was missing");
         }
         Ok(())
     }
 
     pub(super) fn dedup_windows(&mut self) -> Result<&Table<'t, &'static [u8], u64>> {
-        lazy(&mut self.windows, self.tx, self.tq.dedup_windows()).map(|t| &*t)
+        lazy(&mut self.windows, self.tx, self.tables.dedup_windows()).map(|table| &*table)
     }
 
     pub(super) fn dedup_windows_mut(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
         self.mark.set();
-        lazy(&mut self.windows, self.tx, self.tq.dedup_windows())
+        lazy(&mut self.windows, self.tx, self.tables.dedup_windows())
     }
 
     pub(super) fn dedup_expiry(&mut self) -> Result<&Table<'t, (u64, &'static [u8]), ()>> {
-        lazy(&mut self.expiry, self.tx, self.tq.dedup_expiry()).map(|t| &*t)
+        lazy(&mut self.expiry, self.tx, self.tables.dedup_expiry()).map(|table| &*table)
     }
 
     pub(super) fn dedup_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, &'static [u8]), ()>> {
         self.mark.set();
-        lazy(&mut self.expiry, self.tx, self.tq.dedup_expiry())
+        lazy(&mut self.expiry, self.tx, self.tables.dedup_expiry())
     }
 
     /// Who holds dedup key `k` at `now_ms`: `None` if nobody does (a window that ended
@@ -338,7 +338,7 @@ impl<'t> Tables<'t> {
         Ok(match self.jobs().get(id)? {
             None => Row::Missing,
             Some(v) => match JobRecord::decode(v.value()) {
-                Ok(rec) => Row::Good(rec),
+                Ok(record) => Row::Good(record),
                 Err(e) => Row::Damaged(e.to_string()),
             },
         })
@@ -356,7 +356,7 @@ impl<'t> Tables<'t> {
             .ok_or_else(|| Error::corrupted(format!("job {id}: no row to quarantine")))?;
         let reason = truncate_reason(reason);
         tracing::warn!(job_id = id, %reason, "leaseq: job record quarantined");
-        lazy(&mut self.quarantine, self.tx, self.tq.quarantine())?
+        lazy(&mut self.quarantine, self.tx, self.tables.quarantine())?
             .insert(id, (now_ms, reason.as_str(), raw.value()))?;
         Ok(())
     }
@@ -371,12 +371,12 @@ impl<'t> Tables<'t> {
                 tracing::warn!(job_id = id, "leaseq: index entry without a job row dropped");
                 Ok(false)
             }
-            Row::Good(rec) => {
+            Row::Good(record) => {
                 tracing::warn!(
                     job_id = id,
                     "leaseq: index entry disagreeing with its job dropped"
                 );
-                self.reindex(id, &rec)?;
+                self.reindex(id, &record)?;
                 Ok(false)
             }
             Row::Damaged(why) => {
@@ -387,17 +387,17 @@ impl<'t> Tables<'t> {
     }
 
     /// Inserts the index entry of `rec`'s state (a no-op if it is there).
-    fn reindex(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
-        self.index(id, rec).map(drop)
+    fn reindex(&mut self, id: u64, record: &JobRecord) -> Result<()> {
+        self.index(id, record).map(drop)
     }
 
     /// Writes `rec` under `id` and adds the index entry of its state. The caller has
     /// already removed the entry of its previous state. An entry already there (a stray one
     /// with the same key, index damage) is logged and kept: it now names the job rightly.
-    pub(super) fn put(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
-        rec.validate()?;
-        self.jobs_mut().insert(id, rec.encode()?.as_slice())?;
-        if !self.index(id, rec)? {
+    pub(super) fn put(&mut self, id: u64, record: &JobRecord) -> Result<()> {
+        record.validate()?;
+        self.jobs_mut().insert(id, record.encode()?.as_slice())?;
+        if !self.index(id, record)? {
             tracing::warn!(job_id = id, "leaseq: index entry was already present");
         }
         Ok(())
@@ -405,38 +405,39 @@ impl<'t> Tables<'t> {
 
     /// [`Tables::put`] for a new job: `Corrupted` (the transaction then aborts) if the id is
     /// already in use, found by the insert itself rather than a read before it.
-    pub(super) fn put_new(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
-        rec.validate()?;
+    pub(super) fn put_new(&mut self, id: u64, record: &JobRecord) -> Result<()> {
+        record.validate()?;
         if self
             .jobs_mut()
-            .insert(id, rec.encode()?.as_slice())?
+            .insert(id, record.encode()?.as_slice())?
             .is_some()
         {
             return Err(Error::corrupted(format!("job id {id} is already in use")));
         }
-        if !self.index(id, rec)? {
+        if !self.index(id, record)? {
             tracing::warn!(job_id = id, "leaseq: index entry was already present");
         }
         Ok(())
     }
 
     /// Inserts the index entry of `rec`'s state; whether it was absent.
-    pub(super) fn index(&mut self, id: u64, rec: &JobRecord) -> Result<bool> {
-        Ok(match rec.state {
+    pub(super) fn index(&mut self, id: u64, record: &JobRecord) -> Result<bool> {
+        Ok(match record.state {
             StoredState::Ready => self
                 .ready_mut()?
-                .insert((priority_rank(rec.priority), rec.seq, id), ())?
+                .insert((priority_rank(record.priority), record.seq, id), ())?
                 .is_none(),
             StoredState::Scheduled => self
                 .scheduled_mut()?
-                .insert((rec.run_at_ms, id), ())?
+                .insert((record.run_at_ms, id), ())?
                 .is_none(),
             StoredState::Leased { deadline_ms, .. } => {
                 self.leases_mut()?.insert((deadline_ms, id), ())?.is_none()
             }
             StoredState::Dead => {
                 // A dead job's run_at_ms is when it died.
-                self.dead_by_time_mut()?.insert((rec.run_at_ms, id), ())?;
+                self.dead_by_time_mut()?
+                    .insert((record.run_at_ms, id), ())?;
                 self.dead_mut()?.insert(id, ())?.is_none()
             }
         })
@@ -444,25 +445,28 @@ impl<'t> Tables<'t> {
 
     /// Removes the index entry of `rec`'s current state. A missing entry (index damage) is
     /// logged, not an error, so the job can still leave that state.
-    pub(super) fn unindex(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
-        let present = match rec.state {
+    pub(super) fn unindex(&mut self, id: u64, record: &JobRecord) -> Result<()> {
+        let present = match record.state {
             StoredState::Ready => self
                 .ready_mut()?
-                .remove((priority_rank(rec.priority), rec.seq, id))?
+                .remove((priority_rank(record.priority), record.seq, id))?
                 .is_some(),
-            StoredState::Scheduled => self.scheduled_mut()?.remove((rec.run_at_ms, id))?.is_some(),
+            StoredState::Scheduled => self
+                .scheduled_mut()?
+                .remove((record.run_at_ms, id))?
+                .is_some(),
             StoredState::Leased { deadline_ms, .. } => {
                 self.leases_mut()?.remove((deadline_ms, id))?.is_some()
             }
             StoredState::Dead => {
-                self.dead_by_time_mut()?.remove((rec.run_at_ms, id))?;
+                self.dead_by_time_mut()?.remove((record.run_at_ms, id))?;
                 self.dead_mut()?.remove(id)?.is_some()
             }
         };
         if !present {
             tracing::warn!(
                 job_id = id,
-                state = ?rec.state.job_state(),
+                state = ?record.state.job_state(),
                 "leaseq: the job's index entry was missing"
             );
         }
@@ -471,16 +475,16 @@ impl<'t> Tables<'t> {
 
     /// Deletes the job, releases its dedup key if the job still owns it, and drops it from
     /// the carriers of its idempotency key.
-    pub(super) fn delete(&mut self, id: u64, rec: &JobRecord, now_ms: u64) -> Result<()> {
-        self.unindex(id, rec)?;
+    pub(super) fn delete(&mut self, id: u64, record: &JobRecord, now_ms: u64) -> Result<()> {
+        self.unindex(id, record)?;
         self.jobs_mut().remove(id)?;
-        self.drop_payload(id, rec)?;
-        self.release_keys(id, rec, now_ms)
+        self.drop_payload(id, record)?;
+        self.release_keys(id, record, now_ms)
     }
 
     /// Job `id` carries its caller idempotency key (if any): its marker is kept.
-    pub(super) fn carry_key(&mut self, id: u64, rec: &JobRecord) -> Result<()> {
-        if let Some(k) = rec.idempotency_key.as_deref() {
+    pub(super) fn carry_key(&mut self, id: u64, record: &JobRecord) -> Result<()> {
+        if let Some(k) = record.idempotency_key.as_deref() {
             let key = marker_key(k);
             self.carriers_mut()?.insert((key.as_slice(), id), ())?;
         }
@@ -490,15 +494,15 @@ impl<'t> Tables<'t> {
     /// After deleting job `id`: releases its dedup key if the job still holds it (unless a
     /// dedup window still runs: the key outlives the job until then), and drops it from the
     /// carriers of its idempotency key.
-    fn release_keys(&mut self, id: u64, rec: &JobRecord, now_ms: u64) -> Result<()> {
-        if let Some(k) = &rec.dedup_key
+    fn release_keys(&mut self, id: u64, record: &JobRecord, now_ms: u64) -> Result<()> {
+        if let Some(k) = &record.dedup_key
             && let Some((owner, _)) = self.key_holder(k, now_ms)?
             && owner == id
-            && rec.dedup_window_ms.is_none()
+            && record.dedup_window_ms.is_none()
         {
             self.dedup_mut()?.remove(k.as_slice())?;
         }
-        if let Some(k) = rec.idempotency_key.as_deref() {
+        if let Some(k) = record.idempotency_key.as_deref() {
             let key = marker_key(k);
             if self.carriers_mut()?.remove((key.as_slice(), id))?.is_none() {
                 tracing::warn!(
@@ -521,12 +525,12 @@ impl<'t> Tables<'t> {
         now_ms: u64,
     ) -> Result<()> {
         debug_assert_eq!(leases.len(), records.len());
-        if let ([(id, _)], [rec]) = (leases, records) {
-            return self.delete(*id, rec, now_ms);
+        if let ([(id, _)], [record]) = (leases, records) {
+            return self.delete(*id, record, now_ms);
         }
         let mut keys: Vec<(u64, u64)> = Vec::with_capacity(records.len());
-        for (&(id, _), rec) in leases.iter().zip(records) {
-            let StoredState::Leased { deadline_ms, .. } = rec.state else {
+        for (&(id, _), record) in leases.iter().zip(records) {
+            let StoredState::Leased { deadline_ms, .. } = record.state else {
                 return Err(Error::corrupted(format!("job {id} is not leased")));
             };
             keys.push((deadline_ms, id));
@@ -539,8 +543,8 @@ impl<'t> Tables<'t> {
         if first.0 == last.0 && dense(first.1, last.1, keys.len()) {
             remove_dense(self.leases_mut()?, first..=last, &keys, "leaseq_leases")?;
         } else {
-            for (&(id, _), rec) in leases.iter().zip(records) {
-                self.unindex(id, rec)?;
+            for (&(id, _), record) in leases.iter().zip(records) {
+                self.unindex(id, record)?;
             }
         }
         let mut ids: Vec<u64> = keys.iter().map(|&(_, id)| id).collect();
@@ -557,9 +561,9 @@ impl<'t> Tables<'t> {
                 self.jobs_mut().remove(id)?;
             }
         }
-        for (&(id, _), rec) in leases.iter().zip(records) {
-            self.drop_payload(id, rec)?;
-            self.release_keys(id, rec, now_ms)?;
+        for (&(id, _), record) in leases.iter().zip(records) {
+            self.drop_payload(id, record)?;
+            self.release_keys(id, record, now_ms)?;
         }
         Ok(())
     }
@@ -568,8 +572,8 @@ impl<'t> Tables<'t> {
     /// (`LeaseLost`; `Corrupted` for a damaged row). Only storage errors are outside.
     pub(super) fn lease_of(&self, id: u64, token: u64) -> Result<Result<JobRecord>> {
         Ok(match self.row(id)? {
-            Row::Good(rec) if matches!(rec.state, StoredState::Leased { token: t, .. } if t == token) => {
-                Ok(rec)
+            Row::Good(record) if matches!(record.state, StoredState::Leased { token: current, .. } if current == token) => {
+                Ok(record)
             }
             Row::Damaged(why) => Err(damaged(id, &why)),
             _ => Err(Error::LeaseLost {

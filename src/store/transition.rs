@@ -16,10 +16,13 @@ pub(crate) const REASON_ABANDONED: &str =
 
 /// When a job whose attempt `rec.attempts` just ended without an ack is due again: now plus
 /// the retry policy's delay.
-pub(super) fn retry_at_ms(cfg: &QueueConfig, id: u64, rec: &JobRecord, now_ms: u64) -> u64 {
+pub(super) fn retry_at_ms(config: &QueueConfig, id: u64, record: &JobRecord, now_ms: u64) -> u64 {
     // A stored policy was validated when the record was read.
-    let policy = rec.retry.and_then(|r| r.policy().ok()).unwrap_or(cfg.retry);
-    now_ms.saturating_add(policy.delay_ms(JobId(id), rec.attempts))
+    let policy = record
+        .retry
+        .and_then(|r| r.policy().ok())
+        .unwrap_or(config.retry);
+    now_ms.saturating_add(policy.delay_ms(JobId(id), record.attempts))
 }
 
 /// What ending one lease entry did.
@@ -35,25 +38,27 @@ pub(super) enum Ended {
 /// at once); a damaged row is quarantined and an entry that does not match its row is
 /// dropped, so one bad row never stops the pass.
 pub(super) fn end_lease_entry(
-    t: &mut Tables<'_>,
+    tx_tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     (deadline_ms, id): (u64, u64),
     reason: &str,
     retry: Option<&QueueConfig>,
     now_ms: u64,
 ) -> Result<Ended> {
-    match t.row(id)? {
-        Row::Good(rec) if matches!(rec.state, StoredState::Leased { deadline_ms: d, .. } if d == deadline_ms) =>
+    match tx_tables.row(id)? {
+        Row::Good(record) if matches!(record.state, StoredState::Leased { deadline_ms: d, .. } if d == deadline_ms) =>
         {
-            let at_ms = retry.map_or(now_ms, |cfg| retry_at_ms(cfg, id, &rec, now_ms));
-            Ok(match t.end_attempt(ctx, id, rec, reason, now_ms, at_ms)? {
-                JobState::Dead => Ended::Dead,
-                _ => Ended::Returned,
-            })
+            let at_ms = retry.map_or(now_ms, |config| retry_at_ms(config, id, &record, now_ms));
+            Ok(
+                match tx_tables.end_attempt(ctx, id, record, reason, now_ms, at_ms)? {
+                    JobState::Dead => Ended::Dead,
+                    _ => Ended::Returned,
+                },
+            )
         }
         row => {
-            t.leases_mut()?.remove((deadline_ms, id))?;
-            Ok(if t.repair_stray_entry(id, row, now_ms)? {
+            tx_tables.leases_mut()?.remove((deadline_ms, id))?;
+            Ok(if tx_tables.repair_stray_entry(id, row, now_ms)? {
                 Ended::Quarantined
             } else {
                 Ended::Stray
@@ -67,26 +72,26 @@ pub(super) fn end_lease_entry(
 /// empty.
 pub(super) fn lease_record(
     ctx: &mut Ctx<'_>,
-    cfg: &QueueConfig,
+    config: &QueueConfig,
     now_ms: u64,
     id: u64,
-    rec: &mut JobRecord,
+    record: &mut JobRecord,
 ) -> Delivery {
     let token = ctx.alloc_token();
-    let lease_ms = rec.lease_ms.unwrap_or(cfg.lease_ms);
+    let lease_ms = record.lease_ms.unwrap_or(config.lease_ms);
     let deadline_ms = now_ms.saturating_add(lease_ms);
-    rec.attempts += 1;
-    rec.state = StoredState::Leased { token, deadline_ms };
+    record.attempts += 1;
+    record.state = StoredState::Leased { token, deadline_ms };
     Delivery {
         id,
         token,
-        attempt: rec.attempts,
-        max_attempts: rec.max_attempts,
+        attempt: record.attempts,
+        max_attempts: record.max_attempts,
         deadline_ms,
         lease_ms,
         // Moved from the record once it is written.
         idempotency_key: None,
-        encoding: rec
+        encoding: record
             .encoding
             .and_then(crate::format::payload::Encoding::from_tag),
         payload: Vec::new(),
@@ -99,41 +104,41 @@ impl Tables<'_> {
         &mut self,
         ctx: &mut Ctx<'_>,
         id: u64,
-        mut rec: JobRecord,
+        mut record: JobRecord,
         now_ms: u64,
         delay_ms: u64,
     ) -> Result<()> {
         // A leased job's delivery was counted when it was leased.
-        debug_assert!(rec.attempts >= 1, "leased with no attempt counted");
-        ctx.wake(self.tq.qid);
-        self.unindex(id, &rec)?;
+        debug_assert!(record.attempts >= 1, "leased with no attempt counted");
+        ctx.wake(self.tables.queue_number);
+        self.unindex(id, &record)?;
         let at = now_ms.saturating_add(delay_ms);
-        rec.attempts = rec.attempts.saturating_sub(1);
-        rec.snoozes = rec.snoozes.saturating_add(1);
-        rec.run_at_ms = at;
-        rec.state = if at > now_ms {
+        record.attempts = record.attempts.saturating_sub(1);
+        record.snoozes = record.snoozes.saturating_add(1);
+        record.run_at_ms = at;
+        record.state = if at > now_ms {
             StoredState::Scheduled
         } else {
-            rec.seq = ctx.alloc_seq();
+            record.seq = ctx.alloc_seq();
             StoredState::Ready
         };
-        self.put(id, &rec)
+        self.put(id, &record)
     }
 
     /// Moves a leased job to the dead-letter state now, with `reason`.
     pub(super) fn fail_leased(
         &mut self,
         id: u64,
-        mut rec: JobRecord,
+        mut record: JobRecord,
         reason: &str,
         now_ms: u64,
     ) -> Result<()> {
-        self.unindex(id, &rec)?;
-        rec.last_error = Some(truncate_reason(reason));
-        tracing::info!(queue = self.tq.qid, job_id = id, %reason, "leaseq: job dead-lettered by fail");
-        rec.state = StoredState::Dead;
-        rec.run_at_ms = now_ms;
-        self.put(id, &rec)
+        self.unindex(id, &record)?;
+        record.last_error = Some(truncate_reason(reason));
+        tracing::info!(queue = self.tables.queue_number, job_id = id, %reason, "leaseq: job dead-lettered by fail");
+        record.state = StoredState::Dead;
+        record.run_at_ms = now_ms;
+        self.put(id, &record)
     }
 
     /// Ends a delivery that did not ack: back to ready at `requeue_at_ms` (the back of its
@@ -143,34 +148,34 @@ impl Tables<'_> {
         &mut self,
         ctx: &mut Ctx<'_>,
         id: u64,
-        mut rec: JobRecord,
+        mut record: JobRecord,
         reason: &str,
         now_ms: u64,
         requeue_at_ms: u64,
     ) -> Result<JobState> {
-        debug_assert!(matches!(rec.state, StoredState::Leased { .. }));
-        self.unindex(id, &rec)?;
-        rec.last_error = Some(truncate_reason(reason));
-        if rec.attempts >= rec.max_attempts {
+        debug_assert!(matches!(record.state, StoredState::Leased { .. }));
+        self.unindex(id, &record)?;
+        record.last_error = Some(truncate_reason(reason));
+        if record.attempts >= record.max_attempts {
             tracing::info!(
-                queue = self.tq.qid,
+                queue = self.tables.queue_number,
                 job_id = id,
-                attempts = rec.attempts,
+                attempts = record.attempts,
                 %reason,
                 "leaseq: job dead-lettered (no attempts left)"
             );
-            rec.state = StoredState::Dead;
-            rec.run_at_ms = now_ms;
+            record.state = StoredState::Dead;
+            record.run_at_ms = now_ms;
         } else {
-            rec.run_at_ms = requeue_at_ms;
-            rec.state = if requeue_at_ms > now_ms {
+            record.run_at_ms = requeue_at_ms;
+            record.state = if requeue_at_ms > now_ms {
                 StoredState::Scheduled
             } else {
-                rec.seq = ctx.alloc_seq();
+                record.seq = ctx.alloc_seq();
                 StoredState::Ready
             };
         }
-        self.put(id, &rec)?;
-        Ok(rec.state.job_state())
+        self.put(id, &record)?;
+        Ok(record.state.job_state())
     }
 }

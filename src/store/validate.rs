@@ -60,7 +60,7 @@ fn check_key(field: &'static str, key: Option<&Vec<u8>>) -> Result<()> {
 
 /// Validates a batch of enqueues (1 to `BATCH_MAX` jobs) and builds their records.
 pub(crate) fn new_records<'p>(
-    cfg: &QueueConfig,
+    config: &QueueConfig,
     now_ms: u64,
     jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
 ) -> Result<Vec<JobRecord>> {
@@ -72,7 +72,7 @@ pub(crate) fn new_records<'p>(
                 format!("a batch holds 1 to {} items", crate::limits::BATCH_MAX),
             ));
         }
-        records.push(new_record(cfg, now_ms, payload, &opts)?);
+        records.push(new_record(config, now_ms, payload, &opts)?);
     }
     if records.is_empty() {
         return Err(Error::invalid_option("jobs", "the batch is empty"));
@@ -83,7 +83,7 @@ pub(crate) fn new_records<'p>(
 /// Validates one imported job and builds its record: as [`new_record`], then its state and
 /// history as given, checked against the record's invariants.
 pub(crate) fn import_record(
-    cfg: &QueueConfig,
+    config: &QueueConfig,
     now_ms: u64,
     job: &crate::job::ImportJob,
 ) -> Result<JobRecord> {
@@ -92,20 +92,20 @@ pub(crate) fn import_record(
         encoding: job.encoding,
         ..job.options.clone()
     };
-    let mut rec = new_record(cfg, now_ms, &job.payload, &opts)?;
-    rec.created_ms = job.created_ms.unwrap_or(now_ms);
-    rec.attempts = job.attempts;
-    rec.snoozes = job.snoozes;
-    rec.last_error = job.last_error.as_deref().map(truncate_reason);
-    rec.run_at_ms = job.run_at_ms.unwrap_or(now_ms);
-    let left = job.attempts < rec.max_attempts;
-    rec.state = match job.state {
+    let mut record = new_record(config, now_ms, &job.payload, &opts)?;
+    record.created_ms = job.created_ms.unwrap_or(now_ms);
+    record.attempts = job.attempts;
+    record.snoozes = job.snoozes;
+    record.last_error = job.last_error.as_deref().map(truncate_reason);
+    record.run_at_ms = job.run_at_ms.unwrap_or(now_ms);
+    let left = job.attempts < record.max_attempts;
+    record.state = match job.state {
         JobState::Ready | JobState::Scheduled if !left => {
             return Err(Error::invalid_option(
                 "attempts",
                 format!(
                     "{} of {} made: a job still to run needs one left",
-                    job.attempts, rec.max_attempts
+                    job.attempts, record.max_attempts
                 ),
             ));
         }
@@ -113,8 +113,8 @@ pub(crate) fn import_record(
         JobState::Scheduled => StoredState::Scheduled,
         // A lease that ended without an ack, as the reopen after a crash returns it.
         JobState::Leased => {
-            rec.run_at_ms = now_ms;
-            rec.last_error = Some(REASON_ABANDONED.to_string());
+            record.run_at_ms = now_ms;
+            record.last_error = Some(REASON_ABANDONED.to_string());
             if left {
                 StoredState::Ready
             } else {
@@ -123,27 +123,28 @@ pub(crate) fn import_record(
         }
         JobState::Dead => StoredState::Dead,
     };
-    rec.validate()
+    record
+        .validate()
         .map_err(|e| Error::invalid_option("job", e.to_string()))?;
-    Ok(rec)
+    Ok(record)
 }
 
 /// Validates one enqueue and builds its record (state and run_at set, id not yet known).
 pub(crate) fn new_record(
-    cfg: &QueueConfig,
+    config: &QueueConfig,
     now_ms: u64,
     payload: &[u8],
     opts: &EnqueueOptions,
 ) -> Result<JobRecord> {
-    if payload.len() > cfg.payload_bytes_max {
+    if payload.len() > config.payload_bytes_max {
         return Err(Error::PayloadTooLarge {
             size_bytes: payload.len(),
-            limit_bytes: cfg.payload_bytes_max,
+            limit_bytes: config.payload_bytes_max,
         });
     }
     check_key("idempotency_key", opts.idempotency_key.as_ref())?;
     check_key("dedup_key", opts.dedup_key.as_ref())?;
-    let max_attempts = opts.max_attempts.unwrap_or(cfg.max_attempts);
+    let max_attempts = opts.max_attempts.unwrap_or(config.max_attempts);
     if max_attempts == 0 || max_attempts > crate::limits::MAX_ATTEMPTS_CAP {
         return Err(Error::invalid_option(
             "max_attempts",

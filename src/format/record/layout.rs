@@ -13,8 +13,8 @@ use super::{JobRecord, PayloadRef, StoredRetry, StoredState};
 use crate::error::{Error, Result};
 
 /// Appends the bincode body of `rec` to `out`.
-pub(super) fn write(rec: &JobRecord, out: &mut Vec<u8>) {
-    match rec.state {
+pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) {
+    match record.state {
         StoredState::Scheduled => u32_(out, 0),
         StoredState::Ready => u32_(out, 1),
         StoredState::Leased { token, deadline_ms } => {
@@ -24,30 +24,32 @@ pub(super) fn write(rec: &JobRecord, out: &mut Vec<u8>) {
         }
         StoredState::Dead => u32_(out, 3),
     }
-    out.extend_from_slice(&rec.priority.to_le_bytes());
-    u64_(out, rec.run_at_ms);
-    u32_(out, rec.attempts);
-    u32_(out, rec.max_attempts);
-    opt(out, rec.lease_ms.as_ref(), |o, v| u64_(o, *v));
-    u64_(out, rec.created_ms);
-    u64_(out, rec.seq);
-    opt(out, rec.idempotency_key.as_ref(), |o, v| bytes(o, v));
-    opt(out, rec.dedup_key.as_ref(), |o, v| bytes(o, v));
-    opt(out, rec.last_error.as_ref(), |o, v| bytes(o, v.as_bytes()));
-    bytes(out, &rec.payload);
-    opt(out, rec.retry.as_ref(), |o, r| {
+    out.extend_from_slice(&record.priority.to_le_bytes());
+    u64_(out, record.run_at_ms);
+    u32_(out, record.attempts);
+    u32_(out, record.max_attempts);
+    opt(out, record.lease_ms.as_ref(), |o, v| u64_(o, *v));
+    u64_(out, record.created_ms);
+    u64_(out, record.seq);
+    opt(out, record.idempotency_key.as_ref(), |o, v| bytes(o, v));
+    opt(out, record.dedup_key.as_ref(), |o, v| bytes(o, v));
+    opt(out, record.last_error.as_ref(), |o, v| {
+        bytes(o, v.as_bytes())
+    });
+    bytes(out, &record.payload);
+    opt(out, record.retry.as_ref(), |o, r| {
         o.push(r.kind);
         u64_(o, r.base_ms);
         u64_(o, r.cap_ms);
         o.push(r.jitter_percent);
     });
-    opt(out, rec.dedup_window_ms.as_ref(), |o, v| u64_(o, *v));
-    opt(out, rec.payload_apart.as_ref(), |o, r| {
+    opt(out, record.dedup_window_ms.as_ref(), |o, v| u64_(o, *v));
+    opt(out, record.payload_apart.as_ref(), |o, r| {
         u64_(o, r.len);
         u64_(o, r.checksum);
     });
-    u32_(out, rec.snoozes);
-    opt(out, rec.encoding.as_ref(), |o, v| o.push(*v));
+    u32_(out, record.snoozes);
+    opt(out, record.encoding.as_ref(), |o, v| o.push(*v));
 }
 
 /// Reads a body written by [`write()`] (or by bincode for the same version); every byte must be
@@ -64,7 +66,7 @@ pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
         3 => StoredState::Dead,
         v => return Err(bad(format!("state variant {v}"))),
     };
-    let rec = JobRecord {
+    let record = JobRecord {
         state,
         priority: i32::from_le_bytes(r.array()?),
         run_at_ms: r.u64()?,
@@ -98,7 +100,7 @@ pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
     if !r.rest.is_empty() {
         return Err(Error::corrupted("job record: trailing bytes"));
     }
-    Ok(rec)
+    Ok(record)
 }
 
 fn bad(what: String) -> Error {
@@ -186,8 +188,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn bincode_body(rec: &JobRecord) -> Vec<u8> {
-        bincode::serde::encode_to_vec(rec, super::super::record_config()).unwrap()
+    fn bincode_body(record: &JobRecord) -> Vec<u8> {
+        bincode::serde::encode_to_vec(record, super::super::record_config()).unwrap()
     }
 
     fn state() -> impl Strategy<Value = StoredState> {
@@ -200,7 +202,7 @@ mod tests {
         ]
     }
 
-    fn record() -> impl Strategy<Value = JobRecord> {
+    fn any_record() -> impl Strategy<Value = JobRecord> {
         (
             (
                 state(),
@@ -259,24 +261,24 @@ mod tests {
 
         /// The hand-written body is bincode's, byte for byte, and reads back both ways.
         #[test]
-        fn same_bytes_as_bincode(rec in record()) {
+        fn same_bytes_as_bincode(record in any_record()) {
             let mut mine = Vec::new();
-            write(&rec, &mut mine);
-            prop_assert_eq!(&mine, &bincode_body(&rec));
-            prop_assert_eq!(read(&mine).unwrap(), rec.clone());
+            write(&record, &mut mine);
+            prop_assert_eq!(&mine, &bincode_body(&record));
+            prop_assert_eq!(read(&mine).unwrap(), record.clone());
             let (theirs, used): (JobRecord, usize) =
                 bincode::serde::decode_from_slice(&mine, super::super::record_config()).unwrap();
             prop_assert_eq!(used, mine.len());
-            prop_assert_eq!(theirs, rec);
+            prop_assert_eq!(theirs, record);
         }
 
         /// Damaged bodies (cut, or a byte changed) are errors or other records, never a panic;
         /// bincode and the hand reader agree on which.
         #[test]
-        fn damaged_bodies_agree_with_bincode(rec in record(), cut in any::<prop::sample::Index>(),
+        fn damaged_bodies_agree_with_bincode(record in any_record(), cut in any::<prop::sample::Index>(),
                                             at in any::<prop::sample::Index>(), to in any::<u8>()) {
             let mut body = Vec::new();
-            write(&rec, &mut body);
+            write(&record, &mut body);
             let short = &body[..cut.index(body.len())];
             prop_assert!(read(short).is_err());
             let mut flipped = body.clone();
