@@ -196,14 +196,22 @@ fn shutdown_of_a_plain_pool_with_a_zero_grace_gives_every_running_job_back() {
             .enqueue(&n.to_le_bytes(), EnqueueOptions::default())
             .unwrap();
     }
+    // The handlers run until the test lets them go (not for a set time: under an emulator
+    // the shutdown itself can take longer than any sleep chosen here).
     let started = Arc::new(AtomicU64::new(0));
+    let finished = Arc::new(AtomicU64::new(0));
+    let release = Arc::new(AtomicBool::new(false));
     let pool = {
-        let started = started.clone();
+        let (started, finished, release) = (started.clone(), finished.clone(), release.clone());
         WorkerPool::builder(&q.queue)
             .threads(4)
             .start(move |_| {
                 started.fetch_add(1, Ordering::SeqCst);
-                std::thread::sleep(ms(300));
+                let until = Instant::now() + Duration::from_secs(60);
+                while !release.load(Ordering::SeqCst) && Instant::now() < until {
+                    std::thread::sleep(ms(5));
+                }
+                finished.fetch_add(1, Ordering::SeqCst);
                 Ok(())
             })
             .unwrap()
@@ -212,9 +220,10 @@ fn shutdown_of_a_plain_pool_with_a_zero_grace_gives_every_running_job_back() {
         started.load(Ordering::SeqCst) >= 4
     });
     let report = pool.shutdown(Duration::ZERO);
-    // The four running handlers had 300 ms to go: all four given back at once, ready.
+    // The four running handlers are still running: all four given back at once, ready.
     assert_eq!(report.given_back, 4, "{report:?}");
     assert_eq!(report.still_running, 4, "{report:?}");
+    assert_eq!(finished.load(Ordering::SeqCst), 0, "{report:?}");
     let stats = q.queue.stats().unwrap();
     assert_eq!(stats.leased, 0);
     assert_eq!(
@@ -222,7 +231,12 @@ fn shutdown_of_a_plain_pool_with_a_zero_grace_gives_every_running_job_back() {
         "given back ready at once, not after their lease"
     );
     // Their handlers finish later: their worker does not ack a job given back.
-    std::thread::sleep(ms(500));
+    release.store(true, Ordering::SeqCst);
+    wait_for("the four handlers finished", || {
+        finished.load(Ordering::SeqCst) >= 4
+    });
+    // A late ack would follow the handler's return: give it the time it would take.
+    std::thread::sleep(ms(200));
     assert_eq!(q.queue.stats().unwrap().ready, total);
     let attempts: Vec<u32> = q
         .queue
