@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use crate::commit::refuse;
 use crate::error::{BoxError, Result};
 use crate::job::{Applied, JobId, JobState};
-use crate::queue::Queue;
+use crate::queue::{AckThen, Queue};
 use crate::store;
 
 /// A job handed to a consumer, leased until [`deadline_ms`](Lease::deadline_ms), under a
@@ -48,25 +48,25 @@ use crate::store;
 pub struct Lease {
     /// The queue, while this delivery's attempt may still be open through this lease; `None`
     /// once a call ended it or found it lost, so an ended lease does not hold the file open.
-    pub(crate) queue: Mutex<Option<Queue>>,
+    queue: Mutex<Option<Queue>>,
     /// Which queue the lease is from, ended or not: the file's committer id and the queue's
     /// number in the file.
-    pub(crate) owner: (u64, u32),
-    pub(crate) id: u64,
-    pub(crate) token: u64,
-    pub(crate) attempt: u32,
-    pub(crate) max_attempts: u32,
+    owner: (u64, u32),
+    id: u64,
+    token: u64,
+    attempt: u32,
+    max_attempts: u32,
     /// The deadline, updated by [`Lease::extend`] (which takes `&self`).
-    pub(crate) deadline_ms: AtomicU64,
+    deadline_ms: AtomicU64,
     /// Held by `extend` from its commit to its update of `deadline_ms`, so extends racing
     /// from several threads leave `deadline_ms` equal to the stored deadline.
-    pub(crate) extending: Mutex<()>,
-    pub(crate) lease_ms: u64,
-    pub(crate) idempotency_key: Option<Vec<u8>>,
+    extending: Mutex<()>,
+    lease_ms: u64,
+    idempotency_key: Option<Vec<u8>>,
     /// How [`Lease::decode`] reads the payload: the job's recorded encoding, else its
     /// handle's.
-    pub(crate) encoding: crate::format::payload::Encoding,
-    pub(crate) payload: Vec<u8>,
+    encoding: crate::format::payload::Encoding,
+    payload: Vec<u8>,
 }
 
 impl fmt::Debug for Lease {
@@ -83,6 +83,34 @@ impl fmt::Debug for Lease {
 }
 
 impl Lease {
+    /// The lease of `delivery`, a job `queue` just leased.
+    pub(crate) fn from_delivery(queue: &Queue, delivery: store::Delivery) -> Lease {
+        Lease {
+            queue: Mutex::new(Some(queue.clone())),
+            owner: queue.lease_owner(),
+            id: delivery.id,
+            token: delivery.token,
+            attempt: delivery.attempt,
+            max_attempts: delivery.max_attempts,
+            deadline_ms: AtomicU64::new(delivery.deadline_ms),
+            extending: Mutex::new(()),
+            lease_ms: delivery.lease_ms,
+            idempotency_key: delivery.idempotency_key,
+            encoding: delivery.encoding.unwrap_or(queue.config().encoding),
+            payload: delivery.payload,
+        }
+    }
+
+    /// Which queue the lease is from ([`Queue::lease_owner`]), ended or not.
+    pub(crate) fn owner(&self) -> (u64, u32) {
+        self.owner
+    }
+
+    /// `(job id, fencing token)`: what the engine's fenced calls take.
+    pub(crate) fn fenced_key(&self) -> (u64, u64) {
+        (self.id, self.token)
+    }
+
     /// The job's id.
     pub fn id(&self) -> JobId {
         JobId(self.id)
@@ -248,7 +276,10 @@ impl Lease {
             Ok(Ok(store::dequeue(ctx, &config, now_ms, 1)?))
         });
         self.settle(&next);
-        Ok(next?.into_iter().next().map(|l| q.lease(l)))
+        Ok(next?
+            .into_iter()
+            .next()
+            .map(|l| Lease::from_delivery(&q, l)))
     }
 
     /// Acks the job and applies its effect in one redb write transaction: the closure's writes
@@ -301,8 +332,11 @@ impl Lease {
     {
         let q = self.queue()?;
         let mut each = |tx: &crate::tx::Tx<'_>, _: usize| effect(tx);
-        let (applied, _) =
-            q.ack_with_keys(&self.key(), &mut store::EffectCall::Each(&mut each), false)?;
+        let (applied, _) = q.ack_with_keys(
+            &self.key(),
+            &mut store::EffectCall::Each(&mut each),
+            AckThen::Stop,
+        )?;
         let r = single(applied);
         self.settle(&r);
         r
@@ -321,11 +355,17 @@ impl Lease {
     {
         let q = self.queue()?;
         let mut each = |tx: &crate::tx::Tx<'_>, _: usize| effect(tx);
-        let (applied, next) =
-            q.ack_with_keys(&self.key(), &mut store::EffectCall::Each(&mut each), true)?;
+        let (applied, next) = q.ack_with_keys(
+            &self.key(),
+            &mut store::EffectCall::Each(&mut each),
+            AckThen::LeaseNext,
+        )?;
         let applied = single(applied);
         self.settle(&applied);
-        Ok((applied?, next.into_iter().next().map(|l| q.lease(l))))
+        Ok((
+            applied?,
+            next.into_iter().next().map(|l| Lease::from_delivery(&q, l)),
+        ))
     }
 
     /// Gives the job back, recording `reason` as its last error: due after the queue's

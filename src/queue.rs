@@ -269,7 +269,7 @@ impl Queue {
     ) -> Result<Vec<Enqueued>> {
         self.check_open()?;
         let records = store::new_records(&self.config, self.now_ms(), jobs)?;
-        self.run(&mut |ctx| store::enqueue(ctx, self.config.tables, &records, None).map(Ok))
+        self.run(&mut |ctx| store::enqueue(ctx, self.config.tables, &records).map(Ok))
     }
 
     /// Adds up to [`BATCH_MAX`](crate::BATCH_MAX) jobs with their state and history (attempts,
@@ -345,7 +345,9 @@ impl Queue {
             .iter()
             .map(|j| store::import_record(&self.config, now_ms, j))
             .collect::<Result<Vec<_>>>()?;
-        self.run(&mut |ctx| store::enqueue(ctx, self.config.tables, &records, Some(now_ms)).map(Ok))
+        self.run(&mut |ctx| {
+            store::enqueue_imported(ctx, self.config.tables, &records, now_ms).map(Ok)
+        })
     }
 
     /// Runs `f` in a write transaction shared with the queue's group commit and commits it:
@@ -459,26 +461,18 @@ impl Queue {
         // sweep has more to do): look again soon rather than waiting out the timeout.
         let next_due_ms = leased.is_empty().then_some(now_ms);
         Ok((
-            leased.into_iter().map(|l| self.lease(l)).collect(),
+            leased
+                .into_iter()
+                .map(|l| Lease::from_delivery(self, l))
+                .collect(),
             next_due_ms,
         ))
     }
 
-    pub(crate) fn lease(&self, l: store::Delivery) -> Lease {
-        Lease {
-            queue: parking_lot::Mutex::new(Some(self.clone())),
-            owner: (self.inner.committer.id(), self.config.tables.queue_number),
-            id: l.id,
-            token: l.token,
-            attempt: l.attempt,
-            max_attempts: l.max_attempts,
-            deadline_ms: std::sync::atomic::AtomicU64::new(l.deadline_ms),
-            extending: parking_lot::Mutex::new(()),
-            lease_ms: l.lease_ms,
-            idempotency_key: l.idempotency_key,
-            encoding: l.encoding.unwrap_or(self.config.encoding),
-            payload: l.payload,
-        }
+    /// Which queue a lease of this handle is from: the file's committer id and the queue's
+    /// number in the file.
+    pub(crate) fn lease_owner(&self) -> (u64, u32) {
+        (self.inner.committer.id(), self.config.tables.queue_number)
     }
 
     /// Takes up to `max` jobs available now (at most [`BATCH_MAX`](crate::BATCH_MAX)) in one
@@ -531,8 +525,11 @@ impl Queue {
     {
         let keys = self.batch_keys(leases)?;
         let mut each = |tx: &crate::tx::Tx<'_>, i: usize| effect(tx, &leases[i]);
-        let (applied, _) =
-            self.ack_with_keys(&keys, &mut store::EffectCall::Each(&mut each), false)?;
+        let (applied, _) = self.ack_with_keys(
+            &keys,
+            &mut store::EffectCall::Each(&mut each),
+            AckThen::Stop,
+        )?;
         leases.iter().zip(&applied).for_each(|(l, r)| l.settle(r));
         Ok(applied)
     }
@@ -586,12 +583,13 @@ impl Queue {
             effect(tx, &chosen)
         };
         let (applied, _) =
-            self.ack_with_keys(&keys, &mut store::EffectCall::All(&mut all), false)?;
+            self.ack_with_keys(&keys, &mut store::EffectCall::All(&mut all), AckThen::Stop)?;
         leases.iter().zip(&applied).for_each(|(l, r)| l.settle(r));
         Ok(applied)
     }
 
-    /// Runs `store::ack_with` over `keys` (then, with `next`, a dequeue of one) in one commit.
+    /// Runs `store::ack_with` over `keys` (then, with [`AckThen::LeaseNext`], a dequeue of one)
+    /// in one commit.
     /// A closure that fails drops the transaction; the call then runs again with that lease
     /// marked, so its job is given back with the closure's error and the other leases' effects
     /// commit (no dequeue once a closure has failed). At most one run more than there are
@@ -600,11 +598,11 @@ impl Queue {
         &self,
         keys: &[(u64, u64)],
         effect: &mut store::EffectCall<'_, '_>,
-        next: bool,
+        then: AckThen,
     ) -> Result<(Vec<Result<Applied>>, Vec<store::Delivery>)> {
         let (now_ms, config) = (self.now_ms(), self.config);
         // After `close`, an ack-and-next acks and takes nothing.
-        let next = next && !self.is_closed();
+        let next = then == AckThen::LeaseNext && !self.is_closed();
         let mut failed: Vec<Option<store::ClosureFailure>> = vec![None; keys.len()];
         let mut errors: Vec<Option<crate::error::BoxError>> = keys.iter().map(|_| None).collect();
         for _ in 0..=keys.len() {
@@ -679,13 +677,10 @@ impl Queue {
         if leases.len() > crate::limits::BATCH_MAX {
             return Err(batch_too_large("leases"));
         }
-        if leases
-            .iter()
-            .any(|l| l.owner != (self.inner.committer.id(), self.config.tables.queue_number))
-        {
+        if leases.iter().any(|l| l.owner() != self.lease_owner()) {
             return Err(Error::invalid_option("leases", "a lease of another queue"));
         }
-        Ok(leases.iter().map(|l| (l.id, l.token)).collect())
+        Ok(leases.iter().map(Lease::fenced_key).collect())
     }
 
     /// Takes the next job, waiting up to `timeout` for one. Wakes when a commit makes work
@@ -1263,4 +1258,13 @@ impl Queue {
             Ok(())
         })
     }
+}
+
+/// What an `ack_with` does after its acks, in the same commit ([`Queue::ack_with_keys`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AckThen {
+    /// Nothing: [`Lease::ack_with`], [`Queue::ack_with_batch`], [`Queue::ack_with_all`].
+    Stop,
+    /// Leases the next job: [`Lease::ack_with_and_next`].
+    LeaseNext,
 }

@@ -11,7 +11,7 @@ use crate::limits::{PRUNE_PER_ACK_MAX, SWEEP_MAX};
 
 use super::retention::prune_dead;
 use super::tables::{Row, Tables};
-use super::transition::{REASON_EXPIRED, end_lease_entry, lease_record};
+use super::transition::{LeaseEnd, end_lease_entry, lease_record};
 use super::{Delivery, QueueConfig};
 
 /// Promotes due scheduled jobs and reclaims expired leases, at most `SWEEP_MAX` of each. An
@@ -61,8 +61,7 @@ fn sweep(
             tx_tables,
             ctx,
             (deadline_ms, id),
-            REASON_EXPIRED,
-            Some(config),
+            LeaseEnd::Expired(config),
             now_ms,
         )?;
     }

@@ -14,30 +14,43 @@ use super::QueueConfig;
 use super::retention::prune_windows;
 use super::tables::Tables;
 
-/// Adds validated records (from [`new_records`](super::validate::new_records) or [`import_record`](super::validate::import_record)) in order. A dedup key
-/// held by a live job, or by an earlier record of the same batch, makes that record a
-/// `Duplicate`. `now_ms` is when key holders and windows are judged: the call's time for an
-/// import (whose records keep their own `created_ms`), `None` for new records (created now).
+/// Adds new validated records (from [`new_records`](super::validate::new_records)) in order.
+/// A dedup key held by a live job, or by an earlier record of the same batch, makes that
+/// record a `Duplicate`; key holders and windows are judged at each record's `created_ms`
+/// (now).
 pub(crate) fn enqueue(
     ctx: &mut Ctx<'_>,
     tables: &'static QueueTables,
     records: &[JobRecord],
-    now_ms: Option<u64>,
 ) -> Result<Vec<Enqueued>> {
     let mut tx_tables = Tables::open(ctx, tables)?;
-    enqueue_into(&mut tx_tables, ctx, records, now_ms)
+    enqueue_into(&mut tx_tables, ctx, records, None)
 }
 
-/// [`enqueue`] on tables the running operation holds open.
+/// [`enqueue`] for imported records (from
+/// [`import_record`](super::validate::import_record)), which keep their own `created_ms`:
+/// key holders and windows are judged at `now_ms`, the time of the import.
+pub(crate) fn enqueue_imported(
+    ctx: &mut Ctx<'_>,
+    tables: &'static QueueTables,
+    records: &[JobRecord],
+    now_ms: u64,
+) -> Result<Vec<Enqueued>> {
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    enqueue_into(&mut tx_tables, ctx, records, Some(now_ms))
+}
+
+/// [`enqueue`] (`judged_at_ms: None`) or [`enqueue_imported`] on tables the running
+/// operation holds open.
 fn enqueue_into(
     tx_tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     records: &[JobRecord],
-    now_ms: Option<u64>,
+    judged_at_ms: Option<u64>,
 ) -> Result<Vec<Enqueued>> {
     let mut out = Vec::with_capacity(records.len());
     for record in records {
-        let now_ms = now_ms.unwrap_or(record.created_ms);
+        let now_ms = judged_at_ms.unwrap_or(record.created_ms);
         if let Some(k) = &record.dedup_key
             && let Some((owner, by_window)) = tx_tables.key_holder(k, now_ms)?
         {

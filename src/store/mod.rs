@@ -48,7 +48,7 @@ mod validate;
 pub(crate) use admin::{BulkAction, bulk_by_state, remove, requeue_dead};
 pub(crate) use check::check_file;
 pub(crate) use dequeue::dequeue;
-pub(crate) use enqueue::{Sink, enqueue, write};
+pub(crate) use enqueue::{Sink, enqueue, enqueue_imported, write};
 pub(crate) use fenced::{ClosureFailure, EffectCall, ack, ack_with, extend, fail, nack, snooze};
 pub(crate) use migrate::{file_id, make_file_id, upgrade};
 pub(crate) use read::{

@@ -9,7 +9,7 @@ use crate::format::schema::{QUEUES, QueueTables};
 
 use super::registry::{named_queues, named_tables_present};
 use super::tables::Tables;
-use super::transition::{Ended, REASON_ABANDONED, end_lease_entry};
+use super::transition::{Ended, LeaseEnd, end_lease_entry};
 
 /// What lease recovery at open did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -61,7 +61,7 @@ fn recover_queue_leases(
     let mut out = LeaseRecovery::default();
     for entry in all {
         ctx.wake(tx_tables.tables.queue_number);
-        match end_lease_entry(&mut tx_tables, ctx, entry, REASON_ABANDONED, None, now_ms)? {
+        match end_lease_entry(&mut tx_tables, ctx, entry, LeaseEnd::Abandoned, now_ms)? {
             Ended::Returned => out.returned += 1,
             Ended::Dead => out.dead += 1,
             Ended::Quarantined => out.quarantined += 1,

@@ -33,22 +33,35 @@ pub(super) enum Ended {
     Stray,
 }
 
-/// Ends the attempt behind lease entry `(deadline_ms, id)` (lease expiry, recovery at open):
-/// ready or dead as [`Tables::end_attempt`], due after the retry policy of `retry` (`None`:
-/// at once); a damaged row is quarantined and an entry that does not match its row is
-/// dropped, so one bad row never stops the pass.
+/// Why a lease ended without an ack, nack or fail: the job's last error and when it is due.
+#[derive(Clone, Copy)]
+pub(super) enum LeaseEnd<'c> {
+    /// Its deadline passed ([`REASON_EXPIRED`]): due after the queue's retry policy.
+    Expired(&'c QueueConfig),
+    /// Its process died ([`REASON_ABANDONED`], recovery at open): due at once.
+    Abandoned,
+}
+
+/// Ends the attempt behind lease entry `(deadline_ms, id)`: ready or dead as
+/// [`Tables::end_attempt`], with the last error and due time of `end`; a damaged row is
+/// quarantined and an entry that does not match its row is dropped, so one bad row never
+/// stops the pass.
 pub(super) fn end_lease_entry(
     tx_tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     (deadline_ms, id): (u64, u64),
-    reason: &str,
-    retry: Option<&QueueConfig>,
+    end: LeaseEnd<'_>,
     now_ms: u64,
 ) -> Result<Ended> {
     match tx_tables.row(id)? {
         Row::Good(record) if matches!(record.state, StoredState::Leased { deadline_ms: d, .. } if d == deadline_ms) =>
         {
-            let at_ms = retry.map_or(now_ms, |config| retry_at_ms(config, id, &record, now_ms));
+            let (reason, at_ms) = match end {
+                LeaseEnd::Expired(config) => {
+                    (REASON_EXPIRED, retry_at_ms(config, id, &record, now_ms))
+                }
+                LeaseEnd::Abandoned => (REASON_ABANDONED, now_ms),
+            };
             Ok(
                 match tx_tables.end_attempt(ctx, id, record, reason, now_ms, at_ms)? {
                     JobState::Dead => Ended::Dead,

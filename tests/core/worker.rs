@@ -461,8 +461,10 @@ fn a_slow_handler_keeps_its_lease_by_heartbeat_and_is_delivered_once() {
     assert_eq!((stats.acked, stats.lost), (1, 0), "{stats:?}");
     // At most one beat under way as the ack landed (refused, C39).
     assert!(stats.heartbeats_lost <= 1, "{stats:?}");
-    // 1.5 s at one heartbeat per 100 ms (a third of the 300 ms lease).
-    assert!((10..=16).contains(&stats.heartbeats), "{stats:?}");
+    // 1.5 s at one heartbeat per 100 ms (a third of the 300 ms lease): at most 16, never
+    // faster; at least 4, or the 300 ms lease would have run out between two of them (a
+    // loaded machine delays beats, so the count between is not asserted).
+    assert!((4..=16).contains(&stats.heartbeats), "{stats:?}");
     assert_consistent(&q.queue);
 }
 
