@@ -374,6 +374,20 @@ pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+pub fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// Enqueue options with nothing set.
+pub fn plain() -> EnqueueOptions {
+    EnqueueOptions::default()
+}
+
+/// Enqueue options with idempotency key `k` and nothing else.
+pub fn keyed(k: &str) -> EnqueueOptions {
+    EnqueueOptions::default().idempotency_key(k)
+}
+
 /// Enqueues `n` jobs (payloads `job 0`, `job 1`, ...) with `opts`; their ids in order.
 pub fn enqueue_n(q: &Queue, n: usize, opts: EnqueueOptions) -> Vec<JobId> {
     (0..n)

@@ -4,15 +4,11 @@
 //! Adversarial tests of the "run for years" work (issue 9): paging and dead-letter tools on
 //! damaged data.
 
-use crate::common::{Fixture, LEASE, T0_MS, assert_consistent, flip_record_byte};
+use crate::common::{Fixture, LEASE, T0_MS, assert_consistent, flip_record_byte, secs};
 use leaseq::{EnqueueOptions, Enqueued, Error, JobId, JobInfo, JobState, Queue};
 use redb::TableDefinition;
 use std::collections::BTreeSet;
 use std::time::Duration;
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 /// Every job in `state`, read page by page (`limit` per page).
 fn all_pages(q: &Queue, state: JobState, limit: usize) -> Vec<JobInfo> {

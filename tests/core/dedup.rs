@@ -2,13 +2,9 @@
 //! window after enqueue whatever the job does; a dead holder said explicitly; a job's own
 //! retry policy.
 
-use crate::common::{Fixture, T0_MS, assert_consistent};
+use crate::common::{Fixture, T0_MS, assert_consistent, secs};
 use leaseq::{Clock, EnqueueOptions, Enqueued, Error, JobId, JobState, RetryPolicy};
 use std::time::Duration;
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 fn windowed(k: &str, s: u64) -> EnqueueOptions {
     EnqueueOptions::default().dedup_key(k).dedup_window(secs(s))

@@ -4,7 +4,7 @@
 //! Adversarial tests of issue 11 (`Queue::import_batch`): each checks the state that should
 //! result (stats, `Queue::job`, `check()`), not only that nothing panics.
 
-use crate::common::{Fixture, T0_MS, assert_consistent};
+use crate::common::{Fixture, T0_MS, assert_consistent, plain};
 use leaseq::{
     Encoding, EnqueueOptions, Enqueued, Error, ImportJob, JobId, JobInfo, JobState, Queue,
     RetryPolicy,
@@ -101,32 +101,35 @@ fn kept(j: &JobInfo) -> impl PartialEq + std::fmt::Debug + use<> {
 fn a_moved_queue_keeps_every_state_option_and_byte() {
     let src = Fixture::new();
     let q = src.open();
-    let d = EnqueueOptions::default;
     let big: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
-    q.enqueue(b"ready-1", d().priority(-3).idempotency_key("k1"))
+    q.enqueue(b"ready-1", plain().priority(-3).idempotency_key("k1"))
         .unwrap();
     q.enqueue(
         &big,
-        d().dedup_key("d2").dedup_window(Duration::from_secs(600)),
+        plain()
+            .dedup_key("d2")
+            .dedup_window(Duration::from_secs(600)),
     )
     .unwrap();
     q.enqueue(
         &[0xff, 0, 0xfe],
-        d().delay(Duration::from_secs(90))
+        plain()
+            .delay(Duration::from_secs(90))
             .lease(Duration::from_secs(9)),
     )
     .unwrap();
     q.enqueue(
         b"dies",
-        d().priority(-5)
+        plain()
+            .priority(-5)
             .max_attempts(2)
             .retry(RetryPolicy::fixed(Duration::from_secs(3))),
     )
     .unwrap();
     q.with_encoding(Encoding::Json)
-        .enqueue_value(&vec![1u8, 2], d().priority(5))
+        .enqueue_value(&vec![1u8, 2], plain().priority(5))
         .unwrap();
-    q.enqueue(b"leased", d().priority(-9)).unwrap();
+    q.enqueue(b"leased", plain().priority(-9)).unwrap();
     // "leased" is held at export, "dies" fails, "ready-1" is snoozed once and nacked once.
     let held = q.dequeue().unwrap().unwrap();
     assert_eq!(held.payload(), b"leased");
@@ -186,7 +189,7 @@ fn a_moved_queue_keeps_every_state_option_and_byte() {
     assert_consistent(&to);
     // Keys came along: the dedup key is held in the new file.
     assert!(matches!(
-        to.enqueue(b"dup", d().dedup_key("d2")).unwrap(),
+        to.enqueue(b"dup", plain().dedup_key("d2")).unwrap(),
         Enqueued::Duplicate(_)
     ));
 }
@@ -338,10 +341,6 @@ fn an_imported_dead_job_can_be_requeued_and_expires_by_its_death_time() {
 
 const HOUR_MS: u64 = 3_600_000;
 
-fn d() -> EnqueueOptions {
-    EnqueueOptions::default()
-}
-
 // ---------------------------------------------------------------------------------------
 // Import: dedup keys are judged at the import's time, not at the job's `created_ms`.
 // ---------------------------------------------------------------------------------------
@@ -355,13 +354,15 @@ fn import_created_in_the_future_does_not_take_a_key_whose_window_still_runs() {
     let holder = q
         .enqueue(
             b"holder",
-            d().dedup_key("k").dedup_window(Duration::from_secs(3600)),
+            plain()
+                .dedup_key("k")
+                .dedup_window(Duration::from_secs(3600)),
         )
         .unwrap()
         .id();
     let out = q
         .import_batch(&[ImportJob::new(b"future".to_vec())
-            .options(d().dedup_key("k"))
+            .options(plain().dedup_key("k"))
             .created_ms(T0_MS + 2 * HOUR_MS)])
         .unwrap();
     // The window of `holder` runs until T0 + 1 h, and the clock reads T0.
@@ -383,18 +384,20 @@ fn import_created_in_the_future_does_not_release_other_running_windows() {
     let a = q
         .enqueue(
             b"a",
-            d().dedup_key("a").dedup_window(Duration::from_secs(3600)),
+            plain()
+                .dedup_key("a")
+                .dedup_window(Duration::from_secs(3600)),
         )
         .unwrap()
         .id();
     let out = q
         .import_batch(&[ImportJob::new(b"b".to_vec())
-            .options(d().dedup_key("b"))
+            .options(plain().dedup_key("b"))
             .created_ms(T0_MS + 2 * HOUR_MS)])
         .unwrap();
     assert!(matches!(out[0], Enqueued::New(_)));
     // Still T0: the window of "a" runs for another hour.
-    let again = q.enqueue(b"a again", d().dedup_key("a")).unwrap();
+    let again = q.enqueue(b"a again", plain().dedup_key("a")).unwrap();
     assert_eq!(
         again,
         Enqueued::Duplicate(a),
@@ -412,7 +415,9 @@ fn import_created_in_the_past_does_not_revive_an_ended_window() {
     let q = f.open();
     q.enqueue(
         b"old holder",
-        d().dedup_key("k").dedup_window(Duration::from_secs(3600)),
+        plain()
+            .dedup_key("k")
+            .dedup_window(Duration::from_secs(3600)),
     )
     .unwrap();
     q.dequeue().unwrap().unwrap().ack().unwrap();
@@ -420,7 +425,7 @@ fn import_created_in_the_past_does_not_revive_an_ended_window() {
     // (No other enqueue with a dedup key here: it would prune the ended window itself.)
     let out = q
         .import_batch(&[ImportJob::new(b"exported at T0".to_vec())
-            .options(d().dedup_key("k"))
+            .options(plain().dedup_key("k"))
             .created_ms(T0_MS)])
         .unwrap();
     assert!(
@@ -516,12 +521,14 @@ fn import_cuts_a_huge_last_error_and_refuses_bad_keys_all_or_nothing() {
                 .attempts(5)
                 .last_error(Some(huge.clone())),
             ImportJob::new(b"longest keys".to_vec()).options(
-                d().idempotency_key(&key512)
+                plain()
+                    .idempotency_key(&key512)
                     .dedup_key(&key512)
                     .dedup_window(Duration::from_secs(1)),
             ),
             // Its delay is ignored: the state says when it is due.
-            ImportJob::new(b"delay ignored".to_vec()).options(d().delay(Duration::from_secs(60))),
+            ImportJob::new(b"delay ignored".to_vec())
+                .options(plain().delay(Duration::from_secs(60))),
         ])
         .unwrap();
     let e = q.job(out[0].id()).unwrap().unwrap();
@@ -533,16 +540,19 @@ fn import_cuts_a_huge_last_error_and_refuses_bad_keys_all_or_nothing() {
     let good = ImportJob::new(b"good".to_vec());
     let long = vec![b'k'; leaseq::KEY_BYTES_MAX + 1];
     let bad = [
-        ImportJob::new(b"x".to_vec()).options(d().dedup_key(&long)),
-        ImportJob::new(b"x".to_vec()).options(d().idempotency_key(&long)),
-        ImportJob::new(b"x".to_vec()).options(d().dedup_key("")),
-        ImportJob::new(b"x".to_vec()).options(d().idempotency_key("")),
-        ImportJob::new(b"x".to_vec()).options(d().dedup_window(Duration::from_secs(1))),
+        ImportJob::new(b"x".to_vec()).options(plain().dedup_key(&long)),
+        ImportJob::new(b"x".to_vec()).options(plain().idempotency_key(&long)),
+        ImportJob::new(b"x".to_vec()).options(plain().dedup_key("")),
+        ImportJob::new(b"x".to_vec()).options(plain().idempotency_key("")),
+        ImportJob::new(b"x".to_vec()).options(plain().dedup_window(Duration::from_secs(1))),
+        ImportJob::new(b"x".to_vec()).options(
+            plain()
+                .dedup_key("w")
+                .dedup_window(Duration::from_micros(500)),
+        ),
+        ImportJob::new(b"x".to_vec()).options(plain().lease(Duration::ZERO)),
         ImportJob::new(b"x".to_vec())
-            .options(d().dedup_key("w").dedup_window(Duration::from_micros(500))),
-        ImportJob::new(b"x".to_vec()).options(d().lease(Duration::ZERO)),
-        ImportJob::new(b"x".to_vec())
-            .options(d().max_attempts(2))
+            .options(plain().max_attempts(2))
             .state(JobState::Leased)
             .attempts(3),
     ];
@@ -568,13 +578,15 @@ fn import_batch_max_with_duplicates_inside_and_against_holders() {
     let window_holder = q
         .enqueue(
             b"w",
-            d().dedup_key("wk").dedup_window(Duration::from_secs(60)),
+            plain()
+                .dedup_key("wk")
+                .dedup_window(Duration::from_secs(60)),
         )
         .unwrap()
         .id();
     q.dequeue().unwrap().unwrap().ack().unwrap();
     let dead_holder = q
-        .enqueue(b"dead", d().dedup_key("dk").max_attempts(1))
+        .enqueue(b"dead", plain().dedup_key("dk").max_attempts(1))
         .unwrap()
         .id();
     q.dequeue().unwrap().unwrap().fail("gone").unwrap();
@@ -582,7 +594,7 @@ fn import_batch_max_with_duplicates_inside_and_against_holders() {
     let mut jobs: Vec<ImportJob> = (0..leaseq::BATCH_MAX)
         .map(|i| {
             ImportJob::new(i.to_le_bytes().to_vec())
-                .options(d().dedup_key(format!("k{}", i % half)))
+                .options(plain().dedup_key(format!("k{}", i % half)))
         })
         .collect();
     // One over: refused whole.
@@ -593,8 +605,8 @@ fn import_batch_max_with_duplicates_inside_and_against_holders() {
         Err(Error::InvalidOption { .. })
     ));
     assert_eq!(q.stats().unwrap().total, 1);
-    jobs[half] = ImportJob::new(b"w again".to_vec()).options(d().dedup_key("wk"));
-    jobs[half + 1] = ImportJob::new(b"d again".to_vec()).options(d().dedup_key("dk"));
+    jobs[half] = ImportJob::new(b"w again".to_vec()).options(plain().dedup_key("wk"));
+    jobs[half + 1] = ImportJob::new(b"d again".to_vec()).options(plain().dedup_key("dk"));
     let out = q.import_batch(&jobs).unwrap();
     assert_eq!(out.len(), leaseq::BATCH_MAX);
     assert_eq!(out[half], Enqueued::Duplicate(window_holder));
@@ -611,10 +623,10 @@ fn import_batch_max_with_duplicates_inside_and_against_holders() {
     let out = q
         .import_batch(&[
             ImportJob::new(b"x".to_vec())
-                .options(d().dedup_key("fresh-dead"))
+                .options(plain().dedup_key("fresh-dead"))
                 .state(JobState::Dead)
                 .attempts(5),
-            ImportJob::new(b"y".to_vec()).options(d().dedup_key("fresh-dead")),
+            ImportJob::new(b"y".to_vec()).options(plain().dedup_key("fresh-dead")),
         ])
         .unwrap();
     assert_eq!(out[1], Enqueued::DuplicateDead(out[0].id()));
@@ -628,12 +640,12 @@ fn imported_attempts_are_the_attempts_a_consumer_sees() {
     let out = q
         .import_batch(&[
             ImportJob::new(b"last try".to_vec())
-                .options(d().max_attempts(3).priority(-1))
+                .options(plain().max_attempts(3).priority(-1))
                 .attempts(2)
                 .snoozes(7)
                 .last_error(Some("second failure".into())),
             ImportJob::new(b"leased, none made".to_vec())
-                .options(d().max_attempts(1))
+                .options(plain().max_attempts(1))
                 .state(JobState::Leased)
                 .attempts(0),
         ])

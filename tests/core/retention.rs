@@ -12,7 +12,9 @@
 //! the held dedup keys are the model's; every dequeue hands out the model's choice.
 
 use crate::common;
-use crate::common::{Fixture, T0_MS, all_ok, assert_consistent, bump, flip_record_byte, ms};
+use crate::common::{
+    Fixture, T0_MS, all_ok, assert_consistent, bump, flip_record_byte, keyed, ms, secs,
+};
 use leaseq::{
     Applied, Durability, EnqueueOptions, Enqueued, Error, JobId, JobState, Lease, Queue,
     RetryPolicy, Stats,
@@ -21,10 +23,6 @@ use proptest::prelude::*;
 use redb::{ReadableTable, TableDefinition};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
-
-fn keyed(k: &str) -> EnqueueOptions {
-    EnqueueOptions::default().idempotency_key(k)
-}
 
 /// C26, first part: 100,000 cycles of enqueue (default key), dequeue, `ack_with` leave the
 /// applied-ids table empty: a job's own id guards nothing once the job is gone.
@@ -284,10 +282,6 @@ const APPLIED_BY_TIME: TableDefinition<(u64, &[u8]), ()> =
     TableDefinition::new("leaseq_applied_by_time");
 
 const IDEM_JOBS: TableDefinition<(&[u8], u64), ()> = TableDefinition::new("leaseq_idem_jobs");
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 fn retained_for(f: &Fixture, retention: Duration) -> Queue {
     f.builder()

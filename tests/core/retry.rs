@@ -4,14 +4,10 @@
 //!
 //! Adversarial tests of the "run for years" work (issue 9): the retry policy through the API.
 
-use crate::common::{Fixture, T0_MS, assert_consistent, ms};
+use crate::common::{Fixture, T0_MS, assert_consistent, ms, secs};
 use leaseq::{Clock, EnqueueOptions, Error, JobId, JobInfo, JobState, Queue, RetryPolicy};
 use std::collections::BTreeSet;
 use std::time::Duration;
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 fn open(f: &Fixture, retry: RetryPolicy) -> Queue {
     f.builder().retry(retry).open(&f.path).unwrap()

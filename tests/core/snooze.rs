@@ -5,7 +5,7 @@
 //! (stats, `Queue::job`, `check()`), not only that nothing panics.
 
 use crate::common;
-use crate::common::{Fixture, LEASE, T0_MS, assert_consistent};
+use crate::common::{Fixture, LEASE, T0_MS, assert_consistent, plain};
 use leaseq::{Applied, EnqueueOptions, Enqueued, Error, ImportJob, JobId, JobState};
 use std::time::Duration;
 
@@ -213,10 +213,6 @@ fn ack_with_honours_an_outcome_from_its_closure() {
     assert_consistent(&q);
 }
 
-fn d() -> EnqueueOptions {
-    EnqueueOptions::default()
-}
-
 // ---------------------------------------------------------------------------------------
 // Snooze.
 // ---------------------------------------------------------------------------------------
@@ -228,8 +224,8 @@ fn snooze_with_one_attempt_then_a_crash_dead_letters_at_reopen() {
     let f = Fixture::new();
     let (crashed, waiting) = {
         let q = f.open();
-        let crashed = q.enqueue(b"crash", d().max_attempts(1)).unwrap().id();
-        let waiting = q.enqueue(b"wait", d().max_attempts(1)).unwrap().id();
+        let crashed = q.enqueue(b"crash", plain().max_attempts(1)).unwrap().id();
+        let waiting = q.enqueue(b"wait", plain().max_attempts(1)).unwrap().id();
         for _ in 0..3 {
             let l = q.dequeue().unwrap().unwrap();
             assert_eq!(l.attempt(), 1);
@@ -288,13 +284,13 @@ fn snooze_keeps_keys_and_windows_run_on_their_own_time() {
     let f = Fixture::new();
     let q = f.open();
     let a = q
-        .enqueue(b"a", d().dedup_key("a").idempotency_key("ia"))
+        .enqueue(b"a", plain().dedup_key("a").idempotency_key("ia"))
         .unwrap()
         .id();
     let w = q
         .enqueue(
             b"w",
-            d().dedup_key("w").dedup_window(Duration::from_secs(5)),
+            plain().dedup_key("w").dedup_window(Duration::from_secs(5)),
         )
         .unwrap()
         .id();
@@ -309,16 +305,16 @@ fn snooze_keeps_keys_and_windows_run_on_their_own_time() {
         .snooze(Duration::from_secs(60))
         .unwrap();
     assert_eq!(
-        q.enqueue(b"dup", d().dedup_key("a")).unwrap(),
+        q.enqueue(b"dup", plain().dedup_key("a")).unwrap(),
         Enqueued::Duplicate(a)
     );
     assert_eq!(
-        q.enqueue(b"dup", d().dedup_key("w")).unwrap(),
+        q.enqueue(b"dup", plain().dedup_key("w")).unwrap(),
         Enqueued::Duplicate(w)
     );
     f.clock.advance(Duration::from_secs(6));
     // w's window ended: the key is free though w is still snoozed.
-    let w2 = q.enqueue(b"w2", d().dedup_key("w")).unwrap().id();
+    let w2 = q.enqueue(b"w2", plain().dedup_key("w")).unwrap().id();
     assert_eq!(q.job(w).unwrap().unwrap().state, JobState::Scheduled);
     f.clock.advance(Duration::from_secs(4));
     // w2 became ready before a came due: first in line.
@@ -330,7 +326,7 @@ fn snooze_keeps_keys_and_windows_run_on_their_own_time() {
     assert_eq!(l.ack_with(|_| Ok(())).unwrap(), Applied::Now);
     assert!(q.is_applied("ia").unwrap());
     assert!(matches!(
-        q.enqueue(b"a later", d().dedup_key("a")).unwrap(),
+        q.enqueue(b"a later", plain().dedup_key("a")).unwrap(),
         Enqueued::New(_)
     ));
     // w comes due later.
@@ -351,7 +347,7 @@ fn snooze_in_a_batch_next_to_a_failing_ack_with() {
     let f = Fixture::new();
     let q = f.open();
     let ids: Vec<JobId> = (0..3u8)
-        .map(|i| q.enqueue(&[i], d().max_attempts(2)).unwrap().id())
+        .map(|i| q.enqueue(&[i], plain().max_attempts(2)).unwrap().id())
         .collect();
     let mut batch = q.dequeue_batch(3).unwrap().into_iter();
     let (l0, l1, l2) = (
@@ -407,7 +403,7 @@ fn snooze_in_a_batch_next_to_a_failing_ack_with() {
 fn a_snoozed_job_can_be_removed_purged_or_requeued() {
     let f = Fixture::new();
     let q = f.open();
-    let r = q.enqueue(b"r", d().dedup_key("r")).unwrap().id();
+    let r = q.enqueue(b"r", plain().dedup_key("r")).unwrap().id();
     q.dequeue()
         .unwrap()
         .unwrap()
@@ -416,7 +412,7 @@ fn a_snoozed_job_can_be_removed_purged_or_requeued() {
     q.remove(r).unwrap();
     assert!(q.job(r).unwrap().is_none());
     assert!(matches!(
-        q.enqueue(b"r2", d().dedup_key("r")).unwrap(),
+        q.enqueue(b"r2", plain().dedup_key("r")).unwrap(),
         Enqueued::New(_)
     ));
     q.dequeue()
@@ -426,7 +422,7 @@ fn a_snoozed_job_can_be_removed_purged_or_requeued() {
         .unwrap();
     assert_eq!(q.purge(JobState::Scheduled).unwrap(), 1);
     // Dead, requeued: the snooze count stays, the attempts restart.
-    let x = q.enqueue(b"x", d().max_attempts(1)).unwrap().id();
+    let x = q.enqueue(b"x", plain().max_attempts(1)).unwrap().id();
     q.dequeue()
         .unwrap()
         .unwrap()

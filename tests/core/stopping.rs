@@ -10,7 +10,7 @@
 //! ones keep it (issue 8's adversarial review).
 
 use crate::common;
-use crate::common::{Fixture, LEASE, T0_MS, all_ok, assert_consistent, enqueue_n};
+use crate::common::{Fixture, LEASE, T0_MS, all_ok, assert_consistent, enqueue_n, plain};
 use leaseq::{Applied, Durability, EnqueueOptions, Error, ImportJob, JobState, StopSignal};
 use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
@@ -327,10 +327,6 @@ fn a_lease_tells_its_handler_the_last_attempt_and_its_key() {
     l.ack().unwrap();
 }
 
-fn d() -> EnqueueOptions {
-    EnqueueOptions::default()
-}
-
 // ---------------------------------------------------------------------------------------
 // Heartbeats and extend(&self).
 // ---------------------------------------------------------------------------------------
@@ -346,7 +342,7 @@ fn a_stale_heartbeat_never_moves_the_next_delivery() {
         .open(&f.path)
         .unwrap();
     for round in 0..60u32 {
-        let id = q.enqueue(&round.to_le_bytes(), d()).unwrap().id();
+        let id = q.enqueue(&round.to_le_bytes(), plain()).unwrap().id();
         let first = q.dequeue().unwrap().unwrap();
         let beat = first.heartbeat();
         let beater = std::thread::spawn(move || {
@@ -406,7 +402,7 @@ fn concurrent_extends_leave_deadline_ms_equal_to_the_stored_deadline() {
     const ROUNDS: u32 = 1000;
     let mut mismatches = Vec::new();
     for round in 0..ROUNDS {
-        let id = q.enqueue(&round.to_le_bytes(), d()).unwrap().id();
+        let id = q.enqueue(&round.to_le_bytes(), plain()).unwrap().id();
         let lease = q.dequeue().unwrap().unwrap();
         let barrier = Barrier::new(3);
         std::thread::scope(|s| {
@@ -439,7 +435,7 @@ fn concurrent_extends_leave_deadline_ms_equal_to_the_stored_deadline() {
 fn a_heartbeat_keeps_the_file_open_until_dropped() {
     let f = Fixture::new();
     let q = f.open();
-    let id = q.enqueue(b"job", d()).unwrap().id();
+    let id = q.enqueue(b"job", plain()).unwrap().id();
     let lease = q.dequeue().unwrap().unwrap();
     let beat = lease.heartbeat();
     lease.ack().unwrap();
@@ -468,8 +464,8 @@ fn close_wakes_every_named_queue_and_in_flight_work_still_ends() {
     let f = Fixture::new();
     let q = f.open();
     let (a, b) = (q.named("a").unwrap(), q.named("b").unwrap());
-    let held_id = a.enqueue(b"held", d().max_attempts(2)).unwrap().id();
-    let other_id = a.enqueue(b"other", d()).unwrap().id();
+    let held_id = a.enqueue(b"held", plain().max_attempts(2)).unwrap().id();
+    let other_id = a.enqueue(b"other", plain()).unwrap().id();
     let held = a.dequeue().unwrap().unwrap();
     let other = a.dequeue().unwrap().unwrap();
     let (tx, rx) = mpsc::channel();
@@ -512,7 +508,7 @@ fn close_wakes_every_named_queue_and_in_flight_work_still_ends() {
     assert!(matches!(beat.extend(LEASE), Err(Error::LeaseLost { .. })));
     let (applied, next) = other
         .ack_with_and_next(|tx| {
-            tx.enqueue_value(&("follow".to_string(), 1u32), d())?;
+            tx.enqueue_value(&("follow".to_string(), 1u32), plain())?;
             Ok(())
         })
         .unwrap();
@@ -541,8 +537,12 @@ fn many_waiters_one_stop_exactly_the_enqueued_jobs_are_leased() {
         })
         .collect();
     assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
-    q.enqueue_batch([(&b"1"[..], d()), (&b"2"[..], d()), (&b"3"[..], d())])
-        .unwrap();
+    q.enqueue_batch([
+        (&b"1"[..], plain()),
+        (&b"2"[..], plain()),
+        (&b"3"[..], plain()),
+    ])
+    .unwrap();
     let mut got = Vec::new();
     for _ in 0..3 {
         got.push(
@@ -638,7 +638,7 @@ fn one_stop_signal_wakes_waiters_in_two_files() {
         .collect();
     assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
     // Work in one file wakes none of the waiters of the other for nothing to take.
-    q2.enqueue(b"in file 2", d()).unwrap();
+    q2.enqueue(b"in file 2", plain()).unwrap();
     let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
     assert!(!first, "a waiter of file 2's default queue took the job");
     assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());

@@ -5,7 +5,7 @@
 //! result (stats, `Queue::job`, `check()`), not only that nothing panics.
 
 use crate::common;
-use crate::common::{Fixture, assert_consistent};
+use crate::common::{Fixture, assert_consistent, plain};
 use leaseq::{Encoding, EnqueueOptions, Error, Queue};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -180,10 +180,6 @@ fn a_json_payload_that_is_not_the_type_is_a_codec_error() {
     }
 }
 
-fn d() -> EnqueueOptions {
-    EnqueueOptions::default()
-}
-
 // ---------------------------------------------------------------------------------------
 // Encodings.
 // ---------------------------------------------------------------------------------------
@@ -217,7 +213,7 @@ fn corrupt_payloads_are_codec_errors() {
         vec![251, 0xff],           // a truncated u16
     ];
     for p in &bincode_cases {
-        q.enqueue(p, d()).unwrap();
+        q.enqueue(p, plain()).unwrap();
     }
     let json_cases: Vec<Vec<u8>> = vec![
         br#"{"a":"#.to_vec(),
@@ -233,7 +229,7 @@ fn corrupt_payloads_are_codec_errors() {
         b"1e999999".to_vec(),
     ];
     for p in &json_cases {
-        json.enqueue(p, d()).unwrap();
+        json.enqueue(p, plain()).unwrap();
     }
     let t = Instant::now();
     for i in 0..bincode_cases.len() {
@@ -293,7 +289,7 @@ fn a_deeply_nested_bincode_payload_is_a_codec_error_not_a_crash() {
         // (8 Ki deep and a Leaf decodes fine on a 2 MiB worker stack; 64 Ki aborts.)
         let mut p = vec![1u8; 64 * 1024];
         p.push(7);
-        q.enqueue(&p, d()).unwrap();
+        q.enqueue(&p, plain()).unwrap();
     }
     let mut child = common::ChildProc::spawn(NAME, "decode-deep", &f.path);
     let said = child.next_message();
@@ -324,20 +320,20 @@ fn a_json_value_at_the_payload_limit_and_lossy_values_are_refused() {
         .unwrap();
     // `"` + text + `"`: exactly the limit, then one byte over.
     let at = "é".repeat(2047); // 4094 bytes
-    let id = q.enqueue_value(&at, d()).unwrap().id();
+    let id = q.enqueue_value(&at, plain()).unwrap().id();
     assert_eq!(q.job(id).unwrap().unwrap().payload_bytes, 4096);
     let over = format!("{at}a");
     assert!(matches!(
-        q.enqueue_value(&over, d()),
+        q.enqueue_value(&over, plain()),
         Err(Error::PayloadTooLarge { .. })
     ));
     // A value JSON cannot carry: NaN is written as null, which is no f64.
-    codec_err(q.enqueue_value(&f64::NAN, d()));
-    codec_err(q.enqueue_value(&vec![1.0, f64::INFINITY], d()));
+    codec_err(q.enqueue_value(&f64::NAN, plain()));
+    codec_err(q.enqueue_value(&vec![1.0, f64::INFINITY], plain()));
     // Map keys JSON cannot write.
     let mut m = std::collections::BTreeMap::new();
     m.insert((1u8, 2u8), 3u8);
-    codec_err(q.enqueue_value(&m, d()));
+    codec_err(q.enqueue_value(&m, plain()));
     assert_eq!(
         q.stats().unwrap().total,
         1,
@@ -345,7 +341,7 @@ fn a_json_value_at_the_payload_limit_and_lossy_values_are_refused() {
     );
     // Bincode carries them.
     let b = q.with_encoding(Encoding::Bincode);
-    b.enqueue_value(&m, d()).unwrap();
+    b.enqueue_value(&m, plain()).unwrap();
     let l = q.dequeue().unwrap().unwrap();
     assert_eq!(l.decode::<String>().unwrap(), at);
     l.ack().unwrap();
@@ -369,7 +365,7 @@ fn tx_enqueue_value_records_the_encoding_of_its_handle() {
     let f = Fixture::new();
     let q = f.open();
     let json = q.with_encoding(Encoding::Json);
-    json.enqueue(b"raw parent", d()).unwrap();
+    json.enqueue(b"raw parent", plain()).unwrap();
     let parent = json.dequeue().unwrap().unwrap();
     assert_eq!(parent.encoding(), Encoding::Json, "raw: the handle's");
     let mut child_ids = Vec::new();
@@ -380,7 +376,7 @@ fn tx_enqueue_value_records_the_encoding_of_its_handle() {
                     &Wrapped {
                         text: "from json".into(),
                     },
-                    d(),
+                    plain(),
                 )?
                 .id();
             child_ids.push(id);
@@ -395,7 +391,7 @@ fn tx_enqueue_value_records_the_encoding_of_its_handle() {
                     &Wrapped {
                         text: "from bincode".into(),
                     },
-                    d(),
+                    plain(),
                 )?
                 .id())
         })

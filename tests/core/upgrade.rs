@@ -11,7 +11,7 @@
 //! Adversarial tests of the "run for years" work (issue 9): the upgrade of a format-1 file with
 //! damaged rows.
 
-use crate::common::{Fixture, T0_MS, assert_consistent, bump, flip_record_byte, ms};
+use crate::common::{Fixture, T0_MS, assert_consistent, bump, flip_record_byte, keyed, ms, plain};
 use leaseq::{Applied, Encoding, EnqueueOptions, Enqueued, ImportJob, JobId, JobState, Queue};
 use redb::TableDefinition;
 use std::time::Duration;
@@ -205,10 +205,6 @@ fn format4_file_upgrades_to_5_and_keeps_every_job() {
     assert_consistent(&q);
 }
 
-fn d() -> EnqueueOptions {
-    EnqueueOptions::default()
-}
-
 // ---------------------------------------------------------------------------------------
 // Format 4 → 5 with records of versions 3 and 4 side by side.
 // ---------------------------------------------------------------------------------------
@@ -233,7 +229,7 @@ fn an_upgraded_file_mixes_record_versions_through_snooze_crash_and_import() {
             .import_batch(&[
                 ImportJob::new(b"imported".to_vec())
                     .encoding(Some(Encoding::Json))
-                    .options(d().dedup_key("d3")),
+                    .options(plain().dedup_key("d3")),
                 ImportJob::new(b"imported dead".to_vec())
                     .state(JobState::Dead)
                     .attempts(1)
@@ -277,7 +273,7 @@ fn an_upgraded_file_mixes_record_versions_through_snooze_crash_and_import() {
     assert_eq!(side_payloads.len(), 3, "{side_payloads:?}");
     assert_eq!(side.stats().unwrap().total, 0);
     assert_eq!(
-        q.enqueue(b"x", d().dedup_key("d3")).unwrap(),
+        q.enqueue(b"x", plain().dedup_key("d3")).unwrap(),
         Enqueued::Duplicate(JobId(3))
     );
     let s = q.stats().unwrap();
@@ -298,10 +294,6 @@ const APPLIED_BY_TIME: TableDefinition<(u64, &[u8]), ()> =
 const IDEM_JOBS: TableDefinition<(&[u8], u64), ()> = TableDefinition::new("leaseq_idem_jobs");
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("leaseq_meta");
-
-fn keyed(k: &str) -> EnqueueOptions {
-    EnqueueOptions::default().idempotency_key(k)
-}
 
 fn retained(f: &Fixture, retention: Duration) -> Queue {
     f.builder()
