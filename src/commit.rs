@@ -171,7 +171,7 @@ impl<'g> Ctx<'g> {
 }
 
 impl Ctx<'_> {
-    /// Marks queue `qid` as having new work once this group commits.
+    /// Marks queue `queue_number` as having new work once this group commits.
     pub(crate) fn wake(&mut self, queue_number: u32) {
         if !self.wake.contains(&queue_number) {
             self.wake.push(queue_number);

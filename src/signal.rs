@@ -17,12 +17,12 @@ pub(crate) struct QueueSignals {
 }
 
 impl QueueSignals {
-    /// The signal of queue `qid`.
+    /// The signal of queue `queue_number`.
     pub(crate) fn of(&self, queue_number: u32) -> Arc<WakeSignal> {
         self.queues.lock().entry(queue_number).or_default().clone()
     }
 
-    /// Wakes the consumers of queue `qid`.
+    /// Wakes the consumers of queue `queue_number`.
     pub(crate) fn notify(&self, queue_number: u32) {
         let signal = self.queues.lock().get(&queue_number).cloned();
         if let Some(s) = signal {

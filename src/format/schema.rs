@@ -56,7 +56,7 @@ pub(crate) static DEFAULT_TABLES: QueueTables = QueueTables {
 };
 
 impl QueueTables {
-    /// The tables of named queue number `qid` (at least 1). Their names are made once per
+    /// The tables of named queue number `queue_number` (at least 1). Their names are made once per
     /// number and kept for the life of the process (at most `QUEUES_MAX` sets).
     pub(crate) fn named(queue_number: u32) -> &'static QueueTables {
         use std::collections::HashMap;

@@ -5,7 +5,7 @@ use redb::ReadableTable;
 
 use crate::commit::{Ctx, Verdict, refuse};
 use crate::error::{Error, Result};
-use crate::format::record::StoredState;
+use crate::format::record::{JobRecord, StoredState};
 use crate::format::schema::QueueTables;
 use crate::job::{JobId, JobState};
 
@@ -20,7 +20,7 @@ pub(crate) fn requeue_dead(
     now_ms: u64,
 ) -> Verdict<()> {
     let mut tx_tables = Tables::open(ctx, tables)?;
-    let mut record = match tx_tables.row(id)? {
+    let record = match tx_tables.row(id)? {
         Row::Good(record) => record,
         Row::Damaged(why) => return refuse(damaged(id, &why)),
         Row::Missing => return refuse(Error::JobNotFound { job_id: JobId(id) }),
@@ -32,13 +32,25 @@ pub(crate) fn requeue_dead(
             expected: "Dead",
         });
     }
+    requeue_record(&mut tx_tables, ctx, id, record, now_ms).map(Ok)
+}
+
+/// Moves job `id` (its good `record`, whose index entry is still in place) back to ready
+/// with its attempts reset to 0, as a fresh job at the back of its priority.
+fn requeue_record(
+    tx_tables: &mut Tables<'_>,
+    ctx: &mut Ctx<'_>,
+    id: u64,
+    mut record: JobRecord,
+    now_ms: u64,
+) -> Result<()> {
     ctx.wake(tx_tables.tables.queue_number);
     tx_tables.unindex(id, &record)?;
     record.attempts = 0;
     record.run_at_ms = now_ms;
     record.seq = ctx.alloc_seq();
     record.state = StoredState::Ready;
-    tx_tables.put(id, &record).map(Ok)
+    tx_tables.put(id, &record)
 }
 
 /// Deletes a job that is not leased (scheduled, ready or dead), releasing its dedup key. A
@@ -151,22 +163,15 @@ pub(crate) fn bulk_by_state(
     let mut done = 0;
     for &(id, key) in ids.iter().take(max) {
         match tx_tables.row(id)? {
-            Row::Good(mut record) if record.state.job_state() == state => match action {
-                BulkAction::Purge => {
-                    tx_tables.delete(id, &record, now_ms)?;
-                    done += 1;
+            Row::Good(record) if record.state.job_state() == state => {
+                match action {
+                    BulkAction::Purge => tx_tables.delete(id, &record, now_ms)?,
+                    BulkAction::Requeue => {
+                        requeue_record(&mut tx_tables, ctx, id, record, now_ms)?;
+                    }
                 }
-                BulkAction::Requeue => {
-                    ctx.wake(tx_tables.tables.queue_number);
-                    tx_tables.unindex(id, &record)?;
-                    record.attempts = 0;
-                    record.run_at_ms = now_ms;
-                    record.seq = ctx.alloc_seq();
-                    record.state = StoredState::Ready;
-                    tx_tables.put(id, &record)?;
-                    done += 1;
-                }
-            },
+                done += 1;
+            }
             row => {
                 // The entry does not match its row: drop it, then settle the row.
                 match state {

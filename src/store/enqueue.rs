@@ -101,7 +101,7 @@ fn enqueue_into(
 /// the tables the running operation holds open (`ack_with`) or opens for it
 /// ([`write()`]).
 pub(crate) trait Sink {
-    /// Adds validated records in order to queue `tq`, as [`enqueue`].
+    /// Adds validated records in order to queue `tables`, as [`enqueue`].
     fn put(&mut self, tables: &'static QueueTables, records: &[JobRecord])
     -> Result<Vec<Enqueued>>;
 }

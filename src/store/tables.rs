@@ -90,14 +90,43 @@ fn lazy<'a, 't, K: redb::Key + 'static, V: redb::Value + 'static>(
     Ok(slot.as_mut().expect("opened above"))
 }
 
+/// The two accessors of each lazily opened table: `$read` (a shared reference: reads only)
+/// and `$write` (marks the group written, then gives the table for writing).
+macro_rules! table_accessors {
+    ($($read:ident, $write:ident: $field:ident = $def:ident: $k:ty => $v:ty;)*) => {$(
+        pub(super) fn $read(&mut self) -> Result<&Table<'t, $k, $v>> {
+            lazy(&mut self.$field, self.tx, self.tables.$def()).map(|table| &*table)
+        }
+
+        pub(super) fn $write(&mut self) -> Result<&mut Table<'t, $k, $v>> {
+            self.mark.set();
+            lazy(&mut self.$field, self.tx, self.tables.$def())
+        }
+    )*};
+}
+
 impl<'t> Tables<'t> {
-    /// The tables of queue `tq` in the operation's transaction, marking its group when they
+    // reader, writer: field = the `QueueTables` definition: key => value
+    table_accessors! {
+        ready, ready_mut: ready = ready: (u32, u64, u64) => ();
+        scheduled, scheduled_mut: scheduled = scheduled: (u64, u64) => ();
+        leases, leases_mut: leases = leases: (u64, u64) => ();
+        dead, dead_mut: dead = dead: u64 => ();
+        dedup, dedup_mut: dedup = dedup: &'static [u8] => u64;
+        carriers, carriers_mut: idem = idem_jobs: (&'static [u8], u64) => ();
+        dead_by_time, dead_by_time_mut: dead_by_time = dead_by_time: (u64, u64) => ();
+        payloads, payloads_mut: payloads = payloads: u64 => &'static [u8];
+        dedup_windows, dedup_windows_mut: windows = dedup_windows: &'static [u8] => u64;
+        dedup_expiry, dedup_expiry_mut: expiry = dedup_expiry: (u64, &'static [u8]) => ();
+    }
+
+    /// The tables of queue `tables` in the operation's transaction, marking its group when they
     /// write.
     pub(super) fn open(ctx: &Ctx<'t>, tables: &'static QueueTables) -> Result<Tables<'t>> {
         Tables::open_with(ctx.tx, ctx.write_mark(), tables)
     }
 
-    /// The tables of another queue `tq` of the file, in the same transaction and marking
+    /// The tables of another queue `tables` of the file, in the same transaction and marking
     /// the same group.
     pub(super) fn open_other(&self, tables: &'static QueueTables) -> Result<Tables<'t>> {
         Tables::open_with(self.tx, self.mark, tables)
@@ -158,79 +187,7 @@ impl<'t> Tables<'t> {
         &mut self.jobs
     }
 
-    pub(super) fn ready(&mut self) -> Result<&Table<'t, (u32, u64, u64), ()>> {
-        lazy(&mut self.ready, self.tx, self.tables.ready()).map(|table| &*table)
-    }
-
-    pub(super) fn ready_mut(&mut self) -> Result<&mut Table<'t, (u32, u64, u64), ()>> {
-        self.mark.set();
-        lazy(&mut self.ready, self.tx, self.tables.ready())
-    }
-
-    pub(super) fn scheduled(&mut self) -> Result<&Table<'t, (u64, u64), ()>> {
-        lazy(&mut self.scheduled, self.tx, self.tables.scheduled()).map(|table| &*table)
-    }
-
-    pub(super) fn scheduled_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
-        self.mark.set();
-        lazy(&mut self.scheduled, self.tx, self.tables.scheduled())
-    }
-
-    pub(super) fn leases(&mut self) -> Result<&Table<'t, (u64, u64), ()>> {
-        lazy(&mut self.leases, self.tx, self.tables.leases()).map(|table| &*table)
-    }
-
-    pub(super) fn leases_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
-        self.mark.set();
-        lazy(&mut self.leases, self.tx, self.tables.leases())
-    }
-
-    pub(super) fn dead(&mut self) -> Result<&Table<'t, u64, ()>> {
-        lazy(&mut self.dead, self.tx, self.tables.dead()).map(|table| &*table)
-    }
-
-    pub(super) fn dead_mut(&mut self) -> Result<&mut Table<'t, u64, ()>> {
-        self.mark.set();
-        lazy(&mut self.dead, self.tx, self.tables.dead())
-    }
-
-    pub(super) fn dedup(&mut self) -> Result<&Table<'t, &'static [u8], u64>> {
-        lazy(&mut self.dedup, self.tx, self.tables.dedup()).map(|table| &*table)
-    }
-
-    pub(super) fn dedup_mut(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
-        self.mark.set();
-        lazy(&mut self.dedup, self.tx, self.tables.dedup())
-    }
-
-    pub(super) fn carriers(&mut self) -> Result<&Table<'t, (&'static [u8], u64), ()>> {
-        lazy(&mut self.idem, self.tx, self.tables.idem_jobs()).map(|table| &*table)
-    }
-
-    pub(super) fn carriers_mut(&mut self) -> Result<&mut Table<'t, (&'static [u8], u64), ()>> {
-        self.mark.set();
-        lazy(&mut self.idem, self.tx, self.tables.idem_jobs())
-    }
-
-    pub(super) fn dead_by_time(&mut self) -> Result<&Table<'t, (u64, u64), ()>> {
-        lazy(&mut self.dead_by_time, self.tx, self.tables.dead_by_time()).map(|table| &*table)
-    }
-
-    pub(super) fn dead_by_time_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
-        self.mark.set();
-        lazy(&mut self.dead_by_time, self.tx, self.tables.dead_by_time())
-    }
-
-    pub(super) fn payloads(&mut self) -> Result<&Table<'t, u64, &'static [u8]>> {
-        lazy(&mut self.payloads, self.tx, self.tables.payloads()).map(|table| &*table)
-    }
-
-    pub(super) fn payloads_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
-        self.mark.set();
-        lazy(&mut self.payloads, self.tx, self.tables.payloads())
-    }
-
-    /// Stores `rec`'s payload apart (under `id`) if it is larger than `PAYLOAD_INLINE_MAX`,
+    /// Stores `record`'s payload apart (under `id`) if it is larger than `PAYLOAD_INLINE_MAX`,
     /// leaving its length and checksum in the record.
     pub(super) fn store_payload(&mut self, id: u64, record: &mut JobRecord) -> Result<()> {
         if record.payload.len() > PAYLOAD_INLINE_MAX {
@@ -263,24 +220,6 @@ impl<'t> Tables<'t> {
             tracing::warn!(job_id = id, "leaseq: the job's payload row was missing");
         }
         Ok(())
-    }
-
-    pub(super) fn dedup_windows(&mut self) -> Result<&Table<'t, &'static [u8], u64>> {
-        lazy(&mut self.windows, self.tx, self.tables.dedup_windows()).map(|table| &*table)
-    }
-
-    pub(super) fn dedup_windows_mut(&mut self) -> Result<&mut Table<'t, &'static [u8], u64>> {
-        self.mark.set();
-        lazy(&mut self.windows, self.tx, self.tables.dedup_windows())
-    }
-
-    pub(super) fn dedup_expiry(&mut self) -> Result<&Table<'t, (u64, &'static [u8]), ()>> {
-        lazy(&mut self.expiry, self.tx, self.tables.dedup_expiry()).map(|table| &*table)
-    }
-
-    pub(super) fn dedup_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, &'static [u8]), ()>> {
-        self.mark.set();
-        lazy(&mut self.expiry, self.tx, self.tables.dedup_expiry())
     }
 
     /// Who holds dedup key `k` at `now_ms`: `None` if nobody does (a window that ended
@@ -386,12 +325,12 @@ impl<'t> Tables<'t> {
         }
     }
 
-    /// Inserts the index entry of `rec`'s state (a no-op if it is there).
+    /// Inserts the index entry of `record`'s state (a no-op if it is there).
     fn reindex(&mut self, id: u64, record: &JobRecord) -> Result<()> {
         self.index(id, record).map(drop)
     }
 
-    /// Writes `rec` under `id` and adds the index entry of its state. The caller has
+    /// Writes `record` under `id` and adds the index entry of its state. The caller has
     /// already removed the entry of its previous state. An entry already there (a stray one
     /// with the same key, index damage) is logged and kept: it now names the job rightly.
     pub(super) fn put(&mut self, id: u64, record: &JobRecord) -> Result<()> {
@@ -420,7 +359,7 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// Inserts the index entry of `rec`'s state; whether it was absent.
+    /// Inserts the index entry of `record`'s state; whether it was absent.
     pub(super) fn index(&mut self, id: u64, record: &JobRecord) -> Result<bool> {
         Ok(match record.state {
             StoredState::Ready => self
@@ -443,7 +382,7 @@ impl<'t> Tables<'t> {
         })
     }
 
-    /// Removes the index entry of `rec`'s current state. A missing entry (index damage) is
+    /// Removes the index entry of `record`'s current state. A missing entry (index damage) is
     /// logged, not an error, so the job can still leave that state.
     pub(super) fn unindex(&mut self, id: u64, record: &JobRecord) -> Result<()> {
         let present = match record.state {

@@ -80,7 +80,7 @@ pub(super) fn end_lease_entry(
     }
 }
 
-/// Turns the ready record `rec` of job `id` into a leased one (a fresh token, the attempt
+/// Turns the ready record `record` of job `id` into a leased one (a fresh token, the attempt
 /// counted, the deadline from its lease) and returns the delivery, its key and payload left
 /// empty.
 pub(super) fn lease_record(

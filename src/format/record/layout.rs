@@ -12,7 +12,7 @@
 use super::{JobRecord, PayloadRef, StoredRetry, StoredState};
 use crate::error::{Error, Result};
 
-/// Appends the bincode body of `rec` to `out`.
+/// Appends the bincode body of `record` to `out`.
 pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) {
     match record.state {
         StoredState::Scheduled => u32_(out, 0),
