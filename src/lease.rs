@@ -227,7 +227,7 @@ impl Lease {
 
     /// After a call that may end the attempt: if `outcome` says it ended (or was lost), lets
     /// go of the queue. A refusal or a storage error keeps it: the attempt may be open.
-    pub(crate) fn settle<T>(&self, outcome: &Result<T>) {
+    pub(crate) fn release_if_ended<T>(&self, outcome: &Result<T>) {
         let ended = matches!(
             outcome,
             Ok(_) | Err(crate::error::Error::LeaseLost { .. } | crate::error::Error::Effect(_))
@@ -251,7 +251,7 @@ impl Lease {
         let (key, q) = (self.key(), self.queue()?);
         let now_ms = q.now_ms();
         let r = single(q.run(&mut |ctx| store::ack(ctx, q.config().tables, &key, now_ms).map(Ok))?);
-        self.settle(&r);
+        self.release_if_ended(&r);
         r
     }
 
@@ -275,7 +275,7 @@ impl Lease {
             }
             Ok(Ok(store::dequeue(ctx, &config, now_ms, 1)?))
         });
-        self.settle(&next);
+        self.release_if_ended(&next);
         Ok(next?
             .into_iter()
             .next()
@@ -338,7 +338,7 @@ impl Lease {
             AckThen::Stop,
         )?;
         let r = single(applied);
-        self.settle(&r);
+        self.release_if_ended(&r);
         r
     }
 
@@ -361,7 +361,7 @@ impl Lease {
             AckThen::LeaseNext,
         )?;
         let applied = single(applied);
-        self.settle(&applied);
+        self.release_if_ended(&applied);
         Ok((
             applied?,
             next.into_iter().next().map(|l| Lease::from_delivery(&q, l)),
@@ -401,7 +401,7 @@ impl Lease {
         let (key, q) = ((self.id, self.token), self.queue()?);
         let (now_ms, config) = (q.now_ms(), q.config());
         let r = q.run(&mut |ctx| store::nack(ctx, &config, key, now_ms, backoff_ms, reason));
-        self.settle(&r);
+        self.release_if_ended(&r);
         r
     }
 
@@ -449,7 +449,7 @@ impl Lease {
         let (key, q) = (self.key()[0], self.queue()?);
         let (now_ms, delay_ms) = (q.now_ms(), crate::clock::duration_ms(delay));
         let r = q.run(&mut |ctx| store::snooze(ctx, q.config().tables, key, now_ms, delay_ms));
-        self.settle(&r);
+        self.release_if_ended(&r);
         r
     }
 
@@ -462,7 +462,7 @@ impl Lease {
         let (key, q) = (self.key()[0], self.queue()?);
         let now_ms = q.now_ms();
         let r = q.run(&mut |ctx| store::fail(ctx, q.config().tables, key, now_ms, reason));
-        self.settle(&r);
+        self.release_if_ended(&r);
         r
     }
 
@@ -483,7 +483,7 @@ impl Lease {
         let now_ms = q.now_ms();
         let r = q.run(&mut |ctx| store::extend(ctx, q.config().tables, id, token, now_ms, by));
         if matches!(r, Err(crate::error::Error::LeaseLost { .. })) {
-            self.settle(&r);
+            self.release_if_ended(&r);
         }
         self.deadline_ms.store(r?, Ordering::SeqCst);
         Ok(())

@@ -736,7 +736,7 @@ fn init_tables(db: &Database) -> Result<()> {
 /// Before `attach` writes: a newer format version, or a `leaseq_*` table with other types,
 /// is refused while the caller's database is still untouched.
 fn precheck_attach(rtx: &redb::ReadTransaction) -> Result<()> {
-    fn check<K: redb::Key + 'static, V: redb::Value + 'static>(
+    fn refuse_other_types<K: redb::Key + 'static, V: redb::Value + 'static>(
         rtx: &redb::ReadTransaction,
         def: redb::TableDefinition<K, V>,
     ) -> Result<()> {
@@ -749,14 +749,14 @@ fn precheck_attach(rtx: &redb::ReadTransaction) -> Result<()> {
             Err(e) => Err(e.into()),
         }
     }
-    check(rtx, DEFAULT_TABLES.jobs())?;
-    check(rtx, DEFAULT_TABLES.ready())?;
-    check(rtx, DEFAULT_TABLES.scheduled())?;
-    check(rtx, DEFAULT_TABLES.leases())?;
-    check(rtx, DEFAULT_TABLES.dead())?;
-    check(rtx, DEFAULT_TABLES.dedup())?;
-    check(rtx, DEFAULT_TABLES.applied())?;
-    check(rtx, META)?;
+    refuse_other_types(rtx, DEFAULT_TABLES.jobs())?;
+    refuse_other_types(rtx, DEFAULT_TABLES.ready())?;
+    refuse_other_types(rtx, DEFAULT_TABLES.scheduled())?;
+    refuse_other_types(rtx, DEFAULT_TABLES.leases())?;
+    refuse_other_types(rtx, DEFAULT_TABLES.dead())?;
+    refuse_other_types(rtx, DEFAULT_TABLES.dedup())?;
+    refuse_other_types(rtx, DEFAULT_TABLES.applied())?;
+    refuse_other_types(rtx, META)?;
     if let Ok(meta) = rtx.open_table(META)
         && let Some(found) = meta.get(META_FORMAT_VERSION)?.map(|v| v.value())
         && found > FORMAT_VERSION

@@ -502,7 +502,10 @@ impl Queue {
         let now_ms = self.now_ms();
         let out =
             self.run(&mut |ctx| store::ack(ctx, self.config.tables, &keys, now_ms).map(Ok))?;
-        leases.iter().zip(&out).for_each(|(l, r)| l.settle(r));
+        leases
+            .iter()
+            .zip(&out)
+            .for_each(|(l, r)| l.release_if_ended(r));
         Ok(out)
     }
 
@@ -530,7 +533,10 @@ impl Queue {
             &mut store::EffectCall::Each(&mut each),
             AckThen::Stop,
         )?;
-        leases.iter().zip(&applied).for_each(|(l, r)| l.settle(r));
+        leases
+            .iter()
+            .zip(&applied)
+            .for_each(|(l, r)| l.release_if_ended(r));
         Ok(applied)
     }
 
@@ -584,7 +590,10 @@ impl Queue {
         };
         let (applied, _) =
             self.ack_with_keys(&keys, &mut store::EffectCall::All(&mut all), AckThen::Stop)?;
-        leases.iter().zip(&applied).for_each(|(l, r)| l.settle(r));
+        leases
+            .iter()
+            .zip(&applied)
+            .for_each(|(l, r)| l.release_if_ended(r));
         Ok(applied)
     }
 

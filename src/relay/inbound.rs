@@ -42,7 +42,7 @@ impl InboundBuilder {
         self
     }
 
-    /// Fetches at most `n` messages at a time (1 to [`BATCH_MAX`](crate::BATCH_MAX); 256 by
+    /// Fetches at most `n` messages at a time (1 to [`BATCH_MAX`]; 256 by
     /// default), enqueued in one local commit.
     pub fn batch(mut self, n: usize) -> InboundBuilder {
         self.batch = n;
@@ -93,7 +93,7 @@ impl InboundBuilder {
     /// `BadUrl` for a URL that does not parse; `InvalidOption` for an option out of range or
     /// a bad stream or consumer name.
     pub fn start(self) -> Result<Inbound, RelayError> {
-        self.common.check(&self.queue)?;
+        self.common.validate_for(&self.queue)?;
         if let Some(f) = &self.filter_subject
             && !super::valid_filter(f)
         {
@@ -153,7 +153,7 @@ impl InboundBuilder {
 /// enqueued into a local queue; each message is acked to JetStream only after its local
 /// enqueue committed, so a crash in between redelivers it, and its id (the `Nats-Msg-Id`
 /// header, or `{stream}:{stream sequence}` for a message without one or with an id longer
-/// than [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX)) keeps one local job (dedup key) and one
+/// than [`KEY_BYTES_MAX`]) keeps one local job (dedup key) and one
 /// effect (idempotency key, with [`Lease::ack_with`](crate::Lease::ack_with)). See the
 /// [module docs](crate::relay).
 ///

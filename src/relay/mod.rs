@@ -303,7 +303,7 @@ impl RelayState {
         })
     }
 
-    /// Pins `e` as the last error until [`RelayState::unpin`] (`None` unpins).
+    /// Pins `e` as the last error until the next call (`None` unpins).
     fn pin(&self, e: Option<RelayError>) {
         if let Some(e) = &e {
             tracing::warn!(target: "leaseq::relay", error = %e, "relay");
@@ -467,7 +467,7 @@ impl RelayConfig {
         }
     }
 
-    fn check(&self, queue: &crate::Queue) -> Result<(), RelayError> {
+    fn validate_for(&self, queue: &crate::Queue) -> Result<(), RelayError> {
         if queue.is_closed() {
             return Err(crate::Error::Closed.into());
         }

@@ -27,7 +27,7 @@ pub struct OutboundBuilder {
 
 impl OutboundBuilder {
     /// Publishes at most `n` jobs before waiting for their `PubAck`s (1 to
-    /// [`BATCH_MAX`](crate::BATCH_MAX); 256 by default): the jobs are leased in one commit
+    /// [`BATCH_MAX`]; 256 by default): the jobs are leased in one commit
     /// and acked locally in one commit per batch.
     pub fn max_in_flight(mut self, n: usize) -> OutboundBuilder {
         self.max_in_flight = n;
@@ -74,7 +74,7 @@ impl OutboundBuilder {
     /// subject with wildcards or empty tokens, a bad stream name; `Queue` if the file id
     /// cannot be had (a closed file without one, a storage error).
     pub fn start(self) -> Result<Outbound, RelayError> {
-        self.common.check(&self.queue)?;
+        self.common.validate_for(&self.queue)?;
         if !valid_subject(&self.subject) {
             return Err(RelayError::InvalidOption(format!(
                 "subject {:?}: dot-separated tokens of printable ASCII, no wildcards",
@@ -290,7 +290,7 @@ impl Worker {
                     |s| matches!(s, Sent::Failed(e) if e.kind() == PublishErrorKind::TimedOut),
                 );
             let jobs = leases.len();
-            let settled = self.settle(leases, sent, connection_lost || stalled);
+            let settled = self.finish_batch(leases, sent, connection_lost || stalled);
             if stalled {
                 ready = false;
                 self.shared.fail(RelayError::Unreachable {
@@ -476,7 +476,7 @@ impl Worker {
 
     /// Acks the stored jobs in one commit, nacks or dead-letters those the server is blamed
     /// for, and hands back (in order) those whose failure costs them nothing.
-    fn settle(&self, leases: Vec<Lease>, sent: Vec<Sent>, connection_lost: bool) -> Settled {
+    fn finish_batch(&self, leases: Vec<Lease>, sent: Vec<Sent>, connection_lost: bool) -> Settled {
         debug_assert_eq!(leases.len(), sent.len());
         let mut held = Vec::new();
         let mut stored = Vec::with_capacity(leases.len());
@@ -579,7 +579,7 @@ impl Worker {
     }
 }
 
-/// What [`Worker::settle`] leaves to the loop.
+/// What [`Worker::finish_batch`] leaves to the loop.
 struct Settled {
     /// Jobs to publish again, first, in order (their failure cost them nothing).
     held: Vec<Lease>,

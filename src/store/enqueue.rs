@@ -164,7 +164,7 @@ impl TablesSink<'_, '_, '_> {
     }
 
     /// The closure's result, unless an enqueue inside it broke the transaction.
-    pub(super) fn settle<T>(self, ran: Result<T, BoxError>) -> Result<T> {
+    pub(super) fn into_result<T>(self, ran: Result<T, BoxError>) -> Result<T> {
         if let Some(why) = self.broken {
             return Err(Error::Effect(
                 format!("an enqueue inside the transaction failed: {why}").into(),
@@ -195,7 +195,7 @@ pub(crate) fn write<T>(
         broken: None,
     };
     let ran = run_closure(|| f(&crate::tx::Tx::new(tx, *config, now_ms, &mut sink)));
-    sink.settle(ran)
+    sink.into_result(ran)
 }
 
 /// Runs a caller's closure; a panic in it becomes its error.

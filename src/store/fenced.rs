@@ -231,7 +231,7 @@ pub(crate) fn ack_with(
                     };
                     let ran =
                         run_closure(|| f(&crate::tx::Tx::new(tx, *config, now_ms, &mut sink), i));
-                    sink.settle(ran)?;
+                    sink.into_result(ran)?;
                 }
                 // Run once below, for every lease that needs it.
                 EffectCall::All(_) => pending.push(i),
@@ -262,7 +262,7 @@ pub(crate) fn ack_with(
                 &pending,
             )
         });
-        sink.settle(ran)?;
+        sink.into_result(ran)?;
     }
     if !keys.is_empty() {
         tx_tables.delete_leased(&keys, &records, now_ms)?;

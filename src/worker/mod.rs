@@ -565,7 +565,7 @@ impl PoolBuilder {
         Ok(threads)
     }
 
-    fn check(&self) -> Result<usize> {
+    fn validate(&self) -> Result<usize> {
         let threads = self.threads_checked()?;
         let in_range = |field: &'static str, d: Duration, max: Duration| {
             if d < Duration::from_millis(1) || d > max {
@@ -599,7 +599,7 @@ impl PoolBuilder {
     }
 
     fn spawn(self, handler: Handler) -> Result<WorkerPool> {
-        let threads = self.check()?;
+        let threads = self.validate()?;
         // A pool over a closed file would take nothing: say so instead of idling.
         if self.queue.is_closed() {
             return Err(Error::Closed);

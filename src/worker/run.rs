@@ -124,10 +124,10 @@ fn end_plain(
     match ran {
         Ok(Ok(())) => {
             if shared.stop.is_stopped() {
-                settle(c, lease, lease.ack(), &c.acked);
+                count_ending(c, lease, lease.ack(), &c.acked);
                 None
             } else {
-                settle(c, lease, lease.ack_and_next(), &c.acked).flatten()
+                count_ending(c, lease, lease.ack_and_next(), &c.acked).flatten()
             }
         }
         Ok(Err(e)) => {
@@ -151,7 +151,7 @@ fn end_plain(
 
 /// Gives the job back through the retry policy (dead when out of attempts).
 fn retry(c: &PoolCounters, lease: &Lease, reason: &str) {
-    if let Some(state) = settle(c, lease, lease.nack(reason), &c.retried) {
+    if let Some(state) = count_ending(c, lease, lease.nack(reason), &c.retried) {
         count_dead(c, state);
     }
 }
@@ -164,12 +164,12 @@ fn apply(c: &PoolCounters, lease: &Lease, outcome: Outcome) {
         Outcome::Snooze(delay) => match lease.snooze(delay) {
             Err(e @ Error::InvalidOption { .. }) => e,
             r => {
-                settle(c, lease, r, &c.snoozed);
+                count_ending(c, lease, r, &c.snoozed);
                 return;
             }
         },
         Outcome::Fail(reason) => {
-            if settle(c, lease, lease.fail(&reason), &c.failed).is_some() {
+            if count_ending(c, lease, lease.fail(&reason), &c.failed).is_some() {
                 PoolCounters::add(&c.dead);
             }
             return;
@@ -177,7 +177,7 @@ fn apply(c: &PoolCounters, lease: &Lease, outcome: Outcome) {
         Outcome::Retry { after, reason } => match lease.nack_after(&reason, after) {
             Err(e @ Error::InvalidOption { .. }) => e,
             r => {
-                if let Some(state) = settle(c, lease, r, &c.retried) {
+                if let Some(state) = count_ending(c, lease, r, &c.retried) {
                     count_dead(c, state);
                 }
                 return;
@@ -250,7 +250,7 @@ fn run_effect(
 /// `LeaseLost` (the lease had expired and the job was delivered again, or the shutdown gave
 /// it back), `errors` otherwise (the job comes back when its lease ends: its heartbeat stops
 /// with this call). Returns the value on success.
-fn settle<T>(
+fn count_ending<T>(
     c: &PoolCounters,
     lease: &Lease,
     r: Result<T>,
