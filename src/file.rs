@@ -14,7 +14,8 @@ use crate::store::QueueConfig;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recovery {
     /// Leases found in the file at open (their holder closed the file or exited without
-    /// ending them) put back to ready.
+    /// ending them) put back to ready, each in the place its job had within its priority:
+    /// before every job that became ready after it (the attempt stays counted).
     pub leases_returned: u64,
     /// Leases found in the file at open whose job had no attempts left: dead-lettered.
     pub leases_dead_lettered: u64,

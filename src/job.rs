@@ -115,10 +115,15 @@ impl EnqueueOptions {
     /// Holds the [`dedup_key`](EnqueueOptions::dedup_key) for `window` after this enqueue
     /// (whole milliseconds, from 1 ms to [`DELAY_MAX`](crate::DELAY_MAX)), whatever happens
     /// to the job, as SQS FIFO's five-minute deduplication interval or Oban's unique
-    /// `period`: an ack does not release it early, and the window's end releases only the key,
-    /// never touching the job (which runs, retries or dies as any other). A duplicate within
-    /// the window names the job that took the key, even after that job was acked (it may be
-    /// gone: `job(id)` is then `None`), and does not extend the window. Needs a dedup key.
+    /// `period`: an ack (or the pruning of a dead job past its retention) does not release it
+    /// early, and the window's end releases only the key, never touching the job (which runs,
+    /// retries or dies as any other). A duplicate within the window names the job that took
+    /// the key, even after that job was acked (it may be gone: `job(id)` is then `None`), and
+    /// does not extend the window. Removing the job on purpose
+    /// ([`Queue::remove`](crate::Queue::remove), [`Queue::purge`](crate::Queue::purge))
+    /// releases the key and ends its window, as BullMQ's `Job.remove` frees its deduplication
+    /// id: the work is no longer wanted, so a new enqueue must not be refused for it. Needs a
+    /// dedup key.
     pub fn dedup_window(mut self, window: Duration) -> Self {
         self.dedup_window = Some(window);
         self
@@ -135,7 +140,9 @@ impl EnqueueOptions {
     /// Priority: lower values are served first (as in Oban, River and BullMQ); default 0.
     /// Within one priority, jobs are served in the order they became ready: enqueued, found
     /// due by a dequeue, or given back by a nack, a lease expiry or `requeue_dead` (a job
-    /// given back goes behind every job already ready). The order does not depend on the
+    /// given back goes behind every job already ready; a lease returned at open keeps the
+    /// place its job had, as persist-queue serves an interrupted item first). The order does
+    /// not depend on the
     /// clock. When more than 256 delayed jobs come due at once, a dequeue promotes the 256
     /// earliest, so a later-due job of a higher priority can wait for the next dequeue.
     pub fn priority(mut self, priority: i32) -> Self {

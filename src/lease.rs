@@ -56,6 +56,7 @@ pub struct Lease {
     token: u64,
     attempt: u32,
     max_attempts: u32,
+    snoozes: u32,
     /// The deadline, updated by [`Lease::extend`] (which takes `&self`).
     deadline_ms: AtomicU64,
     /// Held by `extend` from its commit to its update of `deadline_ms`, so extends racing
@@ -76,6 +77,7 @@ impl fmt::Debug for Lease {
             .field("token", &self.token)
             .field("attempt", &self.attempt)
             .field("max_attempts", &self.max_attempts)
+            .field("snoozes", &self.snoozes)
             .field("deadline_ms", &self.deadline_ms())
             .field("payload_bytes", &self.payload.len())
             .finish()
@@ -92,6 +94,7 @@ impl Lease {
             token: delivery.token,
             attempt: delivery.attempt,
             max_attempts: delivery.max_attempts,
+            snoozes: delivery.snoozes,
             deadline_ms: AtomicU64::new(delivery.deadline_ms),
             extending: Mutex::new(()),
             lease_ms: delivery.lease_ms,
@@ -143,6 +146,14 @@ impl Lease {
     /// ones given back with [`snooze`](Lease::snooze), which are not charged.
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// How many times the job was given back with [`snooze`](Lease::snooze) (or
+    /// [`Outcome::Snooze`](crate::Outcome::Snooze)) before this delivery: 0 for a job never
+    /// snoozed. Snoozes do not count as attempts; this lets a handler bound them itself (as
+    /// Oban's `snoozed` meta and River's snooze count).
+    pub fn snoozes(&self) -> u32 {
+        self.snoozes
     }
 
     /// The fencing token of this delivery (unique in the file, increasing; not dense: tokens

@@ -923,7 +923,9 @@ impl Queue {
     }
 
     /// Deletes every job in `state` (dead, scheduled or ready; never leased: a leased job is
-    /// ended through its lease), releasing their dedup keys, in commits of up to
+    /// ended through its lease), releasing their dedup keys (a running
+    /// [`dedup_window`](crate::EnqueueOptions::dedup_window) ends with its job), in commits of
+    /// up to
     /// [`BATCH_MAX`](crate::BATCH_MAX) jobs; returns how many were deleted. As BullMQ's
     /// `obliterate` / `clean` by state.
     ///
@@ -1005,8 +1007,9 @@ impl Queue {
         self.run(&mut |ctx| store::requeue_dead(ctx, self.config.tables, id.0, now_ms))
     }
 
-    /// Deletes a job that is not leased (scheduled, ready or dead) and releases its dedup key,
-    /// as BullMQ's `Job.remove`: for dead jobs that will not be retried, or work that is no
+    /// Deletes a job that is not leased (scheduled, ready or dead) and releases its dedup key
+    /// (ending a running [`dedup_window`](crate::EnqueueOptions::dedup_window) too), as
+    /// BullMQ's `Job.remove`: for dead jobs that will not be retried, or work that is no
     /// longer wanted. A leased job must be ended through its lease (ack, nack, fail).
     ///
     /// Also deletes a quarantined row ([`Queue::quarantined`]) or a job row that fails its

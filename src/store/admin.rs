@@ -76,7 +76,7 @@ pub(crate) fn remove(
                     expected: "Scheduled, Ready or Dead",
                 });
             }
-            tx_tables.delete(id, &record, now_ms).map(Ok)
+            tx_tables.delete_removed(id, &record, now_ms).map(Ok)
         }
         Row::Damaged(_) => {
             tx_tables.ready_mut()?.retain(|(_, _, j), ()| j != id)?;
@@ -165,7 +165,7 @@ pub(crate) fn bulk_by_state(
         match tx_tables.row(id)? {
             Row::Good(record) if record.state.job_state() == state => {
                 match action {
-                    BulkAction::Purge => tx_tables.delete(id, &record, now_ms)?,
+                    BulkAction::Purge => tx_tables.delete_removed(id, &record, now_ms)?,
                     BulkAction::Requeue => {
                         requeue_record(&mut tx_tables, ctx, id, record, now_ms)?;
                     }

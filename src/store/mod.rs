@@ -87,6 +87,8 @@ pub(crate) struct Delivery {
     pub token: u64,
     pub attempt: u32,
     pub max_attempts: u32,
+    /// Times the job was snoozed before this delivery.
+    pub snoozes: u32,
     pub deadline_ms: u64,
     /// The lease duration this delivery got.
     pub lease_ms: u64,

@@ -421,6 +421,30 @@ impl<'t> Tables<'t> {
         self.release_keys(id, record, now_ms)
     }
 
+    /// [`Tables::delete`] of a job removed on purpose (`remove`, `purge`): its dedup key is
+    /// released even while its window runs, the window ended with it.
+    pub(super) fn delete_removed(
+        &mut self,
+        id: u64,
+        record: &JobRecord,
+        now_ms: u64,
+    ) -> Result<()> {
+        self.delete(id, record, now_ms)?;
+        if let Some(k) = &record.dedup_key
+            && record.dedup_window_ms.is_some()
+            && self.dedup()?.get(k.as_slice())?.map(|v| v.value()) == Some(id)
+        {
+            let window_end_ms = self.dedup_windows()?.get(k.as_slice())?.map(|v| v.value());
+            match window_end_ms {
+                Some(end_ms) => self.end_window(k, end_ms)?,
+                None => {
+                    self.dedup_mut()?.remove(k.as_slice())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Job `id` carries its caller idempotency key (if any): its marker is kept.
     pub(super) fn carry_key(&mut self, id: u64, record: &JobRecord) -> Result<()> {
         if let Some(k) = record.idempotency_key.as_deref() {

@@ -33,12 +33,24 @@ pub(super) enum Ended {
     Stray,
 }
 
+/// Where a job given back to ready goes within its priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReadyPlace {
+    /// Behind every job already ready (a new position).
+    Back,
+    /// Where it was when it was leased (its old position): before every job that became
+    /// ready after it.
+    Kept,
+}
+
 /// Why a lease ended without an ack, nack or fail: the job's last error and when it is due.
 #[derive(Clone, Copy)]
 pub(super) enum LeaseEnd<'c> {
     /// Its deadline passed ([`REASON_EXPIRED`]): due after the queue's retry policy.
     Expired(&'c QueueConfig),
-    /// Its process died ([`REASON_ABANDONED`], recovery at open): due at once.
+    /// Its process died ([`REASON_ABANDONED`], recovery at open): due at once, in the place
+    /// it had ([`ReadyPlace::Kept`]), as persist-queue serves an interrupted item first: the
+    /// job was not at fault, and an outbox that syncs edits keeps their order.
     Abandoned,
 }
 
@@ -56,14 +68,16 @@ pub(super) fn end_lease_entry(
     match tx_tables.row(id)? {
         Row::Good(record) if matches!(record.state, StoredState::Leased { deadline_ms: d, .. } if d == deadline_ms) =>
         {
-            let (reason, at_ms) = match end {
-                LeaseEnd::Expired(config) => {
-                    (REASON_EXPIRED, retry_at_ms(config, id, &record, now_ms))
-                }
-                LeaseEnd::Abandoned => (REASON_ABANDONED, now_ms),
+            let (reason, at_ms, place) = match end {
+                LeaseEnd::Expired(config) => (
+                    REASON_EXPIRED,
+                    retry_at_ms(config, id, &record, now_ms),
+                    ReadyPlace::Back,
+                ),
+                LeaseEnd::Abandoned => (REASON_ABANDONED, now_ms, ReadyPlace::Kept),
             };
             Ok(
-                match tx_tables.end_attempt(ctx, id, record, reason, now_ms, at_ms)? {
+                match tx_tables.end_attempt_at(ctx, id, record, reason, now_ms, at_ms, place)? {
                     JobState::Dead => Ended::Dead,
                     _ => Ended::Returned,
                 },
@@ -100,6 +114,7 @@ pub(super) fn lease_record(
         token,
         attempt: record.attempts,
         max_attempts: record.max_attempts,
+        snoozes: record.snoozes,
         deadline_ms,
         lease_ms,
         // Moved from the record once it is written.
@@ -154,10 +169,32 @@ impl Tables<'_> {
         self.put(id, &record)
     }
 
-    /// Ends a delivery that did not ack: back to ready at `requeue_at_ms` (the back of its
+    /// Ends a delivery that did not ack: back to ready at `requeue_at_ms` (at the back of its
     /// priority: a job whose leases keep expiring never starves the jobs behind it),
     /// scheduled if that is in the future, or dead when the attempts are used up.
     pub(super) fn end_attempt(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: u64,
+        record: JobRecord,
+        reason: &str,
+        now_ms: u64,
+        requeue_at_ms: u64,
+    ) -> Result<JobState> {
+        self.end_attempt_at(
+            ctx,
+            id,
+            record,
+            reason,
+            now_ms,
+            requeue_at_ms,
+            ReadyPlace::Back,
+        )
+    }
+
+    /// [`Tables::end_attempt`], back to ready at `place` of its priority.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn end_attempt_at(
         &mut self,
         ctx: &mut Ctx<'_>,
         id: u64,
@@ -165,6 +202,7 @@ impl Tables<'_> {
         reason: &str,
         now_ms: u64,
         requeue_at_ms: u64,
+        place: ReadyPlace,
     ) -> Result<JobState> {
         debug_assert!(matches!(record.state, StoredState::Leased { .. }));
         self.unindex(id, &record)?;
@@ -184,7 +222,9 @@ impl Tables<'_> {
             record.state = if requeue_at_ms > now_ms {
                 StoredState::Scheduled
             } else {
-                record.seq = ctx.alloc_seq();
+                if place == ReadyPlace::Back {
+                    record.seq = ctx.alloc_seq();
+                }
                 StoredState::Ready
             };
         }

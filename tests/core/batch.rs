@@ -798,6 +798,9 @@ enum St {
 #[derive(Clone, Debug)]
 struct MJob {
     state: St,
+    /// The readiness sequence number it had when last leased: a lease returned at reopen
+    /// goes back to it (its place in the ready order).
+    leased_from_seq: u64,
     priority: i32,
     run_at: u64,
     attempts: u32,
@@ -939,7 +942,12 @@ impl Model {
         for (_, id) in leased {
             match self.end_attempt(id, ABANDONED, now, now) {
                 JobState::Dead => dead += 1,
-                _ => back += 1,
+                _ => {
+                    // Back to the place it had in the ready order.
+                    let j = self.jobs.get_mut(&id).unwrap();
+                    j.state = St::Ready(j.leased_from_seq);
+                    back += 1;
+                }
             }
         }
         (back, dead)
@@ -1267,6 +1275,7 @@ impl Harness {
                 id,
                 MJob {
                     state,
+                    leased_from_seq: 0,
                     priority: s.priority,
                     run_at: now + s.delay,
                     attempts: 0,
@@ -1301,6 +1310,10 @@ impl Harness {
             let j = self.m.jobs.get_mut(&id).unwrap();
             j.attempts += 1;
             let deadline = now + j.lease_ms.unwrap_or(LEASE_MS);
+            let St::Ready(seq) = j.state else {
+                panic!("job {id} leased from {:?}", j.state)
+            };
+            j.leased_from_seq = seq;
             j.state = St::Leased {
                 token: l.token(),
                 deadline,
@@ -2174,11 +2187,13 @@ fn one_pass_over_many_leaves_keeps_interleaved_leases_and_rows() {
     assert_consistent(&q);
     let again = q.dequeue_batch(N).unwrap();
     let got = ids_of(&again);
-    // The five jobs enqueued above (ready first), then the recovered ones in (deadline, id)
-    // order.
-    assert_eq!(got.len(), 5 + 249);
-    assert_eq!(&got[5..], &still[..]);
-    assert!(again[5..].iter().all(|l| l.attempt() == 2));
+    // The recovered ones first, in the order they were enqueued (each keeps its place), then
+    // the five jobs enqueued after them.
+    assert_eq!(got.len(), 249 + 5);
+    let mut still_in_order = still.clone();
+    still_in_order.sort();
+    assert_eq!(&got[..249], &still_in_order[..]);
+    assert!(again[..249].iter().all(|l| l.attempt() == 2));
     all_ok(q.ack_batch(&again).unwrap());
     assert!(q.is_empty().unwrap());
     assert_eq!(effects(&q).len(), 249);

@@ -64,6 +64,72 @@ fn c30_a_window_outlives_the_ack_and_a_duplicate_does_not_extend_it() {
     assert_consistent(&q);
 }
 
+/// The lease of job `id`, snoozing for an hour every other job dequeued before it.
+fn take(q: &leaseq::Queue, id: JobId) -> leaseq::Lease {
+    loop {
+        let l = q.dequeue().unwrap().expect("the job is ready");
+        if l.id() == id {
+            return l;
+        }
+        l.snooze(secs(3600)).unwrap();
+    }
+}
+
+/// Removing a windowed job on purpose (`remove`, `purge`) releases its key and ends its
+/// window (BullMQ's `Job.remove` frees the deduplication id); an ack or the pruning of a dead
+/// job past its retention leaves the window running (C30). Both sides in one test, so the
+/// difference is the call, not the setup.
+#[test]
+fn remove_and_purge_end_a_window_an_ack_and_a_prune_do_not() {
+    let f = Fixture::new();
+    let q = f
+        .builder()
+        .dead_retention(Some(secs(10)))
+        .retry(RetryPolicy::immediate())
+        .open(&f.path)
+        .unwrap();
+    // remove: the key is free again at once, and a new job takes it.
+    let a = q.enqueue(b"A", windowed("removed", 600)).unwrap().id();
+    q.remove(a).unwrap();
+    let a2 = match q.enqueue(b"A2", windowed("removed", 600)).unwrap() {
+        Enqueued::New(id) => id,
+        other => panic!("remove ended the window: {other:?}"),
+    };
+    // purge (of each purgeable state): the same.
+    let s = q
+        .enqueue(b"S", windowed("scheduled", 600).delay(secs(60)))
+        .unwrap()
+        .id();
+    assert_eq!(q.job(s).unwrap().unwrap().state, JobState::Scheduled);
+    assert_eq!(q.purge(JobState::Scheduled).unwrap(), 1);
+    assert!(matches!(
+        q.enqueue(b"S2", windowed("scheduled", 600)).unwrap(),
+        Enqueued::New(_)
+    ));
+    q.remove(a2).unwrap();
+    // ack: the window outlives the job.
+    let b = q.enqueue(b"B", windowed("kept", 600)).unwrap().id();
+    take(&q, b).ack().unwrap();
+    assert_eq!(
+        q.enqueue(b"B2", windowed("kept", 600)).unwrap(),
+        Enqueued::Duplicate(b)
+    );
+    // A dead job pruned past its retention: the window outlives it too.
+    let d = q
+        .enqueue(b"D", windowed("dead", 600).max_attempts(1))
+        .unwrap()
+        .id();
+    assert_eq!(take(&q, d).nack("no").unwrap(), JobState::Dead);
+    f.clock.advance(secs(11));
+    assert_eq!(q.prune().unwrap().dead, 1);
+    assert_eq!(q.job(d).unwrap(), None);
+    assert_eq!(
+        q.enqueue(b"D2", windowed("dead", 600)).unwrap(),
+        Enqueued::Duplicate(d)
+    );
+    assert_consistent(&q);
+}
+
 /// Dedup keys held by windows that ended are cleaned up: a few per new key, and all by
 /// `prune`; `stats().dedup_keys` counts what is held.
 #[test]

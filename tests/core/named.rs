@@ -147,14 +147,14 @@ fn named_queues_and_their_leases_survive_a_reopen() {
     assert_eq!(q.queue_names().unwrap(), vec!["work".to_string()]);
     let w = q.existing("work").unwrap();
     assert_eq!(w.stats().unwrap().ready, 2);
-    // A returned lease goes to the back of its priority: "waiting" first.
+    // A returned lease keeps the place its job had: "held" first, as it was enqueued first.
     let got: Vec<(Vec<u8>, u32)> = w
         .dequeue_batch(10)
         .unwrap()
         .iter()
         .map(|l| (l.payload().to_vec(), l.attempt()))
         .collect();
-    assert_eq!(got, vec![(b"waiting".to_vec(), 1), (b"held".to_vec(), 2)]);
+    assert_eq!(got, vec![(b"held".to_vec(), 2), (b"waiting".to_vec(), 1)]);
     assert_consistent(&q);
 }
 

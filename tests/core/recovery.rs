@@ -101,6 +101,41 @@ fn killed_consumer_lease_is_redelivered_at_reopen() {
     assert_eq!(seen, vec![(a, 2), (b, 1)]);
 }
 
+/// Issue 22 item 7: a lease returned at open goes back to the place its job had within its
+/// priority (before every job that became ready after it), as persist-queue serves an
+/// interrupted item first; not behind them, as a nack or an expiry would.
+#[test]
+fn leases_returned_at_open_keep_their_place_in_each_priority() {
+    let f = Fixture::new();
+    let opts = |p: i32| EnqueueOptions::default().priority(p);
+    let ids = {
+        let q = open(&f);
+        let a = q.enqueue(b"A", opts(0)).unwrap().id();
+        let b = q.enqueue(b"B", opts(0)).unwrap().id();
+        let low = q.enqueue(b"F", opts(5)).unwrap().id();
+        // Held, never acked: the handle and its leases go as a crash would leave them.
+        let held: Vec<_> = (0..3).map(|_| q.dequeue().unwrap().unwrap()).collect();
+        assert_eq!(
+            held.iter().map(|l| l.id()).collect::<Vec<_>>(),
+            vec![a, b, low]
+        );
+        let c = q.enqueue(b"C", opts(0)).unwrap().id();
+        let d = q.enqueue(b"D", opts(0)).unwrap().id();
+        let urgent = q.enqueue(b"E", opts(-1)).unwrap().id();
+        let later_low = q.enqueue(b"G", opts(5)).unwrap().id();
+        vec![urgent, a, b, c, d, low, later_low]
+    };
+    let q = open(&f);
+    assert_eq!(q.recovery().leases_returned, 3);
+    assert_consistent(&q);
+    let mut order = Vec::new();
+    while let Some(l) = q.dequeue().unwrap() {
+        order.push(l.id());
+        l.ack().unwrap();
+    }
+    assert_eq!(order, ids);
+}
+
 // C06: crash while holding A, three times: each reopen makes A available at once, and after
 // the third crash A is dead, never lost.
 #[test]

@@ -696,6 +696,8 @@ enum St {
 struct MJob {
     priority: i32,
     state: St,
+    /// Its readiness sequence number when last leased (a lease returned at reopen keeps it).
+    leased_from_seq: u64,
     attempts: u32,
     idem: Option<String>,
     dedup: Option<String>,
@@ -801,6 +803,7 @@ impl Model {
             MJob {
                 priority: *priority,
                 state: St::Scheduled(self.now + delay_ms),
+                leased_from_seq: 0,
                 attempts: 0,
                 idem: idem.map(|k| format!("i{k}")),
                 dedup: dedup.map(|(k, _)| format!("d{k}")),
@@ -869,6 +872,9 @@ impl Model {
             .min_by_key(|(_, k)| *k)?;
         let j = self.jobs.get_mut(&id).unwrap();
         j.attempts += 1;
+        if let St::Ready(s) = j.state {
+            j.leased_from_seq = s;
+        }
         j.state = St::Leased(now + LEASE_MS);
         Some((id, j.attempts))
     }
@@ -1065,6 +1071,11 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 leased.sort();
                 for (_, id) in leased {
                     m.end_attempt(id);
+                    // Returned at open: back to the place it had in the ready order.
+                    let j = m.jobs.get_mut(&id).unwrap();
+                    if matches!(j.state, St::Ready(_)) {
+                        j.state = St::Ready(j.leased_from_seq);
+                    }
                 }
             }
         }

@@ -20,12 +20,14 @@ fn snoozing_never_uses_up_attempts() {
     for n in 1..=10u32 {
         let l = q.dequeue().unwrap().expect("snoozed jobs come back");
         assert_eq!((l.attempt(), l.max_attempts()), (1, 1), "snooze {n}");
+        assert_eq!(l.snoozes(), n - 1, "the lease counts the snoozes before it");
         l.snooze(Duration::ZERO).unwrap();
         let j = q.job(id).unwrap().unwrap();
         assert_eq!((j.state, j.attempts, j.snoozes), (JobState::Ready, 0, n));
     }
     // Its one real attempt: a nack now makes it dead.
     let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.snoozes(), 10);
     assert_eq!(l.nack("real failure").unwrap(), JobState::Dead);
     let j = q.job(id).unwrap().unwrap();
     assert_eq!((j.attempts, j.snoozes), (1, 10));

@@ -710,8 +710,9 @@ impl Model {
         }
     }
 
-    /// What an open does before handing the queue out: every lease goes back to ready, or to
-    /// dead when out of attempts, attempts unchanged. Returns (returned, dead-lettered).
+    /// What an open does before handing the queue out: every lease goes back to ready, in the
+    /// place its job had (its `seq` from when it was last ready), or to dead when out of
+    /// attempts, attempts unchanged. Returns (returned, dead-lettered).
     pub fn recover(&mut self, now_ms: u64) -> (u64, u64) {
         let mut leased: Vec<(u64, u64)> = self
             .jobs
@@ -724,9 +725,13 @@ impl Model {
         leased.sort_unstable();
         let (mut returned, mut dead) = (0, 0);
         for (_, id) in leased {
+            let place = self.jobs[&id].seq;
             match self.end_attempt(id, LastErr::Abandoned, now_ms, now_ms) {
                 JobState::Dead => dead += 1,
-                _ => returned += 1,
+                _ => {
+                    self.jobs.get_mut(&id).expect("returned job").seq = place;
+                    returned += 1;
+                }
             }
         }
         (returned, dead)
