@@ -73,4 +73,9 @@ pub(crate) struct OpenFile {
     pub(crate) recovery: Recovery,
     /// Set by [`Queue::close`](crate::Queue::close): no new enqueue or delivery through any handle of the file.
     pub(crate) closed: std::sync::atomic::AtomicBool,
+    /// The numbers of the paused queues, as `leaseq_paused` holds them (read at open, then
+    /// kept by [`Queue::pause`](crate::Queue::pause) and
+    /// [`Queue::resume`](crate::Queue::resume) once their commit lands: one process owns the
+    /// file, so this copy is the truth between opens).
+    pub(crate) paused: parking_lot::RwLock<std::collections::BTreeSet<u32>>,
 }

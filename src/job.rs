@@ -306,6 +306,9 @@ pub struct Stats {
     /// Job rows moved to quarantine because they failed their checks (not counted in
     /// `total`); see [`Queue::quarantined`](crate::Queue::quarantined).
     pub quarantined: u64,
+    /// Whether the queue is paused ([`Queue::pause`](crate::Queue::pause)): it delivers
+    /// nothing until resumed.
+    pub paused: bool,
 }
 
 impl Stats {

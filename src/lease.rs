@@ -275,8 +275,8 @@ impl Lease {
     pub fn ack_and_next(&self) -> Result<Option<Lease>> {
         let (key, q) = (self.key(), self.queue()?);
         let (now_ms, config) = (q.now_ms(), q.config());
-        // After `close`, the ack alone.
-        let more = !q.is_closed();
+        // After `close`, or while the queue is paused, the ack alone.
+        let more = !q.is_closed() && !q.is_paused();
         let next = q.run(&mut |ctx| {
             if let Err(e) = single(store::ack(ctx, q.config().tables, &key, now_ms)?) {
                 return refuse(e);

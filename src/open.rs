@@ -571,6 +571,7 @@ impl Builder {
             path,
             recovery: Recovery::default(),
             closed: std::sync::atomic::AtomicBool::new(false),
+            paused: parking_lot::RwLock::default(),
         };
         let now_ms = inner.clock.now_ms();
         let upgraded_from = inner
@@ -579,6 +580,10 @@ impl Builder {
         let recovered = inner.committer.run(inner.db.get(), &mut |ctx| {
             store::recover_leases(ctx, now_ms).map(Ok)
         })?;
+        let paused = crate::error::catch_engine_panic(|| {
+            store::paused_queues(&inner.db.get().begin_read()?)
+        })?;
+        *inner.paused.write() = paused.into_iter().map(|(n, _)| n).collect();
         inner
             .clock
             .subscribe(crate::clock::ClockWaker::new(inner.committer.work()));
@@ -717,6 +722,8 @@ fn init_tables(db: &Database) -> Result<()> {
             DEFAULT_TABLES.create(&tx).map_err(foreign)?;
             tx.open_table(crate::format::schema::QUEUES)
                 .map_err(foreign)?;
+            tx.open_table(crate::format::schema::PAUSED)
+                .map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {
@@ -757,6 +764,8 @@ fn precheck_attach(rtx: &redb::ReadTransaction) -> Result<()> {
     refuse_other_types(rtx, DEFAULT_TABLES.dedup())?;
     refuse_other_types(rtx, DEFAULT_TABLES.applied())?;
     refuse_other_types(rtx, META)?;
+    refuse_other_types(rtx, crate::format::schema::QUEUES)?;
+    refuse_other_types(rtx, crate::format::schema::PAUSED)?;
     if let Ok(meta) = rtx.open_table(META)
         && let Some(found) = meta.get(META_FORMAT_VERSION)?.map(|v| v.value())
         && found > FORMAT_VERSION

@@ -447,6 +447,10 @@ impl Queue {
         // pass for an answer (and `dequeue_timeout` must not wait for a commit this very
         // thread is holding up).
         self.inner.committer.check_reentrant()?;
+        if self.is_paused() {
+            // Nothing to wait for but a resume, which wakes the queue's consumers.
+            return Ok((Vec::new(), None));
+        }
         let now_ms = self.now_ms();
         let (work, next_due_ms) = catch_engine_panic(|| {
             let rtx = self.inner.db.get().begin_read()?;
@@ -611,7 +615,7 @@ impl Queue {
     ) -> Result<(Vec<Result<Applied>>, Vec<store::Delivery>)> {
         let (now_ms, config) = (self.now_ms(), self.config);
         // After `close`, an ack-and-next acks and takes nothing.
-        let next = then == AckThen::LeaseNext && !self.is_closed();
+        let next = then == AckThen::LeaseNext && !self.is_closed() && !self.is_paused();
         let mut failed: Vec<Option<store::ClosureFailure>> = vec![None; keys.len()];
         let mut errors: Vec<Option<crate::error::BoxError>> = keys.iter().map(|_| None).collect();
         for _ in 0..=keys.len() {
@@ -825,6 +829,61 @@ impl Queue {
     /// Whether [`Queue::close`] was called on this file.
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Pauses this queue, as BullMQ's `queue.pause()`, Oban's `pause_queue` and River's
+    /// `QueuePause`: for an app gone offline, whose sync jobs would only fail (and use up their
+    /// attempts) until it is back. The pause is stored in the file (a reopen finds the queue
+    /// paused) until [`Queue::resume`]. A paused queue delivers nothing: [`Queue::dequeue`]
+    /// and [`Queue::dequeue_batch`] return nothing at once; [`Queue::dequeue_timeout`] and
+    /// [`Queue::dequeue_until`] wait for a resume (or their timeout or stop);
+    /// [`Lease::ack_and_next`] and [`Lease::ack_with_and_next`] ack and take nothing; a
+    /// [`WorkerPool`](crate::worker::WorkerPool) idles, and a relay sends nothing.
+    ///
+    /// Everything else goes on: enqueues, every call on a lease already held (a lease can
+    /// still run out: the first dequeue after the resume takes it back, as usual), the reads,
+    /// maintenance. Only this queue is paused; the file's other queues keep running. A call
+    /// racing the pause from another thread may still deliver; none does once `pause`
+    /// returned. Returns whether the queue was running (pausing a paused queue changes
+    /// nothing). One commit, even after [`Queue::close`].
+    ///
+    /// # Errors
+    /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` or `Storage`.
+    pub fn pause(&self) -> Result<bool> {
+        let (queue_number, now_ms) = (self.config.tables.queue_number, self.now_ms());
+        let paused = self.run(&mut |ctx| store::pause(ctx, queue_number, now_ms).map(Ok))?;
+        self.inner.paused.write().insert(queue_number);
+        if paused {
+            tracing::info!(queue = queue_number, "leaseq: queue paused");
+        }
+        Ok(paused)
+    }
+
+    /// Resumes a paused queue ([`Queue::pause`]): its blocked consumers wake at once and
+    /// deliveries go on where they stopped (jobs due meanwhile are served in their order).
+    /// Returns whether the queue was paused. One commit.
+    ///
+    /// # Errors
+    /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` or `Storage`.
+    pub fn resume(&self) -> Result<bool> {
+        let queue_number = self.config.tables.queue_number;
+        let resumed = self.run(&mut |ctx| store::resume(ctx, queue_number).map(Ok))?;
+        self.inner.paused.write().remove(&queue_number);
+        // After the flag: a consumer woken here finds the queue running.
+        self.inner.committer.work().notify(queue_number);
+        if resumed {
+            tracing::info!(queue = queue_number, "leaseq: queue resumed");
+        }
+        Ok(resumed)
+    }
+
+    /// Whether this queue is paused ([`Queue::pause`]). No I/O: the file's pause state is kept
+    /// in memory from the open on.
+    pub fn is_paused(&self) -> bool {
+        self.inner
+            .paused
+            .read()
+            .contains(&self.config.tables.queue_number)
     }
 
     /// `Err(Closed)` once the file was closed to new work.

@@ -5,12 +5,14 @@
 use redb::TableDefinition;
 
 /// The format version this build writes, and the newest it reads.
-pub const FORMAT_VERSION: u64 = 5;
+pub const FORMAT_VERSION: u64 = 6;
 
 pub(crate) type ReadyKey = (u32, u64, u64);
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("leaseq_meta");
 pub(crate) const QUEUES: TableDefinition<&str, u32> = TableDefinition::new("leaseq_queues");
+/// The paused queues of the file: queue number → when it was paused (Unix ms). Since format 6.
+pub(crate) const PAUSED: TableDefinition<u32, u64> = TableDefinition::new("leaseq_paused");
 /// A quarantined row: when it was moved aside (Unix ms), why, and its bytes as they were found.
 pub(crate) type QuarantineValue = (u64, &'static str, &'static [u8]);
 

@@ -40,6 +40,7 @@ pub(crate) fn check_file(db: &redb::Database) -> Result<Vec<Violation>> {
     for (name, queue_number) in &named {
         named_tables_present(&rtx, name, QueueTables::named(*queue_number))?;
     }
+    check_paused(&rtx, &named, &mut out)?;
     drop(rtx);
     for (name, queue_number) in named {
         for mut v in check(db, QueueTables::named(queue_number))? {
@@ -51,6 +52,42 @@ pub(crate) fn check_file(db: &redb::Database) -> Result<Vec<Violation>> {
         }
     }
     Ok(out)
+}
+
+/// `leaseq_paused` (format 6 on) names only queues of the file: the default one (0) or a
+/// registered one.
+fn check_paused(
+    rtx: &redb::ReadTransaction,
+    named: &[(String, u32)],
+    out: &mut Vec<Violation>,
+) -> Result<()> {
+    let version = rtx
+        .open_table(crate::format::schema::META)?
+        .get(crate::format::schema::META_FORMAT_VERSION)?
+        .map(|v| v.value());
+    if version.is_some_and(|v| v >= 6)
+        && let Err(redb::TableError::TableDoesNotExist(_)) =
+            rtx.open_table(crate::format::schema::PAUSED)
+    {
+        out.push(Violation {
+            job_id: None,
+            detail: "leaseq_paused is missing (format 6)".to_string(),
+        });
+    }
+    for (queue_number, _) in super::control::paused_queues(rtx)? {
+        if queue_number != 0
+            && !named.iter().any(|(_, n)| *n == queue_number)
+            && out.len() < VIOLATIONS_MAX
+        {
+            out.push(Violation {
+                job_id: None,
+                detail: format!(
+                    "leaseq_paused names queue number {queue_number}, which is not registered"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The violations found so far, at most `VIOLATIONS_MAX`.

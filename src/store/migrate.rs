@@ -6,7 +6,8 @@ use crate::commit::Ctx;
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, PayloadRef, StoredState};
 use crate::format::schema::{
-    FORMAT_VERSION, MARKER_TAG_ID, META, META_FILE_ID, META_FORMAT_VERSION, QUEUES, marker_key,
+    FORMAT_VERSION, MARKER_TAG_ID, META, META_FILE_ID, META_FORMAT_VERSION, PAUSED, QUEUES,
+    marker_key,
 };
 use crate::limits::PAYLOAD_INLINE_MAX;
 
@@ -55,7 +56,7 @@ fn random_u64() -> u64 {
 /// live jobs carry are built from `leaseq_applied` and `leaseq_jobs`; markers of jobs' own ids
 /// (which guard nothing) are dropped. 2 → 3: payloads above 1 KiB move to `leaseq_payloads`.
 /// 3 → 4: the empty registry of named queues. 4 → 5: the version only (records of version 3
-/// are read as they are).
+/// are read as they are). 5 → 6: the empty table of paused queues.
 ///
 /// A row that fails its checks is skipped here: the pass that meets it quarantines it.
 pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
@@ -67,7 +68,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
         .ok_or_else(|| Error::corrupted("leaseq_meta has no format version"))?;
     match version {
         FORMAT_VERSION => return Ok(None),
-        1..=4 => {}
+        1..=5 => {}
         _ => {
             return Err(Error::UnsupportedVersion {
                 found: version,
@@ -85,6 +86,8 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     // 3 to 4: the registry of named queues, empty.
     tx.open_table(QUEUES)?;
     // 4 to 5: nothing to rewrite (version-4 records are written from now on).
+    // 5 to 6: the table of paused queues, empty.
+    tx.open_table(PAUSED)?;
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
     Ok(Some(version))
 }

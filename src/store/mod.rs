@@ -24,6 +24,7 @@
 //! | `retention.rs` | bounded pruning of applied markers, dead jobs, dedup windows |
 //! | `admin.rs` | requeue, remove, purge or requeue by state |
 //! | `registry.rs` | named-queue numbers |
+//! | `control.rs` | queue controls stored in the file: pause, resume |
 //! | `migrate.rs` | the file id, format upgrades |
 //! | `recover.rs` | lease recovery at open |
 //! | `read.rs` | read-only views: peek, stats, one job, lists |
@@ -33,6 +34,7 @@ use crate::format::schema::QueueTables;
 
 mod admin;
 mod check;
+mod control;
 mod dequeue;
 mod enqueue;
 mod fenced;
@@ -47,6 +49,7 @@ mod validate;
 
 pub(crate) use admin::{BulkAction, bulk_by_state, remove, requeue_dead};
 pub(crate) use check::check_file;
+pub(crate) use control::{pause, paused_queues, resume};
 pub(crate) use dequeue::dequeue;
 pub(crate) use enqueue::{Sink, enqueue, enqueue_imported, write};
 pub(crate) use fenced::{ClosureFailure, EffectCall, ack, ack_with, extend, fail, nack, snooze};

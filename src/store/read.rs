@@ -48,6 +48,9 @@ pub(crate) fn stats(rtx: &ReadTransaction, tables: &'static QueueTables) -> Resu
             Some(q) => q.len()?,
             None => 0,
         },
+        paused: super::control::paused_queues(rtx)?
+            .iter()
+            .any(|&(n, _)| n == tables.queue_number),
     })
 }
 

@@ -57,7 +57,7 @@ pub(crate) fn create_queue(ctx: &mut Ctx<'_>, name: &str) -> Verdict<u32> {
 /// older (no registry yet).
 pub(crate) fn named_queues(rtx: &ReadTransaction) -> Result<Vec<(String, u32)>> {
     let queues = match rtx.open_table(QUEUES) {
-        Ok(tx_tables) => tx_tables,
+        Ok(table) => table,
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
     };

@@ -266,6 +266,8 @@ fn every_command_refuses(path: &Path, needle: &str) {
         (vec!["import", p], Input::Bytes(jsonl)),
         (vec!["purge", p, "--state", "dead"], Input::None),
         (vec!["requeue-dead", p, "--all"], Input::None),
+        (vec!["pause", p], Input::None),
+        (vec!["resume", p], Input::None),
         (vec!["prune", p], Input::None),
         (vec!["compact", p], Input::None),
     ];
@@ -605,6 +607,48 @@ fn requeue_purge_prune_compact() {
     ok(run(&["compact", p]));
     let stats = json_lines(ok(run(&["stats", p, "--json"])));
     assert_eq!(stats[0]["total"], 0);
+}
+
+/// `pause` and `resume`: every queue without `--queue`, one with it; stored in the file (the
+/// library sees it), shown by `stats` (a column, and `paused` in JSON).
+#[test]
+fn pause_and_resume_every_queue_or_one() {
+    let (_dir, path) = tmp();
+    {
+        let q = Queue::open(&path).unwrap();
+        q.named("side")
+            .unwrap()
+            .enqueue(b"s", EnqueueOptions::default())
+            .unwrap();
+        q.enqueue(b"d", EnqueueOptions::default()).unwrap();
+    }
+    let p = s(&path);
+    let out = stdout(ok(run(&["pause", p, "--queue", "side"])));
+    assert_eq!(out.trim(), "side: paused");
+    let out = stdout(ok(run(&["pause", p])));
+    assert!(
+        out.contains("(default): paused") && out.contains("side: already paused"),
+        "{out}"
+    );
+    let stats = json_lines(ok(run(&["stats", p, "--json"])));
+    assert!(stats.iter().all(|s| s["paused"] == true), "{stats:?}");
+    let table = stdout(ok(run(&["stats", p])));
+    assert!(table.lines().next().unwrap().ends_with("PAUSED"), "{table}");
+    {
+        let q = Queue::open(&path).unwrap();
+        assert!(q.is_paused() && q.existing("side").unwrap().is_paused());
+        assert!(q.dequeue().unwrap().is_none());
+    }
+    let out = stdout(ok(run(&["resume", p, "--queue", "(default)"])));
+    assert_eq!(out.trim(), "(default): resumed");
+    let q = Queue::open(&path).unwrap();
+    assert!(!q.is_paused());
+    assert!(q.existing("side").unwrap().is_paused());
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.payload(), b"d");
+    l.ack().unwrap();
+    drop((l, q));
+    fails(&run(&["pause", p, "--queue", "nope"]), 1);
 }
 
 /// `prune` never removes applied markers unless told how old they may be: the tool cannot

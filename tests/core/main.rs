@@ -23,6 +23,7 @@ mod import;
 mod lease;
 mod named;
 mod outbox;
+mod pause;
 mod process_kill;
 mod quarantine;
 mod recovery;

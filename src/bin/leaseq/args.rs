@@ -9,7 +9,7 @@ use crate::duration::parse_duration;
 
 const AFTER_HELP: &str = "\
 Queues: without --queue, commands that read or change existing jobs (stats, ls, show,
-requeue-dead, purge, export) cover every queue of the file; enqueue writes to the default
+requeue-dead, purge, pause, resume, export) cover every queue of the file; enqueue writes to the default
 queue and import to the queue each line names. `--queue '(default)'` selects the default
 (unnamed) queue alone, as the tables show it.
 
@@ -66,6 +66,13 @@ pub enum Command {
     /// Delete every job in a state (never leased ones).
     #[command(after_help = EXIT_CODES)]
     Purge(PurgeArgs),
+    /// Pause queues: they deliver nothing until resumed (stored in the file). Without
+    /// --queue, every queue of the file.
+    #[command(after_help = EXIT_CODES)]
+    Pause(ControlArgs),
+    /// Resume paused queues. Without --queue, every queue of the file.
+    #[command(after_help = EXIT_CODES)]
+    Resume(ControlArgs),
     /// Remove applied markers and dead jobs past their retention and ended dedup windows,
     /// in every queue.
     #[command(after_help = EXIT_CODES)]
@@ -230,6 +237,15 @@ pub struct RequeueDeadArgs {
     /// Every dead job.
     #[arg(long)]
     pub all: bool,
+    #[command(flatten)]
+    pub queue: QueueArg,
+}
+
+/// `leaseq pause` and `leaseq resume`.
+#[derive(Debug, Args)]
+pub struct ControlArgs {
+    /// The queue file.
+    pub file: PathBuf,
     #[command(flatten)]
     pub queue: QueueArg,
 }

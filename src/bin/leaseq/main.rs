@@ -69,6 +69,8 @@ fn run(command: &Command) -> CliResult {
         Command::Check(a) => read::check(a),
         Command::Enqueue(a) => write::enqueue(a),
         Command::RequeueDead(a) => write::requeue_dead(a),
+        Command::Pause(a) => write::pause(a),
+        Command::Resume(a) => write::resume(a),
         Command::Purge(a) => write::purge(a),
         Command::Prune(a) => write::prune(a),
         Command::Compact(a) => write::compact(a),

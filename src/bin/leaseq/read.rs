@@ -33,6 +33,7 @@ struct StatsJson<'a> {
     applied: u64,
     dedup_keys: u64,
     quarantined: u64,
+    paused: bool,
 }
 
 /// `leaseq stats`.
@@ -57,6 +58,7 @@ pub fn stats(a: &StatsArgs) -> CliResult {
                 applied: s.applied,
                 dedup_keys: s.dedup_keys,
                 quarantined: s.quarantined,
+                paused: s.paused,
             })?;
         }
         return out.flush();
@@ -71,6 +73,7 @@ pub fn stats(a: &StatsArgs) -> CliResult {
         "APPLIED",
         "DEDUP_KEYS",
         "QUARANTINED",
+        "PAUSED",
     ];
     let cells: Vec<Vec<String>> = rows
         .iter()
@@ -90,6 +93,7 @@ pub fn stats(a: &StatsArgs) -> CliResult {
                 .iter()
                 .map(u64::to_string),
             );
+            row.push(if s.paused { "yes" } else { "no" }.to_string());
             row
         })
         .collect();

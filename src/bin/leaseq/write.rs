@@ -1,4 +1,5 @@
-//! The commands that change a file: `enqueue`, `requeue-dead`, `purge`, `prune`, `compact`.
+//! The commands that change a file: `enqueue`, `requeue-dead`, `purge`, `pause`, `resume`,
+//! `prune`, `compact`.
 
 use std::io::{IsTerminal, Read};
 use std::path::Path;
@@ -6,7 +7,9 @@ use std::path::Path;
 use leaseq::{EnqueueOptions, Enqueued, JobId, JobState, Queue};
 use serde::Serialize;
 
-use crate::args::{EnqueueArgs, FileArg, PruneArgs, PurgeArgs, RequeueDeadArgs, StateArg};
+use crate::args::{
+    ControlArgs, EnqueueArgs, FileArg, PruneArgs, PurgeArgs, RequeueDeadArgs, StateArg,
+};
 use crate::fail::{CliResult, Fail, one_line};
 use crate::files::{self, Missing, path_of, queue_label};
 use crate::output::{Out, state_name};
@@ -147,6 +150,34 @@ pub fn requeue_dead(a: &RequeueDeadArgs) -> CliResult {
     for q in files::selected(&queue, name)? {
         let n = q.requeue_dead_all().map_err(|e| Fail::leaseq(path, e))?;
         out.line(format!("{}: requeued {n} dead jobs", queue_label(&q)))?;
+    }
+    out.flush()
+}
+
+/// `leaseq pause`: each selected queue, one commit each.
+pub fn pause(a: &ControlArgs) -> CliResult {
+    control(a, |q| q.pause(), "paused", "already paused")
+}
+
+/// `leaseq resume`: each selected queue, one commit each.
+pub fn resume(a: &ControlArgs) -> CliResult {
+    control(a, |q| q.resume(), "resumed", "not paused")
+}
+
+/// Applies `f` to each selected queue; says `changed` or `unchanged` per queue.
+fn control(
+    a: &ControlArgs,
+    f: impl Fn(&Queue) -> leaseq::Result<bool>,
+    changed: &str,
+    unchanged: &str,
+) -> CliResult {
+    let queue = files::open(&a.file, Missing::Refuse)?;
+    let path = path_of(&queue);
+    let mut out = Out::new();
+    for q in files::selected(&queue, a.queue.queue.as_deref())? {
+        let did = f(&q).map_err(|e| Fail::leaseq(path, e))?;
+        let what = if did { changed } else { unchanged };
+        out.line(format!("{}: {what}", queue_label(&q)))?;
     }
     out.flush()
 }
