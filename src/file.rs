@@ -78,4 +78,7 @@ pub(crate) struct OpenFile {
     /// [`Queue::resume`](crate::Queue::resume) once their commit lands: one process owns the
     /// file, so this copy is the truth between opens).
     pub(crate) paused: parking_lot::RwLock<std::collections::BTreeSet<u32>>,
+    /// Held by `pause` and `resume` from their commit to their update of `paused`, so the
+    /// set follows the order of the commits (a pause and a resume racing in one group).
+    pub(crate) pausing: parking_lot::Mutex<()>,
 }

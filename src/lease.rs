@@ -281,7 +281,7 @@ impl Lease {
             if let Err(e) = single(store::ack(ctx, q.config().tables, &key, now_ms)?) {
                 return refuse(e);
             }
-            if !more {
+            if !more || q.is_paused() {
                 return Ok(Ok(Vec::new()));
             }
             Ok(Ok(store::dequeue(ctx, &config, now_ms, 1)?))

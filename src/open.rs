@@ -572,6 +572,7 @@ impl Builder {
             recovery: Recovery::default(),
             closed: std::sync::atomic::AtomicBool::new(false),
             paused: parking_lot::RwLock::default(),
+            pausing: parking_lot::Mutex::new(()),
         };
         let now_ms = inner.clock.now_ms();
         let upgraded_from = inner
@@ -583,7 +584,12 @@ impl Builder {
         let paused = crate::error::catch_engine_panic(|| {
             store::paused_queues(&inner.db.get().begin_read()?)
         })?;
-        *inner.paused.write() = paused.into_iter().map(|(n, _)| n).collect();
+        // A row no queue can have is left for `check()` to report; it pauses nothing.
+        *inner.paused.write() = paused
+            .into_iter()
+            .map(|(n, _)| n)
+            .filter(|&n| n <= crate::limits::QUEUES_MAX)
+            .collect();
         inner
             .clock
             .subscribe(crate::clock::ClockWaker::new(inner.committer.work()));

@@ -460,7 +460,13 @@ impl Queue {
             return Ok((Vec::new(), next_due_ms));
         }
         let config = self.config;
-        let leased = self.run(&mut |ctx| store::dequeue(ctx, &config, now_ms, max).map(Ok))?;
+        let leased = self.run(&mut |ctx| {
+            // Again in the group: a pause that returned while this call waited to join wins.
+            if self.is_paused() {
+                return Ok(Ok(Vec::new()));
+            }
+            store::dequeue(ctx, &config, now_ms, max).map(Ok)
+        })?;
         // Nothing leased although work was seen (another consumer took it, or a bounded
         // sweep has more to do): look again soon rather than waiting out the timeout.
         let next_due_ms = leased.is_empty().then_some(now_ms);
@@ -645,7 +651,7 @@ impl Queue {
                 };
                 let applied = store::ack_with(ctx, keys, &config, now_ms, &failed, &mut tracked)?;
                 // The next job only after an ack that happened: a refused one leases nothing.
-                let leased = if dequeue && applied.iter().all(Result::is_ok) {
+                let leased = if dequeue && !self.is_paused() && applied.iter().all(Result::is_ok) {
                     store::dequeue(ctx, &config, now_ms, 1)?
                 } else {
                     Vec::new()
@@ -838,7 +844,8 @@ impl Queue {
     /// and [`Queue::dequeue_batch`] return nothing at once; [`Queue::dequeue_timeout`] and
     /// [`Queue::dequeue_until`] wait for a resume (or their timeout or stop);
     /// [`Lease::ack_and_next`] and [`Lease::ack_with_and_next`] ack and take nothing; a
-    /// [`WorkerPool`](crate::worker::WorkerPool) idles, and a relay sends nothing.
+    /// [`WorkerPool`](crate::worker::WorkerPool) idles, and a relay takes nothing new (jobs it
+    /// already leased still go out).
     ///
     /// Everything else goes on: enqueues, every call on a lease already held (a lease can
     /// still run out: the first dequeue after the resume takes it back, as usual), the reads,
@@ -851,6 +858,7 @@ impl Queue {
     /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` or `Storage`.
     pub fn pause(&self) -> Result<bool> {
         let (queue_number, now_ms) = (self.config.tables.queue_number, self.now_ms());
+        let _in_commit_order = self.inner.pausing.lock();
         let paused = self.run(&mut |ctx| store::pause(ctx, queue_number, now_ms).map(Ok))?;
         self.inner.paused.write().insert(queue_number);
         if paused {
@@ -867,6 +875,7 @@ impl Queue {
     /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` or `Storage`.
     pub fn resume(&self) -> Result<bool> {
         let queue_number = self.config.tables.queue_number;
+        let _in_commit_order = self.inner.pausing.lock();
         let resumed = self.run(&mut |ctx| store::resume(ctx, queue_number).map(Ok))?;
         self.inner.paused.write().remove(&queue_number);
         // After the flag: a consumer woken here finds the queue running.

@@ -90,12 +90,13 @@ pub(crate) fn remove(
             Ok(Ok(()))
         }
         Row::Missing => {
-            // Looked up before anything is written: a refusal writes nothing.
-            let quarantined = match ctx.tx.open_table(tables.quarantine()) {
-                Ok(q) => q.get(id)?.is_some(),
-                Err(redb::TableError::TableDoesNotExist(_)) => false,
-                Err(e) => return Err(e.into()),
-            };
+            // Looked up before anything is written: a refusal writes nothing (opening
+            // `leaseq_quarantine` in a write transaction would create it).
+            let quarantine_exists = ctx.tx.list_tables()?.any(|t| {
+                redb::TableHandle::name(&t) == redb::TableHandle::name(&tables.quarantine())
+            });
+            let quarantined =
+                quarantine_exists && ctx.tx.open_table(tables.quarantine())?.get(id)?.is_some();
             // A dead-letter entry naming no job is found by its id alone (the other indexes
             // are keyed by time or place: a pass that meets such an entry drops it).
             let stray_dead = tx_tables.dead()?.get(id)?.is_some();

@@ -483,7 +483,8 @@ fn format5_file_upgrades_to_6_and_keeps_every_job() {
 }
 
 /// A power loss at any write or sync of the open that upgrades the format-5 fixture leaves a
-/// file that opens with the same content (the upgrade is one transaction with the recovery).
+/// file that opens with the same content (the upgrade is one commit, the lease recovery the
+/// next: a power loss leaves the file before or after each).
 #[cfg(feature = "sim")]
 #[test]
 fn a_power_loss_anywhere_in_the_5_to_6_upgrade_leaves_a_file_that_opens_the_same() {

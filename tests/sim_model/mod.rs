@@ -310,6 +310,7 @@ enum Got {
     Next(Option<Applied>, Option<Delivered>),
     State(JobState),
     Deadline(u64),
+    Flag(bool),
 }
 
 /// A delivery for the op log: id, attempt, deadline, token, payload size.
@@ -339,6 +340,7 @@ impl std::fmt::Debug for Got {
             Got::AppliedF(v, ids) => write!(f, "{v:?}, follow-ups {ids:?}"),
             Got::Next(a, n) => write!(f, "{a:?}, next {:?}", n.as_ref().map(fmt_delivery)),
             Got::State(s) => write!(f, "{s:?}"),
+            Got::Flag(b) => write!(f, "{b}"),
             Got::Deadline(d) => write!(f, "deadline {}", *d as i64 - T0_MS as i64),
         }
     }
@@ -348,6 +350,7 @@ impl Got {
     fn changes(&self) -> bool {
         match self {
             Got::Enq(v) => v.iter().any(|e| matches!(e, Enqueued::New(_))),
+            Got::Flag(changed) => *changed,
             Got::Deq(v) => !v.is_empty(),
             Got::Acked(v) => v.iter().any(Result::is_ok),
             Got::Applied(v) | Got::AppliedF(v, _) => v
@@ -449,6 +452,7 @@ fn check_answer(pred: &MRes, got: &Got, max_id: u64, max_token: u64) -> Result<L
             }
         }
         (MRes::State(a), Got::State(b)) if a == b => {}
+        (MRes::Flag(a), Got::Flag(b)) if a == b => {}
         (MRes::Deadline(a), Got::Deadline(b)) if a == b => {}
         (MRes::Next(pa, pn), Got::Next(ga, gn)) if pa == ga => match (pn, gn) {
             (None, None) => {}
@@ -681,7 +685,13 @@ impl Runner {
                 }
             }
             76..77 => self.op_requeue_dead(),
-            77..78 => self.op_remove(),
+            77..78 => {
+                if self.src.chance(1, 3) {
+                    self.op_pause()
+                } else {
+                    self.op_remove()
+                }
+            }
             78..87 => {
                 self.op_clock();
                 Ok(())
@@ -1430,6 +1440,18 @@ impl Runner {
             got,
             crashed_before,
         )?;
+        Ok(())
+    }
+
+    /// `pause` or `resume` of the queue (resume more often: a paused queue delivers nothing).
+    fn op_pause(&mut self) -> Result<(), String> {
+        let pause = self.src.chance(1, 3);
+        let apply = move |m: &mut Model| m.set_paused(pause);
+        let crashed_before = self.disk.is_crashed();
+        let q = self.q();
+        let got = if pause { q.pause() } else { q.resume() }.map(Got::Flag);
+        let what = if pause { "pause" } else { "resume" };
+        self.settle(what, &apply, got, crashed_before)?;
         Ok(())
     }
 

@@ -170,6 +170,8 @@ pub enum MRes {
     /// `ack_and_next` (no `Applied`) or `ack_with_and_next`.
     Next(Option<Applied>, Option<DeqPred>),
     State(JobState),
+    /// `pause` or `resume`: whether the queue's state changed.
+    Flag(bool),
     Deadline(u64),
     /// A refusal: the call changed nothing.
     Err(EKind),
@@ -216,6 +218,8 @@ pub struct Model {
     /// The payloads of the jobs `Queue::write` put into the named queue "side" (never
     /// consumed): each exists iff its write committed, as does its effect row.
     pub side: BTreeSet<Vec<u8>>,
+    /// Whether the queue is paused (`Queue::pause`): it delivers nothing until resumed.
+    pub paused: bool,
 }
 
 pub fn truncate_reason(reason: &str) -> String {
@@ -243,6 +247,7 @@ impl Model {
             max_token: 0,
             next_seq: 1,
             side: BTreeSet::new(),
+            paused: false,
         }
     }
 
@@ -451,7 +456,8 @@ impl Model {
 
     fn dequeue_inner(&mut self, now_ms: u64, max: usize) -> Vec<DeqPred> {
         let mut out = Vec::new();
-        if !self.has_work(now_ms) {
+        // A paused queue delivers nothing and writes nothing (no sweep either).
+        if self.paused || !self.has_work(now_ms) {
             return out;
         }
         self.sweep(now_ms);
@@ -696,6 +702,13 @@ impl Model {
         job.run_at_ms = now_ms;
         self.make_ready(id);
         MRes::Unit
+    }
+
+    /// `Queue::pause` (`pause`) or `Queue::resume`: whether the state changed.
+    pub fn set_paused(&mut self, pause: bool) -> MRes {
+        let changed = self.paused != pause;
+        self.paused = pause;
+        MRes::Flag(changed)
     }
 
     /// `Queue::remove`: deletes a job that is not leased, releasing its dedup key.
