@@ -42,6 +42,36 @@ fn a_paused_queue_delivers_nothing_and_everything_else_goes_on() {
     assert_consistent(&q);
 }
 
+/// The rest of `pause`'s promises: `ack_with_and_next` applies its effect and takes nothing,
+/// `dequeue_until` waits like `dequeue_timeout`, and pause and resume still commit after
+/// `close` (they start no work).
+#[test]
+fn ack_with_and_next_takes_nothing_and_pause_works_after_close() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.enqueue(b"a", plain().idempotency_key("ka")).unwrap();
+    q.enqueue(b"b", plain()).unwrap();
+    let held = q.dequeue().unwrap().unwrap();
+    q.pause().unwrap();
+    let (applied, next) = held.ack_with_and_next(|_| Ok(())).unwrap();
+    assert_eq!(applied, leaseq::Applied::Now);
+    assert!(
+        next.is_none(),
+        "a paused queue delivered through ack_with_and_next"
+    );
+    assert!(q.is_applied("ka").unwrap());
+    let stop = leaseq::StopSignal::new();
+    assert!(q.dequeue_until(ms(20), &stop).unwrap().is_none());
+    q.close();
+    assert!(q.resume().unwrap(), "resume commits after close");
+    assert!(!q.is_paused());
+    assert!(q.pause().unwrap(), "pause commits after close");
+    drop(q);
+    let q = f.open();
+    assert!(q.is_paused(), "the pause made after close is in the file");
+    assert_eq!(q.stats().unwrap().ready, 1);
+}
+
 #[test]
 fn the_pause_is_stored_and_survives_a_reopen_per_queue() {
     let f = Fixture::new();
