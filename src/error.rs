@@ -99,6 +99,29 @@ pub enum Error {
         /// The stale token.
         token: u64,
     },
+    /// The job was cancelled ([`Queue::cancel`](crate::Queue::cancel)), with this reason: an
+    /// ack, `ack_with`, nack, snooze, fail or extend of a delivery taken before the cancel is
+    /// refused with it and changes nothing (the cancel fenced the lease, as a newer token
+    /// would). Answered while the job's row is kept: at least until that lease's deadline,
+    /// longer in a queue that keeps a history ([`Queue::set_history`](crate::Queue::set_history)).
+    #[error("job {job_id} was cancelled: {reason}")]
+    Cancelled {
+        /// The job.
+        job_id: JobId,
+        /// The reason the cancel gave.
+        reason: String,
+    },
+    /// A job cannot take its dedup key back: another job holds it
+    /// ([`Queue::retry`](crate::Queue::retry) of a completed or cancelled job whose key was
+    /// taken after it ended). Nothing was changed; remove or finish the holder, or enqueue the
+    /// work anew.
+    #[error("job {job_id}'s dedup key is held by job {holder}")]
+    KeyHeld {
+        /// The job that wanted its key back.
+        job_id: JobId,
+        /// The job that holds the key.
+        holder: JobId,
+    },
     /// A named queue that does not exist, asked for by a call that does not create it
     /// ([`Queue::existing`](crate::Queue::existing)).
     #[error("no queue named {name:?} in this file")]

@@ -32,6 +32,13 @@ pub enum JobState {
     Leased,
     /// In the dead-letter state: out of attempts, or failed on purpose.
     Dead,
+    /// Acked, and kept in the queue's completed history
+    /// ([`Queue::set_history`](crate::Queue::set_history)); a queue without a history deletes
+    /// a job at its ack. Since format 7.
+    Completed,
+    /// Cancelled ([`Queue::cancel`](crate::Queue::cancel)), with its reason. Kept in the
+    /// history like a completed job, and while it fences a cancelled lease. Since format 7.
+    Cancelled,
 }
 
 /// Options for one enqueue. Built with chained setters from `EnqueueOptions::default()`.
@@ -56,6 +63,7 @@ pub struct EnqueueOptions {
     pub(crate) lease: Option<Duration>,
     pub(crate) retry: Option<crate::retry::RetryPolicy>,
     pub(crate) dedup_window: Option<Duration>,
+    pub(crate) dedup_until_started: bool,
     /// Set by `enqueue_value`: how the payload was encoded.
     pub(crate) encoding: Option<crate::format::payload::Encoding>,
 }
@@ -126,6 +134,21 @@ impl EnqueueOptions {
     /// dedup key.
     pub fn dedup_window(mut self, window: Duration) -> Self {
         self.dedup_window = Some(window);
+        self
+    }
+
+    /// Holds the dedup key only until the job is first delivered, instead of while it is
+    /// live: once a dequeue took the job, an enqueue with the same key makes a new job (as
+    /// sidekiq-unique-jobs' `until_executing`, River's unique states without `running`, and
+    /// Oban's `unique: [states: [:available, :scheduled]]`). For work that must see every
+    /// change made while it runs: a note edited while its sync job is uploading gets a new
+    /// sync job, so the edit is not lost. The job lets go of the key at its first delivery
+    /// for good (a nack or an expiry does not take it back): from then on
+    /// [`JobInfo::dedup_key`] is `None`. Needs a dedup key; not with a
+    /// [`dedup_window`](EnqueueOptions::dedup_window) (a window holds the key whatever the job
+    /// does). Both checked at enqueue (`InvalidOption`).
+    pub fn dedup_until_started(mut self) -> Self {
+        self.dedup_until_started = true;
         self
     }
 
@@ -242,8 +265,25 @@ pub struct JobInfo {
     /// text of a failing `ack_with` closure's error (`closure panicked: …` for a panic; the
     /// reason of an [`Outcome::Fail`] or `Outcome::Retry` it returned),
     /// `lease expired`, or `lease abandoned: …` for a lease returned at open (or imported as
-    /// leased). A snooze and a requeue of a dead job keep it.
+    /// leased). A snooze and a requeue of a dead job keep it. The message of the last entry of
+    /// `errors`.
     pub last_error: Option<String>,
+    /// The errors of its last attempts that ended badly, oldest first: at most
+    /// [`ERRORS_KEPT`](crate::ERRORS_KEPT) (older ones are dropped), each with its attempt
+    /// and time, as River keeps one error per attempt. Since format 7; an error recorded
+    /// before has no time.
+    pub errors: Vec<AttemptError>,
+    /// Why it was last snoozed ([`Lease::snooze_because`](crate::Lease::snooze_because)),
+    /// until its next delivery: what a UI shows as its status ("waiting for network"), apart
+    /// from its last error.
+    pub status: Option<String>,
+    /// Completed or cancelled: when (Unix ms; the same as `run_at_ms`).
+    pub ended_ms: Option<u64>,
+    /// Cancelled: the reason the cancel gave.
+    pub cancel_reason: Option<String>,
+    /// Completed: the result its ack stored, if any
+    /// ([`Lease::ack_with_result`](crate::Lease::ack_with_result)).
+    pub result: Option<Vec<u8>>,
     /// The idempotency key, if one was given.
     pub idempotency_key: Option<Vec<u8>>,
     /// The dedup key, if one was given.
@@ -263,6 +303,70 @@ pub struct JobInfo {
     /// The encoding of a payload enqueued with
     /// [`Queue::enqueue_value`](crate::Queue::enqueue_value); `None` for raw bytes.
     pub encoding: Option<crate::format::payload::Encoding>,
+}
+
+/// What a queue keeps of its completed jobs: its completed history
+/// ([`Queue::set_history`](crate::Queue::set_history)), as BullMQ's `removeOnComplete: { count,
+/// age }` and River's completed-job retention. Off by default: an ack deletes the job, so
+/// nothing grows. With a bound set, an ack keeps the job as [`JobState::Completed`] (with the
+/// result the ack stored, if any), and the oldest kept jobs go once there are more than
+/// `keep_jobs` of them, or once they are older than `keep_for`, whichever comes first; both
+/// bounds may be set. Cancelled jobs ([`Queue::cancel`](crate::Queue::cancel)) are kept the same
+/// way and count toward `keep_jobs`. Jobs past a bound are deleted a few per operation (as
+/// dead jobs past [`Builder::dead_retention`](crate::Builder::dead_retention)), and the rest by
+/// [`Queue::prune`](crate::Queue::prune).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct History {
+    pub(crate) keep_jobs: Option<u64>,
+    pub(crate) keep_for_ms: Option<u64>,
+}
+
+impl History {
+    /// No history: an ack deletes its job (the default).
+    pub fn off() -> History {
+        History::default()
+    }
+
+    /// Keeps at most the last `jobs` completed and cancelled jobs (1 to
+    /// [`HISTORY_JOBS_MAX`](crate::HISTORY_JOBS_MAX); checked by `set_history`).
+    pub fn keep_jobs(mut self, jobs: u64) -> History {
+        self.keep_jobs = Some(jobs);
+        self
+    }
+
+    /// Keeps completed and cancelled jobs for `age` after they ended (1 ms to
+    /// [`DELAY_MAX`](crate::DELAY_MAX); checked by `set_history`).
+    pub fn keep_for(mut self, age: std::time::Duration) -> History {
+        // Clamped so a huge Duration is refused by the check, not wrapped.
+        self.keep_for_ms = Some(u64::try_from(age.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// The most jobs kept, if bounded by count.
+    pub fn jobs(&self) -> Option<u64> {
+        self.keep_jobs
+    }
+
+    /// How long jobs are kept after they ended, if bounded by age.
+    pub fn age(&self) -> Option<std::time::Duration> {
+        self.keep_for_ms.map(std::time::Duration::from_millis)
+    }
+
+    /// Whether no history is kept.
+    pub fn is_off(&self) -> bool {
+        self.keep_jobs.is_none() && self.keep_for_ms.is_none()
+    }
+}
+
+/// The error that ended one attempt of a job ([`JobInfo::errors`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptError {
+    /// The attempt it ended (1 for the first delivery).
+    pub attempt: u32,
+    /// When (Unix ms); `None` for an error recorded before format 7 or imported.
+    pub at_ms: Option<u64>,
+    /// The reason, at most [`REASON_BYTES_MAX`](crate::REASON_BYTES_MAX) bytes.
+    pub message: String,
 }
 
 /// One page of [`Queue::jobs`](crate::Queue::jobs).
@@ -309,6 +413,11 @@ pub struct Stats {
     /// Whether the queue is paused ([`Queue::pause`](crate::Queue::pause)): it delivers
     /// nothing until resumed.
     pub paused: bool,
+    /// Completed jobs kept in the history ([`Queue::set_history`](crate::Queue::set_history);
+    /// not counted in `total`).
+    pub completed: u64,
+    /// Cancelled jobs kept ([`Queue::cancel`](crate::Queue::cancel); not counted in `total`).
+    pub cancelled: u64,
 }
 
 impl Stats {
@@ -512,6 +621,9 @@ pub struct Pruned {
     pub dedup_windows: u64,
     /// Dead jobs past [`Builder::dead_retention`](crate::Builder::dead_retention) (deleted).
     pub dead: u64,
+    /// Completed and cancelled jobs past the queue's history
+    /// ([`Queue::set_history`](crate::Queue::set_history); deleted).
+    pub history: u64,
 }
 
 /// One broken invariant found by [`Queue::check`](crate::Queue::check).

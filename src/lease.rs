@@ -7,7 +7,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::commit::refuse;
-use crate::error::{BoxError, Result};
+use crate::error::{BoxError, Error, Result};
 use crate::job::{Applied, JobId, JobState};
 use crate::queue::{AckThen, Queue};
 use crate::store;
@@ -241,27 +241,64 @@ impl Lease {
     pub(crate) fn release_if_ended<T>(&self, outcome: &Result<T>) {
         let ended = matches!(
             outcome,
-            Ok(_) | Err(crate::error::Error::LeaseLost { .. } | crate::error::Error::Effect(_))
+            Ok(_)
+                | Err(crate::error::Error::LeaseLost { .. }
+                    | crate::error::Error::Cancelled { .. }
+                    | crate::error::Error::Effect(_))
         );
         if ended {
             *self.queue.lock() = None;
         }
     }
 
-    /// Acks the job: removes it (and releases its dedup key). One durable commit.
+    /// Acks the job: it ends, and releases its dedup key. It is deleted, or, in a queue that
+    /// keeps a history ([`Queue::set_history`]), kept as [`JobState::Completed`](crate::JobState::Completed).
+    /// One durable commit.
     ///
     /// This is the at-least-once ack: if the work had effects, a crash between them and this
     /// ack repeats them. Use [`ack_with`](Lease::ack_with) for an exactly-once effect.
     ///
     /// # Errors
-    /// `LeaseLost` if the token is stale; `Corrupted` if the job's row is damaged (a later
+    /// `LeaseLost` if the token is stale; `Cancelled` if the job was cancelled
+    /// ([`Queue::cancel`]) since this delivery; `Corrupted` if the job's row is damaged (a later
     /// dequeue quarantines it once the lease ends); `Reentrant` from inside an `ack_with`
     /// closure; `CommitFailed` or `Storage` from the storage engine. The lease stays current
-    /// after every error but `LeaseLost` (and a `CommitFailed` whose commit did land).
+    /// after every error but `LeaseLost` and `Cancelled` (and a `CommitFailed` whose commit
+    /// did land).
     pub fn ack(&self) -> Result<()> {
+        self.ack_storing(None)
+    }
+
+    /// [`Lease::ack`], storing `result` with the completed job: what a user asks of a job's
+    /// history ("did it finish, and with what?"), read back as
+    /// [`JobInfo::result`](crate::JobInfo::result), as BullMQ keeps a job's return value. Kept
+    /// only in a queue that keeps a history ([`Queue::set_history`]); elsewhere the job is
+    /// deleted as by `ack`, and its result with it.
+    ///
+    /// # Errors
+    /// `InvalidOption` for a result above [`RESULT_BYTES_MAX`](crate::RESULT_BYTES_MAX) bytes
+    /// (nothing written; the lease stays current); otherwise as [`Lease::ack`].
+    pub fn ack_with_result(&self, result: &[u8]) -> Result<()> {
+        if result.len() > crate::limits::RESULT_BYTES_MAX {
+            return Err(Error::invalid_option(
+                "result",
+                format!(
+                    "{} bytes, above RESULT_BYTES_MAX ({})",
+                    result.len(),
+                    crate::limits::RESULT_BYTES_MAX
+                ),
+            ));
+        }
+        self.ack_storing(Some(result))
+    }
+
+    fn ack_storing(&self, result: Option<&[u8]>) -> Result<()> {
         let (key, q) = (self.key(), self.queue()?);
         let now_ms = q.now_ms();
-        let r = single(q.run(&mut |ctx| store::ack(ctx, q.config().tables, &key, now_ms).map(Ok))?);
+        let r =
+            single(q.run(&mut |ctx| {
+                store::ack(ctx, q.config().tables, &key, result, now_ms).map(Ok)
+            })?);
         self.release_if_ended(&r);
         r
     }
@@ -278,7 +315,7 @@ impl Lease {
         // After `close`, or while the queue is paused, the ack alone.
         let more = !q.is_closed() && !q.is_paused();
         let next = q.run(&mut |ctx| {
-            if let Err(e) = single(store::ack(ctx, q.config().tables, &key, now_ms)?) {
+            if let Err(e) = single(store::ack(ctx, q.config().tables, &key, None, now_ms)?) {
                 return refuse(e);
             }
             if !more || q.is_paused() {
@@ -451,6 +488,22 @@ impl Lease {
     /// `InvalidOption` if `delay` is above [`DELAY_MAX`](crate::DELAY_MAX) (nothing written,
     /// the lease stays current); otherwise as [`Lease::ack`].
     pub fn snooze(&self, delay: Duration) -> Result<()> {
+        self.snooze_with(delay, None)
+    }
+
+    /// [`Lease::snooze`] with a reason, kept as the job's
+    /// [`status`](crate::JobInfo::status) until its next delivery (what a UI shows:
+    /// "waiting for network"), apart from its last error, which a snooze does not touch. As
+    /// Oban's `{:snooze, seconds}` with a note. `reason` is kept up to
+    /// [`REASON_BYTES_MAX`](crate::REASON_BYTES_MAX) bytes, cut at a character boundary.
+    ///
+    /// # Errors
+    /// As [`Lease::snooze`].
+    pub fn snooze_because(&self, delay: Duration, reason: &str) -> Result<()> {
+        self.snooze_with(delay, Some(reason))
+    }
+
+    fn snooze_with(&self, delay: Duration, reason: Option<&str>) -> Result<()> {
         if delay > crate::limits::DELAY_MAX {
             return Err(crate::error::Error::invalid_option(
                 "delay",
@@ -459,7 +512,8 @@ impl Lease {
         }
         let (key, q) = (self.key()[0], self.queue()?);
         let (now_ms, delay_ms) = (q.now_ms(), crate::clock::duration_ms(delay));
-        let r = q.run(&mut |ctx| store::snooze(ctx, q.config().tables, key, now_ms, delay_ms));
+        let r =
+            q.run(&mut |ctx| store::snooze(ctx, q.config().tables, key, now_ms, delay_ms, reason));
         self.release_if_ended(&r);
         r
     }
@@ -475,6 +529,30 @@ impl Lease {
         let r = q.run(&mut |ctx| store::fail(ctx, q.config().tables, key, now_ms, reason));
         self.release_if_ended(&r);
         r
+    }
+
+    /// Whether the job was cancelled ([`Queue::cancel`]) since this delivery: a cheap read
+    /// (one read transaction, no commit) a long-running worker can make between steps, to stop
+    /// early; its ack would be refused with [`Error::Cancelled`] anyway. As the cancelled
+    /// context River hands a running job.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// let id = queue.enqueue(b"export", Default::default())?.id();
+    /// let lease = queue.dequeue()?.expect("a job");
+    /// assert!(!lease.is_cancelled()?);
+    /// queue.cancel(id, "the user closed the document")?;
+    /// assert!(lease.is_cancelled()?);
+    /// assert!(matches!(lease.ack(), Err(leaseq::Error::Cancelled { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `LeaseLost` once a call on this lease ended it (or found it lost, or cancelled);
+    /// `Corrupted`, `Storage`.
+    pub fn is_cancelled(&self) -> Result<bool> {
+        self.queue()?.is_job_cancelled(JobId(self.id))
     }
 
     /// Sets the deadline to now + `by` (never added to the old deadline), as SQS's
@@ -493,7 +571,10 @@ impl Lease {
         let _one_at_a_time = self.extending.lock();
         let now_ms = q.now_ms();
         let r = q.run(&mut |ctx| store::extend(ctx, q.config().tables, id, token, now_ms, by));
-        if matches!(r, Err(crate::error::Error::LeaseLost { .. })) {
+        if matches!(
+            r,
+            Err(crate::error::Error::LeaseLost { .. } | crate::error::Error::Cancelled { .. })
+        ) {
             self.release_if_ended(&r);
         }
         self.deadline_ms.store(r?, Ordering::SeqCst);
@@ -547,9 +628,9 @@ impl Heartbeat {
     ///
     /// # Errors
     /// `LeaseLost` once the delivery ended (acked, given back, snoozed, failed, delivered
-    /// again, or returned by a reopen): nothing is written, no lease comes back;
-    /// `InvalidOption` for a zero or too long `by`; `Corrupted`, `Reentrant`, `CommitFailed`
-    /// or `Storage` as [`Lease::ack`].
+    /// again, or returned by a reopen): nothing is written, no lease comes back; `Cancelled`
+    /// once the job was cancelled ([`Queue::cancel`]); `InvalidOption` for a zero or too long
+    /// `by`; `Corrupted`, `Reentrant`, `CommitFailed` or `Storage` as [`Lease::ack`].
     pub fn extend(&self, by: Duration) -> Result<u64> {
         store::lease_ms_checked("extend", by)?;
         let q = self.queue.as_ref().ok_or(crate::error::Error::LeaseLost {
@@ -558,5 +639,18 @@ impl Heartbeat {
         })?;
         let (id, token, now_ms) = (self.id, self.token, q.now_ms());
         q.run(&mut |ctx| store::extend(ctx, q.config().tables, id, token, now_ms, by))
+    }
+
+    /// Whether the job was cancelled ([`Queue::cancel`]), as [`Lease::is_cancelled`].
+    ///
+    /// # Errors
+    /// `LeaseLost` if the lease had already ended when the heartbeat was made; `Corrupted`,
+    /// `Storage`.
+    pub fn is_cancelled(&self) -> Result<bool> {
+        let q = self.queue.as_ref().ok_or(crate::error::Error::LeaseLost {
+            job_id: JobId(self.id),
+            token: self.token,
+        })?;
+        q.is_job_cancelled(JobId(self.id))
     }
 }

@@ -29,7 +29,7 @@
 //!
 //! ```
 //! use leaseq::redb::TableDefinition;
-//! use leaseq::{Applied, EnqueueOptions, Queue};
+//! use leaseq::{Applied, AttemptError, EnqueueOptions, Queue};
 //! use std::time::Duration;
 //!
 //! const ORDERS: TableDefinition<&str, &str> = TableDefinition::new("orders");
@@ -128,13 +128,14 @@ pub use file::Recovery;
 pub use format::payload::Encoding;
 pub use format::schema::FORMAT_VERSION;
 pub use job::{
-    Applied, EnqueueOptions, Enqueued, ImportJob, JobCursor, JobId, JobInfo, JobPage, JobState,
-    Outcome, Pruned, Quarantined, Stats, Violation,
+    Applied, AttemptError, EnqueueOptions, Enqueued, History, ImportJob, JobCursor, JobId, JobInfo,
+    JobPage, JobState, Outcome, Pruned, Quarantined, Stats, Violation,
 };
 pub use lease::{Heartbeat, Lease};
 pub use limits::{
-    BATCH_MAX, DELAY_MAX, DUE_RECHECK_MAX, KEY_BYTES_MAX, LEASE_MAX, MAX_ATTEMPTS_CAP,
-    PAYLOAD_BYTES_MAX_CAP, QUEUE_NAME_BYTES_MAX, QUEUES_MAX,
+    BATCH_MAX, DELAY_MAX, DUE_RECHECK_MAX, ERRORS_KEPT, HISTORY_JOBS_MAX, KEY_BYTES_MAX, LEASE_MAX,
+    MAX_ATTEMPTS_CAP, PAYLOAD_BYTES_MAX_CAP, QUEUE_NAME_BYTES_MAX, QUEUES_MAX, REASON_BYTES_MAX,
+    RESULT_BYTES_MAX,
 };
 pub use open::Builder;
 pub use queue::Queue;

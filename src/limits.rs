@@ -34,8 +34,18 @@ pub(crate) const SWEEP_MAX: usize = 256;
 /// At most this many expired applied markers are pruned per `ack_with` (twice what one
 /// lease adds, so the table cannot outgrow its retention); `Queue::prune` does the rest.
 pub(crate) const PRUNE_PER_ACK_MAX: usize = 2;
-/// `last_error` keeps at most this many bytes of a reason (cut at a char boundary).
-pub(crate) const REASON_BYTES_MAX: usize = 4096;
+/// A job's error, snooze reason or cancel reason keeps at most this many bytes (cut at a
+/// char boundary).
+pub const REASON_BYTES_MAX: usize = 4096;
+/// A job keeps the errors of at most its last this many attempts
+/// ([`JobInfo::errors`](crate::JobInfo::errors)), as River keeps one per attempt.
+pub const ERRORS_KEPT: usize = 10;
+/// The largest result an ack may store with a completed job
+/// ([`Lease::ack_with_result`](crate::Lease::ack_with_result)), in bytes.
+pub const RESULT_BYTES_MAX: usize = 4096;
+/// The most completed jobs a queue's history may be set to keep
+/// ([`History::keep_jobs`](crate::History::keep_jobs)).
+pub const HISTORY_JOBS_MAX: u64 = 10_000_000;
 /// Most violations `check` lists before it stops.
 pub(crate) const VIOLATIONS_MAX: usize = 1000;
 
@@ -84,9 +94,18 @@ pub(crate) const APPLIED_RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 2
 
 // How the bounds relate, checked at compile time.
 const _: () = {
-    // A record's headroom above its payload holds both keys, a full reason and the fixed
-    // fields (under 256 bytes).
-    assert!(2 * KEY_BYTES_MAX + REASON_BYTES_MAX + 256 <= RECORD_BYTES_MAX - PAYLOAD_BYTES_MAX_CAP);
+    // A record's headroom above its payload holds both keys, a full error history (each
+    // entry a reason and 32 bytes), a snooze reason, a cancel reason or a result, and the
+    // fixed fields (under 256 bytes).
+    assert!(
+        2 * KEY_BYTES_MAX
+            + ERRORS_KEPT * (REASON_BYTES_MAX + 32)
+            + 2 * REASON_BYTES_MAX
+            + RESULT_BYTES_MAX
+            + 256
+            <= RECORD_BYTES_MAX - PAYLOAD_BYTES_MAX_CAP
+    );
+    assert!(ERRORS_KEPT >= 1);
     // Payloads stored apart are those above the inline limit, which the cap exceeds.
     assert!(PAYLOAD_INLINE_MAX < PAYLOAD_BYTES_MAX_CAP);
     // One ack_with adds at most one applied marker: pruning two per ack keeps the table

@@ -730,6 +730,8 @@ fn init_tables(db: &Database) -> Result<()> {
                 .map_err(foreign)?;
             tx.open_table(crate::format::schema::PAUSED)
                 .map_err(foreign)?;
+            tx.open_table(crate::format::schema::HISTORY_LIMITS)
+                .map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {
@@ -772,6 +774,7 @@ fn precheck_attach(rtx: &redb::ReadTransaction) -> Result<()> {
     refuse_other_types(rtx, META)?;
     refuse_other_types(rtx, crate::format::schema::QUEUES)?;
     refuse_other_types(rtx, crate::format::schema::PAUSED)?;
+    refuse_other_types(rtx, crate::format::schema::HISTORY_LIMITS)?;
     if let Ok(meta) = rtx.open_table(META)
         && let Some(found) = meta.get(META_FORMAT_VERSION)?.map(|v| v.value())
         && found > FORMAT_VERSION

@@ -511,7 +511,7 @@ impl Queue {
         let keys = self.batch_keys(leases)?;
         let now_ms = self.now_ms();
         let out =
-            self.run(&mut |ctx| store::ack(ctx, self.config.tables, &keys, now_ms).map(Ok))?;
+            self.run(&mut |ctx| store::ack(ctx, self.config.tables, &keys, None, now_ms).map(Ok))?;
         leases
             .iter()
             .zip(&out)
@@ -895,6 +895,113 @@ impl Queue {
             .contains(&self.config.tables.queue_number)
     }
 
+    /// Sets what this queue keeps of its completed jobs: its completed history (see
+    /// [`History`](crate::History)). Stored in the file, for this queue only (the file's other
+    /// queues keep their own), so every handle and every later open keeps the same history,
+    /// and the `leaseq` tool's writes never prune what the app keeps. Off by default: an ack
+    /// deletes its job. Turning it off (or lowering a bound) lets the next operations delete
+    /// what the new bound no longer keeps, a few per operation ([`Queue::prune`] does the rest
+    /// at once). Returns whether the setting changed. One commit.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// use leaseq::{History, JobState};
+    /// use std::time::Duration;
+    ///
+    /// queue.set_history(History::off().keep_jobs(1000).keep_for(Duration::from_secs(86_400)))?;
+    /// let id = queue.enqueue(b"resize photo 7", Default::default())?.id();
+    /// queue.dequeue()?.expect("a job").ack_with_result(b"640x480")?;
+    /// let job = queue.job(id)?.expect("kept");
+    /// assert_eq!(job.state, JobState::Completed);
+    /// assert_eq!(job.result.as_deref(), Some(&b"640x480"[..]));
+    /// assert_eq!(queue.stats()?.completed, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `InvalidOption` for a `keep_jobs` of 0 or above
+    /// [`HISTORY_JOBS_MAX`](crate::HISTORY_JOBS_MAX), or a `keep_for` of 0 or above
+    /// [`DELAY_MAX`](crate::DELAY_MAX) (nothing written); `Reentrant`; `CommitFailed` or
+    /// `Storage`.
+    pub fn set_history(&self, history: crate::job::History) -> Result<bool> {
+        store::validate_history(&history)?;
+        let queue_number = self.config.tables.queue_number;
+        self.run(&mut |ctx| store::set_history(ctx, queue_number, history).map(Ok))
+    }
+
+    /// What this queue keeps of its completed jobs ([`Queue::set_history`]).
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn history(&self) -> Result<crate::job::History> {
+        catch_engine_panic(|| {
+            store::history_of(
+                &self.inner.db.get().begin_read()?,
+                self.config.tables.queue_number,
+            )
+        })
+    }
+
+    /// Cancels a job in any live state, with `reason` (kept up to
+    /// [`REASON_BYTES_MAX`](crate::REASON_BYTES_MAX) bytes, cut at a character boundary), as
+    /// River's `JobCancel`, Oban's `cancel_job` and BullMQ's cancellation. Returns the state
+    /// the job was in. One commit.
+    ///
+    /// - A scheduled, ready or dead job ends now: it is never delivered again.
+    /// - A leased job ends now too, and its current delivery is fenced: that lease's
+    ///   [`ack`](crate::Lease::ack), `ack_with`, `nack`, `snooze`, `fail` and
+    ///   [`extend`](crate::Lease::extend) are refused with
+    ///   [`Error::Cancelled`] and write nothing (the worker's effect is not applied; an
+    ///   `ack_with` closure does not run). The worker can find out while it runs:
+    ///   [`Lease::is_cancelled`](crate::Lease::is_cancelled) is a cheap read, and its
+    ///   heartbeat's next extend fails with `Cancelled` (a
+    ///   [`WorkerPool`](crate::worker::WorkerPool) then stops that handler's heartbeats).
+    ///   leaseq cannot stop the worker's code: as in River, the work in flight runs to its
+    ///   end, and only its outcome is refused.
+    ///
+    /// The job lets go of its dedup key and idempotency key at once (a new enqueue with the
+    /// key makes a new job; a running [`dedup_window`](crate::EnqueueOptions::dedup_window)
+    /// still holds its key until it ends). It is kept as [`JobState::Cancelled`] with its
+    /// reason in a queue that keeps a history ([`Queue::set_history`]), where it counts
+    /// toward the bounds, and in any queue until the deadline of the lease it fenced (so
+    /// that lease's calls learn why); otherwise it is deleted. [`Queue::retry`] runs a
+    /// cancelled job again.
+    ///
+    /// # Errors
+    /// `JobNotFound` (never enqueued, or gone); `InvalidState` if it is already completed or
+    /// cancelled; `Corrupted` if its row is damaged; `Reentrant`; `CommitFailed` or `Storage`.
+    /// Nothing is written on an error.
+    pub fn cancel(&self, id: JobId, reason: &str) -> Result<JobState> {
+        let now_ms = self.now_ms();
+        let reason = store::truncate_reason(reason);
+        self.run(&mut |ctx| store::cancel(ctx, self.config.tables, id.0, &reason, now_ms))
+    }
+
+    /// Runs a dead, completed or cancelled job again, as River's `JobRetry` and BullMQ's
+    /// `job.retry()`: back to ready now, at the back of its priority, with its attempts reset
+    /// (a new series of `max_attempts`); its error history stays. A completed or cancelled job
+    /// takes its keys back: it carries its idempotency key again (if an `ack_with` applied
+    /// it, the next delivery's `ack_with` answers `AlreadyApplied`: the effect is not applied
+    /// twice), and holds its dedup key again. For a dead job this is [`Queue::requeue_dead`].
+    /// One commit.
+    ///
+    /// # Errors
+    /// `JobNotFound`; `InvalidState` for a scheduled, ready or leased job; `KeyHeld` if another
+    /// job took its dedup key meanwhile; `Corrupted` if its row is damaged; `Reentrant`;
+    /// `CommitFailed` or `Storage`. Nothing is written on an error.
+    pub fn retry(&self, id: JobId) -> Result<()> {
+        let now_ms = self.now_ms();
+        self.run(&mut |ctx| store::retry(ctx, self.config.tables, id.0, now_ms))
+    }
+
+    /// Whether job `id` is cancelled (a read, for [`Lease::is_cancelled`]).
+    pub(crate) fn is_job_cancelled(&self, id: JobId) -> Result<bool> {
+        Ok(self
+            .job(id)?
+            .is_some_and(|j| j.state == JobState::Cancelled))
+    }
+
     /// `Err(Closed)` once the file was closed to new work.
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.is_closed() {
@@ -1020,6 +1127,8 @@ impl Queue {
             JobState::Ready => stats.ready,
             JobState::Leased => stats.leased,
             JobState::Dead => stats.dead,
+            JobState::Completed => stats.completed,
+            JobState::Cancelled => stats.cancelled,
         };
         let batches = at_start.div_ceil(crate::limits::BATCH_MAX as u64) + 1;
         let mut total = 0;
@@ -1195,7 +1304,8 @@ impl Queue {
     /// ([`Builder::applied_retention`]), deletes every dead job past
     /// [`Builder::dead_retention`] (if set), and releases every dedup key whose window ended
     /// ([`EnqueueOptions::dedup_window`]) now, in commits of up to
-    /// [`BATCH_MAX`](crate::BATCH_MAX), and reports what it removed. (A window that ended
+    /// [`BATCH_MAX`](crate::BATCH_MAX), deletes the completed and cancelled jobs past the
+    /// queue's history ([`Queue::set_history`]), and reports what it removed. (A window that ended
     /// already lets a new enqueue take its key; this only cleans up.) (`ack_with` already
     /// removes a few with every marker it writes; this finishes the job, for example before
     /// [`Queue::compact`].) Never removes a marker whose key a live job carries: its retention
@@ -1255,11 +1365,26 @@ impl Queue {
                 break;
             }
         }
+        // Completed and cancelled jobs past the history.
+        let s = self.stats()?;
+        let batches = (s.completed + s.cancelled).div_ceil(crate::limits::BATCH_MAX as u64) + 1;
+        for _ in 0..batches {
+            let now_ms = self.now_ms();
+            let (deleted, more) = self.run(&mut |ctx| {
+                store::prune_history_jobs(ctx, config.tables, now_ms, crate::limits::BATCH_MAX)
+                    .map(Ok)
+            })?;
+            out.history += deleted;
+            if !more {
+                break;
+            }
+        }
         tracing::info!(
             queue = self.config.tables.queue_number,
             applied = out.applied,
             dedup_windows = out.dedup_windows,
             dead = out.dead,
+            history = out.history,
             "leaseq: pruned"
         );
         Ok(out)

@@ -18,13 +18,15 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::format::payload::Encoding;
 use crate::job::JobState;
-use crate::limits::{PAYLOAD_INLINE_MAX, RECORD_BYTES_MAX};
+use crate::limits::{
+    ERRORS_KEPT, PAYLOAD_INLINE_MAX, REASON_BYTES_MAX, RECORD_BYTES_MAX, RESULT_BYTES_MAX,
+};
 use crate::retry::{RetryKind, RetryPolicy};
 
 mod layout;
 
 /// First byte of every encoded record.
-const RECORD_VERSION: u8 = 4;
+const RECORD_VERSION: u8 = 5;
 
 type RecordConfig = Configuration<LittleEndian, Fixint, Limit<RECORD_BYTES_MAX>>;
 
@@ -40,8 +42,22 @@ fn record_config() -> RecordConfig {
 pub(crate) enum StoredState {
     Scheduled,
     Ready,
-    Leased { token: u64, deadline_ms: u64 },
+    Leased {
+        token: u64,
+        deadline_ms: u64,
+    },
     Dead,
+    /// Acked, and kept in the queue's completed history, with the result the ack stored.
+    Completed {
+        result: Option<Vec<u8>>,
+    },
+    /// Cancelled with `reason`. `fenced_until_ms`: the deadline of the lease the cancel
+    /// fenced (the row is kept at least until then, so that lease's calls are answered
+    /// `Cancelled`), or when the job was cancelled if it was not leased.
+    Cancelled {
+        reason: String,
+        fenced_until_ms: u64,
+    },
 }
 
 impl StoredState {
@@ -51,8 +67,29 @@ impl StoredState {
             StoredState::Ready => JobState::Ready,
             StoredState::Leased { .. } => JobState::Leased,
             StoredState::Dead => JobState::Dead,
+            StoredState::Completed { .. } => JobState::Completed,
+            StoredState::Cancelled { .. } => JobState::Cancelled,
         }
     }
+
+    /// Whether the job has ended for good (completed or cancelled): it is in the history.
+    pub(crate) fn is_ended(&self) -> bool {
+        matches!(
+            self,
+            StoredState::Completed { .. } | StoredState::Cancelled { .. }
+        )
+    }
+}
+
+/// One attempt's error, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredError {
+    /// The attempt it ended (1 for the first delivery).
+    pub attempt: u32,
+    /// When (Unix ms); `None` for an error recorded before record version 5 (or imported
+    /// without a time).
+    pub at_ms: Option<u64>,
+    pub message: String,
 }
 
 /// One row of `leaseq_jobs`.
@@ -72,7 +109,9 @@ pub(crate) struct JobRecord {
     pub seq: u64,
     pub idempotency_key: Option<Vec<u8>>,
     pub dedup_key: Option<Vec<u8>>,
-    pub last_error: Option<String>,
+    /// The errors of its last attempts that ended badly, oldest first, at most
+    /// [`ERRORS_KEPT`]; the last is the job's last error.
+    pub errors: Vec<StoredError>,
     pub payload: Vec<u8>,
     /// This job's retry policy; `None` uses the queue's.
     pub retry: Option<StoredRetry>,
@@ -85,6 +124,83 @@ pub(crate) struct JobRecord {
     pub snoozes: u32,
     /// How a typed payload was encoded ([`Encoding::tag`]); `None` for raw bytes.
     pub encoding: Option<u8>,
+    /// Why the job was last snoozed, kept until its next delivery (a UI's "waiting for
+    /// network"), apart from its last error.
+    pub status: Option<String>,
+    /// The dedup key is held only until the job is first delivered: the dequeue releases it
+    /// and clears `dedup_key`.
+    pub dedup_until_started: bool,
+}
+
+/// A job record of record version 4: [`JobRecord`] with one `last_error` for `errors`, and
+/// without `status` and `dedup_until_started`.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct JobRecordV4 {
+    state: StoredState,
+    priority: i32,
+    run_at_ms: u64,
+    attempts: u32,
+    max_attempts: u32,
+    lease_ms: Option<u64>,
+    created_ms: u64,
+    seq: u64,
+    idempotency_key: Option<Vec<u8>>,
+    dedup_key: Option<Vec<u8>>,
+    last_error: Option<String>,
+    payload: Vec<u8>,
+    retry: Option<StoredRetry>,
+    dedup_window_ms: Option<u64>,
+    payload_apart: Option<PayloadRef>,
+    snoozes: u32,
+    encoding: Option<u8>,
+}
+
+/// The error history of a record older than version 5: its one last error, without a time,
+/// counted to the attempt that ended with it (the one before a lease in progress).
+fn errors_from_last(
+    last_error: Option<String>,
+    state: &StoredState,
+    attempts: u32,
+) -> Vec<StoredError> {
+    let attempt = match state {
+        StoredState::Leased { .. } => attempts.saturating_sub(1),
+        _ => attempts,
+    };
+    last_error
+        .map(|message| StoredError {
+            attempt,
+            at_ms: None,
+            message,
+        })
+        .into_iter()
+        .collect()
+}
+
+impl From<JobRecordV4> for JobRecord {
+    fn from(r: JobRecordV4) -> JobRecord {
+        JobRecord {
+            errors: errors_from_last(r.last_error, &r.state, r.attempts),
+            state: r.state,
+            priority: r.priority,
+            run_at_ms: r.run_at_ms,
+            attempts: r.attempts,
+            max_attempts: r.max_attempts,
+            lease_ms: r.lease_ms,
+            created_ms: r.created_ms,
+            seq: r.seq,
+            idempotency_key: r.idempotency_key,
+            dedup_key: r.dedup_key,
+            payload: r.payload,
+            retry: r.retry,
+            dedup_window_ms: r.dedup_window_ms,
+            payload_apart: r.payload_apart,
+            snoozes: r.snoozes,
+            encoding: r.encoding,
+            status: None,
+            dedup_until_started: false,
+        }
+    }
 }
 
 /// A job record of record version 3: [`JobRecord`] without `snoozes` and `encoding`.
@@ -111,6 +227,7 @@ struct JobRecordV3 {
 impl From<JobRecordV3> for JobRecord {
     fn from(r: JobRecordV3) -> JobRecord {
         JobRecord {
+            errors: errors_from_last(r.last_error, &r.state, r.attempts),
             state: r.state,
             priority: r.priority,
             run_at_ms: r.run_at_ms,
@@ -121,13 +238,14 @@ impl From<JobRecordV3> for JobRecord {
             seq: r.seq,
             idempotency_key: r.idempotency_key,
             dedup_key: r.dedup_key,
-            last_error: r.last_error,
             payload: r.payload,
             retry: r.retry,
             dedup_window_ms: r.dedup_window_ms,
             payload_apart: r.payload_apart,
             snoozes: 0,
             encoding: None,
+            status: None,
+            dedup_until_started: false,
         }
     }
 }
@@ -186,6 +304,7 @@ struct JobRecordV2 {
 impl From<JobRecordV2> for JobRecord {
     fn from(r: JobRecordV2) -> JobRecord {
         JobRecord {
+            errors: errors_from_last(r.last_error, &r.state, r.attempts),
             state: r.state,
             priority: r.priority,
             run_at_ms: r.run_at_ms,
@@ -196,13 +315,14 @@ impl From<JobRecordV2> for JobRecord {
             seq: r.seq,
             idempotency_key: r.idempotency_key,
             dedup_key: r.dedup_key,
-            last_error: r.last_error,
             payload: r.payload,
             retry: r.retry,
             dedup_window_ms: r.dedup_window_ms,
             payload_apart: None,
             snoozes: 0,
             encoding: None,
+            status: None,
+            dedup_until_started: false,
         }
     }
 }
@@ -227,6 +347,7 @@ struct JobRecordV1 {
 impl From<JobRecordV1> for JobRecord {
     fn from(r: JobRecordV1) -> JobRecord {
         JobRecord {
+            errors: errors_from_last(r.last_error, &r.state, r.attempts),
             state: r.state,
             priority: r.priority,
             run_at_ms: r.run_at_ms,
@@ -237,13 +358,14 @@ impl From<JobRecordV1> for JobRecord {
             seq: r.seq,
             idempotency_key: r.idempotency_key,
             dedup_key: r.dedup_key,
-            last_error: r.last_error,
             payload: r.payload,
             retry: None,
             dedup_window_ms: None,
             payload_apart: None,
             snoozes: 0,
             encoding: None,
+            status: None,
+            dedup_until_started: false,
         }
     }
 }
@@ -292,6 +414,38 @@ impl StoredRetry {
 }
 
 impl JobRecord {
+    /// The job's last error: the message of the newest entry of its error history.
+    pub(crate) fn last_error(&self) -> Option<&str> {
+        self.errors.last().map(|e| e.message.as_str())
+    }
+
+    /// Adds the error that ended attempt `attempt` at `at_ms` to the history, dropping the
+    /// oldest past [`ERRORS_KEPT`]. `message` is already cut to [`REASON_BYTES_MAX`].
+    pub(crate) fn push_error(&mut self, attempt: u32, at_ms: Option<u64>, message: String) {
+        debug_assert!(message.len() <= REASON_BYTES_MAX);
+        if self.errors.len() >= ERRORS_KEPT {
+            let extra = self.errors.len() + 1 - ERRORS_KEPT;
+            self.errors.drain(..extra);
+        }
+        self.errors.push(StoredError {
+            attempt,
+            at_ms,
+            message,
+        });
+    }
+
+    /// An ended job's key in the history index: when its row may go. When it ended, or, for
+    /// a cancelled lease, that lease's deadline if later (its calls are answered
+    /// `Cancelled` until then).
+    pub(crate) fn history_ms(&self) -> u64 {
+        match self.state {
+            StoredState::Cancelled {
+                fenced_until_ms, ..
+            } => self.run_at_ms.max(fenced_until_ms),
+            _ => self.run_at_ms,
+        }
+    }
+
     /// The payload's size in bytes, wherever it is stored.
     pub(crate) fn payload_len(&self) -> usize {
         match &self.payload_apart {
@@ -345,6 +499,39 @@ impl JobRecord {
         {
             return fail("dedup window out of range or without a dedup key");
         }
+        if self.errors.len() > ERRORS_KEPT
+            || self
+                .errors
+                .iter()
+                .any(|e| e.message.len() > REASON_BYTES_MAX || e.attempt > self.max_attempts)
+        {
+            return fail("error history above its bounds");
+        }
+        if self
+            .status
+            .as_ref()
+            .is_some_and(|s| s.len() > REASON_BYTES_MAX)
+        {
+            return fail("status above the limit");
+        }
+        match &self.state {
+            StoredState::Completed { result } => {
+                if result.as_ref().is_some_and(|r| r.len() > RESULT_BYTES_MAX) {
+                    return fail("result above the limit");
+                }
+                if self.attempts == 0 {
+                    return fail("completed job with no attempt counted");
+                }
+            }
+            StoredState::Cancelled { reason, .. } if reason.len() > REASON_BYTES_MAX => {
+                return fail("cancel reason above the limit");
+            }
+            _ => {}
+        }
+        if self.dedup_until_started && (self.dedup_key.is_none() || self.dedup_window_ms.is_some())
+        {
+            return fail("dedup held until started without a key, or with a window");
+        }
         let key_too_long = |k: &Option<Vec<u8>>| {
             k.as_ref()
                 .is_some_and(|k| k.len() > crate::limits::KEY_BYTES_MAX)
@@ -385,6 +572,12 @@ impl JobRecord {
             |e: bincode::error::DecodeError| Error::corrupted(format!("job record decode: {e}"));
         let (record, used): (JobRecord, usize) = match version {
             RECORD_VERSION => (layout::read(body)?, body.len()),
+            4 => {
+                let (v4, used): (JobRecordV4, usize) =
+                    bincode::serde::decode_from_slice(body, record_config())
+                        .map_err(decode_error)?;
+                (v4.into(), used)
+            }
             3 => {
                 let (v3, used): (JobRecordV3, usize) =
                     bincode::serde::decode_from_slice(body, record_config())
@@ -443,7 +636,11 @@ mod tests {
             seq: 3,
             idempotency_key: Some(b"k".to_vec()),
             dedup_key: None,
-            last_error: Some("boom".into()),
+            errors: vec![StoredError {
+                attempt: 0,
+                at_ms: None,
+                message: "boom".into(),
+            }],
             payload: b"hello".to_vec(),
             retry: Some(StoredRetry::new(&RetryPolicy::fixed(
                 std::time::Duration::from_secs(3),
@@ -452,6 +649,8 @@ mod tests {
             payload_apart: None,
             snoozes: 2,
             encoding: Some(1),
+            status: None,
+            dedup_until_started: false,
         }
     }
 
@@ -484,7 +683,7 @@ mod tests {
             seq: r.seq,
             idempotency_key: r.idempotency_key.as_deref(),
             dedup_key: None,
-            last_error: r.last_error.as_deref(),
+            last_error: r.last_error(),
             payload: &r.payload,
         };
         let mut bytes = vec![1u8];
@@ -567,8 +766,9 @@ mod tests {
         // The payload length is the 8 bytes before the 5-byte payload itself, which the retry
         // policy (tag, kind, base, cap, jitter: 19 bytes), the dedup window (`None`: 1 byte),
         // the payload reference (`None`: 1 byte), the snooze count (4 bytes) and the encoding
-        // (`Some(1)`: 2 bytes) follow.
-        let end = n - 19 - 1 - 1 - 4 - 2;
+        // (`Some(1)`: 2 bytes), the status (`None`: 1 byte) and the until-started flag (1 byte)
+        // follow.
+        let end = n - 19 - 1 - 1 - 4 - 2 - 1 - 1;
         assert_eq!(&bytes[end - 5..end], b"hello");
         bytes[end - 5 - 8..end - 5].copy_from_slice(&(1u64 << 60).to_le_bytes());
         let err = JobRecord::decode(&reseal(bytes)).unwrap_err();
@@ -618,6 +818,116 @@ mod tests {
     }
 
     #[test]
+    fn version_4_records_read_with_their_last_error_as_the_history() {
+        let r = JobRecord {
+            state: StoredState::Ready,
+            attempts: 2,
+            ..record()
+        };
+        let v4 = JobRecordV4 {
+            state: r.state.clone(),
+            priority: r.priority,
+            run_at_ms: r.run_at_ms,
+            attempts: r.attempts,
+            max_attempts: r.max_attempts,
+            lease_ms: r.lease_ms,
+            created_ms: r.created_ms,
+            seq: r.seq,
+            idempotency_key: r.idempotency_key.clone(),
+            dedup_key: r.dedup_key.clone(),
+            last_error: Some("late".into()),
+            payload: r.payload.clone(),
+            retry: r.retry,
+            dedup_window_ms: r.dedup_window_ms,
+            payload_apart: r.payload_apart,
+            snoozes: r.snoozes,
+            encoding: r.encoding,
+        };
+        let mut bytes = vec![4u8];
+        bincode::serde::encode_into_std_write(&v4, &mut bytes, record_config()).unwrap();
+        let sum = fnv1a64(&bytes);
+        bytes.extend_from_slice(&sum.to_le_bytes());
+        let back = JobRecord::decode(&bytes).unwrap();
+        // The error ended the last attempt made (2: the job is ready, not leased).
+        assert_eq!(
+            back.errors,
+            vec![StoredError {
+                attempt: 2,
+                at_ms: None,
+                message: "late".into()
+            }]
+        );
+        assert_eq!(
+            back,
+            JobRecord {
+                errors: back.errors.clone(),
+                ..r
+            }
+        );
+        assert_eq!(back.last_error(), Some("late"));
+    }
+
+    #[test]
+    fn the_error_history_keeps_the_last_errors_kept() {
+        let mut r = JobRecord {
+            errors: Vec::new(),
+            ..record()
+        };
+        for i in 0..(ERRORS_KEPT as u32 + 3) {
+            r.push_error(i.min(3), Some(u64::from(i)), format!("e{i}"));
+        }
+        assert_eq!(r.errors.len(), ERRORS_KEPT);
+        assert_eq!(r.errors[0].message, "e3");
+        assert_eq!(
+            r.last_error(),
+            Some(format!("e{}", ERRORS_KEPT + 2).as_str())
+        );
+        assert_eq!(JobRecord::decode(&r.encode().unwrap()).unwrap(), r);
+        r.errors.push(r.errors[0].clone());
+        assert!(r.validate().is_err(), "one more than ERRORS_KEPT");
+    }
+
+    #[test]
+    fn ended_states_round_trip_and_are_bounded() {
+        for state in [
+            StoredState::Completed { result: None },
+            StoredState::Completed {
+                result: Some(b"ok".to_vec()),
+            },
+            StoredState::Cancelled {
+                reason: "user".into(),
+                fenced_until_ms: 9,
+            },
+        ] {
+            let r = JobRecord {
+                state,
+                status: Some("waiting".into()),
+                ..record()
+            };
+            assert_eq!(JobRecord::decode(&r.encode().unwrap()).unwrap(), r);
+        }
+        let big = JobRecord {
+            state: StoredState::Completed {
+                result: Some(vec![0; RESULT_BYTES_MAX + 1]),
+            },
+            ..record()
+        };
+        assert!(big.validate().is_err());
+        let never_ran = JobRecord {
+            state: StoredState::Completed { result: None },
+            attempts: 0,
+            ..record()
+        };
+        assert!(never_ran.validate().is_err());
+        let until_started_without_key = JobRecord {
+            dedup_until_started: true,
+            dedup_key: None,
+            ..record()
+        };
+        assert!(until_started_without_key.validate().is_err());
+    }
+
+    #[test]
     fn version_3_records_read_as_never_snoozed_without_encoding() {
         let r = record();
         let v3 = JobRecordV3 {
@@ -631,7 +941,7 @@ mod tests {
             seq: r.seq,
             idempotency_key: r.idempotency_key.clone(),
             dedup_key: r.dedup_key.clone(),
-            last_error: r.last_error.clone(),
+            last_error: r.last_error().map(str::to_owned),
             payload: r.payload.clone(),
             retry: r.retry,
             dedup_window_ms: r.dedup_window_ms,

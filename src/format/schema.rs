@@ -5,7 +5,7 @@
 use redb::TableDefinition;
 
 /// The format version this build writes, and the newest it reads.
-pub const FORMAT_VERSION: u64 = 6;
+pub const FORMAT_VERSION: u64 = 7;
 
 pub(crate) type ReadyKey = (u32, u64, u64);
 
@@ -13,6 +13,10 @@ pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("leaseq
 pub(crate) const QUEUES: TableDefinition<&str, u32> = TableDefinition::new("leaseq_queues");
 /// The paused queues of the file: queue number → when it was paused (Unix ms). Since format 6.
 pub(crate) const PAUSED: TableDefinition<u32, u64> = TableDefinition::new("leaseq_paused");
+/// The completed history each queue keeps: queue number → (most jobs kept, longest kept in
+/// ms; 0 for no bound of that kind). A queue without a row keeps none. Since format 7.
+pub(crate) const HISTORY_LIMITS: TableDefinition<u32, (u64, u64)> =
+    TableDefinition::new("leaseq_history_limits");
 /// A quarantined row: when it was moved aside (Unix ms), why, and its bytes as they were found.
 pub(crate) type QuarantineValue = (u64, &'static str, &'static [u8]);
 
@@ -36,6 +40,8 @@ pub(crate) struct QueueTables {
     idem_jobs: &'static str,
     payloads: &'static str,
     quarantine: &'static str,
+    completed: &'static str,
+    cancelled: &'static str,
 }
 
 /// The default queue's tables.
@@ -55,6 +61,8 @@ pub(crate) static DEFAULT_TABLES: QueueTables = QueueTables {
     idem_jobs: "leaseq_idem_jobs",
     payloads: "leaseq_payloads",
     quarantine: "leaseq_quarantine",
+    completed: "leaseq_completed",
+    cancelled: "leaseq_cancelled",
 };
 
 impl QueueTables {
@@ -92,6 +100,8 @@ impl QueueTables {
                 idem_jobs: name("idem_jobs"),
                 payloads: name("payloads"),
                 quarantine: name("quarantine"),
+                completed: name("completed"),
+                cancelled: name("cancelled"),
             }))
         })
     }
@@ -112,6 +122,8 @@ impl QueueTables {
         tx.open_table(self.applied_by_time())?;
         tx.open_table(self.idem_jobs())?;
         tx.open_table(self.payloads())?;
+        tx.open_table(self.completed())?;
+        tx.open_table(self.cancelled())?;
         Ok(())
     }
 
@@ -181,6 +193,14 @@ impl QueueTables {
     }
     pub(crate) fn payloads(&self) -> TableDefinition<'static, u64, &'static [u8]> {
         TableDefinition::new(self.payloads)
+    }
+    /// Completed jobs kept in the history, by when they completed: (completed_ms, job id).
+    pub(crate) fn completed(&self) -> TableDefinition<'static, (u64, u64), ()> {
+        TableDefinition::new(self.completed)
+    }
+    /// Cancelled jobs, by when their row may go: (history_ms, job id).
+    pub(crate) fn cancelled(&self) -> TableDefinition<'static, (u64, u64), ()> {
+        TableDefinition::new(self.cancelled)
     }
     pub(crate) fn quarantine(&self) -> TableDefinition<'static, u64, QuarantineValue> {
         TableDefinition::new(self.quarantine)

@@ -35,6 +35,124 @@ pub(crate) fn requeue_dead(
     requeue_record(&mut tx_tables, ctx, id, record, now_ms).map(Ok)
 }
 
+/// Cancels job `id` with `reason` (already cut to `REASON_BYTES_MAX`): a scheduled, ready or
+/// dead job ends now; a leased one too, its lease fenced: the row stays as cancelled at least
+/// until the lease's deadline, so that lease's calls are answered `Cancelled`. The row is kept
+/// in the history (deleted when the queue keeps none and nothing is fenced). Returns the state
+/// the job was in. Refused: `JobNotFound`, `InvalidState` for a job already ended,
+/// `Corrupted` for a damaged row.
+pub(crate) fn cancel(
+    ctx: &mut Ctx<'_>,
+    tables: &'static QueueTables,
+    id: u64,
+    reason: &str,
+    now_ms: u64,
+) -> Verdict<JobState> {
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    let record = match good_row(&tx_tables, id)? {
+        Ok(record) => record,
+        Err(refusal) => return refuse(refusal),
+    };
+    if record.state.is_ended() {
+        return refuse(Error::InvalidState {
+            job_id: JobId(id),
+            actual: record.state.job_state(),
+            expected: "Scheduled, Ready, Leased or Dead",
+        });
+    }
+    let was = record.state.job_state();
+    let fenced_until_ms = match record.state {
+        StoredState::Leased { deadline_ms, .. } => deadline_ms.max(now_ms),
+        _ => now_ms,
+    };
+    let keep = !tx_tables.history()?.is_off();
+    tracing::info!(queue = tables.queue_number, job_id = id, %reason, "leaseq: job cancelled");
+    let end = StoredState::Cancelled {
+        reason: reason.to_string(),
+        fenced_until_ms,
+    };
+    tx_tables.end_job(id, record, end, now_ms, keep)?;
+    super::retention::prune_history(&mut tx_tables, now_ms, crate::limits::PRUNE_PER_ACK_MAX)?;
+    Ok(Ok(was))
+}
+
+/// Job `id`'s good record, or the refusal (`JobNotFound`, `Corrupted`).
+fn good_row(tx_tables: &Tables<'_>, id: u64) -> Result<Result<JobRecord>> {
+    Ok(match tx_tables.row(id)? {
+        Row::Good(record) => Ok(record),
+        Row::Damaged(why) => Err(damaged(id, &why)),
+        Row::Missing => Err(Error::JobNotFound { job_id: JobId(id) }),
+    })
+}
+
+/// Runs job `id` again: a dead, completed or cancelled job goes back to ready with its
+/// attempts reset (a new attempt series), at the back of its priority; its error history
+/// stays. An ended job takes its keys again: it carries its idempotency key, and holds its
+/// dedup key unless another job took it meanwhile (`KeyHeld`, nothing written). Refused:
+/// `JobNotFound`, `InvalidState` for a live job that is not dead, `Corrupted`.
+pub(crate) fn retry(
+    ctx: &mut Ctx<'_>,
+    tables: &'static QueueTables,
+    id: u64,
+    now_ms: u64,
+) -> Verdict<()> {
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    let mut record = match good_row(&tx_tables, id)? {
+        Ok(record) => record,
+        Err(refusal) => return refuse(refusal),
+    };
+    match record.state {
+        StoredState::Dead => {
+            return requeue_record(&mut tx_tables, ctx, id, record, now_ms).map(Ok);
+        }
+        StoredState::Completed { .. } | StoredState::Cancelled { .. } => {}
+        _ => {
+            return refuse(Error::InvalidState {
+                job_id: JobId(id),
+                actual: record.state.job_state(),
+                expected: "Dead, Completed or Cancelled",
+            });
+        }
+    }
+    // Who holds the dedup key now, read without writing (a refusal writes nothing).
+    let mut window_ended = None;
+    let holder = match record.dedup_key.as_deref() {
+        Some(k) => tx_tables.dedup()?.get(k)?.map(|v| v.value()),
+        None => None,
+    };
+    if let Some(k) = record.dedup_key.as_deref()
+        && let Some(holder) = holder
+    {
+        let window_end_ms = tx_tables.dedup_windows()?.get(k)?.map(|v| v.value());
+        match window_end_ms {
+            Some(end_ms) if end_ms <= now_ms => window_ended = Some(end_ms),
+            _ if holder == id => {}
+            _ => {
+                return refuse(Error::KeyHeld {
+                    job_id: JobId(id),
+                    holder: JobId(holder),
+                });
+            }
+        }
+    }
+    if let (Some(k), Some(end_ms)) = (record.dedup_key.clone(), window_ended) {
+        tx_tables.end_window(&k, end_ms)?;
+    }
+    ctx.wake(tables.queue_number);
+    tx_tables.unindex(id, &record)?;
+    if let Some(k) = record.dedup_key.as_deref()
+        && tx_tables.dedup()?.get(k)?.is_none()
+    {
+        tx_tables.dedup_mut()?.insert(k, id)?;
+    }
+    tx_tables.carry_key(id, &record)?;
+    record.attempts = 0;
+    record.run_at_ms = now_ms;
+    record.seq = ctx.alloc_seq();
+    record.state = StoredState::Ready;
+    tx_tables.put(id, &record).map(Ok)
+}
+
 /// Moves job `id` (its good `record`, whose index entry is still in place) back to ready
 /// with its attempts reset to 0, as a fresh job at the back of its priority.
 fn requeue_record(
@@ -152,6 +270,18 @@ pub(crate) fn bulk_by_state(
             .take(max + 1)
             .map(|e| e.map(|(k, _)| (k.value().1, (k.value().0, k.value().1, 0))))
             .collect::<Result<_, _>>()?,
+        JobState::Completed => tx_tables
+            .completed()?
+            .iter()?
+            .take(max + 1)
+            .map(|e| e.map(|(k, _)| (k.value().1, (k.value().0, k.value().1, 0))))
+            .collect::<Result<_, _>>()?,
+        JobState::Cancelled => tx_tables
+            .cancelled()?
+            .iter()?
+            .take(max + 1)
+            .map(|e| e.map(|(k, _)| (k.value().1, (k.value().0, k.value().1, 0))))
+            .collect::<Result<_, _>>()?,
         JobState::Dead => tx_tables
             .dead()?
             .iter()?
@@ -183,6 +313,12 @@ pub(crate) fn bulk_by_state(
                     }
                     JobState::Scheduled => {
                         tx_tables.scheduled_mut()?.remove((key.0, key.1))?;
+                    }
+                    JobState::Completed => {
+                        tx_tables.completed_mut()?.remove((key.0, key.1))?;
+                    }
+                    JobState::Cancelled => {
+                        tx_tables.cancelled_mut()?.remove((key.0, key.1))?;
                     }
                     _ => {
                         tx_tables.dead_mut()?.remove(id)?;

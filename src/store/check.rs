@@ -41,6 +41,7 @@ pub(crate) fn check_file(db: &redb::Database) -> Result<Vec<Violation>> {
         named_tables_present(&rtx, name, QueueTables::named(*queue_number))?;
     }
     check_paused(&rtx, &named, &mut out)?;
+    check_history_limits(&rtx, &named, &mut out)?;
     drop(rtx);
     for (name, queue_number) in named {
         for mut v in check(db, QueueTables::named(queue_number))? {
@@ -90,6 +91,54 @@ fn check_paused(
     Ok(())
 }
 
+/// `leaseq_history_limits` (format 7 on) names only queues of the file, each with a bound.
+fn check_history_limits(
+    rtx: &redb::ReadTransaction,
+    named: &[(String, u32)],
+    out: &mut Vec<Violation>,
+) -> Result<()> {
+    let version = rtx
+        .open_table(crate::format::schema::META)?
+        .get(crate::format::schema::META_FORMAT_VERSION)?
+        .map(|v| v.value());
+    let table = match rtx.open_table(crate::format::schema::HISTORY_LIMITS) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => {
+            if version.is_some_and(|v| v >= 7) {
+                out.push(Violation {
+                    job_id: None,
+                    detail: "leaseq_history_limits is missing (format 7)".to_string(),
+                });
+            }
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for e in table.iter()? {
+        let (k, v) = e?;
+        let (queue_number, (jobs, ms)) = (k.value(), v.value());
+        let known = queue_number == 0 || named.iter().any(|(_, n)| *n == queue_number);
+        let detail = if !known {
+            format!(
+                "leaseq_history_limits names queue number {queue_number}, which is not registered"
+            )
+        } else if super::control::history_from_stored(jobs, ms).is_none() {
+            format!(
+                "leaseq_history_limits holds ({jobs}, {ms}) for queue number {queue_number}: no bound, or one out of range"
+            )
+        } else {
+            continue;
+        };
+        if out.len() < VIOLATIONS_MAX {
+            out.push(Violation {
+                job_id: None,
+                detail,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The violations found so far, at most `VIOLATIONS_MAX`.
 #[derive(Default)]
 struct Found {
@@ -122,6 +171,8 @@ struct Snapshot {
     applied_by_time: ReadOnlyTable<(u64, &'static [u8]), ()>,
     carriers: ReadOnlyTable<(&'static [u8], u64), ()>,
     payloads: ReadOnlyTable<u64, &'static [u8]>,
+    completed: ReadOnlyTable<(u64, u64), ()>,
+    cancelled: ReadOnlyTable<(u64, u64), ()>,
     /// Absent until the first job of the queue is quarantined.
     quarantine: Option<ReadOnlyTable<u64, QuarantineValue>>,
 }
@@ -142,6 +193,8 @@ impl Snapshot {
             applied_by_time: rtx.open_table(tables.applied_by_time())?,
             carriers: rtx.open_table(tables.idem_jobs())?,
             payloads: rtx.open_table(tables.payloads())?,
+            completed: rtx.open_table(tables.completed())?,
+            cancelled: rtx.open_table(tables.cancelled())?,
             quarantine: quarantine_table(rtx, tables)?,
         })
     }
@@ -185,6 +238,7 @@ pub(crate) fn check(db: &redb::Database, tables: &'static QueueTables) -> Result
     check_scheduled_entries(&snap, &mut found)?;
     check_lease_entries(&snap, &mut found)?;
     check_dead_entries(&snap, &mut found)?;
+    check_history_entries(&snap, &mut found)?;
     check_applied_markers(&snap, &mut found)?;
     check_carriers(&snap, &mut found)?;
     check_quarantine(&snap, &mut found)?;
@@ -216,14 +270,14 @@ fn check_meta(rtx: &ReadTransaction, found: &mut Found) -> Result<StoredCounters
 
 /// Every row, forward: its id (and token) below the counters, it decodes, its payload is
 /// where its record says, it is in its state's index, its caller key is listed among the
-/// carriers, and the dedup key it holds maps to it. Returns how many jobs are ready,
-/// scheduled, leased and dead.
-fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> Result<[u64; 4]> {
+/// carriers, and the dedup key it holds maps to it (a live job's: an ended one let go of its
+/// keys). Returns how many jobs are ready, scheduled, leased, dead, completed and cancelled.
+fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> Result<[u64; 6]> {
     let StoredCounters {
         next_id,
         next_token,
     } = *counters;
-    let mut counts = [0u64; 4];
+    let mut counts = [0u64; 6];
     for entry in snap.jobs.iter()? {
         let (k, val) = entry?;
         let id = k.value();
@@ -264,7 +318,16 @@ fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> 
                 snap.dead.get(id)?.is_some()
                     && snap.dead_by_time.get((record.run_at_ms, id))?.is_some()
             }
+            StoredState::Completed { .. } => {
+                counts[4] += 1;
+                snap.completed.get((record.history_ms(), id))?.is_some()
+            }
+            StoredState::Cancelled { .. } => {
+                counts[5] += 1;
+                snap.cancelled.get((record.history_ms(), id))?.is_some()
+            }
         };
+        let live = !record.state.is_ended();
         if !indexed {
             found.add(
                 Some(id),
@@ -272,6 +335,7 @@ fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> 
             );
         }
         if let Some(k) = record.idempotency_key.as_deref()
+            && live
             && snap.carriers.get((marker_key(k).as_slice(), id))?.is_none()
         {
             found.add(
@@ -281,6 +345,7 @@ fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> 
         }
         // A key held by a window may have been released (window ended) or taken over.
         if let Some(key) = &record.dedup_key
+            && live
             && record.dedup_window_ms.is_none()
             && snap.dedup.get(key.as_slice())?.map(|g| g.value()) != Some(id)
         {
@@ -325,17 +390,26 @@ fn check_payload_place(
 }
 
 /// Each state's index has exactly as many entries as jobs are in that state.
-fn check_index_sizes(snap: &Snapshot, counts: [u64; 4], found: &mut Found) -> Result<()> {
+fn check_index_sizes(snap: &Snapshot, counts: [u64; 6], found: &mut Found) -> Result<()> {
     let lens = [
         snap.ready.len()?,
         snap.scheduled.len()?,
         snap.leases.len()?,
         snap.dead.len()?,
+        snap.completed.len()?,
+        snap.cancelled.len()?,
     ];
-    for ((name, count), len) in ["ready", "scheduled", "leases", "dead"]
-        .iter()
-        .zip(counts)
-        .zip(lens)
+    for ((name, count), len) in [
+        "ready",
+        "scheduled",
+        "leases",
+        "dead",
+        "completed",
+        "cancelled",
+    ]
+    .iter()
+    .zip(counts)
+    .zip(lens)
     {
         if count != len {
             found.add(
@@ -419,6 +493,29 @@ fn check_dead_entries(snap: &Snapshot, found: &mut Found) -> Result<()> {
     Ok(())
 }
 
+/// Every completed or cancelled entry names a job of that state whose row may go at that
+/// time.
+fn check_history_entries(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    for (index, completed) in [(&snap.completed, true), (&snap.cancelled, false)] {
+        for e in index.iter()? {
+            let (at, id) = e?.0.value();
+            let ok = snap.record(id)?.is_some_and(|r| {
+                r.history_ms() == at
+                    && match r.state {
+                        StoredState::Completed { .. } => completed,
+                        StoredState::Cancelled { .. } => !completed,
+                        _ => false,
+                    }
+            });
+            if !ok {
+                let state = if completed { "completed" } else { "cancelled" };
+                found.add(Some(id), format!("{state} entry without a matching job"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Applied markers: only caller keys, each in the time index under its kept_since_ms, and
 /// the time index names only markers.
 fn check_applied_markers(snap: &Snapshot, found: &mut Found) -> Result<()> {
@@ -441,10 +538,12 @@ fn check_carriers(snap: &Snapshot, found: &mut Found) -> Result<()> {
         let entry = e?.0;
         let (k, id) = entry.value();
         let carried = match snap.record(id)? {
-            Some(r) => r
-                .idempotency_key
-                .as_deref()
-                .is_some_and(|ik| marker_key(ik) == k),
+            Some(r) => {
+                !r.state.is_ended()
+                    && r.idempotency_key
+                        .as_deref()
+                        .is_some_and(|ik| marker_key(ik) == k)
+            }
             None => snap.is_quarantined(id)?,
         };
         if !carried {
@@ -515,7 +614,7 @@ fn check_dedup_holders(snap: &Snapshot, found: &mut Found) -> Result<()> {
         let ok = held
             || snap
                 .record(holder)?
-                .is_some_and(|r| r.dedup_key.as_deref() == Some(k.value()));
+                .is_some_and(|r| !r.state.is_ended() && r.dedup_key.as_deref() == Some(k.value()));
         if !ok {
             found.add(
                 Some(holder),

@@ -9,7 +9,7 @@ use crate::format::record::{JobRecord, StoredState};
 use crate::format::schema::priority_rank;
 use crate::limits::{PRUNE_PER_ACK_MAX, SWEEP_MAX};
 
-use super::retention::prune_dead;
+use super::retention::{prune_dead, prune_history};
 use super::tables::{Row, Tables};
 use super::transition::{LeaseEnd, end_lease_entry, lease_record};
 use super::{Delivery, QueueConfig};
@@ -26,6 +26,7 @@ fn sweep(
     if let Some(retention_ms) = config.dead_retention_ms {
         prune_dead(tx_tables, now_ms, retention_ms, PRUNE_PER_ACK_MAX)?;
     }
+    prune_history(tx_tables, now_ms, PRUNE_PER_ACK_MAX)?;
     let due: Vec<(u64, u64)> = tx_tables
         .scheduled()?
         .range(..=(now_ms, u64::MAX))?
@@ -88,6 +89,8 @@ pub(crate) fn dequeue(
     // budget (the first job is always taken).
     let mut bytes = 0usize;
     let mut budget_reached = false;
+    // Dedup keys held until their job started, let go of by this dequeue: (job id, key).
+    let mut started = Vec::new();
     while out.len() < max && !budget_reached {
         // The first entries still wanted, in queue order.
         let mut firsts: Vec<(u32, u64, u64)> = tx_tables
@@ -133,6 +136,10 @@ pub(crate) fn dequeue(
             bytes = bytes.saturating_add(size);
             // Tokens in queue order, whatever the payloads.
             let mut leased = lease_record(ctx, config, now_ms, id, &mut record);
+            if let Some(k) = record.dedup_key.take_if(|_| record.dedup_until_started) {
+                record.dedup_until_started = false;
+                started.push((id, k));
+            }
             if record.payload_apart.is_some() {
                 // Its payload is read (and checked) below, before its lease is written.
                 slots.push(Taken::Apart(record, leased));
@@ -195,6 +202,13 @@ pub(crate) fn dequeue(
                     out.push(leased);
                 }
             }
+        }
+    }
+    // A key held until its job started is released (if the job still holds it): an enqueue
+    // from now on makes a new job.
+    for (id, k) in started {
+        if tx_tables.dedup()?.get(k.as_slice())?.map(|v| v.value()) == Some(id) {
+            tx_tables.dedup_mut()?.remove(k.as_slice())?;
         }
     }
     // Settled after the leases, from the rows as they are now: a stray entry's job may be one

@@ -81,11 +81,14 @@ impl ClosureFailure {
 
 /// Acks every current lease of the batch; a lease that is not current (`LeaseLost`) or whose
 /// row is damaged (`Corrupted`) is reported in its place and changes nothing, so the others
-/// are not held up by it (as SQS's `DeleteMessageBatch` reports each entry).
+/// are not held up by it (as SQS's `DeleteMessageBatch` reports each entry). `result` (at most
+/// `RESULT_BYTES_MAX`, checked by the caller) is kept with each job in a queue that keeps a
+/// history.
 pub(crate) fn ack(
     ctx: &mut Ctx<'_>,
     tables: &'static QueueTables,
     leases: &[(u64, u64)],
+    result: Option<&[u8]>,
     now_ms: u64,
 ) -> Result<Vec<Result<()>>> {
     let mut tx_tables = Tables::open(ctx, tables)?;
@@ -102,7 +105,7 @@ pub(crate) fn ack(
         }
     }
     if !keys.is_empty() {
-        tx_tables.delete_leased(&keys, &records, now_ms)?;
+        tx_tables.complete_leased(&keys, records, result, now_ms)?;
     }
     Ok(out)
 }
@@ -199,7 +202,7 @@ pub(crate) fn ack_with(
                     tx_tables.end_attempt(ctx, id, record, &f.reason, now_ms, at_ms)?;
                 }
                 GiveBack::Snooze(delay_ms) => {
-                    tx_tables.snooze_leased(ctx, id, record, now_ms, delay_ms)?
+                    tx_tables.snooze_leased(ctx, id, record, now_ms, delay_ms, None)?
                 }
                 GiveBack::Fail => tx_tables.fail_leased(id, record, &f.reason, now_ms)?,
             }
@@ -265,7 +268,7 @@ pub(crate) fn ack_with(
         sink.into_result(ran)?;
     }
     if !keys.is_empty() {
-        tx_tables.delete_leased(&keys, &records, now_ms)?;
+        tx_tables.complete_leased(&keys, records, None, now_ms)?;
     }
     // Markers past their retention go as new ones come, a bounded few per new one.
     if new_markers > 0
@@ -335,6 +338,7 @@ pub(crate) fn snooze(
     (id, token): (u64, u64),
     now_ms: u64,
     delay_ms: u64,
+    reason: Option<&str>,
 ) -> Verdict<()> {
     let mut tx_tables = Tables::open(ctx, tables)?;
     let record = lease_or_refuse!(tx_tables, id, token);
@@ -342,7 +346,7 @@ pub(crate) fn snooze(
         return refuse(Error::invalid_option("delay", "due time overflows"));
     }
     tx_tables
-        .snooze_leased(ctx, id, record, now_ms, delay_ms)
+        .snooze_leased(ctx, id, record, now_ms, delay_ms, reason)
         .map(Ok)
 }
 

@@ -6,8 +6,8 @@ use crate::commit::Ctx;
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, PayloadRef, StoredState};
 use crate::format::schema::{
-    FORMAT_VERSION, MARKER_TAG_ID, META, META_FILE_ID, META_FORMAT_VERSION, PAUSED, QUEUES,
-    marker_key,
+    FORMAT_VERSION, HISTORY_LIMITS, MARKER_TAG_ID, META, META_FILE_ID, META_FORMAT_VERSION, PAUSED,
+    QUEUES, marker_key,
 };
 use crate::limits::PAYLOAD_INLINE_MAX;
 
@@ -56,7 +56,9 @@ fn random_u64() -> u64 {
 /// live jobs carry are built from `leaseq_applied` and `leaseq_jobs`; markers of jobs' own ids
 /// (which guard nothing) are dropped. 2 → 3: payloads above 1 KiB move to `leaseq_payloads`.
 /// 3 → 4: the empty registry of named queues. 4 → 5: the version only (records of version 3
-/// are read as they are). 5 → 6: the empty table of paused queues.
+/// are read as they are). 5 → 6: the empty table of paused queues. 6 → 7: the empty history
+/// settings, and each queue's empty completed and cancelled indexes (records of version 4 are
+/// read as they are).
 ///
 /// A row that fails its checks is skipped here: the pass that meets it quarantines it.
 pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
@@ -68,7 +70,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
         .ok_or_else(|| Error::corrupted("leaseq_meta has no format version"))?;
     match version {
         FORMAT_VERSION => return Ok(None),
-        1..=5 => {}
+        1..=6 => {}
         _ => {
             return Err(Error::UnsupportedVersion {
                 found: version,
@@ -88,8 +90,29 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     // 4 to 5: nothing to rewrite (version-4 records are written from now on).
     // 5 to 6: the table of paused queues, empty.
     tx.open_table(PAUSED)?;
+    // 6 to 7: the history settings, and every queue's history indexes, empty.
+    tx.open_table(HISTORY_LIMITS)?;
+    upgrade_6_to_7(tx)?;
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
     Ok(Some(version))
+}
+
+/// Format 6 to 7: the completed and cancelled indexes of the default queue and of every
+/// registered named queue.
+fn upgrade_6_to_7(tx: &redb::WriteTransaction) -> Result<()> {
+    let mut queues = vec![&crate::format::schema::DEFAULT_TABLES];
+    let registry = tx.open_table(QUEUES)?;
+    for e in registry.iter()?.take(crate::limits::QUEUES_MAX as usize) {
+        let number = e?.1.value();
+        if (1..=crate::limits::QUEUES_MAX).contains(&number) {
+            queues.push(crate::format::schema::QueueTables::named(number));
+        }
+    }
+    for tables in queues {
+        tx.open_table(tables.completed())?;
+        tx.open_table(tables.cancelled())?;
+    }
+    Ok(())
 }
 
 /// Format 1 to 2: the time index of applied markers (markers of jobs' own ids dropped), the

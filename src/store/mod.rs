@@ -47,9 +47,9 @@ mod tables;
 mod transition;
 mod validate;
 
-pub(crate) use admin::{BulkAction, bulk_by_state, remove, requeue_dead};
+pub(crate) use admin::{BulkAction, bulk_by_state, cancel, remove, requeue_dead, retry};
 pub(crate) use check::check_file;
-pub(crate) use control::{pause, paused_queues, resume};
+pub(crate) use control::{history_of, pause, paused_queues, resume, set_history, validate_history};
 pub(crate) use dequeue::dequeue;
 pub(crate) use enqueue::{Sink, enqueue, enqueue_imported, write};
 pub(crate) use fenced::{ClosureFailure, EffectCall, ack, ack_with, extend, fail, nack, snooze};
@@ -59,8 +59,8 @@ pub(crate) use read::{
 };
 pub(crate) use recover::{read_leased_rows, recover_leases};
 pub(crate) use registry::{create_queue, find_queue, named_queues};
-pub(crate) use retention::{prune, prune_dead_jobs, prune_dedup_windows};
-pub(crate) use validate::{import_record, lease_ms_checked, new_records};
+pub(crate) use retention::{prune, prune_dead_jobs, prune_dedup_windows, prune_history_jobs};
+pub(crate) use validate::{import_record, lease_ms_checked, new_records, truncate_reason};
 
 /// Queue-wide settings an operation needs.
 #[derive(Debug, Clone, Copy)]

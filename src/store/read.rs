@@ -36,8 +36,13 @@ pub(crate) fn peek_due(
 }
 
 pub(crate) fn stats(rtx: &ReadTransaction, tables: &'static QueueTables) -> Result<Stats> {
+    let completed = rtx.open_table(tables.completed())?.len()?;
+    let cancelled = rtx.open_table(tables.cancelled())?.len()?;
     Ok(Stats {
-        total: rtx.open_table(tables.jobs())?.len()?,
+        total: rtx
+            .open_table(tables.jobs())?
+            .len()?
+            .saturating_sub(completed + cancelled),
         scheduled: rtx.open_table(tables.scheduled())?.len()?,
         ready: rtx.open_table(tables.ready())?.len()?,
         leased: rtx.open_table(tables.leases())?.len()?,
@@ -51,6 +56,8 @@ pub(crate) fn stats(rtx: &ReadTransaction, tables: &'static QueueTables) -> Resu
         paused: super::control::paused_queues(rtx)?
             .iter()
             .any(|&(n, _)| n == tables.queue_number),
+        completed,
+        cancelled,
     })
 }
 
@@ -150,7 +157,26 @@ pub(super) fn info(id: u64, record: JobRecord) -> JobInfo {
         lease_deadline_ms,
         lease_token,
         created_ms: record.created_ms,
-        last_error: record.last_error,
+        last_error: record.last_error().map(str::to_owned),
+        errors: record
+            .errors
+            .iter()
+            .map(|e| crate::job::AttemptError {
+                attempt: e.attempt,
+                at_ms: e.at_ms,
+                message: e.message.clone(),
+            })
+            .collect(),
+        status: record.status.clone(),
+        ended_ms: record.state.is_ended().then_some(record.run_at_ms),
+        cancel_reason: match &record.state {
+            StoredState::Cancelled { reason, .. } => Some(reason.clone()),
+            _ => None,
+        },
+        result: match &record.state {
+            StoredState::Completed { result } => result.clone(),
+            _ => None,
+        },
         idempotency_key: record.idempotency_key,
         dedup_key: record.dedup_key,
         payload_bytes,
@@ -189,11 +215,13 @@ pub(crate) fn payload(
 }
 
 /// A place in one state's index, as a `(u64, u64, u64)` key: ready `(rank, seq, id)`,
-/// scheduled `(run_at_ms, id, 0)`, leased `(deadline_ms, id, 0)`, dead `(id, 0, 0)`.
+/// scheduled `(run_at_ms, id, 0)`, leased `(deadline_ms, id, 0)`, dead `(id, 0, 0)`,
+/// completed and cancelled `(history_ms, id, 0)`.
 pub(crate) type IndexKey = (u64, u64, u64);
 
 /// Up to `limit` jobs in `state`, in that state's index order (ready: the order they will be
-/// dequeued; scheduled: by due time; leased: by deadline; dead: by id), after `after`. Rows
+/// dequeued; scheduled: by due time; leased: by deadline; dead: by id; completed: by when
+/// they completed; cancelled: by when their row may go), after `after`. Rows
 /// that fail their checks are skipped (`check` reports them). Returns the jobs and, when the
 /// page is full, the key of its last entry, to continue from.
 pub(crate) fn list(
@@ -222,11 +250,12 @@ pub(crate) fn list(
                 })
                 .collect::<Result<_, _>>()?
         }
-        JobState::Scheduled | JobState::Leased => {
-            let def = if state == JobState::Scheduled {
-                tables.scheduled()
-            } else {
-                tables.leases()
+        JobState::Scheduled | JobState::Leased | JobState::Completed | JobState::Cancelled => {
+            let def = match state {
+                JobState::Scheduled => tables.scheduled(),
+                JobState::Leased => tables.leases(),
+                JobState::Completed => tables.completed(),
+                _ => tables.cancelled(),
             };
             let index = rtx.open_table(def)?;
             let it = match after {
@@ -263,7 +292,9 @@ pub(crate) fn list(
     for &key in &keys {
         let id = match state {
             JobState::Ready => key.2,
-            JobState::Scheduled | JobState::Leased => key.1,
+            JobState::Scheduled | JobState::Leased | JobState::Completed | JobState::Cancelled => {
+                key.1
+            }
             JobState::Dead => key.0,
         };
         if let Some(v) = jobs.get(id)?

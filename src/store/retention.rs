@@ -1,7 +1,7 @@
 //! Bounded retention: pruning expired applied markers, dead jobs and dedup windows, a few per
 //! operation and the rest on `Queue::prune`.
 
-use redb::{ReadableTable, Table};
+use redb::{ReadableTable, ReadableTableMetadata, Table};
 
 use crate::commit::Ctx;
 use crate::error::Result;
@@ -86,6 +86,74 @@ pub(super) fn prune_dead(
         }
     }
     Ok((deleted, more))
+}
+
+/// Deletes up to `max` completed and cancelled jobs past the queue's history, oldest first:
+/// while there are more than its `keep_jobs`, or older than its `keep_for`, or all of them
+/// when it keeps none; never one whose row may not go yet (a cancelled lease still fenced).
+/// An entry that does not match its row is dropped. Returns how many were deleted and whether
+/// more may be left.
+pub(super) fn prune_history(
+    tx_tables: &mut Tables<'_>,
+    now_ms: u64,
+    max: usize,
+) -> Result<(u64, bool)> {
+    let history = tx_tables.history()?;
+    let mut deleted = 0;
+    for _ in 0..max {
+        let first_completed = tx_tables.completed()?.first()?.map(|(k, _)| k.value());
+        let first_cancelled = tx_tables.cancelled()?.first()?.map(|(k, _)| k.value());
+        let (at_ms, id, completed) = match (first_completed, first_cancelled) {
+            (Some(a), Some(b)) if b < a => (b.0, b.1, false),
+            (Some(a), _) => (a.0, a.1, true),
+            (None, Some(b)) => (b.0, b.1, false),
+            (None, None) => return Ok((deleted, false)),
+        };
+        if at_ms > now_ms {
+            return Ok((deleted, false));
+        }
+        let kept = tx_tables.completed()?.len()? + tx_tables.cancelled()?.len()?;
+        let too_many = history.keep_jobs.is_some_and(|n| kept > n);
+        let too_old = history
+            .keep_for_ms
+            .is_some_and(|ms| at_ms.saturating_add(ms) <= now_ms);
+        if !(history.is_off() || too_many || too_old) {
+            return Ok((deleted, false));
+        }
+        match tx_tables.row(id)? {
+            Row::Good(record)
+                if record.history_ms() == at_ms
+                    && matches!(
+                        (&record.state, completed),
+                        (StoredState::Completed { .. }, true)
+                            | (StoredState::Cancelled { .. }, false)
+                    ) =>
+            {
+                tx_tables.delete(id, &record, now_ms)?;
+                deleted += 1;
+            }
+            row => {
+                if completed {
+                    tx_tables.completed_mut()?.remove((at_ms, id))?;
+                } else {
+                    tx_tables.cancelled_mut()?.remove((at_ms, id))?;
+                }
+                tx_tables.repair_stray_entry(id, row, now_ms)?;
+            }
+        }
+    }
+    Ok((deleted, true))
+}
+
+/// [`Queue::prune`](crate::Queue::prune)'s work on the history in one transaction.
+pub(crate) fn prune_history_jobs(
+    ctx: &mut Ctx<'_>,
+    tables: &'static QueueTables,
+    now_ms: u64,
+    max: usize,
+) -> Result<(u64, bool)> {
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    prune_history(&mut tx_tables, now_ms, max)
 }
 
 /// [`Queue::prune`](crate::Queue::prune)'s work on dead jobs in one transaction.

@@ -66,6 +66,10 @@ pub(super) struct Tables<'t> {
     expiry: Option<Table<'t, (u64, &'static [u8]), ()>>,
     dead_by_time: Option<Table<'t, (u64, u64), ()>>,
     payloads: Option<Table<'t, u64, &'static [u8]>>,
+    completed: Option<Table<'t, (u64, u64), ()>>,
+    cancelled: Option<Table<'t, (u64, u64), ()>>,
+    /// The queue's history setting, read on first use.
+    history: Option<crate::job::History>,
 }
 
 /// A job row as read: absent, present but failing its checks (the reason), or good.
@@ -118,6 +122,8 @@ impl<'t> Tables<'t> {
         payloads, payloads_mut: payloads = payloads: u64 => &'static [u8];
         dedup_windows, dedup_windows_mut: windows = dedup_windows: &'static [u8] => u64;
         dedup_expiry, dedup_expiry_mut: expiry = dedup_expiry: (u64, &'static [u8]) => ();
+        completed, completed_mut: completed = completed: (u64, u64) => ();
+        cancelled, cancelled_mut: cancelled = cancelled: (u64, u64) => ();
     }
 
     /// The tables of queue `tables` in the operation's transaction, marking its group when they
@@ -153,6 +159,9 @@ impl<'t> Tables<'t> {
             expiry: None,
             dead_by_time: None,
             payloads: None,
+            completed: None,
+            cancelled: None,
+            history: None,
         })
     }
 
@@ -168,8 +177,23 @@ impl<'t> Tables<'t> {
         self.dedup_expiry()?;
         self.dead_by_time()?;
         self.payloads()?;
+        self.completed()?;
+        self.cancelled()?;
+        self.history()?;
         lazy(&mut self.quarantine, self.tx, self.tables.quarantine())?;
         Ok(())
+    }
+
+    /// The completed history the queue keeps (`leaseq_history_limits`), read once per
+    /// operation.
+    pub(super) fn history(&mut self) -> Result<crate::job::History> {
+        if let Some(h) = self.history {
+            return Ok(h);
+        }
+        let limits = self.tx.open_table(crate::format::schema::HISTORY_LIMITS)?;
+        let h = super::control::history_in(&limits, self.tables.queue_number)?;
+        self.history = Some(h);
+        Ok(h)
     }
 
     /// Marks the group written, for a write beside these tables straight through the
@@ -379,6 +403,14 @@ impl<'t> Tables<'t> {
                     .insert((record.run_at_ms, id), ())?;
                 self.dead_mut()?.insert(id, ())?.is_none()
             }
+            StoredState::Completed { .. } => self
+                .completed_mut()?
+                .insert((record.history_ms(), id), ())?
+                .is_none(),
+            StoredState::Cancelled { .. } => self
+                .cancelled_mut()?
+                .insert((record.history_ms(), id), ())?
+                .is_none(),
         })
     }
 
@@ -401,6 +433,14 @@ impl<'t> Tables<'t> {
                 self.dead_by_time_mut()?.remove((record.run_at_ms, id))?;
                 self.dead_mut()?.remove(id)?.is_some()
             }
+            StoredState::Completed { .. } => self
+                .completed_mut()?
+                .remove((record.history_ms(), id))?
+                .is_some(),
+            StoredState::Cancelled { .. } => self
+                .cancelled_mut()?
+                .remove((record.history_ms(), id))?
+                .is_some(),
         };
         if !present {
             tracing::warn!(
@@ -413,12 +453,39 @@ impl<'t> Tables<'t> {
     }
 
     /// Deletes the job, releases its dedup key if the job still owns it, and drops it from
-    /// the carriers of its idempotency key.
+    /// the carriers of its idempotency key (an ended job let go of its keys when it ended).
     pub(super) fn delete(&mut self, id: u64, record: &JobRecord, now_ms: u64) -> Result<()> {
         self.unindex(id, record)?;
         self.jobs_mut().remove(id)?;
         self.drop_payload(id, record)?;
+        if record.state.is_ended() {
+            return Ok(());
+        }
         self.release_keys(id, record, now_ms)
+    }
+
+    /// Ends live job `id` for good, in `end` (completed or cancelled, with `ended_ms` as its
+    /// end): it lets go of its keys as a deleted job does, and its row goes to the history
+    /// when `keep` (or while it fences a cancelled lease), or is deleted.
+    pub(super) fn end_job(
+        &mut self,
+        id: u64,
+        mut record: JobRecord,
+        end: StoredState,
+        ended_ms: u64,
+        keep: bool,
+    ) -> Result<()> {
+        debug_assert!(end.is_ended() && !record.state.is_ended());
+        let fences = matches!(end, StoredState::Cancelled { fenced_until_ms, .. } if fenced_until_ms > ended_ms);
+        if !keep && !fences {
+            return self.delete(id, &record, ended_ms);
+        }
+        self.unindex(id, &record)?;
+        self.release_keys(id, &record, ended_ms)?;
+        record.state = end;
+        record.run_at_ms = ended_ms;
+        record.status = None;
+        self.put(id, &record)
     }
 
     /// [`Tables::delete`] of a job removed on purpose (`remove`, `purge`): its dedup key is
@@ -474,6 +541,32 @@ impl<'t> Tables<'t> {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// Ends the acked leased jobs `leases[i].0` (records `records[i]`): kept as completed
+    /// (with `result`) in a queue that keeps a history, deleted otherwise; then prunes the
+    /// history a bounded few per job.
+    pub(super) fn complete_leased(
+        &mut self,
+        leases: &[(u64, u64)],
+        records: Vec<JobRecord>,
+        result: Option<&[u8]>,
+        now_ms: u64,
+    ) -> Result<()> {
+        debug_assert!(result.is_none_or(|r| r.len() <= crate::limits::RESULT_BYTES_MAX));
+        if self.history()?.is_off() {
+            self.delete_leased(leases, &records, now_ms)?;
+        } else {
+            for (&(id, _), record) in leases.iter().zip(records) {
+                let end = StoredState::Completed {
+                    result: result.map(<[u8]>::to_vec),
+                };
+                self.end_job(id, record, end, now_ms, true)?;
+            }
+        }
+        let max = (crate::limits::PRUNE_PER_ACK_MAX * leases.len()).min(crate::limits::SWEEP_MAX);
+        super::retention::prune_history(self, now_ms, max)?;
         Ok(())
     }
 
@@ -539,6 +632,13 @@ impl<'t> Tables<'t> {
                 Ok(record)
             }
             Row::Damaged(why) => Err(damaged(id, &why)),
+            Row::Good(JobRecord {
+                state: StoredState::Cancelled { reason, .. },
+                ..
+            }) => Err(Error::Cancelled {
+                job_id: JobId(id),
+                reason,
+            }),
             _ => Err(Error::LeaseLost {
                 job_id: JobId(id),
                 token,

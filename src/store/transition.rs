@@ -109,6 +109,8 @@ pub(super) fn lease_record(
     let deadline_ms = now_ms.saturating_add(lease_ms);
     record.attempts += 1;
     record.state = StoredState::Leased { token, deadline_ms };
+    // A snooze's reason holds until the job runs again.
+    record.status = None;
     Delivery {
         id,
         token,
@@ -127,7 +129,8 @@ pub(super) fn lease_record(
 }
 
 impl Tables<'_> {
-    /// Gives a leased job back without charging its attempt (see [`snooze`](super::fenced::snooze)).
+    /// Gives a leased job back without charging its attempt (see [`snooze`](super::fenced::snooze)),
+    /// with `reason` as its status until its next delivery.
     pub(super) fn snooze_leased(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -135,6 +138,7 @@ impl Tables<'_> {
         mut record: JobRecord,
         now_ms: u64,
         delay_ms: u64,
+        reason: Option<&str>,
     ) -> Result<()> {
         // A leased job's delivery was counted when it was leased.
         debug_assert!(record.attempts >= 1, "leased with no attempt counted");
@@ -143,6 +147,7 @@ impl Tables<'_> {
         let at = now_ms.saturating_add(delay_ms);
         record.attempts = record.attempts.saturating_sub(1);
         record.snoozes = record.snoozes.saturating_add(1);
+        record.status = reason.map(truncate_reason);
         record.run_at_ms = at;
         record.state = if at > now_ms {
             StoredState::Scheduled
@@ -162,7 +167,7 @@ impl Tables<'_> {
         now_ms: u64,
     ) -> Result<()> {
         self.unindex(id, &record)?;
-        record.last_error = Some(truncate_reason(reason));
+        record.push_error(record.attempts, Some(now_ms), truncate_reason(reason));
         tracing::info!(queue = self.tables.queue_number, job_id = id, %reason, "leaseq: job dead-lettered by fail");
         record.state = StoredState::Dead;
         record.run_at_ms = now_ms;
@@ -206,7 +211,7 @@ impl Tables<'_> {
     ) -> Result<JobState> {
         debug_assert!(matches!(record.state, StoredState::Leased { .. }));
         self.unindex(id, &record)?;
-        record.last_error = Some(truncate_reason(reason));
+        record.push_error(record.attempts, Some(now_ms), truncate_reason(reason));
         if record.attempts >= record.max_attempts {
             tracing::info!(
                 queue = self.tables.queue_number,

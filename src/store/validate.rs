@@ -9,7 +9,7 @@ use crate::limits::REASON_BYTES_MAX;
 use super::QueueConfig;
 use super::transition::REASON_ABANDONED;
 
-pub(super) fn truncate_reason(reason: &str) -> String {
+pub(crate) fn truncate_reason(reason: &str) -> String {
     if reason.len() <= REASON_BYTES_MAX {
         return reason.to_string();
     }
@@ -96,7 +96,10 @@ pub(crate) fn import_record(
     record.created_ms = job.created_ms.unwrap_or(now_ms);
     record.attempts = job.attempts;
     record.snoozes = job.snoozes;
-    record.last_error = job.last_error.as_deref().map(truncate_reason);
+    if let Some(e) = job.last_error.as_deref() {
+        // The attempt that ended with it: the last one made.
+        record.push_error(job.attempts, None, truncate_reason(e));
+    }
     record.run_at_ms = job.run_at_ms.unwrap_or(now_ms);
     let left = job.attempts < record.max_attempts;
     record.state = match job.state {
@@ -114,7 +117,7 @@ pub(crate) fn import_record(
         // A lease that ended without an ack, as the reopen after a crash returns it.
         JobState::Leased => {
             record.run_at_ms = now_ms;
-            record.last_error = Some(REASON_ABANDONED.to_string());
+            record.push_error(job.attempts, Some(now_ms), REASON_ABANDONED.to_string());
             if left {
                 StoredState::Ready
             } else {
@@ -122,6 +125,12 @@ pub(crate) fn import_record(
             }
         }
         JobState::Dead => StoredState::Dead,
+        JobState::Completed | JobState::Cancelled => {
+            return Err(Error::invalid_option(
+                "state",
+                format!("{:?}: only live jobs are imported", job.state),
+            ));
+        }
     };
     record
         .validate()
@@ -198,6 +207,12 @@ pub(crate) fn new_record(
     if dedup_window_ms.is_some_and(|w| now_ms.checked_add(w).is_none()) {
         return Err(Error::invalid_option("dedup_window", "its end overflows"));
     }
+    if opts.dedup_until_started && (opts.dedup_key.is_none() || dedup_window_ms.is_some()) {
+        return Err(Error::invalid_option(
+            "dedup_until_started",
+            "needs a dedup key, and no dedup window",
+        ));
+    }
     Ok(JobRecord {
         state: if delay_ms > 0 {
             StoredState::Scheduled
@@ -213,7 +228,7 @@ pub(crate) fn new_record(
         seq: 0,
         idempotency_key: opts.idempotency_key.clone(),
         dedup_key: opts.dedup_key.clone(),
-        last_error: None,
+        errors: Vec::new(),
         payload: payload.to_vec(),
         retry: opts
             .retry
@@ -223,5 +238,7 @@ pub(crate) fn new_record(
         payload_apart: None,
         snoozes: 0,
         encoding: opts.encoding.map(crate::format::payload::Encoding::tag),
+        status: None,
+        dedup_until_started: opts.dedup_until_started,
     })
 }

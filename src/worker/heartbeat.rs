@@ -136,7 +136,8 @@ impl Beats {
                     b.due = now.checked_add(every).unwrap_or(now);
                 }
             }
-            Err(Error::LeaseLost { .. }) => {
+            // The delivery ended, or was cancelled: its beats stop.
+            Err(Error::LeaseLost { .. } | Error::Cancelled { .. }) => {
                 PoolCounters::add(&c.heartbeats_lost);
                 st.jobs.remove(&token);
             }

@@ -14,6 +14,8 @@ pub fn state_name(state: JobState) -> &'static str {
         JobState::Scheduled => "scheduled",
         JobState::Leased => "leased",
         JobState::Dead => "dead",
+        JobState::Completed => "completed",
+        JobState::Cancelled => "cancelled",
     }
 }
 

@@ -9,7 +9,7 @@
 //! Reading never trusts a length: every length is checked against the bytes left before
 //! anything is allocated, so a damaged length is an error, not an allocation.
 
-use super::{JobRecord, PayloadRef, StoredRetry, StoredState};
+use super::{JobRecord, PayloadRef, StoredError, StoredRetry, StoredState};
 use crate::error::{Error, Result};
 
 /// Appends the bincode body of `record` to `out`.
@@ -23,6 +23,18 @@ pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) {
             u64_(out, deadline_ms);
         }
         StoredState::Dead => u32_(out, 3),
+        StoredState::Completed { ref result } => {
+            u32_(out, 4);
+            opt(out, result.as_ref(), |o, v| bytes(o, v));
+        }
+        StoredState::Cancelled {
+            ref reason,
+            fenced_until_ms,
+        } => {
+            u32_(out, 5);
+            bytes(out, reason.as_bytes());
+            u64_(out, fenced_until_ms);
+        }
     }
     out.extend_from_slice(&record.priority.to_le_bytes());
     u64_(out, record.run_at_ms);
@@ -33,9 +45,12 @@ pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) {
     u64_(out, record.seq);
     opt(out, record.idempotency_key.as_ref(), |o, v| bytes(o, v));
     opt(out, record.dedup_key.as_ref(), |o, v| bytes(o, v));
-    opt(out, record.last_error.as_ref(), |o, v| {
-        bytes(o, v.as_bytes())
-    });
+    u64_(out, record.errors.len() as u64);
+    for e in &record.errors {
+        u32_(out, e.attempt);
+        opt(out, e.at_ms.as_ref(), |o, v| u64_(o, *v));
+        bytes(out, e.message.as_bytes());
+    }
     bytes(out, &record.payload);
     opt(out, record.retry.as_ref(), |o, r| {
         o.push(r.kind);
@@ -50,6 +65,8 @@ pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) {
     });
     u32_(out, record.snoozes);
     opt(out, record.encoding.as_ref(), |o, v| o.push(*v));
+    opt(out, record.status.as_ref(), |o, v| bytes(o, v.as_bytes()));
+    out.push(u8::from(record.dedup_until_started));
 }
 
 /// Reads a body written by [`write()`] (or by bincode for the same version); every byte must be
@@ -64,6 +81,13 @@ pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
             deadline_ms: r.u64()?,
         },
         3 => StoredState::Dead,
+        4 => StoredState::Completed {
+            result: r.opt(Reader::bytes)?,
+        },
+        5 => StoredState::Cancelled {
+            reason: r.text()?,
+            fenced_until_ms: r.u64()?,
+        },
         v => return Err(bad(format!("state variant {v}"))),
     };
     let record = JobRecord {
@@ -77,7 +101,7 @@ pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
         seq: r.u64()?,
         idempotency_key: r.opt(Reader::bytes)?,
         dedup_key: r.opt(Reader::bytes)?,
-        last_error: r.opt(Reader::text)?,
+        errors: r.errors()?,
         payload: r.bytes()?,
         retry: r.opt(|r| {
             Ok(StoredRetry {
@@ -96,6 +120,12 @@ pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
         })?,
         snoozes: r.u32()?,
         encoding: r.opt(Reader::u8)?,
+        status: r.opt(Reader::text)?,
+        dedup_until_started: match r.u8()? {
+            0 => false,
+            1 => true,
+            b => return Err(bad(format!("bool {b}"))),
+        },
     };
     if !r.rest.is_empty() {
         return Err(Error::corrupted("job record: trailing bytes"));
@@ -174,6 +204,25 @@ impl<'a> Reader<'a> {
         String::from_utf8(self.bytes()?).map_err(|_| bad("text that is not UTF-8".into()))
     }
 
+    /// The error history: a count, checked against the bytes left (an entry takes at least
+    /// 13) before anything is allocated, then the entries.
+    fn errors(&mut self) -> Result<Vec<StoredError>> {
+        let n = self.u64()?;
+        let n = usize::try_from(n)
+            .ok()
+            .filter(|&n| n <= self.rest.len() / 13)
+            .ok_or_else(|| bad(format!("{n} errors past the record's end")))?;
+        let mut errors = Vec::with_capacity(n);
+        for _ in 0..n {
+            errors.push(StoredError {
+                attempt: self.u32()?,
+                at_ms: self.opt(Reader::u64)?,
+                message: self.text()?,
+            });
+        }
+        Ok(errors)
+    }
+
     fn opt<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<Option<T>> {
         match self.u8()? {
             0 => Ok(None),
@@ -199,7 +248,28 @@ mod tests {
             (any::<u64>(), any::<u64>())
                 .prop_map(|(token, deadline_ms)| StoredState::Leased { token, deadline_ms }),
             Just(StoredState::Dead),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40))
+                .prop_map(|result| StoredState::Completed { result }),
+            (".{0,40}", any::<u64>()).prop_map(|(reason, fenced_until_ms)| {
+                StoredState::Cancelled {
+                    reason,
+                    fenced_until_ms,
+                }
+            }),
         ]
+    }
+
+    fn errors() -> impl Strategy<Value = Vec<StoredError>> {
+        proptest::collection::vec(
+            (any::<u32>(), any::<Option<u64>>(), ".{0,30}").prop_map(
+                |(attempt, at_ms, message)| StoredError {
+                    attempt,
+                    at_ms,
+                    message,
+                },
+            ),
+            0..4,
+        )
     }
 
     fn any_record() -> impl Strategy<Value = JobRecord> {
@@ -219,7 +289,7 @@ mod tests {
                 proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
             ),
             (
-                proptest::option::of(".{0,40}"),
+                errors(),
                 proptest::collection::vec(any::<u8>(), 0..300),
                 proptest::option::of((any::<u8>(), any::<u64>(), any::<u64>(), any::<u8>())),
                 any::<Option<u64>>(),
@@ -227,8 +297,9 @@ mod tests {
                 any::<u32>(),
                 any::<Option<u8>>(),
             ),
+            (proptest::option::of(".{0,40}"), any::<bool>()),
         )
-            .prop_map(|(a, b, c)| JobRecord {
+            .prop_map(|(a, b, c, d)| JobRecord {
                 state: a.0,
                 priority: a.1,
                 run_at_ms: a.2,
@@ -239,7 +310,7 @@ mod tests {
                 seq: b.2,
                 idempotency_key: b.3,
                 dedup_key: b.4,
-                last_error: c.0,
+                errors: c.0,
                 payload: c.1,
                 retry: c
                     .2
@@ -253,6 +324,8 @@ mod tests {
                 payload_apart: c.4.map(|(len, checksum)| PayloadRef { len, checksum }),
                 snoozes: c.5,
                 encoding: c.6,
+                status: d.0,
+                dedup_until_started: d.1,
             })
     }
 
@@ -311,18 +384,21 @@ mod tests {
                 seq: 1,
                 idempotency_key: None,
                 dedup_key: None,
-                last_error: None,
+                errors: Vec::new(),
                 payload: b"abc".to_vec(),
                 retry: None,
                 dedup_window_ms: None,
                 payload_apart: None,
                 snoozes: 0,
                 encoding: None,
+                status: None,
+                dedup_until_started: false,
             },
             &mut body,
         );
-        // The payload length sits after 4+4+8+4+4+1+8+8+1+1+1 bytes.
-        let at = 4 + 4 + 8 + 4 + 4 + 1 + 8 + 8 + 1 + 1 + 1;
+        // The payload length sits after 4+4+8+4+4+1+8+8+1+1+8 bytes (the last 8: the count
+        // of errors).
+        let at = 4 + 4 + 8 + 4 + 4 + 1 + 8 + 8 + 1 + 1 + 8;
         body[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
         let e = read(&body).unwrap_err();
         assert!(e.to_string().contains("past the record's end"), "{e}");
