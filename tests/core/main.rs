@@ -15,6 +15,7 @@ mod bad_files;
 mod batch;
 mod clock_wakeups;
 mod compact;
+mod controls;
 mod dedup;
 mod effect;
 mod files;

@@ -1,0 +1,463 @@
+//! The job controls of issue 22: cancel (any live state, a leased job's delivery fenced),
+//! the completed history (opt-in per queue, bounded by count and age, stored in the file),
+//! retry of an ended job, dedup keys held until the job starts, snooze reasons and the error
+//! history. Each test drives the public API on a real file with a manual clock and checks the
+//! file's invariants (`check()`) after the writes.
+
+use crate::common::{Fixture, assert_consistent, ms, plain, secs};
+use leaseq::worker::WorkerPool;
+use leaseq::{Clock, EnqueueOptions, Enqueued, Error, History, JobState};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+fn dedup(key: &str) -> EnqueueOptions {
+    EnqueueOptions::default().dedup_key(key)
+}
+
+// ---------------------------------------------------------------------------------------
+// Cancel.
+// ---------------------------------------------------------------------------------------
+
+/// A scheduled, ready or dead job is ended at once, in any queue: never delivered again, its
+/// dedup key free; without a history its row goes.
+#[test]
+fn cancel_ends_a_waiting_or_dead_job_at_once_and_frees_its_key() {
+    let f = Fixture::new();
+    let q = f.open();
+    let ready = q.enqueue(b"ready", dedup("r")).unwrap().id();
+    let later = q
+        .enqueue(b"later", EnqueueOptions::default().delay(secs(60)))
+        .unwrap()
+        .id();
+    let dead = q
+        .enqueue(b"dead", EnqueueOptions::default().max_attempts(1).priority(-1))
+        .unwrap()
+        .id();
+    q.dequeue().unwrap().unwrap().nack("broken").unwrap();
+    assert_eq!(q.job(dead).unwrap().unwrap().state, JobState::Dead);
+    assert_eq!(q.cancel(ready, "not wanted").unwrap(), JobState::Ready);
+    assert_eq!(q.cancel(later, "not wanted").unwrap(), JobState::Scheduled);
+    assert_eq!(q.cancel(dead, "given up").unwrap(), JobState::Dead);
+    // No history: the rows are gone, nothing is left to deliver.
+    for id in [ready, later, dead] {
+        assert_eq!(q.job(id).unwrap(), None);
+        assert!(matches!(
+            q.cancel(id, "again"),
+            Err(Error::JobNotFound { .. })
+        ));
+    }
+    f.clock.advance(secs(120));
+    assert!(q.dequeue().unwrap().is_none());
+    let s = q.stats().unwrap();
+    assert_eq!((s.total, s.cancelled, s.dedup_keys), (0, 0, 0), "{s:?}");
+    // The key is free: a new enqueue makes a new job.
+    assert!(matches!(
+        q.enqueue(b"ready again", dedup("r")).unwrap(),
+        Enqueued::New(_)
+    ));
+    assert_consistent(&q);
+}
+
+/// A leased job's delivery is fenced: every call of that lease is refused with `Cancelled`
+/// and writes nothing (an `ack_with` closure does not run), its worker can see it, and the
+/// row stays (cancelled, with its reason) until that lease's deadline, then goes.
+#[test]
+fn cancel_fences_the_delivery_of_a_leased_job() {
+    let f = Fixture::new();
+    let q = f.open();
+    let id = q
+        .enqueue(b"sync note", EnqueueOptions::default().idempotency_key("n1").dedup_key("d"))
+        .unwrap()
+        .id();
+    let lease = q.dequeue().unwrap().unwrap();
+    let beat = lease.heartbeat();
+    assert!(!lease.is_cancelled().unwrap());
+    assert_eq!(q.cancel(id, "note deleted").unwrap(), JobState::Leased);
+    assert!(lease.is_cancelled().unwrap());
+    assert!(beat.is_cancelled().unwrap());
+    let job = q.job(id).unwrap().unwrap();
+    assert_eq!(job.state, JobState::Cancelled);
+    assert_eq!(job.cancel_reason.as_deref(), Some("note deleted"));
+    assert_eq!(job.ended_ms, Some(f.clock.now_ms()));
+    // The heartbeat and every call of the lease are refused, with the reason.
+    assert!(
+        matches!(beat.extend(secs(30)), Err(Error::Cancelled { ref reason, .. }) if reason == "note deleted")
+    );
+    let ran = AtomicBool::new(false);
+    let r = lease.ack_with(|_| {
+        ran.store(true, Ordering::SeqCst);
+        Ok(())
+    });
+    assert!(matches!(r, Err(Error::Cancelled { .. })), "{r:?}");
+    assert!(!ran.load(Ordering::SeqCst), "the effect of a cancelled delivery never runs");
+    assert!(!q.is_applied("n1").unwrap());
+    // The lease ended with that refusal: later calls are LeaseLost without a read.
+    assert!(matches!(lease.ack(), Err(Error::LeaseLost { .. })));
+    // Its key is free at once; the job is counted as cancelled, not live.
+    assert!(matches!(q.enqueue(b"n", dedup("d")).unwrap(), Enqueued::New(_)));
+    let s = q.stats().unwrap();
+    assert_eq!((s.total, s.leased, s.cancelled), (1, 0, 1), "{s:?}");
+    assert_consistent(&q);
+    // A second cancel is refused: it already ended.
+    assert!(matches!(
+        q.cancel(id, "again"),
+        Err(Error::InvalidState {
+            actual: JobState::Cancelled,
+            ..
+        })
+    ));
+    // Past the fenced lease's deadline, with no history, the next operation deletes it.
+    f.clock.advance(crate::common::LEASE + ms(1));
+    let _ = q.dequeue().unwrap();
+    assert_eq!(q.job(id).unwrap(), None);
+    assert_eq!(q.stats().unwrap().cancelled, 0);
+    assert_consistent(&q);
+}
+
+/// Every fenced call of a cancelled delivery (nack, snooze, fail, extend) is refused and
+/// changes nothing, and a cancel of a job nobody has is `JobNotFound`.
+#[test]
+fn every_call_of_a_cancelled_delivery_is_refused_and_writes_nothing() {
+    type Call = fn(&leaseq::Lease) -> leaseq::Result<()>;
+    let calls: [(&str, Call); 5] = [
+        ("nack", |l| l.nack("x").map(drop)),
+        ("snooze", |l| l.snooze(secs(1))),
+        ("fail", |l| l.fail("x")),
+        ("extend", |l| l.extend(secs(5))),
+        ("ack_with_result", |l| l.ack_with_result(b"r")),
+    ];
+    for (name, call) in calls {
+        let f = Fixture::new();
+        let q = f.open();
+        q.set_history(History::off().keep_jobs(10)).unwrap();
+        let id = q.enqueue(b"job", plain()).unwrap().id();
+        let lease = q.dequeue().unwrap().unwrap();
+        q.cancel(id, "stop").unwrap();
+        let before = q.job(id).unwrap();
+        let r = call(&lease);
+        assert!(matches!(r, Err(Error::Cancelled { .. })), "{name}: {r:?}");
+        assert_eq!(q.job(id).unwrap(), before, "{name} wrote");
+        assert_consistent(&q);
+    }
+    let f = Fixture::new();
+    let q = f.open();
+    assert!(matches!(
+        q.cancel(leaseq::JobId(99), "x"),
+        Err(Error::JobNotFound { .. })
+    ));
+}
+
+/// A worker pool's handler can see its job cancelled while it runs, and the pool stops that
+/// handler's heartbeats (the heartbeat's extend says `Cancelled`).
+#[test]
+fn a_pool_handler_sees_its_job_cancelled_and_its_heartbeats_stop() {
+    let f = Fixture::new();
+    let q = f
+        .builder()
+        .clock(leaseq::SystemClock)
+        .lease(ms(400))
+        .open(&f.path)
+        .unwrap();
+    let id = q.enqueue(b"long", plain()).unwrap().id();
+    let (saw_tx, saw_rx) = std::sync::mpsc::channel();
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let pool = WorkerPool::builder(&q)
+        .threads(1)
+        .start(move |lease| {
+            started_tx.send(()).unwrap();
+            // Works in steps, looking between them.
+            for _ in 0..200 {
+                if lease.is_cancelled()? {
+                    saw_tx.send(true).unwrap();
+                    return Ok(());
+                }
+                std::thread::sleep(ms(10));
+            }
+            saw_tx.send(false).unwrap();
+            Ok(())
+        })
+        .unwrap();
+    started_rx.recv_timeout(secs(10)).unwrap();
+    q.cancel(id, "user pressed stop").unwrap();
+    assert!(saw_rx.recv_timeout(secs(10)).unwrap(), "the handler saw the cancel");
+    let report = pool.shutdown(secs(5));
+    assert_eq!(report.still_running, 0, "{report:?}");
+    // The handler's Ok was an ack of a cancelled delivery: refused; nothing runs it again.
+    assert_eq!(q.job(id).unwrap().map(|j| j.state), Some(JobState::Cancelled));
+    assert_consistent(&q);
+}
+
+// ---------------------------------------------------------------------------------------
+// The completed history.
+// ---------------------------------------------------------------------------------------
+
+/// Off by default; once set (stored in the file, per queue), acks keep their jobs as
+/// completed, with the result; listed, counted, shown; the oldest go past `keep_jobs`.
+#[test]
+fn a_history_keeps_the_last_completed_jobs_with_their_results() {
+    let f = Fixture::new();
+    let q = f.open();
+    assert!(q.history().unwrap().is_off());
+    let first = q.enqueue(b"first", plain()).unwrap().id();
+    q.dequeue().unwrap().unwrap().ack().unwrap();
+    assert_eq!(q.job(first).unwrap(), None, "no history: the ack deletes");
+    assert!(q.set_history(History::off().keep_jobs(3)).unwrap());
+    assert!(!q.set_history(History::off().keep_jobs(3)).unwrap(), "unchanged");
+    let ids = crate::common::enqueue_n(&q, 5, plain());
+    for (i, id) in ids.iter().enumerate() {
+        let l = q.dequeue().unwrap().unwrap();
+        assert_eq!(l.id(), *id);
+        f.clock.advance(ms(10));
+        l.ack_with_result(format!("r{i}").as_bytes()).unwrap();
+    }
+    // The last 3 are kept, oldest first in the list.
+    let page = q.jobs(JobState::Completed, None, 10).unwrap();
+    let kept: Vec<_> = page.jobs.iter().map(|j| j.id).collect();
+    assert_eq!(kept, ids[2..].to_vec());
+    let job = q.job(ids[4]).unwrap().unwrap();
+    assert_eq!(job.state, JobState::Completed);
+    assert_eq!(job.result.as_deref(), Some(&b"r4"[..]));
+    assert_eq!(job.ended_ms, Some(f.clock.now_ms()));
+    assert_eq!(q.payload(ids[4]).unwrap().as_deref(), Some(&b"job 4"[..]));
+    let s = q.stats().unwrap();
+    assert_eq!((s.total, s.completed), (0, 3), "{s:?}");
+    assert!(q.is_empty().unwrap(), "completed jobs are not pending");
+    assert_consistent(&q);
+    // Stored in the file: a reopen keeps the setting and the jobs.
+    drop(q);
+    let q = f.open();
+    assert_eq!(q.history().unwrap(), History::off().keep_jobs(3));
+    assert_eq!(q.stats().unwrap().completed, 3);
+    // Per queue: a named queue of the file keeps none.
+    let side = q.named("side").unwrap();
+    assert!(side.history().unwrap().is_off());
+    let s_id = side.enqueue(b"s", plain()).unwrap().id();
+    side.dequeue().unwrap().unwrap().ack().unwrap();
+    assert_eq!(side.job(s_id).unwrap(), None);
+    // Turned off: prune deletes what is kept.
+    assert!(q.set_history(History::off()).unwrap());
+    assert_eq!(q.prune().unwrap().history, 3);
+    assert_eq!(q.stats().unwrap().completed, 0);
+    assert_consistent(&q);
+}
+
+/// `keep_for` bounds the history by age: jobs older than it go, a few per operation and the
+/// rest by prune; `purge(Completed)` clears it; bad bounds are refused and write nothing.
+#[test]
+fn a_history_by_age_forgets_old_jobs_and_bad_bounds_are_refused() {
+    let f = Fixture::new();
+    let q = f.open();
+    for bad in [
+        History::off().keep_jobs(0),
+        History::off().keep_jobs(leaseq::HISTORY_JOBS_MAX + 1),
+        History::off().keep_for(Duration::ZERO),
+        History::off().keep_for(leaseq::DELAY_MAX + secs(1)),
+    ] {
+        assert!(
+            matches!(q.set_history(bad), Err(Error::InvalidOption { .. })),
+            "{bad:?}"
+        );
+        assert!(q.history().unwrap().is_off());
+    }
+    q.set_history(History::off().keep_for(secs(60))).unwrap();
+    let ids = crate::common::enqueue_n(&q, 6, plain());
+    for _ in &ids {
+        q.dequeue().unwrap().unwrap().ack().unwrap();
+    }
+    assert_eq!(q.stats().unwrap().completed, 6);
+    f.clock.advance(secs(59));
+    let _ = q.dequeue().unwrap();
+    assert_eq!(q.stats().unwrap().completed, 6, "younger than the bound");
+    f.clock.advance(secs(1));
+    // An ack deletes a bounded few of the old ones (and keeps its own job).
+    q.enqueue(b"new", plain()).unwrap();
+    q.dequeue().unwrap().unwrap().ack().unwrap();
+    let left = q.stats().unwrap().completed;
+    assert!((2..=6).contains(&left), "{left}");
+    assert_eq!(q.prune().unwrap().history, left - 1);
+    assert_eq!(q.stats().unwrap().completed, 1, "the young one stays");
+    // Purge clears a history at once.
+    assert_eq!(q.purge(JobState::Completed).unwrap(), 1);
+    assert_consistent(&q);
+}
+
+/// A result above `RESULT_BYTES_MAX` is refused and the lease stays current.
+#[test]
+fn an_oversized_result_is_refused_and_the_lease_stays() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.set_history(History::off().keep_jobs(5)).unwrap();
+    let id = q.enqueue(b"x", plain()).unwrap().id();
+    let l = q.dequeue().unwrap().unwrap();
+    let big = vec![7u8; leaseq::RESULT_BYTES_MAX + 1];
+    assert!(matches!(
+        l.ack_with_result(&big),
+        Err(Error::InvalidOption { .. })
+    ));
+    assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Leased);
+    l.ack_with_result(&big[..leaseq::RESULT_BYTES_MAX]).unwrap();
+    assert_eq!(
+        q.job(id).unwrap().unwrap().result.map(|r| r.len()),
+        Some(leaseq::RESULT_BYTES_MAX)
+    );
+}
+
+/// `ack_with` into a history: the effect, the marker and the completed row commit together;
+/// the completed job does not keep its idempotency key's marker alive.
+#[test]
+fn ack_with_keeps_the_job_completed_in_a_history() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.set_history(History::off().keep_jobs(5)).unwrap();
+    let id = q
+        .enqueue(b"pay", EnqueueOptions::default().idempotency_key("p1"))
+        .unwrap()
+        .id();
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.ack_with(|_| Ok(())).unwrap(), leaseq::Applied::Now);
+    assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Completed);
+    assert!(q.is_applied("p1").unwrap());
+    assert_consistent(&q);
+}
+
+// ---------------------------------------------------------------------------------------
+// Retry of an ended job.
+// ---------------------------------------------------------------------------------------
+
+/// A completed or cancelled job runs again as a new attempt series and takes its keys back;
+/// a key another job took meanwhile refuses the retry and writes nothing; a live job is
+/// refused.
+#[test]
+fn retry_runs_an_ended_job_again_with_its_keys() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.set_history(History::off().keep_jobs(10)).unwrap();
+    let a = q
+        .enqueue(b"a", EnqueueOptions::default().dedup_key("ka").max_attempts(2))
+        .unwrap()
+        .id();
+    let l = q.dequeue().unwrap().unwrap();
+    l.nack("first try").unwrap();
+    q.dequeue().unwrap().unwrap().ack().unwrap();
+    assert_eq!(q.job(a).unwrap().unwrap().attempts, 2);
+    q.retry(a).unwrap();
+    let job = q.job(a).unwrap().unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Ready, 0));
+    assert_eq!(job.last_error.as_deref(), Some("first try"), "its errors stay");
+    assert_eq!(
+        q.enqueue(b"dup", dedup("ka")).unwrap(),
+        Enqueued::Duplicate(a),
+        "it holds its key again"
+    );
+    assert!(matches!(
+        q.retry(a),
+        Err(Error::InvalidState {
+            actual: JobState::Ready,
+            ..
+        })
+    ));
+    // Cancelled, then its key taken by a new job: the retry is refused.
+    q.cancel(a, "no").unwrap();
+    let b = q.enqueue(b"b", dedup("ka")).unwrap().id();
+    let before = q.job(a).unwrap();
+    assert!(matches!(q.retry(a), Err(Error::KeyHeld { holder, .. }) if holder == b));
+    assert_eq!(q.job(a).unwrap(), before);
+    q.remove(b).unwrap();
+    q.retry(a).unwrap();
+    assert_eq!(q.dequeue().unwrap().unwrap().id(), a);
+    assert_consistent(&q);
+}
+
+// ---------------------------------------------------------------------------------------
+// Dedup held until the job starts.
+// ---------------------------------------------------------------------------------------
+
+/// The key is held while the job waits, and released at its first delivery: an edit saved
+/// while the sync job runs gets its own job, so it is not lost.
+#[test]
+fn a_key_held_until_started_lets_a_new_job_in_once_the_first_runs() {
+    let f = Fixture::new();
+    let q = f.open();
+    let sync = |payload: &[u8]| {
+        q.enqueue(
+            payload,
+            EnqueueOptions::default()
+                .dedup_key("note-7")
+                .dedup_until_started(),
+        )
+        .unwrap()
+    };
+    let first = sync(b"v1").id();
+    assert_eq!(sync(b"v2"), Enqueued::Duplicate(first), "held while waiting");
+    let running = q.dequeue().unwrap().unwrap();
+    assert_eq!(q.job(first).unwrap().unwrap().dedup_key, None);
+    let second = match sync(b"v3") {
+        Enqueued::New(id) => id,
+        other => panic!("a new job after the start, got {other:?}"),
+    };
+    assert_eq!(sync(b"v4"), Enqueued::Duplicate(second));
+    // The first job's nack does not take the key back.
+    running.nack("offline").unwrap();
+    assert_eq!(sync(b"v5"), Enqueued::Duplicate(second));
+    assert_consistent(&q);
+    // Refused without a key, or with a window.
+    for bad in [
+        EnqueueOptions::default().dedup_until_started(),
+        EnqueueOptions::default()
+            .dedup_key("k")
+            .dedup_window(secs(5))
+            .dedup_until_started(),
+    ] {
+        assert!(matches!(
+            q.enqueue(b"x", bad),
+            Err(Error::InvalidOption { .. })
+        ));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Snooze reasons and the error history.
+// ---------------------------------------------------------------------------------------
+
+/// A snooze's reason is the job's status until its next delivery, apart from its last error;
+/// the error history keeps each attempt's error, time and number, at most `ERRORS_KEPT`.
+#[test]
+fn snooze_reasons_and_the_error_history_are_kept() {
+    let f = Fixture::new();
+    let q = f.open();
+    let max = leaseq::ERRORS_KEPT as u32 + 3;
+    let id = q
+        .enqueue(b"x", EnqueueOptions::default().max_attempts(max + 1))
+        .unwrap()
+        .id();
+    let l = q.dequeue().unwrap().unwrap();
+    l.nack("timeout").unwrap();
+    let l = q.dequeue().unwrap().unwrap();
+    l.snooze_because(Duration::ZERO, "waiting for network").unwrap();
+    let job = q.job(id).unwrap().unwrap();
+    assert_eq!(job.status.as_deref(), Some("waiting for network"));
+    assert_eq!(job.last_error.as_deref(), Some("timeout"), "a snooze keeps it");
+    assert_eq!(
+        job.errors,
+        vec![leaseq::AttemptError {
+            attempt: 1,
+            at_ms: Some(f.clock.now_ms()),
+            message: "timeout".into()
+        }]
+    );
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.snoozes(), 1);
+    assert_eq!(q.job(id).unwrap().unwrap().status, None, "cleared by the delivery");
+    l.nack("e2").unwrap();
+    for i in 3..=max {
+        f.clock.advance(ms(5));
+        q.dequeue().unwrap().unwrap().nack(&format!("e{i}")).unwrap();
+    }
+    let job = q.job(id).unwrap().unwrap();
+    assert_eq!(job.errors.len(), leaseq::ERRORS_KEPT);
+    let attempts: Vec<u32> = job.errors.iter().map(|e| e.attempt).collect();
+    let want: Vec<u32> = (max + 1 - leaseq::ERRORS_KEPT as u32..=max).collect();
+    assert_eq!(attempts, want, "the last ERRORS_KEPT, oldest first");
+    assert_eq!(job.last_error.as_deref(), Some(format!("e{max}").as_str()));
+    assert_consistent(&q);
+}
