@@ -30,7 +30,10 @@ fn cancel_ends_a_waiting_or_dead_job_at_once_and_frees_its_key() {
         .unwrap()
         .id();
     let dead = q
-        .enqueue(b"dead", EnqueueOptions::default().max_attempts(1).priority(-1))
+        .enqueue(
+            b"dead",
+            EnqueueOptions::default().max_attempts(1).priority(-1),
+        )
         .unwrap()
         .id();
     q.dequeue().unwrap().unwrap().nack("broken").unwrap();
@@ -66,7 +69,12 @@ fn cancel_fences_the_delivery_of_a_leased_job() {
     let f = Fixture::new();
     let q = f.open();
     let id = q
-        .enqueue(b"sync note", EnqueueOptions::default().idempotency_key("n1").dedup_key("d"))
+        .enqueue(
+            b"sync note",
+            EnqueueOptions::default()
+                .idempotency_key("n1")
+                .dedup_key("d"),
+        )
         .unwrap()
         .id();
     let lease = q.dequeue().unwrap().unwrap();
@@ -89,12 +97,18 @@ fn cancel_fences_the_delivery_of_a_leased_job() {
         Ok(())
     });
     assert!(matches!(r, Err(Error::Cancelled { .. })), "{r:?}");
-    assert!(!ran.load(Ordering::SeqCst), "the effect of a cancelled delivery never runs");
+    assert!(
+        !ran.load(Ordering::SeqCst),
+        "the effect of a cancelled delivery never runs"
+    );
     assert!(!q.is_applied("n1").unwrap());
     // The lease ended with that refusal: later calls are LeaseLost without a read.
     assert!(matches!(lease.ack(), Err(Error::LeaseLost { .. })));
     // Its key is free at once; the job is counted as cancelled, not live.
-    assert!(matches!(q.enqueue(b"n", dedup("d")).unwrap(), Enqueued::New(_)));
+    assert!(matches!(
+        q.enqueue(b"n", dedup("d")).unwrap(),
+        Enqueued::New(_)
+    ));
     let s = q.stats().unwrap();
     assert_eq!((s.total, s.leased, s.cancelled), (1, 0, 1), "{s:?}");
     assert_consistent(&q);
@@ -179,11 +193,17 @@ fn a_pool_handler_sees_its_job_cancelled_and_its_heartbeats_stop() {
         .unwrap();
     started_rx.recv_timeout(secs(10)).unwrap();
     q.cancel(id, "user pressed stop").unwrap();
-    assert!(saw_rx.recv_timeout(secs(10)).unwrap(), "the handler saw the cancel");
+    assert!(
+        saw_rx.recv_timeout(secs(10)).unwrap(),
+        "the handler saw the cancel"
+    );
     let report = pool.shutdown(secs(5));
     assert_eq!(report.still_running, 0, "{report:?}");
     // The handler's Ok was an ack of a cancelled delivery: refused; nothing runs it again.
-    assert_eq!(q.job(id).unwrap().map(|j| j.state), Some(JobState::Cancelled));
+    assert_eq!(
+        q.job(id).unwrap().map(|j| j.state),
+        Some(JobState::Cancelled)
+    );
     assert_consistent(&q);
 }
 
@@ -202,7 +222,10 @@ fn a_history_keeps_the_last_completed_jobs_with_their_results() {
     q.dequeue().unwrap().unwrap().ack().unwrap();
     assert_eq!(q.job(first).unwrap(), None, "no history: the ack deletes");
     assert!(q.set_history(History::off().keep_jobs(3)).unwrap());
-    assert!(!q.set_history(History::off().keep_jobs(3)).unwrap(), "unchanged");
+    assert!(
+        !q.set_history(History::off().keep_jobs(3)).unwrap(),
+        "unchanged"
+    );
     let ids = crate::common::enqueue_n(&q, 5, plain());
     for (i, id) in ids.iter().enumerate() {
         let l = q.dequeue().unwrap().unwrap();
@@ -333,7 +356,10 @@ fn retry_runs_an_ended_job_again_with_its_keys() {
     let q = f.open();
     q.set_history(History::off().keep_jobs(10)).unwrap();
     let a = q
-        .enqueue(b"a", EnqueueOptions::default().dedup_key("ka").max_attempts(2))
+        .enqueue(
+            b"a",
+            EnqueueOptions::default().dedup_key("ka").max_attempts(2),
+        )
         .unwrap()
         .id();
     let l = q.dequeue().unwrap().unwrap();
@@ -343,7 +369,11 @@ fn retry_runs_an_ended_job_again_with_its_keys() {
     q.retry(a).unwrap();
     let job = q.job(a).unwrap().unwrap();
     assert_eq!((job.state, job.attempts), (JobState::Ready, 0));
-    assert_eq!(job.last_error.as_deref(), Some("first try"), "its errors stay");
+    assert_eq!(
+        job.last_error.as_deref(),
+        Some("first try"),
+        "its errors stay"
+    );
     assert_eq!(
         q.enqueue(b"dup", dedup("ka")).unwrap(),
         Enqueued::Duplicate(a),
@@ -388,7 +418,11 @@ fn a_key_held_until_started_lets_a_new_job_in_once_the_first_runs() {
         .unwrap()
     };
     let first = sync(b"v1").id();
-    assert_eq!(sync(b"v2"), Enqueued::Duplicate(first), "held while waiting");
+    assert_eq!(
+        sync(b"v2"),
+        Enqueued::Duplicate(first),
+        "held while waiting"
+    );
     let running = q.dequeue().unwrap().unwrap();
     assert_eq!(q.job(first).unwrap().unwrap().dedup_key, None);
     let second = match sync(b"v3") {
@@ -433,10 +467,15 @@ fn snooze_reasons_and_the_error_history_are_kept() {
     let l = q.dequeue().unwrap().unwrap();
     l.nack("timeout").unwrap();
     let l = q.dequeue().unwrap().unwrap();
-    l.snooze_because(Duration::ZERO, "waiting for network").unwrap();
+    l.snooze_because(Duration::ZERO, "waiting for network")
+        .unwrap();
     let job = q.job(id).unwrap().unwrap();
     assert_eq!(job.status.as_deref(), Some("waiting for network"));
-    assert_eq!(job.last_error.as_deref(), Some("timeout"), "a snooze keeps it");
+    assert_eq!(
+        job.last_error.as_deref(),
+        Some("timeout"),
+        "a snooze keeps it"
+    );
     assert_eq!(
         job.errors,
         vec![leaseq::AttemptError {
@@ -447,11 +486,19 @@ fn snooze_reasons_and_the_error_history_are_kept() {
     );
     let l = q.dequeue().unwrap().unwrap();
     assert_eq!(l.snoozes(), 1);
-    assert_eq!(q.job(id).unwrap().unwrap().status, None, "cleared by the delivery");
+    assert_eq!(
+        q.job(id).unwrap().unwrap().status,
+        None,
+        "cleared by the delivery"
+    );
     l.nack("e2").unwrap();
     for i in 3..=max {
         f.clock.advance(ms(5));
-        q.dequeue().unwrap().unwrap().nack(&format!("e{i}")).unwrap();
+        q.dequeue()
+            .unwrap()
+            .unwrap()
+            .nack(&format!("e{i}"))
+            .unwrap();
     }
     let job = q.job(id).unwrap().unwrap();
     assert_eq!(job.errors.len(), leaseq::ERRORS_KEPT);

@@ -263,7 +263,9 @@ struct Runner {
 /// A leaseq error, as the model names it.
 fn ekind(e: &Error) -> Option<EKind> {
     Some(match e {
-        Error::LeaseLost { .. } => EKind::LeaseLost,
+        // A cancelled delivery's calls are refused as a lost one's: the model does not tell
+        // the two apart.
+        Error::LeaseLost { .. } | Error::Cancelled { .. } => EKind::LeaseLost,
         Error::InvalidOption { .. } => EKind::InvalidOption,
         Error::KeyTooLong { .. } => EKind::KeyTooLong,
         Error::JobNotFound { .. } => EKind::JobNotFound,
@@ -685,13 +687,11 @@ impl Runner {
                 }
             }
             76..77 => self.op_requeue_dead(),
-            77..78 => {
-                if self.src.chance(1, 3) {
-                    self.op_pause()
-                } else {
-                    self.op_remove()
-                }
-            }
+            77..78 => match self.src.below(4) {
+                0 => self.op_pause(),
+                1 => self.op_cancel(),
+                _ => self.op_remove(),
+            },
             78..87 => {
                 self.op_clock();
                 Ok(())
@@ -728,7 +728,8 @@ impl Runner {
 
     /// `flush`: an empty durable commit; changes nothing the model sees.
     /// `prune`: with the default retentions (7 days for markers, dead jobs kept) and no dedup
-    /// windows in these workloads, nothing is due: it must remove nothing and change nothing.
+    /// windows in these workloads, nothing live is due: it must remove nothing but rows of
+    /// cancelled jobs (no history is kept), and change nothing the model sees.
     /// `Queue::write`: an effect row and a job in the named queue "side" (`enqueue_to`), in one
     /// transaction; one in five fails after both writes, leaving neither.
     fn op_write_side(&mut self) -> Result<(), String> {
@@ -782,8 +783,11 @@ impl Runner {
         match self.q().prune() {
             Ok(p) => {
                 self.log(format!("prune -> Ok {p:?}"));
-                if p != leaseq::Pruned::default() && !self.disk.is_crashed() {
-                    return Err(format!("prune removed {p:?}; nothing was due"));
+                // Rows of cancelled jobs whose fence ended may go (none is live); nothing else.
+                let live = (p.applied, p.dedup_windows, p.dead);
+                let cancelled = self.model().cancelled.len() as u64;
+                if (live != (0, 0, 0) || p.history > cancelled) && !self.disk.is_crashed() {
+                    return Err(format!("prune removed {p:?}; nothing live was due"));
                 }
             }
             Err(e) => {
@@ -1423,7 +1427,8 @@ impl Runner {
             ids[self.src.below(ids.len() as u64) as usize]
         } else {
             // Acked, or never handed out: JobNotFound.
-            let gone: Vec<u64> = self.model().gone.iter().copied().collect();
+            let m = self.model();
+            let gone: Vec<u64> = m.gone.difference(&m.cancelled).copied().collect();
             if gone.is_empty() || self.src.chance(1, 3) {
                 self.model().max_id + 1 + self.src.below(3)
             } else {
@@ -1452,6 +1457,22 @@ impl Runner {
         let got = if pause { q.pause() } else { q.resume() }.map(Got::Flag);
         let what = if pause { "pause" } else { "resume" };
         self.settle(what, &apply, got, crashed_before)?;
+        Ok(())
+    }
+
+    /// `cancel` of a live job (any state), or of an id never handed out. Not of a cancelled
+    /// one: whether its row is still kept (fencing) depends on pruning the model leaves out.
+    fn op_cancel(&mut self) -> Result<(), String> {
+        let ids: Vec<u64> = self.model().jobs.keys().copied().collect();
+        let id = if !ids.is_empty() && self.src.chance(4, 5) {
+            ids[self.src.below(ids.len() as u64) as usize]
+        } else {
+            self.model().max_id + 1 + self.src.below(3)
+        };
+        let apply = |m: &mut Model| m.cancel(id);
+        let crashed_before = self.disk.is_crashed();
+        let got = self.q().cancel(JobId(id), "stop").map(Got::State);
+        self.settle(&format!("cancel job {id}"), &apply, got, crashed_before)?;
         Ok(())
     }
 

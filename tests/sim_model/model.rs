@@ -205,6 +205,10 @@ pub struct Model {
     /// Jobs acked (`ack`, `ack_with`) or removed (`remove`) with `Ok`, or found so after a
     /// crash: they must never come back.
     pub gone: BTreeSet<u64>,
+    /// Jobs cancelled with `Ok` (also in `gone`): their rows may stay a while as cancelled
+    /// (while they fence a lease), so calls that would tell a gone row from a kept one are
+    /// not aimed at them.
+    pub cancelled: BTreeSet<u64>,
     pub dedup: BTreeMap<String, u64>,
     /// Effect keys whose applied-ids marker exists.
     pub applied: BTreeSet<String>,
@@ -240,6 +244,7 @@ impl Model {
             max_attempts,
             jobs: BTreeMap::new(),
             gone: BTreeSet::new(),
+            cancelled: BTreeSet::new(),
             dedup: BTreeMap::new(),
             applied: BTreeSet::new(),
             effects: BTreeMap::new(),
@@ -702,6 +707,19 @@ impl Model {
         job.run_at_ms = now_ms;
         self.make_ready(id);
         MRes::Unit
+    }
+
+    /// `Queue::cancel`: a live job ends now, its dedup key released, its lease (if any)
+    /// fenced; returns the state it was in. A cancelled lease's calls are answered as lost
+    /// (`Cancelled` is mapped to `LeaseLost`).
+    pub fn cancel(&mut self, id: u64) -> MRes {
+        let Some(job) = self.jobs.get(&id) else {
+            return MRes::Err(EKind::JobNotFound);
+        };
+        let was = job.state.public();
+        self.delete(id);
+        self.cancelled.insert(id);
+        MRes::State(was)
     }
 
     /// `Queue::pause` (`pause`) or `Queue::resume`: whether the state changed.
