@@ -21,10 +21,10 @@
 //! | `enqueue.rs` | enqueue (new, imported), `Queue::write` and the closure's `Sink` |
 //! | `dequeue.rs` | the bounded sweep (due jobs, expired leases), then the dequeue |
 //! | `fenced.rs` | calls checked against a fencing token: ack, `ack_with`, nack, snooze, fail, extend |
-//! | `retention.rs` | bounded pruning of applied markers, dead jobs, dedup windows |
-//! | `admin.rs` | requeue, remove, purge or requeue by state |
+//! | `retention.rs` | bounded pruning of applied markers, dead jobs, dedup windows, the completed history |
+//! | `admin.rs` | cancel, retry, requeue, remove, purge or requeue by state |
 //! | `registry.rs` | named-queue numbers |
-//! | `control.rs` | queue controls stored in the file: pause, resume |
+//! | `control.rs` | queue controls stored in the file: pause, resume, the history setting |
 //! | `migrate.rs` | the file id, format upgrades |
 //! | `recover.rs` | lease recovery at open |
 //! | `read.rs` | read-only views: peek, stats, one job, lists |
