@@ -995,6 +995,70 @@ impl Queue {
         self.run(&mut |ctx| store::retry(ctx, self.config.tables, id.0, now_ms))
     }
 
+    /// Runs a scheduled job now, as BullMQ's `job.promote()`: ready at once, at the back of
+    /// its priority; its attempts, keys and options stay. One commit.
+    ///
+    /// # Errors
+    /// `JobNotFound`; `InvalidState` if it is not scheduled (a leased job is changed through
+    /// its lease; a ready job is already due); `Corrupted` if its row is damaged; `Reentrant`;
+    /// `CommitFailed` or `Storage`. Nothing is written on an error.
+    pub fn promote(&self, id: JobId) -> Result<()> {
+        self.update(id, store::Change::Promote)
+    }
+
+    /// Moves the due time of a ready or scheduled job to `delay` from now (whole
+    /// milliseconds, at most [`DELAY_MAX`](crate::DELAY_MAX); zero: ready now), as BullMQ's
+    /// `job.changeDelay()`. A ready job given a delay waits again; a ready job given zero keeps
+    /// its place in line; a scheduled one made ready goes to the back of its priority. One
+    /// commit.
+    ///
+    /// # Errors
+    /// `InvalidOption` for a delay above `DELAY_MAX` or a due time that overflows;
+    /// `JobNotFound`; `InvalidState` for a leased, dead or ended job (a dead job runs again
+    /// with [`Queue::retry`]); `Corrupted`; `Reentrant`; `CommitFailed` or `Storage`. Nothing
+    /// is written on an error.
+    pub fn reschedule(&self, id: JobId, delay: Duration) -> Result<()> {
+        if delay > crate::limits::DELAY_MAX {
+            return Err(Error::invalid_option("delay", "above DELAY_MAX"));
+        }
+        self.update(id, store::Change::DueIn(crate::clock::duration_ms(delay)))
+    }
+
+    /// Changes the priority of a ready, scheduled or dead job (lower is served first), as
+    /// BullMQ's `job.changePriority()`. A ready job keeps its place among the jobs of its new
+    /// priority by when it became ready. One commit.
+    ///
+    /// # Errors
+    /// `JobNotFound`; `InvalidState` for a leased or ended job; `Corrupted`; `Reentrant`;
+    /// `CommitFailed` or `Storage`. Nothing is written on an error.
+    pub fn set_priority(&self, id: JobId, priority: i32) -> Result<()> {
+        self.update(id, store::Change::Priority(priority))
+    }
+
+    /// Replaces the payload of a ready, scheduled or dead job, as BullMQ's `job.updateData()`:
+    /// its place, attempts, keys and options stay. The new payload is raw bytes (a typed
+    /// payload's recorded encoding goes; [`Lease::decode`](crate::Lease::decode) then uses the
+    /// handle's). One commit.
+    ///
+    /// # Errors
+    /// `PayloadTooLarge` above [`Builder::payload_bytes_max`]; `JobNotFound`; `InvalidState`
+    /// for a leased or ended job (a leased job's payload is what its worker is running);
+    /// `Corrupted`; `Reentrant`; `CommitFailed` or `Storage`. Nothing is written on an error.
+    pub fn update_payload(&self, id: JobId, payload: &[u8]) -> Result<()> {
+        if payload.len() > self.config.payload_bytes_max {
+            return Err(Error::PayloadTooLarge {
+                size_bytes: payload.len(),
+                limit_bytes: self.config.payload_bytes_max,
+            });
+        }
+        self.update(id, store::Change::Payload(payload))
+    }
+
+    fn update(&self, id: JobId, change: store::Change<'_>) -> Result<()> {
+        let now_ms = self.now_ms();
+        self.run(&mut |ctx| store::update(ctx, self.config.tables, id.0, change, now_ms))
+    }
+
     /// Whether job `id` is cancelled (a read, for [`Lease::is_cancelled`]).
     pub(crate) fn is_job_cancelled(&self, id: JobId) -> Result<bool> {
         Ok(self

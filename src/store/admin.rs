@@ -153,6 +153,93 @@ pub(crate) fn retry(
     tx_tables.put(id, &record).map(Ok)
 }
 
+/// A change to a waiting job ([`update`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Change<'a> {
+    /// Due this many ms from now (0: ready now). Ready or scheduled jobs.
+    DueIn(u64),
+    /// Scheduled jobs only: ready now.
+    Promote,
+    /// A new priority. Ready, scheduled or dead jobs.
+    Priority(i32),
+    /// A new payload (raw bytes: the recorded encoding goes), checked against the queue's
+    /// limit by the caller. Ready, scheduled or dead jobs.
+    Payload(&'a [u8]),
+}
+
+/// Changes waiting job `id` as `change` says, keeping every index in step (a ready job that
+/// stays ready keeps its place in line; one made ready goes to the back of its priority).
+/// Refused, nothing written: `JobNotFound`; `InvalidState` for a leased or ended job, or a
+/// state the change does not apply to; `Corrupted` for a damaged row; `InvalidOption` for a
+/// due time that overflows.
+pub(crate) fn update(
+    ctx: &mut Ctx<'_>,
+    tables: &'static QueueTables,
+    id: u64,
+    change: Change<'_>,
+    now_ms: u64,
+) -> Verdict<()> {
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    let mut record = match good_row(&tx_tables, id)? {
+        Ok(record) => record,
+        Err(refusal) => return refuse(refusal),
+    };
+    let state = record.state.job_state();
+    let (applies, expected) = match change {
+        Change::DueIn(_) => (
+            matches!(state, JobState::Ready | JobState::Scheduled),
+            "Ready or Scheduled",
+        ),
+        Change::Promote => (state == JobState::Scheduled, "Scheduled"),
+        Change::Priority(_) | Change::Payload(_) => (
+            matches!(
+                state,
+                JobState::Ready | JobState::Scheduled | JobState::Dead
+            ),
+            "Ready, Scheduled or Dead",
+        ),
+    };
+    if !applies {
+        return refuse(Error::InvalidState {
+            job_id: JobId(id),
+            actual: state,
+            expected,
+        });
+    }
+    let Some(due_ms) = now_ms.checked_add(match change {
+        Change::DueIn(ms) => ms,
+        _ => 0,
+    }) else {
+        return refuse(Error::invalid_option("delay", "due time overflows"));
+    };
+    tx_tables.unindex(id, &record)?;
+    match change {
+        Change::DueIn(_) | Change::Promote => {
+            if due_ms > now_ms {
+                // Blocked consumers re-read the earliest due time.
+                ctx.wake(tables.queue_number);
+                record.run_at_ms = due_ms;
+                record.state = StoredState::Scheduled;
+            } else if record.state == StoredState::Scheduled {
+                ctx.wake(tables.queue_number);
+                record.run_at_ms = now_ms;
+                record.seq = ctx.alloc_seq();
+                record.state = StoredState::Ready;
+            }
+        }
+        Change::Priority(priority) => record.priority = priority,
+        Change::Payload(payload) => {
+            if record.payload_apart.take().is_some() {
+                tx_tables.payloads_mut()?.remove(id)?;
+            }
+            record.payload = payload.to_vec();
+            record.encoding = None;
+            tx_tables.store_payload(id, &mut record)?;
+        }
+    }
+    tx_tables.put(id, &record).map(Ok)
+}
+
 /// Moves job `id` (its good `record`, whose index entry is still in place) back to ready
 /// with its attempts reset to 0, as a fresh job at the back of its priority.
 fn requeue_record(

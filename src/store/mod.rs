@@ -47,7 +47,9 @@ mod tables;
 mod transition;
 mod validate;
 
-pub(crate) use admin::{BulkAction, bulk_by_state, cancel, remove, requeue_dead, retry};
+pub(crate) use admin::{
+    BulkAction, Change, bulk_by_state, cancel, remove, requeue_dead, retry, update,
+};
 pub(crate) use check::check_file;
 pub(crate) use control::{history_of, pause, paused_queues, resume, set_history, validate_history};
 pub(crate) use dequeue::dequeue;

@@ -508,3 +508,112 @@ fn snooze_reasons_and_the_error_history_are_kept() {
     assert_eq!(job.last_error.as_deref(), Some(format!("e{max}").as_str()));
     assert_consistent(&q);
 }
+
+// ---------------------------------------------------------------------------------------
+// Reschedule a waiting job.
+// ---------------------------------------------------------------------------------------
+
+/// Promote, a new due time, a new priority and a new payload each keep every index in step;
+/// a leased or ended job is refused and nothing is written.
+#[test]
+fn waiting_jobs_are_rescheduled_and_leased_ones_refused() {
+    let f = Fixture::new();
+    let q = f.open();
+    let later = q
+        .enqueue(b"later", EnqueueOptions::default().delay(secs(3600)))
+        .unwrap()
+        .id();
+    let a = q.enqueue(b"a", plain()).unwrap().id();
+    let b = q.enqueue(b"b", plain()).unwrap().id();
+    // Promote: the scheduled job is ready now, behind a and b.
+    q.promote(later).unwrap();
+    assert_eq!(q.job(later).unwrap().unwrap().state, JobState::Ready);
+    assert!(matches!(
+        q.promote(a),
+        Err(Error::InvalidState {
+            actual: JobState::Ready,
+            ..
+        })
+    ));
+    // A new priority moves b ahead; a delay sends a back to wait.
+    q.set_priority(b, -5).unwrap();
+    q.reschedule(a, secs(60)).unwrap();
+    let ja = q.job(a).unwrap().unwrap();
+    assert_eq!(
+        (ja.state, ja.run_at_ms),
+        (JobState::Scheduled, f.clock.now_ms() + 60_000)
+    );
+    // A new payload, large enough to be stored apart, then small again.
+    let big = vec![9u8; 5000];
+    q.update_payload(later, &big).unwrap();
+    assert_eq!(q.payload(later).unwrap().unwrap(), big);
+    assert_consistent(&q);
+    let order: Vec<_> = q
+        .dequeue_batch(10)
+        .unwrap()
+        .into_iter()
+        .map(|l| (l.id(), l.payload().to_vec()))
+        .collect();
+    assert_eq!(order, vec![(b, b"b".to_vec()), (later, big.clone())]);
+    // Leased jobs are refused, with nothing written.
+    for r in [
+        q.update_payload(b, b"x"),
+        q.set_priority(b, 1),
+        q.reschedule(b, secs(1)),
+        q.promote(b),
+    ] {
+        assert!(
+            matches!(
+                r,
+                Err(Error::InvalidState {
+                    actual: JobState::Leased,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+    }
+    assert_eq!(q.job(b).unwrap().unwrap().priority, -5);
+    // The scheduled one: due now with a zero delay; bad input refused.
+    q.reschedule(a, Duration::ZERO).unwrap();
+    assert_eq!(q.dequeue().unwrap().unwrap().id(), a);
+    assert!(matches!(
+        q.reschedule(a, leaseq::DELAY_MAX + secs(1)),
+        Err(Error::InvalidOption { .. })
+    ));
+    assert!(matches!(
+        q.promote(leaseq::JobId(999)),
+        Err(Error::JobNotFound { .. })
+    ));
+    let huge = vec![0u8; 64 << 20];
+    assert!(matches!(
+        q.update_payload(later, &huge),
+        Err(Error::PayloadTooLarge { .. })
+    ));
+    assert_consistent(&q);
+}
+
+/// A dead job's payload and priority can be fixed before it runs again.
+#[test]
+fn a_dead_jobs_payload_is_fixed_then_retried() {
+    let f = Fixture::new();
+    let q = f.open();
+    let id = q
+        .enqueue(b"bad input", EnqueueOptions::default().max_attempts(1))
+        .unwrap()
+        .id();
+    q.dequeue().unwrap().unwrap().nack("parse error").unwrap();
+    q.update_payload(id, b"good input").unwrap();
+    q.set_priority(id, -1).unwrap();
+    assert!(matches!(
+        q.reschedule(id, secs(1)),
+        Err(Error::InvalidState {
+            actual: JobState::Dead,
+            ..
+        })
+    ));
+    q.retry(id).unwrap();
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.payload(), b"good input");
+    assert_consistent(&q);
+}

@@ -568,7 +568,11 @@ fn assert_fixture6(q: &Queue) {
     assert!(q.history().unwrap().is_off());
     let sync = q.existing("sync").unwrap();
     let ss = sync.stats().unwrap();
-    assert_eq!((ss.total, ss.ready, ss.leased, ss.completed), (2, 2, 0, 0), "{ss:?}");
+    assert_eq!(
+        (ss.total, ss.ready, ss.leased, ss.completed),
+        (2, 2, 0, 0),
+        "{ss:?}"
+    );
     let quiet = q.existing("quiet").unwrap();
     assert!(quiet.is_paused(), "the pause survives the upgrade");
     assert_eq!(quiet.stats().unwrap().ready, 1);
