@@ -633,7 +633,10 @@ fn pause_and_resume_every_queue_or_one() {
     let stats = json_lines(ok(run(&["stats", p, "--json"])));
     assert!(stats.iter().all(|s| s["paused"] == true), "{stats:?}");
     let table = stdout(ok(run(&["stats", p])));
-    assert!(table.lines().next().unwrap().ends_with("PAUSED"), "{table}");
+    assert!(
+        table.lines().next().unwrap().contains(" PAUSED "),
+        "{table}"
+    );
     {
         let q = Queue::open(&path).unwrap();
         assert!(q.is_paused() && q.existing("side").unwrap().is_paused());
@@ -649,6 +652,86 @@ fn pause_and_resume_every_queue_or_one() {
     l.ack().unwrap();
     drop((l, q));
     fails(&run(&["pause", p, "--queue", "nope"]), 1);
+}
+
+/// `cancel`, `retry` and `promote` on one job, found in whichever queue holds it; the new
+/// states in `ls` and `stats`; the key column; `show` with the reason, status and errors.
+#[test]
+fn cancel_retry_and_promote_a_job_and_see_the_new_states() {
+    let (_dir, path) = tmp();
+    let (sync, later, done) = {
+        let q = Queue::builder()
+            .retry(RetryPolicy::immediate())
+            .open(&path)
+            .unwrap();
+        q.set_history(leaseq::History::off().keep_jobs(10)).unwrap();
+        let side = q.named("side").unwrap();
+        side.set_history(leaseq::History::off().keep_jobs(10))
+            .unwrap();
+        let sync = side
+            .enqueue(b"sync", EnqueueOptions::default().dedup_key("note-7"))
+            .unwrap()
+            .id();
+        let later = q
+            .enqueue(
+                b"later",
+                EnqueueOptions::default().delay(Duration::from_secs(3600)),
+            )
+            .unwrap()
+            .id();
+        let done = q.enqueue(b"done", EnqueueOptions::default()).unwrap().id();
+        let l = q.dequeue().unwrap().unwrap();
+        l.nack("flaky").unwrap();
+        let l = q.dequeue().unwrap().unwrap();
+        l.snooze_because(Duration::ZERO, "waiting for network")
+            .unwrap();
+        q.dequeue()
+            .unwrap()
+            .unwrap()
+            .ack_with_result(b"ok")
+            .unwrap();
+        (sync, later, done)
+    };
+    let p = s(&path);
+    let ls = stdout(ok(run(&["ls", p])));
+    assert!(ls.lines().next().unwrap().contains(" KEY "), "{ls}");
+    assert!(ls.contains("note-7"), "the key column: {ls}");
+    assert!(ls.contains("completed"), "{ls}");
+    let show = stdout(ok(run(&["show", p, &done.0.to_string()])));
+    assert!(show.contains("result           ok"), "{show}");
+    assert!(show.contains("error            attempt 1 at"), "{show}");
+    assert!(show.contains("flaky"), "{show}");
+    // Cancel the job of the named queue, found without --queue.
+    let out = stdout(ok(run(&[
+        "cancel",
+        p,
+        &sync.0.to_string(),
+        "--reason",
+        "note deleted",
+    ])));
+    assert_eq!(out.trim(), format!("cancelled {} (was ready)", sync.0));
+    let out = stdout(ok(run(&["promote", p, &later.0.to_string()])));
+    assert_eq!(out.trim(), format!("promoted {}", later.0));
+    let stats = json_lines(ok(run(&["stats", p, "--json"])));
+    let side = stats.iter().find(|s| s["queue"] == "side").unwrap();
+    assert_eq!(
+        (side["cancelled"].as_u64(), side["leased"].as_u64()),
+        (Some(1), Some(0))
+    );
+    let def = stats.iter().find(|s| s["queue"].is_null()).unwrap();
+    assert_eq!(def["completed"].as_u64(), Some(1), "{def}");
+    let ls = stdout(ok(run(&["ls", p, "--state", "cancelled"])));
+    assert!(ls.contains("cancelled: note deleted"), "{ls}");
+    let out = stdout(ok(run(&["retry", p, &done.0.to_string()])));
+    assert_eq!(out.trim(), format!("retried {}", done.0));
+    // Errors are said, and change nothing.
+    fails(&run(&["cancel", p, &sync.0.to_string()]), 1);
+    fails(&run(&["promote", p, &done.0.to_string()]), 1);
+    fails(&run(&["retry", p, "999"]), 1);
+    let q = Queue::open(&path).unwrap();
+    assert_eq!(q.job(later).unwrap().unwrap().state, JobState::Ready);
+    assert_eq!(q.job(done).unwrap().unwrap().state, JobState::Ready);
+    assert!(q.check().unwrap().is_empty());
 }
 
 /// `prune` never removes applied markers unless told how old they may be: the tool cannot

@@ -63,6 +63,15 @@ pub enum Command {
     /// Move dead jobs back to ready, attempts reset.
     #[command(after_help = EXIT_CODES)]
     RequeueDead(RequeueDeadArgs),
+    /// Cancel a job in any live state, with a reason; a leased job's delivery is fenced.
+    #[command(after_help = EXIT_CODES)]
+    Cancel(CancelArgs),
+    /// Run a dead, completed or cancelled job again, attempts reset.
+    #[command(after_help = EXIT_CODES)]
+    Retry(JobArgs),
+    /// Run a scheduled job now.
+    #[command(after_help = EXIT_CODES)]
+    Promote(JobArgs),
     /// Delete every job in a state (never leased ones).
     #[command(after_help = EXIT_CODES)]
     Purge(PurgeArgs),
@@ -73,8 +82,8 @@ pub enum Command {
     /// Resume paused queues. Without --queue, every queue of the file.
     #[command(after_help = EXIT_CODES)]
     Resume(ControlArgs),
-    /// Remove applied markers and dead jobs past their retention and ended dedup windows,
-    /// in every queue.
+    /// Remove applied markers and dead jobs past their retention, ended dedup windows, and
+    /// completed or cancelled jobs past their queue's history, in every queue.
     #[command(after_help = EXIT_CODES)]
     Prune(PruneArgs),
     /// Give the file's free pages back to the file system.
@@ -132,6 +141,10 @@ pub enum StateArg {
     Leased,
     /// Dead-lettered.
     Dead,
+    /// Acked and kept in the queue's history.
+    Completed,
+    /// Cancelled.
+    Cancelled,
 }
 
 impl From<StateArg> for leaseq::JobState {
@@ -141,6 +154,8 @@ impl From<StateArg> for leaseq::JobState {
             StateArg::Scheduled => leaseq::JobState::Scheduled,
             StateArg::Leased => leaseq::JobState::Leased,
             StateArg::Dead => leaseq::JobState::Dead,
+            StateArg::Completed => leaseq::JobState::Completed,
+            StateArg::Cancelled => leaseq::JobState::Cancelled,
         }
     }
 }
@@ -237,6 +252,31 @@ pub struct RequeueDeadArgs {
     /// Every dead job.
     #[arg(long)]
     pub all: bool,
+    #[command(flatten)]
+    pub queue: QueueArg,
+}
+
+/// A command on one job: `leaseq retry`, `leaseq promote`.
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    /// The job's id.
+    pub id: u64,
+    #[command(flatten)]
+    pub queue: QueueArg,
+}
+
+/// `leaseq cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    /// The job's id.
+    pub id: u64,
+    /// Why (kept with the job, shown by `show`).
+    #[arg(long, default_value = "cancelled with the leaseq tool")]
+    pub reason: String,
     #[command(flatten)]
     pub queue: QueueArg,
 }

@@ -184,6 +184,25 @@ pub struct JobView {
     pub lease_deadline_ms: Option<u64>,
     /// Leased: the current lease token.
     pub lease_token: Option<u64>,
+    /// Why it was last snoozed, until its next delivery.
+    pub status: Option<String>,
+    /// Completed or cancelled: when (Unix ms).
+    pub ended_ms: Option<u64>,
+    /// Cancelled: why.
+    pub cancel_reason: Option<String>,
+    /// Completed: the result its ack stored, as text or hex.
+    pub result: Option<String>,
+    pub result_hex: Option<String>,
+    /// The errors of its last attempts, oldest first.
+    pub errors: Vec<ErrorView>,
+}
+
+/// One attempt's error in a [`JobView`].
+#[derive(Debug, Serialize)]
+pub struct ErrorView {
+    pub attempt: u32,
+    pub at_ms: Option<u64>,
+    pub message: String,
 }
 
 impl JobView {
@@ -198,6 +217,20 @@ impl JobView {
             died_ms: info.died_ms,
             lease_deadline_ms: info.lease_deadline_ms,
             lease_token: info.lease_token,
+            status: info.status.clone(),
+            ended_ms: info.ended_ms,
+            cancel_reason: info.cancel_reason.clone(),
+            result: text_or_hex(info.result.as_deref()).0,
+            result_hex: text_or_hex(info.result.as_deref()).1,
+            errors: info
+                .errors
+                .iter()
+                .map(|e| ErrorView {
+                    attempt: e.attempt,
+                    at_ms: e.at_ms,
+                    message: e.message.clone(),
+                })
+                .collect(),
         }
     }
 }

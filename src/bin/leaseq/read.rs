@@ -15,11 +15,13 @@ use crate::output::{Out, short, state_name, utc};
 const PAGE_JOBS: usize = 1000;
 
 /// Every state, in the order `ls` lists them.
-pub const STATES: [JobState; 4] = [
+pub const STATES: [JobState; 6] = [
     JobState::Ready,
     JobState::Scheduled,
     JobState::Leased,
     JobState::Dead,
+    JobState::Completed,
+    JobState::Cancelled,
 ];
 
 #[derive(Serialize)]
@@ -34,6 +36,8 @@ struct StatsJson<'a> {
     dedup_keys: u64,
     quarantined: u64,
     paused: bool,
+    completed: u64,
+    cancelled: u64,
 }
 
 /// `leaseq stats`.
@@ -59,6 +63,8 @@ pub fn stats(a: &StatsArgs) -> CliResult {
                 dedup_keys: s.dedup_keys,
                 quarantined: s.quarantined,
                 paused: s.paused,
+                completed: s.completed,
+                cancelled: s.cancelled,
             })?;
         }
         return out.flush();
@@ -74,6 +80,8 @@ pub fn stats(a: &StatsArgs) -> CliResult {
         "DEDUP_KEYS",
         "QUARANTINED",
         "PAUSED",
+        "COMPLETED",
+        "CANCELLED",
     ];
     let cells: Vec<Vec<String>> = rows
         .iter()
@@ -94,6 +102,8 @@ pub fn stats(a: &StatsArgs) -> CliResult {
                 .map(u64::to_string),
             );
             row.push(if s.paused { "yes" } else { "no" }.to_string());
+            row.push(s.completed.to_string());
+            row.push(s.cancelled.to_string());
             row
         })
         .collect();
@@ -145,8 +155,8 @@ pub fn ls(a: &LsArgs) -> CliResult {
     let mut out = Out::new();
     if !a.json {
         out.line(format!(
-            "{:>10}  {:<queue_width$}  {:<9}  {:>8}  {:>6}  {:<24}  {:>9}  LAST_ERROR",
-            "ID", "QUEUE", "STATE", "ATTEMPTS", "PRI", "RUN_AT", "BYTES"
+            "{:>10}  {:<queue_width$}  {:<9}  {:>8}  {:>6}  {:<24}  {:>9}  {:<24}  LAST_ERROR",
+            "ID", "QUEUE", "STATE", "ATTEMPTS", "PRI", "RUN_AT", "BYTES", "KEY"
         ))?;
     }
     let mut left = a.limit.unwrap_or(u64::MAX);
@@ -166,8 +176,25 @@ pub fn ls(a: &LsArgs) -> CliResult {
                         out.json(&JobView::new(q.name(), info, None))?;
                     } else {
                         let attempts = format!("{}/{}", info.attempts, info.max_attempts);
+                        // The dedup key, else the idempotency key; as text, or hex.
+                        let key = match (&info.dedup_key, &info.idempotency_key) {
+                            (Some(k), _) | (None, Some(k)) => {
+                                match crate::jsonl::text_or_hex(Some(k)) {
+                                    (Some(text), _) => text,
+                                    (None, hex) => format!("0x{}", hex.unwrap_or_default()),
+                                }
+                            }
+                            (None, None) => "-".to_string(),
+                        };
+                        // A cancelled job's reason, a snoozed one's status, else the last
+                        // error.
+                        let note = match (&info.cancel_reason, &info.status) {
+                            (Some(r), _) => format!("cancelled: {r}"),
+                            (None, Some(s)) => format!("snoozed: {s}"),
+                            (None, None) => info.last_error.clone().unwrap_or_default(),
+                        };
                         out.line(format!(
-                            "{:>10}  {:<queue_width$}  {:<9}  {:>8}  {:>6}  {:<24}  {:>9}  {}",
+                            "{:>10}  {:<queue_width$}  {:<9}  {:>8}  {:>6}  {:<24}  {:>9}  {:<24}  {}",
                             info.id.0,
                             queue_label(q),
                             state_name(info.state),
@@ -175,7 +202,8 @@ pub fn ls(a: &LsArgs) -> CliResult {
                             info.priority,
                             utc(info.run_at_ms),
                             info.payload_bytes,
-                            short(info.last_error.as_deref().unwrap_or(""), 60),
+                            short(&key, 24),
+                            short(&note, 60),
                         ))?;
                     }
                 }
@@ -276,6 +304,20 @@ pub fn show(a: &ShowArgs) -> CliResult {
             or_dash(info.lease_token.map(|t| t.to_string())),
         ),
         ("last_error", or_dash(info.last_error.clone())),
+        ("status", or_dash(info.status.clone())),
+        ("ended", or_dash(info.ended_ms.map(time))),
+        ("cancel_reason", or_dash(info.cancel_reason.clone())),
+        (
+            "result",
+            or_dash(
+                info.result
+                    .as_ref()
+                    .map(|r| match crate::jsonl::text_or_hex(Some(r)) {
+                        (Some(text), _) => text,
+                        (None, hex) => format!("0x{}", hex.unwrap_or_default()),
+                    }),
+            ),
+        ),
         (
             "idempotency_key",
             key(&l.idempotency_key, &l.idempotency_key_hex),
@@ -289,6 +331,13 @@ pub fn show(a: &ShowArgs) -> CliResult {
     ];
     for (name, value) in fields {
         out.line(format!("{name:<16} {value}"))?;
+    }
+    for e in &info.errors {
+        let at = e.at_ms.map_or("time unknown".to_string(), |ms| utc(ms));
+        out.line(format!(
+            "error            attempt {} at {at}: {}",
+            e.attempt, e.message
+        ))?;
     }
     // Text as it is; bytes that are not text (or hold control characters a terminal would
     // act on) as hex.

@@ -8,7 +8,8 @@ use leaseq::{EnqueueOptions, Enqueued, JobId, JobState, Queue};
 use serde::Serialize;
 
 use crate::args::{
-    ControlArgs, EnqueueArgs, FileArg, PruneArgs, PurgeArgs, RequeueDeadArgs, StateArg,
+    CancelArgs, ControlArgs, EnqueueArgs, FileArg, JobArgs, PruneArgs, PurgeArgs, RequeueDeadArgs,
+    StateArg,
 };
 use crate::fail::{CliResult, Fail, one_line};
 use crate::files::{self, Missing, path_of, queue_label};
@@ -151,6 +152,46 @@ pub fn requeue_dead(a: &RequeueDeadArgs) -> CliResult {
         let n = q.requeue_dead_all().map_err(|e| Fail::leaseq(path, e))?;
         out.line(format!("{}: requeued {n} dead jobs", queue_label(&q)))?;
     }
+    out.flush()
+}
+
+/// `leaseq cancel`: the job, found in the selected queues.
+pub fn cancel(a: &CancelArgs) -> CliResult {
+    on_job(&a.file, a.queue.queue.as_deref(), a.id, |q, id| {
+        q.cancel(id, &a.reason)
+            .map(|was| format!("cancelled {} (was {})", id.0, state_name(was)))
+    })
+}
+
+/// `leaseq retry`: the job, found in the selected queues.
+pub fn retry(a: &JobArgs) -> CliResult {
+    on_job(&a.file, a.queue.queue.as_deref(), a.id, |q, id| {
+        q.retry(id).map(|()| format!("retried {}", id.0))
+    })
+}
+
+/// `leaseq promote`: the job, found in the selected queues.
+pub fn promote(a: &JobArgs) -> CliResult {
+    on_job(&a.file, a.queue.queue.as_deref(), a.id, |q, id| {
+        q.promote(id).map(|()| format!("promoted {}", id.0))
+    })
+}
+
+/// Finds job `id` in the queues `name` selects and applies `f` to it; prints what `f` says.
+fn on_job(
+    file: &std::path::Path,
+    name: Option<&str>,
+    id: u64,
+    f: impl Fn(&Queue, JobId) -> leaseq::Result<String>,
+) -> CliResult {
+    let queue = files::open(file, Missing::Refuse)?;
+    let path = path_of(&queue);
+    let Some((q, _)) = crate::read::find_job(&queue, name, id)? else {
+        return Err(Fail::problem(format!("{}: no job {id}", path.display())));
+    };
+    let said = f(&q, JobId(id)).map_err(|e| Fail::leaseq(path, e))?;
+    let mut out = Out::new();
+    out.line(said)?;
     out.flush()
 }
 
