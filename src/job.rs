@@ -64,6 +64,7 @@ pub struct EnqueueOptions {
     pub(crate) retry: Option<crate::retry::RetryPolicy>,
     pub(crate) dedup_window: Option<Duration>,
     pub(crate) dedup_until_started: bool,
+    pub(crate) on_duplicate: OnDuplicate,
     /// Set by `enqueue_value`: how the payload was encoded.
     pub(crate) encoding: Option<crate::format::payload::Encoding>,
 }
@@ -152,6 +153,16 @@ impl EnqueueOptions {
         self
     }
 
+    /// What this enqueue does when its dedup key is held by a job still waiting (ready or
+    /// scheduled): nothing (the default, [`Enqueued::Duplicate`]), or replace that job's
+    /// payload, and with [`OnDuplicate::Debounce`] its due time too ([`Enqueued::Replaced`]).
+    /// A holder that is leased or dead, or a key held only by a window, is a duplicate as
+    /// usual. Needs a dedup key (checked at enqueue, `InvalidOption`).
+    pub fn on_duplicate(mut self, on_duplicate: OnDuplicate) -> Self {
+        self.on_duplicate = on_duplicate;
+        self
+    }
+
     /// This job's retry policy, instead of the queue's
     /// [`Builder::retry`](crate::Builder::retry). Checked at enqueue (`InvalidOption` with
     /// field `"retry"`).
@@ -212,15 +223,39 @@ pub enum Enqueued {
     /// ([`Queue::requeue_dead`](crate::Queue::requeue_dead)): do one of those to enqueue the
     /// work again, or use a new key.
     DuplicateDead(JobId),
+    /// The dedup key is held by this waiting job, whose payload (and, debounced, due time)
+    /// this enqueue replaced ([`EnqueueOptions::on_duplicate`]); nothing was added.
+    Replaced(JobId),
 }
 
 impl Enqueued {
     /// The id of the new job, or of the job that holds the dedup key.
     pub fn id(self) -> JobId {
         match self {
-            Enqueued::New(id) | Enqueued::Duplicate(id) | Enqueued::DuplicateDead(id) => id,
+            Enqueued::New(id)
+            | Enqueued::Duplicate(id)
+            | Enqueued::DuplicateDead(id)
+            | Enqueued::Replaced(id) => id,
         }
     }
+}
+
+/// What an enqueue does when its dedup key is held by a job still waiting
+/// ([`EnqueueOptions::on_duplicate`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnDuplicate {
+    /// Nothing is added or changed: [`Enqueued::Duplicate`] names the holder (the default).
+    #[default]
+    Keep,
+    /// The waiting holder's payload (and its encoding) becomes this enqueue's: the latest
+    /// version wins, as BullMQ's deduplication with `replace`. The holder keeps its id, place,
+    /// due time, attempts, keys and options; this enqueue's other options are not used.
+    Replace,
+    /// [`OnDuplicate::Replace`], and the holder's due time becomes this enqueue's (now, or
+    /// its [`delay`](EnqueueOptions::delay) from now): a burst of enqueues runs once, after
+    /// the last, as BullMQ's debounce. A holder made due now goes to the back of its
+    /// priority (one already ready keeps its place).
+    Debounce,
 }
 
 /// The result of [`Lease::ack_with`](crate::Lease::ack_with).

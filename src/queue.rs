@@ -1059,6 +1059,22 @@ impl Queue {
         self.run(&mut |ctx| store::update(ctx, self.config.tables, id.0, change, now_ms))
     }
 
+    /// Releases a dedup key by hand, as BullMQ's `removeDeduplicationKey`: the next enqueue
+    /// with it makes a new job. The job that held it goes on but no longer holds it (its
+    /// [`JobInfo::dedup_key`] is `None` from then on, and its dedup window ends). Returns the
+    /// job the key named (possibly gone, for a window), or `None` if nothing held it. One
+    /// commit when a key was held.
+    ///
+    /// # Errors
+    /// `KeyTooLong` above [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX), `InvalidOption` for an
+    /// empty key (nothing written); `Reentrant`; `CommitFailed` or `Storage`.
+    pub fn release_dedup_key(&self, key: impl AsRef<[u8]>) -> Result<Option<JobId>> {
+        let key = key.as_ref().to_vec();
+        store::check_key("dedup_key", Some(&key))?;
+        self.run(&mut |ctx| store::release_key(ctx, self.config.tables, &key).map(Ok))
+            .map(|holder| holder.map(JobId))
+    }
+
     /// Whether job `id` is cancelled (a read, for [`Lease::is_cancelled`]).
     pub(crate) fn is_job_cancelled(&self, id: JobId) -> Result<bool> {
         Ok(self

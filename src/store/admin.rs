@@ -153,6 +153,40 @@ pub(crate) fn retry(
     tx_tables.put(id, &record).map(Ok)
 }
 
+/// Releases dedup key `key` by hand: its entry and window go, and the live job that held it
+/// no longer does (its record forgets the key). Returns the job the entry named, if any.
+pub(crate) fn release_key(
+    ctx: &mut Ctx<'_>,
+    tables: &'static QueueTables,
+    key: &[u8],
+) -> Result<Option<u64>> {
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    let Some(holder) = tx_tables.dedup()?.get(key)?.map(|v| v.value()) else {
+        return Ok(None);
+    };
+    let window_end_ms = tx_tables.dedup_windows()?.get(key)?.map(|v| v.value());
+    match window_end_ms {
+        Some(end_ms) => tx_tables.end_window(key, end_ms)?,
+        None => {
+            tx_tables.dedup_mut()?.remove(key)?;
+        }
+    }
+    if let Row::Good(mut record) = tx_tables.row(holder)?
+        && !record.state.is_ended()
+        && record.dedup_key.as_deref() == Some(key)
+    {
+        record.dedup_key = None;
+        record.dedup_window_ms = None;
+        record.dedup_until_started = false;
+        // Its state, and so its index entry, is unchanged.
+        record.validate()?;
+        tx_tables
+            .jobs_mut()
+            .insert(holder, record.encode()?.as_slice())?;
+    }
+    Ok(Some(holder))
+}
+
 /// A change to a waiting job ([`update`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Change<'a> {
@@ -229,12 +263,8 @@ pub(crate) fn update(
         }
         Change::Priority(priority) => record.priority = priority,
         Change::Payload(payload) => {
-            if record.payload_apart.take().is_some() {
-                tx_tables.payloads_mut()?.remove(id)?;
-            }
-            record.payload = payload.to_vec();
+            tx_tables.replace_payload(id, &mut record, payload)?;
             record.encoding = None;
-            tx_tables.store_payload(id, &mut record)?;
         }
     }
     tx_tables.put(id, &record).map(Ok)

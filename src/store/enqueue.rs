@@ -7,12 +7,13 @@ use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
 use crate::format::record::{JobRecord, StoredState};
 use crate::format::schema::QueueTables;
-use crate::job::{Enqueued, JobId};
+use crate::job::{Enqueued, JobId, OnDuplicate};
 use crate::limits::PRUNE_PER_ACK_MAX;
 
 use super::QueueConfig;
 use super::retention::prune_windows;
-use super::tables::Tables;
+use super::tables::{Row, Tables};
+use super::validate::NewJob;
 
 /// Adds new validated records (from [`new_records`](super::validate::new_records)) in order.
 /// A dedup key held by a live job, or by an earlier record of the same batch, makes that
@@ -21,10 +22,10 @@ use super::tables::Tables;
 pub(crate) fn enqueue(
     ctx: &mut Ctx<'_>,
     tables: &'static QueueTables,
-    records: &[JobRecord],
+    jobs: &[NewJob],
 ) -> Result<Vec<Enqueued>> {
     let mut tx_tables = Tables::open(ctx, tables)?;
-    enqueue_into(&mut tx_tables, ctx, records, None)
+    enqueue_into(&mut tx_tables, ctx, jobs, None)
 }
 
 /// [`enqueue`] for imported records (from
@@ -37,7 +38,14 @@ pub(crate) fn enqueue_imported(
     now_ms: u64,
 ) -> Result<Vec<Enqueued>> {
     let mut tx_tables = Tables::open(ctx, tables)?;
-    enqueue_into(&mut tx_tables, ctx, records, Some(now_ms))
+    let jobs: Vec<NewJob> = records
+        .iter()
+        .map(|record| NewJob {
+            record: record.clone(),
+            on_duplicate: OnDuplicate::Keep,
+        })
+        .collect();
+    enqueue_into(&mut tx_tables, ctx, &jobs, Some(now_ms))
 }
 
 /// [`enqueue`] (`judged_at_ms: None`) or [`enqueue_imported`] on tables the running
@@ -45,15 +53,22 @@ pub(crate) fn enqueue_imported(
 fn enqueue_into(
     tx_tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
-    records: &[JobRecord],
+    jobs: &[NewJob],
     judged_at_ms: Option<u64>,
 ) -> Result<Vec<Enqueued>> {
-    let mut out = Vec::with_capacity(records.len());
-    for record in records {
+    let mut out = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let record = &job.record;
         let now_ms = judged_at_ms.unwrap_or(record.created_ms);
         if let Some(k) = &record.dedup_key
             && let Some((owner, by_window)) = tx_tables.key_holder(k, now_ms)?
         {
+            if job.on_duplicate != OnDuplicate::Keep
+                && replace_waiting(tx_tables, ctx, owner, job, now_ms)?
+            {
+                out.push(Enqueued::Replaced(JobId(owner)));
+                continue;
+            }
             // A lookup that found a window ended wrote (it released the key); this did not.
             let dead = !by_window && tx_tables.dead()?.get(owner)?.is_some();
             out.push(if dead {
@@ -97,13 +112,46 @@ fn enqueue_into(
     Ok(out)
 }
 
+/// Replaces the payload (and, debounced, the due time) of job `id`, the holder of `job`'s
+/// dedup key, if it is still waiting (ready or scheduled); whether it did.
+fn replace_waiting(
+    tx_tables: &mut Tables<'_>,
+    ctx: &mut Ctx<'_>,
+    id: u64,
+    job: &NewJob,
+    now_ms: u64,
+) -> Result<bool> {
+    let Row::Good(mut holder) = tx_tables.row(id)? else {
+        return Ok(false);
+    };
+    if !matches!(holder.state, StoredState::Ready | StoredState::Scheduled) {
+        return Ok(false);
+    }
+    tx_tables.unindex(id, &holder)?;
+    tx_tables.replace_payload(id, &mut holder, &job.record.payload)?;
+    holder.encoding = job.record.encoding;
+    if job.on_duplicate == OnDuplicate::Debounce {
+        let due_ms = job.record.run_at_ms;
+        if due_ms > now_ms {
+            holder.run_at_ms = due_ms;
+            holder.state = StoredState::Scheduled;
+        } else if holder.state == StoredState::Scheduled {
+            ctx.wake(tx_tables.tables.queue_number);
+            holder.run_at_ms = now_ms;
+            holder.seq = ctx.alloc_seq();
+            holder.state = StoredState::Ready;
+        }
+    }
+    tx_tables.put(id, &holder)?;
+    Ok(true)
+}
+
 /// Where a caller's closure inside a group transaction enqueues ([`crate::Tx::enqueue`]): on
 /// the tables the running operation holds open (`ack_with`) or opens for it
 /// ([`write()`]).
 pub(crate) trait Sink {
-    /// Adds validated records in order to queue `tables`, as [`enqueue`].
-    fn put(&mut self, tables: &'static QueueTables, records: &[JobRecord])
-    -> Result<Vec<Enqueued>>;
+    /// Adds validated jobs in order to queue `tables`, as [`enqueue`].
+    fn put(&mut self, tables: &'static QueueTables, jobs: &[NewJob]) -> Result<Vec<Enqueued>>;
 }
 
 /// The [`Sink`] of one closure run. A storage error part-way through an enqueue leaves its
@@ -118,11 +166,7 @@ pub(crate) struct TablesSink<'s, 't, 'c> {
 }
 
 impl Sink for TablesSink<'_, '_, '_> {
-    fn put(
-        &mut self,
-        tables: &'static QueueTables,
-        records: &[JobRecord],
-    ) -> Result<Vec<Enqueued>> {
+    fn put(&mut self, tables: &'static QueueTables, records: &[NewJob]) -> Result<Vec<Enqueued>> {
         if let Some(why) = &self.broken {
             return Err(Error::Effect(
                 format!("an earlier enqueue in this transaction failed: {why}").into(),
@@ -148,11 +192,11 @@ impl TablesSink<'_, '_, '_> {
     /// Releases the dedup keys of `records` held (while live, not by a window) by a job this
     /// operation acks: that job is gone when the transaction commits, so a follow-up with its
     /// key takes the key instead of being answered `Duplicate` of a job that will not exist.
-    fn release_acked_keys(&mut self, records: &[JobRecord]) -> Result<()> {
+    fn release_acked_keys(&mut self, jobs: &[NewJob]) -> Result<()> {
         if self.acked.is_empty() {
             return Ok(());
         }
-        for record in records {
+        for NewJob { record, .. } in jobs {
             if let Some(k) = &record.dedup_key
                 && let Some((owner, false)) = self.tx_tables.key_holder(k, record.created_ms)?
                 && self.acked.contains(&owner)

@@ -48,7 +48,7 @@ mod transition;
 mod validate;
 
 pub(crate) use admin::{
-    BulkAction, Change, bulk_by_state, cancel, remove, requeue_dead, retry, update,
+    BulkAction, Change, bulk_by_state, cancel, release_key, remove, requeue_dead, retry, update,
 };
 pub(crate) use check::check_file;
 pub(crate) use control::{history_of, pause, paused_queues, resume, set_history, validate_history};
@@ -62,7 +62,9 @@ pub(crate) use read::{
 pub(crate) use recover::{read_leased_rows, recover_leases};
 pub(crate) use registry::{create_queue, find_queue, named_queues};
 pub(crate) use retention::{prune, prune_dead_jobs, prune_dedup_windows, prune_history_jobs};
-pub(crate) use validate::{import_record, lease_ms_checked, new_records, truncate_reason};
+pub(crate) use validate::{
+    check_key, import_record, lease_ms_checked, new_records, truncate_reason,
+};
 
 /// Queue-wide settings an operation needs.
 #[derive(Debug, Clone, Copy)]

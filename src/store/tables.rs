@@ -222,6 +222,21 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
+    /// Gives job `id` (its `record`, not yet written back) the payload `payload`: inline, or
+    /// apart above `PAYLOAD_INLINE_MAX`, its old row apart dropped.
+    pub(super) fn replace_payload(
+        &mut self,
+        id: u64,
+        record: &mut JobRecord,
+        payload: &[u8],
+    ) -> Result<()> {
+        if record.payload_apart.take().is_some() {
+            self.payloads_mut()?.remove(id)?;
+        }
+        record.payload = payload.to_vec();
+        self.store_payload(id, record)
+    }
+
     /// The payload job `id` stores apart, checked against its reference; `Ok(Err(why))` if
     /// it is missing or damaged.
     pub(super) fn apart_payload(

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, StoredState};
-use crate::job::{EnqueueOptions, JobState};
+use crate::job::{EnqueueOptions, JobState, OnDuplicate};
 use crate::limits::REASON_BYTES_MAX;
 
 use super::QueueConfig;
@@ -46,7 +46,7 @@ pub(crate) fn lease_ms_checked(field: &'static str, d: std::time::Duration) -> R
     Ok(ms)
 }
 
-fn check_key(field: &'static str, key: Option<&Vec<u8>>) -> Result<()> {
+pub(crate) fn check_key(field: &'static str, key: Option<&Vec<u8>>) -> Result<()> {
     match key {
         Some(k) if k.len() > crate::limits::KEY_BYTES_MAX => Err(Error::KeyTooLong {
             field,
@@ -58,12 +58,19 @@ fn check_key(field: &'static str, key: Option<&Vec<u8>>) -> Result<()> {
     }
 }
 
+/// A validated enqueue: the record to add, and what to do if its dedup key is held.
+#[derive(Debug, Clone)]
+pub(crate) struct NewJob {
+    pub record: JobRecord,
+    pub on_duplicate: OnDuplicate,
+}
+
 /// Validates a batch of enqueues (1 to `BATCH_MAX` jobs) and builds their records.
 pub(crate) fn new_records<'p>(
     config: &QueueConfig,
     now_ms: u64,
     jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
-) -> Result<Vec<JobRecord>> {
+) -> Result<Vec<NewJob>> {
     let mut records = Vec::new();
     for (payload, opts) in jobs {
         if records.len() == crate::limits::BATCH_MAX {
@@ -72,7 +79,13 @@ pub(crate) fn new_records<'p>(
                 format!("a batch holds 1 to {} items", crate::limits::BATCH_MAX),
             ));
         }
-        records.push(new_record(config, now_ms, payload, &opts)?);
+        if opts.on_duplicate != OnDuplicate::Keep && opts.dedup_key.is_none() {
+            return Err(Error::invalid_option("on_duplicate", "needs a dedup key"));
+        }
+        records.push(NewJob {
+            record: new_record(config, now_ms, payload, &opts)?,
+            on_duplicate: opts.on_duplicate,
+        });
     }
     if records.is_empty() {
         return Err(Error::invalid_option("jobs", "the batch is empty"));

@@ -617,3 +617,125 @@ fn a_dead_jobs_payload_is_fixed_then_retried() {
     assert_eq!(l.payload(), b"good input");
     assert_consistent(&q);
 }
+
+// ---------------------------------------------------------------------------------------
+// Replace, debounce, release a key by hand.
+// ---------------------------------------------------------------------------------------
+
+/// A duplicate with `Replace` gives the waiting holder its payload (the latest edit wins,
+/// the holder keeps its place and id); a leased holder is a plain duplicate (the edit gets
+/// its own job only with `dedup_until_started`).
+#[test]
+fn a_duplicate_replaces_the_waiting_jobs_payload() {
+    let f = Fixture::new();
+    let q = f.open();
+    let edit = |payload: &[u8]| {
+        q.enqueue(
+            payload,
+            EnqueueOptions::default()
+                .dedup_key("note-7")
+                .on_duplicate(leaseq::OnDuplicate::Replace),
+        )
+        .unwrap()
+    };
+    let first = edit(b"v1").id();
+    let other = q.enqueue(b"other", plain()).unwrap().id();
+    assert_eq!(edit(b"v2"), Enqueued::Replaced(first));
+    // Across the inline limit and back.
+    let big = vec![3u8; 4000];
+    assert_eq!(edit(&big), Enqueued::Replaced(first));
+    assert_eq!(q.payload(first).unwrap().unwrap(), big);
+    assert_consistent(&q);
+    assert_eq!(edit(b"v4"), Enqueued::Replaced(first));
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(
+        (l.id(), l.payload()),
+        (first, &b"v4"[..]),
+        "it kept its place"
+    );
+    assert_eq!(
+        edit(b"v5"),
+        Enqueued::Duplicate(first),
+        "a leased holder keeps its payload"
+    );
+    l.ack().unwrap();
+    assert_eq!(q.dequeue().unwrap().unwrap().id(), other);
+    assert!(matches!(
+        q.enqueue(
+            b"x",
+            EnqueueOptions::default().on_duplicate(leaseq::OnDuplicate::Replace)
+        ),
+        Err(Error::InvalidOption { .. })
+    ));
+    assert_consistent(&q);
+}
+
+/// Debounce: a burst of enqueues runs once, after the last one's delay, with the last
+/// payload.
+#[test]
+fn a_debounced_burst_runs_once_after_the_last() {
+    let f = Fixture::new();
+    let q = f.open();
+    let save = |payload: &[u8]| {
+        q.enqueue(
+            payload,
+            EnqueueOptions::default()
+                .dedup_key("autosave")
+                .delay(secs(5))
+                .on_duplicate(leaseq::OnDuplicate::Debounce),
+        )
+        .unwrap()
+    };
+    let id = save(b"draft 1").id();
+    for i in 2..=4 {
+        f.clock.advance(secs(3));
+        assert_eq!(
+            save(format!("draft {i}").as_bytes()),
+            Enqueued::Replaced(id)
+        );
+        assert!(q.dequeue().unwrap().is_none(), "pushed back each time");
+    }
+    f.clock.advance(secs(5));
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!((l.id(), l.payload()), (id, &b"draft 4"[..]));
+    assert_consistent(&q);
+}
+
+/// A key released by hand lets a new enqueue in; the old holder goes on without it.
+#[test]
+fn a_dedup_key_released_by_hand_lets_a_new_job_in() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a = q.enqueue(b"a", dedup("k")).unwrap().id();
+    assert_eq!(q.release_dedup_key("k").unwrap(), Some(a));
+    assert_eq!(
+        q.release_dedup_key("k").unwrap(),
+        None,
+        "nothing holds it now"
+    );
+    assert_eq!(q.job(a).unwrap().unwrap().dedup_key, None);
+    let b = match q.enqueue(b"b", dedup("k")).unwrap() {
+        Enqueued::New(id) => id,
+        other => panic!("{other:?}"),
+    };
+    assert_consistent(&q);
+    // Deleting the old holder leaves the new one's key alone.
+    q.remove(a).unwrap();
+    assert_eq!(q.enqueue(b"c", dedup("k")).unwrap(), Enqueued::Duplicate(b));
+    // A window's key too.
+    let w = EnqueueOptions::default()
+        .dedup_key("w")
+        .dedup_window(secs(600));
+    let c = q.enqueue(b"w", w.clone()).unwrap().id();
+    assert_eq!(q.release_dedup_key("w").unwrap(), Some(c));
+    assert!(matches!(q.enqueue(b"w2", w).unwrap(), Enqueued::New(_)));
+    assert!(matches!(
+        q.release_dedup_key(""),
+        Err(Error::InvalidOption { .. })
+    ));
+    assert!(matches!(
+        q.release_dedup_key(vec![0u8; leaseq::KEY_BYTES_MAX + 1]),
+        Err(Error::KeyTooLong { .. })
+    ));
+    assert_consistent(&q);
+}

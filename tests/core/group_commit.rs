@@ -425,7 +425,7 @@ impl QModel {
                 );
                 id.0
             }
-            Enqueued::Duplicate(id) | Enqueued::DuplicateDead(id) => {
+            Enqueued::Duplicate(id) | Enqueued::DuplicateDead(id) | Enqueued::Replaced(id) => {
                 panic!("unexpected Duplicate({id:?})")
             }
         }
@@ -596,7 +596,9 @@ fn produce(w: &World, p: u64, iterations: u64) {
                     .enqueue(&payload, EnqueueOptions::default().dedup_key(&key))
                     .unwrap()
                 {
-                    Enqueued::Duplicate(named) | Enqueued::DuplicateDead(named) => {
+                    Enqueued::Duplicate(named)
+                    | Enqueued::DuplicateDead(named)
+                    | Enqueued::Replaced(named) => {
                         m.duplicates.lock().unwrap().push((first, named.0))
                     }
                     new @ Enqueued::New(_) => {

@@ -16,6 +16,7 @@ mod batch;
 mod clock_wakeups;
 mod compact;
 mod controls;
+mod controls_adversarial;
 mod dedup;
 mod effect;
 mod files;

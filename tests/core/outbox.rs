@@ -465,7 +465,7 @@ fn follow_up_with_parents_dedup_key_is_not_silently_lost() {
     // Whatever it answered, the id it named must exist after the commit (or the child must).
     match got {
         Enqueued::New(_) => assert_eq!(left, vec![b"child".to_vec()]),
-        Enqueued::Duplicate(id) | Enqueued::DuplicateDead(id) => {
+        Enqueued::Duplicate(id) | Enqueued::DuplicateDead(id) | Enqueued::Replaced(id) => {
             assert!(
                 id != parent && left.is_empty(),
                 "follow-up answered {got:?} (the parent, acked in the same transaction): \

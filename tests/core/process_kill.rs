@@ -256,7 +256,7 @@ impl Worker {
     fn report_enqueued(e: Enqueued, payload: &str) {
         match e {
             Enqueued::New(id) => say(format!("ENQ {id} {payload}")),
-            Enqueued::Duplicate(id) | Enqueued::DuplicateDead(id) => {
+            Enqueued::Duplicate(id) | Enqueued::DuplicateDead(id) | Enqueued::Replaced(id) => {
                 let (_, dedup) = keys_of(payload).unwrap();
                 say(format!(
                     "DUP {id} {}",

@@ -160,6 +160,27 @@ impl From<StateArg> for leaseq::JobState {
     }
 }
 
+/// `--on-duplicate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnDuplicateArg {
+    /// Nothing is added or changed.
+    Keep,
+    /// The waiting job's payload becomes this one.
+    Replace,
+    /// Its payload and due time become this enqueue's.
+    Debounce,
+}
+
+impl From<OnDuplicateArg> for leaseq::OnDuplicate {
+    fn from(a: OnDuplicateArg) -> leaseq::OnDuplicate {
+        match a {
+            OnDuplicateArg::Keep => leaseq::OnDuplicate::Keep,
+            OnDuplicateArg::Replace => leaseq::OnDuplicate::Replace,
+            OnDuplicateArg::Debounce => leaseq::OnDuplicate::Debounce,
+        }
+    }
+}
+
 /// `leaseq ls`.
 #[derive(Debug, Args)]
 pub struct LsArgs {
@@ -215,6 +236,10 @@ pub struct EnqueueArgs {
     /// Hold the dedup key for this long after the enqueue instead of while the job lives.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true, requires = "dedup_key")]
     pub dedup_window: Option<Duration>,
+    /// When the dedup key is held by a waiting job: keep it (default), replace its payload,
+    /// or debounce (replace its payload and due time).
+    #[arg(long, value_enum, requires = "dedup_key", default_value = "keep")]
+    pub on_duplicate: OnDuplicateArg,
     /// The key ack_with records the job's effect under.
     #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,

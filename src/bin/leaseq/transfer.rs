@@ -265,7 +265,9 @@ fn import_into(
         for outcome in q.import_batch(&jobs)? {
             match outcome {
                 Enqueued::New(_) => counts.imported += 1,
-                Enqueued::Duplicate(_) | Enqueued::DuplicateDead(_) => counts.duplicates += 1,
+                Enqueued::Duplicate(_) | Enqueued::DuplicateDead(_) | Enqueued::Replaced(_) => {
+                    counts.duplicates += 1
+                }
             }
         }
     }

@@ -59,6 +59,9 @@ fn options_of(a: &EnqueueArgs) -> EnqueueOptions {
     if let Some(k) = &a.dedup_key {
         o = o.dedup_key(k);
     }
+    if a.on_duplicate != crate::args::OnDuplicateArg::Keep {
+        o = o.on_duplicate(a.on_duplicate.into());
+    }
     if let Some(w) = a.dedup_window {
         o = o.dedup_window(w);
     }
@@ -105,6 +108,7 @@ pub fn enqueue(a: &EnqueueArgs) -> CliResult {
         Enqueued::New(id) => ("new", id),
         Enqueued::Duplicate(id) => ("duplicate", id),
         Enqueued::DuplicateDead(id) => ("duplicate_dead", id),
+        Enqueued::Replaced(id) => ("replaced", id),
     };
     let mut out = Out::new();
     if a.json {
@@ -120,6 +124,9 @@ pub fn enqueue(a: &EnqueueArgs) -> CliResult {
             }
             Enqueued::DuplicateDead(id) => out.line(format!(
                 "duplicate {id} (dead job {id} holds the dedup key; requeue-dead or purge it)"
+            ))?,
+            Enqueued::Replaced(id) => out.line(format!(
+                "replaced {id} (the waiting job {id} holds the dedup key and got this payload)"
             ))?,
         }
     }
