@@ -16,8 +16,11 @@
 //!   before applying them (a 503), half after applying them with the reply lost (the case no
 //!   queue can tell apart from the first: only the key makes the retry harmless).
 //! - On success the worker records the sync in the app's own table and acks, in one commit
-//!   (`ack_with`), so the app's "synced" mark and the end of the job never disagree. On failure
-//!   it nacks, so the queue's
+//!   (`ack_with`), so the app's "synced" mark and the end of the job never disagree. When the
+//!   server cannot be reached or answers 503 it snoozes the job with a reason ("waiting for
+//!   network"): the job goes back without charging its attempt, so an outage, however long,
+//!   never dead-letters a note (an app with a network watcher would pause the queue instead,
+//!   as the guide's outbox loop does). On any other failure it nacks, so the queue's
 //!   [`RetryPolicy::exponential`] backs the job off (5 ms doubling to 100 ms here, so the
 //!   example runs in a second; real apps use seconds to minutes).
 //!
@@ -105,6 +108,7 @@ fn server(requests: mpsc::Receiver<Request>, seed: u64) -> ServerLog {
 struct WorkerLog {
     acks: u32,
     nacks: u32,
+    snoozes: u32,
 }
 
 /// The sync worker: one job at a time until `stop`.
@@ -142,6 +146,11 @@ fn sync_worker(
                     Ok(())
                 })?;
                 log.acks += 1;
+            }
+            // The server is unreachable: not the note's fault, so no attempt is charged.
+            Ok(Err(why)) if why.contains("connection refused") || why.starts_with("503") => {
+                lease.snooze_because(Duration::from_millis(20), "waiting for network")?;
+                log.snoozes += 1;
             }
             Ok(Err(why)) => {
                 lease.nack(&why)?; // back off through the queue's retry policy
@@ -231,8 +240,12 @@ fn main() -> Result<(), Error> {
     }
     assert_eq!(
         server_log.requests,
-        worker_log.acks + worker_log.nacks,
-        "every request ended in an ack or a nack"
+        worker_log.acks + worker_log.nacks + worker_log.snoozes,
+        "every request ended in an ack, a nack or a snooze"
+    );
+    assert!(
+        worker_log.snoozes > 0,
+        "the offline period was snoozed through"
     );
     assert!(server_log.offline > 0, "the offline period was exercised");
     assert!(
@@ -259,8 +272,9 @@ fn main() -> Result<(), Error> {
         server_log.duplicates_answered_from_key
     );
     println!(
-        "  worker: {} acks, {} nacks (each backed off by the retry policy); queue: {} jobs, {} dead",
-        worker_log.acks, worker_log.nacks, stats.total, stats.dead
+        "  worker: {} acks, {} nacks (each backed off by the retry policy), {} snoozes (offline, \
+         uncharged); queue: {} jobs, {} dead",
+        worker_log.acks, worker_log.nacks, worker_log.snoozes, stats.total, stats.dead
     );
     Ok(())
 }

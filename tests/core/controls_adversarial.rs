@@ -11,6 +11,7 @@ use crate::common::{
     Fixture, LEASE, all_ok, assert_consistent, bump, effects, flip_record_byte, ms, new_id, plain,
     secs,
 };
+use leaseq::Clock;
 use leaseq::{
     Applied, EnqueueOptions, Enqueued, Error, History, ImportJob, JobId, JobState, Queue,
 };
