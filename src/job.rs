@@ -347,7 +347,8 @@ pub struct JobInfo {
 /// result the ack stored, if any), and the oldest kept jobs go once there are more than
 /// `keep_jobs` of them, or once they are older than `keep_for`, whichever comes first; both
 /// bounds may be set. Cancelled jobs ([`Queue::cancel`](crate::Queue::cancel)) are kept the same
-/// way and count toward `keep_jobs`. Jobs past a bound are deleted a few per operation (as
+/// way and count toward `keep_jobs`, except a cancelled lease's row while it fences that lease
+/// (until the lease's deadline): kept whatever the bounds, and not counted. Jobs past a bound are deleted a few per operation (as
 /// dead jobs past [`Builder::dead_retention`](crate::Builder::dead_retention)), and the rest by
 /// [`Queue::prune`](crate::Queue::prune).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -549,10 +549,12 @@ impl Lease {
     /// ```
     ///
     /// # Errors
-    /// `LeaseLost` once a call on this lease ended it (or found it lost, or cancelled);
-    /// `Corrupted`, `Storage`.
+    /// `LeaseLost` once a call on this lease ended it (or found it lost, or cancelled), or
+    /// once the delivery is no longer current for another reason (its lease expired and the
+    /// job was delivered again, or it was cancelled, then retried); `Corrupted`, `Storage`.
     pub fn is_cancelled(&self) -> Result<bool> {
-        self.queue()?.is_job_cancelled(JobId(self.id))
+        self.queue()?
+            .is_delivery_cancelled(JobId(self.id), self.token)
     }
 
     /// Sets the deadline to now + `by` (never added to the old deadline), as SQS's
@@ -644,13 +646,13 @@ impl Heartbeat {
     /// Whether the job was cancelled ([`Queue::cancel`]), as [`Lease::is_cancelled`].
     ///
     /// # Errors
-    /// `LeaseLost` if the lease had already ended when the heartbeat was made; `Corrupted`,
-    /// `Storage`.
+    /// `LeaseLost` if the lease had already ended when the heartbeat was made, or its delivery
+    /// is no longer current (as [`Lease::is_cancelled`]); `Corrupted`, `Storage`.
     pub fn is_cancelled(&self) -> Result<bool> {
         let q = self.queue.as_ref().ok_or(crate::error::Error::LeaseLost {
             job_id: JobId(self.id),
             token: self.token,
         })?;
-        q.is_job_cancelled(JobId(self.id))
+        q.is_delivery_cancelled(JobId(self.id), self.token)
     }
 }

@@ -1075,11 +1075,16 @@ impl Queue {
             .map(|holder| holder.map(JobId))
     }
 
-    /// Whether job `id` is cancelled (a read, for [`Lease::is_cancelled`]).
-    pub(crate) fn is_job_cancelled(&self, id: JobId) -> Result<bool> {
-        Ok(self
-            .job(id)?
-            .is_some_and(|j| j.state == JobState::Cancelled))
+    /// Whether the delivery of job `id` under `token` was cancelled (a read, for
+    /// [`Lease::is_cancelled`]): `true` if the job is cancelled, `false` while that delivery
+    /// is current, `LeaseLost` once it is neither (the job was retried, redelivered, ended or
+    /// its cancelled row went).
+    pub(crate) fn is_delivery_cancelled(&self, id: JobId, token: u64) -> Result<bool> {
+        match self.job(id)? {
+            Some(j) if j.state == JobState::Cancelled => Ok(true),
+            Some(j) if j.lease_token == Some(token) => Ok(false),
+            _ => Err(Error::LeaseLost { job_id: id, token }),
+        }
     }
 
     /// `Err(Closed)` once the file was closed to new work.

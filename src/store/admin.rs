@@ -87,8 +87,9 @@ fn good_row(tx_tables: &Tables<'_>, id: u64) -> Result<Result<JobRecord>> {
 
 /// Runs job `id` again: a dead, completed or cancelled job goes back to ready with its
 /// attempts reset (a new attempt series), at the back of its priority; its error history
-/// stays. An ended job takes its keys again: it carries its idempotency key, and holds its
-/// dedup key unless another job took it meanwhile (`KeyHeld`, nothing written). Refused:
+/// stays. An ended job holds its dedup key again (while live: a window that ended does not
+/// run again) unless another job took it meanwhile (`KeyHeld`, nothing written); it carried
+/// its idempotency key all along. Refused:
 /// `JobNotFound`, `InvalidState` for a live job that is not dead, `Corrupted`.
 pub(crate) fn retry(
     ctx: &mut Ctx<'_>,
@@ -140,12 +141,13 @@ pub(crate) fn retry(
     }
     ctx.wake(tables.queue_number);
     tx_tables.unindex(id, &record)?;
-    if let Some(k) = record.dedup_key.as_deref()
-        && tx_tables.dedup()?.get(k)?.is_none()
+    if let Some(k) = record.dedup_key.clone()
+        && tx_tables.dedup()?.get(k.as_slice())?.is_none()
     {
-        tx_tables.dedup_mut()?.insert(k, id)?;
+        // Taken again while the job is live: a window that ended does not run again.
+        tx_tables.dedup_mut()?.insert(k.as_slice(), id)?;
+        record.dedup_window_ms = None;
     }
-    tx_tables.carry_key(id, &record)?;
     record.attempts = 0;
     record.run_at_ms = now_ms;
     record.seq = ctx.alloc_seq();
@@ -319,6 +321,8 @@ pub(crate) fn remove(
             tx_tables.leases_mut()?.retain(|(_, j), ()| j != id)?;
             tx_tables.dead_mut()?.remove(id)?;
             tx_tables.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
+            tx_tables.completed_mut()?.retain(|(_, j), ()| j != id)?;
+            tx_tables.cancelled_mut()?.retain(|(_, j), ()| j != id)?;
             tx_tables.drop_keys_of(id)?;
             tx_tables.jobs_mut().remove(id)?;
             tx_tables.payloads_mut()?.remove(id)?;

@@ -270,8 +270,8 @@ fn check_meta(rtx: &ReadTransaction, found: &mut Found) -> Result<StoredCounters
 
 /// Every row, forward: its id (and token) below the counters, it decodes, its payload is
 /// where its record says, it is in its state's index, its caller key is listed among the
-/// carriers, and the dedup key it holds maps to it (a live job's: an ended one let go of its
-/// keys). Returns how many jobs are ready, scheduled, leased, dead, completed and cancelled.
+/// carriers (every job row, live or kept ended), and the dedup key it holds maps to it (a
+/// live job's: an ended one let go of it). Returns how many jobs are ready, scheduled, leased, dead, completed and cancelled.
 fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> Result<[u64; 6]> {
     let StoredCounters {
         next_id,
@@ -335,7 +335,6 @@ fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> 
             );
         }
         if let Some(k) = record.idempotency_key.as_deref()
-            && live
             && snap.carriers.get((marker_key(k).as_slice(), id))?.is_none()
         {
             found.add(
@@ -538,12 +537,10 @@ fn check_carriers(snap: &Snapshot, found: &mut Found) -> Result<()> {
         let entry = e?.0;
         let (k, id) = entry.value();
         let carried = match snap.record(id)? {
-            Some(r) => {
-                !r.state.is_ended()
-                    && r.idempotency_key
-                        .as_deref()
-                        .is_some_and(|ik| marker_key(ik) == k)
-            }
+            Some(r) => r
+                .idempotency_key
+                .as_deref()
+                .is_some_and(|ik| marker_key(ik) == k),
             None => snap.is_quarantined(id)?,
         };
         if !carried {

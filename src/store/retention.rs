@@ -90,7 +90,8 @@ pub(super) fn prune_dead(
 
 /// Deletes up to `max` completed and cancelled jobs past the queue's history, oldest first:
 /// while there are more than its `keep_jobs`, or older than its `keep_for`, or all of them
-/// when it keeps none; never one whose row may not go yet (a cancelled lease still fenced).
+/// when it keeps none; never one whose row may not go yet (a cancelled lease still fenced),
+/// and those do not count toward `keep_jobs`.
 /// An entry that does not match its row is dropped. Returns how many were deleted and whether
 /// more may be left.
 pub(super) fn prune_history(
@@ -99,6 +100,11 @@ pub(super) fn prune_history(
     max: usize,
 ) -> Result<(u64, bool)> {
     let history = tx_tables.history()?;
+    // Rows still fencing a lease are kept whatever the bounds, and do not count toward them.
+    let fenced = tx_tables
+        .cancelled()?
+        .range((now_ms.saturating_add(1), 0)..)?
+        .count() as u64;
     let mut deleted = 0;
     for _ in 0..max {
         let first_completed = tx_tables.completed()?.first()?.map(|(k, _)| k.value());
@@ -112,7 +118,8 @@ pub(super) fn prune_history(
         if at_ms > now_ms {
             return Ok((deleted, false));
         }
-        let kept = tx_tables.completed()?.len()? + tx_tables.cancelled()?.len()?;
+        let kept =
+            (tx_tables.completed()?.len()? + tx_tables.cancelled()?.len()?).saturating_sub(fenced);
         let too_many = history.keep_jobs.is_some_and(|n| kept > n);
         let too_old = history
             .keep_for_ms

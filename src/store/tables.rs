@@ -467,21 +467,22 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// Deletes the job, releases its dedup key if the job still owns it, and drops it from
-    /// the carriers of its idempotency key (an ended job let go of its keys when it ended).
+    /// Deletes the job, releases its dedup key if the job still owns it (an ended job let go
+    /// of it when it ended), and drops it from the carriers of its idempotency key.
     pub(super) fn delete(&mut self, id: u64, record: &JobRecord, now_ms: u64) -> Result<()> {
         self.unindex(id, record)?;
         self.jobs_mut().remove(id)?;
         self.drop_payload(id, record)?;
         if record.state.is_ended() {
-            return Ok(());
+            return self.drop_carrier(id, record);
         }
         self.release_keys(id, record, now_ms)
     }
 
     /// Ends live job `id` for good, in `end` (completed or cancelled, with `ended_ms` as its
-    /// end): it lets go of its keys as a deleted job does, and its row goes to the history
-    /// when `keep` (or while it fences a cancelled lease), or is deleted.
+    /// end): it lets go of its dedup key as a deleted job does, and its row goes to the
+    /// history when `keep` (or while it fences a cancelled lease), still carrying its
+    /// idempotency key (so a retry finds its applied marker), or is deleted.
     pub(super) fn end_job(
         &mut self,
         id: u64,
@@ -496,7 +497,7 @@ impl<'t> Tables<'t> {
             return self.delete(id, &record, ended_ms);
         }
         self.unindex(id, &record)?;
-        self.release_keys(id, &record, ended_ms)?;
+        self.release_dedup_key(id, &record, ended_ms)?;
         record.state = end;
         record.run_at_ms = ended_ms;
         record.status = None;
@@ -540,6 +541,12 @@ impl<'t> Tables<'t> {
     /// dedup window still runs: the key outlives the job until then), and drops it from the
     /// carriers of its idempotency key.
     fn release_keys(&mut self, id: u64, record: &JobRecord, now_ms: u64) -> Result<()> {
+        self.release_dedup_key(id, record, now_ms)?;
+        self.drop_carrier(id, record)
+    }
+
+    /// Releases job `id`'s dedup key if it still holds it and no window holds it.
+    fn release_dedup_key(&mut self, id: u64, record: &JobRecord, now_ms: u64) -> Result<()> {
         if let Some(k) = &record.dedup_key
             && let Some((owner, _)) = self.key_holder(k, now_ms)?
             && owner == id
@@ -547,6 +554,11 @@ impl<'t> Tables<'t> {
         {
             self.dedup_mut()?.remove(k.as_slice())?;
         }
+        Ok(())
+    }
+
+    /// Drops job `id` from the carriers of its idempotency key, if it has one.
+    fn drop_carrier(&mut self, id: u64, record: &JobRecord) -> Result<()> {
         if let Some(k) = record.idempotency_key.as_deref() {
             let key = marker_key(k);
             if self.carriers_mut()?.remove((key.as_slice(), id))?.is_none() {

@@ -739,3 +739,182 @@ fn a_dedup_key_released_by_hand_lets_a_new_job_in() {
     ));
     assert_consistent(&q);
 }
+
+// ---------------------------------------------------------------------------------------
+// The history's bounds, against a model of what it may keep.
+// ---------------------------------------------------------------------------------------
+
+mod history_bounds {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    const LEASE_MS: u64 = 1_000;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Enqueue,
+        /// Dequeue and ack.
+        Complete,
+        /// Dequeue and cancel the leased job (its row fenced until the lease's deadline).
+        CancelLeased,
+        /// Cancel the oldest waiting job.
+        CancelWaiting,
+        SetHistory(Option<u64>, Option<u64>),
+        Clock(u64),
+        Prune,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => Just(Op::Enqueue),
+            4 => Just(Op::Complete),
+            1 => Just(Op::CancelLeased),
+            1 => Just(Op::CancelWaiting),
+            1 => (
+                prop::option::of(1..5u64),
+                prop::option::of(prop_oneof![Just(500u64), Just(3_000)])
+            )
+                .prop_map(|(n, ms)| Op::SetHistory(n, ms)),
+            2 => prop_oneof![Just(1u64), Just(400), Just(1_500)].prop_map(Op::Clock),
+            2 => Just(Op::Prune),
+        ]
+    }
+
+    fn run(ops: &[Op]) -> Result<(), TestCaseError> {
+        let f = Fixture::new();
+        let q = f
+            .builder()
+            .lease(Duration::from_millis(LEASE_MS))
+            .open(&f.path)
+            .unwrap();
+        let mut history = History::off();
+        // Every job ended so far: id -> when its row may go (history_ms).
+        let mut ended: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut waiting: Vec<leaseq::JobId> = Vec::new();
+        // Jobs ended since the history was last set: none of them can have gone under an
+        // older, stricter setting.
+        let mut since_set: std::collections::BTreeSet<u64> = Default::default();
+        for (step, op) in ops.iter().enumerate() {
+            let at = format!("step {step} {op:?}");
+            let now = f.clock.now_ms();
+            match op {
+                Op::Enqueue => waiting.push(q.enqueue(b"x", plain()).unwrap().id()),
+                Op::Complete | Op::CancelLeased => {
+                    let Some(l) = q.dequeue().unwrap() else {
+                        continue;
+                    };
+                    waiting.retain(|&id| id != l.id());
+                    if matches!(op, Op::Complete) {
+                        l.ack().unwrap();
+                        if !history.is_off() {
+                            ended.insert(l.id().0, now);
+                        }
+                    } else {
+                        q.cancel(l.id(), "stop").unwrap();
+                        ended.insert(l.id().0, l.deadline_ms().max(now));
+                    }
+                    since_set.insert(l.id().0);
+                }
+                Op::CancelWaiting => {
+                    if waiting.is_empty() {
+                        continue;
+                    }
+                    let id = waiting.remove(0);
+                    q.cancel(id, "stop").unwrap();
+                    if !history.is_off() {
+                        ended.insert(id.0, now);
+                    }
+                    since_set.insert(id.0);
+                }
+                Op::SetHistory(n, ms) => {
+                    let mut h = History::off();
+                    if let Some(n) = n {
+                        h = h.keep_jobs(*n);
+                    }
+                    if let Some(ms) = ms {
+                        h = h.keep_for(Duration::from_millis(*ms));
+                    }
+                    q.set_history(h).unwrap();
+                    history = h;
+                    since_set.clear();
+                }
+                Op::Clock(ms) => f.clock.advance(Duration::from_millis(*ms)),
+                Op::Prune => {
+                    q.prune().unwrap();
+                    // Exactly what the history keeps is left: rows still fencing a lease,
+                    // and of the others the newest `keep_jobs` not older than `keep_for`.
+                    let now = f.clock.now_ms();
+                    let mut kept: Vec<(u64, u64)> = Vec::new();
+                    for state in [JobState::Completed, JobState::Cancelled] {
+                        for j in q.jobs(state, None, 1000).unwrap().jobs {
+                            let h = *ended.get(&j.id.0).ok_or_else(|| {
+                                TestCaseError::fail(format!("{at}: unknown ended job {:?}", j.id))
+                            })?;
+                            kept.push((h, j.id.0));
+                        }
+                    }
+                    let mut unfenced: Vec<(u64, u64)> = ended
+                        .iter()
+                        .map(|(&id, &h)| (h, id))
+                        .filter(|&(h, _)| h <= now)
+                        .collect();
+                    unfenced.sort();
+                    let young: Vec<(u64, u64)> = unfenced
+                        .into_iter()
+                        .filter(|&(h, _)| {
+                            !history.is_off()
+                                && history.age().is_none_or(|a| h + a.as_millis() as u64 > now)
+                        })
+                        .collect();
+                    let mut want: Vec<(u64, u64)> = match history.jobs() {
+                        Some(n) => young[young.len().saturating_sub(n as usize)..].to_vec(),
+                        None => young,
+                    };
+                    want.extend(
+                        ended
+                            .iter()
+                            .map(|(&id, &h)| (h, id))
+                            .filter(|&(h, _)| h > now),
+                    );
+                    want.sort();
+                    kept.sort();
+                    // Nothing beyond the bounds is kept; what ended since the setting is
+                    // exactly there (an older row may have gone under a stricter setting).
+                    for k in &kept {
+                        prop_assert!(
+                            want.contains(k),
+                            "{at}: kept {k:?} beyond the bounds: kept {kept:?}, want {want:?}"
+                        );
+                    }
+                    for w in &want {
+                        prop_assert!(
+                            kept.contains(w) || !since_set.contains(&w.1),
+                            "{at}: {w:?} went: kept {kept:?}, want {want:?}"
+                        );
+                    }
+                    // What went is forgotten for good.
+                    ended.retain(|id, h| kept.contains(&(*h, *id)));
+                }
+            }
+            prop_assert!(
+                q.check().unwrap().is_empty(),
+                "{at}: {:?}",
+                q.check().unwrap()
+            );
+            let s = q.stats().unwrap();
+            prop_assert_eq!(s.total, waiting.len() as u64, "{}: live jobs", at);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        /// After a prune the history holds exactly what its bounds keep; nothing live is lost.
+        #[test]
+        fn the_history_keeps_exactly_what_its_bounds_say(ops in prop::collection::vec(op(), 1..80)) {
+            run(&ops)?;
+        }
+    }
+}

@@ -233,6 +233,11 @@ fn a_cancelled_lease_is_left_alone_by_the_reopen() {
         assert!(q.dequeue().unwrap().is_none());
         assert_consistent(&q);
         f.clock.advance(LEASE + secs(1));
+        // The sweep of a dequeue that delivers (one that finds nothing writes nothing).
+        let other = q.enqueue(b"other", plain()).unwrap().id();
+        let l = q.dequeue().unwrap().unwrap();
+        assert_eq!(l.id(), other, "only the other job is delivered");
+        l.ack().unwrap();
         assert!(q.dequeue().unwrap().is_none());
         assert_eq!(
             state(&q, id),

@@ -653,6 +653,8 @@ enum Op {
     Ack(usize),
     AckWith(usize),
     Nack(usize),
+    /// Cancel the job at this index of the model's jobs (any state).
+    Cancel(usize),
     Clock(u64),
     Prune,
     Compact,
@@ -677,6 +679,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<usize>().prop_map(Op::Ack),
         3 => any::<usize>().prop_map(Op::AckWith),
         1 => any::<usize>().prop_map(Op::Nack),
+        1 => any::<usize>().prop_map(Op::Cancel),
         2 => prop_oneof![Just(1u64), Just(300), Just(1_001), Just(6_000)].prop_map(Op::Clock),
         1 => Just(Op::Prune),
         1 => Just(Op::Compact),
@@ -1036,6 +1039,22 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                         }
                     }
                 }
+            }
+            Op::Cancel(i) => {
+                if m.jobs.is_empty() {
+                    continue;
+                }
+                let id = *m.jobs.keys().nth(i % m.jobs.len()).unwrap();
+                let want = match m.jobs[&id].state {
+                    St::Ready(_) => JobState::Ready,
+                    St::Scheduled(_) => JobState::Scheduled,
+                    St::Leased(_) => JobState::Leased,
+                    St::Dead => JobState::Dead,
+                };
+                prop_assert_eq!(q.cancel(JobId(id), "stop").unwrap(), want, "{}", at);
+                // Gone for the model: its key free (unless a window holds it), its
+                // idempotency key no longer carried; a held lease of it is refused.
+                m.delete(id);
             }
             Op::Clock(ms) => {
                 f.clock.advance(Duration::from_millis(*ms));

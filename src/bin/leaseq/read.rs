@@ -333,7 +333,7 @@ pub fn show(a: &ShowArgs) -> CliResult {
         out.line(format!("{name:<16} {value}"))?;
     }
     for e in &info.errors {
-        let at = e.at_ms.map_or("time unknown".to_string(), |ms| utc(ms));
+        let at = e.at_ms.map_or("time unknown".to_string(), utc);
         out.line(format!(
             "error            attempt {} at {at}: {}",
             e.attempt, e.message
