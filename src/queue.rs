@@ -1393,7 +1393,8 @@ impl Queue {
     /// queue's history ([`Queue::set_history`]), and reports what it removed. (A window that ended
     /// already lets a new enqueue take its key; this only cleans up.) (`ack_with` already
     /// removes a few with every marker it writes; this finishes the job, for example before
-    /// [`Queue::compact`].) Never removes a marker whose key a live job carries: its retention
+    /// [`Queue::compact`].) Never removes a marker whose key a job carries (a live one, or one kept in the history,
+    /// which a retry may run again): its retention
     /// starts again instead.
     ///
     /// # Errors

@@ -12,7 +12,7 @@ use super::QueueConfig;
 use super::tables::{Row, Tables};
 
 /// Removes up to `max` applied markers whose retention (from their `kept_since_ms`) has
-/// passed, oldest first. A marker whose key a live job carries is kept: its retention starts
+/// passed, oldest first. A marker whose key a job carries (live, or kept ended) is kept: its retention starts
 /// again from now. Returns how many were removed, how many looked at (each one a write), and
 /// whether expired ones may remain.
 pub(super) fn prune_applied(

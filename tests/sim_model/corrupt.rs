@@ -37,6 +37,8 @@ pub fn base_images() -> &'static (Vec<u8>, Vec<u8>) {
         let clock = ManualClock::new(T0_MS);
         let disk = SimDisk::new(7);
         let q = builder(&clock).open_backend(disk.backend()).unwrap();
+        // A completed history, so the images hold completed and cancelled rows too.
+        q.set_history(leaseq::History::off().keep_jobs(8)).unwrap();
         for i in 0..24u32 {
             let mut o = EnqueueOptions::default().priority((i % 3) as i32 - 1);
             if i % 2 == 0 {
@@ -72,6 +74,15 @@ pub fn base_images() -> &'static (Vec<u8>, Vec<u8>) {
                 2 => l.fail("dead on purpose").unwrap(),
                 _ => held.push(l),
             }
+        }
+        // A cancelled lease (its row fenced), a cancelled waiting job, a snooze with a reason.
+        if let Some(l) = held.pop() {
+            q.cancel(l.id(), "cancelled while leased").unwrap();
+        }
+        q.cancel(JobId(24), "cancelled while waiting").unwrap();
+        if let Some(l) = q.dequeue().unwrap() {
+            l.snooze_because(Duration::from_secs(30), "waiting for network")
+                .unwrap();
         }
         let killed = disk.live_image();
         drop(held);
@@ -130,6 +141,28 @@ fn exercise(q: &Queue, clock: &ManualClock) -> Result<(), String> {
     })?;
     let _ = no_panic("dequeue_batch", || q.dequeue_batch(4).map(drop))?;
     let _ = no_panic("requeue_dead", || q.requeue_dead(JobId(3)))?;
+    // The controls, on every id the base images use.
+    for id in 1..30 {
+        let id = JobId(id);
+        let _ = match id.0 % 7 {
+            0 => no_panic("cancel", || q.cancel(id, "fuzz").map(drop))?,
+            1 => no_panic("retry", || q.retry(id))?,
+            2 => no_panic("promote", || q.promote(id))?,
+            3 => no_panic("reschedule", || q.reschedule(id, Duration::from_secs(1)))?,
+            4 => no_panic("set_priority", || q.set_priority(id, -2))?,
+            5 => no_panic("update_payload", || q.update_payload(id, &[7; 1500]))?,
+            _ => no_panic("remove", || q.remove(id))?,
+        };
+    }
+    let _ = no_panic("history", || q.history())?;
+    let _ = no_panic("set_history", || {
+        q.set_history(leaseq::History::off().keep_jobs(2))
+    })?;
+    let _ = no_panic("release_dedup_key", || q.release_dedup_key("d1"))?;
+    for state in [leaseq::JobState::Completed, leaseq::JobState::Cancelled] {
+        let _ = no_panic("jobs", || q.jobs(state, None, 50))?;
+    }
+    let _ = no_panic("prune", || q.prune())?;
     let _ = no_panic("check", || q.check())?;
     Ok(())
 }
