@@ -686,7 +686,11 @@ impl Runner {
                     self.op_fail()
                 }
             }
-            76..77 => self.op_requeue_dead(),
+            76..77 => match self.src.below(4) {
+                0 | 1 => self.op_requeue_dead(),
+                2 => self.op_reschedule(),
+                _ => self.op_update(),
+            },
             77..78 => match self.src.below(4) {
                 0 => self.op_pause(),
                 1 => self.op_cancel(),
@@ -1029,6 +1033,7 @@ impl Runner {
         }
         if self.src.chance(1, 4) {
             spec.dedup = Some(format!("d{}", self.src.below(DEDUP_KEYS)));
+            spec.until_started = self.src.chance(1, 3);
         }
         spec.priority = self.src.pick(&[0, 0, 0, -1, 1, 7, i32::MIN, i32::MAX]);
         if self.src.chance(1, 3) {
@@ -1065,6 +1070,9 @@ impl Runner {
                 }
                 if let Some(k) = &spec.dedup {
                     o = o.dedup_key(k);
+                    if spec.until_started {
+                        o = o.dedup_until_started();
+                    }
                 }
                 if let Some(d) = spec.delay_ms {
                     o = o.delay(Duration::from_millis(d));
@@ -1084,12 +1092,17 @@ impl Runner {
             specs
                 .iter()
                 .map(|s| format!(
-                    "{}B idem={:?} dedup={:?} prio={} delay={:?} max={:?} lease={:?}",
+                    "{}B idem={:?} dedup={:?}{} prio={} delay={:?} max={:?} lease={:?}",
                     s.payload.len(),
                     s.idem,
                     s.dedup
                         .as_ref()
                         .map(|d| if d.len() > 8 { "<too long>" } else { d }),
+                    if s.until_started {
+                        " until started"
+                    } else {
+                        ""
+                    },
                     s.priority,
                     s.delay_ms,
                     s.max_attempts,
@@ -1369,10 +1382,15 @@ impl Runner {
         let now = self.now();
         let apply = |m: &mut Model| m.snooze(id, token, now, delay_ms);
         let crashed_before = self.disk.is_crashed();
-        let got = lease
-            .snooze(Duration::from_millis(delay_ms))
-            .map(|()| Got::Unit);
-        let what = format!("snooze job {id} token {token} delay {delay_ms}ms");
+        // Half with a reason (the job's status: the model does not look at it).
+        let because = self.src.chance(1, 2);
+        let got = if because {
+            lease.snooze_because(Duration::from_millis(delay_ms), "waiting for network")
+        } else {
+            lease.snooze(Duration::from_millis(delay_ms))
+        }
+        .map(|()| Got::Unit);
+        let what = format!("snooze job {id} token {token} delay {delay_ms}ms (reason: {because})");
         let answered = self.settle(&what, &apply, got, crashed_before)?.is_some();
         self.hold_after_error(vec![lease], answered);
         Ok(())
@@ -1457,6 +1475,80 @@ impl Runner {
         let got = if pause { q.pause() } else { q.resume() }.map(Got::Flag);
         let what = if pause { "pause" } else { "resume" };
         self.settle(what, &apply, got, crashed_before)?;
+        Ok(())
+    }
+
+    /// A live job's id (four in five), else one never handed out.
+    fn pick_live_or_unknown(&mut self) -> u64 {
+        let ids: Vec<u64> = self.model().jobs.keys().copied().collect();
+        if !ids.is_empty() && self.src.chance(4, 5) {
+            ids[self.src.below(ids.len() as u64) as usize]
+        } else {
+            self.model().max_id + 1 + self.src.below(3)
+        }
+    }
+
+    /// `promote` or `reschedule` of a live job (or an unknown id).
+    fn op_reschedule(&mut self) -> Result<(), String> {
+        let id = self.pick_live_or_unknown();
+        let now = self.now();
+        let crashed_before = self.disk.is_crashed();
+        if self.src.chance(1, 2) {
+            let apply = |m: &mut Model| m.promote(id, now);
+            let got = self.q().promote(JobId(id)).map(|()| Got::Unit);
+            self.settle(&format!("promote job {id}"), &apply, got, crashed_before)?;
+        } else {
+            let delay_ms = self.src.pick(&[0, 0, 50, 1_000]);
+            let apply = |m: &mut Model| m.reschedule(id, now, delay_ms);
+            let got = self
+                .q()
+                .reschedule(JobId(id), Duration::from_millis(delay_ms))
+                .map(|()| Got::Unit);
+            let what = format!("reschedule job {id} by {delay_ms}ms");
+            self.settle(&what, &apply, got, crashed_before)?;
+        }
+        Ok(())
+    }
+
+    /// `set_priority`, `update_payload` (across the inline limit sometimes) or `retry` of a
+    /// live job (or an unknown id).
+    fn op_update(&mut self) -> Result<(), String> {
+        let id = self.pick_live_or_unknown();
+        let now = self.now();
+        let crashed_before = self.disk.is_crashed();
+        match self.src.below(3) {
+            0 => {
+                let p = self.src.pick(&[-2, 0, 3, i32::MIN]);
+                let apply = |m: &mut Model| m.update(id, Some(p), None);
+                let got = self.q().set_priority(JobId(id), p).map(|()| Got::Unit);
+                self.settle(
+                    &format!("set_priority job {id} {p}"),
+                    &apply,
+                    got,
+                    crashed_before,
+                )?;
+            }
+            1 => {
+                self.enqueues += 1;
+                let len = self.src.pick(&[0usize, 9, 2_000]);
+                let tag = self.enqueues;
+                let payload: Vec<u8> = (0..len)
+                    .map(|i| if i < 8 { tag.to_le_bytes()[i] } else { i as u8 })
+                    .collect();
+                let apply = |m: &mut Model| m.update(id, None, Some(&payload));
+                let got = self
+                    .q()
+                    .update_payload(JobId(id), &payload)
+                    .map(|()| Got::Unit);
+                let what = format!("update_payload job {id} ({len}B)");
+                self.settle(&what, &apply, got, crashed_before)?;
+            }
+            _ => {
+                let apply = |m: &mut Model| m.retry(id, now);
+                let got = self.q().retry(JobId(id)).map(|()| Got::Unit);
+                self.settle(&format!("retry job {id}"), &apply, got, crashed_before)?;
+            }
+        }
         Ok(())
     }
 

@@ -84,6 +84,8 @@ pub struct MJob {
     pub last_error: LastErr,
     /// Times given back with `snooze` (the attempt not charged).
     pub snoozes: u32,
+    /// Its dedup key is held until its first delivery (`dedup_until_started`).
+    pub until_started: bool,
 }
 
 impl MJob {
@@ -107,6 +109,8 @@ pub struct EnqSpec {
     pub delay_ms: Option<u64>,
     pub max_attempts: Option<u32>,
     pub lease_ms: Option<u64>,
+    /// `dedup_until_started` (with a dedup key).
+    pub until_started: bool,
 }
 
 /// The kinds of error the model predicts.
@@ -362,6 +366,7 @@ impl Model {
                 state: MState::Scheduled,
                 last_error: LastErr::None,
                 snoozes: 0,
+                until_started: spec.until_started,
             };
             let id = PENDING_BASE + self.pending().len() as u64;
             if let Some(k) = &spec.dedup {
@@ -471,6 +476,16 @@ impl Model {
                 break;
             };
             let default_lease = self.lease_ms;
+            let job = self.jobs.get_mut(&id).expect("ready job");
+            // A key held until the start is let go of at the first delivery, for good.
+            if job.until_started {
+                job.until_started = false;
+                if let Some(k) = job.dedup.take()
+                    && self.dedup.get(&k) == Some(&id)
+                {
+                    self.dedup.remove(&k);
+                }
+            }
             let job = self.jobs.get_mut(&id).expect("ready job");
             job.attempts += 1;
             let deadline_ms = now_ms.saturating_add(job.lease_ms.unwrap_or(default_lease));
@@ -706,6 +721,66 @@ impl Model {
         job.attempts = 0;
         job.run_at_ms = now_ms;
         self.make_ready(id);
+        MRes::Unit
+    }
+
+    /// `Queue::retry` (history off): a dead job back to ready, attempts reset, as
+    /// `requeue_dead`; a live job that is not dead is `InvalidState`.
+    pub fn retry(&mut self, id: u64, now_ms: u64) -> MRes {
+        self.requeue_dead(id, now_ms)
+    }
+
+    /// `Queue::promote`: a scheduled job ready now, at the back of its priority.
+    pub fn promote(&mut self, id: u64, now_ms: u64) -> MRes {
+        match self.jobs.get_mut(&id) {
+            None => MRes::Err(EKind::JobNotFound),
+            Some(job) if job.state == MState::Scheduled => {
+                job.run_at_ms = now_ms;
+                self.make_ready(id);
+                MRes::Unit
+            }
+            Some(_) => MRes::Err(EKind::InvalidState),
+        }
+    }
+
+    /// `Queue::reschedule`: a ready or scheduled job due `delay_ms` from now (a ready one given
+    /// zero keeps its place).
+    pub fn reschedule(&mut self, id: u64, now_ms: u64, delay_ms: u64) -> MRes {
+        if delay_ms > DELAY_MAX_MS {
+            return MRes::Err(EKind::InvalidOption);
+        }
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return MRes::Err(EKind::JobNotFound);
+        };
+        match job.state {
+            MState::Ready | MState::Scheduled if delay_ms > 0 => {
+                job.run_at_ms = now_ms + delay_ms;
+                job.state = MState::Scheduled;
+            }
+            MState::Scheduled => {
+                job.run_at_ms = now_ms;
+                self.make_ready(id);
+            }
+            MState::Ready => {}
+            _ => return MRes::Err(EKind::InvalidState),
+        }
+        MRes::Unit
+    }
+
+    /// `Queue::set_priority` (`Some`) or `Queue::update_payload`: ready, scheduled or dead jobs.
+    pub fn update(&mut self, id: u64, priority: Option<i32>, payload: Option<&[u8]>) -> MRes {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return MRes::Err(EKind::JobNotFound);
+        };
+        if matches!(job.state, MState::Leased { .. }) {
+            return MRes::Err(EKind::InvalidState);
+        }
+        if let Some(p) = priority {
+            job.priority = p;
+        }
+        if let Some(bytes) = payload {
+            job.payload = bytes.to_vec();
+        }
         MRes::Unit
     }
 
