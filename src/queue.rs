@@ -1269,7 +1269,8 @@ impl Queue {
         self.run(&mut |ctx| store::requeue_dead(ctx, self.config.tables, id.0, now_ms))
     }
 
-    /// Deletes a job that is not leased (scheduled, ready or dead) and releases its dedup key
+    /// Deletes a job that is not leased (scheduled, ready, dead, completed or cancelled) and
+    /// releases its dedup key
     /// (ending a running [`dedup_window`](crate::EnqueueOptions::dedup_window) too), as
     /// BullMQ's `Job.remove`: for dead jobs that will not be retried, or work that is no
     /// longer wanted. A leased job must be ended through its lease (ack, nack, fail).

@@ -177,9 +177,13 @@ pub struct PoolStats {
     /// delivered again (heartbeats too late, or stopped by an error), so this attempt's
     /// outcome does not count.
     pub lost: u64,
+    /// Calls that ended a job refused with `Cancelled`: the job was cancelled
+    /// ([`Queue::cancel`](crate::Queue::cancel)) while its handler ran, so its outcome does
+    /// not count (its heartbeat stopped at the cancel).
+    pub cancelled: u64,
     /// Successful heartbeat extends.
     pub heartbeats: u64,
-    /// Heartbeat extends that found the attempt over (`LeaseLost`); that job's heartbeat
+    /// Heartbeat extends that found the attempt over (`LeaseLost`, or `Cancelled`); that job's heartbeat
     /// stopped. A beat under way as the job's own final commit lands counts here too (it
     /// changes nothing); more than that means leases expired under running handlers.
     pub heartbeats_lost: u64,
@@ -255,6 +259,7 @@ struct PoolCounters {
     given_back: AtomicU64,
     unstarted: AtomicU64,
     lost: AtomicU64,
+    cancelled: AtomicU64,
     heartbeats: AtomicU64,
     heartbeats_lost: AtomicU64,
     errors: AtomicU64,
@@ -280,6 +285,7 @@ impl PoolCounters {
             given_back: get(&self.given_back),
             unstarted: get(&self.unstarted),
             lost: get(&self.lost),
+            cancelled: get(&self.cancelled),
             heartbeats: get(&self.heartbeats),
             heartbeats_lost: get(&self.heartbeats_lost),
             errors: get(&self.errors),

@@ -248,7 +248,7 @@ fn run_effect(
 
 /// Counts the outcome of a call that ends an attempt: `ok` on success, `lost` for
 /// `LeaseLost` (the lease had expired and the job was delivered again, or the shutdown gave
-/// it back), `errors` otherwise (the job comes back when its lease ends: its heartbeat stops
+/// it back), `cancelled` for `Cancelled`, `errors` otherwise (the job comes back when its lease ends: its heartbeat stops
 /// with this call). Returns the value on success.
 fn count_ending<T>(
     c: &PoolCounters,
@@ -271,6 +271,11 @@ fn count_ending<T>(
 fn note_error(c: &PoolCounters, lease: &Lease, e: &Error, what: &str) {
     if matches!(e, Error::LeaseLost { .. }) {
         PoolCounters::add(&c.lost);
+    } else if matches!(e, Error::Cancelled { .. }) {
+        // Not a fault: the job was cancelled while its handler ran.
+        PoolCounters::add(&c.cancelled);
+        tracing::info!(job = lease.id().0, error = %e, "leaseq pool: {what}");
+        return;
     } else {
         PoolCounters::add(&c.errors);
     }

@@ -199,6 +199,15 @@ fn a_pool_handler_sees_its_job_cancelled_and_its_heartbeats_stop() {
     );
     let report = pool.shutdown(secs(5));
     assert_eq!(report.still_running, 0, "{report:?}");
+    assert_eq!(
+        (
+            report.stats.cancelled,
+            report.stats.acked,
+            report.stats.errors
+        ),
+        (1, 0, 0),
+        "the handler's ack was refused as cancelled: {report:?}"
+    );
     // The handler's Ok was an ack of a cancelled delivery: refused; nothing runs it again.
     assert_eq!(
         q.job(id).unwrap().map(|j| j.state),
