@@ -351,7 +351,9 @@ impl std::fmt::Debug for Got {
 impl Got {
     fn changes(&self) -> bool {
         match self {
-            Got::Enq(v) => v.iter().any(|e| matches!(e, Enqueued::New(_))),
+            Got::Enq(v) => v
+                .iter()
+                .any(|e| matches!(e, Enqueued::New(_) | Enqueued::Replaced(_))),
             Got::Flag(changed) => *changed,
             Got::Deq(v) => !v.is_empty(),
             Got::Acked(v) => v.iter().any(Result::is_ok),
@@ -419,7 +421,8 @@ fn check_answer(pred: &MRes, got: &Got, max_id: u64, max_token: u64) -> Result<L
                         learned.ids.push(*id);
                     }
                     (MEnq::Duplicate(owner), Enqueued::Duplicate(JobId(id)))
-                    | (MEnq::DuplicateDead(owner), Enqueued::DuplicateDead(JobId(id))) => {
+                    | (MEnq::DuplicateDead(owner), Enqueued::DuplicateDead(JobId(id)))
+                    | (MEnq::Replaced(owner), Enqueued::Replaced(JobId(id))) => {
                         let want = if *owner >= PENDING_BASE {
                             named.get(owner).copied()
                         } else {
@@ -1034,6 +1037,7 @@ impl Runner {
         if self.src.chance(1, 4) {
             spec.dedup = Some(format!("d{}", self.src.below(DEDUP_KEYS)));
             spec.until_started = self.src.chance(1, 3);
+            spec.on_duplicate = self.src.pick(&[0, 0, 1, 2]);
         }
         spec.priority = self.src.pick(&[0, 0, 0, -1, 1, 7, i32::MIN, i32::MAX]);
         if self.src.chance(1, 3) {
@@ -1073,6 +1077,11 @@ impl Runner {
                     if spec.until_started {
                         o = o.dedup_until_started();
                     }
+                    o = o.on_duplicate(match spec.on_duplicate {
+                        0 => leaseq::OnDuplicate::Keep,
+                        1 => leaseq::OnDuplicate::Replace,
+                        _ => leaseq::OnDuplicate::Debounce,
+                    });
                 }
                 if let Some(d) = spec.delay_ms {
                     o = o.delay(Duration::from_millis(d));

@@ -111,6 +111,8 @@ pub struct EnqSpec {
     pub lease_ms: Option<u64>,
     /// `dedup_until_started` (with a dedup key).
     pub until_started: bool,
+    /// `on_duplicate`: 0 keep, 1 replace, 2 debounce (with a dedup key).
+    pub on_duplicate: u8,
 }
 
 /// The kinds of error the model predicts.
@@ -131,6 +133,8 @@ pub enum MEnq {
     Duplicate(u64),
     /// The key is held by a dead job.
     DuplicateDead(u64),
+    /// The key is held by a waiting job whose payload (and due time) this replaced.
+    Replaced(u64),
 }
 
 /// What a dequeue is predicted to hand out (the token is not predicted).
@@ -188,7 +192,9 @@ impl MRes {
     /// Whether a call with this answer changed the queue.
     pub fn changes(&self) -> bool {
         match self {
-            MRes::Enq(v) => v.iter().any(|e| matches!(e, MEnq::New(_))),
+            MRes::Enq(v) => v
+                .iter()
+                .any(|e| matches!(e, MEnq::New(_) | MEnq::Replaced(_))),
             MRes::Deq(v) => !v.is_empty(),
             MRes::Acked(v) => v.iter().any(Result::is_ok),
             MRes::Applied(v) | MRes::AppliedF(v, _) => {
@@ -340,6 +346,25 @@ impl Model {
             if let Some(k) = &spec.dedup
                 && let Some(&owner) = self.dedup.get(k)
             {
+                // Replace or debounce a holder still waiting.
+                if spec.on_duplicate > 0
+                    && let Some(job) = self.jobs.get_mut(&owner)
+                    && matches!(job.state, MState::Ready | MState::Scheduled)
+                {
+                    job.payload = spec.payload.clone();
+                    if spec.on_duplicate == 2 {
+                        let due = now_ms + spec.delay_ms.unwrap_or(0);
+                        if due > now_ms {
+                            job.run_at_ms = due;
+                            job.state = MState::Scheduled;
+                        } else if job.state == MState::Scheduled {
+                            job.run_at_ms = now_ms;
+                            self.make_ready(owner);
+                        }
+                    }
+                    out.push(MEnq::Replaced(owner));
+                    continue;
+                }
                 let dead = self
                     .jobs
                     .get(&owner)
