@@ -694,9 +694,10 @@ impl Runner {
                 2 => self.op_reschedule(),
                 _ => self.op_update(),
             },
-            77..78 => match self.src.below(4) {
+            77..78 => match self.src.below(6) {
                 0 => self.op_pause(),
                 1 => self.op_cancel(),
+                2 => self.op_set_history(),
                 _ => self.op_remove(),
             },
             78..87 => {
@@ -736,7 +737,7 @@ impl Runner {
     /// `flush`: an empty durable commit; changes nothing the model sees.
     /// `prune`: with the default retentions (7 days for markers, dead jobs kept) and no dedup
     /// windows in these workloads, nothing live is due: it must remove nothing but rows of
-    /// cancelled jobs (no history is kept), and change nothing the model sees.
+    /// ended jobs kept (cancelled, or in a history), and change nothing the model sees.
     /// `Queue::write`: an effect row and a job in the named queue "side" (`enqueue_to`), in one
     /// transaction; one in five fails after both writes, leaving neither.
     fn op_write_side(&mut self) -> Result<(), String> {
@@ -790,10 +791,10 @@ impl Runner {
         match self.q().prune() {
             Ok(p) => {
                 self.log(format!("prune -> Ok {p:?}"));
-                // Rows of cancelled jobs whose fence ended may go (none is live); nothing else.
+                // Rows of ended jobs kept (cancelled, or in a history) may go; nothing live.
                 let live = (p.applied, p.dedup_windows, p.dead);
-                let cancelled = self.model().cancelled.len() as u64;
-                if (live != (0, 0, 0) || p.history > cancelled) && !self.disk.is_crashed() {
+                let kept = self.model().kept_rows.len() as u64;
+                if (live != (0, 0, 0) || p.history > kept) && !self.disk.is_crashed() {
                     return Err(format!("prune removed {p:?}; nothing live was due"));
                 }
             }
@@ -1193,6 +1194,10 @@ impl Runner {
         let (what, got) = if batch {
             let got = self.q().ack_batch(&leases).map(|v| Got::Acked(outcomes(v)));
             ("ack_batch", got)
+        } else if self.src.chance(1, 3) {
+            // The result is kept only in a history; either way it is an ack.
+            let got = leases[0].ack_with_result(b"done").map(|()| Got::Unit);
+            ("ack_with_result", got)
         } else {
             ("ack", leases[0].ack().map(|()| Got::Unit))
         };
@@ -1455,7 +1460,7 @@ impl Runner {
         } else {
             // Acked, or never handed out: JobNotFound.
             let m = self.model();
-            let gone: Vec<u64> = m.gone.difference(&m.cancelled).copied().collect();
+            let gone: Vec<u64> = m.gone.difference(&m.kept_rows).copied().collect();
             if gone.is_empty() || self.src.chance(1, 3) {
                 self.model().max_id + 1 + self.src.below(3)
             } else {
@@ -1558,6 +1563,24 @@ impl Runner {
                 self.settle(&format!("retry job {id}"), &apply, got, crashed_before)?;
             }
         }
+        Ok(())
+    }
+
+    /// `set_history`: off, or a few jobs kept, or many.
+    fn op_set_history(&mut self) -> Result<(), String> {
+        let keep: Option<u64> = self.src.pick(&[None, Some(1), Some(3), Some(50)]);
+        let apply = move |m: &mut Model| m.set_history(keep);
+        let crashed_before = self.disk.is_crashed();
+        let h = keep.map_or(leaseq::History::off(), |n| {
+            leaseq::History::off().keep_jobs(n)
+        });
+        let got = self.q().set_history(h).map(Got::Flag);
+        self.settle(
+            &format!("set_history {keep:?}"),
+            &apply,
+            got,
+            crashed_before,
+        )?;
         Ok(())
     }
 

@@ -215,10 +215,12 @@ pub struct Model {
     /// Jobs acked (`ack`, `ack_with`) or removed (`remove`) with `Ok`, or found so after a
     /// crash: they must never come back.
     pub gone: BTreeSet<u64>,
-    /// Jobs cancelled with `Ok` (also in `gone`): their rows may stay a while as cancelled
-    /// (while they fence a lease), so calls that would tell a gone row from a kept one are
-    /// not aimed at them.
-    pub cancelled: BTreeSet<u64>,
+    /// Jobs that ended with `Ok` (also in `gone`) whose rows may stay: cancelled ones (while
+    /// they fence a lease, or in a history), and acked ones while the queue kept a history.
+    /// Calls that would tell a gone row from a kept one are not aimed at them.
+    pub kept_rows: BTreeSet<u64>,
+    /// The history set with `set_history` (`keep_jobs`; `None`: off).
+    pub history: Option<u64>,
     pub dedup: BTreeMap<String, u64>,
     /// Effect keys whose applied-ids marker exists.
     pub applied: BTreeSet<String>,
@@ -254,7 +256,8 @@ impl Model {
             max_attempts,
             jobs: BTreeMap::new(),
             gone: BTreeSet::new(),
-            cancelled: BTreeSet::new(),
+            kept_rows: BTreeSet::new(),
+            history: None,
             dedup: BTreeMap::new(),
             applied: BTreeSet::new(),
             effects: BTreeMap::new(),
@@ -291,6 +294,9 @@ impl Model {
             self.dedup.remove(k);
         }
         self.gone.insert(id);
+        if self.history.is_some() {
+            self.kept_rows.insert(id);
+        }
     }
 
     /// Ends a delivery that did not ack (nack, expiry, reopen).
@@ -749,6 +755,15 @@ impl Model {
         MRes::Unit
     }
 
+    /// `Queue::set_history` with `keep_jobs` (`None`: off): whether the setting changed. What
+    /// the history keeps is not modelled: its rows are not live, and calls are not aimed at
+    /// them (`kept_rows`).
+    pub fn set_history(&mut self, keep_jobs: Option<u64>) -> MRes {
+        let changed = self.history != keep_jobs;
+        self.history = keep_jobs;
+        MRes::Flag(changed)
+    }
+
     /// `Queue::retry` (history off): a dead job back to ready, attempts reset, as
     /// `requeue_dead`; a live job that is not dead is `InvalidState`.
     pub fn retry(&mut self, id: u64, now_ms: u64) -> MRes {
@@ -818,7 +833,7 @@ impl Model {
         };
         let was = job.state.public();
         self.delete(id);
-        self.cancelled.insert(id);
+        self.kept_rows.insert(id);
         MRes::State(was)
     }
 
