@@ -18,9 +18,12 @@ impl fmt::Display for JobId {
 /// The state a job is in. A job is in exactly one state:
 ///
 /// ```text
-/// enqueue ──► Scheduled (delay) ──due──► Ready ──dequeue──► Leased
-/// Leased ──ack──► gone      Leased ──nack / snooze / lease expiry / reopen──► Ready or Scheduled
-/// Leased ──fail, or attempts exhausted──► Dead ──requeue_dead──► Ready
+/// enqueue ──► Scheduled (delay) ──due, promote──► Ready ──dequeue──► Leased
+/// Leased ──ack──► gone, or Completed (a queue that keeps a history)
+/// Leased ──nack / snooze / lease expiry / reopen──► Ready or Scheduled
+/// Leased ──fail, or attempts exhausted──► Dead ──requeue_dead, retry──► Ready
+/// Scheduled, Ready, Leased, Dead ──cancel──► gone, or Cancelled (kept: a history, a fenced lease)
+/// Completed, Cancelled ──retry──► Ready        Ready ──reschedule──► Scheduled
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JobState {
@@ -148,6 +151,16 @@ impl EnqueueOptions {
     /// [`JobInfo::dedup_key`] is `None`. Needs a dedup key; not with a
     /// [`dedup_window`](EnqueueOptions::dedup_window) (a window holds the key whatever the job
     /// does). Both checked at enqueue (`InvalidOption`).
+    ///
+    /// Two things to get right with it, for jobs that sync edits:
+    /// - **Give each edit's job its own idempotency key** (the note and its revision, or none:
+    ///   a job without one is keyed by its own id). A key shared by every sync job of a note
+    ///   makes the new job's [`ack_with`](crate::Lease::ack_with) find the first job's applied
+    ///   marker and answer `AlreadyApplied` without running: the edit is not sent.
+    /// - **A started job that is given back runs again with its own payload**, possibly after a
+    ///   newer edit's job (it no longer holds the key, so a newer edit cannot replace it). Put
+    ///   the note's id in the payload and read its latest text when the job runs, or
+    ///   [`pause`](crate::Queue::pause) the queue while offline instead of snoozing.
     pub fn dedup_until_started(mut self) -> Self {
         self.dedup_until_started = true;
         self
@@ -321,7 +334,11 @@ pub struct JobInfo {
     pub result: Option<Vec<u8>>,
     /// The idempotency key, if one was given.
     pub idempotency_key: Option<Vec<u8>>,
-    /// The dedup key, if one was given.
+    /// The dedup key it was enqueued with, while it has one: a job held until started lets
+    /// go of it (and shows `None`) at its first delivery, and so does the holder of a key
+    /// released by hand ([`Queue::release_dedup_key`](crate::Queue::release_dedup_key)). A
+    /// completed or cancelled job shows the key it had, but no longer holds it (another job
+    /// may).
     pub dedup_key: Option<Vec<u8>>,
     /// The payload's length in bytes.
     pub payload_bytes: usize,
@@ -350,7 +367,10 @@ pub struct JobInfo {
 /// way and count toward `keep_jobs`, except a cancelled lease's row while it fences that lease
 /// (until the lease's deadline): kept whatever the bounds, and not counted. Jobs past a bound are deleted a few per operation (as
 /// dead jobs past [`Builder::dead_retention`](crate::Builder::dead_retention)), and the rest by
-/// [`Queue::prune`](crate::Queue::prune).
+/// [`Queue::prune`](crate::Queue::prune). A result is stored by
+/// [`Lease::ack_with_result`](crate::Lease::ack_with_result) only: `ack_with` and a
+/// [`WorkerPool`](crate::worker::WorkerPool) handler complete their jobs without one (for now).
+/// [`Queue::jobs`](crate::Queue::jobs) lists the history oldest first.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct History {
     pub(crate) keep_jobs: Option<u64>,
@@ -409,7 +429,9 @@ pub struct AttemptError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobPage {
     /// The jobs, in the state's order (ready: the order they will be dequeued; scheduled: by
-    /// due time; leased: by lease deadline; dead: by id).
+    /// due time; leased: by lease deadline; dead: by id; completed: by when they completed,
+    /// oldest first; cancelled: by when their row may go, oldest first: when they were
+    /// cancelled, or a cancelled lease's deadline).
     pub jobs: Vec<JobInfo>,
     /// Where the next page starts: `Some` whenever this page is full (the next one may then
     /// be empty), `None` when it is not (the end was reached).

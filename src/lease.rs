@@ -38,8 +38,9 @@ use crate::store;
 ///
 /// A lease holds its queue (and so keeps the file open) until a call on it ended its attempt
 /// (an ack, `ack_with`, nack or fail that succeeded, an `ack_with` whose closure failed) or
-/// found it lost (`LeaseLost`), or until it is dropped. From then on its calls are
-/// `LeaseLost` without reading the file.
+/// found it lost (`LeaseLost`) or cancelled (`Cancelled`), or until it is dropped. From then
+/// on its calls are `LeaseLost` (`Cancelled`, with the reason, after a cancel) without
+/// reading the file.
 ///
 /// An ack, nack, fail or extend that arrives after the deadline, but before any dequeue
 /// reclaimed the job, still succeeds: the token is still current and no other consumer has
@@ -49,6 +50,9 @@ pub struct Lease {
     /// The queue, while this delivery's attempt may still be open through this lease; `None`
     /// once a call ended it or found it lost, so an ended lease does not hold the file open.
     queue: Mutex<Option<Queue>>,
+    /// The reason, once a call on this lease was refused because the job was cancelled: its
+    /// later calls say `Cancelled` again (not `LeaseLost`), without reading the file.
+    cancelled: Mutex<Option<String>>,
     /// Which queue the lease is from, ended or not: the file's committer id and the queue's
     /// number in the file.
     owner: (u64, u32),
@@ -89,6 +93,7 @@ impl Lease {
     pub(crate) fn from_delivery(queue: &Queue, delivery: store::Delivery) -> Lease {
         Lease {
             queue: Mutex::new(Some(queue.clone())),
+            cancelled: Mutex::new(None),
             owner: queue.lease_owner(),
             id: delivery.id,
             token: delivery.token,
@@ -225,15 +230,22 @@ impl Lease {
         [(self.id, self.token)]
     }
 
-    /// The queue, while this lease's attempt may still be open; `LeaseLost` once it ended.
+    /// The queue, while this lease's attempt may still be open; once it ended, `Cancelled`
+    /// (with the reason) if a call found the job cancelled, else `LeaseLost`.
     fn queue(&self) -> Result<Queue> {
-        self.queue
-            .lock()
-            .clone()
-            .ok_or(crate::error::Error::LeaseLost {
+        if let Some(q) = self.queue.lock().clone() {
+            return Ok(q);
+        }
+        Err(match self.cancelled.lock().clone() {
+            Some(reason) => Error::Cancelled {
+                job_id: JobId(self.id),
+                reason,
+            },
+            None => Error::LeaseLost {
                 job_id: JobId(self.id),
                 token: self.token,
-            })
+            },
+        })
     }
 
     /// After a call that may end the attempt: if `outcome` says it ended (or was lost), lets
@@ -246,6 +258,9 @@ impl Lease {
                     | crate::error::Error::Cancelled { .. }
                     | crate::error::Error::Effect(_))
         );
+        if let Err(Error::Cancelled { reason, .. }) = outcome {
+            *self.cancelled.lock() = Some(reason.clone());
+        }
         if ended {
             *self.queue.lock() = None;
         }
@@ -548,11 +563,17 @@ impl Lease {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
+    /// Once a call on this lease was refused with `Cancelled`, this is `Ok(true)` without a
+    /// read, and every later call on the lease is refused with `Cancelled` again.
+    ///
     /// # Errors
-    /// `LeaseLost` once a call on this lease ended it (or found it lost, or cancelled), or
-    /// once the delivery is no longer current for another reason (its lease expired and the
-    /// job was delivered again, or it was cancelled, then retried); `Corrupted`, `Storage`.
+    /// `LeaseLost` once a call on this lease ended it (or found it lost), or once the delivery
+    /// is no longer current for another reason (its lease expired and the job was delivered
+    /// again, or it was cancelled, then retried); `Corrupted`, `Storage`.
     pub fn is_cancelled(&self) -> Result<bool> {
+        if self.cancelled.lock().is_some() {
+            return Ok(true);
+        }
         self.queue()?
             .is_delivery_cancelled(JobId(self.id), self.token)
     }

@@ -966,7 +966,7 @@ impl Queue {
     /// reason in a queue that keeps a history ([`Queue::set_history`]), where it counts
     /// toward the bounds, and in any queue until the deadline of the lease it fenced (so
     /// that lease's calls learn why); otherwise it is deleted. [`Queue::retry`] runs a
-    /// cancelled job again.
+    /// cancelled job again while its row is kept: to undo cancels, keep a history.
     ///
     /// # Errors
     /// `JobNotFound` (never enqueued, or gone); `InvalidState` if it is already completed or

@@ -102,8 +102,11 @@ fn cancel_fences_the_delivery_of_a_leased_job() {
         "the effect of a cancelled delivery never runs"
     );
     assert!(!q.is_applied("n1").unwrap());
-    // The lease ended with that refusal: later calls are LeaseLost without a read.
-    assert!(matches!(lease.ack(), Err(Error::LeaseLost { .. })));
+    // The lease ended with that refusal: later calls say Cancelled again, without a read.
+    assert!(
+        matches!(lease.nack("x"), Err(Error::Cancelled { ref reason, .. }) if reason == "note deleted")
+    );
+    assert!(lease.is_cancelled().unwrap());
     // Its key is free at once; the job is counted as cancelled, not live.
     assert!(matches!(
         q.enqueue(b"n", dedup("d")).unwrap(),

@@ -218,6 +218,11 @@ pub fn ls(a: &LsArgs) -> CliResult {
     out.flush()
 }
 
+/// `text` on one line: line breaks (and carriage returns) shown as `\n` (`\r`).
+fn one_line(text: &str) -> String {
+    text.replace('\r', "\\r").replace('\n', "\\n")
+}
+
 /// Finds job `id` in the queues `--queue` selects (ids are unique in a file).
 pub fn find_job(
     queue: &Queue,
@@ -303,10 +308,16 @@ pub fn show(a: &ShowArgs) -> CliResult {
             "lease_token",
             or_dash(info.lease_token.map(|t| t.to_string())),
         ),
-        ("last_error", or_dash(info.last_error.clone())),
-        ("status", or_dash(info.status.clone())),
+        (
+            "last_error",
+            or_dash(info.last_error.as_deref().map(one_line)),
+        ),
+        ("status", or_dash(info.status.as_deref().map(one_line))),
         ("ended", or_dash(info.ended_ms.map(time))),
-        ("cancel_reason", or_dash(info.cancel_reason.clone())),
+        (
+            "cancel_reason",
+            or_dash(info.cancel_reason.as_deref().map(one_line)),
+        ),
         (
             "result",
             or_dash(
@@ -336,7 +347,8 @@ pub fn show(a: &ShowArgs) -> CliResult {
         let at = e.at_ms.map_or("time unknown".to_string(), utc);
         out.line(format!(
             "error            attempt {} at {at}: {}",
-            e.attempt, e.message
+            e.attempt,
+            one_line(&e.message)
         ))?;
     }
     // Text as it is; bytes that are not text (or hold control characters a terminal would
