@@ -472,25 +472,25 @@ fn fuzz_seed_corpus_crash_recovery_replays_clean() {
 ///
 /// The fuzzer's input no longer reaches that point once the integrity check changed the I/O
 /// of every open, so this runs a seed that does (found by
-/// `find_seeds_that_crash_inside_a_check`; 6215 since the harness learned cancel). The log assertion keeps the test meaningful: when a
+/// `find_seeds_that_crash_inside_a_check`; 492 since the harness learned the controls of issue 22). The log assertion keeps the test meaningful: when a
 /// change of leaseq's I/O moves the crash elsewhere, it fails and names the search to run.
 #[test]
 fn regression_issue14_power_loss_inside_a_check_is_a_crash_not_a_violation() {
-    let out = run_caught(6215);
+    let out = run_caught(492);
     assert!(out.violation.is_none(), "{}", out.report());
     assert!(
         out.log
             .iter()
             .any(|l| l.contains("the planned crash hit the check's reads")),
-        "seed 6215 no longer crashes inside a check; pick another with \
+        "seed 492 no longer crashes inside a check; pick another with \
          `cargo test --features sim --test sim -- --ignored crash_model::find_seeds --nocapture`:\n{}",
         out.report()
     );
 }
 
 /// Lists the seeds whose planned crash fires inside the reads of a check (for the regression
-/// above). `LEASEQ_SIM_SEEDS` seeds from 0 (default 3000); a few in 40,000 do (6215 first
-/// with this harness, which pauses, resumes and cancels, and format 7; run with `--release`).
+/// above). `LEASEQ_SIM_SEEDS` seeds from 0 (default 3000); a few in 40,000 do (492, 1570 and 2951 first
+/// with this harness, which drives every control of issue 22, and format 7; run with `--release`).
 #[test]
 #[ignore = "a search, not a test"]
 fn find_seeds_that_crash_inside_a_check() {
