@@ -330,7 +330,7 @@ pub struct JobInfo {
     /// Cancelled: the reason the cancel gave.
     pub cancel_reason: Option<String>,
     /// Completed: the result its ack stored, if any
-    /// ([`Lease::ack_with_result`](crate::Lease::ack_with_result)).
+    /// ([`Lease::set_result`](crate::Lease::set_result)).
     pub result: Option<Vec<u8>>,
     /// The idempotency key, if one was given.
     pub idempotency_key: Option<Vec<u8>>,
@@ -367,9 +367,9 @@ pub struct JobInfo {
 /// way and count toward `keep_jobs`, except a cancelled lease's row while it fences that lease
 /// (until the lease's deadline): kept whatever the bounds, and not counted. Jobs past a bound are deleted a few per operation (as
 /// dead jobs past [`Builder::dead_retention`](crate::Builder::dead_retention)), and the rest by
-/// [`Queue::prune`](crate::Queue::prune). A result is stored by
-/// [`Lease::ack_with_result`](crate::Lease::ack_with_result) only: `ack_with` and a
-/// [`WorkerPool`](crate::worker::WorkerPool) handler complete their jobs without one (for now).
+/// [`Queue::prune`](crate::Queue::prune). A job's result is what
+/// [`Lease::set_result`](crate::Lease::set_result) set before the ack that ended it (any ack,
+/// `ack_with` and a [`WorkerPool`](crate::worker::WorkerPool)'s included).
 /// [`Queue::jobs`](crate::Queue::jobs) lists the history oldest first.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct History {

@@ -53,6 +53,8 @@ pub struct Lease {
     /// The reason, once a call on this lease was refused because the job was cancelled: its
     /// later calls say `Cancelled` again (not `LeaseLost`), without reading the file.
     cancelled: Mutex<Option<String>>,
+    /// The result the ack that ends this delivery stores ([`Lease::set_result`]).
+    result: Mutex<Option<Vec<u8>>>,
     /// Which queue the lease is from, ended or not: the file's committer id and the queue's
     /// number in the file.
     owner: (u64, u32),
@@ -94,6 +96,7 @@ impl Lease {
         Lease {
             queue: Mutex::new(Some(queue.clone())),
             cancelled: Mutex::new(None),
+            result: Mutex::new(None),
             owner: queue.lease_owner(),
             id: delivery.id,
             token: delivery.token,
@@ -281,19 +284,29 @@ impl Lease {
     /// after every error but `LeaseLost` and `Cancelled` (and a `CommitFailed` whose commit
     /// did land).
     pub fn ack(&self) -> Result<()> {
-        self.ack_storing(None)
+        let (key, q) = (self.key(), self.queue()?);
+        let (now_ms, results) = (q.now_ms(), [self.result()]);
+        let r =
+            single(q.run(&mut |ctx| {
+                store::ack(ctx, q.config().tables, &key, &results, now_ms).map(Ok)
+            })?);
+        self.release_if_ended(&r);
+        r
     }
 
-    /// [`Lease::ack`], storing `result` with the completed job: what a user asks of a job's
-    /// history ("did it finish, and with what?"), read back as
-    /// [`JobInfo::result`](crate::JobInfo::result), as BullMQ keeps a job's return value. Kept
-    /// only in a queue that keeps a history ([`Queue::set_history`]); elsewhere the job is
-    /// deleted as by `ack`, and its result with it.
+    /// Sets the result the ack that ends this delivery stores with the completed job:
+    /// whichever ack it is ([`ack`](Lease::ack), [`ack_with`](Lease::ack_with), the `_and_next`
+    /// calls, a batch ack, or a [`WorkerPool`](crate::worker::WorkerPool)'s ack once its
+    /// handler returns), read back as [`JobInfo::result`](crate::JobInfo::result): what a user
+    /// asks of a job's history ("did it finish, and with what?"), as BullMQ keeps a job's
+    /// return value. Held in memory until then (a later call replaces it; nothing is
+    /// written now). Kept only in a queue that keeps a history ([`Queue::set_history`]);
+    /// elsewhere the job is deleted at its ack, and its result with it.
     ///
     /// # Errors
     /// `InvalidOption` for a result above [`RESULT_BYTES_MAX`](crate::RESULT_BYTES_MAX) bytes
-    /// (nothing written; the lease stays current); otherwise as [`Lease::ack`].
-    pub fn ack_with_result(&self, result: &[u8]) -> Result<()> {
+    /// (nothing kept).
+    pub fn set_result(&self, result: &[u8]) -> Result<()> {
         if result.len() > crate::limits::RESULT_BYTES_MAX {
             return Err(Error::invalid_option(
                 "result",
@@ -304,18 +317,23 @@ impl Lease {
                 ),
             ));
         }
-        self.ack_storing(Some(result))
+        *self.result.lock() = Some(result.to_vec());
+        Ok(())
     }
 
-    fn ack_storing(&self, result: Option<&[u8]>) -> Result<()> {
-        let (key, q) = (self.key(), self.queue()?);
-        let now_ms = q.now_ms();
-        let r =
-            single(q.run(&mut |ctx| {
-                store::ack(ctx, q.config().tables, &key, result, now_ms).map(Ok)
-            })?);
-        self.release_if_ended(&r);
-        r
+    /// [`Lease::set_result`], then [`Lease::ack`].
+    ///
+    /// # Errors
+    /// As [`Lease::set_result`] (nothing written; the lease stays current), then as
+    /// [`Lease::ack`].
+    pub fn ack_with_result(&self, result: &[u8]) -> Result<()> {
+        self.set_result(result)?;
+        self.ack()
+    }
+
+    /// The result [`Lease::set_result`] set, for the ack that ends this delivery.
+    pub(crate) fn result(&self) -> Option<Vec<u8>> {
+        self.result.lock().clone()
     }
 
     /// Acks this job and leases the next available one in the same commit: a worker loop
@@ -326,11 +344,12 @@ impl Lease {
     /// As [`Lease::ack`] (a refused ack leases nothing) and [`Queue::dequeue`].
     pub fn ack_and_next(&self) -> Result<Option<Lease>> {
         let (key, q) = (self.key(), self.queue()?);
+        let results = [self.result()];
         let (now_ms, config) = (q.now_ms(), q.config());
         // After `close`, or while the queue is paused, the ack alone.
         let more = !q.is_closed() && !q.is_paused();
         let next = q.run(&mut |ctx| {
-            if let Err(e) = single(store::ack(ctx, q.config().tables, &key, None, now_ms)?) {
+            if let Err(e) = single(store::ack(ctx, q.config().tables, &key, &results, now_ms)?) {
                 return refuse(e);
             }
             if !more || q.is_paused() {
@@ -397,6 +416,7 @@ impl Lease {
         let mut each = |tx: &crate::tx::Tx<'_>, _: usize| effect(tx);
         let (applied, _) = q.ack_with_keys(
             &self.key(),
+            &[self.result()],
             &mut store::EffectCall::Each(&mut each),
             AckThen::Stop,
         )?;
@@ -420,6 +440,7 @@ impl Lease {
         let mut each = |tx: &crate::tx::Tx<'_>, _: usize| effect(tx);
         let (applied, next) = q.ack_with_keys(
             &self.key(),
+            &[self.result()],
             &mut store::EffectCall::Each(&mut each),
             AckThen::LeaseNext,
         )?;

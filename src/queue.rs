@@ -509,9 +509,10 @@ impl Queue {
     #[must_use = "a lease of the batch may be LeaseLost: its outcome is in the Vec"]
     pub fn ack_batch(&self, leases: &[Lease]) -> Result<Vec<Result<()>>> {
         let keys = self.batch_keys(leases)?;
+        let results: Vec<Option<Vec<u8>>> = leases.iter().map(Lease::result).collect();
         let now_ms = self.now_ms();
-        let out =
-            self.run(&mut |ctx| store::ack(ctx, self.config.tables, &keys, None, now_ms).map(Ok))?;
+        let out = self
+            .run(&mut |ctx| store::ack(ctx, self.config.tables, &keys, &results, now_ms).map(Ok))?;
         leases
             .iter()
             .zip(&out)
@@ -537,9 +538,11 @@ impl Queue {
         F: FnMut(&crate::tx::Tx<'_>, &Lease) -> std::result::Result<(), crate::error::BoxError>,
     {
         let keys = self.batch_keys(leases)?;
+        let results: Vec<Option<Vec<u8>>> = leases.iter().map(Lease::result).collect();
         let mut each = |tx: &crate::tx::Tx<'_>, i: usize| effect(tx, &leases[i]);
         let (applied, _) = self.ack_with_keys(
             &keys,
+            &results,
             &mut store::EffectCall::Each(&mut each),
             AckThen::Stop,
         )?;
@@ -598,8 +601,13 @@ impl Queue {
             let chosen: Vec<&Lease> = at.iter().map(|&i| &leases[i]).collect();
             effect(tx, &chosen)
         };
-        let (applied, _) =
-            self.ack_with_keys(&keys, &mut store::EffectCall::All(&mut all), AckThen::Stop)?;
+        let results: Vec<Option<Vec<u8>>> = leases.iter().map(Lease::result).collect();
+        let (applied, _) = self.ack_with_keys(
+            &keys,
+            &results,
+            &mut store::EffectCall::All(&mut all),
+            AckThen::Stop,
+        )?;
         leases
             .iter()
             .zip(&applied)
@@ -616,6 +624,7 @@ impl Queue {
     pub(crate) fn ack_with_keys(
         &self,
         keys: &[(u64, u64)],
+        results: &[Option<Vec<u8>>],
         effect: &mut store::EffectCall<'_, '_>,
         then: AckThen,
     ) -> Result<(Vec<Result<Applied>>, Vec<store::Delivery>)> {
@@ -649,7 +658,8 @@ impl Queue {
                         store::EffectCall::All(&mut all)
                     }
                 };
-                let applied = store::ack_with(ctx, keys, &config, now_ms, &failed, &mut tracked)?;
+                let applied =
+                    store::ack_with(ctx, keys, results, &config, now_ms, &failed, &mut tracked)?;
                 // The next job only after an ack that happened: a refused one leases nothing.
                 let leased = if dequeue && !self.is_paused() && applied.iter().all(Result::is_ok) {
                     store::dequeue(ctx, &config, now_ms, 1)?

@@ -81,31 +81,33 @@ impl ClosureFailure {
 
 /// Acks every current lease of the batch; a lease that is not current (`LeaseLost`) or whose
 /// row is damaged (`Corrupted`) is reported in its place and changes nothing, so the others
-/// are not held up by it (as SQS's `DeleteMessageBatch` reports each entry). `result` (at most
-/// `RESULT_BYTES_MAX`, checked by the caller) is kept with each job in a queue that keeps a
-/// history.
+/// are not held up by it (as SQS's `DeleteMessageBatch` reports each entry). `results[i]` (at
+/// most `RESULT_BYTES_MAX`, checked by the caller) is kept with lease `i`'s job in a queue that
+/// keeps a history.
 pub(crate) fn ack(
     ctx: &mut Ctx<'_>,
     tables: &'static QueueTables,
     leases: &[(u64, u64)],
-    result: Option<&[u8]>,
+    results: &[Option<Vec<u8>>],
     now_ms: u64,
 ) -> Result<Vec<Result<()>>> {
+    debug_assert_eq!(leases.len(), results.len());
     let mut tx_tables = Tables::open(ctx, tables)?;
     let mut out = Vec::with_capacity(leases.len());
-    let (mut keys, mut records) = (Vec::new(), Vec::new());
-    for &(id, token) in leases {
+    let (mut keys, mut records, mut kept) = (Vec::new(), Vec::new(), Vec::new());
+    for (&(id, token), result) in leases.iter().zip(results) {
         match tx_tables.lease_of(id, token)? {
             Ok(record) => {
                 keys.push((id, token));
                 records.push(record);
+                kept.push(result.clone());
                 out.push(Ok(()));
             }
             Err(e) => out.push(Err(e)),
         }
     }
     if !keys.is_empty() {
-        tx_tables.complete_leased(&keys, records, result, now_ms)?;
+        tx_tables.complete_leased(&keys, records, kept, now_ms)?;
     }
     Ok(out)
 }
@@ -136,6 +138,7 @@ pub(crate) enum EffectCall<'f, 'e> {
 pub(crate) fn ack_with(
     ctx: &mut Ctx<'_>,
     leases: &[(u64, u64)],
+    results: &[Option<Vec<u8>>],
     config: &QueueConfig,
     now_ms: u64,
     failed: &[Option<ClosureFailure>],
@@ -152,7 +155,7 @@ pub(crate) fn ack_with(
     // Held open (unused) so a closure that opens `leaseq_meta` is refused by redb as well.
     let _meta = tx.open_table(META)?;
     let mut out = Vec::with_capacity(leases.len());
-    let (mut keys, mut records) = (Vec::new(), Vec::new());
+    let (mut keys, mut records, mut kept) = (Vec::new(), Vec::new(), Vec::new());
     // Held open (as every leaseq table) while closures run.
     let mut by_time = tx.open_table(tables.applied_by_time())?;
     let mut new_markers = 0;
@@ -249,6 +252,7 @@ pub(crate) fn ack_with(
         }
         keys.push((id, token));
         records.push(record);
+        kept.push(results[i].clone());
     }
     if let EffectCall::All(f) = effect
         && !pending.is_empty()
@@ -268,7 +272,7 @@ pub(crate) fn ack_with(
         sink.into_result(ran)?;
     }
     if !keys.is_empty() {
-        tx_tables.complete_leased(&keys, records, None, now_ms)?;
+        tx_tables.complete_leased(&keys, records, kept, now_ms)?;
     }
     // Markers past their retention go as new ones come, a bounded few per new one.
     if new_markers > 0

@@ -572,23 +572,27 @@ impl<'t> Tables<'t> {
     }
 
     /// Ends the acked leased jobs `leases[i].0` (records `records[i]`): kept as completed
-    /// (with `result`) in a queue that keeps a history, deleted otherwise; then prunes the
-    /// history a bounded few per job.
+    /// (with `results[i]`, each at most `RESULT_BYTES_MAX`) in a queue that keeps a history,
+    /// deleted otherwise; then prunes the history a bounded few per job.
     pub(super) fn complete_leased(
         &mut self,
         leases: &[(u64, u64)],
         records: Vec<JobRecord>,
-        result: Option<&[u8]>,
+        results: Vec<Option<Vec<u8>>>,
         now_ms: u64,
     ) -> Result<()> {
-        debug_assert!(result.is_none_or(|r| r.len() <= crate::limits::RESULT_BYTES_MAX));
+        debug_assert_eq!(leases.len(), results.len());
+        debug_assert!(
+            results
+                .iter()
+                .flatten()
+                .all(|r| r.len() <= crate::limits::RESULT_BYTES_MAX)
+        );
         if self.history()?.is_off() {
             self.delete_leased(leases, &records, now_ms)?;
         } else {
-            for (&(id, _), record) in leases.iter().zip(records) {
-                let end = StoredState::Completed {
-                    result: result.map(<[u8]>::to_vec),
-                };
+            for ((&(id, _), record), result) in leases.iter().zip(records).zip(results) {
+                let end = StoredState::Completed { result };
                 self.end_job(id, record, end, now_ms, true)?;
             }
         }

@@ -9,7 +9,10 @@
 //!   the job (at-least-once); an error gives it back through the queue's
 //!   [`RetryPolicy`](crate::RetryPolicy) with the error's text as its last error (dead when
 //!   out of attempts); an [`Outcome`] returned as the error snoozes it, fails it now, or
-//!   retries it after a backoff of the handler's choosing.
+//!   retries it after a backoff of the handler's choosing. A result the handler set with
+//!   [`Lease::set_result`] is stored by that ack, in a queue that keeps a history; a job
+//!   cancelled while its handler runs is refused at the end ([`PoolStats::cancelled`]), and
+//!   [`Lease::is_cancelled`] lets a long handler stop early.
 //! - [`PoolBuilder::start_effects`]: an effect handler `Fn(&Tx, &Lease) -> Result<(),
 //!   BoxError>` run inside [`Lease::ack_with`]: its writes to the app's own tables, the
 //!   applied marker and the ack commit together, so the exactly-once effect is the easy path.

@@ -930,3 +930,44 @@ mod history_bounds {
         }
     }
 }
+
+/// A result set on the lease is stored by whichever ack ends the delivery: `ack_with` (with
+/// its effect), a batch ack, a worker pool's ack after its handler returned.
+#[test]
+fn a_result_is_stored_by_any_ack() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.set_history(History::off().keep_jobs(10)).unwrap();
+    let ids = crate::common::enqueue_n(&q, 4, EnqueueOptions::default().idempotency_key("k"));
+    let l = q.dequeue().unwrap().unwrap();
+    l.set_result(b"uploaded").unwrap();
+    assert_eq!(l.ack_with(|_| Ok(())).unwrap(), leaseq::Applied::Now);
+    let batch = q.dequeue_batch(2).unwrap();
+    batch[0].set_result(b"first").unwrap();
+    let big = vec![0u8; leaseq::RESULT_BYTES_MAX + 1];
+    assert!(matches!(
+        batch[1].set_result(&big),
+        Err(Error::InvalidOption { .. })
+    ));
+    assert!(q.ack_batch(&batch).unwrap().iter().all(Result::is_ok));
+    let result = |id| q.job(id).unwrap().unwrap().result;
+    assert_eq!(result(ids[0]).as_deref(), Some(&b"uploaded"[..]));
+    assert_eq!(result(ids[1]).as_deref(), Some(&b"first"[..]));
+    assert_eq!(result(ids[2]), None, "a refused result is not kept");
+    // A pool: the handler sets it, the pool's ack stores it.
+    let pool = WorkerPool::builder(&q)
+        .threads(1)
+        .start(|lease| lease.set_result(b"from the pool").map_err(Into::into))
+        .unwrap();
+    let until = std::time::Instant::now() + secs(30);
+    while q.job(ids[3]).unwrap().unwrap().state != JobState::Completed {
+        assert!(
+            std::time::Instant::now() < until,
+            "the pool did not run the job"
+        );
+        std::thread::sleep(ms(5));
+    }
+    pool.shutdown(secs(5));
+    assert_eq!(result(ids[3]).as_deref(), Some(&b"from the pool"[..]));
+    assert_consistent(&q);
+}
