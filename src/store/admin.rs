@@ -385,24 +385,9 @@ pub(crate) fn bulk_by_state(
                 })
             })
             .collect::<Result<_, _>>()?,
-        JobState::Scheduled => tx_tables
-            .scheduled()?
-            .iter()?
-            .take(max + 1)
-            .map(|e| e.map(|(k, _)| (k.value().1, (k.value().0, k.value().1, 0))))
-            .collect::<Result<_, _>>()?,
-        JobState::Completed => tx_tables
-            .completed()?
-            .iter()?
-            .take(max + 1)
-            .map(|e| e.map(|(k, _)| (k.value().1, (k.value().0, k.value().1, 0))))
-            .collect::<Result<_, _>>()?,
-        JobState::Cancelled => tx_tables
-            .cancelled()?
-            .iter()?
-            .take(max + 1)
-            .map(|e| e.map(|(k, _)| (k.value().1, (k.value().0, k.value().1, 0))))
-            .collect::<Result<_, _>>()?,
+        JobState::Scheduled => first_timed(tx_tables.scheduled()?, max + 1)?,
+        JobState::Completed => first_timed(tx_tables.completed()?, max + 1)?,
+        JobState::Cancelled => first_timed(tx_tables.cancelled()?, max + 1)?,
         JobState::Dead => tx_tables
             .dead()?
             .iter()?
@@ -451,6 +436,16 @@ pub(crate) fn bulk_by_state(
         }
     }
     Ok((done, more))
+}
+
+/// The first `n` entries of a `(time_ms, job id)` index: each job id with its index key.
+fn first_timed(index: &redb::Table<'_, (u64, u64), ()>, n: usize) -> Result<Vec<(u64, IndexKey)>> {
+    let mut out = Vec::new();
+    for e in index.iter()?.take(n) {
+        let (at, id) = e?.0.value();
+        out.push((id, (at, id, 0)));
+    }
+    Ok(out)
 }
 
 /// What [`bulk_by_state`] does to each job.

@@ -55,6 +55,14 @@ pub(crate) fn check_file(db: &redb::Database) -> Result<Vec<Violation>> {
     Ok(out)
 }
 
+/// The file's format version, as `leaseq_meta` holds it.
+fn format_version(rtx: &redb::ReadTransaction) -> Result<Option<u64>> {
+    Ok(rtx
+        .open_table(META)?
+        .get(META_FORMAT_VERSION)?
+        .map(|v| v.value()))
+}
+
 /// `leaseq_paused` (format 6 on) names only queues of the file: the default one (0) or a
 /// registered one.
 fn check_paused(
@@ -62,10 +70,7 @@ fn check_paused(
     named: &[(String, u32)],
     out: &mut Vec<Violation>,
 ) -> Result<()> {
-    let version = rtx
-        .open_table(crate::format::schema::META)?
-        .get(crate::format::schema::META_FORMAT_VERSION)?
-        .map(|v| v.value());
+    let version = format_version(rtx)?;
     if version.is_some_and(|v| v >= 6)
         && let Err(redb::TableError::TableDoesNotExist(_)) =
             rtx.open_table(crate::format::schema::PAUSED)
@@ -97,10 +102,7 @@ fn check_history_limits(
     named: &[(String, u32)],
     out: &mut Vec<Violation>,
 ) -> Result<()> {
-    let version = rtx
-        .open_table(crate::format::schema::META)?
-        .get(crate::format::schema::META_FORMAT_VERSION)?
-        .map(|v| v.value());
+    let version = format_version(rtx)?;
     let table = match rtx.open_table(crate::format::schema::HISTORY_LIMITS) {
         Ok(t) => t,
         Err(redb::TableError::TableDoesNotExist(_)) => {

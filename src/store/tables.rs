@@ -545,12 +545,14 @@ impl<'t> Tables<'t> {
         self.drop_carrier(id, record)
     }
 
-    /// Releases job `id`'s dedup key if it still holds it and no window holds it.
+    /// Releases job `id`'s dedup key if it still holds it and no running window holds it (a
+    /// job whose window had ended before it took the key, as an imported one, holds it while
+    /// live).
     fn release_dedup_key(&mut self, id: u64, record: &JobRecord, now_ms: u64) -> Result<()> {
         if let Some(k) = &record.dedup_key
-            && let Some((owner, _)) = self.key_holder(k, now_ms)?
+            && let Some((owner, by_window)) = self.key_holder(k, now_ms)?
             && owner == id
-            && record.dedup_window_ms.is_none()
+            && !by_window
         {
             self.dedup_mut()?.remove(k.as_slice())?;
         }

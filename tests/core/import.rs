@@ -663,3 +663,32 @@ fn imported_attempts_are_the_attempts_a_consumer_sees() {
     l.ack().unwrap();
     assert_consistent(&q);
 }
+
+/// An imported job whose dedup window had ended before the import holds its key while live,
+/// and lets go of it at its ack (it used to keep it for good).
+#[test]
+fn an_imported_job_past_its_window_frees_its_key_at_ack() {
+    let f = Fixture::new();
+    let q = f.open();
+    let job = ImportJob::new(b"old".to_vec())
+        .options(
+            EnqueueOptions::default()
+                .dedup_key("k")
+                .dedup_window(Duration::from_secs(60)),
+        )
+        .created_ms(T0_MS - 3_600_000);
+    let id = q.import_batch(&[job]).unwrap()[0].id();
+    assert_eq!(
+        q.enqueue(b"dup", EnqueueOptions::default().dedup_key("k"))
+            .unwrap(),
+        Enqueued::Duplicate(id),
+        "held while live"
+    );
+    q.dequeue().unwrap().unwrap().ack().unwrap();
+    assert!(matches!(
+        q.enqueue(b"new", EnqueueOptions::default().dedup_key("k"))
+            .unwrap(),
+        Enqueued::New(_)
+    ));
+    assert_consistent(&q);
+}
