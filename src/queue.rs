@@ -537,15 +537,20 @@ impl Queue {
     where
         F: FnMut(&crate::tx::Tx<'_>, &Lease) -> std::result::Result<(), crate::error::BoxError>,
     {
+        let mut each = |tx: &crate::tx::Tx<'_>, i: usize| effect(tx, &leases[i]);
+        self.ack_with_leases(leases, &mut store::EffectCall::Each(&mut each))
+    }
+
+    /// `ack_with` over a batch of leases (checked first), each ending its lease as its outcome
+    /// says.
+    fn ack_with_leases(
+        &self,
+        leases: &[Lease],
+        effect: &mut store::EffectCall<'_, '_>,
+    ) -> Result<Vec<Result<Applied>>> {
         let keys = self.batch_keys(leases)?;
         let results: Vec<Option<Vec<u8>>> = leases.iter().map(Lease::result).collect();
-        let mut each = |tx: &crate::tx::Tx<'_>, i: usize| effect(tx, &leases[i]);
-        let (applied, _) = self.ack_with_keys(
-            &keys,
-            &results,
-            &mut store::EffectCall::Each(&mut each),
-            AckThen::Stop,
-        )?;
+        let (applied, _) = self.ack_with_keys(&keys, &results, effect, AckThen::Stop)?;
         leases
             .iter()
             .zip(&applied)
@@ -596,23 +601,11 @@ impl Queue {
     where
         F: FnMut(&crate::tx::Tx<'_>, &[&Lease]) -> std::result::Result<(), crate::error::BoxError>,
     {
-        let keys = self.batch_keys(leases)?;
         let mut all = |tx: &crate::tx::Tx<'_>, at: &[usize]| {
             let chosen: Vec<&Lease> = at.iter().map(|&i| &leases[i]).collect();
             effect(tx, &chosen)
         };
-        let results: Vec<Option<Vec<u8>>> = leases.iter().map(Lease::result).collect();
-        let (applied, _) = self.ack_with_keys(
-            &keys,
-            &results,
-            &mut store::EffectCall::All(&mut all),
-            AckThen::Stop,
-        )?;
-        leases
-            .iter()
-            .zip(&applied)
-            .for_each(|(l, r)| l.release_if_ended(r));
-        Ok(applied)
+        self.ack_with_leases(leases, &mut store::EffectCall::All(&mut all))
     }
 
     /// Runs `store::ack_with` over `keys` (then, with [`AckThen::LeaseNext`], a dequeue of one)

@@ -20,10 +20,9 @@ pub(crate) fn requeue_dead(
     now_ms: u64,
 ) -> Verdict<()> {
     let mut tx_tables = Tables::open(ctx, tables)?;
-    let record = match tx_tables.row(id)? {
-        Row::Good(record) => record,
-        Row::Damaged(why) => return refuse(damaged(id, &why)),
-        Row::Missing => return refuse(Error::JobNotFound { job_id: JobId(id) }),
+    let record = match good_row(&tx_tables, id)? {
+        Ok(record) => record,
+        Err(refusal) => return refuse(refusal),
     };
     if record.state != StoredState::Dead {
         return refuse(Error::InvalidState {

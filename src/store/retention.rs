@@ -99,12 +99,8 @@ pub(super) fn prune_history(
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
-    let history = tx_tables.history()?;
-    // Rows still fencing a lease are kept whatever the bounds, and do not count toward them.
-    let fenced = tx_tables
-        .cancelled()?
-        .range((now_ms.saturating_add(1), 0)..)?
-        .count() as u64;
+    // Read once the oldest row is due: an empty history (the default) costs two lookups.
+    let mut bounds = None;
     let mut deleted = 0;
     for _ in 0..max {
         let first_completed = tx_tables.completed()?.first()?.map(|(k, _)| k.value());
@@ -118,6 +114,18 @@ pub(super) fn prune_history(
         if at_ms > now_ms {
             return Ok((deleted, false));
         }
+        let (history, fenced) = match bounds {
+            Some(b) => b,
+            None => {
+                // Rows still fencing a lease are kept whatever the bounds, and do not count
+                // toward them.
+                let fenced = tx_tables
+                    .cancelled()?
+                    .range((now_ms.saturating_add(1), 0)..)?
+                    .count() as u64;
+                *bounds.insert((tx_tables.history()?, fenced))
+            }
+        };
         let kept =
             (tx_tables.completed()?.len()? + tx_tables.cancelled()?.len()?).saturating_sub(fenced);
         let too_many = history.keep_jobs.is_some_and(|n| kept > n);
