@@ -11,6 +11,7 @@ use crate::job::{JobId, JobState};
 
 use super::read::IndexKey;
 use super::tables::{Row, Tables};
+use super::transition::set_due;
 use super::validate::damaged;
 
 pub(crate) fn requeue_dead(
@@ -250,17 +251,7 @@ pub(crate) fn update(
     tx_tables.unindex(id, &record)?;
     match change {
         Change::DueIn(_) | Change::Promote => {
-            if due_ms > now_ms {
-                // Blocked consumers re-read the earliest due time.
-                ctx.wake(tables.queue_number);
-                record.run_at_ms = due_ms;
-                record.state = StoredState::Scheduled;
-            } else if record.state == StoredState::Scheduled {
-                ctx.wake(tables.queue_number);
-                record.run_at_ms = now_ms;
-                record.seq = ctx.alloc_seq();
-                record.state = StoredState::Ready;
-            }
+            set_due(ctx, tables.queue_number, &mut record, due_ms, now_ms);
         }
         Change::Priority(priority) => record.priority = priority,
         Change::Payload(payload) => {

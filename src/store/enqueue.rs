@@ -13,6 +13,7 @@ use crate::limits::PRUNE_PER_ACK_MAX;
 use super::QueueConfig;
 use super::retention::prune_windows;
 use super::tables::{Row, Tables};
+use super::transition::set_due;
 use super::validate::NewJob;
 
 /// Adds new validated records (from [`new_records`](super::validate::new_records)) in order.
@@ -131,16 +132,8 @@ fn replace_waiting(
     tx_tables.replace_payload(id, &mut holder, &job.record.payload)?;
     holder.encoding = job.record.encoding;
     if job.on_duplicate == OnDuplicate::Debounce {
-        let due_ms = job.record.run_at_ms;
-        if due_ms > now_ms {
-            holder.run_at_ms = due_ms;
-            holder.state = StoredState::Scheduled;
-        } else if holder.state == StoredState::Scheduled {
-            ctx.wake(tx_tables.tables.queue_number);
-            holder.run_at_ms = now_ms;
-            holder.seq = ctx.alloc_seq();
-            holder.state = StoredState::Ready;
-        }
+        let queue_number = tx_tables.tables.queue_number;
+        set_due(ctx, queue_number, &mut holder, job.record.run_at_ms, now_ms);
     }
     tx_tables.put(id, &holder)?;
     Ok(true)

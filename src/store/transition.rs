@@ -128,6 +128,33 @@ pub(super) fn lease_record(
     }
 }
 
+/// Makes waiting `record` (ready or scheduled, unindexed) due at `due_ms`: scheduled if that
+/// is in the future; otherwise a scheduled one becomes ready at the back of its priority, and
+/// a ready one keeps its place. Wakes the queue's blocked consumers (they re-read the
+/// earliest due time).
+pub(super) fn set_due(
+    ctx: &mut Ctx<'_>,
+    queue_number: u32,
+    record: &mut JobRecord,
+    due_ms: u64,
+    now_ms: u64,
+) {
+    debug_assert!(matches!(
+        record.state,
+        StoredState::Ready | StoredState::Scheduled
+    ));
+    if due_ms > now_ms {
+        ctx.wake(queue_number);
+        record.run_at_ms = due_ms;
+        record.state = StoredState::Scheduled;
+    } else if record.state == StoredState::Scheduled {
+        ctx.wake(queue_number);
+        record.run_at_ms = now_ms;
+        record.seq = ctx.alloc_seq();
+        record.state = StoredState::Ready;
+    }
+}
+
 impl Tables<'_> {
     /// Gives a leased job back without charging its attempt (see [`snooze`](super::fenced::snooze)),
     /// with `reason` as its status until its next delivery.
