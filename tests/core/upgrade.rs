@@ -445,6 +445,28 @@ fn assert_fixture5(q: &Queue) {
     assert_eq!((ss.total, ss.ready, ss.leased), (2, 2, 0), "{ss:?}");
 }
 
+/// The default queue of the format-5 and format-6 fixtures (written alike) after the open
+/// that upgraded it: its keys still held (d4 by a live job, d5 by its window), and its
+/// delivery order: the two returned leases in their places (4 at -4, 8 at -3), then the
+/// priority-0 jobs in order. Takes those four jobs.
+fn default_queue_keys_and_order_of_fixtures_5_and_6(q: &Queue) {
+    for (key, holder) in [("d4", 4), ("d5", 5)] {
+        assert_eq!(
+            q.enqueue(b"dup", EnqueueOptions::default().dedup_key(key))
+                .unwrap(),
+            Enqueued::Duplicate(JobId(holder)),
+            "{key}"
+        );
+    }
+    let got: Vec<(u64, u32)> = q
+        .dequeue_batch(10)
+        .unwrap()
+        .iter()
+        .map(|l| (l.id().0, l.attempt()))
+        .collect();
+    assert_eq!(got, vec![(4, 2), (8, 2), (5, 1), (6, 1)]);
+}
+
 /// Format 5 to 6: the file's every job, key, marker, window and lease survives; the three
 /// leases held at the crash come back in their places; the version is set once; the new
 /// table works (a pause is stored) and `check()` covers it.
@@ -455,24 +477,7 @@ fn format5_file_upgrades_to_6_and_keeps_every_job() {
     let q = f.open();
     assert_eq!(q.recovery().upgraded_from, Some(5));
     assert_fixture5(&q);
-    // Keys still held: d4 by a live job, d5 by its window.
-    for (key, holder) in [("d4", 4), ("d5", 5)] {
-        assert_eq!(
-            q.enqueue(b"dup", EnqueueOptions::default().dedup_key(key))
-                .unwrap(),
-            Enqueued::Duplicate(JobId(holder)),
-            "{key}"
-        );
-    }
-    // Delivery order: the two returned leases in their places (4 at -4, 8 at -3), then the
-    // priority-0 jobs in order.
-    let got: Vec<(u64, u32)> = q
-        .dequeue_batch(10)
-        .unwrap()
-        .iter()
-        .map(|l| (l.id().0, l.attempt()))
-        .collect();
-    assert_eq!(got, vec![(4, 2), (8, 2), (5, 1), (6, 1)]);
+    default_queue_keys_and_order_of_fixtures_5_and_6(&q);
     assert!(q.payload(JobId(5)).unwrap().unwrap() == big(20_000, 3));
     let side = q.existing("sync").unwrap();
     let order: Vec<(Vec<u8>, u32)> = side
@@ -589,21 +594,7 @@ fn format6_file_upgrades_to_7_and_keeps_every_job() {
     let q = f.open();
     assert_eq!(q.recovery().upgraded_from, Some(6));
     assert_fixture6(&q);
-    for (key, holder) in [("d4", 4), ("d5", 5)] {
-        assert_eq!(
-            q.enqueue(b"dup", EnqueueOptions::default().dedup_key(key))
-                .unwrap(),
-            Enqueued::Duplicate(JobId(holder)),
-            "{key}"
-        );
-    }
-    let got: Vec<(u64, u32)> = q
-        .dequeue_batch(10)
-        .unwrap()
-        .iter()
-        .map(|l| (l.id().0, l.attempt()))
-        .collect();
-    assert_eq!(got, vec![(4, 2), (8, 2), (5, 1), (6, 1)]);
+    default_queue_keys_and_order_of_fixtures_5_and_6(&q);
     // The new tables, in a named queue of the old file.
     let sync = q.existing("sync").unwrap();
     sync.set_history(leaseq::History::off().keep_jobs(5))
