@@ -1394,7 +1394,8 @@ impl Queue {
     /// [`Builder::dead_retention`] (if set), and releases every dedup key whose window ended
     /// ([`EnqueueOptions::dedup_window`]) now, in commits of up to
     /// [`BATCH_MAX`](crate::BATCH_MAX), deletes the completed and cancelled jobs past the
-    /// queue's history ([`Queue::set_history`]), and reports what it removed. (A window that ended
+    /// queue's history ([`Queue::set_history`]; first, so a marker only such a job carried goes
+    /// in the same call), and reports what it removed. (A window that ended
     /// already lets a new enqueue take its key; this only cleans up.) (`ack_with` already
     /// removes a few with every marker it writes; this finishes the job, for example before
     /// [`Queue::compact`].) Never removes a marker whose key a job carries (a live one, or one kept in the history,
@@ -1405,12 +1406,27 @@ impl Queue {
     /// `Reentrant`; `CommitFailed` or `Storage` (the commits before it stay).
     pub fn prune(&self) -> Result<Pruned> {
         let config = self.config;
+        let mut out = Pruned::default();
+        // First the completed and cancelled jobs past the history: a marker only such a job
+        // carried can then go in this same call.
+        let s = self.stats()?;
+        let batches = (s.completed + s.cancelled).div_ceil(crate::limits::BATCH_MAX as u64) + 1;
+        for _ in 0..batches {
+            let now_ms = self.now_ms();
+            let (deleted, more) = self.run(&mut |ctx| {
+                store::prune_history_jobs(ctx, config.tables, now_ms, crate::limits::BATCH_MAX)
+                    .map(Ok)
+            })?;
+            out.history += deleted;
+            if !more {
+                break;
+            }
+        }
         let batches = self
             .stats()?
             .applied
             .div_ceil(crate::limits::BATCH_MAX as u64)
             + 1;
-        let mut out = Pruned::default();
         for _ in 0..batches {
             let now_ms = self.now_ms();
             let (removed, more) = self.run(&mut |ctx| {
@@ -1451,20 +1467,6 @@ impl Queue {
                 .map(Ok)
             })?;
             out.dedup_windows += released;
-            if !more {
-                break;
-            }
-        }
-        // Completed and cancelled jobs past the history.
-        let s = self.stats()?;
-        let batches = (s.completed + s.cancelled).div_ceil(crate::limits::BATCH_MAX as u64) + 1;
-        for _ in 0..batches {
-            let now_ms = self.now_ms();
-            let (deleted, more) = self.run(&mut |ctx| {
-                store::prune_history_jobs(ctx, config.tables, now_ms, crate::limits::BATCH_MAX)
-                    .map(Ok)
-            })?;
-            out.history += deleted;
             if !more {
                 break;
             }

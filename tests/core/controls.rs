@@ -971,3 +971,34 @@ fn a_result_is_stored_by_any_ack() {
     assert_eq!(result(ids[3]).as_deref(), Some(&b"from the pool"[..]));
     assert_consistent(&q);
 }
+
+/// A cancelled lease's row carries its idempotency key while it is kept (a retry would find
+/// the marker), so the marker outlives its retention until then; one `prune` after the
+/// fence ends deletes the row and then the marker.
+#[test]
+fn a_fenced_cancel_keeps_its_marker_until_prune_deletes_the_row() {
+    let f = Fixture::new();
+    let q = f
+        .builder()
+        .applied_retention(Some(secs(5)))
+        .open(&f.path)
+        .unwrap();
+    let key = || EnqueueOptions::default().idempotency_key("k0");
+    q.enqueue(b"b", key()).unwrap();
+    q.dequeue().unwrap().unwrap().ack_with(|_| Ok(())).unwrap();
+    f.clock.advance(secs(10));
+    q.enqueue(b"c", key()).unwrap();
+    let lc = q.dequeue().unwrap().unwrap();
+    q.cancel(lc.id(), "stop").unwrap();
+    // The marker is past its retention, but the fenced row carries its key.
+    assert_eq!(q.prune().unwrap().applied, 0);
+    assert!(q.is_applied("k0").unwrap());
+    assert_eq!(q.stats().unwrap().cancelled, 1);
+    drop(lc);
+    f.clock.advance(crate::common::LEASE + secs(6));
+    // One prune: the row whose fence ended, then the marker nothing carries any more.
+    let p = q.prune().unwrap();
+    assert_eq!((p.history, p.applied), (1, 1), "{p:?}");
+    assert!(!q.is_applied("k0").unwrap());
+    assert_consistent(&q);
+}

@@ -1044,16 +1044,28 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 if m.jobs.is_empty() {
                     continue;
                 }
-                let id = *m.jobs.keys().nth(i % m.jobs.len()).unwrap();
+                // Waiting and dead jobs only: a cancelled lease's row (and the idempotency
+                // key it carries) stays until a later prune, which this model does not time;
+                // tests/core/controls.rs covers it.
+                let waiting: Vec<u64> = m
+                    .jobs
+                    .iter()
+                    .filter(|(_, j)| !matches!(j.state, St::Leased(_)))
+                    .map(|(&id, _)| id)
+                    .collect();
+                if waiting.is_empty() {
+                    continue;
+                }
+                let id = waiting[i % waiting.len()];
                 let want = match m.jobs[&id].state {
                     St::Ready(_) => JobState::Ready,
                     St::Scheduled(_) => JobState::Scheduled,
-                    St::Leased(_) => JobState::Leased,
+                    St::Leased(_) => unreachable!("leased jobs are not picked"),
                     St::Dead => JobState::Dead,
                 };
                 prop_assert_eq!(q.cancel(JobId(id), "stop").unwrap(), want, "{}", at);
                 // Gone for the model: its key free (unless a window holds it), its
-                // idempotency key no longer carried; a held lease of it is refused.
+                // idempotency key no longer carried.
                 m.delete(id);
             }
             Op::Clock(ms) => {
