@@ -71,8 +71,14 @@ pub(crate) struct OpenFile {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) path: Option<PathBuf>,
     pub(crate) recovery: Recovery,
-    /// Set by [`Queue::close`](crate::Queue::close): no new enqueue or delivery through any handle of the file.
+    /// Set by [`Queue::close`](crate::Queue::close), and by
+    /// [`Queue::shutdown`](crate::Queue::shutdown) at the end of its grace: no new enqueue
+    /// or delivery through any handle of the file.
     pub(crate) closed: std::sync::atomic::AtomicBool,
+    /// Set by [`Queue::shutdown`](crate::Queue::shutdown) as it starts: no new delivery
+    /// through any handle of the file; enqueues and `write` still commit (the handlers
+    /// finishing their jobs may store results and enqueue follow-ups).
+    pub(crate) draining: std::sync::atomic::AtomicBool,
     /// The numbers of the paused queues, as `leaseq_paused` holds them (read at open, then
     /// kept by [`Queue::pause`](crate::Queue::pause) and
     /// [`Queue::resume`](crate::Queue::resume) once their commit lands: one process owns the

@@ -346,7 +346,7 @@ impl Lease {
         let (key, q) = (self.key(), self.queue()?);
         let results = [self.result()];
         let (now_ms, config) = (q.now_ms(), q.config());
-        // After `close`, or while the queue is paused, the ack alone.
+        // After `close`, during a `shutdown`, or while the queue is paused, the ack alone.
         let more = !q.is_closed() && !q.is_paused();
         let next = q.run(&mut |ctx| {
             if let Err(e) = single(store::ack(ctx, q.config().tables, &key, &results, now_ms)?) {

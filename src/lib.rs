@@ -138,7 +138,7 @@ pub use limits::{
     RESULT_BYTES_MAX,
 };
 pub use open::Builder;
-pub use queue::Queue;
+pub use queue::{FileShutdown, Queue};
 pub use retry::RetryPolicy;
 pub use stop::StopSignal;
 pub use tx::Tx;

@@ -571,6 +571,7 @@ impl Builder {
             path,
             recovery: Recovery::default(),
             closed: std::sync::atomic::AtomicBool::new(false),
+            draining: std::sync::atomic::AtomicBool::new(false),
             paused: parking_lot::RwLock::default(),
             pausing: parking_lot::Mutex::new(()),
         };

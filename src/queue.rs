@@ -442,7 +442,7 @@ impl Queue {
         if max == 0 || max > crate::limits::BATCH_MAX {
             return Err(batch_too_large("max"));
         }
-        self.check_open()?;
+        self.check_delivering()?;
         // Before the probe: from inside an `ack_with` closure, "nothing ready" must not
         // pass for an answer (and `dequeue_timeout` must not wait for a commit this very
         // thread is holding up).
@@ -835,9 +835,100 @@ impl Queue {
         self.inner.committer.work().notify_all();
     }
 
-    /// Whether [`Queue::close`] was called on this file.
+    /// Whether the file is closed to new deliveries: [`Queue::close`] was called on it, or a
+    /// [`Queue::shutdown`] started (during its grace enqueues still commit).
     pub fn is_closed(&self) -> bool {
-        self.inner.closed.load(std::sync::atomic::Ordering::SeqCst)
+        use std::sync::atomic::Ordering::SeqCst;
+        self.inner.closed.load(SeqCst) || self.inner.draining.load(SeqCst)
+    }
+
+    /// Shuts the file down for the app's exit, in one call: stops every consumer, lets the
+    /// work in flight end and commit within `grace`, then closes the file and lets go of it.
+    /// Consumes this handle, so that it can be the last.
+    ///
+    /// 1. **No new deliveries**, on every handle of the file (every named queue too): blocked
+    ///    [`dequeue_timeout`](Queue::dequeue_timeout) / [`dequeue_until`](Queue::dequeue_until)
+    ///    calls wake and return `Err(Closed)`, later dequeues too; [`WorkerPool`](crate::worker::WorkerPool)s
+    ///    stop taking jobs (their workers exit and let go of the file); `ack_and_next` acks
+    ///    only. Everything else goes on: calls on leases already held, `enqueue`, `write`
+    ///    (a handler finishing its job may store its result and enqueue follow-ups), reads.
+    /// 2. **Waits up to `grace`** for every other handle of the file to be dropped: the app's
+    ///    clones of the queue and its named queues, leases not yet ended, pools' workers,
+    ///    consumer threads (each ends when its dequeue returns `Closed`). It looks every
+    ///    millisecond or so.
+    /// 3. **Closes the file** as [`Queue::close`] does (new enqueues are `Closed` from now
+    ///    on), and, if this was the last handle, makes every commit durable
+    ///    ([`Queue::flush`]) and closes the database: its lock is let go, a reopen in this
+    ///    process or another succeeds at once, and reports no repair
+    ///    ([`Recovery::repaired`] `false`). [`FileShutdown::released`] says which.
+    ///
+    /// Handles still alive at the end of the grace keep the file open until they are
+    /// dropped (then it closes, as always); their leases are returned at the next open (the
+    /// attempt counted, as after a crash). A shutdown never loses a job: a job in flight is
+    /// either ended by its worker or still leased in the file.
+    ///
+    /// Takes `grace` at most, plus the final flush. From a [`WorkerPool`](crate::worker::WorkerPool)
+    /// handler or an `ack_with` closure it would wait for its own caller: don't.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("app.leaseq");
+    /// use leaseq::{Queue, WorkerPool};
+    /// use std::time::Duration;
+    ///
+    /// let queue = Queue::open(&path)?;
+    /// let pool = WorkerPool::builder(&queue).threads(2).start(|_lease| Ok(()))?;
+    /// queue.enqueue(b"work", Default::default())?;
+    /// // The app is quitting:
+    /// let report = queue.shutdown(Duration::from_secs(10));
+    /// assert!(report.released, "{report:?}");
+    /// assert!(pool.stats().in_flight == 0);
+    /// let again = Queue::open(&path)?; // at once, in the same process
+    /// assert!(!again.recovery().repaired);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shutdown(self, grace: Duration) -> FileShutdown {
+        use std::sync::atomic::Ordering::SeqCst;
+        let started = Instant::now();
+        self.inner.draining.store(true, SeqCst);
+        self.inner.committer.work().notify_all();
+        let deadline = started.checked_add(grace);
+        let mut look = Duration::from_micros(200);
+        while Arc::strong_count(&self.inner) > 1 && deadline.is_none_or(|d| Instant::now() < d) {
+            std::thread::sleep(look);
+            look = (look * 2).min(Duration::from_millis(2));
+        }
+        self.close();
+        let Queue { inner, .. } = self;
+        let handles_left = Arc::strong_count(&inner).saturating_sub(1);
+        if handles_left == 0 {
+            if let Err(e) = flush_file(&inner) {
+                tracing::warn!(error = %e, "leaseq: the flush at shutdown failed");
+            }
+        }
+        let released = match Arc::try_unwrap(inner) {
+            Ok(file) => {
+                drop(file);
+                true
+            }
+            Err(_still_shared) => false,
+        };
+        if released {
+            tracing::info!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "leaseq: file shut down and released"
+            );
+        } else {
+            tracing::info!(
+                handles_left,
+                "leaseq: file shut down; handles still alive keep it open"
+            );
+        }
+        FileShutdown {
+            released,
+            handles_left: if released { 0 } else { handles_left.max(1) },
+            elapsed: started.elapsed(),
+        }
     }
 
     /// Pauses this queue, as BullMQ's `queue.pause()`, Oban's `pause_queue` and River's
@@ -1090,9 +1181,18 @@ impl Queue {
         }
     }
 
+    /// `Err(Closed)` once the file was closed to new deliveries (a close, or a shutdown
+    /// under way).
+    pub(crate) fn check_delivering(&self) -> Result<()> {
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
     /// `Err(Closed)` once the file was closed to new work.
     pub(crate) fn check_open(&self) -> Result<()> {
-        if self.is_closed() {
+        if self.inner.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::Closed);
         }
         Ok(())
@@ -1548,13 +1648,34 @@ impl Queue {
     /// # Errors
     /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` or `Storage`.
     pub fn flush(&self) -> Result<()> {
-        self.inner.committer.check_reentrant()?;
-        catch_engine_panic(|| {
-            let tx = self.inner.db.get().begin_write()?;
-            tx.commit()?;
-            Ok(())
-        })
+        flush_file(&self.inner)
     }
+}
+
+/// One empty `Immediate` commit: every earlier commit of the file durable.
+fn flush_file(file: &OpenFile) -> Result<()> {
+    file.committer.check_reentrant()?;
+    catch_engine_panic(|| {
+        let tx = file.db.get().begin_write()?;
+        tx.commit()?;
+        Ok(())
+    })
+}
+
+/// What [`Queue::shutdown`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FileShutdown {
+    /// Whether the file was released: every handle was gone within the grace, the last
+    /// commits were made durable and the database closed. A reopen (this process or
+    /// another) succeeds at once and reports no repair.
+    pub released: bool,
+    /// Handles of the file (queue handles, leases not yet ended, pools' workers, relays)
+    /// still alive at the end of the grace; 0 when released. The file closes when the last
+    /// is dropped.
+    pub handles_left: usize,
+    /// How long the shutdown took.
+    pub elapsed: Duration,
 }
 
 /// What an `ack_with` does after its acks, in the same commit ([`Queue::ack_with_keys`]).

@@ -344,13 +344,18 @@ impl Gate {
 }
 
 struct PoolState {
-    queue: Queue,
+    /// The queue's name, for `Debug` (the workers hold the queue itself, each its own
+    /// handle, so a pool whose workers all ended holds none).
+    queue_name: Option<String>,
     stop: StopSignal,
-    handler: Handler,
     idle_timeout: Duration,
     heartbeat_every: Option<Duration>,
     heartbeat_extend: Option<Duration>,
     slots: Vec<Mutex<WorkerSlot>>,
+    /// Set by each worker as its last act, once it let go of its queue handle: a shutdown
+    /// joins exactly these (the join returns at once) and reports the others as still
+    /// running.
+    exited: Vec<std::sync::atomic::AtomicBool>,
     beats: heartbeat::Beats,
     gate: Gate,
     counters: PoolCounters,
@@ -614,13 +619,13 @@ impl PoolBuilder {
             return Err(Error::Closed);
         }
         let shared = Arc::new(PoolState {
-            queue: self.queue.clone(),
+            queue_name: self.queue.name().map(str::to_string),
             stop: self.stop.clone().unwrap_or_default(),
-            handler,
             idle_timeout: self.idle_timeout,
             heartbeat_every: self.heartbeat_every,
             heartbeat_extend: self.heartbeat_extend,
             slots: (0..threads).map(|_| Mutex::new(WorkerSlot::Idle)).collect(),
+            exited: (0..threads).map(|_| Default::default()).collect(),
             beats: heartbeat::Beats::default(),
             gate: Gate::default(),
             counters: PoolCounters::default(),
@@ -632,6 +637,9 @@ impl PoolBuilder {
             drop_grace: self.drop_grace,
             done: false,
         };
+        // The workers share the handler (it may hold queue handles of its own): the last
+        // worker to exit drops it.
+        let handler = Arc::new(handler);
         let heart = {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
@@ -642,10 +650,14 @@ impl PoolBuilder {
         for index in 0..threads {
             *shared.gate.alive.lock() += 1;
             let worker = {
+                let own = run::Own {
+                    queue: self.queue.clone(),
+                    handler: Arc::clone(&handler),
+                };
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("{}-{index}", self.thread_name))
-                    .spawn(move || run::worker(&shared, index))
+                    .spawn(move || run::worker(&shared, index, own))
             };
             match worker {
                 Ok(handle) => pool.workers.push(handle),
@@ -684,7 +696,7 @@ pub struct WorkerPool {
 impl fmt::Debug for WorkerPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WorkerPool")
-            .field("queue", &self.shared.queue)
+            .field("queue", &self.shared.queue_name)
             .field("threads", &self.workers.len())
             .field("stats", &self.stats())
             .finish_non_exhaustive()
@@ -776,15 +788,23 @@ impl WorkerPool {
         }
         // 4: workers mid-commit come back; those still in a handler are left running.
         let wait_until = Instant::now().checked_add(COMMIT_WAIT);
-        let still_running = shared
+        shared
             .gate
             .wait(wait_until, |alive| alive <= shared.claimed());
-        let (finished, _): (Vec<_>, Vec<_>) = std::mem::take(&mut self.workers)
-            .into_iter()
-            .partition(JoinHandle::is_finished);
-        finished.into_iter().for_each(|w| {
-            let _ = w.join();
-        });
+        // Every worker that exited is joined (it let go of its queue handle before saying
+        // so, so the join returns at once); the others are still running.
+        let mut still_running = 0;
+        for (index, worker) in std::mem::take(&mut self.workers).into_iter().enumerate() {
+            let exited = shared
+                .exited
+                .get(index)
+                .is_some_and(|e| e.load(Ordering::SeqCst));
+            if exited {
+                let _ = worker.join();
+            } else {
+                still_running += 1;
+            }
+        }
         if shared.beats.exit()
             && let Some(heart) = self.heart.take()
         {

@@ -13,8 +13,16 @@ const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
 /// The longest wait between two dequeues that fail.
 const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
 
+/// What a worker holds of its own, and drops before it says it exited: a pool whose workers
+/// all exited holds no handle to the file (not even through its handler's captures).
+pub(super) struct Own {
+    pub(super) queue: crate::Queue,
+    pub(super) handler: Arc<Handler>,
+}
+
 /// The worker thread's body.
-pub(super) fn worker(shared: &PoolState, index: usize) {
+pub(super) fn worker(shared: &PoolState, index: usize, own: Own) {
+    let Own { queue, handler } = own;
     let mut next: Option<Lease> = None;
     let mut backoff = ERROR_BACKOFF_MIN;
     loop {
@@ -25,10 +33,7 @@ pub(super) fn worker(shared: &PoolState, index: usize) {
                     break;
                 }
                 PoolCounters::add(&shared.counters.polls);
-                match shared
-                    .queue
-                    .dequeue_until(shared.idle_timeout, &shared.stop)
-                {
+                match queue.dequeue_until(shared.idle_timeout, &shared.stop) {
                     Ok(Some(lease)) => {
                         backoff = ERROR_BACKOFF_MIN;
                         lease
@@ -52,7 +57,13 @@ pub(super) fn worker(shared: &PoolState, index: usize) {
             return_unstarted(shared, &lease);
             break;
         }
-        next = process(shared, index, lease);
+        next = process(shared, &handler, index, lease);
+    }
+    drop(next);
+    drop(handler);
+    drop(queue);
+    if let Some(exited) = shared.exited.get(index) {
+        exited.store(true, std::sync::atomic::Ordering::SeqCst);
     }
     shared.gate.exit();
 }
@@ -68,7 +79,7 @@ fn return_unstarted(shared: &PoolState, lease: &Lease) {
 
 /// Runs one job: its heartbeat starts before the handler, and stops after the job's final
 /// commit returned. Returns the next job, when that commit took one.
-fn process(shared: &PoolState, index: usize, lease: Lease) -> Option<Lease> {
+fn process(shared: &PoolState, handler: &Handler, index: usize, lease: Lease) -> Option<Lease> {
     let lease = Arc::new(lease);
     let token = lease.token();
     let (extend, every) =
@@ -76,7 +87,7 @@ fn process(shared: &PoolState, index: usize, lease: Lease) -> Option<Lease> {
     shared.beats.start(&lease, extend, every);
     // A plain handler runs apart from its commit, so a shutdown may take its job back; an
     // effect handler runs inside its commit, which ends the job whatever happens.
-    let phase = match &shared.handler {
+    let phase = match handler {
         Handler::Plain(_) => WorkerSlot::Running(Arc::clone(&lease)),
         Handler::Effect(_) => WorkerSlot::Committing,
     };
@@ -84,7 +95,7 @@ fn process(shared: &PoolState, index: usize, lease: Lease) -> Option<Lease> {
         *slot.lock() = phase;
     }
     PoolCounters::add(&shared.counters.jobs);
-    let next = match &shared.handler {
+    let next = match handler {
         Handler::Plain(handler) => {
             let ran = catch_unwind(AssertUnwindSafe(|| handler(&lease)));
             if shared.enter_commit(index) {

@@ -23,6 +23,7 @@ mod files;
 mod group_commit;
 mod import;
 mod lease;
+mod lifecycle;
 mod named;
 mod outbox;
 mod pause;
