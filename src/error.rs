@@ -63,7 +63,16 @@ pub enum Error {
     },
     /// A payload is larger than the queue's limit
     /// ([`Builder::payload_bytes_max`](crate::Builder::payload_bytes_max)).
-    #[error("payload of {size_bytes} bytes exceeds the limit of {limit_bytes} bytes")]
+    ///
+    /// Inside [`Queue::write`](crate::Queue::write) or an `ack_with` closure (an enqueue
+    /// of the transaction refused, and the closure passing the error on with `?`), the call
+    /// returns this same error, not [`Error::Effect`].
+    #[error(
+        "payload of {size_bytes} bytes exceeds the limit of {limit_bytes} bytes: raise \
+         Builder::payload_bytes_max (at most {cap} bytes), or keep the data in a table of \
+         your own and enqueue its key",
+        cap = crate::limits::PAYLOAD_BYTES_MAX_CAP
+    )]
     PayloadTooLarge {
         /// The payload's size in bytes.
         size_bytes: usize,
@@ -71,7 +80,11 @@ pub enum Error {
         limit_bytes: usize,
     },
     /// An idempotency key or dedup key is longer than [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX).
-    #[error("{field} of {size_bytes} bytes exceeds the limit of {limit_bytes} bytes")]
+    /// Inside `write` or an `ack_with` closure, as for `PayloadTooLarge`.
+    #[error(
+        "{field} of {size_bytes} bytes exceeds the limit of {limit_bytes} bytes \
+         (KEY_BYTES_MAX, fixed): use a hash of the key"
+    )]
     KeyTooLong {
         /// `"idempotency_key"` or `"dedup_key"`.
         field: &'static str,
@@ -81,7 +94,8 @@ pub enum Error {
         limit_bytes: usize,
     },
     /// An option is out of range (zero lease, lease above the cap, zero max attempts, a delay
-    /// whose due time overflows). Nothing is clamped silently.
+    /// whose due time overflows). Nothing is clamped silently. Inside `write` or an
+    /// `ack_with` closure, as for `PayloadTooLarge`.
     #[error("invalid option {field}: {reason}")]
     InvalidOption {
         /// The option's name, e.g. `"lease"`.
@@ -228,6 +242,31 @@ impl Error {
         Error::InvalidOption {
             field,
             reason: reason.into(),
+        }
+    }
+}
+
+impl Error {
+    /// Whether this refuses an input before anything is written (a payload, a key or an
+    /// option out of range): the same error inside a caller's transaction as outside it.
+    pub(crate) fn is_input_refusal(&self) -> bool {
+        matches!(
+            self,
+            Error::PayloadTooLarge { .. } | Error::KeyTooLong { .. } | Error::InvalidOption { .. }
+        )
+    }
+
+    /// The error a caller's closure passed on, when it is one of leaseq's input refusals
+    /// (an enqueue inside `write` or `ack_with` refused): that error itself rather than
+    /// `Effect` around it, so it names the setting to change.
+    pub(crate) fn surfaced(self) -> Error {
+        match self {
+            Error::Effect(boxed) => match boxed.downcast::<Error>() {
+                Ok(inner) if inner.is_input_refusal() => *inner,
+                Ok(inner) => Error::Effect(inner),
+                Err(other) => Error::Effect(other),
+            },
+            e => e,
         }
     }
 }

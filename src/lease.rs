@@ -405,7 +405,9 @@ impl Lease {
     /// ```
     ///
     /// # Errors
-    /// `Effect` with the closure's error (or panic message), after the job was given back;
+    /// `Effect` with the closure's error (or panic message), after the job was given back
+    /// (the closure passing on an input refusal of an enqueue inside it, `PayloadTooLarge`,
+    /// `KeyTooLong` or `InvalidOption`: that error itself, the job given back the same way);
     /// `LeaseLost` if the token is stale (the closure did not run); `Corrupted`, `Reentrant`,
     /// `CommitFailed` or `Storage` as [`Lease::ack`].
     pub fn ack_with<F>(&self, mut effect: F) -> Result<Applied>
@@ -422,7 +424,7 @@ impl Lease {
         )?;
         let r = single(applied);
         self.release_if_ended(&r);
-        r
+        r.map_err(Error::surfaced)
     }
 
     /// [`Lease::ack_with`] and the next dequeue in one commit: the effect, the marker, the
@@ -447,7 +449,7 @@ impl Lease {
         let applied = single(applied);
         self.release_if_ended(&applied);
         Ok((
-            applied?,
+            applied.map_err(Error::surfaced)?,
             next.into_iter().next().map(|l| Lease::from_delivery(&q, l)),
         ))
     }

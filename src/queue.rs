@@ -400,7 +400,10 @@ impl Queue {
     /// ```
     ///
     /// # Errors
-    /// `Effect` with `f`'s error or panic message (nothing of it commits; the other calls
+    /// `PayloadTooLarge`, `KeyTooLong` or `InvalidOption` when `f` passed on an enqueue's
+    /// refusal (as outside `write`: the message names the setting; a closure may also catch
+    /// it and go on, the refused job written nothing); `Effect` with any other error or
+    /// panic message of `f` (nothing of it commits; the other calls
     /// sharing the transaction run again without it); `Closed` after [`Queue::close`];
     /// `CommitFailed`, `Storage` or `Reentrant` otherwise.
     pub fn write<T, F>(&self, mut f: F) -> Result<T>
@@ -410,6 +413,7 @@ impl Queue {
         self.check_open()?;
         let (now_ms, config) = (self.now_ms(), self.config);
         self.run(&mut |ctx| store::write(ctx, &config, now_ms, &mut f).map(Ok))
+            .map_err(Error::surfaced)
     }
 
     /// Takes the next job if one is available now, or returns `None` at once.
@@ -555,7 +559,10 @@ impl Queue {
             .iter()
             .zip(&applied)
             .for_each(|(l, r)| l.release_if_ended(r));
-        Ok(applied)
+        Ok(applied
+            .into_iter()
+            .map(|r| r.map_err(Error::surfaced))
+            .collect())
     }
 
     /// [`Queue::ack_with_batch`] with one call of `effect` for the whole batch: `effect(tx,

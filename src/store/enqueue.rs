@@ -174,7 +174,11 @@ impl Sink for TablesSink<'_, '_, '_> {
                 .open_other(tables)
                 .and_then(|mut other| enqueue_into(&mut other, self.ctx, records, None))
         };
-        if let Err(e) = &r {
+        // A refusal wrote nothing (validation comes first): the transaction is whole, and
+        // the closure may go on without that job.
+        if let Err(e) = &r
+            && !e.is_input_refusal()
+        {
             self.broken = Some(e.to_string());
         }
         r

@@ -250,6 +250,17 @@ fn run_effect(
             }
             None
         }
+        // The closure passed on an enqueue's refusal: given back by `ack_with` as any
+        // closure error is.
+        Err(
+            e @ (Error::PayloadTooLarge { .. }
+            | Error::KeyTooLong { .. }
+            | Error::InvalidOption { .. }),
+        ) => {
+            PoolCounters::add(&c.retried);
+            tracing::warn!(job = lease.id().0, error = %e, "leaseq pool: the effect handler's enqueue was refused");
+            None
+        }
         Err(e) => {
             note_error(c, lease, &e, "ending a job");
             None

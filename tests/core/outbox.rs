@@ -1094,3 +1094,133 @@ fn failed_ack_with_follow_up_id_names_only_a_committed_job() {
     assert!(q.job(child).unwrap().is_none() || child == later);
     assert_consistent(&q);
 }
+
+/// Issue 23: a refusal inside a caller's transaction is the same typed error as outside it,
+/// naming the setting to change; a closure passing it on commits nothing, one catching it
+/// goes on and commits the rest.
+#[test]
+fn a_refused_enqueue_inside_write_is_its_own_error_naming_the_setting() {
+    let f = Fixture::new();
+    let q = f.builder().payload_bytes_max(64).open(&f.path).unwrap();
+    let big = vec![7u8; 65];
+    let outside = q.enqueue(&big, EnqueueOptions::default()).unwrap_err();
+    let inside = q
+        .write(|tx| {
+            bump(tx, 1)?;
+            tx.enqueue(&big, EnqueueOptions::default())?;
+            Ok(())
+        })
+        .unwrap_err();
+    for e in [&outside, &inside] {
+        assert!(
+            matches!(
+                e,
+                Error::PayloadTooLarge {
+                    size_bytes: 65,
+                    limit_bytes: 64
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("Builder::payload_bytes_max"), "{e}");
+    }
+    assert!(
+        effects(&q).is_empty(),
+        "passed on: nothing of the closure commits"
+    );
+    assert_eq!(q.len().unwrap(), 0);
+    // Caught: the refused job wrote nothing, the rest commits.
+    let kept = q
+        .write(|tx| {
+            bump(tx, 2)?;
+            let refused = tx.enqueue(&big, EnqueueOptions::default());
+            assert!(matches!(refused, Err(Error::PayloadTooLarge { .. })));
+            tx.enqueue(b"small", EnqueueOptions::default())?;
+            Ok(())
+        })
+        .unwrap();
+    let () = kept;
+    assert_eq!(effects(&q).get(&2), Some(&1));
+    assert_eq!(drain_payloads(&q), vec![b"small".to_vec()]);
+    let long_key = "k".repeat(leaseq::KEY_BYTES_MAX + 1);
+    let e = q
+        .write(|tx| {
+            tx.enqueue(b"x", EnqueueOptions::default().idempotency_key(&long_key))?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::KeyTooLong {
+                field: "idempotency_key",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("KEY_BYTES_MAX"), "{e}");
+    // A closure's own error stays `Effect`.
+    let e = q.write(|_| Err::<(), _>("mine".into())).unwrap_err();
+    assert!(matches!(e, Error::Effect(_)), "{e:?}");
+    assert_consistent(&q);
+}
+
+/// The same inside `ack_with`: the job is given back (as for any closure error) with the
+/// refusal's text as its last error, the lease has ended, and the call says which setting.
+#[test]
+fn a_refused_follow_up_inside_ack_with_is_its_own_error_and_the_job_goes_back() {
+    let f = Fixture::new();
+    let q = f.builder().payload_bytes_max(64).open(&f.path).unwrap();
+    let id = new_id(q.enqueue(b"step-1", EnqueueOptions::default()).unwrap());
+    let lease = q.dequeue().unwrap().unwrap();
+    let e = lease
+        .ack_with(|tx| {
+            bump(tx, 1)?;
+            tx.enqueue(&[0u8; 100], EnqueueOptions::default())?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::PayloadTooLarge {
+                size_bytes: 100,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        matches!(lease.ack(), Err(Error::LeaseLost { .. })),
+        "the attempt ended"
+    );
+    let job = q.job(id).unwrap().unwrap();
+    assert_eq!(job.state, JobState::Ready);
+    assert!(
+        job.last_error
+            .as_deref()
+            .unwrap()
+            .contains("payload_bytes_max"),
+        "{job:?}"
+    );
+    assert!(effects(&q).is_empty());
+    // A pool's effect handler: counted as retried, not as an error.
+    let pool = leaseq::WorkerPool::builder(&q)
+        .threads(1)
+        .start_effects(|tx, _| {
+            tx.enqueue(&[0u8; 100], EnqueueOptions::default())?;
+            Ok(())
+        })
+        .unwrap();
+    let t = Instant::now();
+    while pool.stats().retried == 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let report = pool.shutdown(Duration::from_secs(5));
+    assert!(
+        report.stats.retried >= 1 && report.stats.errors == 0,
+        "{report:?}"
+    );
+    assert_consistent(&q);
+}
