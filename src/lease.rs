@@ -541,6 +541,17 @@ impl Lease {
         self.snooze_with(delay, Some(reason))
     }
 
+    /// Gives the job back as if this delivery had never been taken: ready at once in its
+    /// place, the attempt not charged, nothing else changed. For a lease no consumer saw (an
+    /// async dequeue dropped before it handed the lease out).
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    pub(crate) fn release_unseen(&self) -> Result<()> {
+        let (key, q) = (self.key()[0], self.queue()?);
+        let r = q.run(&mut |ctx| store::release_unseen(ctx, q.config().tables, key));
+        self.release_if_ended(&r);
+        r
+    }
+
     fn snooze_with(&self, delay: Duration, reason: Option<&str>) -> Result<()> {
         if delay > crate::limits::DELAY_MAX {
             return Err(crate::error::Error::invalid_option(

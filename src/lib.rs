@@ -105,6 +105,8 @@ mod stop;
 mod store;
 mod tx;
 
+#[cfg(feature = "async")]
+pub mod async_face;
 pub mod guide;
 #[cfg(feature = "nats")]
 pub mod relay;
@@ -121,6 +123,8 @@ struct ReadmeDoctests;
 /// [`Queue::database`] calls use the same version without a direct dependency.
 pub use redb;
 
+#[cfg(feature = "async")]
+pub use async_face::{AsyncLease, AsyncQueue};
 pub use clock::{Clock, ClockWaker, ManualClock, SystemClock};
 pub use commit::{CommitStats, Durability};
 pub use error::{BoxError, Error, Result};
@@ -133,9 +137,9 @@ pub use job::{
 };
 pub use lease::{Heartbeat, Lease};
 pub use limits::{
-    BATCH_MAX, DELAY_MAX, DUE_RECHECK_MAX, ERRORS_KEPT, HISTORY_JOBS_MAX, KEY_BYTES_MAX, LEASE_MAX,
-    MAX_ATTEMPTS_CAP, PAYLOAD_BYTES_MAX_CAP, QUEUE_NAME_BYTES_MAX, QUEUES_MAX, REASON_BYTES_MAX,
-    RESULT_BYTES_MAX,
+    ASYNC_THREADS_MAX, BATCH_MAX, DELAY_MAX, DUE_RECHECK_MAX, ERRORS_KEPT, HISTORY_JOBS_MAX,
+    KEY_BYTES_MAX, LEASE_MAX, MAX_ATTEMPTS_CAP, PAYLOAD_BYTES_MAX_CAP, QUEUE_NAME_BYTES_MAX,
+    QUEUES_MAX, REASON_BYTES_MAX, RESULT_BYTES_MAX,
 };
 pub use open::Builder;
 pub use queue::{FileShutdown, Queue};

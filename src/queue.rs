@@ -446,24 +446,39 @@ impl Queue {
         if max == 0 || max > crate::limits::BATCH_MAX {
             return Err(batch_too_large("max"));
         }
+        match self.peek_work()? {
+            (true, _) => self.take_now(max),
+            (false, next_due_ms) => Ok((Vec::new(), next_due_ms)),
+        }
+    }
+
+    /// A look before a dequeue's commit, with a read: whether a job may be available now,
+    /// and the earliest due time of the queue's waiting jobs and leases (`None` with nothing
+    /// to wait for, or while the queue is paused: only a resume wakes it then).
+    ///
+    /// # Errors
+    /// `Closed` once the file is closed to deliveries; `Reentrant`; `Storage`.
+    pub(crate) fn peek_work(&self) -> Result<(bool, Option<u64>)> {
         self.check_delivering()?;
         // Before the probe: from inside an `ack_with` closure, "nothing ready" must not
         // pass for an answer (and `dequeue_timeout` must not wait for a commit this very
         // thread is holding up).
         self.inner.committer.check_reentrant()?;
         if self.is_paused() {
-            // Nothing to wait for but a resume, which wakes the queue's consumers.
-            return Ok((Vec::new(), None));
+            return Ok((false, None));
         }
         let now_ms = self.now_ms();
-        let (work, next_due_ms) = catch_engine_panic(|| {
+        catch_engine_panic(|| {
             let rtx = self.inner.db.get().begin_read()?;
             store::peek_due(&rtx, self.config.tables, now_ms)
-        })?;
-        if !work {
-            return Ok((Vec::new(), next_due_ms));
-        }
-        let config = self.config;
+        })
+    }
+
+    /// A dequeue's commit, after [`Queue::peek_work`] saw work: up to `max` leases, and,
+    /// when it took none (another consumer took the job, or a bounded sweep has more to
+    /// do), now as the time to look again.
+    pub(crate) fn take_now(&self, max: usize) -> Result<(Vec<Lease>, Option<u64>)> {
+        let (now_ms, config) = (self.now_ms(), self.config);
         let leased = self.run(&mut |ctx| {
             // Again in the group: a pause that returned while this call waited to join wins.
             if self.is_paused() {
@@ -471,8 +486,6 @@ impl Queue {
             }
             store::dequeue(ctx, &config, now_ms, max).map(Ok)
         })?;
-        // Nothing leased although work was seen (another consumer took it, or a bounded
-        // sweep has more to do): look again soon rather than waiting out the timeout.
         let next_due_ms = leased.is_empty().then_some(now_ms);
         Ok((
             leased
@@ -481,6 +494,38 @@ impl Queue {
                 .collect(),
             next_due_ms,
         ))
+    }
+
+    /// How long a consumer that found nothing waits before it looks again: until `deadline`
+    /// (`None`: an hour at most), the next due time, and at most
+    /// [`DUE_RECHECK_MAX`](crate::DUE_RECHECK_MAX) while a due time is pending (a clock that
+    /// jumps). `None` once `deadline` passed.
+    pub(crate) fn wait_before_looking(
+        &self,
+        deadline: Option<Instant>,
+        next_due_ms: Option<u64>,
+    ) -> Option<Duration> {
+        let now = Instant::now();
+        let mut wait = match deadline {
+            Some(d) if now >= d => return None,
+            Some(d) => d - now,
+            None => Duration::from_secs(3600),
+        };
+        if let Some(due_ms) = next_due_ms {
+            let until_due = due_ms.saturating_sub(self.now_ms()).max(1);
+            wait = wait
+                .min(Duration::from_millis(until_due))
+                .min(crate::limits::DUE_RECHECK_MAX);
+        }
+        Some(wait)
+    }
+
+    /// The wake-up of this queue's consumers.
+    pub(crate) fn work_signal(&self) -> Arc<crate::signal::WakeSignal> {
+        self.inner
+            .committer
+            .work()
+            .of(self.config().tables.queue_number)
     }
 
     /// Which queue a lease of this handle is from: the file's committer id and the queue's
@@ -760,11 +805,7 @@ impl Queue {
         self.inner.committer.check_reentrant()?;
         // A timeout too long to add to the monotonic clock waits without end.
         let deadline = Instant::now().checked_add(timeout);
-        let work = self
-            .inner
-            .committer
-            .work()
-            .of(self.config().tables.queue_number);
+        let work = self.work_signal();
         if let Some(stop) = stop {
             stop.watch(&work);
         }
@@ -779,21 +820,10 @@ impl Queue {
             if lease.is_some() {
                 return Ok(lease);
             }
-            let now = Instant::now();
-            let mut wait = match deadline {
-                Some(d) if now >= d => return Ok(None),
-                Some(d) => d - now,
-                None => Duration::from_secs(3600),
-            };
-            if let Some(due_ms) = next_due_ms {
-                // The clock may jump before the due time (an NTP step): look again at least
-                // every DUE_RECHECK_MAX.
-                let until_due = due_ms.saturating_sub(self.now_ms()).max(1);
-                wait = wait
-                    .min(Duration::from_millis(until_due))
-                    .min(crate::limits::DUE_RECHECK_MAX);
+            match self.wait_before_looking(deadline, next_due_ms) {
+                Some(wait) => work.wait(epoch, wait),
+                None => return Ok(None),
             }
-            work.wait(epoch, wait);
         }
     }
 
@@ -908,10 +938,10 @@ impl Queue {
         self.close();
         let Queue { inner, .. } = self;
         let handles_left = Arc::strong_count(&inner).saturating_sub(1);
-        if handles_left == 0 {
-            if let Err(e) = flush_file(&inner) {
-                tracing::warn!(error = %e, "leaseq: the flush at shutdown failed");
-            }
+        if handles_left == 0
+            && let Err(e) = flush_file(&inner)
+        {
+            tracing::warn!(error = %e, "leaseq: the flush at shutdown failed");
         }
         let released = match Arc::try_unwrap(inner) {
             Ok(file) => {

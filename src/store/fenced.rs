@@ -354,6 +354,18 @@ pub(crate) fn snooze(
         .map(Ok)
 }
 
+/// Gives back lease `(id, token)` as if it had never been taken (see
+/// [`Tables::release_unseen`]): for a delivery the async face took but could not hand out.
+pub(crate) fn release_unseen(
+    ctx: &mut Ctx<'_>,
+    tables: &'static QueueTables,
+    (id, token): (u64, u64),
+) -> Verdict<()> {
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    let record = lease_or_refuse!(tx_tables, id, token);
+    tx_tables.release_unseen(ctx, id, record).map(Ok)
+}
+
 pub(crate) fn fail(
     ctx: &mut Ctx<'_>,
     tables: &'static QueueTables,

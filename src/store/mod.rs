@@ -54,7 +54,9 @@ pub(crate) use check::check_file;
 pub(crate) use control::{history_of, pause, paused_queues, resume, set_history, validate_history};
 pub(crate) use dequeue::dequeue;
 pub(crate) use enqueue::{Sink, enqueue, enqueue_imported, write};
-pub(crate) use fenced::{ClosureFailure, EffectCall, ack, ack_with, extend, fail, nack, snooze};
+pub(crate) use fenced::{
+    ClosureFailure, EffectCall, ack, ack_with, extend, fail, nack, release_unseen, snooze,
+};
 pub(crate) use migrate::{file_id, make_file_id, upgrade};
 pub(crate) use read::{
     is_applied, job, list, payload, peek_due, quarantined, quarantined_record, stats,

@@ -185,6 +185,23 @@ impl Tables<'_> {
         self.put(id, &record)
     }
 
+    /// Undoes a delivery no consumer ever saw (an async dequeue dropped before it handed the
+    /// lease out): the job is ready again in the place it had, its attempt not charged, its
+    /// snooze count and last error as they were.
+    pub(super) fn release_unseen(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: u64,
+        mut record: JobRecord,
+    ) -> Result<()> {
+        debug_assert!(record.attempts >= 1, "leased with no attempt counted");
+        ctx.wake(self.tables.queue_number);
+        self.unindex(id, &record)?;
+        record.attempts = record.attempts.saturating_sub(1);
+        record.state = StoredState::Ready;
+        self.put(id, &record)
+    }
+
     /// Moves a leased job to the dead-letter state now, with `reason`.
     pub(super) fn fail_leased(
         &mut self,

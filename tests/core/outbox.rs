@@ -1130,16 +1130,14 @@ fn a_refused_enqueue_inside_write_is_its_own_error_naming_the_setting() {
     );
     assert_eq!(q.len().unwrap(), 0);
     // Caught: the refused job wrote nothing, the rest commits.
-    let kept = q
-        .write(|tx| {
-            bump(tx, 2)?;
-            let refused = tx.enqueue(&big, EnqueueOptions::default());
-            assert!(matches!(refused, Err(Error::PayloadTooLarge { .. })));
-            tx.enqueue(b"small", EnqueueOptions::default())?;
-            Ok(())
-        })
-        .unwrap();
-    let () = kept;
+    q.write(|tx| {
+        bump(tx, 2)?;
+        let refused = tx.enqueue(&big, EnqueueOptions::default());
+        assert!(matches!(refused, Err(Error::PayloadTooLarge { .. })));
+        tx.enqueue(b"small", EnqueueOptions::default())?;
+        Ok(())
+    })
+    .unwrap();
     assert_eq!(effects(&q).get(&2), Some(&1));
     assert_eq!(drain_payloads(&q), vec![b"small".to_vec()]);
     let long_key = "k".repeat(leaseq::KEY_BYTES_MAX + 1);

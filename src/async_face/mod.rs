@@ -1,0 +1,454 @@
+//! The async face (feature `async`): [`AsyncQueue`] and [`AsyncLease`], for apps on an async
+//! runtime (tokio, Tauri, async-std, smol: no runtime is required).
+//!
+//! **Nothing blocks a runtime thread on a commit.** Every call that waits for a commit (an
+//! enqueue, a dequeue's lease, an ack) runs on one of leaseq's helper threads (started on
+//! demand, at most [`ASYNC_THREADS_MAX`](crate::ASYNC_THREADS_MAX), exiting after 10 s idle;
+//! concurrent calls share commits, as threads do), and its future resolves when the commit
+//! is durable. Only reads run on the caller's thread (a dequeue's look at the queue, a
+//! short read transaction).
+//!
+//! **A waiting consumer holds no thread.** An async dequeue that finds nothing registers its
+//! task with the queue's own wake-up: the commit that makes work available wakes it, as
+//! does the next due time, its timeout, a [`StopSignal`], [`Queue::close`] and
+//! [`Queue::shutdown`]. No polling.
+//!
+//! **Cancel-safe dequeues.** A dequeue future may be dropped at any point (a `select!`
+//! branch lost, a `tokio::time::timeout` ran out, the task aborted) and no job is stranded:
+//! a lease it took but never handed out goes back at once, ready in the place it had, its
+//! attempt not charged. Other calls cannot be taken back once started: a dropped
+//! `enqueue` or `ack` future still completes on its helper (the job is enqueued or acked, or
+//! not, as if the answer had been read), as a database driver's dropped query may still
+//! commit.
+//!
+//! **Transactions stay synchronous.** The closures of [`AsyncQueue::write`] and
+//! [`AsyncLease::ack_with`] run on a helper inside the write transaction; they cannot await
+//! (a transaction never spans an await: every other writer of the file would wait). Do the
+//! slow or outside work before, then commit its result with the ack.
+//!
+//! Where leaseq differs from apalis or effectum: there is no server or polling loop, the
+//! queue is one file in the app, and the guarantees are those of the blocking API, call for
+//! call (an `await`ed `Ok` is as durable as the blocking call's).
+//!
+//! ```
+//! use leaseq::{EnqueueOptions, Queue};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! let queue = Queue::open(dir.path().join("app.leaseq"))?.to_async();
+//! queue.enqueue(b"sync note 7", EnqueueOptions::default()).await?;
+//! // Waits without a thread; dropping this future never strands a job.
+//! if let Some(lease) = queue.dequeue_timeout(Duration::from_secs(5)).await? {
+//!     assert_eq!(lease.payload(), b"sync note 7");
+//!     lease.ack().await?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod offload;
+mod wait;
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{BoxError, Result};
+use crate::job::{Applied, EnqueueOptions, Enqueued, JobState};
+use crate::lease::Lease;
+use crate::queue::{FileShutdown, Queue};
+use crate::stop::StopSignal;
+use crate::tx::Tx;
+
+use offload::{call, call_or_abandon};
+use wait::SignalWait;
+
+impl Queue {
+    /// This queue's async face: the same queue (a clone of this handle), with calls that
+    /// never block the caller's thread on a commit. See [`AsyncQueue`].
+    pub fn to_async(&self) -> AsyncQueue {
+        AsyncQueue {
+            queue: self.clone(),
+        }
+    }
+}
+
+/// A [`Queue`] handle whose calls are futures: commits run on leaseq's helper threads,
+/// waiting consumers are woken by the queue's own signal, and a dropped dequeue never
+/// strands a job ([the module page](crate::async_face) says how). Cheap to clone; `Send +
+/// Sync`. Made by [`Queue::to_async`]; [`AsyncQueue::blocking`] is the same queue's
+/// blocking handle, for reads (`stats`, `job`, `jobs`: short read transactions) and the
+/// calls this face does not repeat (or use [`AsyncQueue::run`]).
+///
+/// It is a handle like any other: it keeps the file open until dropped, and
+/// [`Queue::shutdown`] waits for it.
+#[derive(Clone)]
+pub struct AsyncQueue {
+    queue: Queue,
+}
+
+impl fmt::Debug for AsyncQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncQueue")
+            .field("queue", &self.queue)
+            .finish()
+    }
+}
+
+impl AsyncQueue {
+    /// The blocking handle of the same queue.
+    pub fn blocking(&self) -> &Queue {
+        &self.queue
+    }
+
+    /// [`Queue::enqueue`], its commit on a helper thread. `payload` is copied.
+    ///
+    /// # Errors
+    /// As [`Queue::enqueue`].
+    pub async fn enqueue(&self, payload: &[u8], opts: EnqueueOptions) -> Result<Enqueued> {
+        let (q, payload) = (self.queue.clone(), payload.to_vec());
+        call(move || q.enqueue(&payload, opts)).await
+    }
+
+    /// [`Queue::enqueue_value`]: `value` is encoded on the caller's thread, the commit runs
+    /// on a helper.
+    ///
+    /// # Errors
+    /// As [`Queue::enqueue_value`].
+    pub async fn enqueue_value<T>(&self, value: &T, opts: EnqueueOptions) -> Result<Enqueued>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let (payload, opts) = opts.typed(value, self.queue.config().encoding)?;
+        let q = self.queue.clone();
+        call(move || q.enqueue(&payload, opts)).await
+    }
+
+    /// [`Queue::enqueue_batch`] (one commit for all, all or nothing), its commit on a helper.
+    ///
+    /// # Errors
+    /// As [`Queue::enqueue_batch`].
+    pub async fn enqueue_batch(
+        &self,
+        jobs: Vec<(Vec<u8>, EnqueueOptions)>,
+    ) -> Result<Vec<Enqueued>> {
+        let q = self.queue.clone();
+        call(move || q.enqueue_batch(jobs.iter().map(|(p, o)| (p.as_slice(), o.clone())))).await
+    }
+
+    /// [`Queue::write`]: `f` runs on a helper thread inside the write transaction (it may
+    /// run more than once, as there: a group that aborts is replayed), and cannot await.
+    ///
+    /// # Errors
+    /// As [`Queue::write`].
+    pub async fn write<T, F>(&self, mut f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&Tx<'_>) -> std::result::Result<T, BoxError> + Send + 'static,
+    {
+        let q = self.queue.clone();
+        call(move || q.write(&mut f)).await
+    }
+
+    /// Runs `f` with the blocking handle on a helper thread: the async form of any call this
+    /// face does not repeat (`cancel`, `pause`, `prune`, `requeue_dead`, ...).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?.to_async();
+    /// let job = queue.enqueue(b"x", Default::default()).await?.id();
+    /// queue.run(move |q| q.cancel(job, "the user deleted the note")).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// `f`'s.
+    pub async fn run<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Queue) -> Result<T> + Send + 'static,
+    {
+        let q = self.queue.clone();
+        call(move || f(&q)).await
+    }
+
+    /// [`Queue::dequeue`]: the next job if one is available now, else `None` without
+    /// waiting. Cancel-safe: dropped before it answered, a job it took goes back unseen (its
+    /// attempt not charged).
+    ///
+    /// # Errors
+    /// As [`Queue::dequeue`].
+    pub async fn dequeue(&self) -> Result<Option<AsyncLease>> {
+        Ok(self.dequeue_batch(1).await?.pop())
+    }
+
+    /// [`Queue::dequeue_batch`]: up to `max` jobs available now, in one commit. Cancel-safe
+    /// as [`AsyncQueue::dequeue`].
+    ///
+    /// # Errors
+    /// As [`Queue::dequeue_batch`].
+    pub async fn dequeue_batch(&self, max: usize) -> Result<Vec<AsyncLease>> {
+        if max == 0 || max > crate::limits::BATCH_MAX {
+            return self.queue.dequeue_batch(max).map(|_| Vec::new());
+        }
+        match self.queue.peek_work()? {
+            (true, _) => Ok(self.take(max).await?.0),
+            (false, _) => Ok(Vec::new()),
+        }
+    }
+
+    /// [`Queue::dequeue_timeout`]: the next job, waiting up to `timeout` for one, without a
+    /// thread: the task is woken by the commit that makes work available, the next due time
+    /// (read again at least every [`DUE_RECHECK_MAX`](crate::DUE_RECHECK_MAX) while one is
+    /// pending), or [`Queue::close`] / [`Queue::shutdown`]. Cancel-safe: dropped at any point
+    /// (a `select!` lost, a runtime's timeout), no job is stranded: a lease it took but did
+    /// not hand out goes back at once, ready in its place, its attempt not charged.
+    ///
+    /// # Errors
+    /// As [`Queue::dequeue_timeout`]: `Closed` once the file is closed to deliveries (a
+    /// blocked call wakes with it).
+    pub async fn dequeue_timeout(&self, timeout: Duration) -> Result<Option<AsyncLease>> {
+        self.wait_for_job(timeout, None).await
+    }
+
+    /// [`Queue::dequeue_until`]: as [`AsyncQueue::dequeue_timeout`], and `Ok(None)` as soon
+    /// as `stop` is stopped (a waiting call wakes at once).
+    ///
+    /// # Errors
+    /// As [`AsyncQueue::dequeue_timeout`].
+    pub async fn dequeue_until(
+        &self,
+        timeout: Duration,
+        stop: &StopSignal,
+    ) -> Result<Option<AsyncLease>> {
+        self.wait_for_job(timeout, Some(stop)).await
+    }
+
+    /// The next job, waiting for one as long as it takes: `Err(Closed)` ends the wait (a
+    /// close or a shutdown of the file). For a consumer task's loop:
+    /// `while let Ok(lease) = queue.next().await { ... }`, or `select!` it with the app's
+    /// own stop.
+    ///
+    /// # Errors
+    /// As [`AsyncQueue::dequeue_timeout`].
+    pub async fn next(&self) -> Result<AsyncLease> {
+        loop {
+            if let Some(lease) = self.wait_for_job(Duration::from_secs(3600), None).await? {
+                return Ok(lease);
+            }
+        }
+    }
+
+    async fn wait_for_job(
+        &self,
+        timeout: Duration,
+        stop: Option<&StopSignal>,
+    ) -> Result<Option<AsyncLease>> {
+        let deadline = Instant::now().checked_add(timeout);
+        let work = self.queue.work_signal();
+        if let Some(stop) = stop {
+            stop.watch(&work);
+        }
+        loop {
+            // The epoch before the flags, as the blocking wait: a close or a stop after this
+            // read moves it, and the wait below ends at once.
+            let epoch = work.epoch();
+            if stop.is_some_and(StopSignal::is_stopped) {
+                return Ok(None);
+            }
+            let next_due_ms = match self.queue.peek_work()? {
+                (true, _) => {
+                    let (mut leases, next_due_ms) = self.take(1).await?;
+                    if let Some(lease) = leases.pop() {
+                        return Ok(Some(lease));
+                    }
+                    next_due_ms
+                }
+                (false, next_due_ms) => next_due_ms,
+            };
+            match self.queue.wait_before_looking(deadline, next_due_ms) {
+                Some(wait) => SignalWait::new(Arc::clone(&work), epoch, wait).await,
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The commit of a dequeue, on a helper; leases a dropped future never handed out go
+    /// back unseen.
+    async fn take(&self, max: usize) -> Result<(Vec<AsyncLease>, Option<u64>)> {
+        let q = self.queue.clone();
+        let (leases, next_due_ms) =
+            call_or_abandon(move || q.take_now(max), give_back_unseen).await?;
+        Ok((
+            leases.into_iter().map(AsyncLease::new).collect(),
+            next_due_ms,
+        ))
+    }
+
+    /// [`Queue::flush`] on a helper.
+    ///
+    /// # Errors
+    /// As [`Queue::flush`].
+    pub async fn flush(&self) -> Result<()> {
+        let q = self.queue.clone();
+        call(move || q.flush()).await
+    }
+
+    /// [`Queue::shutdown`] on a helper: no new deliveries, `grace` for every other handle
+    /// (async ones, leases and tasks included) to go, then the file closed and released.
+    pub async fn shutdown(self, grace: Duration) -> FileShutdown {
+        let q = self.queue;
+        let started = Instant::now();
+        call(move || Ok(q.shutdown(grace)))
+            .await
+            .unwrap_or(FileShutdown {
+                released: false,
+                handles_left: 1,
+                elapsed: started.elapsed(),
+            })
+    }
+}
+
+/// What a dequeue's commit took when no one will read it: every lease back, unseen.
+fn give_back_unseen(answer: Result<(Vec<Lease>, Option<u64>)>) {
+    let Ok((leases, _)) = answer else {
+        return;
+    };
+    for lease in leases {
+        if let Err(e) = lease.release_unseen() {
+            // The lease stays: the job comes back when it expires (the attempt counted).
+            tracing::warn!(job = lease.id().0, error = %e, "leaseq: giving back a lease a dropped dequeue took");
+        }
+    }
+}
+
+/// A [`Lease`] with async calls: each that commits runs on a helper thread. Everything a
+/// lease tells (`payload`, `decode`, `id`, `attempt`, `deadline_ms`, `set_result`,
+/// `heartbeat`, ...) is there through `Deref`. Dropping it is dropping the lease: the job
+/// stays leased until its deadline, then comes back (the attempt counted), as SQS's
+/// visibility timeout; end it with a call.
+#[must_use = "a lease that is not acked is delivered again when it expires"]
+pub struct AsyncLease {
+    lease: Arc<Lease>,
+}
+
+impl fmt::Debug for AsyncLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.lease, f)
+    }
+}
+
+impl Deref for AsyncLease {
+    type Target = Lease;
+
+    fn deref(&self) -> &Lease {
+        &self.lease
+    }
+}
+
+impl AsyncLease {
+    fn new(lease: Lease) -> AsyncLease {
+        AsyncLease {
+            lease: Arc::new(lease),
+        }
+    }
+
+    async fn on_helper<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Lease) -> Result<T> + Send + 'static,
+    {
+        let lease = Arc::clone(&self.lease);
+        call(move || f(&lease)).await
+    }
+
+    /// [`Lease::ack`]. The commit runs on a helper and completes even if this future is
+    /// dropped.
+    ///
+    /// # Errors
+    /// As [`Lease::ack`].
+    pub async fn ack(&self) -> Result<()> {
+        self.on_helper(Lease::ack).await
+    }
+
+    /// [`Lease::ack_with`]: `effect` runs on a helper inside the write transaction (it may
+    /// run more than once; it cannot await); its writes, the idempotency key's applied
+    /// marker and the ack commit together.
+    ///
+    /// # Errors
+    /// As [`Lease::ack_with`].
+    pub async fn ack_with<F>(&self, mut effect: F) -> Result<Applied>
+    where
+        F: FnMut(&Tx<'_>) -> std::result::Result<(), BoxError> + Send + 'static,
+    {
+        self.on_helper(move |l| l.ack_with(&mut effect)).await
+    }
+
+    /// [`Lease::nack`]: given back through the retry policy with `reason`.
+    ///
+    /// # Errors
+    /// As [`Lease::nack`].
+    pub async fn nack(&self, reason: &str) -> Result<JobState> {
+        let reason = reason.to_string();
+        self.on_helper(move |l| l.nack(&reason)).await
+    }
+
+    /// [`Lease::nack_after`]: given back, due after `backoff`.
+    ///
+    /// # Errors
+    /// As [`Lease::nack_after`].
+    pub async fn nack_after(&self, reason: &str, backoff: Duration) -> Result<JobState> {
+        let reason = reason.to_string();
+        self.on_helper(move |l| l.nack_after(&reason, backoff))
+            .await
+    }
+
+    /// [`Lease::snooze`]: given back, due after `delay`, the attempt not charged.
+    ///
+    /// # Errors
+    /// As [`Lease::snooze`].
+    pub async fn snooze(&self, delay: Duration) -> Result<()> {
+        self.on_helper(move |l| l.snooze(delay)).await
+    }
+
+    /// [`Lease::snooze_because`]: a snooze with a reason kept as the job's status.
+    ///
+    /// # Errors
+    /// As [`Lease::snooze_because`].
+    pub async fn snooze_because(&self, delay: Duration, reason: &str) -> Result<()> {
+        let reason = reason.to_string();
+        self.on_helper(move |l| l.snooze_because(delay, &reason))
+            .await
+    }
+
+    /// [`Lease::fail`]: dead now, with `reason`.
+    ///
+    /// # Errors
+    /// As [`Lease::fail`].
+    pub async fn fail(&self, reason: &str) -> Result<()> {
+        let reason = reason.to_string();
+        self.on_helper(move |l| l.fail(&reason)).await
+    }
+
+    /// [`Lease::extend`]: deadline = now + `by` (as SQS's `ChangeMessageVisibility`).
+    ///
+    /// # Errors
+    /// As [`Lease::extend`].
+    pub async fn extend(&self, by: Duration) -> Result<()> {
+        self.on_helper(move |l| l.extend(by)).await
+    }
+
+    /// [`Lease::is_cancelled`] on a helper (a read).
+    ///
+    /// # Errors
+    /// As [`Lease::is_cancelled`].
+    pub async fn is_cancelled(&self) -> Result<bool> {
+        self.on_helper(Lease::is_cancelled).await
+    }
+}

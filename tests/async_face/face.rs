@@ -1,0 +1,347 @@
+//! `AsyncQueue` and `AsyncLease`: each test checks the queue's state afterwards (stats, the
+//! jobs' attempts, `check()`), not only the answers.
+
+use crate::common::{Fixture, assert_consistent, plain};
+use leaseq::{AsyncQueue, EnqueueOptions, Error, JobState, Queue, StopSignal};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A queue on the system clock (due times and timeouts in real time).
+fn real_clock(f: &Fixture) -> Queue {
+    Queue::builder()
+        .lease(Duration::from_secs(30))
+        .retry(leaseq::RetryPolicy::immediate())
+        .open(&f.path)
+        .unwrap()
+}
+
+#[test]
+fn enqueue_dequeue_and_every_ending_call() {
+    let f = Fixture::new();
+    let q = f.open().to_async();
+    runtime().block_on(async {
+        for n in 0..5u32 {
+            q.enqueue_value(&n, plain()).await.unwrap();
+        }
+        let outcomes = ["ack", "nack", "fail", "snooze", "ack_with"];
+        for what in outcomes {
+            let lease = q.dequeue().await.unwrap().expect("a job");
+            let n: u32 = lease.decode().unwrap();
+            match what {
+                "ack" => lease.ack().await.unwrap(),
+                "nack" => assert_eq!(lease.nack("later").await.unwrap(), JobState::Ready),
+                "fail" => lease.fail("bad").await.unwrap(),
+                "snooze" => lease.snooze(Duration::from_secs(60)).await.unwrap(),
+                _ => {
+                    let applied = lease
+                        .ack_with(move |tx| {
+                            crate::common::bump(tx.transaction(), u64::from(n))?;
+                            Ok(())
+                        })
+                        .await
+                        .unwrap();
+                    assert_eq!(applied, leaseq::Applied::Now);
+                }
+            }
+            // Every ending call fenced the lease.
+            assert!(matches!(lease.ack().await, Err(Error::LeaseLost { .. })));
+        }
+        let s = q.blocking().stats().unwrap();
+        assert_eq!(
+            (s.ready, s.dead, s.scheduled, s.leased),
+            (1, 1, 1, 0),
+            "{s:?}"
+        );
+        assert_eq!(crate::common::effects(q.blocking()).len(), 1);
+        let id = q.enqueue(b"x", plain()).await.unwrap().id();
+        assert_eq!(
+            q.run(move |b| b.cancel(id, "gone")).await.unwrap(),
+            JobState::Ready
+        );
+        let written = q
+            .write(|tx| {
+                tx.enqueue(b"from write", plain())?;
+                Ok(7u8)
+            })
+            .await
+            .unwrap();
+        assert_eq!(written, 7);
+    });
+    assert_consistent(q.blocking());
+}
+
+/// Many tasks wait on one current-thread runtime: each is woken by the enqueue that gives
+/// it work (no timeout reached: an hour), and every job is taken once.
+#[test]
+fn waiting_consumers_are_woken_by_enqueues() {
+    let f = Fixture::new();
+    let q = f.open().to_async();
+    let rt = runtime();
+    let taken = rt.block_on(async {
+        let consumers: Vec<_> = (0..50)
+            .map(|_| {
+                let q = q.clone();
+                tokio::spawn(async move {
+                    let lease = q
+                        .dequeue_timeout(Duration::from_secs(3600))
+                        .await
+                        .unwrap()
+                        .expect("woken with a job, not by the timeout");
+                    lease.ack().await.unwrap();
+                    lease.id()
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for _ in 0..50 {
+            q.enqueue(b"work", plain()).await.unwrap();
+        }
+        let mut ids = HashSet::new();
+        for c in consumers {
+            assert!(ids.insert(c.await.unwrap()));
+        }
+        ids
+    });
+    assert_eq!(taken.len(), 50);
+    assert_eq!(q.blocking().stats().unwrap().total, 0);
+}
+
+/// A delayed job reaches a consumer already waiting, at its due time (no commit wakes it).
+#[test]
+fn a_waiting_consumer_gets_a_delayed_job_when_it_comes_due() {
+    let f = Fixture::new();
+    let q = real_clock(&f).to_async();
+    runtime().block_on(async {
+        q.enqueue(
+            b"later",
+            EnqueueOptions::default().delay(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap();
+        let t = std::time::Instant::now();
+        let lease = q
+            .dequeue_timeout(Duration::from_secs(30))
+            .await
+            .unwrap()
+            .expect("the delayed job");
+        assert!(
+            t.elapsed() >= Duration::from_millis(250),
+            "not before it was due"
+        );
+        lease.ack().await.unwrap();
+    });
+}
+
+/// A manual clock advanced past a due time wakes a waiting task at once.
+#[test]
+fn a_manual_clock_jump_wakes_a_waiting_task() {
+    let f = Fixture::new();
+    let q = f.open().to_async();
+    let clock = f.clock.clone();
+    runtime().block_on(async {
+        q.enqueue(
+            b"later",
+            EnqueueOptions::default().delay(Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap();
+        let waiter = {
+            let q = q.clone();
+            tokio::spawn(async move { q.dequeue_timeout(Duration::from_secs(7200)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        clock.advance(Duration::from_secs(3601));
+        let got = tokio::time::timeout(Duration::from_secs(20), waiter)
+            .await
+            .expect("woken by the jump")
+            .unwrap()
+            .unwrap();
+        got.expect("the job").ack().await.unwrap();
+    });
+}
+
+/// `close` wakes every waiting task with `Closed`; a `StopSignal` wakes its own with `None`.
+#[test]
+fn close_and_stop_wake_waiting_tasks() {
+    let f = Fixture::new();
+    let q = f.open().to_async();
+    let stop = StopSignal::new();
+    runtime().block_on(async {
+        let stopped = {
+            let (q, stop) = (q.clone(), stop.clone());
+            tokio::spawn(async move { q.dequeue_until(Duration::from_secs(3600), &stop).await })
+        };
+        let closed = {
+            let q = q.clone();
+            tokio::spawn(async move { q.next().await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stop.stop();
+        let got = tokio::time::timeout(Duration::from_secs(20), stopped).await;
+        assert!(matches!(got, Ok(Ok(Ok(None)))), "{got:?}");
+        assert!(!closed.is_finished(), "a stop wakes only its own consumers");
+        q.blocking().close();
+        let got = tokio::time::timeout(Duration::from_secs(20), closed).await;
+        assert!(matches!(got, Ok(Ok(Err(Error::Closed)))), "{got:?}");
+    });
+}
+
+/// The cancel-safety promise: dequeue futures dropped at every point (a runtime's timeout
+/// over a wait, over a commit under way, just after it answered) strand no job. After many
+/// rounds racing producers, every job is either acked by a consumer that got its lease, or
+/// ready with no attempt charged; none is leased.
+#[test]
+fn dropped_dequeues_strand_no_job_and_charge_no_attempt() {
+    let f = Fixture::new();
+    let q = real_clock(&f).to_async();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let enqueued = Arc::new(AtomicU64::new(0));
+    let acked = rt.block_on(async {
+        let producer = {
+            let (q, enqueued) = (q.clone(), Arc::clone(&enqueued));
+            tokio::spawn(async move {
+                for _ in 0..400 {
+                    q.enqueue(b"job", plain()).await.unwrap();
+                    enqueued.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                }
+            })
+        };
+        let mut acked = 0u64;
+        let mut round = 0u64;
+        while !producer.is_finished() || round < 2000 {
+            round += 1;
+            // From 0 µs (dropped before its first poll finishes) to a few ms (mid-commit,
+            // or after).
+            let budget = Duration::from_micros((round * 37) % 3000);
+            if let Ok(got) =
+                tokio::time::timeout(budget, q.dequeue_timeout(Duration::from_secs(5))).await
+                && let Some(lease) = got.unwrap()
+            {
+                lease.ack().await.unwrap();
+                acked += 1;
+            }
+            if round > 100_000 {
+                break;
+            }
+        }
+        producer.await.unwrap();
+        acked
+    });
+    // Give-backs run on helper threads: wait until none is left leased.
+    let t = std::time::Instant::now();
+    while q.blocking().stats().unwrap().leased > 0 && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let s = q.blocking().stats().unwrap();
+    assert_eq!(s.leased, 0, "a dropped dequeue stranded a lease: {s:?}");
+    assert_eq!(enqueued.load(Ordering::SeqCst), 400);
+    assert_eq!(s.ready, 400 - acked, "{s:?}");
+    let ready = q.blocking().jobs(JobState::Ready, None, 1000).unwrap();
+    for j in &ready.jobs {
+        assert_eq!(
+            (j.attempts, j.snoozes),
+            (0, 0),
+            "charged by a dropped dequeue: {j:?}"
+        );
+    }
+    assert!(acked > 0, "some dequeues completed");
+    assert_consistent(q.blocking());
+}
+
+/// The future of a dequeue that already committed, dropped before it was polled again: the
+/// lease goes back unseen, in its place (first again), uncharged.
+#[test]
+fn a_lease_taken_for_a_dropped_future_goes_back_in_its_place() {
+    let f = Fixture::new();
+    let q = f.open().to_async();
+    let ids = crate::common::enqueue_n(q.blocking(), 3, plain());
+    runtime().block_on(async {
+        let fut = Box::pin(q.dequeue());
+        // Polled once: the commit starts on a helper; the future is pending.
+        let mut fut = fut;
+        let polled = futures_poll_once(fut.as_mut());
+        assert!(polled.is_none(), "the commit runs on a helper");
+        // Let the helper commit the lease, then drop the future unread.
+        let t = std::time::Instant::now();
+        while q.blocking().stats().unwrap().leased == 0 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(fut);
+    });
+    let t = std::time::Instant::now();
+    while q.blocking().stats().unwrap().leased > 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let first = q.blocking().dequeue().unwrap().unwrap();
+    assert_eq!(first.id(), ids[0], "back in its place");
+    assert_eq!(first.attempt(), 1, "the dropped delivery was not charged");
+    assert_eq!(q.blocking().job(ids[0]).unwrap().unwrap().snoozes, 0);
+    first.ack().unwrap();
+    assert_consistent(q.blocking());
+}
+
+/// Polls `fut` once with a no-op waker; `Some` if it finished.
+fn futures_poll_once<F: std::future::Future + ?Sized>(
+    fut: std::pin::Pin<&mut F>,
+) -> Option<F::Output> {
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    match fut.poll(&mut cx) {
+        std::task::Poll::Ready(v) => Some(v),
+        std::task::Poll::Pending => None,
+    }
+}
+
+/// `AsyncQueue::shutdown` from async code: waiting tasks end with `Closed`, their handles
+/// go, and the file is released: a reopen succeeds at once and reports no repair.
+#[test]
+fn async_shutdown_releases_the_file() {
+    let f = Fixture::new();
+    for round in 0..10 {
+        let q: AsyncQueue = f.open().to_async();
+        assert!(!q.blocking().recovery().repaired, "round {round}");
+        let rt = runtime();
+        let report = rt.block_on(async {
+            let consumers: Vec<_> = (0..4)
+                .map(|_| {
+                    let q = q.clone();
+                    tokio::spawn(async move {
+                        loop {
+                            match q.next().await {
+                                Ok(lease) => lease.ack().await.unwrap(),
+                                Err(Error::Closed) => return,
+                                Err(e) => panic!("{e}"),
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for _ in 0..20 {
+                q.enqueue(b"w", plain()).await.unwrap();
+            }
+            let report = q.shutdown(Duration::from_secs(10)).await;
+            for c in consumers {
+                c.await.unwrap();
+            }
+            report
+        });
+        assert!(report.released, "round {round}: {report:?}");
+        let again = f.open();
+        assert!(!again.recovery().repaired && again.recovery().leases_returned == 0);
+        drop(again);
+    }
+}
