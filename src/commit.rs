@@ -39,6 +39,7 @@ use parking_lot::{Condvar, Mutex};
 use redb::{Database, ReadableTable, WriteTransaction};
 
 use crate::error::{Error, Result, catch_engine_panic};
+use crate::events::{Event, EventHub, EventSink};
 use crate::format::schema::{META, META_NEXT_ID, META_NEXT_TOKEN};
 use crate::limits::{COUNTER_BLOCK, GATHER_MAX, GROUP_MEMBERS_MAX, NON_DURABLE_COMMITS_MAX};
 use crate::signal::QueueSignals;
@@ -122,6 +123,8 @@ pub(crate) struct Ctx<'g> {
     /// The queues (numbers) in which an operation made or scheduled work: their blocked
     /// consumers wake on commit.
     pub wake: &'g mut Vec<u32>,
+    /// What the operations did, for the queues' subscribers (published on commit).
+    pub events: EventSink<'g>,
 }
 
 /// Set by every write of one operation: the group must commit. A group no operation marked
@@ -207,6 +210,9 @@ struct OpenGroup {
     counters_at_start: IdBlocks,
     dirty: bool,
     wake: Vec<u32>,
+    /// Whether anyone listened when the group opened: its events are recorded only then.
+    listening: bool,
+    events: std::cell::RefCell<Vec<(u32, Event)>>,
     members: usize,
     /// Members other than the leader, parked until the result is set (woken one by one
     /// with `unpark`: no condvar, so they never queue on the group mutex to read it).
@@ -291,6 +297,8 @@ pub(crate) struct Committer {
     quick_repair: bool,
     /// Blocked consumers wait on it; shared with the queue's clock (see `ClockWaker`).
     work: Arc<QueueSignals>,
+    /// The subscribers of the file's change events.
+    hub: EventHub,
 }
 
 impl Committer {
@@ -304,6 +312,7 @@ impl Committer {
             durability,
             quick_repair,
             work: Arc::new(QueueSignals::default()),
+            hub: EventHub::default(),
         }
     }
 
@@ -398,6 +407,7 @@ impl Committer {
                 counters: &mut g.counters,
                 written: WriteMark(&written),
                 wake: &mut g.wake,
+                events: EventSink::new(g.listening.then_some(&g.events)),
             };
             op(&mut ctx)
         });
@@ -469,6 +479,8 @@ impl Committer {
             counters_at_start: counters,
             dirty: false,
             wake: Vec::new(),
+            listening: self.hub.listening(),
+            events: std::cell::RefCell::new(Vec::new()),
             members: 0,
             waiters: Vec::new(),
             seq: 0,
@@ -575,6 +587,7 @@ impl Committer {
         debug_assert!(g.counters.next_token >= g.counters_at_start.next_token);
         st.sealing = true;
         let wake = std::mem::take(&mut g.wake);
+        let events = std::mem::take(g.events.get_mut());
         let counters = g.counters;
         let (members, dirty, seq, durable) = (g.members, g.dirty, g.seq, g.durable);
         let result_cell = g.result.clone();
@@ -626,6 +639,9 @@ impl Committer {
             for queue_number in wake {
                 self.work.notify(queue_number);
             }
+            if dirty {
+                self.hub.publish(events);
+            }
         }
     }
 
@@ -665,6 +681,11 @@ impl Committer {
     /// What blocked consumers wait on.
     pub(crate) fn work(&self) -> &Arc<QueueSignals> {
         &self.work
+    }
+
+    /// The subscribers of the file's change events.
+    pub(crate) fn hub(&self) -> &EventHub {
+        &self.hub
     }
 }
 

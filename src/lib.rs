@@ -90,6 +90,7 @@
 mod clock;
 mod commit;
 mod error;
+mod events;
 mod file;
 mod format;
 mod job;
@@ -128,6 +129,7 @@ pub use async_face::{AsyncLease, AsyncQueue};
 pub use clock::{Clock, ClockWaker, ManualClock, SystemClock};
 pub use commit::{CommitStats, Durability};
 pub use error::{BoxError, Error, Result};
+pub use events::{Event, Events};
 pub use file::Recovery;
 pub use format::payload::Encoding;
 pub use format::schema::FORMAT_VERSION;
@@ -137,9 +139,10 @@ pub use job::{
 };
 pub use lease::{Heartbeat, Lease};
 pub use limits::{
-    ASYNC_THREADS_MAX, BATCH_MAX, DELAY_MAX, DUE_RECHECK_MAX, ERRORS_KEPT, HISTORY_JOBS_MAX,
-    KEY_BYTES_MAX, LEASE_MAX, MAX_ATTEMPTS_CAP, PAYLOAD_BYTES_MAX_CAP, QUEUE_NAME_BYTES_MAX,
-    QUEUES_MAX, REASON_BYTES_MAX, RESULT_BYTES_MAX,
+    ASYNC_THREADS_MAX, BATCH_MAX, DELAY_MAX, DUE_RECHECK_MAX, ERRORS_KEPT, EVENTS_CAPACITY_DEFAULT,
+    EVENTS_CAPACITY_MAX, HISTORY_JOBS_MAX, KEY_BYTES_MAX, LEASE_MAX, MAX_ATTEMPTS_CAP,
+    PAYLOAD_BYTES_MAX_CAP, QUEUE_NAME_BYTES_MAX, QUEUES_MAX, REASON_BYTES_MAX, RESULT_BYTES_MAX,
+    SUBSCRIBERS_MAX,
 };
 pub use open::Builder;
 pub use queue::{FileShutdown, Queue};

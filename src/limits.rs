@@ -25,6 +25,16 @@ pub const DUE_RECHECK_MAX: Duration = Duration::from_millis(250);
 /// exiting after 10 s without work. Calls beyond wait their turn (their futures pending).
 pub const ASYNC_THREADS_MAX: usize = 8;
 
+/// Most change-event subscriptions alive at once on one file
+/// ([`Queue::events`](crate::Queue::events)).
+pub const SUBSCRIBERS_MAX: usize = 64;
+/// The events a subscription holds for its reader before it counts the next ones as missed
+/// (1024), unless [`Queue::events_with_capacity`](crate::Queue::events_with_capacity) says
+/// otherwise.
+pub const EVENTS_CAPACITY_DEFAULT: usize = 1024;
+/// The largest capacity a subscription may ask for (1 Mi events).
+pub const EVENTS_CAPACITY_MAX: usize = 1 << 20;
+
 /// Most named queues one file holds (the default queue not counted): queue numbers run from
 /// 1 to this and are never reused.
 pub const QUEUES_MAX: u32 = 1024;

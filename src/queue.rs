@@ -1017,6 +1017,63 @@ impl Queue {
         Ok(resumed)
     }
 
+    /// Subscribes to this queue's change events ([`Event`](crate::Event)): what each commit
+    /// did (jobs enqueued, completed, retried, snoozed, dead, cancelled, requeued; the queue
+    /// paused, resumed, drained), published after the commit, for a UI's live counts and
+    /// lists without polling (as BullMQ's `QueueEvents`). Holds up to
+    /// [`EVENTS_CAPACITY_DEFAULT`](crate::EVENTS_CAPACITY_DEFAULT) unread events, then counts
+    /// the ones it drops ([`Events::missed`](crate::Events::missed)). Events before the call
+    /// are not replayed: read [`Queue::stats`] once, then follow the events. Recording costs
+    /// nothing while no one subscribes.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// use leaseq::Event;
+    ///
+    /// let events = queue.events()?;
+    /// let id = queue.enqueue(b"x", Default::default())?.id();
+    /// queue.dequeue()?.expect("a job").ack()?;
+    /// assert_eq!(events.try_recv(), Some(Event::Enqueued { id }));
+    /// assert_eq!(events.try_recv(), Some(Event::Completed { id }));
+    /// assert_eq!(events.try_recv(), Some(Event::Drained));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `InvalidOption` when [`SUBSCRIBERS_MAX`](crate::SUBSCRIBERS_MAX) subscriptions of the
+    /// file are alive.
+    pub fn events(&self) -> Result<crate::events::Events> {
+        self.events_with_capacity(crate::limits::EVENTS_CAPACITY_DEFAULT)
+    }
+
+    /// [`Queue::events`] holding up to `capacity` unread events (1 to
+    /// [`EVENTS_CAPACITY_MAX`](crate::EVENTS_CAPACITY_MAX)).
+    ///
+    /// # Errors
+    /// `InvalidOption` for a capacity out of range, or as [`Queue::events`].
+    pub fn events_with_capacity(&self, capacity: usize) -> Result<crate::events::Events> {
+        if !(1..=crate::limits::EVENTS_CAPACITY_MAX).contains(&capacity) {
+            return Err(Error::invalid_option(
+                "capacity",
+                format!("1 to {} events", crate::limits::EVENTS_CAPACITY_MAX),
+            ));
+        }
+        self.inner
+            .committer
+            .hub()
+            .subscribe(self.config.tables.queue_number, capacity)
+            .ok_or_else(|| {
+                Error::invalid_option(
+                    "events",
+                    format!(
+                        "{} subscriptions of this file are alive",
+                        crate::limits::SUBSCRIBERS_MAX
+                    ),
+                )
+            })
+    }
+
     /// Whether this queue is paused ([`Queue::pause`]). No I/O: the file's pause state is kept
     /// in memory from the open on.
     pub fn is_paused(&self) -> bool {

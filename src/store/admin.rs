@@ -1,6 +1,7 @@
 //! Operator actions on jobs by id or by state: requeue a dead job, remove a job, purge or
 //! requeue up to a bound of one state.
 
+use crate::events::Event;
 use redb::ReadableTable;
 
 use crate::commit::{Ctx, Verdict, refuse};
@@ -73,6 +74,11 @@ pub(crate) fn cancel(
     };
     tx_tables.end_job(id, record, end, now_ms, keep)?;
     super::retention::prune_history(&mut tx_tables, now_ms, crate::limits::PRUNE_PER_ACK_MAX)?;
+    let q = tx_tables.tables.queue_number;
+    tx_tables.events.push(q, Event::Cancelled { id: JobId(id) });
+    if was == JobState::Leased {
+        tx_tables.note_drained()?;
+    }
     Ok(Ok(was))
 }
 
@@ -152,7 +158,10 @@ pub(crate) fn retry(
     record.run_at_ms = now_ms;
     record.seq = ctx.alloc_seq();
     record.state = StoredState::Ready;
-    tx_tables.put(id, &record).map(Ok)
+    tx_tables.put(id, &record)?;
+    let q = tx_tables.tables.queue_number;
+    tx_tables.events.push(q, Event::Requeued { id: JobId(id) });
+    Ok(Ok(()))
 }
 
 /// Releases dedup key `key` by hand: its entry and window go, and the live job that held it
@@ -277,7 +286,10 @@ fn requeue_record(
     record.run_at_ms = now_ms;
     record.seq = ctx.alloc_seq();
     record.state = StoredState::Ready;
-    tx_tables.put(id, &record)
+    tx_tables.put(id, &record)?;
+    let q = tx_tables.tables.queue_number;
+    tx_tables.events.push(q, Event::Requeued { id: JobId(id) });
+    Ok(())
 }
 
 /// Deletes a job that is not leased (scheduled, ready or dead), releasing its dedup key. A

@@ -102,6 +102,7 @@ pub(crate) fn pause(ctx: &mut Ctx<'_>, queue_number: u32, now_ms: u64) -> Result
     }
     ctx.mark_written();
     paused.insert(queue_number, now_ms)?;
+    ctx.events.push(queue_number, crate::events::Event::Paused);
     Ok(true)
 }
 
@@ -114,6 +115,7 @@ pub(crate) fn resume(ctx: &mut Ctx<'_>, queue_number: u32) -> Result<bool> {
     ctx.mark_written();
     paused.remove(queue_number)?;
     ctx.wake(queue_number);
+    ctx.events.push(queue_number, crate::events::Event::Resumed);
     Ok(true)
 }
 

@@ -5,6 +5,7 @@ use redb::ReadableTable;
 
 use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
+use crate::events::Event;
 use crate::format::record::{JobRecord, StoredState};
 use crate::format::schema::QueueTables;
 use crate::job::{Enqueued, JobId, OnDuplicate};
@@ -108,6 +109,10 @@ fn enqueue_into(
             }
         }
         tx_tables.carry_key(id, &record)?;
+        tx_tables.events.push(
+            tx_tables.tables.queue_number,
+            Event::Enqueued { id: JobId(id) },
+        );
         out.push(Enqueued::New(JobId(id)));
     }
     Ok(out)

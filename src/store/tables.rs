@@ -1,6 +1,7 @@
 //! The `Tables` of one queue inside a write transaction: lazy opens, the state indexes, dedup
 //! keys, payloads stored apart, quarantine and the repair of stray entries.
 
+use crate::events::Event;
 use redb::{ReadableTable, Table};
 
 use crate::commit::{Ctx, WriteMark};
@@ -54,6 +55,8 @@ pub(super) struct Tables<'t> {
     pub(super) tx: &'t redb::WriteTransaction,
     pub(super) tables: &'static QueueTables,
     mark: WriteMark<'t>,
+    /// Where the group's change events go (nowhere when no one listens).
+    pub(super) events: crate::events::EventSink<'t>,
     jobs: Table<'t, u64, &'static [u8]>,
     ready: Option<Table<'t, (u32, u64, u64), ()>>,
     scheduled: Option<Table<'t, (u64, u64), ()>>,
@@ -129,24 +132,26 @@ impl<'t> Tables<'t> {
     /// The tables of queue `tables` in the operation's transaction, marking its group when they
     /// write.
     pub(super) fn open(ctx: &Ctx<'t>, tables: &'static QueueTables) -> Result<Tables<'t>> {
-        Tables::open_with(ctx.tx, ctx.write_mark(), tables)
+        Tables::open_with(ctx.tx, ctx.write_mark(), ctx.events, tables)
     }
 
     /// The tables of another queue `tables` of the file, in the same transaction and marking
     /// the same group.
     pub(super) fn open_other(&self, tables: &'static QueueTables) -> Result<Tables<'t>> {
-        Tables::open_with(self.tx, self.mark, tables)
+        Tables::open_with(self.tx, self.mark, self.events, tables)
     }
 
     fn open_with(
         tx: &'t redb::WriteTransaction,
         mark: WriteMark<'t>,
+        events: crate::events::EventSink<'t>,
         tables: &'static QueueTables,
     ) -> Result<Tables<'t>> {
         Ok(Tables {
             tx,
             tables,
             mark,
+            events,
             jobs: tx.open_table(tables.jobs())?,
             ready: None,
             scheduled: None,
@@ -590,6 +595,10 @@ impl<'t> Tables<'t> {
                 .flatten()
                 .all(|r| r.len() <= crate::limits::RESULT_BYTES_MAX)
         );
+        for &(id, _) in leases {
+            let q = self.tables.queue_number;
+            self.events.push(q, Event::Completed { id: JobId(id) });
+        }
         if self.history()?.is_off() {
             self.delete_leased(leases, &records, now_ms)?;
         } else {
@@ -600,6 +609,16 @@ impl<'t> Tables<'t> {
         }
         let max = (crate::limits::PRUNE_PER_ACK_MAX * leases.len()).min(crate::limits::SWEEP_MAX);
         super::retention::prune_history(self, now_ms, max)?;
+        self.note_drained()
+    }
+
+    /// After a leased job ended: [`Event::Drained`] if no job is ready or leased now (only
+    /// when someone listens: two lookups).
+    pub(super) fn note_drained(&mut self) -> Result<()> {
+        if self.events.on() && self.ready()?.first()?.is_none() && self.leases()?.first()?.is_none()
+        {
+            self.events.push(self.tables.queue_number, Event::Drained);
+        }
         Ok(())
     }
 

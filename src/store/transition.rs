@@ -3,6 +3,7 @@
 
 use crate::commit::Ctx;
 use crate::error::Result;
+use crate::events::Event;
 use crate::format::record::{JobRecord, StoredState};
 use crate::job::{JobId, JobState};
 
@@ -182,7 +183,10 @@ impl Tables<'_> {
             record.seq = ctx.alloc_seq();
             StoredState::Ready
         };
-        self.put(id, &record)
+        self.put(id, &record)?;
+        let q = self.tables.queue_number;
+        self.events.push(q, Event::Snoozed { id: JobId(id) });
+        self.note_drained()
     }
 
     /// Undoes a delivery no consumer ever saw (an async dequeue dropped before it handed the
@@ -215,7 +219,10 @@ impl Tables<'_> {
         tracing::info!(queue = self.tables.queue_number, job_id = id, %reason, "leaseq: job dead-lettered by fail");
         record.state = StoredState::Dead;
         record.run_at_ms = now_ms;
-        self.put(id, &record)
+        self.put(id, &record)?;
+        let q = self.tables.queue_number;
+        self.events.push(q, Event::Dead { id: JobId(id) });
+        self.note_drained()
     }
 
     /// Ends a delivery that did not ack: back to ready at `requeue_at_ms` (at the back of its
@@ -278,6 +285,18 @@ impl Tables<'_> {
             };
         }
         self.put(id, &record)?;
+        let q = self.tables.queue_number;
+        self.events.push(
+            q,
+            match record.state {
+                StoredState::Dead => Event::Dead { id: JobId(id) },
+                _ => Event::Retried {
+                    id: JobId(id),
+                    attempt: record.attempts,
+                },
+            },
+        );
+        self.note_drained()?;
         Ok(record.state.job_state())
     }
 }

@@ -345,3 +345,54 @@ fn async_shutdown_releases_the_file() {
         drop(again);
     }
 }
+
+/// Change events as an async `Stream`: a task follows them without a thread (woken by each
+/// commit that publishes), and the stream ends when the file is shut down.
+#[test]
+fn events_as_a_stream_follow_commits_and_end_with_the_file() {
+    use futures_util::StreamExt;
+    use leaseq::Event;
+    let f = Fixture::new();
+    let q = f.open().to_async();
+    let rt = runtime();
+    let (seen, report) = rt.block_on(async {
+        let mut events = q.blocking().events().unwrap();
+        let follower = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while let Some(e) = events.next().await {
+                seen.push(e);
+            }
+            seen
+        });
+        let mut ids = Vec::new();
+        for _ in 0..20 {
+            ids.push(q.enqueue(b"x", plain()).await.unwrap().id());
+            tokio::task::yield_now().await;
+        }
+        while let Some(lease) = q.dequeue().await.unwrap() {
+            lease.ack().await.unwrap();
+        }
+        let report = q.shutdown(Duration::from_secs(10)).await;
+        let seen = tokio::time::timeout(Duration::from_secs(20), follower)
+            .await
+            .expect("the stream ended with the file")
+            .unwrap();
+        (seen, (report, ids))
+    });
+    let (report, ids) = report;
+    assert!(report.released, "{report:?}");
+    let enqueued: Vec<_> = seen
+        .iter()
+        .filter_map(|e| match e {
+            Event::Enqueued { id } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    let completed = seen
+        .iter()
+        .filter(|e| matches!(e, Event::Completed { .. }))
+        .count();
+    assert_eq!(enqueued, ids);
+    assert_eq!(completed, 20);
+    assert_eq!(seen.last(), Some(&Event::Drained), "{seen:?}");
+}
