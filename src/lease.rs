@@ -74,6 +74,8 @@ pub struct Lease {
     /// handle's.
     encoding: crate::format::payload::Encoding,
     payload: Vec<u8>,
+    /// What the delivery changed beyond the lease, for [`Lease::release_unseen`].
+    undo: store::Undo,
 }
 
 impl fmt::Debug for Lease {
@@ -109,6 +111,7 @@ impl Lease {
             idempotency_key: delivery.idempotency_key,
             encoding: delivery.encoding.unwrap_or(queue.config().encoding),
             payload: delivery.payload,
+            undo: delivery.undo,
         }
     }
 
@@ -547,7 +550,9 @@ impl Lease {
     #[cfg_attr(not(feature = "async"), allow(dead_code))]
     pub(crate) fn release_unseen(&self) -> Result<()> {
         let (key, q) = (self.key()[0], self.queue()?);
-        let r = q.run(&mut |ctx| store::release_unseen(ctx, q.config().tables, key));
+        let now_ms = q.now_ms();
+        let r = q
+            .run(&mut |ctx| store::release_unseen(ctx, q.config().tables, key, &self.undo, now_ms));
         self.release_if_ended(&r);
         r
     }

@@ -149,6 +149,8 @@ pub use queue::{FileShutdown, Queue};
 pub use retry::RetryPolicy;
 pub use stop::StopSignal;
 pub use tx::Tx;
+#[cfg(feature = "tokio")]
+pub use worker::AsyncPool;
 pub use worker::{
     DROP_GRACE_DEFAULT, IDLE_TIMEOUT_DEFAULT, IDLE_TIMEOUT_MAX, PoolBuilder, PoolStats,
     ShutdownReport, THREAD_NAME_DEFAULT, WORKER_THREADS_MAX, WorkerPool,

@@ -925,24 +925,42 @@ impl Queue {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn shutdown(self, grace: Duration) -> FileShutdown {
-        use std::sync::atomic::Ordering::SeqCst;
         let started = Instant::now();
-        self.inner.draining.store(true, SeqCst);
-        self.inner.committer.work().notify_all();
+        self.begin_shutdown();
         let deadline = started.checked_add(grace);
         let mut look = Duration::from_micros(200);
-        while Arc::strong_count(&self.inner) > 1 && deadline.is_none_or(|d| Instant::now() < d) {
+        while self.other_handles() > 0 && deadline.is_none_or(|d| Instant::now() < d) {
             std::thread::sleep(look);
             look = (look * 2).min(Duration::from_millis(2));
         }
+        self.finish_shutdown(started)
+    }
+
+    /// The first step of [`Queue::shutdown`]: no new deliveries on any handle of the file;
+    /// blocked consumers wake.
+    pub(crate) fn begin_shutdown(&self) {
+        self.inner
+            .draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.committer.work().notify_all();
+    }
+
+    /// Handles of the file other than this one (queue handles, leases, pools' workers).
+    pub(crate) fn other_handles(&self) -> usize {
+        Arc::strong_count(&self.inner).saturating_sub(1)
+    }
+
+    /// The last step of [`Queue::shutdown`] (a flush, one commit): the file closed to new
+    /// work, every commit durable, the database closed if this was the last handle.
+    pub(crate) fn finish_shutdown(self, started: Instant) -> FileShutdown {
         self.close();
-        let Queue { inner, .. } = self;
-        let handles_left = Arc::strong_count(&inner).saturating_sub(1);
-        if handles_left == 0
-            && let Err(e) = flush_file(&inner)
-        {
+        // Even with handles left (another shutdown at once, say): what committed so far is
+        // durable whoever closes the file.
+        if let Err(e) = flush_file(&self.inner) {
             tracing::warn!(error = %e, "leaseq: the flush at shutdown failed");
         }
+        let handles_left = self.other_handles();
+        let Queue { inner, .. } = self;
         let released = match Arc::try_unwrap(inner) {
             Ok(file) => {
                 drop(file);

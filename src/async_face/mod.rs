@@ -300,12 +300,21 @@ impl AsyncQueue {
         call(move || q.flush()).await
     }
 
-    /// [`Queue::shutdown`] on a helper: no new deliveries, `grace` for every other handle
-    /// (async ones, leases and tasks included) to go, then the file closed and released.
+    /// [`Queue::shutdown`] without blocking the caller's thread: no new deliveries, `grace`
+    /// for every other handle (async ones, leases and tasks included) to go (the task
+    /// sleeps between looks, holding no thread), then the file closed and released (the
+    /// final flush on a helper).
     pub async fn shutdown(self, grace: Duration) -> FileShutdown {
-        let q = self.queue;
         let started = Instant::now();
-        call(move || Ok(q.shutdown(grace)))
+        let q = self.queue;
+        q.begin_shutdown();
+        let deadline = started.checked_add(grace);
+        let mut look = Duration::from_micros(200);
+        while q.other_handles() > 0 && deadline.is_none_or(|d| Instant::now() < d) {
+            futures_timer::Delay::new(look).await;
+            look = (look * 2).min(Duration::from_millis(2));
+        }
+        call(move || Ok(q.finish_shutdown(started)))
             .await
             .unwrap_or(FileShutdown {
                 released: false,
@@ -333,7 +342,10 @@ fn give_back_unseen(answer: Result<(Vec<Lease>, Option<u64>)>) {
 /// `heartbeat`, ...) is there through `Deref`. Dropping it is dropping the lease: the job
 /// stays leased until its deadline, then comes back (the attempt counted), as SQS's
 /// visibility timeout; end it with a call.
+///
+/// Cloning it is cheap and shares the one delivery (an async pool's handler gets a clone).
 #[must_use = "a lease that is not acked is delivered again when it expires"]
+#[derive(Clone)]
 pub struct AsyncLease {
     lease: Arc<Lease>,
 }

@@ -138,6 +138,7 @@ pub(crate) fn dequeue(
             let mut leased = lease_record(ctx, config, now_ms, id, &mut record);
             if let Some(k) = record.dedup_key.take_if(|_| record.dedup_until_started) {
                 record.dedup_until_started = false;
+                leased.undo.until_started_key = Some(k.clone());
                 started.push((id, k));
             }
             if record.payload_apart.is_some() {

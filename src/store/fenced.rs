@@ -360,10 +360,14 @@ pub(crate) fn release_unseen(
     ctx: &mut Ctx<'_>,
     tables: &'static QueueTables,
     (id, token): (u64, u64),
+    undo: &super::Undo,
+    now_ms: u64,
 ) -> Verdict<()> {
     let mut tx_tables = Tables::open(ctx, tables)?;
     let record = lease_or_refuse!(tx_tables, id, token);
-    tx_tables.release_unseen(ctx, id, record).map(Ok)
+    tx_tables
+        .release_unseen(ctx, id, record, undo, now_ms)
+        .map(Ok)
 }
 
 pub(crate) fn fail(

@@ -105,4 +105,15 @@ pub(crate) struct Delivery {
     /// The encoding the job recorded, if any.
     pub encoding: Option<crate::format::payload::Encoding>,
     pub payload: Vec<u8>,
+    /// What this delivery changed beyond the lease, to undo if no consumer sees it.
+    pub undo: Undo,
+}
+
+/// What a delivery changed in its job beyond the lease, so [`release_unseen`] can put it
+/// back: the snooze reason (cleared by a delivery) and a key held until the job started
+/// (released by it).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Undo {
+    pub status: Option<String>,
+    pub until_started_key: Option<Vec<u8>>,
 }

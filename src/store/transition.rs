@@ -111,7 +111,7 @@ pub(super) fn lease_record(
     record.attempts += 1;
     record.state = StoredState::Leased { token, deadline_ms };
     // A snooze's reason holds until the job runs again.
-    record.status = None;
+    let status = record.status.take();
     Delivery {
         id,
         token,
@@ -126,6 +126,10 @@ pub(super) fn lease_record(
             .encoding
             .and_then(crate::format::payload::Encoding::from_tag),
         payload: Vec::new(),
+        undo: super::Undo {
+            status,
+            until_started_key: None,
+        },
     }
 }
 
@@ -192,17 +196,30 @@ impl Tables<'_> {
     /// Undoes a delivery no consumer ever saw (an async dequeue dropped before it handed the
     /// lease out): the job is ready again in the place it had, its attempt not charged, its
     /// snooze count and last error as they were.
+    /// `undo` is what the delivery changed: its snooze reason comes back, and a key it held
+    /// until it started is held again, unless another job took it meanwhile.
     pub(super) fn release_unseen(
         &mut self,
         ctx: &mut Ctx<'_>,
         id: u64,
         mut record: JobRecord,
+        undo: &super::Undo,
+        now_ms: u64,
     ) -> Result<()> {
         debug_assert!(record.attempts >= 1, "leased with no attempt counted");
         ctx.wake(self.tables.queue_number);
         self.unindex(id, &record)?;
         record.attempts = record.attempts.saturating_sub(1);
         record.state = StoredState::Ready;
+        record.status = undo.status.clone();
+        if let Some(k) = &undo.until_started_key
+            && record.dedup_key.is_none()
+            && self.key_holder(k, now_ms)?.is_none()
+        {
+            self.dedup_mut()?.insert(k.as_slice(), id)?;
+            record.dedup_key = Some(k.clone());
+            record.dedup_until_started = true;
+        }
         self.put(id, &record)
     }
 

@@ -113,6 +113,11 @@
 
 mod heartbeat;
 mod run;
+#[cfg(feature = "tokio")]
+mod tasks;
+
+#[cfg(feature = "tokio")]
+pub use tasks::AsyncPool;
 
 use std::fmt;
 use std::sync::Arc;
@@ -227,10 +232,33 @@ pub struct ShutdownReport {
 
 type PlainFn = dyn Fn(&Lease) -> std::result::Result<(), BoxError> + Send + Sync;
 type EffectHandler = dyn Fn(&Tx<'_>, &Lease) -> std::result::Result<(), BoxError> + Send + Sync;
+type StagedFn = dyn Fn(&Lease) -> std::result::Result<Effect, BoxError> + Send + Sync;
+
+/// The second stage of a staged handler ([`PoolBuilder::start_staged`], and the async
+/// pool's): the writes that commit with the job's ack, in one transaction, as
+/// [`Lease::ack_with`]'s closure. Made with [`effect`]. It runs inside the write
+/// transaction, perhaps more than once (a group that aborts is replayed), so it only writes:
+/// the slow or outside work was the first stage.
+pub type Effect = Box<dyn FnMut(&Tx<'_>) -> std::result::Result<(), BoxError> + Send>;
+
+/// Wraps `f` as an [`Effect`] (a staged handler's result).
+pub fn effect<F>(f: F) -> Effect
+where
+    F: FnMut(&Tx<'_>) -> std::result::Result<(), BoxError> + Send + 'static,
+{
+    Box::new(f)
+}
+
+/// What a staged handler returns that commits nothing with the ack: [`effect`] of a closure
+/// that writes nothing.
+pub fn no_effect() -> Effect {
+    Box::new(|_| Ok(()))
+}
 
 enum Handler {
     Plain(Box<PlainFn>),
     Effect(Box<EffectHandler>),
+    Staged(Box<StagedFn>),
 }
 
 /// Where one worker is with its job; the shutdown reads it to find the handlers still
@@ -562,6 +590,59 @@ impl PoolBuilder {
         F: Fn(&Tx<'_>, &Lease) -> std::result::Result<(), BoxError> + Send + Sync + 'static,
     {
         self.spawn(Handler::Effect(Box::new(handler)))
+    }
+
+    /// Starts the pool with a staged handler, for "slow or outside work, then commit its
+    /// result with the ack": `handler` runs outside the write transaction (as a plain
+    /// handler: heartbeats keep the lease, other writes of the file go on, a shutdown can
+    /// give its job back), and returns an [`Effect`]: the writes that then commit with the
+    /// job's ack in one transaction ([`Lease::ack_with`]: with the idempotency key's applied
+    /// marker). So an HTTP call's response and the ack are never apart, and the write lock is
+    /// never held across the call.
+    ///
+    /// A job whose idempotency key is already applied (a redelivery after a crash between
+    /// the commit and the answer) is acked without running the handler
+    /// ([`PoolStats::already_applied`]). An `Err` from either stage, or a panic, gives the
+    /// job back as a plain handler's error does (an [`Outcome`] as the error does what it
+    /// says); a crash between the stages runs the first stage again: make it safe to repeat
+    /// (an idempotency key on the outside call, as the guide's outbox does).
+    ///
+    /// ```
+    /// use leaseq::redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
+    /// use leaseq::worker::effect;
+    /// use leaseq::{EnqueueOptions, Queue, WorkerPool};
+    /// use std::time::Duration;
+    ///
+    /// const RECEIPTS: TableDefinition<&str, &str> = TableDefinition::new("receipts");
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let queue = Queue::open(dir.path().join("app.leaseq"))?;
+    /// queue.enqueue(b"order-1", EnqueueOptions::default().idempotency_key("order-1"))?;
+    /// let pool = WorkerPool::builder(&queue).threads(2).start_staged(|lease| {
+    ///     let order = String::from_utf8(lease.payload().to_vec())?;
+    ///     let receipt = format!("paid {order}"); // the slow call, outside the transaction
+    ///     Ok(effect(move |tx| {
+    ///         tx.open_table(RECEIPTS)?.insert(order.as_str(), receipt.as_str())?;
+    ///         Ok(())
+    ///     }))
+    /// })?;
+    /// while !queue.is_empty()? {
+    ///     std::thread::sleep(Duration::from_millis(10));
+    /// }
+    /// pool.shutdown(Duration::from_secs(5));
+    /// assert!(queue.is_applied("order-1")?);
+    /// let rows = queue.database().begin_read()?.open_table(RECEIPTS)?.len()?;
+    /// assert_eq!(rows, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`start`](PoolBuilder::start).
+    pub fn start_staged<F>(self, handler: F) -> Result<WorkerPool>
+    where
+        F: Fn(&Lease) -> std::result::Result<Effect, BoxError> + Send + Sync + 'static,
+    {
+        self.spawn(Handler::Staged(Box::new(handler)))
     }
 
     fn threads_checked(&self) -> Result<usize> {

@@ -5,7 +5,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{EffectHandler, Handler, Outcome, PoolCounters, PoolState, WorkerSlot};
+use super::{Effect, Handler, Outcome, PoolCounters, PoolState, WorkerSlot};
 use crate::{Applied, BoxError, Error, JobState, Lease, Result};
 
 /// The first wait after a failed dequeue; doubled after each failure in a row.
@@ -57,7 +57,7 @@ pub(super) fn worker(shared: &PoolState, index: usize, own: Own) {
             return_unstarted(shared, &lease);
             break;
         }
-        next = process(shared, &handler, index, lease);
+        next = process(shared, &handler, &queue, index, lease);
     }
     drop(next);
     drop(handler);
@@ -79,7 +79,13 @@ fn return_unstarted(shared: &PoolState, lease: &Lease) {
 
 /// Runs one job: its heartbeat starts before the handler, and stops after the job's final
 /// commit returned. Returns the next job, when that commit took one.
-fn process(shared: &PoolState, handler: &Handler, index: usize, lease: Lease) -> Option<Lease> {
+fn process(
+    shared: &PoolState,
+    handler: &Handler,
+    queue: &crate::Queue,
+    index: usize,
+    lease: Lease,
+) -> Option<Lease> {
     let lease = Arc::new(lease);
     let token = lease.token();
     let (extend, every) =
@@ -88,7 +94,7 @@ fn process(shared: &PoolState, handler: &Handler, index: usize, lease: Lease) ->
     // A plain handler runs apart from its commit, so a shutdown may take its job back; an
     // effect handler runs inside its commit, which ends the job whatever happens.
     let phase = match handler {
-        Handler::Plain(_) => WorkerSlot::Running(Arc::clone(&lease)),
+        Handler::Plain(_) | Handler::Staged(_) => WorkerSlot::Running(Arc::clone(&lease)),
         Handler::Effect(_) => WorkerSlot::Committing,
     };
     if let Some(slot) = shared.slots.get(index) {
@@ -99,7 +105,7 @@ fn process(shared: &PoolState, handler: &Handler, index: usize, lease: Lease) ->
         Handler::Plain(handler) => {
             let ran = catch_unwind(AssertUnwindSafe(|| handler(&lease)));
             if shared.enter_commit(index) {
-                end_plain(shared, &lease, ran)
+                end_plain(&shared.counters, !shared.stop.is_stopped(), &lease, ran)
             } else {
                 // Given back by the shutdown while the handler ran: the shutdown ends the
                 // attempt (and stops its heartbeat), this worker does not commit.
@@ -108,7 +114,32 @@ fn process(shared: &PoolState, handler: &Handler, index: usize, lease: Lease) ->
             }
         }
         Handler::Effect(handler) => {
-            run_effect(&shared.counters, &shared.stop, &lease, handler.as_ref())
+            let take_next = !shared.stop.is_stopped();
+            run_effect(&shared.counters, take_next, &lease, handler.as_ref())
+        }
+        Handler::Staged(handler) => {
+            // A key already applied (the commit landed before a crash or a lost answer):
+            // the first stage is not run again; `ack_with` acks it as applied.
+            let applied = lease
+                .idempotency_key()
+                .is_some_and(|k| queue.is_applied(k).unwrap_or(false));
+            let ran = if applied {
+                Ok(Ok(super::no_effect()))
+            } else {
+                catch_unwind(AssertUnwindSafe(|| handler(&lease)))
+            };
+            if !shared.enter_commit(index) {
+                note_ran(&shared.counters, &ran.map(|r| r.map(drop)));
+                None
+            } else {
+                let take_next = !shared.stop.is_stopped();
+                end_job(
+                    &shared.counters,
+                    take_next,
+                    &lease,
+                    ran.map(|r| r.map(Some)),
+                )
+            }
         }
     };
     let claimed = shared.leave(index);
@@ -125,16 +156,33 @@ fn note_ran(c: &PoolCounters, ran: &std::thread::Result<std::result::Result<(), 
     }
 }
 
+/// What a plain or staged handler returned: nothing to commit, or its [`Effect`] (the
+/// second stage), an error, or a panic.
+pub(super) type Ran = std::thread::Result<std::result::Result<Option<Effect>, BoxError>>;
+
+/// Ends a job by what its plain or staged handler returned (the staged one's effect commits
+/// with the ack), and takes the next one in the same commit when `take_next`.
+pub(super) fn end_job(c: &PoolCounters, take_next: bool, lease: &Lease, ran: Ran) -> Option<Lease> {
+    match ran {
+        Ok(Ok(Some(effect))) => {
+            let effect = parking_lot::Mutex::new(effect);
+            let second = |tx: &crate::Tx<'_>, _: &Lease| (*effect.lock())(tx);
+            run_effect(c, take_next, lease, &second)
+        }
+        other => end_plain(c, take_next, lease, other.map(|r| r.map(drop))),
+    }
+}
+
 /// Ends a plain handler's job by what it returned.
 fn end_plain(
-    shared: &PoolState,
+    c: &PoolCounters,
+    take_next: bool,
     lease: &Lease,
     ran: std::thread::Result<std::result::Result<(), BoxError>>,
 ) -> Option<Lease> {
-    let c = &shared.counters;
     match ran {
         Ok(Ok(())) => {
-            if shared.stop.is_stopped() {
+            if !take_next {
                 count_ending(c, lease, lease.ack(), &c.acked);
                 None
             } else {
@@ -208,9 +256,9 @@ fn count_dead(c: &PoolCounters, state: JobState) {
 /// the pool is stopping). The job ends with this commit, whatever a shutdown does meanwhile.
 fn run_effect(
     c: &PoolCounters,
-    stop: &crate::StopSignal,
+    take_next: bool,
     lease: &Lease,
-    handler: &EffectHandler,
+    handler: &(dyn Fn(&crate::Tx<'_>, &Lease) -> std::result::Result<(), BoxError> + '_),
 ) -> Option<Lease> {
     // Whether the closure's last run panicked (it may run more than once).
     let mut panicked = false;
@@ -221,7 +269,7 @@ fn run_effect(
             Err(format!("panic: {}", crate::error::panic_message(&*panic)).into())
         })
     };
-    let r = if stop.is_stopped() {
+    let r = if !take_next {
         lease.ack_with(&mut effect).map(|applied| (applied, None))
     } else {
         lease.ack_with_and_next(&mut effect)

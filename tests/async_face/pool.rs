@@ -1,0 +1,257 @@
+//! The async pool (`PoolBuilder::start_async`, `start_async_staged`) and the sync pool's
+//! staged handler (`start_staged`): jobs ended by what the handler returned, with the
+//! sync pool's counts; heartbeats keep long handlers' leases; panics caught; the shutdown
+//! gives back what overruns its grace and leaves no handle; staged effects commit with the
+//! ack exactly once.
+
+use crate::common::{Fixture, assert_consistent, effects, enqueue_n, keyed, plain};
+use leaseq::worker::effect;
+use leaseq::{AsyncLease, JobState, Outcome, Queue, WorkerPool};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn real_clock(f: &Fixture, lease: Duration) -> Queue {
+    Queue::builder()
+        .lease(lease)
+        .retry(leaseq::RetryPolicy::immediate())
+        .open(&f.path)
+        .unwrap()
+}
+
+async fn until(q: &Queue, what: impl Fn(&leaseq::Stats) -> bool) {
+    let t = std::time::Instant::now();
+    while !what(&q.stats().unwrap()) {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            q.stats().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[test]
+fn outcomes_of_async_handlers_end_jobs_as_the_sync_pool_does() {
+    let f = Fixture::new();
+    let q = f.open();
+    // Payload says what the handler does.
+    for what in ["ok", "err", "panic", "fail", "snooze", "ok", "ok"] {
+        q.enqueue(what.as_bytes(), plain().max_attempts(1)).unwrap();
+    }
+    let report = runtime().block_on(async {
+        let pool = WorkerPool::builder(&q)
+            .threads(3)
+            .start_async(|lease: AsyncLease| async move {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                match lease.payload() {
+                    b"ok" => Ok(()),
+                    b"err" => Err("it broke".into()),
+                    b"panic" => panic!("handler panicked"),
+                    b"fail" => Err(Outcome::Fail("bad input".into()).into()),
+                    _ => Err(Outcome::Snooze(Duration::from_secs(600)).into()),
+                }
+            })
+            .unwrap();
+        until(&q, |s| s.ready == 0 && s.leased == 0).await;
+        pool.shutdown(Duration::from_secs(5)).await
+    });
+    let s = report.stats;
+    assert_eq!(
+        (s.jobs, s.acked, s.retried, s.panics, s.failed, s.snoozed),
+        (7, 3, 2, 1, 1, 1),
+        "{s:?}"
+    );
+    assert_eq!((s.dead, s.errors, s.in_flight), (3, 0, 0), "{s:?}");
+    assert_eq!(report.still_running, 0);
+    let st = q.stats().unwrap();
+    assert_eq!((st.dead, st.scheduled, st.total), (3, 1, 4), "{st:?}");
+    let dead = q.jobs(JobState::Dead, None, 10).unwrap().jobs;
+    let reasons: Vec<_> = dead.iter().filter_map(|j| j.last_error.clone()).collect();
+    assert!(
+        reasons.iter().any(|r| r == "panic: handler panicked"),
+        "{reasons:?}"
+    );
+    assert_consistent(&q);
+}
+
+/// A handler far longer than the lease keeps its job (heartbeats through the async face);
+/// a second consumer never gets it.
+#[test]
+fn heartbeats_keep_a_long_async_handler_s_lease() {
+    let f = Fixture::new();
+    let q = real_clock(&f, Duration::from_millis(300));
+    q.enqueue(b"long", plain()).unwrap();
+    let report = runtime().block_on(async {
+        let pool = WorkerPool::builder(&q)
+            .threads(1)
+            .start_async(|_| async {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                Ok(())
+            })
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(q.dequeue().unwrap().is_none(), "the lease was kept");
+        until(&q, |s| s.total == 0).await;
+        pool.shutdown(Duration::from_secs(5)).await
+    });
+    assert_eq!(report.stats.acked, 1);
+    assert!(report.stats.heartbeats >= 3, "{report:?}");
+    assert_eq!(report.stats.lost, 0);
+}
+
+/// The shutdown of an async pool: handlers that overrun the grace are aborted (a task can
+/// be) and their jobs given back at once, the attempt counted; idle workers end at once;
+/// every worker task has ended when it returns, and the file is released with the app's
+/// own handles.
+#[test]
+fn async_shutdown_aborts_overrunning_handlers_and_gives_their_jobs_back() {
+    let f = Fixture::new();
+    let q = f.open();
+    let ids = enqueue_n(&q, 2, plain());
+    let started = Arc::new(AtomicU64::new(0));
+    let report = runtime().block_on(async {
+        let started2 = Arc::clone(&started);
+        let pool = WorkerPool::builder(&q)
+            .threads(4)
+            .start_async(move |_| {
+                let started = Arc::clone(&started2);
+                async move {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    Ok(())
+                }
+            })
+            .unwrap();
+        while started.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        pool.shutdown(Duration::from_millis(100)).await
+    });
+    assert_eq!(report.given_back, 2, "{report:?}");
+    assert_eq!(report.still_running, 0);
+    for id in ids {
+        let j = q.job(id).unwrap().unwrap();
+        assert_eq!((j.state, j.attempts), (JobState::Ready, 1), "{j:?}");
+    }
+    let report = q.shutdown(Duration::from_secs(5));
+    assert!(report.released, "{report:?}");
+    let again = f.open();
+    assert!(!again.recovery().repaired && again.recovery().leases_returned == 0);
+}
+
+/// The file's shutdown stops an async pool too (its workers see `Closed`), while its
+/// handlers finish and commit: released with the pool value still alive.
+#[test]
+fn queue_shutdown_stops_an_async_pool() {
+    let f = Fixture::new();
+    let q = f.open();
+    enqueue_n(&q, 50, plain());
+    let rt = runtime();
+    let pool = rt.block_on(async {
+        WorkerPool::builder(&q)
+            .threads(4)
+            .start_async(|_| async {
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                Ok(())
+            })
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(30));
+    let report = q.shutdown(Duration::from_secs(10));
+    assert!(report.released, "{report:?}");
+    let s = pool.stats();
+    assert_eq!((s.errors, s.in_flight), (0, 0), "{s:?}");
+    drop(pool);
+    drop(rt);
+    let q = f.open();
+    assert_eq!(q.recovery().leases_returned, 0);
+    assert_eq!(q.stats().unwrap().ready + s.acked, 50);
+}
+
+/// Staged handlers, sync and async: the slow stage runs outside the write transaction (a
+/// write from another thread commits while it runs), the effect commits with the ack once
+/// per idempotency key, and a job whose key is already applied is acked without running the
+/// slow stage again.
+#[test]
+fn staged_handlers_commit_their_effect_with_the_ack_once() {
+    let f = Fixture::new();
+    let q = f.open();
+    let slow_runs = Arc::new(AtomicU64::new(0));
+    for key in ["a", "b", "a", "c"] {
+        q.enqueue(key.as_bytes(), keyed(key)).unwrap();
+    }
+    // The sync pool's staged handler (one thread: the second "a" is taken after the first
+    // committed, so its slow stage is skipped for sure).
+    let runs = Arc::clone(&slow_runs);
+    let writer = q.clone();
+    let pool = WorkerPool::builder(&q)
+        .threads(1)
+        .start_staged(move |lease| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            // Outside the transaction: another write of the file commits meanwhile.
+            writer.enqueue(b"side", plain().delay(Duration::from_secs(3600)))?;
+            let n = u64::from(lease.payload()[0]);
+            Ok(effect(move |tx| {
+                crate::common::bump(tx.transaction(), n)?;
+                Ok(())
+            }))
+        })
+        .unwrap();
+    let t = std::time::Instant::now();
+    while q.stats().unwrap().ready + q.stats().unwrap().leased > 0 {
+        assert!(t.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let report = pool.shutdown(Duration::from_secs(5));
+    assert_eq!(report.stats.acked, 4, "{report:?}");
+    assert_eq!(report.stats.already_applied, 1);
+    assert_eq!(
+        slow_runs.load(Ordering::SeqCst),
+        3,
+        "the applied key's job skipped stage one"
+    );
+    let fx = effects(&q);
+    assert_eq!(fx.values().sum::<u64>(), 3, "{fx:?}");
+    assert!(fx.values().all(|&n| n == 1), "{fx:?}");
+    // The async staged pool, with a failing effect: given back, nothing committed.
+    q.enqueue(b"d", keyed("d").max_attempts(1)).unwrap();
+    q.enqueue(b"e", keyed("e")).unwrap();
+    let report = runtime().block_on(async {
+        let pool = WorkerPool::builder(&q)
+            .threads(2)
+            .start_async_staged(|lease| async move {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let key = lease.payload()[0];
+                Ok(effect(move |tx| {
+                    if key == b'd' {
+                        return Err("the effect failed".into());
+                    }
+                    crate::common::bump(tx.transaction(), u64::from(key))?;
+                    Ok(())
+                }))
+            })
+            .unwrap();
+        until(&q, |s| s.ready == 0 && s.leased == 0).await;
+        pool.shutdown(Duration::from_secs(5)).await
+    });
+    assert_eq!(
+        (report.stats.acked, report.stats.retried),
+        (1, 1),
+        "{report:?}"
+    );
+    let fx = effects(&q);
+    assert_eq!(fx.get(&u64::from(b'e')), Some(&1));
+    assert_eq!(fx.get(&u64::from(b'd')), None);
+    assert!(q.is_applied("e").unwrap() && !q.is_applied("d").unwrap());
+    assert_eq!(q.stats().unwrap().dead, 1);
+    assert_consistent(&q);
+}
