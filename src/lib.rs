@@ -60,7 +60,8 @@
 //! [typed jobs](guide::typed_jobs), [stopping and long jobs](guide::stopping),
 //! [several queues in one file](guide::named_queues), [running for years](guide::operations),
 //! [durability](guide::durability), [when you outgrow one machine](guide::comparison),
-//! [platforms](guide::platforms).
+//! [platforms](guide::platforms); with feature `tokio`, building an app on tokio
+//! (`guide::building_an_app`).
 //!
 //! # Where things are
 //!
@@ -72,13 +73,19 @@
 //! - **Consume**: [`Queue::dequeue`], [`Queue::dequeue_timeout`], [`Queue::dequeue_until`],
 //!   [`Queue::dequeue_batch`]; then the [`Lease`]: ack, `ack_with`, nack, snooze, fail, extend,
 //!   [`Heartbeat`]; an [`Outcome`] returned from a closure; [`RetryPolicy`] for the backoff.
-//! - **Stop**: [`Queue::close`] for the file, a [`StopSignal`] for some consumers.
+//! - **Stop**: [`Queue::shutdown`] for the app's exit (the file released), [`Queue::close`] to
+//!   refuse new work, a [`StopSignal`] for some consumers.
+//! - **Follow**: [`Queue::events`], a subscription to what each commit did ([`Event`]).
 //! - **Several queues**: [`Queue::named`]. **Look and repair**: [`Queue::stats`],
 //!   [`Queue::jobs`], [`Queue::check`], [`Queue::prune`], [`Queue::purge`],
 //!   [`Queue::requeue_dead`], [`Queue::remove`], [`Queue::compact`].
 //! - **Errors**: one [`Error`] enum; every call's page lists its errors. **Limits**: the
 //!   constants ([`LEASE_MAX`], [`BATCH_MAX`], …). **Time**: whole milliseconds everywhere
 //!   (`Duration`s in, Unix-ms timestamps out), from a [`Clock`] ([`ManualClock`] in tests).
+//! - **Async** (feature `async`): `Queue::to_async` gives an `AsyncQueue` whose commits never
+//!   block the caller's thread and whose waits hold none, with cancel-safe dequeues; feature
+//!   `tokio` adds the async pool (`PoolBuilder::start_async`). The guide's building-an-app
+//!   chapter puts an app on tokio together.
 //! - **Built on the public API**: [`worker`] ([`WorkerPool`]: threads, heartbeats, shutdown);
 //!   with feature `nats`, `relay`: store-and-forward between a queue and a NATS JetStream
 //!   stream; with feature `sim`, `sim`: a power-loss simulator for testing your own effects;

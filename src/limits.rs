@@ -20,7 +20,7 @@ pub const PAYLOAD_BYTES_MAX_CAP: usize = 64 << 20;
 /// reading the clock again (250 ms), so a clock that jumps forward delivers due work within it.
 pub const DUE_RECHECK_MAX: Duration = Duration::from_millis(250);
 
-/// Most helper threads the async face ([`AsyncQueue`](crate::AsyncQueue), feature `async`)
+/// Most helper threads the async face (`AsyncQueue`, feature `async`)
 /// runs its commits on, process-wide: started when a call finds every helper busy, each
 /// exiting after 10 s without work. Calls beyond wait their turn (their futures pending).
 pub const ASYNC_THREADS_MAX: usize = 8;

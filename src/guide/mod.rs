@@ -7,6 +7,7 @@
 //!
 //! | chapter | what it covers |
 //! |---|---|
+//! | `building_an_app` (feature `tokio`) | an app on tokio from start to quit: one instance, the async face and pools, a staged handler calling a server, a status view from events, a clean shutdown (features `async`, `tokio`) |
 //! | [`exactly_once`] | why delivery cannot be exactly-once, and how [`Lease::ack_with`](crate::Lease::ack_with) makes the *effect* exactly-once; fencing tokens; external effects (an HTTP call) under an idempotency key; the outbox |
 //! | [`typed_jobs`] | serde values as payloads; bincode or JSON; changing a job type across app versions |
 //! | [`stopping`] | closing the file, stopping some consumers, jobs longer than their lease (extend, heartbeats), and the ways of giving a job back (nack, snooze, fail, [`Outcome`](crate::Outcome)) |
@@ -18,6 +19,10 @@
 //!
 //! Elsewhere: the worker pool's guide is its module page, [`worker`](crate::worker); the NATS
 //! JetStream relay's is `leaseq::relay` (feature `nats`).
+
+#[cfg(feature = "tokio")]
+#[doc = include_str!("building_an_app.md")]
+pub mod building_an_app {}
 
 #[doc = include_str!("exactly_once.md")]
 pub mod exactly_once {}
