@@ -210,8 +210,6 @@ struct OpenGroup {
     counters_at_start: IdBlocks,
     dirty: bool,
     wake: Vec<u32>,
-    /// Whether anyone listened when the group opened: its events are recorded only then.
-    listening: bool,
     events: std::cell::RefCell<Vec<(u32, Event)>>,
     members: usize,
     /// Members other than the leader, parked until the result is set (woken one by one
@@ -407,7 +405,9 @@ impl Committer {
                 counters: &mut g.counters,
                 written: WriteMark(&written),
                 wake: &mut g.wake,
-                events: EventSink::new(g.listening.then_some(&g.events)),
+                // Looked at per operation: a call made after a subscription returned is
+                // recorded whatever group it joins.
+                events: EventSink::new(self.hub.listening().then_some(&g.events)),
             };
             op(&mut ctx)
         });
@@ -479,7 +479,6 @@ impl Committer {
             counters_at_start: counters,
             dirty: false,
             wake: Vec::new(),
-            listening: self.hub.listening(),
             events: std::cell::RefCell::new(Vec::new()),
             members: 0,
             waiters: Vec::new(),
@@ -632,6 +631,10 @@ impl Committer {
             }
         };
         let committed = matches!(result, GroupResult::Committed);
+        // Published before anyone is answered: a call that returned finds its events there.
+        if committed && dirty {
+            self.hub.publish(events);
+        }
         let _ = result_cell.set(result);
         waiters.iter().for_each(std::thread::Thread::unpark);
         self.enter_cv.notify_all();
@@ -639,10 +642,14 @@ impl Committer {
             for queue_number in wake {
                 self.work.notify(queue_number);
             }
-            if dirty {
-                self.hub.publish(events);
-            }
         }
+    }
+
+    /// Whether this thread is inside an operation of any committer (an `ack_with` or `write`
+    /// closure): the async face refuses to wait there for a helper that would wait for it.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    pub(crate) fn in_any_group() -> bool {
+        IN_GROUP.with(|c| !c.borrow().is_empty())
     }
 
     /// `Reentrant` when called from inside one of this committer's operations (an

@@ -36,8 +36,8 @@ pub enum Event {
         id: JobId,
     },
     /// An attempt ended without an ack and the job will run again, ready or after its
-    /// backoff: a nack, a failing `ack_with` closure, an expired lease, a lease returned at
-    /// open.
+    /// backoff: a nack, a failing `ack_with` closure, an expired lease taken back by a
+    /// dequeue.
     Retried {
         /// The job.
         id: JobId,
@@ -69,8 +69,8 @@ pub enum Event {
     Paused,
     /// The queue was resumed ([`Queue::resume`](crate::Queue::resume)).
     Resumed,
-    /// The queue drained: a commit ended the last job under a lease while none was ready
-    /// (jobs scheduled for later may remain), as BullMQ's `drained`. Once per busy spell.
+    /// The queue drained: a commit ended the last job under a lease while none was ready or
+    /// due (jobs scheduled for later may remain), as BullMQ's `drained`.
     Drained,
 }
 
@@ -104,24 +104,26 @@ struct Subscriber {
 
 /// What a subscription shares with the hub: the count of events it missed, and the waker
 /// of an async reader.
-#[derive(Default)]
 struct Shared {
     missed: AtomicU64,
     waker: Mutex<Option<std::task::Waker>>,
+    /// The hub's count of live subscriptions, which this one leaves when dropped.
+    live: Arc<AtomicUsize>,
 }
 
 /// The subscriptions of one file.
 #[derive(Default)]
 pub(crate) struct EventHub {
     subs: Mutex<Vec<Subscriber>>,
-    /// `subs.len()`, read without the lock at every group's start.
-    count: AtomicUsize,
+    /// The live subscriptions (their `Events` not dropped), read without the lock by every
+    /// operation: nothing is recorded while it is 0.
+    live: Arc<AtomicUsize>,
 }
 
 impl EventHub {
     /// Whether anyone listens: a group records events only then.
     pub(crate) fn listening(&self) -> bool {
-        self.count.load(Ordering::Relaxed) > 0
+        self.live.load(Ordering::SeqCst) > 0
     }
 
     /// A new subscription to queue `queue_number`'s events.
@@ -135,13 +137,17 @@ impl EventHub {
             }
         }
         let (tx, rx) = crossbeam_channel::bounded(capacity);
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            missed: AtomicU64::new(0),
+            waker: Mutex::new(None),
+            live: Arc::clone(&self.live),
+        });
         subs.push(Subscriber {
             queue_number,
             tx,
             shared: Arc::clone(&shared),
         });
-        self.count.store(subs.len(), Ordering::Relaxed);
+        self.live.fetch_add(1, Ordering::SeqCst);
         Some(Events { rx, shared })
     }
 
@@ -152,7 +158,9 @@ impl EventHub {
             return;
         }
         let mut subs = self.subs.lock();
-        let mut gone = false;
+        // Subscriptions dropped since: forgotten.
+        subs.retain(|s| Arc::strong_count(&s.shared) > 1);
+        let mut wake = Vec::new();
         for sub in subs.iter() {
             let mut sent = false;
             let mut last: Option<&Event> = None;
@@ -170,20 +178,25 @@ impl EventHub {
                     Err(TrySendError::Full(_)) => {
                         sub.shared.missed.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(TrySendError::Disconnected(_)) => {
-                        gone = true;
-                        break;
-                    }
+                    // Dropped meanwhile: forgotten at the next publish.
+                    Err(TrySendError::Disconnected(_)) => break,
                 }
             }
-            if sent && let Some(waker) = sub.shared.waker.lock().take() {
-                waker.wake();
+            if sent {
+                let waker = sub.shared.waker.lock().take();
+                wake.extend(waker);
             }
         }
-        if gone {
-            subs.retain(|s| Arc::strong_count(&s.shared) > 1);
-            self.count.store(subs.len(), Ordering::Relaxed);
-        }
+        drop(subs);
+        // Outside the locks: an executor may poll the stream inline on wake.
+        wake.into_iter().for_each(std::task::Waker::wake);
+    }
+}
+
+impl Drop for Events {
+    /// Unsubscribes: from now on this subscription costs nothing.
+    fn drop(&mut self) {
+        self.shared.live.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -194,9 +207,7 @@ impl Drop for EventHub {
         for sub in std::mem::take(&mut *self.subs.lock()) {
             let waker = sub.shared.waker.lock().take();
             drop(sub.tx);
-            if let Some(w) = waker {
-                w.wake();
-            }
+            waker.into_iter().for_each(std::task::Waker::wake);
         }
     }
 }
@@ -279,7 +290,8 @@ impl futures_core::Stream for Events {
             Err(TryRecvError::Disconnected) => return Poll::Ready(None),
             Err(TryRecvError::Empty) => {}
         }
-        *this.shared.waker.lock() = Some(cx.waker().clone());
+        let old = this.shared.waker.lock().replace(cx.waker().clone());
+        drop(old);
         // Again after registering: an event published in between took no waker.
         match this.rx.try_recv() {
             Ok(e) => Poll::Ready(Some(e)),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redb::{Database, ReadableDatabase};
 
-use crate::commit::{Ctx, Verdict};
+use crate::commit::{Ctx, Verdict, refuse};
 use crate::error::catch_engine_panic;
 use crate::error::{Error, Result};
 use crate::file::{OpenFile, Recovery};
@@ -480,9 +480,13 @@ impl Queue {
     pub(crate) fn take_now(&self, max: usize) -> Result<(Vec<Lease>, Option<u64>)> {
         let (now_ms, config) = (self.now_ms(), self.config);
         let leased = self.run(&mut |ctx| {
-            // Again in the group: a pause that returned while this call waited to join wins.
+            // Again in the group: a pause that returned while this call waited to join wins,
+            // and so does a close or a shutdown (an async dequeue may wait for a helper).
             if self.is_paused() {
                 return Ok(Ok(Vec::new()));
+            }
+            if self.is_closed() {
+                return refuse(Error::Closed);
             }
             store::dequeue(ctx, &config, now_ms, max).map(Ok)
         })?;
@@ -622,7 +626,9 @@ impl Queue {
     /// an [`Outcome`](crate::Outcome)), none of its writes commit and every lease it was given
     /// is given back as by a failing [`Lease::ack_with`] closure (the error as its last error,
     /// or as the `Outcome` says), `Err(Effect)` in its place (the closure's own error at the
-    /// first, its text at the others); the other leases' outcomes stand and commit.
+    /// first, its text at the others; an enqueue's refusal the closure passed on is that
+    /// error itself at the first, as from [`Lease::ack_with`]); the other leases' outcomes
+    /// stand and commit.
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
@@ -905,7 +911,9 @@ impl Queue {
     /// either ended by its worker or still leased in the file.
     ///
     /// Takes `grace` at most, plus the final flush. From a [`WorkerPool`](crate::worker::WorkerPool)
-    /// handler or an `ack_with` closure it would wait for its own caller: don't.
+    /// handler or an `ack_with` closure it would wait for its own caller: don't. It blocks
+    /// the calling thread: in async code use `AsyncQueue::shutdown` (feature `async`), which
+    /// waits without a thread (the tasks it waits for may need this one to run).
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
@@ -1041,8 +1049,15 @@ impl Queue {
     /// lists without polling (as BullMQ's `QueueEvents`). Holds up to
     /// [`EVENTS_CAPACITY_DEFAULT`](crate::EVENTS_CAPACITY_DEFAULT) unread events, then counts
     /// the ones it drops ([`Events::missed`](crate::Events::missed)). Events before the call
-    /// are not replayed: read [`Queue::stats`] once, then follow the events. Recording costs
-    /// nothing while no one subscribes.
+    /// are not replayed: subscribe, read [`Queue::stats`] once, then follow the events (a
+    /// call that started before `events` returned, on another thread, may be missing from
+    /// both: subscribe before the app's work starts, or read the stats again when in doubt).
+    /// An event is published before its call returns. Recording costs nothing while no one
+    /// subscribes.
+    ///
+    /// Not evented (read the stats after them): `remove`, `purge`, `prune` and the history's
+    /// retention, quarantine, `promote`, `reschedule`, `set_priority`, `update_payload`, and
+    /// a duplicate that replaced or debounced a waiting job.
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;

@@ -15,7 +15,8 @@
 //!
 //! **Cancel-safe dequeues.** A dequeue future may be dropped at any point (a `select!`
 //! branch lost, a `tokio::time::timeout` ran out, the task aborted) and no job is stranded:
-//! a lease it took but never handed out goes back at once, ready in the place it had, its
+//! a lease it took but never handed out goes back right after the drop (a commit on a helper
+//! thread, a few ms: until it lands the job still shows as leased), ready in the place it had, its
 //! attempt not charged. Other calls cannot be taken back once started: a dropped
 //! `enqueue` or `ack` future still completes on its helper (the job is enqueued or acked, or
 //! not, as if the answer had been read), as a database driver's dropped query may still
@@ -73,6 +74,13 @@ impl Queue {
         AsyncQueue {
             queue: self.clone(),
         }
+    }
+
+    /// [`Queue::to_async`] taking this handle instead of a clone: for the last handle of an
+    /// app on its way to [`AsyncQueue::shutdown`] (`queue.into_async().shutdown(grace).await`),
+    /// which waits for every other handle.
+    pub fn into_async(self) -> AsyncQueue {
+        AsyncQueue { queue: self }
     }
 }
 
@@ -208,7 +216,8 @@ impl AsyncQueue {
     /// (read again at least every [`DUE_RECHECK_MAX`](crate::DUE_RECHECK_MAX) while one is
     /// pending), or [`Queue::close`] / [`Queue::shutdown`]. Cancel-safe: dropped at any point
     /// (a `select!` lost, a runtime's timeout), no job is stranded: a lease it took but did
-    /// not hand out goes back at once, ready in its place, its attempt not charged.
+    /// not hand out goes back right after the drop (a commit on a helper), ready in its place,
+    /// its attempt not charged.
     ///
     /// # Errors
     /// As [`Queue::dequeue_timeout`]: `Closed` once the file is closed to deliveries (a
@@ -303,7 +312,12 @@ impl AsyncQueue {
     /// [`Queue::shutdown`] without blocking the caller's thread: no new deliveries, `grace`
     /// for every other handle (async ones, leases and tasks included) to go (the task
     /// sleeps between looks, holding no thread), then the file closed and released (the
-    /// final flush on a helper).
+    /// final flush on a helper). Call it on the app's last handle: a blocking handle kept
+    /// alive meanwhile (`queue.to_async().shutdown(..)` with `queue` still in scope) is a
+    /// handle like any other, waited for the whole grace, and the file is not released;
+    /// [`Queue::into_async`] gives up the blocking one. In async code prefer this to
+    /// [`Queue::shutdown`], which blocks a runtime thread (on a current-thread runtime, the
+    /// tasks it waits for could not even run).
     pub async fn shutdown(self, grace: Duration) -> FileShutdown {
         let started = Instant::now();
         let q = self.queue;
@@ -339,7 +353,9 @@ fn give_back_unseen(answer: Result<(Vec<Lease>, Option<u64>)>) {
 
 /// A [`Lease`] with async calls: each that commits runs on a helper thread. Everything a
 /// lease tells (`payload`, `decode`, `id`, `attempt`, `deadline_ms`, `set_result`,
-/// `heartbeat`, ...) is there through `Deref`. Dropping it is dropping the lease: the job
+/// `heartbeat`, ...) is there through `Deref`. So are the blocking calls this type does not
+/// repeat (`ack_and_next`, `ack_with_and_next`, a `Heartbeat`'s `extend`): they block the
+/// caller's thread on a commit; in async code use the ones below. Dropping it is dropping the lease: the job
 /// stays leased until its deadline, then comes back (the attempt counted), as SQS's
 /// visibility timeout; end it with a call.
 ///
@@ -387,6 +403,16 @@ impl AsyncLease {
     /// As [`Lease::ack`].
     pub async fn ack(&self) -> Result<()> {
         self.on_helper(Lease::ack).await
+    }
+
+    /// [`Lease::ack_with_result`]: acks, keeping `result` (at most
+    /// [`RESULT_BYTES_MAX`](crate::RESULT_BYTES_MAX)) with the completed job.
+    ///
+    /// # Errors
+    /// As [`Lease::ack_with_result`].
+    pub async fn ack_with_result(&self, result: &[u8]) -> Result<()> {
+        let result = result.to_vec();
+        self.on_helper(move |l| l.ack_with_result(&result)).await
     }
 
     /// [`Lease::ack_with`]: `effect` runs on a helper inside the write transaction (it may

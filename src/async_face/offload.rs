@@ -32,10 +32,12 @@ struct Helpers {
     counts: Mutex<Counts>,
 }
 
-/// Helpers alive, and of those, the ones waiting for a task.
+/// Helpers alive, of those the ones waiting for a task, and the tasks sent that no helper
+/// took yet.
 struct Counts {
     live: usize,
     idle: usize,
+    pending: usize,
 }
 
 fn helpers() -> &'static Helpers {
@@ -46,7 +48,11 @@ fn helpers() -> &'static Helpers {
         Helpers {
             tx,
             rx,
-            counts: Mutex::new(Counts { live: 0, idle: 0 }),
+            counts: Mutex::new(Counts {
+                live: 0,
+                idle: 0,
+                pending: 0,
+            }),
         }
     })
 }
@@ -54,13 +60,17 @@ fn helpers() -> &'static Helpers {
 /// Runs `task` on a helper thread, starting one if every helper is busy.
 pub(crate) fn submit(task: Task) {
     let h = helpers();
+    let mut counts = h.counts.lock();
     if let Err(unsent) = h.tx.send(task) {
         // The receiver lives in a static: not reached. Run it rather than lose it.
+        drop(counts);
         run(unsent.0);
         return;
     }
-    let mut counts = h.counts.lock();
-    if h.rx.len() > counts.idle && counts.live < ASYNC_THREADS_MAX {
+    counts.pending += 1;
+    // A helper that took a task but has not said so yet still counts as idle, and its task
+    // as pending: the two cancel out.
+    if counts.pending > counts.idle && counts.live < ASYNC_THREADS_MAX {
         counts.live += 1;
         drop(counts);
         let spawned = std::thread::Builder::new()
@@ -72,6 +82,7 @@ pub(crate) fn submit(task: Task) {
             // With no helper alive, the task would wait forever: run what waits here.
             if h.counts.lock().live == 0 {
                 while let Ok(t) = h.rx.try_recv() {
+                    h.counts.lock().pending -= 1;
                     run(t);
                 }
             }
@@ -87,6 +98,7 @@ fn helper(h: &'static Helpers) {
         counts.idle -= 1;
         match got {
             Ok(task) => {
+                counts.pending -= 1;
                 drop(counts);
                 run(task);
             }
@@ -143,6 +155,16 @@ where
     F: FnOnce() -> Result<T> + Send + 'static,
 {
     let (tx, rx) = oneshot::channel();
+    // From inside a `write` or `ack_with` closure (a `block_on` there): the helper would wait
+    // for the transaction this thread holds, and this thread for the helper. Refused, as the
+    // blocking calls are.
+    if crate::commit::Committer::in_any_group() {
+        let _ = tx.send(Err(Error::Reentrant));
+        return Call {
+            rx: Some(rx),
+            abandon: None,
+        };
+    }
     submit(Box::new(move || {
         let answer = f();
         if let Err(unread) = tx.send(answer)

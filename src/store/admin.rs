@@ -77,7 +77,7 @@ pub(crate) fn cancel(
     let q = tx_tables.tables.queue_number;
     tx_tables.events.push(q, Event::Cancelled { id: JobId(id) });
     if was == JobState::Leased {
-        tx_tables.note_drained()?;
+        tx_tables.note_drained(now_ms)?;
     }
     Ok(Ok(was))
 }

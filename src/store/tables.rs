@@ -609,14 +609,23 @@ impl<'t> Tables<'t> {
         }
         let max = (crate::limits::PRUNE_PER_ACK_MAX * leases.len()).min(crate::limits::SWEEP_MAX);
         super::retention::prune_history(self, now_ms, max)?;
-        self.note_drained()
+        self.note_drained(now_ms)
     }
 
-    /// After a leased job ended: [`Event::Drained`] if no job is ready or leased now (only
-    /// when someone listens: two lookups).
-    pub(super) fn note_drained(&mut self) -> Result<()> {
-        if self.events.on() && self.ready()?.first()?.is_none() && self.leases()?.first()?.is_none()
+    /// After a leased job ended at `now_ms`: [`Event::Drained`] if no job is ready, due or
+    /// leased now (only when someone listens: three lookups).
+    pub(super) fn note_drained(&mut self, now_ms: u64) -> Result<()> {
+        if !self.events.on()
+            || self.ready()?.first()?.is_some()
+            || self.leases()?.first()?.is_some()
         {
+            return Ok(());
+        }
+        let due = match self.scheduled()?.first()? {
+            Some((k, _)) => k.value().0 <= now_ms,
+            None => false,
+        };
+        if !due {
             self.events.push(self.tables.queue_number, Event::Drained);
         }
         Ok(())

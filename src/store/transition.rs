@@ -190,7 +190,7 @@ impl Tables<'_> {
         self.put(id, &record)?;
         let q = self.tables.queue_number;
         self.events.push(q, Event::Snoozed { id: JobId(id) });
-        self.note_drained()
+        self.note_drained(now_ms)
     }
 
     /// Undoes a delivery no consumer ever saw (an async dequeue dropped before it handed the
@@ -239,7 +239,7 @@ impl Tables<'_> {
         self.put(id, &record)?;
         let q = self.tables.queue_number;
         self.events.push(q, Event::Dead { id: JobId(id) });
-        self.note_drained()
+        self.note_drained(now_ms)
     }
 
     /// Ends a delivery that did not ack: back to ready at `requeue_at_ms` (at the back of its
@@ -313,7 +313,7 @@ impl Tables<'_> {
                 },
             },
         );
-        self.note_drained()?;
+        self.note_drained(now_ms)?;
         Ok(record.state.job_state())
     }
 }

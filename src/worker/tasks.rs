@@ -199,23 +199,30 @@ impl AsyncPool {
         let all_done =
             |workers: &Vec<tokio::task::JoinHandle<()>>| workers.iter().all(|w| w.is_finished());
         wait_until(&mut workers, started.checked_add(grace), all_done).await;
-        // The handlers still running: taken back, aborted, their jobs given back.
+        // The handlers still running: taken back and aborted at once, their jobs given back
+        // by a task of their own (so a caller dropping this future part-way strands none).
         let claimed: Vec<Running> = shared.running.lock().drain().map(|(_, r)| r).collect();
+        claimed.iter().for_each(|r| r.abort.abort());
         let reason = format!(
             "given back at shutdown: the handler was still running after the grace of {} ms",
             grace.as_millis()
         );
-        for r in claimed {
-            r.abort.abort();
-            match r.lease.nack_after(&reason, Duration::ZERO).await {
-                Ok(_) => PoolCounters::add(&shared.counters.given_back),
-                Err(Error::LeaseLost { .. }) => {}
-                Err(e) => {
-                    PoolCounters::add(&shared.counters.errors);
-                    tracing::warn!(job = r.lease.id().0, error = %e, "leaseq async pool: giving back at shutdown");
+        let giving_back = {
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move {
+                for r in claimed {
+                    match r.lease.nack_after(&reason, Duration::ZERO).await {
+                        Ok(_) => PoolCounters::add(&shared.counters.given_back),
+                        Err(Error::LeaseLost { .. }) => {}
+                        Err(e) => {
+                            PoolCounters::add(&shared.counters.errors);
+                            tracing::warn!(job = r.lease.id().0, error = %e, "leaseq async pool: giving back at shutdown");
+                        }
+                    }
                 }
-            }
-        }
+            })
+        };
+        let _ = giving_back.await;
         wait_until(
             &mut workers,
             Instant::now().checked_add(COMMIT_WAIT),
@@ -357,18 +364,19 @@ async fn run_job(
         }
     };
     let mine = shared.running.lock().remove(&token).is_some();
+    let panicked = matches!(&joined, Err(e) if e.is_panic());
+    if !mine {
+        // The shutdown took the job back (and gave it back); an abort is not a panic.
+        if panicked {
+            PoolCounters::add(&c.panics);
+        }
+        return;
+    }
     let ran: Ran = match joined {
         Ok(result) => Ok(result),
         Err(e) if e.is_panic() => Err(e.into_panic()),
         Err(_) => Err(Box::new("the handler task was cancelled")),
     };
-    if !mine {
-        // The shutdown took the job back (and gave it back).
-        if ran.is_err() {
-            PoolCounters::add(&c.panics);
-        }
-        return;
-    }
     let (shared, held) = (Arc::clone(shared), lease.clone());
     let ended = queue
         .run(move |_| {

@@ -806,3 +806,35 @@ fn a_waiter_gets_the_job_a_dropped_future_gave_back() {
     assert_eq!(q.blocking().stats().unwrap().total, 0);
     assert_consistent(q.blocking());
 }
+
+/// From inside a `write` or `ack_with` closure, an async call would wait for a helper that
+/// waits for the closure's transaction: refused with `Reentrant` at once, as the blocking
+/// calls are, and the file goes on (found by review: it deadlocked every writer).
+#[test]
+fn an_async_call_from_inside_a_transaction_is_reentrant_not_a_deadlock() {
+    let f = Fixture::new();
+    let q = f.open();
+    let aq = q.to_async();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = {
+        let (q, aq) = (q.clone(), aq.clone());
+        std::thread::spawn(move || {
+            let inner = q.write(move |_| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                Ok(rt.block_on(aq.enqueue(b"inner", plain())).map(|_| ()))
+            });
+            tx.send(inner).unwrap();
+        })
+    };
+    let got = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("answered, not deadlocked");
+    worker.join().unwrap();
+    assert!(matches!(got, Ok(Err(Error::Reentrant))), "{got:?}");
+    // The file goes on.
+    q.enqueue(b"after", plain()).unwrap();
+    assert_eq!(q.stats().unwrap().ready, 1);
+}

@@ -137,6 +137,10 @@ fn async_shutdown_aborts_overrunning_handlers_and_gives_their_jobs_back() {
         pool.shutdown(Duration::from_millis(100)).await
     });
     assert_eq!(report.given_back, 2, "{report:?}");
+    assert_eq!(
+        report.stats.panics, 0,
+        "an abort is not a panic: {report:?}"
+    );
     assert_eq!(report.still_running, 0);
     for id in ids {
         let j = q.job(id).unwrap().unwrap();

@@ -254,3 +254,25 @@ fn subscriptions_are_bounded_and_end_with_the_file() {
     // Released: the subscriptions held no handle.
     let _again = Queue::open(&f.path).unwrap();
 }
+
+/// No `Drained` while a scheduled job is already due (the next dequeue will take it), nor
+/// when an ack-and-next takes it in the same commit (found by review).
+#[test]
+fn a_due_scheduled_job_keeps_the_queue_from_draining() {
+    let f = Fixture::new();
+    let q = f.open();
+    let events = q.events().unwrap();
+    q.enqueue(b"a", plain()).unwrap();
+    q.enqueue(b"b", plain().delay(Duration::from_secs(5)))
+        .unwrap();
+    let a = q.dequeue().unwrap().unwrap();
+    f.clock.advance(Duration::from_secs(6));
+    let b = a.ack_and_next().unwrap().expect("b is due");
+    assert!(!drain(&events).contains(&Event::Drained));
+    b.ack().unwrap();
+    assert_eq!(drain(&events).last(), Some(&Event::Drained));
+    // A dropped subscription stops costing: a new one starts from nothing.
+    drop(events);
+    let again = q.events().unwrap();
+    assert!(again.is_empty());
+}
