@@ -334,18 +334,12 @@ fn the_app_level_stop_releases_the_file_every_round() {
             let s = sync_pool.shutdown(Duration::from_secs(5));
             assert_eq!((s.still_running, s.stats.errors), (0, 0), "{s:?}");
             // From the last handle of the app (the consumers' go as they see `Closed`).
-            let last = q.to_async();
-            drop(q);
-            let report = last.shutdown(Duration::from_secs(10));
-            let report = {
-                // The consumers end on `Closed` once the shutdown starts.
-                let report = tokio::spawn(report);
-                for c in consumers {
-                    c.await.unwrap();
-                }
-                report.await.unwrap()
-            };
-            report
+            let shutdown = tokio::spawn(q.into_async().shutdown(Duration::from_secs(10)));
+            // The consumers end on `Closed` once the shutdown starts.
+            for c in consumers {
+                c.await.unwrap();
+            }
+            shutdown.await.unwrap()
         });
         assert!(report.released, "round {round}: {report:?}");
         drop(rt);
