@@ -11,7 +11,9 @@
 //! `AlreadyOpen` and says so); saves each note and the job that syncs it in one transaction
 //! (the outbox, `AsyncQueue::write`); an async staged pool sends each note to the server with
 //! the job's idempotency key as its `Idempotency-Key` header (off the write lock, awaiting
-//! the HTTP call), then commits the "synced" mark with the ack; a status task follows the
+//! the HTTP call), then commits the "synced" mark with the ack and the next step's job (index
+//! the note, on a named queue worked by hand-written async consumers with `ack_with`); a
+//! status task follows the
 //! queue's change events (no polling); Ctrl-C, or all notes synced, shuts everything down in
 //! order and releases the file, so the next start reports no repair.
 //!
@@ -45,6 +47,8 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 /// that synced it.
 const NOTES: TableDefinition<&str, &str> = TableDefinition::new("notes");
 const SYNCED: TableDefinition<&str, u32> = TableDefinition::new("synced");
+/// The app's search index: note id -> indexed (a step after the sync, on its own queue).
+const INDEXED: TableDefinition<&str, u8> = TableDefinition::new("indexed");
 
 /// Exit status of a second instance.
 const EXIT_ALREADY_RUNNING: i32 = 3;
@@ -140,12 +144,16 @@ async fn app(dir: &Path, url: &str, notes: usize) -> Result<i32, Error> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()?;
-    let (sync_url, db_queue) = (format!("{url}/notes"), queue.clone());
+    // A second step on a queue of its own: index each synced note, by hand-written async
+    // consumers (below).
+    let index = queue.named("index")?;
+    let (sync_url, db_queue, next_step) = (format!("{url}/notes"), queue.clone(), index.clone());
     let pool =
         WorkerPool::builder(&queue)
             .threads(4)
             .start_async_staged(move |lease: AsyncLease| {
                 let (client, url, q) = (client.clone(), sync_url.clone(), db_queue.clone());
+                let next_step = next_step.clone();
                 async move {
                     let id = String::from_utf8(lease.payload().to_vec())?;
                     let text = read_note(&q, &id)?.ok_or("a sync job without its note")?;
@@ -167,12 +175,43 @@ async fn app(dir: &Path, url: &str, notes: usize) -> Result<i32, Error> {
                         Ok(s) => return Err(format!("server answered {s}").into()),
                     }
                     let attempt = lease.attempt();
+                    // The "synced" mark, the ack and the next step's job: one commit.
                     Ok(effect(move |tx| {
                         tx.open_table(SYNCED)?.insert(id.as_str(), attempt)?;
+                        let key = format!("index-{id}");
+                        tx.enqueue_to(
+                            &next_step,
+                            id.as_bytes(),
+                            EnqueueOptions::default().idempotency_key(&key),
+                        )?;
                         Ok(())
                     }))
                 }
             })?;
+
+    // Hand-written async consumers of the index queue: each waits without a thread, applies
+    // its effect exactly once (`ack_with`: the index row, the applied marker and the ack in
+    // one commit), and ends when the file shuts down (`Closed`).
+    let indexers: Vec<_> = (0..2)
+        .map(|_| {
+            let index = index.to_async();
+            tokio::spawn(async move {
+                while let Ok(lease) = index.next().await {
+                    let id = String::from_utf8_lossy(lease.payload()).into_owned();
+                    let indexed = lease
+                        .ack_with(move |tx| {
+                            tx.open_table(INDEXED)?.insert(id.as_str(), 1)?;
+                            Ok(())
+                        })
+                        .await;
+                    if let Err(e) = indexed {
+                        say(format!("INDEX_ERROR {e}"));
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(index);
 
     // The user writes notes: each note and its sync job in one transaction (the outbox).
     let writer = {
@@ -213,7 +252,12 @@ async fn app(dir: &Path, url: &str, notes: usize) -> Result<i32, Error> {
     let _ = (writer.await, status.await);
     let pool_report = pool.shutdown(Duration::from_secs(5)).await;
     drop(queue);
-    let report = aq.shutdown(Duration::from_secs(5)).await;
+    // The indexers end on their own when the shutdown starts (their `next` says `Closed`).
+    let report = tokio::spawn(aq.shutdown(Duration::from_secs(5)));
+    for indexer in indexers {
+        let _ = indexer.await;
+    }
+    let report = report.await?;
     say(format!(
         "{} released={} given_back={}",
         if finished { "DONE" } else { "STOPPED" },
@@ -226,11 +270,16 @@ async fn app(dir: &Path, url: &str, notes: usize) -> Result<i32, Error> {
 /// Waits until `notes` notes are saved and every one is synced (the queue empty).
 async fn all_synced(queue: &Queue, notes: usize) -> Result<(), Error> {
     loop {
-        let (saved, synced) = {
+        let (saved, synced, indexed) = {
             let rtx = queue.database().begin_read()?;
-            (table_len(&rtx, NOTES)?, table_len(&rtx, SYNCED)?)
+            (
+                table_len(&rtx, NOTES)?,
+                table_len(&rtx, SYNCED)?,
+                table_len(&rtx, INDEXED)?,
+            )
         };
-        if saved == notes as u64 && synced == saved && queue.is_empty()? {
+        let done = saved == notes as u64 && synced == saved && indexed == saved;
+        if done && queue.is_empty()? && queue.named("index")?.is_empty()? {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -378,9 +427,12 @@ async fn check(kills: usize) -> Result<(), Error> {
     let rtx = queue.database().begin_read()?;
     assert_eq!(table_len(&rtx, NOTES)?, NOTES_TOTAL as u64);
     assert_eq!(table_len(&rtx, SYNCED)?, NOTES_TOTAL as u64);
+    assert_eq!(table_len(&rtx, INDEXED)?, NOTES_TOTAL as u64);
+    let index = queue.named("index")?.stats()?;
+    assert_eq!((index.total, index.dead), (0, 0), "{index:?}");
     println!(
         "notes_app check: {NOTES_TOTAL} notes, {kills} kills ({repaired} starts repaired a crashed file), \
-         {} requests, {} repeats answered without applying, every note applied once ({:.1} s)",
+         {} requests, {} repeats answered without applying, every note applied once and indexed once ({:.1} s)",
         s.requests,
         s.repeats,
         started.elapsed().as_secs_f64()
