@@ -230,6 +230,28 @@ pub struct ShutdownReport {
     pub stats: PoolStats,
 }
 
+impl ShutdownReport {
+    /// The report of a shutdown that started at `started` with the counts `before` and
+    /// ended with `after`.
+    fn between(
+        before: &PoolStats,
+        after: PoolStats,
+        still_running: usize,
+        started: Instant,
+    ) -> ShutdownReport {
+        let ended = |s: &PoolStats| s.acked + s.retried + s.failed + s.snoozed;
+        ShutdownReport {
+            finished: ended(&after).saturating_sub(ended(before)),
+            given_back: after.given_back.saturating_sub(before.given_back),
+            unstarted: after.unstarted.saturating_sub(before.unstarted),
+            lost: after.lost.saturating_sub(before.lost),
+            still_running,
+            elapsed: started.elapsed(),
+            stats: after,
+        }
+    }
+}
+
 type PlainFn = dyn Fn(&Lease) -> std::result::Result<(), BoxError> + Send + Sync;
 type EffectHandler = dyn Fn(&Tx<'_>, &Lease) -> std::result::Result<(), BoxError> + Send + Sync;
 type StagedFn = dyn Fn(&Lease) -> std::result::Result<Effect, BoxError> + Send + Sync;
@@ -892,16 +914,7 @@ impl WorkerPool {
             let _ = heart.join();
         }
         let after = shared.counters.snapshot(shared.in_flight());
-        let ended = |s: &PoolStats| s.acked + s.retried + s.failed + s.snoozed;
-        ShutdownReport {
-            finished: ended(&after).saturating_sub(ended(&before)),
-            given_back: after.given_back.saturating_sub(before.given_back),
-            unstarted: after.unstarted.saturating_sub(before.unstarted),
-            lost: after.lost.saturating_sub(before.lost),
-            still_running,
-            elapsed: started.elapsed(),
-            stats: after,
-        }
+        ShutdownReport::between(&before, after, still_running, started)
     }
 
     /// Stops what a failed start had begun, and passes the spawn error on.

@@ -231,16 +231,7 @@ impl AsyncPool {
         .await;
         let still_running = workers.iter().filter(|w| !w.is_finished()).count();
         let after = shared.counters.snapshot(shared.in_flight());
-        let ended = |s: &PoolStats| s.acked + s.retried + s.failed + s.snoozed;
-        ShutdownReport {
-            finished: ended(&after).saturating_sub(ended(&before)),
-            given_back: after.given_back.saturating_sub(before.given_back),
-            unstarted: after.unstarted.saturating_sub(before.unstarted),
-            lost: after.lost.saturating_sub(before.lost),
-            still_running,
-            elapsed: started.elapsed(),
-            stats: after,
-        }
+        ShutdownReport::between(&before, after, still_running, started)
     }
 }
 

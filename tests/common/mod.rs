@@ -285,9 +285,18 @@ pub const EFFECTS: redb::TableDefinition<u64, u64> = redb::TableDefinition::new(
 
 /// Every effect counter, read from a fresh snapshot (empty before the first effect).
 pub fn effects(q: &Queue) -> std::collections::HashMap<u64, u64> {
+    counters(q, EFFECTS)
+}
+
+/// Every row of a caller's `u64 -> u64` counter table, from a fresh snapshot (empty before
+/// the table exists).
+pub fn counters(
+    q: &Queue,
+    table: redb::TableDefinition<u64, u64>,
+) -> std::collections::HashMap<u64, u64> {
     use redb::{ReadableDatabase, ReadableTable};
     let rtx = q.database().begin_read().unwrap();
-    match rtx.open_table(EFFECTS) {
+    match rtx.open_table(table) {
         Ok(t) => t
             .iter()
             .unwrap()

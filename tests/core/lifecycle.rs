@@ -2,7 +2,7 @@
 //! every consumer of a file, lets work in flight commit, and releases the file (issue 23).
 
 use crate::common::{self, Fixture, enqueue_n, plain};
-use leaseq::redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use leaseq::redb::{ReadableTable, TableDefinition};
 use leaseq::{Error, JobState, Queue, StopSignal, WorkerPool};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -11,19 +11,7 @@ use std::time::Duration;
 const DONE: TableDefinition<u64, u64> = TableDefinition::new("done");
 
 fn done(q: &Queue) -> HashMap<u64, u64> {
-    let rtx = q.database().begin_read().unwrap();
-    match rtx.open_table(DONE) {
-        Ok(t) => t
-            .iter()
-            .unwrap()
-            .map(|e| {
-                let (k, v) = e.unwrap();
-                (k.value(), v.value())
-            })
-            .collect(),
-        Err(leaseq::redb::TableError::TableDoesNotExist(_)) => HashMap::new(),
-        Err(e) => panic!("{e}"),
-    }
+    common::counters(q, DONE)
 }
 
 /// Stores that job `id` was done, in a commit of its own (a plain handler's write).
