@@ -4,9 +4,11 @@
 //! shutdowns racing waiters, pools and leases. Each test checks the queue's state after
 //! (stats, attempts, `check()`), not only the answers.
 
-use crate::common::{Fixture, assert_consistent, enqueue_n, plain};
+use crate::common::{
+    Fixture, assert_consistent, assert_nothing_charged, enqueue_n, eventually, plain,
+};
 use leaseq::{
-    AsyncQueue, EnqueueOptions, Enqueued, Error, JobId, JobState, Queue, StopSignal, WorkerPool,
+    AsyncQueue, EnqueueOptions, Enqueued, Error, JobId, JobState, StopSignal, WorkerPool,
 };
 use std::collections::HashMap;
 use std::future::Future;
@@ -40,18 +42,6 @@ fn poll_once<F: Future + ?Sized>(fut: Pin<&mut F>, waker: &Waker) -> Option<F::O
     }
 }
 
-/// Waits (blocking, up to 20 s) until `cond` holds; false if it never did.
-fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(20) {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    cond()
-}
-
 /// A waker that counts its wakes; its `Arc`'s strong count tells how many copies of it the
 /// queue (or anything else) still keeps.
 struct CountingWaker {
@@ -74,13 +64,15 @@ fn counting_waker() -> (Arc<CountingWaker>, Waker) {
     (Arc::clone(&c), Waker::from(Arc::clone(&c)))
 }
 
-/// Every ready job of `q` has no attempt charged and no snooze; none is leased.
-fn assert_nothing_charged(q: &Queue) {
-    let s = q.stats().unwrap();
-    assert_eq!(s.leased, 0, "a lease was stranded: {s:?}");
-    for j in q.jobs(JobState::Ready, None, 10_000).unwrap().jobs {
-        assert_eq!((j.attempts, j.snoozes), (0, 0), "charged: {j:?}");
-    }
+/// A dequeue future polled once (its commit starts on a helper), left until its lease is
+/// taken, then dropped unread; returns once the give-back landed.
+fn take_and_drop_a_dequeue(q: &AsyncQueue) {
+    let (_c, waker) = counting_waker();
+    let mut fut = Box::pin(q.dequeue());
+    assert!(poll_once(fut.as_mut(), &waker).is_none());
+    assert!(eventually(|| q.blocking().stats().unwrap().leased == 1));
+    drop(fut);
+    assert!(eventually(|| q.blocking().stats().unwrap().leased == 0));
 }
 
 /// Two dequeues on one queue raced in `select!`: the loser is dropped, perhaps after its
@@ -241,12 +233,7 @@ fn an_unseen_give_back_keeps_a_dedup_until_started_key() {
             .dedup_until_started()
     };
     let first = q.blocking().enqueue(b"sync note 7", opts()).unwrap().id();
-    let (_c, waker) = counting_waker();
-    let mut fut = Box::pin(q.dequeue());
-    assert!(poll_once(fut.as_mut(), &waker).is_none());
-    assert!(eventually(|| q.blocking().stats().unwrap().leased == 1));
-    drop(fut);
-    assert!(eventually(|| q.blocking().stats().unwrap().leased == 0));
+    take_and_drop_a_dequeue(&q);
     let info = q.blocking().job(first).unwrap().unwrap();
     assert_eq!((info.state, info.attempts), (JobState::Ready, 0));
     let again = q.blocking().enqueue(b"sync note 7", opts()).unwrap();
@@ -276,12 +263,7 @@ fn an_unseen_give_back_keeps_the_snooze_status() {
         .unwrap();
     let before = q.blocking().job(id).unwrap().unwrap();
     assert_eq!(before.status.as_deref(), Some("waiting for network"));
-    let (_c, waker) = counting_waker();
-    let mut fut = Box::pin(q.dequeue());
-    assert!(poll_once(fut.as_mut(), &waker).is_none());
-    assert!(eventually(|| q.blocking().stats().unwrap().leased == 1));
-    drop(fut);
-    assert!(eventually(|| q.blocking().stats().unwrap().leased == 0));
+    take_and_drop_a_dequeue(&q);
     let after = q.blocking().job(id).unwrap().unwrap();
     assert_eq!(
         (after.state, after.attempts, after.snoozes),

@@ -280,6 +280,28 @@ impl ChildProc {
     }
 }
 
+/// Whether `cond` holds within 20 s (looked at every 2 ms): for what a helper thread or a
+/// dropped future finishes a moment later (a give-back, a release).
+pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_secs(20) {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    cond()
+}
+
+/// Every ready job of `q` has no attempt charged and no snooze; none is leased.
+pub fn assert_nothing_charged(q: &Queue) {
+    let s = q.stats().unwrap();
+    assert_eq!(s.leased, 0, "a lease was stranded: {s:?}");
+    for j in q.jobs(leaseq::JobState::Ready, None, 10_000).unwrap().jobs {
+        assert_eq!((j.attempts, j.snoozes), (0, 0), "charged: {j:?}");
+    }
+}
+
 /// The caller's effect table of the effect tests: key -> times the effect was applied.
 pub const EFFECTS: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("effects");
 

@@ -4,32 +4,13 @@
 //! during the grace, over a blocked consumer of a paused queue. Each test checks the file
 //! after (a reopen's recovery report, the jobs' states and attempts, `check()`).
 
-use crate::common::{Fixture, assert_consistent, enqueue_n, plain};
+use crate::common::{
+    Fixture, assert_consistent, assert_nothing_charged, enqueue_n, eventually, plain,
+};
 use leaseq::{Durability, Error, JobId, JobState, Queue, StopSignal, WorkerPool};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Waits (blocking, up to 20 s) until `cond` holds; false if it never did.
-fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(20) {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    cond()
-}
-
-/// Every ready job of `q` is uncharged; none is leased.
-fn assert_nothing_charged(q: &Queue) {
-    let s = q.stats().unwrap();
-    assert_eq!(s.leased, 0, "{s:?}");
-    for j in q.jobs(JobState::Ready, None, 10_000).unwrap().jobs {
-        assert_eq!((j.attempts, j.snoozes), (0, 0), "charged: {j:?}");
-    }
-}
 
 /// With `Durability::None` every enqueue returns before its commit is durable; a released
 /// shutdown makes them durable and closes cleanly: the reopen finds every job, no repair.
