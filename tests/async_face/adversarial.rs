@@ -7,15 +7,13 @@
 use crate::common::{
     Fixture, assert_consistent, assert_nothing_charged, enqueue_n, eventually, plain,
 };
+use crate::support::{counting_waker, hold_commits, poll_once, take_and_drop_a_dequeue};
 use leaseq::{
     AsyncQueue, EnqueueOptions, Enqueued, Error, JobId, JobState, StopSignal, WorkerPool,
 };
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 fn current_thread() -> tokio::runtime::Runtime {
@@ -31,48 +29,6 @@ fn multi_thread() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-/// Polls `fut` once with `waker`; `Some` if it finished.
-fn poll_once<F: Future + ?Sized>(fut: Pin<&mut F>, waker: &Waker) -> Option<F::Output> {
-    let mut cx = Context::from_waker(waker);
-    match fut.poll(&mut cx) {
-        Poll::Ready(v) => Some(v),
-        Poll::Pending => None,
-    }
-}
-
-/// A waker that counts its wakes; its `Arc`'s strong count tells how many copies of it the
-/// queue (or anything else) still keeps.
-struct CountingWaker {
-    wakes: AtomicUsize,
-}
-
-impl Wake for CountingWaker {
-    fn wake(self: Arc<Self>) {
-        self.wakes.fetch_add(1, Ordering::SeqCst);
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.wakes.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn counting_waker() -> (Arc<CountingWaker>, Waker) {
-    let c = Arc::new(CountingWaker {
-        wakes: AtomicUsize::new(0),
-    });
-    (Arc::clone(&c), Waker::from(Arc::clone(&c)))
-}
-
-/// A dequeue future polled once (its commit starts on a helper), left until its lease is
-/// taken, then dropped unread; returns once the give-back landed.
-fn take_and_drop_a_dequeue(q: &AsyncQueue) {
-    let (_c, waker) = counting_waker();
-    let mut fut = Box::pin(q.dequeue());
-    assert!(poll_once(fut.as_mut(), &waker).is_none());
-    assert!(eventually(|| q.blocking().stats().unwrap().leased == 1));
-    drop(fut);
-    assert!(eventually(|| q.blocking().stats().unwrap().leased == 0));
 }
 
 /// Two dequeues on one queue raced in `select!`: the loser is dropped, perhaps after its
@@ -120,10 +76,12 @@ fn a_dropped_batch_dequeue_gives_every_lease_back_in_order() {
     let ids = enqueue_n(q.blocking(), 8, plain());
     let (_c, waker) = counting_waker();
     let mut fut = Box::pin(q.dequeue_batch(5));
+    let held = hold_commits(q.blocking());
     assert!(
         poll_once(fut.as_mut(), &waker).is_none(),
         "commits on a helper"
     );
+    drop(held);
     assert!(eventually(|| q.blocking().stats().unwrap().leased == 5));
     drop(fut);
     assert!(
@@ -723,7 +681,9 @@ fn a_give_back_after_the_shutdown_closed_the_file() {
     let (_c, waker) = counting_waker();
     let kept = q.clone();
     let mut fut = Box::pin(kept.dequeue());
+    let held = hold_commits(q.blocking());
     assert!(poll_once(fut.as_mut(), &waker).is_none());
+    drop(held);
     assert!(eventually(|| q.blocking().stats().unwrap().leased == 1));
     let report = current_thread().block_on(q.shutdown(Duration::ZERO));
     assert!(!report.released, "{report:?}");
@@ -736,18 +696,7 @@ fn a_give_back_after_the_shutdown_closed_the_file() {
     assert_nothing_charged(kept.blocking());
     drop(kept);
     // The give-back's helper lets go of its handle just after its commit.
-    let again = {
-        let t = Instant::now();
-        loop {
-            match f.builder().open(&f.path) {
-                Ok(q) => break q,
-                Err(Error::AlreadyOpen { .. }) if t.elapsed() < Duration::from_secs(20) => {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
-    };
+    let again = f.reopen_when_released();
     let r = again.recovery();
     assert!(!r.repaired && r.leases_returned == 0, "{r:?}");
     for id in ids {
@@ -766,7 +715,9 @@ fn a_waiter_gets_the_job_a_dropped_future_gave_back() {
     let id = q.blocking().enqueue(b"only", plain()).unwrap().id();
     let (_c, waker) = counting_waker();
     let mut fut = Box::pin(q.dequeue());
+    let held = hold_commits(q.blocking());
     assert!(poll_once(fut.as_mut(), &waker).is_none());
+    drop(held);
     assert!(eventually(|| q.blocking().stats().unwrap().leased == 1));
     current_thread().block_on(async {
         let waiter = {

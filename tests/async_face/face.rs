@@ -269,41 +269,13 @@ fn a_lease_taken_for_a_dropped_future_goes_back_in_its_place() {
     let f = Fixture::new();
     let q = f.open().to_async();
     let ids = crate::common::enqueue_n(q.blocking(), 3, plain());
-    runtime().block_on(async {
-        let fut = Box::pin(q.dequeue());
-        // Polled once: the commit starts on a helper; the future is pending.
-        let mut fut = fut;
-        let polled = futures_poll_once(fut.as_mut());
-        assert!(polled.is_none(), "the commit runs on a helper");
-        // Let the helper commit the lease, then drop the future unread.
-        let t = std::time::Instant::now();
-        while q.blocking().stats().unwrap().leased == 0 && t.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        drop(fut);
-    });
-    let t = std::time::Instant::now();
-    while q.blocking().stats().unwrap().leased > 0 && t.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    crate::support::take_and_drop_a_dequeue(&q);
     let first = q.blocking().dequeue().unwrap().unwrap();
     assert_eq!(first.id(), ids[0], "back in its place");
     assert_eq!(first.attempt(), 1, "the dropped delivery was not charged");
     assert_eq!(q.blocking().job(ids[0]).unwrap().unwrap().snoozes, 0);
     first.ack().unwrap();
     assert_consistent(q.blocking());
-}
-
-/// Polls `fut` once with a no-op waker; `Some` if it finished.
-fn futures_poll_once<F: std::future::Future + ?Sized>(
-    fut: std::pin::Pin<&mut F>,
-) -> Option<F::Output> {
-    let waker = std::task::Waker::noop();
-    let mut cx = std::task::Context::from_waker(waker);
-    match fut.poll(&mut cx) {
-        std::task::Poll::Ready(v) => Some(v),
-        std::task::Poll::Pending => None,
-    }
 }
 
 /// `AsyncQueue::shutdown` from async code: waiting tasks end with `Closed`, their handles

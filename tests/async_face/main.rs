@@ -8,3 +8,4 @@ mod common;
 mod adversarial;
 mod face;
 mod pool;
+mod support;

@@ -41,6 +41,22 @@ impl Fixture {
     pub fn open(&self) -> Queue {
         self.builder().open(&self.path).unwrap()
     }
+
+    /// Opens the file once its last other handle is gone: retries `AlreadyOpen` every 2 ms
+    /// for up to 20 s (a helper thread or a finishing worker lets go just after its commit);
+    /// any other error, or a handle still held after 20 s, panics.
+    pub fn reopen_when_released(&self) -> Queue {
+        let t = std::time::Instant::now();
+        loop {
+            match self.builder().open(&self.path) {
+                Ok(q) => return q,
+                Err(leaseq::Error::AlreadyOpen { .. }) if t.elapsed() < Duration::from_secs(20) => {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => panic!("reopen: {e}"),
+            }
+        }
+    }
 }
 
 /// Asserts `check()` finds nothing.

@@ -10,7 +10,7 @@ use crate::common::{
 use leaseq::{Durability, Error, JobId, JobState, Queue, StopSignal, WorkerPool};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// With `Durability::None` every enqueue returns before its commit is durable; a released
 /// shutdown makes them durable and closes cleanly: the reopen finds every job, no repair.
@@ -407,18 +407,7 @@ fn a_worker_left_running_holds_the_file_until_its_handler_returns() {
         Err(Error::AlreadyOpen { .. })
     ));
     release_tx.send(()).unwrap();
-    let again = {
-        let t = Instant::now();
-        loop {
-            match f.builder().open(&f.path) {
-                Ok(q) => break q,
-                Err(Error::AlreadyOpen { .. }) if t.elapsed() < Duration::from_secs(20) => {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
-    };
+    let again = f.reopen_when_released();
     let r = again.recovery();
     assert!(!r.repaired && r.leases_returned == 0, "{r:?}");
     let j = again.job(id).unwrap().unwrap();
