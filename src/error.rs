@@ -143,6 +143,21 @@ pub enum Error {
         /// The name asked for.
         name: String,
     },
+    /// [`Queue::create_schedule`](crate::Queue::create_schedule) with a name this queue
+    /// already has a schedule under. Nothing was changed; use
+    /// [`Queue::upsert_schedule`](crate::Queue::upsert_schedule) to create or change.
+    #[error("a schedule named {name:?} exists in this queue")]
+    ScheduleExists {
+        /// The name asked for.
+        name: String,
+    },
+    /// [`Queue::update_schedule`](crate::Queue::update_schedule) of a name this queue has no
+    /// schedule under. Nothing was changed.
+    #[error("no schedule named {name:?} in this queue")]
+    ScheduleNotFound {
+        /// The name asked for.
+        name: String,
+    },
     /// No job with this id is in this handle's queue: it was never enqueued there (a job of
     /// another queue of the file is not found either), or it is gone: acked, removed
     /// ([`Queue::remove`](crate::Queue::remove)), deleted by

@@ -107,6 +107,7 @@ mod open;
 mod platform;
 mod queue;
 mod retry;
+mod schedule;
 mod scratch;
 mod signal;
 mod stop;
@@ -146,14 +147,16 @@ pub use job::{
 };
 pub use lease::{Heartbeat, Lease};
 pub use limits::{
-    ASYNC_THREADS_MAX, BATCH_MAX, DELAY_MAX, DUE_RECHECK_MAX, ERRORS_KEPT, EVENTS_CAPACITY_DEFAULT,
-    EVENTS_CAPACITY_MAX, HISTORY_JOBS_MAX, KEY_BYTES_MAX, LEASE_MAX, MAX_ATTEMPTS_CAP,
-    PAYLOAD_BYTES_MAX_CAP, QUEUE_NAME_BYTES_MAX, QUEUES_MAX, REASON_BYTES_MAX, RESULT_BYTES_MAX,
+    ASYNC_THREADS_MAX, BATCH_MAX, CRON_TEXT_BYTES_MAX, DELAY_MAX, DUE_RECHECK_MAX, ERRORS_KEPT,
+    EVENTS_CAPACITY_DEFAULT, EVENTS_CAPACITY_MAX, HISTORY_JOBS_MAX, KEY_BYTES_MAX, LEASE_MAX,
+    MAX_ATTEMPTS_CAP, PAYLOAD_BYTES_MAX_CAP, QUEUE_NAME_BYTES_MAX, QUEUES_MAX, REASON_BYTES_MAX,
+    RESULT_BYTES_MAX, SCHEDULE_NAME_BYTES_MAX, SCHEDULE_PAYLOAD_BYTES_MAX, SCHEDULES_MAX,
     SUBSCRIBERS_MAX,
 };
 pub use open::Builder;
 pub use queue::{FileShutdown, Queue};
 pub use retry::RetryPolicy;
+pub use schedule::{Missed, Overlap, Schedule, ScheduleInfo, Timing};
 pub use stop::StopSignal;
 pub use tx::Tx;
 #[cfg(feature = "tokio")]

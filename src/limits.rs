@@ -61,6 +61,16 @@ pub const RESULT_BYTES_MAX: usize = 4096;
 /// The most completed jobs a queue's history may be set to keep
 /// ([`History::keep_jobs`](crate::History::keep_jobs)).
 pub const HISTORY_JOBS_MAX: u64 = 10_000_000;
+/// The most schedules one file holds, over all its queues
+/// ([`Queue::create_schedule`](crate::Queue::create_schedule)).
+pub const SCHEDULES_MAX: usize = 1024;
+/// The longest schedule name, in bytes (UTF-8, at least one byte, no control characters).
+pub const SCHEDULE_NAME_BYTES_MAX: usize = 128;
+/// The largest payload a schedule's instances carry, in bytes: it is stored in the schedule's
+/// row and copied into each instance.
+pub const SCHEDULE_PAYLOAD_BYTES_MAX: usize = 64 * 1024;
+/// The longest cron expression, and the longest time zone name, in bytes.
+pub const CRON_TEXT_BYTES_MAX: usize = 256;
 /// Most violations `check` lists before it stops.
 pub(crate) const VIOLATIONS_MAX: usize = 1000;
 
@@ -133,6 +143,9 @@ const _: () = {
     // Every bound admits at least one item.
     assert!(GROUP_MEMBERS_MAX >= 1 && SWEEP_MAX >= 1 && VIOLATIONS_MAX >= 1);
     assert!(COUNTER_BLOCK >= 1 && NON_DURABLE_COMMITS_MAX >= 1);
+    // A schedule row (payload, name, cron text, template) stays far below a record's cap.
+    assert!(SCHEDULE_PAYLOAD_BYTES_MAX + 2 * CRON_TEXT_BYTES_MAX + 1024 <= RECORD_BYTES_MAX);
+    assert!(SCHEDULES_MAX >= 1);
     // A queue name fits within a redb table name with its prefix and suffix.
     assert!(QUEUE_NAME_BYTES_MAX <= 64);
 };

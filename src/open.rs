@@ -579,8 +579,12 @@ impl Builder {
         let upgraded_from = inner
             .committer
             .run(inner.db.get(), &mut |ctx| store::upgrade(ctx).map(Ok))?;
+        // Leases back, then the schedules due while the file was closed: one transaction,
+        // before any dequeue.
         let recovered = inner.committer.run(inner.db.get(), &mut |ctx| {
-            store::recover_leases(ctx, now_ms).map(Ok)
+            let recovered = store::recover_leases(ctx, now_ms)?;
+            store::fire_at_open(ctx, now_ms)?;
+            Ok(Ok(recovered))
         })?;
         let paused = crate::error::catch_engine_panic(|| {
             store::paused_queues(&inner.db.get().begin_read()?)
@@ -733,6 +737,10 @@ fn init_tables(db: &Database) -> Result<()> {
                 .map_err(foreign)?;
             tx.open_table(crate::format::schema::HISTORY_LIMITS)
                 .map_err(foreign)?;
+            tx.open_table(crate::format::schema::SCHEDULES)
+                .map_err(foreign)?;
+            tx.open_table(crate::format::schema::SCHEDULE_DUE)
+                .map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {
@@ -776,6 +784,8 @@ fn precheck_attach(rtx: &redb::ReadTransaction) -> Result<()> {
     refuse_other_types(rtx, crate::format::schema::QUEUES)?;
     refuse_other_types(rtx, crate::format::schema::PAUSED)?;
     refuse_other_types(rtx, crate::format::schema::HISTORY_LIMITS)?;
+    refuse_other_types(rtx, crate::format::schema::SCHEDULES)?;
+    refuse_other_types(rtx, crate::format::schema::SCHEDULE_DUE)?;
     if let Ok(meta) = rtx.open_table(META)
         && let Some(found) = meta.get(META_FORMAT_VERSION)?.map(|v| v.value())
         && found > FORMAT_VERSION

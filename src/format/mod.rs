@@ -2,9 +2,11 @@
 //!
 //! In the code: `schema.rs` names the tables, keys and meta keys; `record.rs` is the job
 //! record and its versions (the bytes of version 4 in `record/layout.rs`); `payload.rs` is
-//! how typed payloads are encoded (the record stores only its tag). A new on-disk rule lives
+//! how typed payloads are encoded (the record stores only its tag); `schedule.rs` is the
+//! schedule record (periodic jobs). A new on-disk rule lives
 //! here and nowhere else.
 
 pub(crate) mod payload;
 pub(crate) mod record;
+pub(crate) mod schedule;
 pub(crate) mod schema;

@@ -611,7 +611,7 @@ impl JobRecord {
 }
 
 /// FNV-1a, 64-bit: a cheap checksum against bit rot and stray writes (not an adversary).
-fn fnv1a64(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })

@@ -5,7 +5,7 @@
 use redb::TableDefinition;
 
 /// The format version this build writes, and the newest it reads.
-pub const FORMAT_VERSION: u64 = 7;
+pub const FORMAT_VERSION: u64 = 8;
 
 pub(crate) type ReadyKey = (u32, u64, u64);
 
@@ -17,6 +17,14 @@ pub(crate) const PAUSED: TableDefinition<u32, u64> = TableDefinition::new("lease
 /// ms; 0 for no bound of that kind). A queue without a row keeps none. Since format 7.
 pub(crate) const HISTORY_LIMITS: TableDefinition<u32, (u64, u64)> =
     TableDefinition::new("leaseq_history_limits");
+/// The schedules of the file (periodic jobs): (queue number, schedule name) → an encoded
+/// [`ScheduleRecord`](crate::format::schedule::ScheduleRecord). Since format 8.
+pub(crate) const SCHEDULES: TableDefinition<(u32, &str), &[u8]> =
+    TableDefinition::new("leaseq_schedules");
+/// Each schedule's next due time: (queue number, due time in Unix ms, schedule name), one
+/// entry per schedule that has one. Since format 8.
+pub(crate) const SCHEDULE_DUE: TableDefinition<(u32, u64, &str), ()> =
+    TableDefinition::new("leaseq_schedule_due");
 /// A quarantined row: when it was moved aside (Unix ms), why, and its bytes as they were found.
 pub(crate) type QuarantineValue = (u64, &'static str, &'static [u8]);
 

@@ -42,6 +42,7 @@ pub(crate) fn check_file(db: &redb::Database) -> Result<Vec<Violation>> {
     }
     check_paused(&rtx, &named, &mut out)?;
     check_history_limits(&rtx, &named, &mut out)?;
+    check_schedule_tables(&rtx, &named, &mut out)?;
     drop(rtx);
     for (name, queue_number) in named {
         for mut v in check(db, QueueTables::named(queue_number))? {
@@ -131,6 +132,46 @@ fn check_history_limits(
         } else {
             continue;
         };
+        if out.len() < VIOLATIONS_MAX {
+            out.push(Violation {
+                job_id: None,
+                detail,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `leaseq_schedules` and `leaseq_schedule_due` (format 8 on): present, and consistent
+/// (`store::schedule::check_schedules`).
+fn check_schedule_tables(
+    rtx: &redb::ReadTransaction,
+    named: &[(String, u32)],
+    out: &mut Vec<Violation>,
+) -> Result<()> {
+    let mut details = Vec::new();
+    if format_version(rtx)?.is_some_and(|v| v >= 8) {
+        for (name, present) in [
+            (
+                "leaseq_schedules",
+                rtx.open_table(crate::format::schema::SCHEDULES).is_ok(),
+            ),
+            (
+                "leaseq_schedule_due",
+                rtx.open_table(crate::format::schema::SCHEDULE_DUE).is_ok(),
+            ),
+        ] {
+            if !present {
+                details.push(format!("{name} is missing (format 8)"));
+            }
+        }
+    }
+    let next_id = rtx
+        .open_table(META)?
+        .get(META_NEXT_ID)?
+        .map_or(u64::MAX, |v| v.value());
+    super::schedule::check_schedules(rtx, named, next_id, &mut details)?;
+    for detail in details {
         if out.len() < VIOLATIONS_MAX {
             out.push(Violation {
                 job_id: None,

@@ -1,5 +1,6 @@
-//! Sweep and dequeue: promoting due scheduled jobs and reclaiming expired leases inline and
-//! bounded (River's scheduler and rescuer), then leasing ready jobs in priority order.
+//! Sweep and dequeue: firing due schedules, promoting due scheduled jobs and reclaiming
+//! expired leases inline and bounded (River's periodic job enqueuer, scheduler and rescuer),
+//! then leasing ready jobs in priority order.
 
 use redb::ReadableTable;
 
@@ -14,7 +15,8 @@ use super::tables::{Row, Tables};
 use super::transition::{LeaseEnd, end_lease_entry, lease_record};
 use super::{Delivery, QueueConfig};
 
-/// Promotes due scheduled jobs and reclaims expired leases, at most `SWEEP_MAX` of each. An
+/// Fires due schedules, promotes due scheduled jobs and reclaims expired leases, at most
+/// `SWEEP_MAX` of each. An
 /// entry whose row is damaged or disagrees is settled (quarantined, dropped) and the sweep
 /// goes on.
 fn sweep(
@@ -27,6 +29,8 @@ fn sweep(
         prune_dead(tx_tables, now_ms, retention_ms, PRUNE_PER_ACK_MAX)?;
     }
     prune_history(tx_tables, now_ms, PRUNE_PER_ACK_MAX)?;
+    // Due schedules first: an instance enqueued now is ready for this very dequeue.
+    super::schedule::fire_due(tx_tables, ctx, now_ms, false)?;
     let due: Vec<(u64, u64)> = tx_tables
         .scheduled()?
         .range(..=(now_ms, u64::MAX))?

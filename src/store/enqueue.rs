@@ -52,7 +52,7 @@ pub(crate) fn enqueue_imported(
 
 /// [`enqueue`] (`judged_at_ms: None`) or [`enqueue_imported`] on tables the running
 /// operation holds open.
-fn enqueue_into(
+pub(super) fn enqueue_into(
     tx_tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     jobs: &[NewJob],

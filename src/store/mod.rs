@@ -25,6 +25,7 @@
 //! | `admin.rs` | cancel, retry, requeue, remove, purge or requeue by state |
 //! | `registry.rs` | named-queue numbers |
 //! | `control.rs` | queue controls stored in the file: pause, resume, the history setting |
+//! | `schedule.rs` | periodic jobs: set, remove, fire the due ones (in the sweep, and at open) |
 //! | `migrate.rs` | the file id, format upgrades |
 //! | `recover.rs` | lease recovery at open |
 //! | `read.rs` | read-only views: peek, stats, one job, lists |
@@ -43,6 +44,7 @@ mod read;
 mod recover;
 mod registry;
 mod retention;
+mod schedule;
 mod tables;
 mod transition;
 mod validate;
@@ -64,6 +66,10 @@ pub(crate) use read::{
 pub(crate) use recover::{read_leased_rows, recover_leases};
 pub(crate) use registry::{create_queue, find_queue, named_queues};
 pub(crate) use retention::{prune, prune_dead_jobs, prune_dedup_windows, prune_history_jobs};
+pub(crate) use schedule::{
+    SetMode, build as build_schedule, fire_at_open, get as schedule_of, list as schedules_of,
+    remove as remove_schedule, set as set_schedule,
+};
 pub(crate) use validate::{
     check_key, import_record, lease_ms_checked, new_records, truncate_reason,
 };

@@ -12,7 +12,8 @@ use crate::job::{JobId, JobInfo, JobState, Quarantined, Stats};
 use super::validate::damaged;
 
 /// What a dequeue would find, read without a write transaction: whether anything is ready,
-/// due or expired now, and the earliest future due time or lease deadline.
+/// due or expired now (a scheduled job, a lease, a schedule of the queue), and the earliest
+/// future due time or lease deadline.
 pub(crate) fn peek_due(
     rtx: &ReadTransaction,
     tables: &'static QueueTables,
@@ -29,9 +30,12 @@ pub(crate) fn peek_due(
     };
     let next_run = first_key(tables.scheduled())?;
     let next_deadline = first_key(tables.leases())?;
-    let work = next_run.is_some_and(|at_ms| at_ms <= now_ms)
-        || next_deadline.is_some_and(|at_ms| at_ms <= now_ms);
-    let next = [next_run, next_deadline].into_iter().flatten().min();
+    let next_schedule = super::schedule::next_due(rtx, tables.queue_number)?;
+    let next = [next_run, next_deadline, next_schedule]
+        .into_iter()
+        .flatten()
+        .min();
+    let work = next.is_some_and(|at_ms| at_ms <= now_ms);
     Ok((work, next))
 }
 

@@ -124,3 +124,17 @@ pub(crate) fn find_queue(rtx: &ReadTransaction, name: &str) -> Result<Option<u32
         .find(|(n, _)| n == name)
         .map(|(_, queue_number)| queue_number))
 }
+
+/// Whether named queue number `queue_number` is registered in this transaction's file.
+pub(crate) fn is_registered(tx: &redb::WriteTransaction, queue_number: u32) -> Result<bool> {
+    if !(1..=crate::limits::QUEUES_MAX).contains(&queue_number) {
+        return Ok(false);
+    }
+    let queues = tx.open_table(QUEUES)?;
+    for e in queues.iter()?.take(crate::limits::QUEUES_MAX as usize + 1) {
+        if e?.1.value() == queue_number {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}

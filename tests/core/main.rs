@@ -34,6 +34,7 @@ mod quarantine;
 mod recovery;
 mod retention;
 mod retry;
+mod schedules;
 mod snooze;
 mod stopping;
 mod stranded_leases;

@@ -1,0 +1,631 @@
+//! Periodic jobs in the engine: setting and removing schedules (`leaseq_schedules` and its
+//! due-time index `leaseq_schedule_due`, since format 8), and firing the due ones: inline and
+//! bounded in a dequeue's sweep, and for every queue at open (where [`Missed`] is decided).
+//!
+//! Firing a due schedule is one step in the sweep's transaction: the instance job (if one is
+//! enqueued), the schedule's next due time and its counters commit together, so a crash at
+//! any point leaves either the due time not yet fired (it fires after the reopen) or fired
+//! once, never twice.
+
+use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
+
+use crate::commit::{Ctx, Verdict, refuse};
+use crate::error::{Error, Result};
+use crate::format::record::{JobRecord, StoredState};
+use crate::format::schedule::{ScheduleRecord, StoredTemplate, StoredTiming};
+use crate::format::schema::{QueueTables, SCHEDULE_DUE, SCHEDULES};
+use crate::job::{JobId, OnDuplicate};
+use crate::limits::{
+    DELAY_MAX, SCHEDULE_NAME_BYTES_MAX, SCHEDULE_PAYLOAD_BYTES_MAX, SCHEDULES_MAX, SWEEP_MAX,
+};
+use crate::schedule::timing::{CronTiming, next_due_after};
+use crate::schedule::{Missed, Overlap, Schedule, ScheduleInfo, Timing};
+
+use super::QueueConfig;
+use super::tables::{Row, Tables};
+use super::validate::{NewJob, new_record};
+
+/// No due time: a cron expression with no match left.
+const NEVER: u64 = u64::MAX;
+
+/// A checked schedule definition, before any write.
+#[derive(Debug)]
+pub(crate) struct NewSchedule {
+    name: String,
+    timing: StoredTiming,
+    /// An interval whose start the caller gave (otherwise it starts one interval from now,
+    /// and an update with the same interval keeps the stored start).
+    start_given: bool,
+    template: StoredTemplate,
+    overlap: u8,
+    missed: u8,
+}
+
+/// Checks a schedule name: 1 to `SCHEDULE_NAME_BYTES_MAX` bytes, no control characters.
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > SCHEDULE_NAME_BYTES_MAX || name.chars().any(char::is_control)
+    {
+        return Err(Error::invalid_option(
+            "schedule name",
+            format!("{name:?}: 1 to {SCHEDULE_NAME_BYTES_MAX} bytes, no control characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates `schedule` for the queue of `config` at `now_ms`: every refusal before a write.
+pub(crate) fn build(
+    config: &QueueConfig,
+    now_ms: u64,
+    name: &str,
+    schedule: &Schedule,
+) -> Result<NewSchedule> {
+    check_name(name)?;
+    let timing = match (&schedule.every, &schedule.cron) {
+        (Some(every), None) => {
+            let every_ms = crate::clock::duration_ms(*every);
+            if every_ms == 0 || *every > DELAY_MAX {
+                return Err(Error::invalid_option(
+                    "interval",
+                    format!(
+                        "{} ms is outside 1 ms to {} ms (DELAY_MAX)",
+                        every.as_millis(),
+                        DELAY_MAX.as_millis()
+                    ),
+                ));
+            }
+            let start_ms = match schedule.start_ms {
+                Some(s) => s,
+                None => now_ms
+                    .checked_add(every_ms)
+                    .ok_or_else(|| Error::invalid_option("interval", "due time overflows"))?,
+            };
+            StoredTiming::Interval { every_ms, start_ms }
+        }
+        (None, Some((expression, time_zone))) => {
+            if schedule.start_ms.is_some() {
+                return Err(Error::invalid_option(
+                    "starting_at_ms",
+                    "only an interval schedule has a start",
+                ));
+            }
+            let cron = CronTiming::parse(expression, time_zone)?;
+            if cron.next_after(now_ms).is_none() {
+                return Err(Error::invalid_option(
+                    "cron",
+                    format!("{expression:?} never matches from now on"),
+                ));
+            }
+            StoredTiming::Cron {
+                expression: expression.clone(),
+                time_zone: time_zone.clone(),
+            }
+        }
+        _ => unreachable!("a Schedule is made by `every` or `cron`"),
+    };
+    let opts = &schedule.options;
+    for (field, set) in [
+        ("delay", opts.delay.is_some()),
+        ("dedup_key", opts.dedup_key.is_some()),
+        ("idempotency_key", opts.idempotency_key.is_some()),
+        ("dedup_window", opts.dedup_window.is_some()),
+        ("dedup_until_started", opts.dedup_until_started),
+        ("on_duplicate", opts.on_duplicate != OnDuplicate::Keep),
+    ] {
+        if set {
+            return Err(Error::invalid_option(
+                field,
+                "a schedule's jobs take no delay, dedup or idempotency key: the schedule says \
+                 when they run and keeps one pending",
+            ));
+        }
+    }
+    let limit_bytes = config.payload_bytes_max.min(SCHEDULE_PAYLOAD_BYTES_MAX);
+    if schedule.payload.len() > limit_bytes {
+        return Err(Error::PayloadTooLarge {
+            size_bytes: schedule.payload.len(),
+            limit_bytes,
+        });
+    }
+    // The options as an enqueue would check and resolve them (the handle's defaults filled
+    // in now, so every instance is the same whichever handle's dequeue fires it).
+    let record = new_record(config, now_ms, &schedule.payload, opts)?;
+    let template = StoredTemplate {
+        priority: record.priority,
+        max_attempts: record.max_attempts,
+        lease_ms: record.lease_ms,
+        retry: record.retry,
+        encoding: record.encoding,
+        payload: schedule.payload.clone(),
+    };
+    Ok(NewSchedule {
+        name: name.to_string(),
+        timing,
+        start_given: schedule.start_ms.is_some(),
+        template,
+        overlap: match schedule.overlap {
+            Overlap::Skip => 0,
+            Overlap::Enqueue => 1,
+        },
+        missed: match schedule.missed {
+            Missed::RunOnce => 0,
+            Missed::Skip => 1,
+        },
+    })
+}
+
+/// How [`set`] treats a name that exists (or not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SetMode {
+    /// `ScheduleExists` if it exists.
+    Create,
+    /// `ScheduleNotFound` if it does not.
+    Update,
+    /// Either.
+    Upsert,
+}
+
+/// Creates or changes schedule `new` of queue `queue_number` at `now_ms`. A changed timing
+/// counts its next due time from now; the same timing keeps it (and an interval its start
+/// unless a new one is given), so an app that upserts its schedules at every start does not
+/// push them back. The last instance and the counters are kept.
+pub(crate) fn set(
+    ctx: &mut Ctx<'_>,
+    queue_number: u32,
+    new: &NewSchedule,
+    mode: SetMode,
+    now_ms: u64,
+) -> Verdict<ScheduleInfo> {
+    let mut rows = ctx.tx.open_table(SCHEDULES)?;
+    let key = (queue_number, new.name.as_str());
+    let old = rows.get(key)?.map(|v| ScheduleRecord::decode(v.value()));
+    match (&old, mode) {
+        (Some(_), SetMode::Create) => {
+            return refuse(Error::ScheduleExists {
+                name: new.name.clone(),
+            });
+        }
+        (None, SetMode::Update) => {
+            return refuse(Error::ScheduleNotFound {
+                name: new.name.clone(),
+            });
+        }
+        (None, _) if rows.len()? >= SCHEDULES_MAX as u64 => {
+            return refuse(Error::invalid_option(
+                "schedules",
+                format!("a file holds at most {SCHEDULES_MAX} schedules"),
+            ));
+        }
+        _ => {}
+    }
+    // A damaged row is replaced whole (`check()` reported it; setting it again is the fix).
+    let old = old.and_then(Result::ok);
+    let kept_timing = old.as_ref().and_then(|o| match (&o.timing, &new.timing) {
+        (
+            StoredTiming::Interval { every_ms: a, .. },
+            StoredTiming::Interval { every_ms: b, .. },
+        ) if a == b && !new.start_given => Some(o.timing.clone()),
+        (a, b) if a == b => Some(o.timing.clone()),
+        _ => None,
+    });
+    let (timing, next_due_ms) = match (kept_timing, &old) {
+        (Some(t), Some(o)) => (t, o.next_due_ms),
+        _ => {
+            let next = first_due(&new.timing, now_ms)?;
+            (new.timing.clone(), next)
+        }
+    };
+    let record = ScheduleRecord {
+        timing,
+        template: new.template.clone(),
+        overlap: new.overlap,
+        missed: new.missed,
+        next_due_ms,
+        last_job: old.as_ref().and_then(|o| o.last_job),
+        fired: old.as_ref().map_or(0, |o| o.fired),
+        skipped: old.as_ref().map_or(0, |o| o.skipped),
+        created_ms: old.as_ref().map_or(now_ms, |o| o.created_ms),
+        updated_ms: now_ms,
+    };
+    ctx.mark_written();
+    let mut due = ctx.tx.open_table(SCHEDULE_DUE)?;
+    unindex_due(&mut due, queue_number, &new.name)?;
+    if next_due_ms != NEVER {
+        due.insert((queue_number, next_due_ms, new.name.as_str()), ())?;
+    }
+    rows.insert(key, record.encode()?.as_slice())?;
+    ctx.wake(queue_number);
+    Ok(Ok(info(&new.name, &record)))
+}
+
+/// The first due time of a new timing not before `now_ms`.
+fn first_due(timing: &StoredTiming, now_ms: u64) -> Result<u64> {
+    Ok(match timing {
+        StoredTiming::Interval { start_ms, .. } if *start_ms >= now_ms => *start_ms,
+        _ => next_due_after(timing, now_ms.saturating_sub(1))?.unwrap_or(NEVER),
+    })
+}
+
+/// Removes every due entry of schedule `name` of queue `queue_number` (at most one is
+/// expected; a stray one `check()` reported goes too). Bounded by the file's schedules.
+fn unindex_due(
+    due: &mut redb::Table<'_, (u32, u64, &'static str), ()>,
+    queue_number: u32,
+    name: &str,
+) -> Result<()> {
+    let mut found = Vec::new();
+    for e in due
+        .range((queue_number, 0, "")..=(queue_number, u64::MAX, "\u{10FFFF}"))?
+        .take(SCHEDULES_MAX + 1)
+    {
+        let (k, _) = e?;
+        let (_, at, n) = k.value();
+        if n == name {
+            found.push(at);
+        }
+    }
+    for at in found {
+        due.remove((queue_number, at, name))?;
+    }
+    Ok(())
+}
+
+/// Removes schedule `name` of queue `queue_number`; whether it existed. Its last instance,
+/// if still live, stays and runs as any job.
+pub(crate) fn remove(ctx: &mut Ctx<'_>, queue_number: u32, name: &str) -> Result<bool> {
+    let mut rows = ctx.tx.open_table(SCHEDULES)?;
+    if rows.get((queue_number, name))?.is_none() {
+        return Ok(false);
+    }
+    ctx.mark_written();
+    rows.remove((queue_number, name))?;
+    let mut due = ctx.tx.open_table(SCHEDULE_DUE)?;
+    unindex_due(&mut due, queue_number, name)?;
+    Ok(true)
+}
+
+/// Fires the due schedules of `tx_tables`' queue at `now_ms`, at most `SWEEP_MAX` of them:
+/// for each, one instance or a skip, and its next due time, in this transaction.
+/// `at_open`: the file was closed since the schedule's due time, so [`Missed`] decides.
+pub(super) fn fire_due(
+    tx_tables: &mut Tables<'_>,
+    ctx: &mut Ctx<'_>,
+    now_ms: u64,
+    at_open: bool,
+) -> Result<()> {
+    let queue_number = tx_tables.tables.queue_number;
+    let mut due = tx_tables.tx.open_table(SCHEDULE_DUE)?;
+    let entries: Vec<(u64, String)> = due
+        .range((queue_number, 0, "")..=(queue_number, now_ms, "\u{10FFFF}"))?
+        .take(SWEEP_MAX)
+        .map(|e| {
+            e.map(|(k, _)| {
+                let (_, at, name) = k.value();
+                (at, name.to_string())
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    if entries.is_empty() {
+        return Ok(());
+    }
+    tx_tables.mark_written();
+    let mut rows = tx_tables.tx.open_table(SCHEDULES)?;
+    for (at, name) in entries {
+        due.remove((queue_number, at, name.as_str()))?;
+        let mut record = match rows.get((queue_number, name.as_str()))? {
+            Some(v) => match ScheduleRecord::decode(v.value()) {
+                Ok(r) => r,
+                Err(e) => {
+                    // Left for `check()` and for a new `upsert_schedule` of the name; without
+                    // its due entry it no longer stops the sweep.
+                    tracing::warn!(queue_number, schedule = %name, error = %e, "leaseq: damaged schedule row");
+                    continue;
+                }
+            },
+            None => continue,
+        };
+        if record.next_due_ms != at {
+            // A stray entry: the row's own time is indexed again.
+            if record.next_due_ms != NEVER {
+                due.insert((queue_number, record.next_due_ms, name.as_str()), ())?;
+            }
+            continue;
+        }
+        let fire = if at_open && record.missed == 1 {
+            false
+        } else {
+            match instance_state(tx_tables, record.last_job.map(|(id, _)| id))? {
+                Instance::Pending => false,
+                Instance::Running => record.overlap == 1,
+                Instance::Ended => true,
+            }
+        };
+        if fire {
+            let id = enqueue_instance(tx_tables, ctx, &record.template, now_ms)?;
+            record.last_job = Some((id, at));
+            record.fired = record.fired.saturating_add(1);
+        } else {
+            record.skipped = record.skipped.saturating_add(1);
+        }
+        record.next_due_ms = match next_due_after(&record.timing, now_ms) {
+            Ok(next) => next.unwrap_or(NEVER),
+            Err(e) => {
+                tracing::warn!(queue_number, schedule = %name, error = %e, "leaseq: schedule has no next due time");
+                NEVER
+            }
+        };
+        if record.next_due_ms != NEVER {
+            due.insert((queue_number, record.next_due_ms, name.as_str()), ())?;
+        }
+        rows.insert((queue_number, name.as_str()), record.encode()?.as_slice())?;
+    }
+    Ok(())
+}
+
+/// Where a schedule's last instance is.
+enum Instance {
+    /// Ready or scheduled (a retry waiting for its backoff too): not started.
+    Pending,
+    /// Leased.
+    Running,
+    /// Completed, cancelled, dead, removed, damaged, or none yet.
+    Ended,
+}
+
+fn instance_state(tx_tables: &Tables<'_>, id: Option<u64>) -> Result<Instance> {
+    let Some(id) = id else {
+        return Ok(Instance::Ended);
+    };
+    Ok(match tx_tables.row(id)? {
+        Row::Good(r) => match r.state {
+            StoredState::Ready | StoredState::Scheduled => Instance::Pending,
+            StoredState::Leased { .. } => Instance::Running,
+            _ => Instance::Ended,
+        },
+        Row::Missing | Row::Damaged(_) => Instance::Ended,
+    })
+}
+
+/// Enqueues one instance of `template`, ready now; its id.
+fn enqueue_instance(
+    tx_tables: &mut Tables<'_>,
+    ctx: &mut Ctx<'_>,
+    template: &StoredTemplate,
+    now_ms: u64,
+) -> Result<u64> {
+    let record = JobRecord {
+        state: StoredState::Ready,
+        priority: template.priority,
+        run_at_ms: now_ms,
+        attempts: 0,
+        max_attempts: template.max_attempts,
+        lease_ms: template.lease_ms,
+        created_ms: now_ms,
+        seq: 0,
+        idempotency_key: None,
+        dedup_key: None,
+        errors: Vec::new(),
+        payload: template.payload.clone(),
+        retry: template.retry,
+        dedup_window_ms: None,
+        payload_apart: None,
+        snoozes: 0,
+        encoding: template.encoding,
+        status: None,
+        dedup_until_started: false,
+    };
+    record.validate()?;
+    let job = NewJob {
+        record,
+        on_duplicate: OnDuplicate::Keep,
+    };
+    match super::enqueue::enqueue_into(tx_tables, ctx, std::slice::from_ref(&job), None)?.as_slice()
+    {
+        [crate::job::Enqueued::New(id)] => Ok(id.0),
+        other => Err(Error::corrupted(format!(
+            "a schedule's instance carries no key, yet its enqueue gave {other:?}"
+        ))),
+    }
+}
+
+/// Fires, at open, the due schedules of every queue of the file (the file was closed, so
+/// [`Missed`] decides), before the first dequeue.
+pub(crate) fn fire_at_open(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
+    let mut queues: Vec<u32> = Vec::new();
+    {
+        let due = ctx.tx.open_table(SCHEDULE_DUE)?;
+        for e in due.iter()?.take(SCHEDULES_MAX + 1) {
+            let (k, _) = e?;
+            let (q, at, _) = k.value();
+            if at <= now_ms && queues.last() != Some(&q) {
+                queues.push(q);
+            }
+        }
+    }
+    for q in queues {
+        let tables = match q {
+            0 => &crate::format::schema::DEFAULT_TABLES,
+            n if super::registry::is_registered(ctx.tx, n)? => QueueTables::named(n),
+            // A schedule of no queue: `check()` reports it; nothing fires into nowhere.
+            _ => continue,
+        };
+        let mut tx_tables = Tables::open(ctx, tables)?;
+        fire_due(&mut tx_tables, ctx, now_ms, true)?;
+    }
+    Ok(())
+}
+
+/// The next due time of queue `queue_number`'s schedules, for a waiting consumer (none in a
+/// file older than format 8, which a writable open upgrades).
+pub(crate) fn next_due(rtx: &ReadTransaction, queue_number: u32) -> Result<Option<u64>> {
+    let due = match rtx.open_table(SCHEDULE_DUE) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let first = due
+        .range((queue_number, 0, "")..=(queue_number, u64::MAX, "\u{10FFFF}"))?
+        .next()
+        .transpose()?;
+    Ok(first.map(|(k, _)| k.value().1))
+}
+
+/// The schedules of queue `queue_number`, by name; a row that fails its checks is left out
+/// (`check()` reports it).
+pub(crate) fn list(rtx: &ReadTransaction, queue_number: u32) -> Result<Vec<ScheduleInfo>> {
+    let rows = match rtx.open_table(SCHEDULES) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut out = Vec::new();
+    for e in rows
+        .range((queue_number, "")..=(queue_number, "\u{10FFFF}"))?
+        .take(SCHEDULES_MAX)
+    {
+        let (k, v) = e?;
+        if let Ok(record) = ScheduleRecord::decode(v.value()) {
+            out.push(info(k.value().1, &record));
+        }
+    }
+    Ok(out)
+}
+
+/// Schedule `name` of queue `queue_number`: `Corrupted` for a row that fails its checks.
+pub(crate) fn get(
+    rtx: &ReadTransaction,
+    queue_number: u32,
+    name: &str,
+) -> Result<Option<ScheduleInfo>> {
+    let rows = match rtx.open_table(SCHEDULES) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let Some(v) = rows.get((queue_number, name))? else {
+        return Ok(None);
+    };
+    Ok(Some(info(name, &ScheduleRecord::decode(v.value())?)))
+}
+
+fn info(name: &str, r: &ScheduleRecord) -> ScheduleInfo {
+    ScheduleInfo {
+        name: name.to_string(),
+        timing: match &r.timing {
+            StoredTiming::Interval { every_ms, start_ms } => Timing::Interval {
+                every_ms: *every_ms,
+                start_ms: *start_ms,
+            },
+            StoredTiming::Cron {
+                expression,
+                time_zone,
+            } => Timing::Cron {
+                expression: expression.clone(),
+                time_zone: time_zone.clone(),
+            },
+        },
+        next_due_ms: (r.next_due_ms != NEVER).then_some(r.next_due_ms),
+        last_job: r.last_job.map(|(id, at)| (JobId(id), at)),
+        fired: r.fired,
+        skipped: r.skipped,
+        overlap: if r.overlap == 1 {
+            Overlap::Enqueue
+        } else {
+            Overlap::Skip
+        },
+        missed: if r.missed == 1 {
+            Missed::Skip
+        } else {
+            Missed::RunOnce
+        },
+        priority: r.template.priority,
+        payload_bytes: r.template.payload.len(),
+        created_ms: r.created_ms,
+        updated_ms: r.updated_ms,
+    }
+}
+
+/// The schedule tables' invariants, for `check()`: each row decodes and belongs to a queue of
+/// the file; each schedule with a due time has exactly that one entry in
+/// `leaseq_schedule_due` and every entry is a schedule's; an instance id was handed out
+/// (below `next_id`); at most `SCHEDULES_MAX` rows.
+pub(crate) fn check_schedules(
+    rtx: &ReadTransaction,
+    named: &[(String, u32)],
+    next_id: u64,
+    out: &mut Vec<String>,
+) -> Result<()> {
+    let (rows, due) = match (rtx.open_table(SCHEDULES), rtx.open_table(SCHEDULE_DUE)) {
+        (Ok(r), Ok(d)) => (r, d),
+        (
+            Err(redb::TableError::TableDoesNotExist(_)),
+            Err(redb::TableError::TableDoesNotExist(_)),
+        ) => {
+            return Ok(());
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            out.push(format!("leaseq_schedules or leaseq_schedule_due: {e}"));
+            return Ok(());
+        }
+    };
+    if rows.len()? > SCHEDULES_MAX as u64 {
+        out.push(format!(
+            "leaseq_schedules holds {} rows, above {SCHEDULES_MAX}",
+            rows.len()?
+        ));
+    }
+    let mut expected = std::collections::BTreeSet::new();
+    for e in rows.iter()?.take(SCHEDULES_MAX + 1) {
+        let (k, v) = e?;
+        let (q, name) = k.value();
+        let known = q == 0 || named.iter().any(|(_, n)| *n == q);
+        if !known {
+            out.push(format!(
+                "schedule {name:?} of queue number {q}, which is not registered"
+            ));
+        }
+        if check_name(name).is_err() {
+            out.push(format!("schedule name {name:?} out of range"));
+        }
+        match ScheduleRecord::decode(v.value()) {
+            Err(e) => out.push(format!("schedule {name:?} of queue number {q}: {e}")),
+            Ok(r) => {
+                if let StoredTiming::Cron {
+                    expression,
+                    time_zone,
+                } = &r.timing
+                    && let Err(e) = CronTiming::parse(expression, time_zone)
+                {
+                    out.push(format!("schedule {name:?}: {e}"));
+                }
+                if let Some((id, _)) = r.last_job
+                    && id >= next_id
+                {
+                    out.push(format!(
+                        "schedule {name:?}: last job {id} was never handed out (next id {next_id})"
+                    ));
+                }
+                if r.next_due_ms != NEVER {
+                    expected.insert((q, r.next_due_ms, name.to_string()));
+                }
+            }
+        }
+    }
+    let mut found = std::collections::BTreeSet::new();
+    for e in due.iter()?.take(SCHEDULES_MAX + 1) {
+        let (k, _) = e?;
+        let (q, at, name) = k.value();
+        found.insert((q, at, name.to_string()));
+    }
+    for (q, at, name) in expected.difference(&found) {
+        out.push(format!(
+            "schedule {name:?} of queue number {q} is due at {at} but leaseq_schedule_due has no entry"
+        ));
+    }
+    for (q, at, name) in found.difference(&expected) {
+        out.push(format!(
+            "leaseq_schedule_due entry ({q}, {at}, {name:?}) matches no schedule's due time"
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,551 @@
+//! Periodic jobs (`Queue::create_schedule` and friends). Goal: due times come from the
+//! schedule (no drift), at most one instance is pending, overlap and missed-time policies do
+//! what they say, a dead or cancelled instance never stops a schedule, bad input is a typed
+//! error that writes nothing, and the reopen decides missed due times before any dequeue.
+//! Method: a manual clock, the public API, `check()` after each scenario.
+
+use crate::common::{Fixture, T0_MS, assert_consistent, ms, secs};
+use leaseq::{
+    EnqueueOptions, Error, JobState, Missed, Overlap, Queue, Schedule, ScheduleInfo, Timing,
+};
+use std::time::Duration;
+
+const MIN: u64 = 60_000;
+
+fn every(d: Duration, payload: &[u8]) -> Schedule {
+    Schedule::every(d).payload(payload.to_vec())
+}
+
+fn info(q: &Queue, name: &str) -> ScheduleInfo {
+    q.schedule(name).unwrap().expect("the schedule")
+}
+
+/// Dequeues everything ready now; their payloads, each acked.
+fn drain_acked(q: &Queue) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while let Some(l) = q.dequeue().unwrap() {
+        out.push(l.payload().to_vec());
+        l.ack().unwrap();
+    }
+    out
+}
+
+#[test]
+fn an_interval_schedule_fires_on_its_grid_without_drift() {
+    let f = Fixture::new();
+    let q = f.open();
+    let created = q
+        .create_schedule("tick", &every(Duration::from_secs(60), b"tick"))
+        .unwrap();
+    assert_eq!(created.next_due_ms, Some(T0_MS + MIN));
+    assert_eq!(
+        created.timing,
+        Timing::Interval {
+            every_ms: MIN,
+            start_ms: T0_MS + MIN
+        }
+    );
+    assert!(q.dequeue().unwrap().is_none(), "not due yet");
+    f.clock.advance(secs(60));
+    let l = q.dequeue().unwrap().expect("the first instance");
+    assert_eq!(l.payload(), b"tick");
+    // The run takes 45 s: the next due time stays on the grid.
+    f.clock.advance(secs(45));
+    l.ack().unwrap();
+    let i = info(&q, "tick");
+    assert_eq!(i.next_due_ms, Some(T0_MS + 2 * MIN));
+    assert_eq!((i.fired, i.skipped), (1, 0));
+    assert_eq!(i.last_job.map(|(_, at)| at), Some(T0_MS + MIN));
+    f.clock.advance(secs(14));
+    assert!(
+        q.dequeue().unwrap().is_none(),
+        "1 s before the second due time"
+    );
+    f.clock.advance(secs(1));
+    assert_eq!(drain_acked(&q), vec![b"tick".to_vec()]);
+    assert_eq!(info(&q, "tick").next_due_ms, Some(T0_MS + 3 * MIN));
+    assert_consistent(&q);
+}
+
+#[test]
+fn due_times_that_pass_together_enqueue_one_instance() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.create_schedule("tick", &every(secs(60), b"t")).unwrap();
+    // Ten due times pass while nobody dequeues.
+    f.clock.advance(secs(10 * 60 + 30));
+    assert_eq!(drain_acked(&q), vec![b"t".to_vec()]);
+    let i = info(&q, "tick");
+    assert_eq!(i.fired, 1);
+    assert_eq!(i.next_due_ms, Some(T0_MS + 11 * MIN), "the next after now");
+    assert_consistent(&q);
+}
+
+#[test]
+fn a_pending_instance_makes_later_due_times_skip() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.create_schedule("tick", &every(secs(60), b"t")).unwrap();
+    let other = q.enqueue(b"other", Default::default()).unwrap().id();
+    f.clock.advance(secs(60));
+    // A dequeue fires the schedule (its instance queues behind the older job).
+    let first = q.dequeue().unwrap().unwrap();
+    assert_eq!(first.id(), other);
+    first.ack().unwrap();
+    for _ in 0..3 {
+        f.clock.advance(secs(60));
+        // Each dequeue sees the instance still ready and leaves it; no second one.
+        let l = q.dequeue().unwrap().unwrap();
+        assert_eq!(l.payload(), b"t");
+        l.nack("again").unwrap();
+    }
+    let i = info(&q, "tick");
+    assert_eq!(i.fired, 1, "{i:?}");
+    assert_eq!(i.skipped, 3, "{i:?}");
+    assert_eq!(q.stats().unwrap().ready, 1);
+    assert_consistent(&q);
+}
+
+#[test]
+fn overlap_skip_and_enqueue_while_an_instance_runs() {
+    let f = Fixture::new();
+    let q = f.open();
+    // Instances leased for 10 minutes: still running at the next due times.
+    let long = EnqueueOptions::default().lease(secs(600));
+    q.create_schedule(
+        "skip",
+        &every(secs(60), b"skip")
+            .overlap(Overlap::Skip)
+            .options(long.clone()),
+    )
+    .unwrap();
+    let q2 = q.named("other").unwrap();
+    q2.create_schedule(
+        "more",
+        &every(secs(60), b"more")
+            .overlap(Overlap::Enqueue)
+            .options(long),
+    )
+    .unwrap();
+    f.clock.advance(secs(60));
+    let running_skip = q.dequeue().unwrap().unwrap();
+    let running_more = q2.dequeue().unwrap().unwrap();
+    f.clock.advance(secs(60));
+    assert!(
+        q.dequeue().unwrap().is_none(),
+        "skip: nothing while one runs"
+    );
+    let second = q2.dequeue().unwrap().expect("enqueue: one more");
+    assert_eq!(second.payload(), b"more");
+    assert_eq!(info(&q, "skip").skipped, 1);
+    assert_eq!(info(&q2, "more").fired, 2);
+    // With the second one running too and none pending, the next due time enqueues again;
+    // it then stays pending: the one after that skips.
+    f.clock.advance(secs(60));
+    assert_eq!(
+        q2.stats().unwrap().ready,
+        0,
+        "fired by a dequeue, not by time alone"
+    );
+    let third = q2.dequeue().unwrap().expect("a third while two run");
+    // A more urgent job is taken first: the fourth instance, fired by that dequeue, stays
+    // ready; the next due time finds it pending and skips.
+    f.clock.advance(secs(60));
+    q2.enqueue(
+        b"urgent",
+        EnqueueOptions::default().priority(-1).lease(secs(600)),
+    )
+    .unwrap();
+    let urgent = q2.dequeue().unwrap().unwrap();
+    assert_eq!(urgent.payload(), b"urgent");
+    assert_eq!(q2.stats().unwrap().ready, 1);
+    f.clock.advance(secs(60));
+    let fourth = q2.dequeue().unwrap().unwrap();
+    assert_eq!(fourth.payload(), b"more");
+    let i = info(&q2, "more");
+    assert_eq!((i.fired, i.skipped), (4, 1), "{i:?}");
+    for l in [running_skip, running_more, second, third, urgent, fourth] {
+        l.ack().unwrap();
+    }
+    assert_consistent(&q);
+}
+
+#[test]
+fn a_dead_or_cancelled_instance_never_stops_the_schedule() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.create_schedule(
+        "fragile",
+        &every(secs(60), b"f").options(EnqueueOptions::default().max_attempts(1)),
+    )
+    .unwrap();
+    f.clock.advance(secs(60));
+    let l = q.dequeue().unwrap().unwrap();
+    let dead = l.id();
+    l.fail("broken").unwrap();
+    assert_eq!(q.job(dead).unwrap().unwrap().state, JobState::Dead);
+    f.clock.advance(secs(60));
+    let l = q
+        .dequeue()
+        .unwrap()
+        .expect("the next due time fires past a dead one");
+    assert_ne!(l.id(), dead);
+    l.ack().unwrap();
+    f.clock.advance(secs(60));
+    // An instance cancelled while ready.
+    q.dequeue().unwrap().map(|l| l.nack("again").unwrap());
+    let pending = info(&q, "fragile").last_job.unwrap().0;
+    q.cancel(pending, "not today").unwrap();
+    f.clock.advance(secs(60));
+    let l = q.dequeue().unwrap().expect("fires past a cancelled one");
+    assert_ne!(l.id(), pending);
+    l.ack().unwrap();
+    assert_eq!(info(&q, "fragile").fired, 4);
+    assert_consistent(&q);
+}
+
+#[test]
+fn missed_due_times_run_once_or_skip_as_the_reopen_decides() {
+    let f = Fixture::new();
+    {
+        let q = f.open();
+        q.create_schedule("once", &every(secs(60), b"once"))
+            .unwrap();
+        q.create_schedule("skip", &every(secs(60), b"skip").missed(Missed::Skip))
+            .unwrap();
+    }
+    // Closed for an hour.
+    f.clock.advance(secs(3600));
+    let q = f.open();
+    // Decided by the open: the RunOnce instance is already enqueued, before any dequeue.
+    let s = q.stats().unwrap();
+    assert_eq!(s.ready, 1, "{s:?}");
+    let once = info(&q, "once");
+    let skip = info(&q, "skip");
+    assert_eq!((once.fired, once.skipped), (1, 0));
+    assert_eq!((skip.fired, skip.skipped), (0, 1));
+    for i in [&once, &skip] {
+        assert_eq!(i.next_due_ms, Some(T0_MS + 61 * MIN), "{i:?}");
+    }
+    assert_eq!(drain_acked(&q), vec![b"once".to_vec()]);
+    // While open, a late sweep is not a miss: both fire.
+    f.clock.advance(secs(120));
+    let mut got = drain_acked(&q);
+    got.sort();
+    assert_eq!(got, vec![b"once".to_vec(), b"skip".to_vec()]);
+    assert_consistent(&q);
+}
+
+#[test]
+fn a_cron_schedule_fires_at_the_wall_clock_times_of_its_zone() {
+    // T0 is 2023-11-14 22:13:20 UTC, 23:13:20 in Berlin (CET, UTC+1).
+    let f = Fixture::new();
+    let q = f.open();
+    let i = q
+        .create_schedule(
+            "berlin-midnight",
+            &Schedule::cron("0 0 * * *", "Europe/Berlin").payload(b"m".to_vec()),
+        )
+        .unwrap();
+    // 2023-11-15 00:00 CET = 2023-11-14 23:00 UTC.
+    let due = 1_700_002_800_000;
+    assert_eq!(i.next_due_ms, Some(due));
+    f.clock.set_ms(due - 1);
+    assert!(q.dequeue().unwrap().is_none());
+    f.clock.set_ms(due);
+    assert_eq!(drain_acked(&q), vec![b"m".to_vec()]);
+    assert_eq!(
+        info(&q, "berlin-midnight").next_due_ms,
+        Some(due + 24 * 60 * MIN)
+    );
+    assert_consistent(&q);
+}
+
+#[test]
+fn bad_definitions_are_typed_errors_that_write_nothing() {
+    let f = Fixture::new();
+    let q = f.open();
+    let field = |r: leaseq::Result<ScheduleInfo>| match r {
+        Err(Error::InvalidOption { field, .. }) => field,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        field(q.create_schedule("c", &Schedule::cron("every day", "UTC"))),
+        "cron"
+    );
+    assert_eq!(
+        field(q.create_schedule("c", &Schedule::cron("0 0 30 2 *", "UTC"))),
+        "cron"
+    );
+    assert_eq!(
+        field(q.create_schedule("c", &Schedule::cron("0 3 * * *", "Europe/Atlantis"))),
+        "time_zone"
+    );
+    assert_eq!(
+        field(q.create_schedule("c", &Schedule::every(Duration::ZERO))),
+        "interval"
+    );
+    assert_eq!(
+        field(q.create_schedule("c", &Schedule::every(ms(0) + Duration::from_micros(500)))),
+        "interval"
+    );
+    assert_eq!(
+        field(q.create_schedule("c", &Schedule::every(leaseq::DELAY_MAX + secs(1)))),
+        "interval"
+    );
+    assert_eq!(
+        field(q.create_schedule("", &every(secs(1), b""))),
+        "schedule name"
+    );
+    let long = "n".repeat(leaseq::SCHEDULE_NAME_BYTES_MAX + 1);
+    assert_eq!(
+        field(q.create_schedule(&long, &every(secs(1), b""))),
+        "schedule name"
+    );
+    assert_eq!(
+        field(q.create_schedule("a\nb", &every(secs(1), b""))),
+        "schedule name"
+    );
+    for (opts, name) in [
+        (EnqueueOptions::default().delay(secs(1)), "delay"),
+        (EnqueueOptions::default().dedup_key("k"), "dedup_key"),
+        (
+            EnqueueOptions::default().idempotency_key("k"),
+            "idempotency_key",
+        ),
+        (EnqueueOptions::default().max_attempts(0), "max_attempts"),
+        (EnqueueOptions::default().lease(Duration::ZERO), "lease"),
+    ] {
+        assert_eq!(
+            field(q.create_schedule("c", &every(secs(1), b"").options(opts))),
+            name
+        );
+    }
+    assert_eq!(
+        field(q.create_schedule("c", &Schedule::cron("@daily", "UTC").starting_at_ms(T0_MS))),
+        "starting_at_ms"
+    );
+    match q.create_schedule(
+        "c",
+        &every(secs(1), &vec![0u8; leaseq::SCHEDULE_PAYLOAD_BYTES_MAX + 1]),
+    ) {
+        Err(Error::PayloadTooLarge { limit_bytes, .. }) => {
+            assert_eq!(limit_bytes, leaseq::SCHEDULE_PAYLOAD_BYTES_MAX)
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(q.schedules().unwrap().is_empty());
+    q.create_schedule("c", &every(secs(1), b"")).unwrap();
+    let before = q.schedules().unwrap();
+    assert!(matches!(
+        q.create_schedule("c", &every(secs(5), b"other")),
+        Err(Error::ScheduleExists { name }) if name == "c"
+    ));
+    assert!(matches!(
+        q.update_schedule("nope", &every(secs(5), b"")),
+        Err(Error::ScheduleNotFound { name }) if name == "nope"
+    ));
+    assert_eq!(q.schedules().unwrap(), before, "refusals changed nothing");
+    assert_eq!(q.stats().unwrap().total, 0);
+    assert_consistent(&q);
+}
+
+#[test]
+fn upsert_with_the_same_timing_keeps_the_due_time_and_a_new_timing_restarts_it() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a = q.upsert_schedule("s", &every(secs(60), b"v1")).unwrap();
+    assert_eq!(a.next_due_ms, Some(T0_MS + MIN));
+    // The app restarts 30 s later and declares its schedules again.
+    f.clock.advance(secs(30));
+    let b = q
+        .upsert_schedule("s", &every(secs(60), b"v2").overlap(Overlap::Enqueue))
+        .unwrap();
+    assert_eq!(b.next_due_ms, a.next_due_ms, "not pushed back");
+    assert_eq!((b.overlap, b.created_ms), (Overlap::Enqueue, a.created_ms));
+    assert_eq!(b.payload_bytes, 2);
+    // A new interval counts from now.
+    let c = q.update_schedule("s", &every(secs(600), b"v3")).unwrap();
+    assert_eq!(c.next_due_ms, Some(T0_MS + 30_000 + 10 * MIN));
+    f.clock.advance(secs(600));
+    assert_eq!(drain_acked(&q), vec![b"v3".to_vec()]);
+    assert_consistent(&q);
+}
+
+#[test]
+fn a_removed_schedule_fires_no_more_and_leaves_its_instance() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.create_schedule("s", &every(secs(60), b"s")).unwrap();
+    f.clock.advance(secs(60));
+    let l = q.dequeue().unwrap().unwrap();
+    assert!(q.remove_schedule("s").unwrap());
+    assert!(!q.remove_schedule("s").unwrap());
+    assert!(q.schedule("s").unwrap().is_none());
+    l.ack().unwrap();
+    f.clock.advance(secs(600));
+    assert!(q.dequeue().unwrap().is_none());
+    assert_consistent(&q);
+}
+
+#[test]
+fn schedules_belong_to_their_queue() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a = q.named("a").unwrap();
+    a.create_schedule("s", &every(secs(60), b"a")).unwrap();
+    q.create_schedule("s", &every(secs(120), b"default"))
+        .unwrap();
+    assert_eq!(a.schedules().unwrap().len(), 1);
+    assert_eq!(q.schedules().unwrap().len(), 1);
+    f.clock.advance(secs(60));
+    assert!(
+        q.dequeue().unwrap().is_none(),
+        "the default queue's is not due"
+    );
+    assert_eq!(drain_acked(&a), vec![b"a".to_vec()]);
+    assert_consistent(&q);
+}
+
+#[test]
+fn a_waiting_consumer_wakes_at_the_due_time() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.create_schedule("s", &every(secs(60), b"s")).unwrap();
+    let consumer = {
+        let q = q.clone();
+        std::thread::spawn(move || q.dequeue_timeout(Duration::from_secs(20)).unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    f.clock.advance(secs(60));
+    let l = consumer.join().unwrap().expect("woken by the due time");
+    assert_eq!(l.payload(), b"s");
+    l.ack().unwrap();
+}
+
+#[test]
+fn check_reports_a_damaged_schedule_and_the_sweep_goes_on() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.create_schedule("bad", &every(secs(60), b"bad")).unwrap();
+    q.create_schedule("good", &every(secs(60), b"good"))
+        .unwrap();
+    let db = q.database();
+    let w = db.begin_write().unwrap();
+    {
+        let def: leaseq::redb::TableDefinition<(u32, &str), &[u8]> =
+            leaseq::redb::TableDefinition::new("leaseq_schedules");
+        let mut t = w.open_table(def).unwrap();
+        t.insert((0u32, "bad"), &b"not a schedule record"[..])
+            .unwrap();
+    }
+    w.commit().unwrap();
+    let v = q.check().unwrap();
+    assert!(v.iter().any(|v| v.detail.contains("\"bad\"")), "{v:?}");
+    f.clock.advance(secs(60));
+    assert_eq!(
+        drain_acked(&q),
+        vec![b"good".to_vec()],
+        "one bad row stops nothing"
+    );
+    // Setting it again is the fix.
+    q.upsert_schedule("bad", &every(secs(60), b"bad")).unwrap();
+    assert_consistent(&q);
+}
+
+#[test]
+fn a_pool_runs_the_instances_and_sleeps_until_the_next_due_time() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.create_schedule("tick", &every(secs(60), b"tick"))
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let pool = leaseq::WorkerPool::builder(&q)
+        .threads(2)
+        .start(move |lease: &leaseq::Lease| {
+            tx.lock().unwrap().send(lease.payload().to_vec()).unwrap();
+            Ok(())
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(rx.try_recv().is_err(), "nothing before the first due time");
+    for round in 1..=3u64 {
+        f.clock.advance(secs(60));
+        let got = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("round {round}: the pool woke for the due time"));
+        assert_eq!(got, b"tick");
+        // Acked before the next due time, or that one would find it running and skip.
+        assert!(crate::common::eventually(|| q.stats().unwrap().total == 0));
+    }
+    pool.shutdown(Duration::from_secs(5));
+    let i = info(&q, "tick");
+    assert_eq!(i.fired, 3, "{i:?}");
+    assert!(rx.try_recv().is_err(), "one instance per due time");
+    assert_consistent(&q);
+}
+
+#[test]
+fn a_paused_queue_fires_nothing_until_resumed_then_once() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.create_schedule("tick", &every(secs(60), b"tick"))
+        .unwrap();
+    q.pause().unwrap();
+    f.clock.advance(secs(300));
+    assert!(q.dequeue().unwrap().is_none());
+    assert_eq!(info(&q, "tick").fired, 0);
+    q.resume().unwrap();
+    assert_eq!(drain_acked(&q), vec![b"tick".to_vec()]);
+    assert_eq!(info(&q, "tick").next_due_ms, Some(T0_MS + 6 * MIN));
+    assert_consistent(&q);
+}
+
+#[test]
+fn an_instance_is_announced_as_any_enqueue() {
+    let f = Fixture::new();
+    let q = f.open();
+    let events = q.events().unwrap();
+    q.create_schedule("tick", &every(secs(60), b"tick"))
+        .unwrap();
+    f.clock.advance(secs(60));
+    let l = q.dequeue().unwrap().unwrap();
+    match events.recv_timeout(Duration::from_secs(5)).unwrap() {
+        leaseq::Event::Enqueued { id } => assert_eq!(id, l.id()),
+        other => panic!("{other:?}"),
+    }
+    l.ack().unwrap();
+}
+
+#[test]
+fn the_file_holds_at_most_schedules_max() {
+    let f = Fixture::new();
+    let q = f
+        .builder()
+        .durability(leaseq::Durability::None)
+        .open(&f.path)
+        .unwrap();
+    let other = q.named("other").unwrap();
+    for i in 0..leaseq::SCHEDULES_MAX {
+        // Spread over two queues: the bound is the file's.
+        let on = if i % 2 == 0 { &q } else { &other };
+        on.create_schedule(&format!("s{i}"), &every(secs(3600), b""))
+            .unwrap();
+    }
+    match q.create_schedule("one-more", &every(secs(60), b"")) {
+        Err(Error::InvalidOption { field, .. }) => assert_eq!(field, "schedules"),
+        other => panic!("{other:?}"),
+    }
+    // Changing one that exists is still allowed; removing one makes room.
+    q.upsert_schedule("s0", &every(secs(60), b"changed"))
+        .unwrap();
+    assert!(q.remove_schedule("s0").unwrap());
+    q.create_schedule("one-more", &every(secs(60), b""))
+        .unwrap();
+    assert_eq!(
+        q.schedules().unwrap().len() + other.schedules().unwrap().len(),
+        leaseq::SCHEDULES_MAX
+    );
+    assert_consistent(&q);
+}
