@@ -695,12 +695,42 @@ impl Heartbeat {
     /// `by`; `Corrupted`, `Reentrant`, `CommitFailed` or `Storage` as [`Lease::ack`].
     pub fn extend(&self, by: Duration) -> Result<u64> {
         store::lease_ms_checked("extend", by)?;
-        let q = self.queue.as_ref().ok_or(crate::error::Error::LeaseLost {
-            job_id: JobId(self.id),
-            token: self.token,
-        })?;
+        let q = self.current_queue()?;
         let (id, token, now_ms) = (self.id, self.token, q.now_ms());
         q.run(&mut |ctx| store::extend(ctx, q.config().tables, id, token, now_ms, by))
+    }
+
+    /// Ends the delivery from another thread, as [`Lease::nack`]: the attempt ends with
+    /// `reason` and the job is given back through its retry policy (dead if this was its last
+    /// attempt); returns the state it went to. For a watchdog (the worker pool's job timeout):
+    /// the thread running the job keeps its [`Lease`], whose calls are then refused with
+    /// `LeaseLost` and write nothing. One commit.
+    ///
+    /// # Errors
+    /// As [`Heartbeat::extend`] (without `InvalidOption`).
+    pub fn nack(&self, reason: &str) -> Result<JobState> {
+        let q = self.current_queue()?;
+        let (key, now_ms, config) = ((self.id, self.token), q.now_ms(), q.config());
+        q.run(&mut |ctx| store::nack(ctx, &config, key, now_ms, None, reason))
+    }
+
+    /// Ends the delivery from another thread, as [`Lease::fail`]: the job is dead now with
+    /// `reason`, whatever attempts it has left. The thread running the job keeps its
+    /// [`Lease`], whose calls are then refused with `LeaseLost`. One commit.
+    ///
+    /// # Errors
+    /// As [`Heartbeat::extend`] (without `InvalidOption`).
+    pub fn fail(&self, reason: &str) -> Result<()> {
+        let q = self.current_queue()?;
+        let (key, now_ms) = ((self.id, self.token), q.now_ms());
+        q.run(&mut |ctx| store::fail(ctx, q.config().tables, key, now_ms, reason))
+    }
+
+    fn current_queue(&self) -> Result<&Queue> {
+        self.queue.as_ref().ok_or(crate::error::Error::LeaseLost {
+            job_id: JobId(self.id),
+            token: self.token,
+        })
     }
 
     /// Whether the job was cancelled ([`Queue::cancel`]), as [`Lease::is_cancelled`].
@@ -709,10 +739,7 @@ impl Heartbeat {
     /// `LeaseLost` if the lease had already ended when the heartbeat was made, or its delivery
     /// is no longer current (as [`Lease::is_cancelled`]); `Corrupted`, `Storage`.
     pub fn is_cancelled(&self) -> Result<bool> {
-        let q = self.queue.as_ref().ok_or(crate::error::Error::LeaseLost {
-            job_id: JobId(self.id),
-            token: self.token,
-        })?;
+        let q = self.current_queue()?;
         q.is_delivery_cancelled(JobId(self.id), self.token)
     }
 }

@@ -162,6 +162,6 @@ pub use tx::Tx;
 #[cfg(feature = "tokio")]
 pub use worker::AsyncPool;
 pub use worker::{
-    DROP_GRACE_DEFAULT, IDLE_TIMEOUT_DEFAULT, IDLE_TIMEOUT_MAX, PoolBuilder, PoolStats,
+    DROP_GRACE_DEFAULT, IDLE_TIMEOUT_DEFAULT, IDLE_TIMEOUT_MAX, OnTimeout, PoolBuilder, PoolStats,
     ShutdownReport, THREAD_NAME_DEFAULT, WORKER_THREADS_MAX, WorkerPool,
 };

@@ -7,8 +7,15 @@
 //! no polling. An extend runs with the registry unlocked, so a slow commit never blocks a
 //! worker registering or removing a beat. A beat whose extend returns `LeaseLost` is dropped
 //! (the attempt ended elsewhere: the core writes nothing for it).
+//!
+//! The same thread ends a job that runs past the pool's execution timeout
+//! ([`PoolBuilder::job_timeout`](super::PoolBuilder::job_timeout)): its beats stop and its
+//! delivery ends through the [`Heartbeat`] (given back or dead), which fences the handler's
+//! late ack.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -43,6 +50,29 @@ struct Beat {
     /// Time between two extends.
     every: Duration,
     due: Instant,
+    /// The job's execution timeout, if the pool has one.
+    timeout: Option<Timeout>,
+}
+
+/// A running job's execution timeout: when it ends the delivery, and how.
+pub(super) struct Timeout {
+    /// When the handler's time is up.
+    pub at: Instant,
+    /// The timeout it was given (for the reason recorded in the job).
+    pub after: Duration,
+    pub action: super::OnTimeout,
+    /// Set when the timeout ended the delivery: the handler's
+    /// [`is_timed_out`](super::is_timed_out), and its worker's cue not to commit.
+    pub flag: Arc<AtomicBool>,
+}
+
+impl Beat {
+    /// The beat's next event: its extend, or its timeout if earlier.
+    fn next_event(&self) -> Instant {
+        self.timeout
+            .as_ref()
+            .map_or(self.due, |t| t.at.min(self.due))
+    }
 }
 
 /// How far a heartbeat extends `lease`, and how often: the configured values, else the
@@ -62,8 +92,15 @@ pub(super) fn timing(
 }
 
 impl Beats {
-    /// Starts beating `lease` (before its handler runs): first extend after `every`.
-    pub(super) fn start(&self, lease: &Lease, extend: Duration, every: Duration) {
+    /// Starts beating `lease` (before its handler runs): first extend after `every`, and the
+    /// delivery ended at `timeout.at` if it still runs then.
+    pub(super) fn start(
+        &self,
+        lease: &Lease,
+        extend: Duration,
+        every: Duration,
+        timeout: Option<Timeout>,
+    ) {
         let now = Instant::now();
         let due = now.checked_add(every).unwrap_or(now);
         let beat = Beat {
@@ -71,10 +108,12 @@ impl Beats {
             extend,
             every,
             due,
+            timeout,
         };
+        let event = beat.next_event();
         let mut st = self.state.lock();
         st.jobs.insert(lease.token(), beat);
-        if st.next_look.is_none_or(|t| due < t) {
+        if st.next_look.is_none_or(|t| event < t) {
             self.cv.notify_one();
         }
     }
@@ -105,8 +144,8 @@ impl Beats {
             let earliest = st
                 .jobs
                 .iter()
-                .min_by_key(|(_, b)| b.due)
-                .map(|(token, b)| (*token, b.due));
+                .min_by_key(|(_, b)| b.next_event())
+                .map(|(token, b)| (*token, b.next_event()));
             let Some((token, due)) = earliest else {
                 st.next_look = None;
                 self.cv.wait(&mut st);
@@ -118,7 +157,46 @@ impl Beats {
                 continue;
             }
             st.next_look = Some(now);
-            self.beat(&mut st, token, now, counters);
+            let timed_out = st
+                .jobs
+                .get(&token)
+                .and_then(|b| b.timeout.as_ref())
+                .is_some_and(|t| t.at <= now);
+            if timed_out {
+                self.time_out(&mut st, token, counters);
+            } else {
+                self.beat(&mut st, token, now, counters);
+            }
+        }
+    }
+
+    /// Ends the delivery `token` whose handler ran past its timeout (its beats stop), with
+    /// the registry unlocked during the commit: given back through the retry policy, or
+    /// dead, as the pool says. Its handler runs on (a thread cannot be stopped); the flag
+    /// tells it, and its worker does not commit.
+    fn time_out(&self, st: &mut MutexGuard<'_, State>, token: u64, c: &PoolCounters) {
+        let Some(Beat {
+            heartbeat,
+            timeout: Some(timeout),
+            ..
+        }) = st.jobs.remove(&token)
+        else {
+            return;
+        };
+        timeout.flag.store(true, Ordering::SeqCst);
+        let reason = format!("timed out after {} ms", timeout.after.as_millis());
+        let r = MutexGuard::unlocked(st, || match timeout.action {
+            super::OnTimeout::Retry => heartbeat.nack(&reason).map(drop),
+            super::OnTimeout::Fail => heartbeat.fail(&reason),
+        });
+        match r {
+            Ok(()) => PoolCounters::add(&c.timed_out),
+            // The job's own commit won the race, or it was cancelled: nothing to end.
+            Err(Error::LeaseLost { .. } | Error::Cancelled { .. }) => {}
+            Err(e) => {
+                PoolCounters::add(&c.errors);
+                tracing::warn!(job = heartbeat.job_id().0, error = %e, "leaseq pool: ending a timed-out job failed");
+            }
         }
     }
 

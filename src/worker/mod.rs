@@ -35,6 +35,12 @@
 //! finds the attempt over (`LeaseLost`, a beat landing just after the ack among them) drops
 //! that job's heartbeat; the core writes nothing for it.
 //!
+//! **Execution timeouts.** With [`PoolBuilder::job_timeout`] the heartbeat thread also ends
+//! the delivery of a handler that runs too long: given back through the retry policy (or dead,
+//! [`OnTimeout::Fail`]), its heartbeats stopped, its late ack fenced. A thread cannot be
+//! killed, so the handler runs on until it returns; [`is_timed_out`] and [`job_deadline`] let
+//! it stop early. An async pool drops the handler's future instead.
+//!
 //! **Shutdown.** [`WorkerPool::shutdown`] stops taking jobs (idle workers wake at once), lets
 //! the running handlers finish within the grace, then gives back the leases of the handlers
 //! still running (ready at once, the attempt counted); heartbeats go on until each job's
@@ -146,6 +152,50 @@ pub const THREAD_NAME_DEFAULT: &str = "leaseq-worker";
 /// in the middle of a commit (their handler had returned) to come back.
 const COMMIT_WAIT: Duration = Duration::from_secs(1);
 
+/// What [`PoolBuilder::job_timeout`] does to a job whose handler ran too long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnTimeout {
+    /// Give it back through the retry policy, the attempt counted (dead if it was the last),
+    /// as River and Oban treat a timeout: an error like any other.
+    #[default]
+    Retry,
+    /// Dead-letter it now, whatever attempts it has left.
+    Fail,
+}
+
+thread_local! {
+    /// The running job's timeout on a pool's worker thread: when it is up, and whether the
+    /// pool already ended the delivery.
+    static CURRENT_TIMEOUT: std::cell::RefCell<Option<(Instant, Arc<std::sync::atomic::AtomicBool>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Inside a plain or staged handler of a [`WorkerPool`] with a
+/// [`job_timeout`](PoolBuilder::job_timeout): whether the job's time is up and the pool
+/// ended its delivery (its outcome will not count: stop and return). `false` on any other
+/// thread, and in a pool without a timeout. A relaxed atomic load: cheap enough for a loop.
+pub fn is_timed_out() -> bool {
+    CURRENT_TIMEOUT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .is_some_and(|(_, flag)| flag.load(Ordering::Relaxed))
+    })
+}
+
+/// Inside a plain or staged handler of a [`WorkerPool`] with a
+/// [`job_timeout`](PoolBuilder::job_timeout): when the job's time is up (a monotonic
+/// instant), to bound the handler's own waits (a socket timeout, a child process). `None` on
+/// any other thread, and in a pool without a timeout.
+pub fn job_deadline() -> Option<Instant> {
+    CURRENT_TIMEOUT.with(|c| c.borrow().as_ref().map(|(at, _)| *at))
+}
+
+/// Sets (or clears) the running job's timeout for [`is_timed_out`] and [`job_deadline`] on
+/// this worker thread.
+fn set_current_timeout(current: Option<(Instant, Arc<std::sync::atomic::AtomicBool>)>) {
+    CURRENT_TIMEOUT.with(|c| *c.borrow_mut() = current);
+}
+
 /// Counts since the pool started ([`WorkerPool::stats`]). Every field counts events, but
 /// `in_flight`, a gauge.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -189,6 +239,9 @@ pub struct PoolStats {
     /// ([`Queue::cancel`](crate::Queue::cancel)) while its handler ran, so its outcome does
     /// not count (its heartbeat stopped at the cancel).
     pub cancelled: u64,
+    /// Jobs whose handler ran past [`PoolBuilder::job_timeout`]: their delivery was ended
+    /// (given back through the retry policy, or dead, as [`PoolBuilder::on_timeout`] says).
+    pub timed_out: u64,
     /// Successful heartbeat extends.
     pub heartbeats: u64,
     /// Heartbeat extends that found the attempt over (`LeaseLost`, or `Cancelled`); that job's heartbeat
@@ -313,6 +366,7 @@ struct PoolCounters {
     unstarted: AtomicU64,
     lost: AtomicU64,
     cancelled: AtomicU64,
+    timed_out: AtomicU64,
     heartbeats: AtomicU64,
     heartbeats_lost: AtomicU64,
     errors: AtomicU64,
@@ -339,6 +393,7 @@ impl PoolCounters {
             unstarted: get(&self.unstarted),
             lost: get(&self.lost),
             cancelled: get(&self.cancelled),
+            timed_out: get(&self.timed_out),
             heartbeats: get(&self.heartbeats),
             heartbeats_lost: get(&self.heartbeats_lost),
             errors: get(&self.errors),
@@ -401,6 +456,7 @@ struct PoolState {
     idle_timeout: Duration,
     heartbeat_every: Option<Duration>,
     heartbeat_extend: Option<Duration>,
+    job_timeout: Option<(Duration, OnTimeout)>,
     slots: Vec<Mutex<WorkerSlot>>,
     /// Set by each worker as its last act, once it let go of its queue handle: a shutdown
     /// joins exactly these (the join returns at once) and reports the others as still
@@ -477,6 +533,8 @@ pub struct PoolBuilder {
     threads: Option<usize>,
     heartbeat_every: Option<Duration>,
     heartbeat_extend: Option<Duration>,
+    job_timeout: Option<Duration>,
+    on_timeout: OnTimeout,
     idle_timeout: Duration,
     drop_grace: Duration,
     thread_name: String,
@@ -507,6 +565,32 @@ impl PoolBuilder {
     /// delivery's own lease ([`Lease::lease_ms`]: the job's, else the queue handle's).
     pub fn heartbeat_extend(mut self, extend: Duration) -> Self {
         self.heartbeat_extend = Some(extend);
+        self
+    }
+
+    /// An execution timeout for every job (whole ms, 1 ms to [`LEASE_MAX`]; default none), as
+    /// River's `JobTimeout`, Oban's `timeout/1` and BullMQ's `timeout`: a handler still running
+    /// this long after it started has its delivery ended by the pool's heartbeat thread:
+    /// given back through the retry policy with the error `timed out after N ms` (or dead,
+    /// with [`PoolBuilder::on_timeout`]); its heartbeats stop, and its late ack, nack or
+    /// `ack_with` is refused with `LeaseLost` and writes nothing (the fencing token moved
+    /// on), so the job can be delivered again while the old handler still runs.
+    ///
+    /// A thread cannot be stopped from outside: the handler runs on until it returns. It can
+    /// stop early on its own: [`is_timed_out`] and [`job_deadline`] answer on the worker's
+    /// thread. An async pool's handler ([`PoolBuilder::start_async`]) is a future, and is
+    /// dropped at its next `.await` once its time is up. An effect handler
+    /// ([`PoolBuilder::start_effect`]) runs inside its commit, which nothing else can end
+    /// meanwhile: it is not timed.
+    pub fn job_timeout(mut self, timeout: Duration) -> Self {
+        self.job_timeout = Some(timeout);
+        self
+    }
+
+    /// What a [`job_timeout`](PoolBuilder::job_timeout) does to the job (default
+    /// [`OnTimeout::Retry`]).
+    pub fn on_timeout(mut self, action: OnTimeout) -> Self {
+        self.on_timeout = action;
         self
     }
 
@@ -709,6 +793,9 @@ impl PoolBuilder {
             ));
         }
         in_range("idle_timeout", self.idle_timeout, IDLE_TIMEOUT_MAX)?;
+        if let Some(timeout) = self.job_timeout {
+            in_range("job_timeout", timeout, LEASE_MAX)?;
+        }
         if self.thread_name.contains('\0') {
             return Err(invalid("thread_name", "contains a NUL byte"));
         }
@@ -727,6 +814,7 @@ impl PoolBuilder {
             idle_timeout: self.idle_timeout,
             heartbeat_every: self.heartbeat_every,
             heartbeat_extend: self.heartbeat_extend,
+            job_timeout: self.job_timeout.map(|t| (t, self.on_timeout)),
             slots: (0..threads).map(|_| Mutex::new(WorkerSlot::Idle)).collect(),
             exited: (0..threads).map(|_| Default::default()).collect(),
             beats: heartbeat::Beats::default(),
@@ -816,6 +904,8 @@ impl WorkerPool {
             threads: None,
             heartbeat_every: None,
             heartbeat_extend: None,
+            job_timeout: None,
+            on_timeout: OnTimeout::Retry,
             idle_timeout: IDLE_TIMEOUT_DEFAULT,
             drop_grace: DROP_GRACE_DEFAULT,
             thread_name: THREAD_NAME_DEFAULT.to_string(),

@@ -90,7 +90,22 @@ fn process(
     let token = lease.token();
     let (extend, every) =
         super::heartbeat::timing(&lease, shared.heartbeat_every, shared.heartbeat_extend);
-    shared.beats.start(&lease, extend, every);
+    // An effect handler runs inside its commit, which a timeout could not end: not timed.
+    let timeout = match (shared.job_timeout, handler) {
+        (Some((after, action)), Handler::Plain(_) | Handler::Staged(_)) => {
+            let now = std::time::Instant::now();
+            Some(super::heartbeat::Timeout {
+                at: now.checked_add(after).unwrap_or(now),
+                after,
+                action,
+                flag: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            })
+        }
+        _ => None,
+    };
+    let timed_out = timeout.as_ref().map(|t| Arc::clone(&t.flag));
+    super::set_current_timeout(timeout.as_ref().map(|t| (t.at, Arc::clone(&t.flag))));
+    shared.beats.start(&lease, extend, every, timeout);
     // A plain handler runs apart from its commit, so a shutdown may take its job back; an
     // effect handler runs inside its commit, which ends the job whatever happens.
     let phase = match handler {
@@ -104,7 +119,11 @@ fn process(
     let next = match handler {
         Handler::Plain(handler) => {
             let ran = catch_unwind(AssertUnwindSafe(|| handler(&lease)));
-            if shared.enter_commit(index) {
+            if is_set(&timed_out) {
+                // The pool's timeout ended the delivery: this outcome does not count.
+                note_ran(&shared.counters, &ran);
+                None
+            } else if shared.enter_commit(index) {
                 end_plain(&shared.counters, !shared.stop.is_stopped(), &lease, ran)
             } else {
                 // Given back by the shutdown while the handler ran: the shutdown ends the
@@ -128,7 +147,7 @@ fn process(
             } else {
                 catch_unwind(AssertUnwindSafe(|| handler(&lease)))
             };
-            if !shared.enter_commit(index) {
+            if is_set(&timed_out) || !shared.enter_commit(index) {
                 note_ran(&shared.counters, &ran.map(|r| r.map(drop)));
                 None
             } else {
@@ -142,6 +161,7 @@ fn process(
             }
         }
     };
+    super::set_current_timeout(None);
     let claimed = shared.leave(index);
     if !claimed {
         shared.beats.stop(token);
@@ -149,7 +169,13 @@ fn process(
     next
 }
 
-/// Counts a handler run whose outcome the shutdown overrode.
+/// Whether the pool's timeout ended this delivery.
+fn is_set(flag: &Option<Arc<std::sync::atomic::AtomicBool>>) -> bool {
+    flag.as_ref()
+        .is_some_and(|f| f.load(std::sync::atomic::Ordering::SeqCst))
+}
+
+/// Counts a handler run whose outcome the shutdown or a timeout overrode.
 fn note_ran(c: &PoolCounters, ran: &std::thread::Result<std::result::Result<(), BoxError>>) {
     if ran.is_err() {
         PoolCounters::add(&c.panics);

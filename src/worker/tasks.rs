@@ -46,6 +46,7 @@ struct Shared {
     idle_timeout: Duration,
     heartbeat_every: Option<Duration>,
     heartbeat_extend: Option<Duration>,
+    job_timeout: Option<(Duration, super::OnTimeout)>,
 }
 
 impl Shared {
@@ -159,6 +160,7 @@ impl PoolBuilder {
             idle_timeout: self.idle_timeout,
             heartbeat_every: self.heartbeat_every,
             heartbeat_extend: self.heartbeat_extend,
+            job_timeout: self.job_timeout.map(|t| (t, self.on_timeout)),
         });
         let handler = Arc::new(handler);
         let workers = (0..tasks)
@@ -337,9 +339,35 @@ async fn run_job(
     let (extend, every) =
         super::heartbeat::timing(&lease, shared.heartbeat_every, shared.heartbeat_extend);
     let mut beating = true;
+    let deadline = shared
+        .job_timeout
+        .map(|(after, action)| (tokio::time::Instant::now() + after, after, action));
     let joined = loop {
-        match tokio::time::timeout(every, &mut task).await {
+        let wait = match deadline {
+            Some((at, ..)) => every.min(at.saturating_duration_since(tokio::time::Instant::now())),
+            None => every,
+        };
+        match tokio::time::timeout(wait, &mut task).await {
             Ok(joined) => break joined,
+            Err(_) if deadline.is_some_and(|(at, ..)| tokio::time::Instant::now() >= at) => {
+                // Its time is up: the handler future is dropped (at its next await) and the
+                // delivery ended as the pool says; a late outcome would be fenced anyway.
+                task.abort();
+                if shared.running.lock().remove(&token).is_some()
+                    && let Some((_, after, action)) = deadline
+                {
+                    let reason = format!("timed out after {} ms", after.as_millis());
+                    let ended = match action {
+                        super::OnTimeout::Retry => lease.nack(&reason).await.map(drop),
+                        super::OnTimeout::Fail => lease.fail(&reason).await,
+                    };
+                    match ended {
+                        Ok(()) => PoolCounters::add(&c.timed_out),
+                        Err(e) => note(c, &lease, &e),
+                    }
+                }
+                return;
+            }
             Err(_) if beating => match lease.extend(extend).await {
                 Ok(()) => PoolCounters::add(&c.heartbeats),
                 Err(Error::LeaseLost { .. } | Error::Cancelled { .. }) => {

@@ -366,3 +366,46 @@ fn the_app_level_stop_releases_the_file_every_round() {
         std::fs::remove_file(&f.path).unwrap();
     }
 }
+
+/// An async handler past the pool's job timeout is dropped (a future can be, at its next
+/// await) and its job given back through the retry policy with "timed out after N ms"; out
+/// of attempts it is dead. Nothing it would have done after the timeout happens.
+#[test]
+fn an_async_handler_past_its_timeout_is_dropped_and_its_job_given_back() {
+    let f = Fixture::new();
+    let q = real_clock(&f, Duration::from_secs(30));
+    let id = q
+        .enqueue(b"slow", leaseq::EnqueueOptions::default().max_attempts(2))
+        .unwrap()
+        .id();
+    let (started, finished) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let report = runtime().block_on(async {
+        let (s, d) = (Arc::clone(&started), Arc::clone(&finished));
+        let pool = WorkerPool::builder(&q)
+            .threads(1)
+            .job_timeout(Duration::from_millis(150))
+            .start_async(move |_| {
+                let (s, d) = (Arc::clone(&s), Arc::clone(&d));
+                async move {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    d.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap();
+        until(&q, |s| s.dead == 1).await;
+        pool.shutdown(Duration::from_secs(5)).await
+    });
+    assert_eq!(started.load(Ordering::SeqCst), 2);
+    assert_eq!(finished.load(Ordering::SeqCst), 0, "dropped, never resumed");
+    assert_eq!(
+        (report.stats.timed_out, report.stats.acked),
+        (2, 0),
+        "{report:?}"
+    );
+    let j = q.job(id).unwrap().unwrap();
+    assert_eq!((j.state, j.attempts), (JobState::Dead, 2), "{j:?}");
+    assert_eq!(j.last_error.as_deref(), Some("timed out after 150 ms"));
+    assert_consistent(&q);
+}

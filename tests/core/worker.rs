@@ -1026,3 +1026,120 @@ fn effect_handlers_outcomes_are_honoured() {
         "no write of a failed handler committed"
     );
 }
+
+/// A handler past the pool's job timeout: the heartbeat thread ends its delivery (given back
+/// through the retry policy with "timed out after N ms"), the handler sees the flag and its
+/// deadline, its outcome does not count; out of attempts the job is dead.
+#[test]
+fn a_job_past_its_timeout_is_given_back_and_its_handler_told() {
+    let q = queue(Duration::from_secs(30));
+    let id = q
+        .queue
+        .enqueue(b"slow", EnqueueOptions::default().max_attempts(2))
+        .unwrap()
+        .id();
+    let saw = Arc::new(Mutex::new(Vec::new()));
+    let pool = {
+        let saw = Arc::clone(&saw);
+        WorkerPool::builder(&q.queue)
+            .threads(1)
+            .job_timeout(ms(150))
+            .start(move |lease| {
+                let started = Instant::now();
+                let deadline = leaseq::worker::job_deadline().expect("a deadline");
+                assert!(deadline > started && deadline <= started + ms(150));
+                while !leaseq::worker::is_timed_out() {
+                    assert!(started.elapsed() < Duration::from_secs(60), "never told");
+                    std::thread::sleep(ms(5));
+                }
+                saw.lock()
+                    .unwrap()
+                    .push((lease.attempt(), started.elapsed()));
+                Ok(())
+            })
+            .unwrap()
+    };
+    wait_for("two timed-out attempts", || saw.lock().unwrap().len() == 2);
+    wait_for("the job dead", || {
+        q.queue.job(id).unwrap().unwrap().state == JobState::Dead
+    });
+    let stats = pool.shutdown(Duration::from_secs(5)).stats;
+    assert_eq!(stats.timed_out, 2, "{stats:?}");
+    assert_eq!(
+        stats.acked, 0,
+        "a timed-out handler's Ok is not an ack: {stats:?}"
+    );
+    let saw = saw.lock().unwrap().clone();
+    assert_eq!(saw.iter().map(|(a, _)| *a).collect::<Vec<_>>(), vec![1, 2]);
+    assert!(saw.iter().all(|(_, took)| *took >= ms(150)), "{saw:?}");
+    let job = q.queue.job(id).unwrap().unwrap();
+    assert_eq!(job.attempts, 2);
+    assert!(
+        job.errors
+            .iter()
+            .all(|e| e.message == "timed out after 150 ms"),
+        "{:?}",
+        job.errors
+    );
+    assert!(!leaseq::worker::is_timed_out(), "only on a worker's thread");
+    assert_eq!(leaseq::worker::job_deadline(), None);
+    assert_consistent(&q.queue);
+}
+
+/// With `OnTimeout::Fail` the job is dead at once; a handler that ignores its timeout and
+/// returns late has its outcome fenced: the job stays dead, nothing else is written.
+#[test]
+fn on_timeout_fail_dead_letters_and_a_late_return_is_fenced() {
+    let q = queue(Duration::from_secs(30));
+    let id = q
+        .queue
+        .enqueue(b"stuck", EnqueueOptions::default().max_attempts(5))
+        .unwrap()
+        .id();
+    let phases = Phases::default();
+    let pool = WorkerPool::builder(&q.queue)
+        .threads(1)
+        .job_timeout(ms(100))
+        .on_timeout(leaseq::worker::OnTimeout::Fail)
+        .start(phases.sleeping(ms(400)))
+        .unwrap();
+    wait_for("the job dead", || {
+        q.queue.job(id).unwrap().unwrap().state == JobState::Dead
+    });
+    assert!(!phases.returned(), "dead while its handler still runs");
+    phases.wait_returned();
+    let stats = pool.shutdown(Duration::from_secs(5)).stats;
+    let job = q.queue.job(id).unwrap().unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Dead, 1));
+    assert_eq!(job.last_error.as_deref(), Some("timed out after 100 ms"));
+    assert_eq!(
+        (stats.timed_out, stats.acked, stats.jobs),
+        (1, 0, 1),
+        "{stats:?}"
+    );
+    assert_consistent(&q.queue);
+}
+
+/// A job that finishes in time is acked as usual, and the timeout's bound is checked.
+#[test]
+fn a_job_within_its_timeout_is_acked_and_bad_timeouts_are_refused() {
+    let q = queue(Duration::from_secs(30));
+    let id = q.queue.enqueue(b"quick", Default::default()).unwrap().id();
+    let pool = WorkerPool::builder(&q.queue)
+        .threads(1)
+        .job_timeout(Duration::from_secs(30))
+        .start(|_| Ok(()))
+        .unwrap();
+    wait_for("the job acked", || q.queue.job(id).unwrap().is_none());
+    let stats = pool.shutdown(Duration::from_secs(5)).stats;
+    assert_eq!((stats.acked, stats.timed_out), (1, 0), "{stats:?}");
+    for bad in [Duration::ZERO, leaseq::LEASE_MAX + ms(1)] {
+        match WorkerPool::builder(&q.queue)
+            .job_timeout(bad)
+            .start(|_| Ok(()))
+        {
+            Err(Error::InvalidOption { field, .. }) => assert_eq!(field, "job_timeout"),
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+}
