@@ -65,6 +65,14 @@ pub enum Event {
         /// The job.
         id: JobId,
     },
+    /// A running job recorded its progress ([`Lease::set_progress`](crate::Lease::set_progress));
+    /// read it with [`Queue::job`](crate::Queue::job). One per commit of a progress, not per
+    /// call (a lease commits its progress at most every
+    /// [`PROGRESS_COMMIT_INTERVAL`](crate::PROGRESS_COMMIT_INTERVAL)).
+    Progress {
+        /// The job.
+        id: JobId,
+    },
     /// The queue was paused ([`Queue::pause`](crate::Queue::pause)).
     Paused,
     /// The queue was resumed ([`Queue::resume`](crate::Queue::resume)).

@@ -32,6 +32,13 @@ pub struct Recovery {
     /// The format version the file was upgraded from at this open (in one transaction, before
     /// lease recovery), or `None` if it was current. See [`FORMAT_VERSION`](crate::FORMAT_VERSION).
     pub upgraded_from: Option<u64>,
+    /// Schedules that came due while the file was closed and enqueued a job at this open
+    /// ([`Missed::RunOnce`](crate::Missed::RunOnce); several due times of one schedule count
+    /// once).
+    pub schedules_fired: u64,
+    /// Schedules that came due while the file was closed and enqueued nothing at this open:
+    /// [`Missed::Skip`](crate::Missed::Skip), or an instance still pending.
+    pub schedules_skipped: u64,
 }
 
 /// Owns the database; drops it inside `catch_unwind` so a panic in redb's drop (seen on

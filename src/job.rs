@@ -325,6 +325,12 @@ pub struct JobInfo {
     /// until its next delivery: what a UI shows as its status ("waiting for network"), apart
     /// from its last error.
     pub status: Option<String>,
+    /// The last progress its current (or, until the next delivery, its last) delivery
+    /// recorded ([`Lease::set_progress`](crate::Lease::set_progress)), at most
+    /// [`PROGRESS_BYTES_MAX`](crate::PROGRESS_BYTES_MAX) bytes.
+    pub progress: Option<Vec<u8>>,
+    /// When that progress was recorded (Unix ms).
+    pub progress_ms: Option<u64>,
     /// Completed or cancelled: when (Unix ms; the same as `run_at_ms`).
     pub ended_ms: Option<u64>,
     /// Cancelled: the reason the cancel gave.

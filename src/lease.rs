@@ -1,6 +1,7 @@
 //! A delivered job under a lease, and the calls that end or extend it.
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -76,6 +77,91 @@ pub struct Lease {
     payload: Vec<u8>,
     /// What the delivery changed beyond the lease, for [`Lease::release_unseen`].
     undo: store::Undo,
+    /// Its progress updates not yet written, shared with its heartbeats.
+    progress: Arc<ProgressSlot>,
+}
+
+/// A delivery's progress between commits: the rate bound of [`Lease::set_progress`], shared
+/// by the lease and its [`Heartbeat`]s (whose extends write a pending update).
+#[derive(Default)]
+pub(crate) struct ProgressSlot {
+    state: Mutex<ProgressState>,
+}
+
+#[derive(Default)]
+struct ProgressState {
+    /// The newest update not yet written.
+    pending: Option<Vec<u8>>,
+    /// When an update was last committed (or its commit began).
+    last_commit: Option<std::time::Instant>,
+}
+
+impl ProgressSlot {
+    /// `value` to commit now, or `None` if it is kept as the pending update (one was
+    /// committed less than `PROGRESS_COMMIT_INTERVAL` ago).
+    fn offer(&self, value: &[u8]) -> Option<Vec<u8>> {
+        let mut st = self.state.lock();
+        let now = std::time::Instant::now();
+        if st
+            .last_commit
+            .is_some_and(|t| now.duration_since(t) < crate::limits::PROGRESS_COMMIT_INTERVAL)
+        {
+            st.pending = Some(value.to_vec());
+            return None;
+        }
+        st.pending = None;
+        st.last_commit = Some(now);
+        Some(value.to_vec())
+    }
+
+    /// The pending update, taken to be written with an extend.
+    fn take_pending(&self) -> Option<Vec<u8>> {
+        let mut st = self.state.lock();
+        let pending = st.pending.take();
+        if pending.is_some() {
+            st.last_commit = Some(std::time::Instant::now());
+        }
+        pending
+    }
+
+    /// Puts back an update whose commit did not land (a newer pending one wins).
+    fn restore(&self, value: Vec<u8>) {
+        let mut st = self.state.lock();
+        if st.pending.is_none() {
+            st.pending = Some(value);
+        }
+    }
+}
+
+/// Extends lease `(id, token)` by `by` on `q` and writes `progress` (a pending update) in the
+/// same commit; the new deadline.
+fn extend_with_progress(
+    q: &Queue,
+    (id, token): (u64, u64),
+    by: Duration,
+    slot: &ProgressSlot,
+) -> Result<u64> {
+    let progress = slot.take_pending();
+    let now_ms = q.now_ms();
+    let tables = q.config().tables;
+    let r = q.run(&mut |ctx| {
+        let deadline = match store::extend(ctx, tables, id, token, now_ms, by)? {
+            Ok(deadline) => deadline,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        if let Some(value) = &progress
+            && let Err(refusal) = store::set_progress(ctx, tables, (id, token), now_ms, value)?
+        {
+            return Ok(Err(refusal));
+        }
+        Ok(Ok(deadline))
+    });
+    if r.is_err()
+        && let Some(value) = progress
+    {
+        slot.restore(value);
+    }
+    r
 }
 
 impl fmt::Debug for Lease {
@@ -112,6 +198,7 @@ impl Lease {
             encoding: delivery.encoding.unwrap_or(queue.config().encoding),
             payload: delivery.payload,
             undo: delivery.undo,
+            progress: Arc::default(),
         }
     }
 
@@ -229,6 +316,7 @@ impl Lease {
             queue: self.queue.lock().clone(),
             id: self.id,
             token: self.token,
+            progress: Arc::clone(&self.progress),
         }
     }
 
@@ -294,6 +382,62 @@ impl Lease {
                 store::ack(ctx, q.config().tables, &key, &results, now_ms).map(Ok)
             })?);
         self.release_if_ended(&r);
+        r
+    }
+
+    /// Records how far this delivery got: a percentage (one byte), or a short blob such as
+    /// `{"done":40,"of":120}` (at most [`PROGRESS_BYTES_MAX`](crate::PROGRESS_BYTES_MAX)
+    /// bytes), as BullMQ's `updateProgress`. A UI reads it with [`Queue::job`]
+    /// ([`JobInfo::progress`](crate::JobInfo::progress)), the `leaseq` tool's `show`, or
+    /// [`Event::Progress`](crate::Event::Progress) as it is written. It is kept until the
+    /// job's next delivery (a completed job in a history keeps its last one).
+    ///
+    /// **Cost and rate.** A fenced commit of the job's record, at most one per
+    /// [`PROGRESS_COMMIT_INTERVAL`](crate::PROGRESS_COMMIT_INTERVAL) (250 ms) per delivery:
+    /// an update sooner than that is kept in memory (a newer one replaces it) and written by
+    /// the lease's next commit that can carry it: the next `set_progress` past the interval,
+    /// or an [`extend`](Lease::extend) of the lease or of one of its
+    /// [heartbeats](Lease::heartbeat) (a [`WorkerPool`](crate::worker::WorkerPool)'s
+    /// heartbeat writes it within a third of the lease). An update still pending when the
+    /// delivery ends is dropped. So a handler may call this in a tight loop.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// # queue.enqueue(b"import 120 photos", Default::default())?;
+    /// let lease = queue.dequeue()?.expect("a job");
+    /// lease.set_progress(&[40])?; // 40 %
+    /// let job = queue.job(lease.id())?.expect("the job");
+    /// assert_eq!(job.progress.as_deref(), Some(&[40u8][..]));
+    /// lease.ack()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `InvalidOption` above `PROGRESS_BYTES_MAX` bytes (nothing kept). When it commits: as
+    /// [`Lease::extend`] (`LeaseLost`, `Cancelled`, ...; the lease stays as it was).
+    pub fn set_progress(&self, value: &[u8]) -> Result<()> {
+        if value.len() > crate::limits::PROGRESS_BYTES_MAX {
+            return Err(Error::invalid_option(
+                "progress",
+                format!(
+                    "{} bytes, above PROGRESS_BYTES_MAX ({})",
+                    value.len(),
+                    crate::limits::PROGRESS_BYTES_MAX
+                ),
+            ));
+        }
+        let q = self.queue()?;
+        let Some(value) = self.progress.offer(value) else {
+            return Ok(());
+        };
+        let (key, now_ms, tables) = ((self.id, self.token), q.now_ms(), q.config().tables);
+        let r = q.run(&mut |ctx| store::set_progress(ctx, tables, key, now_ms, &value));
+        match &r {
+            Err(Error::LeaseLost { .. } | Error::Cancelled { .. }) => self.release_if_ended(&r),
+            Err(_) => self.progress.restore(value),
+            Ok(()) => {}
+        }
         r
     }
 
@@ -631,8 +775,7 @@ impl Lease {
         store::lease_ms_checked("extend", by)?;
         let (id, token, q) = (self.id, self.token, self.queue()?);
         let _one_at_a_time = self.extending.lock();
-        let now_ms = q.now_ms();
-        let r = q.run(&mut |ctx| store::extend(ctx, q.config().tables, id, token, now_ms, by));
+        let r = extend_with_progress(&q, (id, token), by, &self.progress);
         if matches!(
             r,
             Err(crate::error::Error::LeaseLost { .. } | crate::error::Error::Cancelled { .. })
@@ -660,6 +803,8 @@ pub struct Heartbeat {
     queue: Option<Queue>,
     id: u64,
     token: u64,
+    /// The lease's pending progress, written by the next extend.
+    progress: Arc<ProgressSlot>,
 }
 
 impl fmt::Debug for Heartbeat {
@@ -696,8 +841,7 @@ impl Heartbeat {
     pub fn extend(&self, by: Duration) -> Result<u64> {
         store::lease_ms_checked("extend", by)?;
         let q = self.current_queue()?;
-        let (id, token, now_ms) = (self.id, self.token, q.now_ms());
-        q.run(&mut |ctx| store::extend(ctx, q.config().tables, id, token, now_ms, by))
+        extend_with_progress(q, (self.id, self.token), by, &self.progress)
     }
 
     /// Ends the delivery from another thread, as [`Lease::nack`]: the attempt ends with

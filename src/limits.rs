@@ -55,6 +55,12 @@ pub const REASON_BYTES_MAX: usize = 4096;
 /// A job keeps the errors of at most its last this many attempts
 /// ([`JobInfo::errors`](crate::JobInfo::errors)), as River keeps one per attempt.
 pub const ERRORS_KEPT: usize = 10;
+/// The largest progress value a running job may record
+/// ([`Lease::set_progress`](crate::Lease::set_progress)), in bytes.
+pub const PROGRESS_BYTES_MAX: usize = 256;
+/// The least time between two commits of a lease's progress: an update sooner than this is
+/// kept in memory and written with the lease's next commit (see `Lease::set_progress`).
+pub const PROGRESS_COMMIT_INTERVAL: Duration = Duration::from_millis(250);
 /// The largest result an ack may store with a completed job
 /// ([`Lease::ack_with_result`](crate::Lease::ack_with_result)), in bytes.
 pub const RESULT_BYTES_MAX: usize = 4096;
@@ -127,6 +133,8 @@ const _: () = {
             + ERRORS_KEPT * (REASON_BYTES_MAX + 32)
             + 2 * REASON_BYTES_MAX
             + RESULT_BYTES_MAX
+            + PROGRESS_BYTES_MAX
+            + 16
             + 256
             <= RECORD_BYTES_MAX - PAYLOAD_BYTES_MAX_CAP
     );

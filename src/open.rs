@@ -581,11 +581,12 @@ impl Builder {
             .run(inner.db.get(), &mut |ctx| store::upgrade(ctx).map(Ok))?;
         // Leases back, then the schedules due while the file was closed: one transaction,
         // before any dequeue.
-        let recovered = inner.committer.run(inner.db.get(), &mut |ctx| {
-            let recovered = store::recover_leases(ctx, now_ms)?;
-            store::fire_at_open(ctx, now_ms)?;
-            Ok(Ok(recovered))
-        })?;
+        let (recovered, (schedules_fired, schedules_skipped)) =
+            inner.committer.run(inner.db.get(), &mut |ctx| {
+                let recovered = store::recover_leases(ctx, now_ms)?;
+                let schedules = store::fire_at_open(ctx, now_ms)?;
+                Ok(Ok((recovered, schedules)))
+            })?;
         let paused = crate::error::catch_engine_panic(|| {
             store::paused_queues(&inner.db.get().begin_read()?)
         })?;
@@ -606,6 +607,8 @@ impl Builder {
                 created,
                 quarantined: recovered.quarantined,
                 upgraded_from,
+                schedules_fired,
+                schedules_skipped,
             },
             ..inner
         };

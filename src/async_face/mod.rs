@@ -482,6 +482,16 @@ impl AsyncLease {
         self.on_helper(move |l| l.extend(by)).await
     }
 
+    /// [`Lease::set_progress`] on a helper (an update within the rate bound is kept in
+    /// memory and costs no commit).
+    ///
+    /// # Errors
+    /// As [`Lease::set_progress`].
+    pub async fn set_progress(&self, value: &[u8]) -> Result<()> {
+        let value = value.to_vec();
+        self.on_helper(move |l| l.set_progress(&value)).await
+    }
+
     /// [`Lease::is_cancelled`] on a helper (a read).
     ///
     /// # Errors

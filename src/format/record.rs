@@ -19,14 +19,15 @@ use crate::error::{Error, Result};
 use crate::format::payload::Encoding;
 use crate::job::JobState;
 use crate::limits::{
-    ERRORS_KEPT, PAYLOAD_INLINE_MAX, REASON_BYTES_MAX, RECORD_BYTES_MAX, RESULT_BYTES_MAX,
+    ERRORS_KEPT, PAYLOAD_INLINE_MAX, PROGRESS_BYTES_MAX, REASON_BYTES_MAX, RECORD_BYTES_MAX,
+    RESULT_BYTES_MAX,
 };
 use crate::retry::{RetryKind, RetryPolicy};
 
 mod layout;
 
 /// First byte of every encoded record.
-const RECORD_VERSION: u8 = 5;
+const RECORD_VERSION: u8 = 6;
 
 type RecordConfig = Configuration<LittleEndian, Fixint, Limit<RECORD_BYTES_MAX>>;
 
@@ -130,6 +131,17 @@ pub(crate) struct JobRecord {
     /// The dedup key is held only until the job is first delivered: the dequeue releases it
     /// and clears `dedup_key`.
     pub dedup_until_started: bool,
+    /// The last progress its running delivery recorded (`Lease::set_progress`), kept until
+    /// its next delivery. Since record version 6.
+    pub progress: Option<StoredProgress>,
+}
+
+/// A running job's progress, as stored: when it was recorded (Unix ms) and its bytes (at
+/// most [`PROGRESS_BYTES_MAX`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredProgress {
+    pub at_ms: u64,
+    pub value: Vec<u8>,
 }
 
 /// A job record of record version 4: [`JobRecord`] with one `last_error` for `errors`, and
@@ -199,6 +211,7 @@ impl From<JobRecordV4> for JobRecord {
             encoding: r.encoding,
             status: None,
             dedup_until_started: false,
+            progress: None,
         }
     }
 }
@@ -246,6 +259,7 @@ impl From<JobRecordV3> for JobRecord {
             encoding: None,
             status: None,
             dedup_until_started: false,
+            progress: None,
         }
     }
 }
@@ -323,6 +337,7 @@ impl From<JobRecordV2> for JobRecord {
             encoding: None,
             status: None,
             dedup_until_started: false,
+            progress: None,
         }
     }
 }
@@ -366,6 +381,7 @@ impl From<JobRecordV1> for JobRecord {
             encoding: None,
             status: None,
             dedup_until_started: false,
+            progress: None,
         }
     }
 }
@@ -514,6 +530,13 @@ impl JobRecord {
         {
             return fail("status above the limit");
         }
+        if self
+            .progress
+            .as_ref()
+            .is_some_and(|p| p.value.len() > PROGRESS_BYTES_MAX)
+        {
+            return fail("progress above the limit");
+        }
         match &self.state {
             StoredState::Completed { result } => {
                 if result.as_ref().is_some_and(|r| r.len() > RESULT_BYTES_MAX) {
@@ -571,7 +594,7 @@ impl JobRecord {
         let decode_error =
             |e: bincode::error::DecodeError| Error::corrupted(format!("job record decode: {e}"));
         let (record, used): (JobRecord, usize) = match version {
-            RECORD_VERSION => (layout::read(body)?, body.len()),
+            RECORD_VERSION | 5 => (layout::read(body, version)?, body.len()),
             4 => {
                 let (v4, used): (JobRecordV4, usize) =
                     bincode::serde::decode_from_slice(body, record_config())
@@ -651,6 +674,7 @@ mod tests {
             encoding: Some(1),
             status: None,
             dedup_until_started: false,
+            progress: None,
         }
     }
 
@@ -766,9 +790,9 @@ mod tests {
         // The payload length is the 8 bytes before the 5-byte payload itself, which the retry
         // policy (tag, kind, base, cap, jitter: 19 bytes), the dedup window (`None`: 1 byte),
         // the payload reference (`None`: 1 byte), the snooze count (4 bytes) and the encoding
-        // (`Some(1)`: 2 bytes), the status (`None`: 1 byte) and the until-started flag (1 byte)
-        // follow.
-        let end = n - 19 - 1 - 1 - 4 - 2 - 1 - 1;
+        // (`Some(1)`: 2 bytes), the status (`None`: 1 byte), the until-started flag (1 byte)
+        // and the progress (`None`: 1 byte) follow.
+        let end = n - 19 - 1 - 1 - 4 - 2 - 1 - 1 - 1;
         assert_eq!(&bytes[end - 5..end], b"hello");
         bytes[end - 5 - 8..end - 5].copy_from_slice(&(1u64 << 60).to_le_bytes());
         let err = JobRecord::decode(&reseal(bytes)).unwrap_err();

@@ -382,6 +382,36 @@ pub(crate) fn fail(
     tx_tables.fail_leased(id, record, reason, now_ms).map(Ok)
 }
 
+/// Records `value` as the progress of lease `(id, token)` at `now_ms` (checked by the caller:
+/// at most `PROGRESS_BYTES_MAX` bytes). The job stays leased as it was.
+pub(crate) fn set_progress(
+    ctx: &mut Ctx<'_>,
+    tables: &'static QueueTables,
+    (id, token): (u64, u64),
+    now_ms: u64,
+    value: &[u8],
+) -> Verdict<()> {
+    debug_assert!(value.len() <= crate::limits::PROGRESS_BYTES_MAX);
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    let mut record = lease_or_refuse!(tx_tables, id, token);
+    record.progress = Some(crate::format::record::StoredProgress {
+        at_ms: now_ms,
+        value: value.to_vec(),
+    });
+    // Same state, same deadline: the row only (its lease entry stays as it is).
+    record.validate()?;
+    tx_tables
+        .jobs_mut()
+        .insert(id, record.encode()?.as_slice())?;
+    tx_tables.events.push(
+        tables.queue_number,
+        crate::events::Event::Progress {
+            id: crate::job::JobId(id),
+        },
+    );
+    Ok(Ok(()))
+}
+
 pub(crate) fn extend(
     ctx: &mut Ctx<'_>,
     tables: &'static QueueTables,

@@ -57,7 +57,8 @@ pub(crate) use control::{history_of, pause, paused_queues, resume, set_history, 
 pub(crate) use dequeue::dequeue;
 pub(crate) use enqueue::{Sink, enqueue, enqueue_imported, write};
 pub(crate) use fenced::{
-    ClosureFailure, EffectCall, ack, ack_with, extend, fail, nack, release_unseen, snooze,
+    ClosureFailure, EffectCall, ack, ack_with, extend, fail, nack, release_unseen, set_progress,
+    snooze,
 };
 pub(crate) use migrate::{file_id, make_file_id, upgrade};
 pub(crate) use read::{
@@ -116,10 +117,11 @@ pub(crate) struct Delivery {
 }
 
 /// What a delivery changed in its job beyond the lease, so [`release_unseen`] can put it
-/// back: the snooze reason (cleared by a delivery) and a key held until the job started
-/// (released by it).
+/// back: the snooze reason and the last delivery's progress (cleared by a delivery) and a
+/// key held until the job started (released by it).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Undo {
     pub status: Option<String>,
     pub until_started_key: Option<Vec<u8>>,
+    pub progress: Option<crate::format::record::StoredProgress>,
 }

@@ -172,6 +172,8 @@ pub(super) fn info(id: u64, record: JobRecord) -> JobInfo {
             })
             .collect(),
         status: record.status.clone(),
+        progress: record.progress.as_ref().map(|p| p.value.clone()),
+        progress_ms: record.progress.as_ref().map(|p| p.at_ms),
         ended_ms: record.state.is_ended().then_some(record.run_at_ms),
         cancel_reason: match &record.state {
             StoredState::Cancelled { reason, .. } => Some(reason.clone()),

@@ -292,8 +292,9 @@ pub(super) fn fire_due(
     ctx: &mut Ctx<'_>,
     now_ms: u64,
     at_open: bool,
-) -> Result<()> {
+) -> Result<(u64, u64)> {
     let queue_number = tx_tables.tables.queue_number;
+    let (mut fired, mut skipped) = (0, 0);
     let mut due = tx_tables.tx.open_table(SCHEDULE_DUE)?;
     let entries: Vec<(u64, String)> = due
         .range((queue_number, 0, "")..=(queue_number, now_ms, "\u{10FFFF}"))?
@@ -306,7 +307,7 @@ pub(super) fn fire_due(
         })
         .collect::<Result<_, _>>()?;
     if entries.is_empty() {
-        return Ok(());
+        return Ok((0, 0));
     }
     tx_tables.mark_written();
     let mut rows = tx_tables.tx.open_table(SCHEDULES)?;
@@ -344,8 +345,10 @@ pub(super) fn fire_due(
             let id = enqueue_instance(tx_tables, ctx, &record.template, now_ms)?;
             record.last_job = Some((id, at));
             record.fired = record.fired.saturating_add(1);
+            fired += 1;
         } else {
             record.skipped = record.skipped.saturating_add(1);
+            skipped += 1;
         }
         record.next_due_ms = match next_due_after(&record.timing, now_ms) {
             Ok(next) => next.unwrap_or(NEVER),
@@ -359,7 +362,7 @@ pub(super) fn fire_due(
         }
         rows.insert((queue_number, name.as_str()), record.encode()?.as_slice())?;
     }
-    Ok(())
+    Ok((fired, skipped))
 }
 
 /// Where a schedule's last instance is.
@@ -413,6 +416,7 @@ fn enqueue_instance(
         encoding: template.encoding,
         status: None,
         dedup_until_started: false,
+        progress: None,
     };
     record.validate()?;
     let job = NewJob {
@@ -429,8 +433,10 @@ fn enqueue_instance(
 }
 
 /// Fires, at open, the due schedules of every queue of the file (the file was closed, so
-/// [`Missed`] decides), before the first dequeue.
-pub(crate) fn fire_at_open(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
+/// [`Missed`] decides), before the first dequeue; how many enqueued a job, and how many
+/// skipped.
+pub(crate) fn fire_at_open(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<(u64, u64)> {
+    let (mut fired, mut skipped) = (0, 0);
     let mut queues: Vec<u32> = Vec::new();
     {
         let due = ctx.tx.open_table(SCHEDULE_DUE)?;
@@ -450,9 +456,11 @@ pub(crate) fn fire_at_open(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
             _ => continue,
         };
         let mut tx_tables = Tables::open(ctx, tables)?;
-        fire_due(&mut tx_tables, ctx, now_ms, true)?;
+        let (f, s) = fire_due(&mut tx_tables, ctx, now_ms, true)?;
+        fired += f;
+        skipped += s;
     }
-    Ok(())
+    Ok((fired, skipped))
 }
 
 /// The next due time of queue `queue_number`'s schedules, for a waiting consumer (none in a

@@ -110,8 +110,9 @@ pub(super) fn lease_record(
     let deadline_ms = now_ms.saturating_add(lease_ms);
     record.attempts += 1;
     record.state = StoredState::Leased { token, deadline_ms };
-    // A snooze's reason holds until the job runs again.
+    // A snooze's reason, and the last delivery's progress, hold until the job runs again.
     let status = record.status.take();
+    let progress = record.progress.take();
     Delivery {
         id,
         token,
@@ -129,6 +130,7 @@ pub(super) fn lease_record(
         undo: super::Undo {
             status,
             until_started_key: None,
+            progress,
         },
     }
 }
@@ -212,6 +214,7 @@ impl Tables<'_> {
         record.attempts = record.attempts.saturating_sub(1);
         record.state = StoredState::Ready;
         record.status = undo.status.clone();
+        record.progress = undo.progress.clone();
         if let Some(k) = &undo.until_started_key
             && record.dedup_key.is_none()
             && self.key_holder(k, now_ms)?.is_none()

@@ -253,5 +253,6 @@ pub(crate) fn new_record(
         encoding: opts.encoding.map(crate::format::payload::Encoding::tag),
         status: None,
         dedup_until_started: opts.dedup_until_started,
+        progress: None,
     })
 }

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 #[path = "../common/mod.rs"]
 mod common;
+mod schedules;
 
 const BIN: &str = env!("CARGO_BIN_EXE_leaseq");
 /// Longest any one run of the tool may take before the test calls it a hang.
@@ -191,6 +192,9 @@ fn bad_arguments_exit_2_with_one_line_and_touch_nothing() {
         vec!["show", p, "not-a-number"],
         vec!["ls", p, "--bogus-flag"],
         vec!["prune", p, "--applied-retention", "3 days"],
+        vec!["schedules"],
+        vec!["schedules", p, "--queue"],
+        vec!["schedule-remove", p],
     ];
     // Against a missing file: nothing is created.
     for args in &bad {
@@ -237,6 +241,9 @@ fn read_commands_never_create_a_missing_file() {
         vec!["show", p, "1"],
         vec!["check", p],
         vec!["queues", p],
+        vec!["schedules", p],
+        vec!["schedules", p, "--queue", "mail", "--json"],
+        vec!["schedule-remove", p, "tick"],
         vec!["export", p],
         vec!["purge", p, "--state", "dead"],
         vec!["requeue-dead", p, "--all"],
@@ -261,6 +268,8 @@ fn every_command_refuses(path: &Path, needle: &str) {
         (vec!["show", p, "1"], Input::None),
         (vec!["check", p], Input::None),
         (vec!["queues", p], Input::None),
+        (vec!["schedules", p], Input::None),
+        (vec!["schedule-remove", p, "tick"], Input::None),
         (vec!["export", p], Input::None),
         (vec!["enqueue", p, "--data", "x"], Input::None),
         (vec!["import", p], Input::Bytes(jsonl)),
@@ -320,6 +329,7 @@ fn a_file_open_in_another_process_is_in_use_promptly() {
         vec!["stats", p],
         vec!["ls", p],
         vec!["check", p],
+        vec!["schedules", p],
         vec!["enqueue", p, "--data", "x"],
         vec!["compact", p],
         vec!["export", p],
@@ -1116,4 +1126,35 @@ fn returned_leases_are_said_on_stderr() {
     // Said once: the next open finds nothing to return.
     let again = run(&["stats", s(&path)]);
     assert!(!stderr(&again).contains("returned"), "{}", stderr(&again));
+}
+
+#[test]
+fn show_prints_a_jobs_progress_as_text_or_hex() {
+    let (_dir, path) = tmp();
+    let (text_id, bin_id) = {
+        let q = Queue::open(&path).unwrap();
+        q.set_history(leaseq::History::off().keep_jobs(10)).unwrap();
+        let mut ids = Vec::new();
+        for progress in [&b"half"[..], &[0xff, 0x00][..]] {
+            let id = q.enqueue(b"job", EnqueueOptions::default()).unwrap().id();
+            let lease = q.dequeue().unwrap().unwrap();
+            assert_eq!(lease.id(), id);
+            lease.set_progress(progress).unwrap();
+            lease.ack().unwrap();
+            ids.push(id.to_string());
+        }
+        (ids[0].clone(), ids[1].clone())
+    };
+    let p = s(&path);
+    let v = json_lines(ok(run(&["show", p, &text_id, "--json"])));
+    assert_eq!(v[0]["progress"], "half");
+    assert!(v[0]["progress_ms"].as_u64().is_some(), "{:?}", v[0]);
+    let v = json_lines(ok(run(&["show", p, &bin_id, "--json"])));
+    assert_eq!(v[0]["progress_hex"], "ff00");
+    let human = stdout(ok(run(&["show", p, &text_id])));
+    let line = human
+        .lines()
+        .find(|l| l.starts_with("progress "))
+        .unwrap_or_else(|| panic!("{human}"));
+    assert!(line.contains("half (at "), "{line}");
 }

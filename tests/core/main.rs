@@ -30,6 +30,7 @@ mod named;
 mod outbox;
 mod pause;
 mod process_kill;
+mod progress;
 mod quarantine;
 mod recovery;
 mod retention;

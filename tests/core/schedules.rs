@@ -218,6 +218,8 @@ fn missed_due_times_run_once_or_skip_as_the_reopen_decides() {
     f.clock.advance(secs(3600));
     let q = f.open();
     // Decided by the open: the RunOnce instance is already enqueued, before any dequeue.
+    let r = q.recovery();
+    assert_eq!((r.schedules_fired, r.schedules_skipped), (1, 1), "{r:?}");
     let s = q.stats().unwrap();
     assert_eq!(s.ready, 1, "{s:?}");
     let once = info(&q, "once");

@@ -9,23 +9,25 @@ use crate::duration::parse_duration;
 
 const AFTER_HELP: &str = "\
 Queues: without --queue, commands that read or change existing jobs (stats, ls, show,
-requeue-dead, purge, pause, resume, export) cover every queue of the file; enqueue writes to the default
-queue and import to the queue each line names. `--queue '(default)'` selects the default
-(unnamed) queue alone, as the tables show it.
+requeue-dead, purge, pause, resume, export) and schedules cover every queue of the file;
+enqueue and schedule-remove work on the default queue and import on the queue each line
+names. `--queue '(default)'` selects the default (unnamed) queue alone, as the tables show it.
 
 Durations: a whole number and a unit: 1500ms, 30s, 5m, 2h, 1d (at most 365d).
 
 Exit codes:
   0  success
   1  the command ran but found a problem: check found violations or damage; show or
-     requeue-dead of a job that does not exist or is not dead; a --queue that does not exist
+     requeue-dead of a job that does not exist or is not dead; schedule-remove of a
+     schedule that does not exist; a --queue that does not exist
   2  usage or runtime error: bad arguments, no such file, a file in use by another process,
      not a leaseq file, I/O errors
 
 Errors are one line on stderr starting with `leaseq: `. Read commands (stats, ls, show,
-check, queues, export) never create a file. Opening a file, for any command, returns the
-leases of a process that died and upgrades a file of an older format (said on stderr), as
-every open of a leaseq file does.";
+check, queues, schedules, export) never create a file. Opening a file, for any command,
+returns the leases of a process that died and upgrades a file of an older format (said on
+stderr), and enqueues the jobs of schedules due while the file was closed (as each
+schedule's missed policy says), as every open of a leaseq file does.";
 
 /// What every subcommand's help ends with.
 const EXIT_CODES: &str = "\
@@ -95,6 +97,12 @@ pub enum Command {
     /// List the named queues of the file.
     #[command(after_help = EXIT_CODES)]
     Queues(QueuesArgs),
+    /// List the schedules (periodic jobs) with their next due time, per queue.
+    #[command(after_help = EXIT_CODES)]
+    Schedules(SchedulesArgs),
+    /// Remove a schedule; the jobs it already enqueued stay.
+    #[command(after_help = EXIT_CODES)]
+    ScheduleRemove(ScheduleRemoveArgs),
     /// Write jobs as JSON lines (one job per line) to stdout.
     #[command(after_help = EXIT_CODES)]
     Export(ExportArgs),
@@ -360,6 +368,30 @@ pub struct QueuesArgs {
     /// One JSON object: {"queues":[..]}.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `leaseq schedules`.
+#[derive(Debug, Args)]
+pub struct SchedulesArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub queue: QueueArg,
+    /// One JSON object per schedule and line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `leaseq schedule-remove`.
+#[derive(Debug, Args)]
+pub struct ScheduleRemoveArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    /// The schedule's name.
+    pub name: String,
+    /// The queue the schedule belongs to (default: the default queue).
+    #[arg(long, short = 'q', value_name = "NAME")]
+    pub queue: Option<String>,
 }
 
 /// `leaseq export`.

@@ -71,6 +71,13 @@ pub fn open_with(path: &Path, missing: Missing, builder: Builder) -> CliResult<Q
             r.quarantined
         );
     }
+    if r.schedules_fired > 0 {
+        eprintln!(
+            "leaseq: note: opening {} enqueued a job for each of {} schedule(s) due while the file was closed",
+            path.display(),
+            r.schedules_fired
+        );
+    }
     if let Some(from) = r.upgraded_from {
         eprintln!(
             "leaseq: note: {} was upgraded from format {from} to {} (older leaseq versions cannot open it now)",

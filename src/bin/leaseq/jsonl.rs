@@ -193,6 +193,10 @@ pub struct JobView {
     /// Completed: the result its ack stored, as text or hex.
     pub result: Option<String>,
     pub result_hex: Option<String>,
+    /// The progress its (last) delivery recorded, as text or hex, and when (Unix ms).
+    pub progress: Option<String>,
+    pub progress_hex: Option<String>,
+    pub progress_ms: Option<u64>,
     /// The errors of its last attempts, oldest first.
     pub errors: Vec<ErrorView>,
 }
@@ -222,6 +226,9 @@ impl JobView {
             cancel_reason: info.cancel_reason.clone(),
             result: text_or_hex(info.result.as_deref()).0,
             result_hex: text_or_hex(info.result.as_deref()).1,
+            progress: text_or_hex(info.progress.as_deref()).0,
+            progress_hex: text_or_hex(info.progress.as_deref()).1,
+            progress_ms: info.progress_ms,
             errors: info
                 .errors
                 .iter()

@@ -1,10 +1,10 @@
 //! # leaseq, the command-line tool
 //!
 //! Inspects and manages leaseq queue files from a shell: counts and lists jobs, shows one,
-//! enqueues, requeues dead jobs, purges, prunes, compacts, checks, and moves jobs between
-//! files as JSON lines (`export` / `import`). `leaseq --help` lists the commands, the exit
-//! codes (0 success, 1 a problem found, 2 a usage or runtime error) and how queues are
-//! chosen; docs/cli.md documents the JSON-lines schema.
+//! lists and removes schedules, enqueues, requeues dead jobs, purges, prunes, compacts,
+//! checks, and moves jobs between files as JSON lines (`export` / `import`). `leaseq --help`
+//! lists the commands, the exit codes (0 success, 1 a problem found, 2 a usage or runtime
+//! error) and how queues are chosen; docs/cli.md documents the JSON-lines schema.
 //!
 //! The tool uses leaseq's public API only. Errors are one line on stderr starting with
 //! `leaseq: `; progress bars appear only when stderr is a terminal; logs (`-v`, `-vv`) go to
@@ -66,6 +66,8 @@ fn run(command: &Command) -> CliResult {
         Command::Ls(a) => read::ls(a),
         Command::Show(a) => read::show(a),
         Command::Queues(a) => read::queues(a),
+        Command::Schedules(a) => read::schedules(a),
+        Command::ScheduleRemove(a) => write::schedule_remove(a),
         Command::Check(a) => read::check(a),
         Command::Enqueue(a) => write::enqueue(a),
         Command::RequeueDead(a) => write::requeue_dead(a),

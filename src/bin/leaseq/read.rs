@@ -1,10 +1,10 @@
-//! The read commands: `stats`, `ls`, `show`, `queues`, `check`. None of them creates a file
-//! or a queue.
+//! The read commands: `stats`, `ls`, `show`, `queues`, `schedules`, `check`. None of them
+//! creates a file or a queue.
 
-use leaseq::{JobId, JobState, Queue, Stats};
+use leaseq::{JobId, JobState, Missed, Overlap, Queue, ScheduleInfo, Stats, Timing};
 use serde::Serialize;
 
-use crate::args::{CheckArgs, LsArgs, QueuesArgs, ShowArgs, StatsArgs};
+use crate::args::{CheckArgs, LsArgs, QueuesArgs, SchedulesArgs, ShowArgs, StatsArgs};
 use crate::duration::format_ms;
 use crate::fail::{CliResult, Fail};
 use crate::files::{self, Missing, path_of, queue_label};
@@ -38,20 +38,27 @@ struct StatsJson<'a> {
     paused: bool,
     completed: u64,
     cancelled: u64,
+    schedules: u64,
 }
 
 /// `leaseq stats`.
 pub fn stats(a: &StatsArgs) -> CliResult {
     let queue = files::open(&a.file, Missing::Refuse)?;
     let path = path_of(&queue);
-    let mut rows: Vec<(String, Option<String>, Stats)> = Vec::new();
+    let mut rows: Vec<(String, Option<String>, Stats, u64)> = Vec::new();
     for q in files::selected(&queue, a.queue.queue.as_deref())? {
         let s = q.stats().map_err(|e| Fail::leaseq(path, e))?;
-        rows.push((queue_label(&q).to_string(), q.name().map(str::to_string), s));
+        let schedules = q.schedules().map_err(|e| Fail::leaseq(path, e))?.len() as u64;
+        rows.push((
+            queue_label(&q).to_string(),
+            q.name().map(str::to_string),
+            s,
+            schedules,
+        ));
     }
     let mut out = Out::new();
     if a.json {
-        for (_, name, s) in &rows {
+        for (_, name, s, schedules) in &rows {
             out.json(&StatsJson {
                 queue: name.as_deref(),
                 total: s.total,
@@ -65,6 +72,7 @@ pub fn stats(a: &StatsArgs) -> CliResult {
                 paused: s.paused,
                 completed: s.completed,
                 cancelled: s.cancelled,
+                schedules: *schedules,
             })?;
         }
         return out.flush();
@@ -82,10 +90,11 @@ pub fn stats(a: &StatsArgs) -> CliResult {
         "PAUSED",
         "COMPLETED",
         "CANCELLED",
+        "SCHEDULES",
     ];
     let cells: Vec<Vec<String>> = rows
         .iter()
-        .map(|(label, _, s)| {
+        .map(|(label, _, s, schedules)| {
             let mut row = vec![label.clone()];
             row.extend(
                 [
@@ -104,15 +113,17 @@ pub fn stats(a: &StatsArgs) -> CliResult {
             row.push(if s.paused { "yes" } else { "no" }.to_string());
             row.push(s.completed.to_string());
             row.push(s.cancelled.to_string());
+            row.push(schedules.to_string());
             row
         })
         .collect();
-    table(&mut out, &header, &cells)?;
+    let right: Vec<bool> = (0..header.len()).map(|i| i > 0).collect();
+    table(&mut out, &header, &right, &cells)?;
     out.flush()
 }
 
-/// Writes a table: the first column left-aligned, the others right-aligned.
-fn table(out: &mut Out, header: &[&str], rows: &[Vec<String>]) -> CliResult {
+/// Writes a table: column `i` right-aligned when `right[i]`, else left-aligned.
+fn table(out: &mut Out, header: &[&str], right: &[bool], rows: &[Vec<String>]) -> CliResult {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -122,10 +133,13 @@ fn table(out: &mut Out, header: &[&str], rows: &[Vec<String>]) -> CliResult {
     let format_row = |cells: &mut dyn Iterator<Item = &str>| {
         let mut line = String::new();
         for (i, (cell, w)) in cells.zip(&widths).enumerate() {
-            if i == 0 {
-                line.push_str(&format!("{cell:<w$}"));
+            if i > 0 {
+                line.push_str("  ");
+            }
+            if right.get(i).copied().unwrap_or(false) {
+                line.push_str(&format!("{cell:>w$}"));
             } else {
-                line.push_str(&format!("  {cell:>w$}"));
+                line.push_str(&format!("{cell:<w$}"));
             }
         }
         line.trim_end().to_string()
@@ -330,6 +344,19 @@ pub fn show(a: &ShowArgs) -> CliResult {
             ),
         ),
         (
+            "progress",
+            or_dash(info.progress.as_ref().map(|p| {
+                let value = match crate::jsonl::text_or_hex(Some(p)) {
+                    (Some(text), _) => one_line(&text),
+                    (None, hex) => format!("0x{}", hex.unwrap_or_default()),
+                };
+                match info.progress_ms {
+                    Some(ms) => format!("{value} (at {})", utc(ms)),
+                    None => value,
+                }
+            })),
+        ),
+        (
             "idempotency_key",
             key(&l.idempotency_key, &l.idempotency_key_hex),
         ),
@@ -384,6 +411,157 @@ pub fn queues(a: &QueuesArgs) -> CliResult {
             out.line(name)?;
         }
     }
+    out.flush()
+}
+
+/// A schedule's timing in JSON: `{"kind":"interval","every_ms":..,"start_ms":..}` or
+/// `{"kind":"cron","expression":..,"time_zone":..}`.
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum TimingJson<'a> {
+    Interval {
+        every_ms: u64,
+        start_ms: u64,
+    },
+    Cron {
+        expression: &'a str,
+        time_zone: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+struct ScheduleJson<'a> {
+    queue: Option<&'a str>,
+    name: &'a str,
+    timing: TimingJson<'a>,
+    next_due_ms: Option<u64>,
+    last_job_id: Option<u64>,
+    last_due_ms: Option<u64>,
+    fired: u64,
+    skipped: u64,
+    overlap: &'static str,
+    missed: &'static str,
+    priority: i32,
+    payload_bytes: usize,
+    created_ms: u64,
+    updated_ms: u64,
+}
+
+impl<'a> ScheduleJson<'a> {
+    fn new(queue: Option<&'a str>, s: &'a ScheduleInfo) -> ScheduleJson<'a> {
+        ScheduleJson {
+            queue,
+            name: &s.name,
+            timing: match &s.timing {
+                Timing::Interval { every_ms, start_ms } => TimingJson::Interval {
+                    every_ms: *every_ms,
+                    start_ms: *start_ms,
+                },
+                Timing::Cron {
+                    expression,
+                    time_zone,
+                } => TimingJson::Cron {
+                    expression,
+                    time_zone,
+                },
+            },
+            next_due_ms: s.next_due_ms,
+            last_job_id: s.last_job.map(|(id, _)| id.0),
+            last_due_ms: s.last_job.map(|(_, due)| due),
+            fired: s.fired,
+            skipped: s.skipped,
+            overlap: overlap_name(s.overlap),
+            missed: missed_name(s.missed),
+            priority: s.priority,
+            payload_bytes: s.payload_bytes,
+            created_ms: s.created_ms,
+            updated_ms: s.updated_ms,
+        }
+    }
+}
+
+/// An overlap policy's name on the command line and in JSON.
+fn overlap_name(o: Overlap) -> &'static str {
+    match o {
+        Overlap::Skip => "skip",
+        Overlap::Enqueue => "enqueue",
+    }
+}
+
+/// A missed-time policy's name on the command line and in JSON.
+fn missed_name(m: Missed) -> &'static str {
+    match m {
+        Missed::RunOnce => "run_once",
+        Missed::Skip => "skip",
+    }
+}
+
+/// A timing for people: `every 15m`, or `cron 0 3 * * * (Europe/Berlin)` (runs of spaces
+/// in the expression as one).
+fn timing_text(t: &Timing) -> String {
+    match t {
+        Timing::Interval { every_ms, .. } => format!("every {}", format_ms(*every_ms)),
+        Timing::Cron {
+            expression,
+            time_zone,
+        } => format!(
+            "cron {} ({})",
+            short(&crate::fail::one_line(expression), 200),
+            short(time_zone, 200)
+        ),
+    }
+}
+
+/// `leaseq schedules`: the schedules of the selected queues, each queue's by name.
+pub fn schedules(a: &SchedulesArgs) -> CliResult {
+    let queue = files::open(&a.file, Missing::Refuse)?;
+    let path = path_of(&queue);
+    let mut rows: Vec<(Queue, Vec<ScheduleInfo>)> = Vec::new();
+    for q in files::selected(&queue, a.queue.queue.as_deref())? {
+        let list = q.schedules().map_err(|e| Fail::leaseq(path, e))?;
+        rows.push((q, list));
+    }
+    let mut out = Out::new();
+    if a.json {
+        for (q, list) in &rows {
+            for s in list {
+                out.json(&ScheduleJson::new(q.name(), s))?;
+            }
+        }
+        return out.flush();
+    }
+    if rows.iter().all(|(_, list)| list.is_empty()) {
+        out.line("no schedules")?;
+        return out.flush();
+    }
+    let header = [
+        "QUEUE", "NAME", "TIMING", "NEXT_DUE", "LAST_JOB", "LAST_DUE", "FIRED", "SKIPPED",
+        "OVERLAP", "MISSED",
+    ];
+    let right = [
+        false, false, false, false, true, false, true, true, false, false,
+    ];
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .flat_map(|(q, list)| list.iter().map(move |s| (queue_label(q), s)))
+        .map(|(label, s)| {
+            vec![
+                label.to_string(),
+                short(&s.name, 200),
+                timing_text(&s.timing),
+                s.next_due_ms.map_or_else(|| "none".to_string(), utc),
+                s.last_job
+                    .map_or_else(|| "-".to_string(), |(id, _)| id.0.to_string()),
+                s.last_job
+                    .map_or_else(|| "-".to_string(), |(_, due)| utc(due)),
+                s.fired.to_string(),
+                s.skipped.to_string(),
+                overlap_name(s.overlap).to_string(),
+                missed_name(s.missed).to_string(),
+            ]
+        })
+        .collect();
+    table(&mut out, &header, &right, &cells)?;
     out.flush()
 }
 

@@ -1,5 +1,5 @@
-//! The commands that change a file: `enqueue`, `requeue-dead`, `purge`, `pause`, `resume`,
-//! `prune`, `compact`.
+//! The commands that change a file: `enqueue`, `requeue-dead`, `cancel`, `retry`, `promote`,
+//! `purge`, `pause`, `resume`, `schedule-remove`, `prune`, `compact`.
 
 use std::io::{IsTerminal, Read};
 use std::path::Path;
@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::args::{
     CancelArgs, ControlArgs, EnqueueArgs, FileArg, JobArgs, PruneArgs, PurgeArgs, RequeueDeadArgs,
-    StateArg,
+    ScheduleRemoveArgs, StateArg,
 };
 use crate::fail::{CliResult, Fail, one_line};
 use crate::files::{self, Missing, path_of, queue_label};
@@ -227,6 +227,35 @@ fn control(
         let what = if did { changed } else { unchanged };
         out.line(format!("{}: {what}", queue_label(&q)))?;
     }
+    out.flush()
+}
+
+/// `leaseq schedule-remove`: the schedule of the queue `--queue` names (never made), else of
+/// the default queue; one commit. Exit 1 when that queue has no schedule of that name.
+pub fn schedule_remove(a: &ScheduleRemoveArgs) -> CliResult {
+    let queue = files::open(&a.file, Missing::Refuse)?;
+    let path = path_of(&queue);
+    let q = match a.queue.as_deref() {
+        Some(name) => files::existing(&queue, name)?,
+        None => queue.clone(),
+    };
+    let removed = q
+        .remove_schedule(&a.name)
+        .map_err(|e| Fail::leaseq(path, e))?;
+    if !removed {
+        return Err(Fail::problem(format!(
+            "{}: no schedule named {:?} in queue {}",
+            path.display(),
+            a.name,
+            queue_label(&q)
+        )));
+    }
+    let mut out = Out::new();
+    out.line(format!(
+        "{}: removed schedule {:?}",
+        queue_label(&q),
+        a.name
+    ))?;
     out.flush()
 }
 

@@ -9,7 +9,7 @@
 //! Reading never trusts a length: every length is checked against the bytes left before
 //! anything is allocated, so a damaged length is an error, not an allocation.
 
-use super::{JobRecord, PayloadRef, StoredError, StoredRetry, StoredState};
+use super::{JobRecord, PayloadRef, StoredError, StoredProgress, StoredRetry, StoredState};
 use crate::error::{Error, Result};
 
 /// Appends the bincode body of `record` to `out`.
@@ -67,11 +67,16 @@ pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) {
     opt(out, record.encoding.as_ref(), |o, v| o.push(*v));
     opt(out, record.status.as_ref(), |o, v| bytes(o, v.as_bytes()));
     out.push(u8::from(record.dedup_until_started));
+    opt(out, record.progress.as_ref(), |o, p| {
+        u64_(o, p.at_ms);
+        bytes(o, &p.value);
+    });
 }
 
 /// Reads a body written by [`write()`] (or by bincode for the same version); every byte must be
-/// used.
-pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
+/// used. `version` 5 is the same body without its last field, the progress.
+pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
+    debug_assert!(version == 5 || version == super::RECORD_VERSION);
     let mut r = Reader { rest: body };
     let state = match r.u32()? {
         0 => StoredState::Scheduled,
@@ -125,6 +130,16 @@ pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
             0 => false,
             1 => true,
             b => return Err(bad(format!("bool {b}"))),
+        },
+        progress: if version >= 6 {
+            r.opt(|r| {
+                Ok(StoredProgress {
+                    at_ms: r.u64()?,
+                    value: r.bytes()?,
+                })
+            })?
+        } else {
+            None
         },
     };
     if !r.rest.is_empty() {
@@ -297,7 +312,11 @@ mod tests {
                 any::<u32>(),
                 any::<Option<u8>>(),
             ),
-            (proptest::option::of(".{0,40}"), any::<bool>()),
+            (
+                proptest::option::of(".{0,40}"),
+                any::<bool>(),
+                proptest::option::of((any::<u64>(), proptest::collection::vec(any::<u8>(), 0..40))),
+            ),
         )
             .prop_map(|(a, b, c, d)| JobRecord {
                 state: a.0,
@@ -326,6 +345,7 @@ mod tests {
                 encoding: c.6,
                 status: d.0,
                 dedup_until_started: d.1,
+                progress: d.2.map(|(at_ms, value)| StoredProgress { at_ms, value }),
             })
     }
 
@@ -338,7 +358,7 @@ mod tests {
             let mut mine = Vec::new();
             write(&record, &mut mine);
             prop_assert_eq!(&mine, &bincode_body(&record));
-            prop_assert_eq!(read(&mine).unwrap(), record.clone());
+            prop_assert_eq!(read(&mine, super::super::RECORD_VERSION).unwrap(), record.clone());
             let (theirs, used): (JobRecord, usize) =
                 bincode::serde::decode_from_slice(&mine, super::super::record_config()).unwrap();
             prop_assert_eq!(used, mine.len());
@@ -353,11 +373,11 @@ mod tests {
             let mut body = Vec::new();
             write(&record, &mut body);
             let short = &body[..cut.index(body.len())];
-            prop_assert!(read(short).is_err());
+            prop_assert!(read(short, super::super::RECORD_VERSION).is_err());
             let mut flipped = body.clone();
             let i = at.index(flipped.len());
             flipped[i] = to;
-            let mine = read(&flipped).ok();
+            let mine = read(&flipped, super::super::RECORD_VERSION).ok();
             let theirs = bincode::serde::decode_from_slice::<JobRecord, _>(
                 &flipped,
                 super::super::record_config(),
@@ -366,6 +386,23 @@ mod tests {
             .filter(|(_, used)| *used == flipped.len())
             .map(|(r, _)| r);
             prop_assert_eq!(mine, theirs);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// A record version 5 body is a version 6 body without the progress: it reads back as
+        /// the same record with none.
+        #[test]
+        fn a_version_5_body_reads_with_no_progress(record in any_record()) {
+            let record = JobRecord { progress: None, ..record };
+            let mut body = Vec::new();
+            write(&record, &mut body);
+            prop_assert_eq!(body.pop(), Some(0));
+            prop_assert_eq!(read(&body, 5).unwrap(), record);
+            // A version 6 reader wants the progress tag.
+            prop_assert!(read(&body, super::super::RECORD_VERSION).is_err());
         }
     }
 
@@ -393,6 +430,7 @@ mod tests {
                 encoding: None,
                 status: None,
                 dedup_until_started: false,
+                progress: None,
             },
             &mut body,
         );
@@ -400,7 +438,7 @@ mod tests {
         // of errors).
         let at = 4 + 4 + 8 + 4 + 4 + 1 + 8 + 8 + 1 + 1 + 8;
         body[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
-        let e = read(&body).unwrap_err();
+        let e = read(&body, super::super::RECORD_VERSION).unwrap_err();
         assert!(e.to_string().contains("past the record's end"), "{e}");
     }
 }
