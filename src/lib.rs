@@ -99,6 +99,7 @@ mod commit;
 mod error;
 mod events;
 mod file;
+mod flow;
 mod format;
 mod job;
 mod lease;
@@ -139,6 +140,7 @@ pub use commit::{CommitStats, Durability};
 pub use error::{BoxError, Error, Result};
 pub use events::{Event, Events};
 pub use file::Recovery;
+pub use flow::RateLimit;
 pub use format::payload::Encoding;
 pub use format::schema::FORMAT_VERSION;
 pub use job::{

@@ -744,6 +744,8 @@ fn init_tables(db: &Database) -> Result<()> {
                 .map_err(foreign)?;
             tx.open_table(crate::format::schema::SCHEDULE_DUE)
                 .map_err(foreign)?;
+            tx.open_table(crate::format::schema::RATE_LIMITS)
+                .map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {
@@ -789,6 +791,7 @@ fn precheck_attach(rtx: &redb::ReadTransaction) -> Result<()> {
     refuse_other_types(rtx, crate::format::schema::HISTORY_LIMITS)?;
     refuse_other_types(rtx, crate::format::schema::SCHEDULES)?;
     refuse_other_types(rtx, crate::format::schema::SCHEDULE_DUE)?;
+    refuse_other_types(rtx, crate::format::schema::RATE_LIMITS)?;
     if let Ok(meta) = rtx.open_table(META)
         && let Some(found) = meta.get(META_FORMAT_VERSION)?.map(|v| v.value())
         && found > FORMAT_VERSION

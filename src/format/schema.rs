@@ -25,6 +25,11 @@ pub(crate) const SCHEDULES: TableDefinition<(u32, &str), &[u8]> =
 /// entry per schedule that has one. Since format 8.
 pub(crate) const SCHEDULE_DUE: TableDefinition<(u32, u64, &str), ()> =
     TableDefinition::new("leaseq_schedule_due");
+/// Each rate-limited queue's limit and its current window: queue number → (most deliveries
+/// per window, the window in ms, when the current window started in Unix ms, deliveries
+/// in it). A queue without a row is not limited. Since format 8.
+pub(crate) const RATE_LIMITS: TableDefinition<u32, (u64, u64, u64, u64)> =
+    TableDefinition::new("leaseq_rate_limits");
 /// A quarantined row: when it was moved aside (Unix ms), why, and its bytes as they were found.
 pub(crate) type QuarantineValue = (u64, &'static str, &'static [u8]);
 

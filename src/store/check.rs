@@ -142,8 +142,8 @@ fn check_history_limits(
     Ok(())
 }
 
-/// `leaseq_schedules` and `leaseq_schedule_due` (format 8 on): present, and consistent
-/// (`store::schedule::check_schedules`).
+/// The file-wide tables of format 8: `leaseq_schedules` and `leaseq_schedule_due` present
+/// and consistent (`store::schedule::check_schedules`), `leaseq_rate_limits`' rows valid.
 fn check_schedule_tables(
     rtx: &redb::ReadTransaction,
     named: &[(String, u32)],
@@ -160,6 +160,10 @@ fn check_schedule_tables(
                 "leaseq_schedule_due",
                 rtx.open_table(crate::format::schema::SCHEDULE_DUE).is_ok(),
             ),
+            (
+                "leaseq_rate_limits",
+                rtx.open_table(crate::format::schema::RATE_LIMITS).is_ok(),
+            ),
         ] {
             if !present {
                 details.push(format!("{name} is missing (format 8)"));
@@ -171,6 +175,7 @@ fn check_schedule_tables(
         .get(META_NEXT_ID)?
         .map_or(u64::MAX, |v| v.value());
     super::schedule::check_schedules(rtx, named, next_id, &mut details)?;
+    super::flow::check_rate_limits(rtx, named, &mut details)?;
     for detail in details {
         if out.len() < VIOLATIONS_MAX {
             out.push(Violation {

@@ -84,6 +84,15 @@ pub(crate) fn dequeue(
     debug_assert!((1..=crate::limits::BATCH_MAX).contains(&max));
     let mut tx_tables = Tables::open(ctx, tables)?;
     sweep(&mut tx_tables, ctx, config, now_ms)?;
+    // A rate-limited queue delivers what its window has left.
+    let limited = super::flow::allowed_now(ctx.tx, tables.queue_number, now_ms)?;
+    let max = match limited {
+        Some(allowed) => max.min(usize::try_from(allowed).unwrap_or(usize::MAX)),
+        None => max,
+    };
+    if max == 0 {
+        return Ok(Vec::new());
+    }
     let mut out = Vec::with_capacity(max);
     // Entries whose row is damaged or does not match: settled below. Each is settled once (its
     // entry removed), so however much damage lies ahead of the first good job, the loop ends,
@@ -221,6 +230,9 @@ pub(crate) fn dequeue(
     for id in strays {
         let row = tx_tables.row(id)?;
         tx_tables.repair_stray_entry(id, row, now_ms)?;
+    }
+    if limited.is_some() {
+        super::flow::charge(ctx, tables.queue_number, now_ms, out.len() as u64)?;
     }
     Ok(out)
 }

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, PayloadRef, StoredState};
 use crate::format::schema::{
     FORMAT_VERSION, HISTORY_LIMITS, MARKER_TAG_ID, META, META_FILE_ID, META_FORMAT_VERSION, PAUSED,
-    QUEUES, SCHEDULE_DUE, SCHEDULES, marker_key,
+    QUEUES, RATE_LIMITS, SCHEDULE_DUE, SCHEDULES, marker_key,
 };
 use crate::limits::PAYLOAD_INLINE_MAX;
 
@@ -58,7 +58,7 @@ fn random_u64() -> u64 {
 /// 3 → 4: the empty registry of named queues. 4 → 5: the version only (records of version 3
 /// are read as they are). 5 → 6: the empty table of paused queues. 6 → 7: the empty history
 /// settings, and each queue's empty completed and cancelled indexes (records of version 4 are
-/// read as they are). 7 → 8: the empty schedule tables.
+/// read as they are). 7 → 8: the empty schedule and rate-limit tables.
 ///
 /// A row that fails its checks is skipped here: the pass that meets it quarantines it.
 pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
@@ -98,6 +98,8 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     // 7 to 8: the schedules and their due-time index, empty.
     tx.open_table(SCHEDULES)?;
     tx.open_table(SCHEDULE_DUE)?;
+    // 7 to 8: the rate limits, none.
+    tx.open_table(RATE_LIMITS)?;
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
     Ok(Some(version))
 }

@@ -25,6 +25,7 @@
 //! | `admin.rs` | cancel, retry, requeue, remove, purge or requeue by state |
 //! | `registry.rs` | named-queue numbers |
 //! | `control.rs` | queue controls stored in the file: pause, resume, the history setting |
+//! | `flow.rs` | flow control: a queue's rate limit, read and charged by the dequeue |
 //! | `schedule.rs` | periodic jobs: set, remove, fire the due ones (in the sweep, and at open) |
 //! | `migrate.rs` | the file id, format upgrades |
 //! | `recover.rs` | lease recovery at open |
@@ -39,6 +40,7 @@ mod control;
 mod dequeue;
 mod enqueue;
 mod fenced;
+mod flow;
 mod migrate;
 mod read;
 mod recover;
@@ -60,6 +62,7 @@ pub(crate) use fenced::{
     ClosureFailure, EffectCall, ack, ack_with, extend, fail, nack, release_unseen, set_progress,
     snooze,
 };
+pub(crate) use flow::{rate_limit_of, set_rate_limit, validate_rate_limit};
 pub(crate) use migrate::{file_id, make_file_id, upgrade};
 pub(crate) use read::{
     is_applied, job, list, payload, peek_due, quarantined, quarantined_record, stats,

@@ -19,6 +19,10 @@ pub(crate) fn peek_due(
     tables: &'static QueueTables,
     now_ms: u64,
 ) -> Result<(bool, Option<u64>)> {
+    // A rate-limited queue whose window is used up has nothing to do until the window ends.
+    if let Some(window_end_ms) = super::flow::limited_until(rtx, tables.queue_number, now_ms)? {
+        return Ok((false, Some(window_end_ms)));
+    }
     let ready = rtx.open_table(tables.ready())?;
     if !ready.is_empty()? {
         return Ok((true, None));

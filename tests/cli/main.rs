@@ -1158,3 +1158,30 @@ fn show_prints_a_jobs_progress_as_text_or_hex() {
         .unwrap_or_else(|| panic!("{human}"));
     assert!(line.contains("half (at "), "{line}");
 }
+
+#[test]
+fn stats_shows_each_queues_rate_limit() {
+    let (_dir, path) = tmp();
+    {
+        let q = Queue::open(&path).unwrap();
+        q.set_rate_limit(Some(leaseq::RateLimit::new(10, Duration::from_secs(60))))
+            .unwrap();
+        q.named("free").unwrap();
+    }
+    let p = s(&path);
+    let v = json_lines(ok(run(&["stats", p, "--json"])));
+    assert_eq!(
+        v[0]["rate_limit"],
+        serde_json::json!({"max": 10, "per_ms": 60000})
+    );
+    assert_eq!(v[1]["queue"], "free");
+    assert!(v[1]["rate_limit"].is_null(), "{:?}", v[1]);
+    let text = stdout(ok(run(&["stats", p])));
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0].last(), Some(&"RATE_LIMIT"));
+    assert_eq!(lines[1].last(), Some(&"10/1m"));
+    assert_eq!(lines[2].last(), Some(&"-"));
+}

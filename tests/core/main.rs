@@ -21,6 +21,7 @@ mod dedup;
 mod effect;
 mod events;
 mod files;
+mod flow;
 mod group_commit;
 mod import;
 mod lease;

@@ -39,26 +39,43 @@ struct StatsJson<'a> {
     completed: u64,
     cancelled: u64,
     schedules: u64,
+    /// `{"max":..,"per_ms":..}`, or null when the queue is not rate-limited.
+    rate_limit: Option<RateLimitJson>,
+}
+
+#[derive(Serialize)]
+struct RateLimitJson {
+    max: u32,
+    per_ms: u64,
 }
 
 /// `leaseq stats`.
 pub fn stats(a: &StatsArgs) -> CliResult {
     let queue = files::open(&a.file, Missing::Refuse)?;
     let path = path_of(&queue);
-    let mut rows: Vec<(String, Option<String>, Stats, u64)> = Vec::new();
+    type Row = (
+        String,
+        Option<String>,
+        Stats,
+        u64,
+        Option<leaseq::RateLimit>,
+    );
+    let mut rows: Vec<Row> = Vec::new();
     for q in files::selected(&queue, a.queue.queue.as_deref())? {
         let s = q.stats().map_err(|e| Fail::leaseq(path, e))?;
         let schedules = q.schedules().map_err(|e| Fail::leaseq(path, e))?.len() as u64;
+        let limit = q.rate_limit().map_err(|e| Fail::leaseq(path, e))?;
         rows.push((
             queue_label(&q).to_string(),
             q.name().map(str::to_string),
             s,
             schedules,
+            limit,
         ));
     }
     let mut out = Out::new();
     if a.json {
-        for (_, name, s, schedules) in &rows {
+        for (_, name, s, schedules, limit) in &rows {
             out.json(&StatsJson {
                 queue: name.as_deref(),
                 total: s.total,
@@ -73,6 +90,10 @@ pub fn stats(a: &StatsArgs) -> CliResult {
                 completed: s.completed,
                 cancelled: s.cancelled,
                 schedules: *schedules,
+                rate_limit: limit.map(|l| RateLimitJson {
+                    max: l.max,
+                    per_ms: l.per_ms,
+                }),
             })?;
         }
         return out.flush();
@@ -91,10 +112,11 @@ pub fn stats(a: &StatsArgs) -> CliResult {
         "COMPLETED",
         "CANCELLED",
         "SCHEDULES",
+        "RATE_LIMIT",
     ];
     let cells: Vec<Vec<String>> = rows
         .iter()
-        .map(|(label, _, s, schedules)| {
+        .map(|(label, _, s, schedules, limit)| {
             let mut row = vec![label.clone()];
             row.extend(
                 [
@@ -114,6 +136,10 @@ pub fn stats(a: &StatsArgs) -> CliResult {
             row.push(s.completed.to_string());
             row.push(s.cancelled.to_string());
             row.push(schedules.to_string());
+            row.push(match limit {
+                Some(l) => format!("{}/{}", l.max, format_ms(l.per_ms)),
+                None => "-".to_string(),
+            });
             row
         })
         .collect();

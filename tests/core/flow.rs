@@ -1,0 +1,194 @@
+//! Rate limits (`Queue::set_rate_limit`). Goal: at most `max` deliveries per window over
+//! every consumer (dequeue, batch, ack-and-next, a pool), waiting consumers sleep until the
+//! window ends, the window survives a reopen, and bad limits write nothing. Method: a manual
+//! clock, the public API, `check()`.
+
+use crate::common::{Fixture, assert_consistent, enqueue_n, plain, secs};
+use leaseq::{Error, RateLimit};
+use std::time::Duration;
+
+fn per_minute(max: u32) -> Option<RateLimit> {
+    Some(RateLimit::new(max, secs(60)))
+}
+
+#[test]
+fn a_window_delivers_at_most_its_max_then_the_next_window_more() {
+    let f = Fixture::new();
+    let q = f.open();
+    assert!(q.set_rate_limit(per_minute(3)).unwrap());
+    assert_eq!(q.rate_limit().unwrap(), per_minute(3));
+    enqueue_n(&q, 10, plain());
+    let first = q.dequeue_batch(10).unwrap();
+    assert_eq!(first.len(), 3);
+    assert!(q.dequeue().unwrap().is_none(), "used up");
+    // Acks are not deliveries, and ack_and_next takes nothing past the limit.
+    for l in first {
+        assert!(l.ack_and_next().unwrap().is_none());
+    }
+    f.clock.advance(secs(59));
+    assert!(q.dequeue().unwrap().is_none(), "still the same window");
+    f.clock.advance(secs(1));
+    let second = q.dequeue_batch(10).unwrap();
+    assert_eq!(second.len(), 3, "a new window");
+    for l in second {
+        l.ack().unwrap();
+    }
+    assert!(q.dequeue().unwrap().is_none(), "3 taken already");
+    f.clock.advance(secs(60));
+    // ack_and_next within the window takes the next job while some is left.
+    let mut taken = 0;
+    let mut lease = q.dequeue().unwrap();
+    while let Some(l) = lease {
+        taken += 1;
+        lease = l.ack_and_next().unwrap();
+    }
+    assert_eq!(taken, 3, "1 dequeue + 2 ack_and_next in the third window");
+    assert_eq!(q.stats().unwrap().ready, 1);
+    assert_consistent(&q);
+}
+
+#[test]
+fn a_waiting_consumer_sleeps_until_the_window_ends() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.set_rate_limit(per_minute(1)).unwrap();
+    enqueue_n(&q, 2, plain());
+    q.dequeue().unwrap().unwrap().ack().unwrap();
+    let waiter = {
+        let q = q.clone();
+        std::thread::spawn(move || q.dequeue_timeout(Duration::from_secs(20)).unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!waiter.is_finished(), "the window is used up");
+    f.clock.advance(secs(60));
+    let l = waiter.join().unwrap().expect("woken at the window's end");
+    l.ack().unwrap();
+    assert_consistent(&q);
+}
+
+#[test]
+fn the_window_survives_a_reopen() {
+    let f = Fixture::new();
+    {
+        let q = f.open();
+        q.set_rate_limit(per_minute(2)).unwrap();
+        enqueue_n(&q, 5, plain());
+        for l in q.dequeue_batch(5).unwrap() {
+            l.ack().unwrap();
+        }
+    }
+    let q = f.open();
+    assert_eq!(q.rate_limit().unwrap(), per_minute(2));
+    assert!(
+        q.dequeue().unwrap().is_none(),
+        "no fresh burst after a restart"
+    );
+    f.clock.advance(secs(60));
+    assert_eq!(q.dequeue_batch(5).unwrap().len(), 2);
+    assert_consistent(&q);
+}
+
+#[test]
+fn a_pool_respects_the_limit() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.set_rate_limit(per_minute(5)).unwrap();
+    enqueue_n(&q, 20, plain());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let pool = {
+        let done = std::sync::Arc::clone(&done);
+        leaseq::WorkerPool::builder(&q)
+            .threads(4)
+            .start(move |_| {
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap()
+    };
+    let count = || done.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(crate::common::eventually(|| count() == 5));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(count(), 5, "no more within the window");
+    f.clock.advance(secs(60));
+    assert!(crate::common::eventually(|| count() == 10));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(count(), 10);
+    let report = pool.shutdown(Duration::from_secs(5));
+    assert_eq!(report.stats.acked, 10, "{report:?}");
+    assert_consistent(&q);
+}
+
+#[test]
+fn limits_are_per_queue_and_changes_take_effect() {
+    let f = Fixture::new();
+    let q = f.open();
+    let other = q.named("other").unwrap();
+    q.set_rate_limit(per_minute(1)).unwrap();
+    enqueue_n(&q, 3, plain());
+    enqueue_n(&other, 3, plain());
+    assert_eq!(
+        other.dequeue_batch(3).unwrap().len(),
+        3,
+        "the other queue is not limited"
+    );
+    assert_eq!(q.dequeue_batch(3).unwrap().len(), 1);
+    assert!(
+        !q.set_rate_limit(per_minute(1)).unwrap(),
+        "the same limit: no change"
+    );
+    assert!(q.dequeue().unwrap().is_none(), "and the window kept");
+    assert!(q.set_rate_limit(per_minute(2)).unwrap());
+    assert_eq!(
+        q.dequeue_batch(3).unwrap().len(),
+        2,
+        "a new limit, a fresh window"
+    );
+    enqueue_n(&q, 1, plain());
+    assert!(q.set_rate_limit(None).unwrap());
+    assert!(!q.set_rate_limit(None).unwrap());
+    assert_eq!(q.rate_limit().unwrap(), None);
+    assert_eq!(q.dequeue_batch(3).unwrap().len(), 1, "unlimited");
+    assert_consistent(&q);
+}
+
+#[test]
+fn bad_limits_are_typed_errors_that_write_nothing() {
+    let f = Fixture::new();
+    let q = f.open();
+    let commits = q.commit_stats().commits;
+    for bad in [
+        RateLimit::new(0, secs(1)),
+        RateLimit::new(1, Duration::ZERO),
+        RateLimit::new(1, Duration::from_micros(500)),
+        RateLimit::new(1, leaseq::DELAY_MAX + secs(1)),
+    ] {
+        match q.set_rate_limit(Some(bad)) {
+            Err(Error::InvalidOption { field, .. }) => assert_eq!(field, "rate_limit"),
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+    assert_eq!(q.commit_stats().commits, commits);
+    assert_eq!(q.rate_limit().unwrap(), None);
+}
+
+#[test]
+fn check_reports_a_window_past_its_limit() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.set_rate_limit(per_minute(2)).unwrap();
+    let w = q.database().begin_write().unwrap();
+    {
+        let def: leaseq::redb::TableDefinition<u32, (u64, u64, u64, u64)> =
+            leaseq::redb::TableDefinition::new("leaseq_rate_limits");
+        w.open_table(def)
+            .unwrap()
+            .insert(0u32, (2, 60_000, crate::common::T0_MS, 7))
+            .unwrap();
+    }
+    w.commit().unwrap();
+    let v = q.check().unwrap();
+    assert!(
+        v.iter().any(|v| v.detail.contains("leaseq_rate_limits")),
+        "{v:?}"
+    );
+}
