@@ -28,7 +28,7 @@
 //! fresh group (`Replay`). A group that wrote nothing is aborted instead of committed, so a
 //! refused call costs no fsync.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -122,7 +122,7 @@ pub(crate) struct Ctx<'g> {
     written: WriteMark<'g>,
     /// The queues (numbers) in which an operation made or scheduled work: their blocked
     /// consumers wake on commit.
-    pub wake: &'g mut Vec<u32>,
+    wake: WakeList<'g>,
     /// What the operations did, for the queues' subscribers (published on commit).
     pub events: EventSink<'g>,
 }
@@ -173,12 +173,31 @@ impl<'g> Ctx<'g> {
     }
 }
 
-impl Ctx<'_> {
+/// The queues whose blocked consumers wake when the group commits; a copy goes to the
+/// `store::Tables` of each operation, whose index changes can make work available (a
+/// group's next job).
+#[derive(Clone, Copy)]
+pub(crate) struct WakeList<'g>(&'g RefCell<Vec<u32>>);
+
+impl WakeList<'_> {
+    /// Marks queue `queue_number` as having new work once this group commits.
+    pub(crate) fn wake(self, queue_number: u32) {
+        let mut list = self.0.borrow_mut();
+        if !list.contains(&queue_number) {
+            list.push(queue_number);
+        }
+    }
+}
+
+impl<'g> Ctx<'g> {
     /// Marks queue `queue_number` as having new work once this group commits.
     pub(crate) fn wake(&mut self, queue_number: u32) {
-        if !self.wake.contains(&queue_number) {
-            self.wake.push(queue_number);
-        }
+        self.wake.wake(queue_number);
+    }
+
+    /// The group's wake list, for tables that make work available on the operation's behalf.
+    pub(crate) fn wake_list(&self) -> WakeList<'g> {
+        self.wake
     }
 
     pub(crate) fn alloc_id(&mut self) -> u64 {
@@ -209,7 +228,7 @@ struct OpenGroup {
     counters: IdBlocks,
     counters_at_start: IdBlocks,
     dirty: bool,
-    wake: Vec<u32>,
+    wake: RefCell<Vec<u32>>,
     events: std::cell::RefCell<Vec<(u32, Event)>>,
     members: usize,
     /// Members other than the leader, parked until the result is set (woken one by one
@@ -404,7 +423,7 @@ impl Committer {
                 tx: &g.tx,
                 counters: &mut g.counters,
                 written: WriteMark(&written),
-                wake: &mut g.wake,
+                wake: WakeList(&g.wake),
                 // Looked at per operation: a call made after a subscription returned is
                 // recorded whatever group it joins.
                 events: EventSink::new(self.hub.listening().then_some(&g.events)),
@@ -478,7 +497,7 @@ impl Committer {
             counters,
             counters_at_start: counters,
             dirty: false,
-            wake: Vec::new(),
+            wake: RefCell::new(Vec::new()),
             events: std::cell::RefCell::new(Vec::new()),
             members: 0,
             waiters: Vec::new(),
@@ -585,7 +604,7 @@ impl Committer {
         debug_assert!(g.counters.next_id >= g.counters_at_start.next_id);
         debug_assert!(g.counters.next_token >= g.counters_at_start.next_token);
         st.sealing = true;
-        let wake = std::mem::take(&mut g.wake);
+        let wake = g.wake.take();
         let events = std::mem::take(g.events.get_mut());
         let counters = g.counters;
         let (members, dirty, seq, durable) = (g.members, g.dirty, g.seq, g.durable);

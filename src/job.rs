@@ -70,6 +70,7 @@ pub struct EnqueueOptions {
     pub(crate) on_duplicate: OnDuplicate,
     /// Set by `enqueue_value`: how the payload was encoded.
     pub(crate) encoding: Option<crate::format::payload::Encoding>,
+    pub(crate) group: Option<Vec<u8>>,
 }
 
 impl EnqueueOptions {
@@ -100,6 +101,26 @@ impl EnqueueOptions {
     /// way); nothing checks that they decode.
     pub fn encoding(mut self, encoding: crate::format::payload::Encoding) -> Self {
         self.encoding = Some(encoding);
+        self
+    }
+
+    /// Puts the job in an ordered group (at most [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX)
+    /// bytes): the jobs of one group are delivered one at a time, in the order they were
+    /// enqueued, while other groups and ungrouped jobs flow around a busy one, as SQS FIFO's
+    /// message groups and BullMQ Pro's groups with concurrency 1. The outbox of a notes app
+    /// syncing each document in order is the example: group by document id.
+    ///
+    /// - A job of a group is delivered only when every job enqueued before it in the group
+    ///   has ended: it waits (counted in [`Stats::ready`], listed ready) while an earlier one
+    ///   is ready, leased, or scheduled (a retry waiting for its backoff blocks its group, as
+    ///   an SQS FIFO message being retried does).
+    /// - A dead job does not block its group: it is out of the way, as a message moved to an
+    ///   SQS dead-letter queue; a job requeued from the dead letters ([`Queue::requeue_dead`](crate::Queue::requeue_dead))
+    ///   takes back its place by enqueue order, ahead of the group's later jobs.
+    /// - Priorities order the groups' first jobs among themselves and ungrouped jobs; within
+    ///   a group, enqueue order wins.
+    pub fn group(mut self, key: impl AsRef<[u8]>) -> Self {
+        self.group = Some(key.as_ref().to_vec());
         self
     }
 
@@ -325,6 +346,8 @@ pub struct JobInfo {
     /// until its next delivery: what a UI shows as its status ("waiting for network"), apart
     /// from its last error.
     pub status: Option<String>,
+    /// Its ordered group ([`EnqueueOptions::group`]), if any.
+    pub group: Option<Vec<u8>>,
     /// The last progress its current (or, until the next delivery, its last) delivery
     /// recorded ([`Lease::set_progress`](crate::Lease::set_progress)), at most
     /// [`PROGRESS_BYTES_MAX`](crate::PROGRESS_BYTES_MAX) bytes.

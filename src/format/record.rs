@@ -134,6 +134,13 @@ pub(crate) struct JobRecord {
     /// The last progress its running delivery recorded (`Lease::set_progress`), kept until
     /// its next delivery. Since record version 6.
     pub progress: Option<StoredProgress>,
+    /// The ordered group it belongs to (`EnqueueOptions::group`): at most one job of a group
+    /// is delivered at a time, in `group_order`. Since record version 6.
+    pub group: Option<Vec<u8>>,
+    /// Its place in its group (from the sequence counter, taken when it joined: at enqueue,
+    /// or when a requeue or retry brought it back to the end of the group); 0 without a
+    /// group. Since record version 6.
+    pub group_order: u64,
 }
 
 /// A running job's progress, as stored: when it was recorded (Unix ms) and its bytes (at
@@ -212,6 +219,8 @@ impl From<JobRecordV4> for JobRecord {
             status: None,
             dedup_until_started: false,
             progress: None,
+            group: None,
+            group_order: 0,
         }
     }
 }
@@ -260,6 +269,8 @@ impl From<JobRecordV3> for JobRecord {
             status: None,
             dedup_until_started: false,
             progress: None,
+            group: None,
+            group_order: 0,
         }
     }
 }
@@ -338,6 +349,8 @@ impl From<JobRecordV2> for JobRecord {
             status: None,
             dedup_until_started: false,
             progress: None,
+            group: None,
+            group_order: 0,
         }
     }
 }
@@ -382,6 +395,8 @@ impl From<JobRecordV1> for JobRecord {
             status: None,
             dedup_until_started: false,
             progress: None,
+            group: None,
+            group_order: 0,
         }
     }
 }
@@ -537,6 +552,13 @@ impl JobRecord {
         {
             return fail("progress above the limit");
         }
+        if self
+            .group
+            .as_ref()
+            .is_some_and(|g| g.len() > crate::limits::KEY_BYTES_MAX)
+        {
+            return fail("group key above the limit");
+        }
         match &self.state {
             StoredState::Completed { result } => {
                 if result.as_ref().is_some_and(|r| r.len() > RESULT_BYTES_MAX) {
@@ -675,6 +697,8 @@ mod tests {
             status: None,
             dedup_until_started: false,
             progress: None,
+            group: None,
+            group_order: 0,
         }
     }
 
@@ -791,8 +815,9 @@ mod tests {
         // policy (tag, kind, base, cap, jitter: 19 bytes), the dedup window (`None`: 1 byte),
         // the payload reference (`None`: 1 byte), the snooze count (4 bytes) and the encoding
         // (`Some(1)`: 2 bytes), the status (`None`: 1 byte), the until-started flag (1 byte)
-        // and the progress (`None`: 1 byte) follow.
-        let end = n - 19 - 1 - 1 - 4 - 2 - 1 - 1 - 1;
+        // the progress and the group (`None`: 1 byte each) and the group order (8 bytes)
+        // follow.
+        let end = n - 19 - 1 - 1 - 4 - 2 - 1 - 1 - 1 - 1 - 8;
         assert_eq!(&bytes[end - 5..end], b"hello");
         bytes[end - 5 - 8..end - 5].copy_from_slice(&(1u64 << 60).to_le_bytes());
         let err = JobRecord::decode(&reseal(bytes)).unwrap_err();

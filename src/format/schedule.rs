@@ -17,6 +17,17 @@ use crate::limits::{
 /// First byte of every encoded schedule record.
 const SCHEDULE_VERSION: u8 = 1;
 
+/// `next_due_ms` of a schedule with no due time left (a cron expression with no match ahead).
+pub(crate) const NO_DUE_MS: u64 = u64::MAX;
+/// `overlap`: a due time skips while the last instance runs.
+pub(crate) const OVERLAP_SKIP: u8 = 0;
+/// `overlap`: a due time enqueues one more while the last instance runs.
+pub(crate) const OVERLAP_ENQUEUE: u8 = 1;
+/// `missed`: due times missed while the file was closed enqueue one job at open.
+pub(crate) const MISSED_RUN_ONCE: u8 = 0;
+/// `missed`: due times missed while the file was closed are skipped.
+pub(crate) const MISSED_SKIP: u8 = 1;
+
 /// Decoding reads no more than this: the payload, two cron texts and the fixed fields.
 const SCHEDULE_BYTES_MAX: usize = SCHEDULE_PAYLOAD_BYTES_MAX + 2 * CRON_TEXT_BYTES_MAX + 1024;
 
@@ -112,8 +123,15 @@ impl ScheduleRecord {
         if t.payload.len() > SCHEDULE_PAYLOAD_BYTES_MAX {
             return fail("payload above the limit");
         }
-        if self.overlap > 1 || self.missed > 1 {
+        if !matches!(self.overlap, OVERLAP_SKIP | OVERLAP_ENQUEUE)
+            || !matches!(self.missed, MISSED_RUN_ONCE | MISSED_SKIP)
+        {
             return fail("unknown policy");
+        }
+        if t.encoding
+            .is_some_and(|tag| crate::format::payload::Encoding::from_tag(tag).is_none())
+        {
+            return fail("unknown payload encoding");
         }
         if self.last_job.is_some_and(|(id, _)| id == 0) {
             return fail("job id 0");
@@ -233,6 +251,10 @@ mod tests {
         assert!(r.validate().is_err());
         let mut r = sample();
         r.last_job = Some((0, 1));
+        assert!(r.validate().is_err());
+        // A tag no encoding has: refused here, so a firing never builds a job it refuses.
+        let mut r = sample();
+        r.template.encoding = Some(200);
         assert!(r.validate().is_err());
     }
 }

@@ -55,6 +55,8 @@ pub(crate) struct QueueTables {
     quarantine: &'static str,
     completed: &'static str,
     cancelled: &'static str,
+    groups: &'static str,
+    held: &'static str,
 }
 
 /// The default queue's tables.
@@ -76,6 +78,8 @@ pub(crate) static DEFAULT_TABLES: QueueTables = QueueTables {
     quarantine: "leaseq_quarantine",
     completed: "leaseq_completed",
     cancelled: "leaseq_cancelled",
+    groups: "leaseq_groups",
+    held: "leaseq_held",
 };
 
 impl QueueTables {
@@ -115,6 +119,8 @@ impl QueueTables {
                 quarantine: name("quarantine"),
                 completed: name("completed"),
                 cancelled: name("cancelled"),
+                groups: name("groups"),
+                held: name("held"),
             }))
         })
     }
@@ -137,6 +143,8 @@ impl QueueTables {
         tx.open_table(self.payloads())?;
         tx.open_table(self.completed())?;
         tx.open_table(self.cancelled())?;
+        tx.open_table(self.groups())?;
+        tx.open_table(self.held())?;
         Ok(())
     }
 
@@ -214,6 +222,17 @@ impl QueueTables {
     /// Cancelled jobs, by when their row may go: (history_ms, job id).
     pub(crate) fn cancelled(&self) -> TableDefinition<'static, (u64, u64), ()> {
         TableDefinition::new(self.cancelled)
+    }
+    /// The live members of each ordered group: (group key, the job's group order) → job id,
+    /// for its scheduled, ready and leased jobs; its first member is the group's head. Since
+    /// format 8.
+    pub(crate) fn groups(&self) -> TableDefinition<'static, (&'static [u8], u64), u64> {
+        TableDefinition::new(self.groups)
+    }
+    /// Ready jobs held behind their group's head, by (group key, job id): they are in no
+    /// `ready` entry until they become the head. Since format 8.
+    pub(crate) fn held(&self) -> TableDefinition<'static, (&'static [u8], u64), ()> {
+        TableDefinition::new(self.held)
     }
     pub(crate) fn quarantine(&self) -> TableDefinition<'static, u64, QuarantineValue> {
         TableDefinition::new(self.quarantine)

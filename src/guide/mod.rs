@@ -12,6 +12,7 @@
 //! | [`typed_jobs`] | serde values as payloads; bincode or JSON; changing a job type across app versions |
 //! | [`stopping`] | closing the file, stopping some consumers, jobs longer than their lease (extend, heartbeats), and the ways of giving a job back (nack, snooze, fail, [`Outcome`](crate::Outcome)) |
 //! | [`named_queues`] | several queues in one file, and a job's next step in another queue in the same commit |
+//! | [`flow_control`] | ordered groups (one job per document at a time), rate limits, execution timeouts, progress |
 //! | [`periodic_jobs`] | schedules stored in the file: intervals and cron in a time zone, overlap, missed due times, crashes; against River, Oban and BullMQ |
 //! | [`operations`] | running for years: what grows, retention, compaction, format upgrades, logs |
 //! | [`durability`] | the durability and integrity switches and what they cost; group commit; the crash demo |
@@ -36,6 +37,9 @@ pub mod stopping {}
 
 #[doc = include_str!("named_queues.md")]
 pub mod named_queues {}
+
+#[doc = include_str!("flow_control.md")]
+pub mod flow_control {}
 
 #[doc = include_str!("periodic_jobs.md")]
 pub mod periodic_jobs {}

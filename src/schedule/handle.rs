@@ -20,7 +20,9 @@ impl Queue {
     ///   jobs), and a consumer waiting in [`dequeue_timeout`](Queue::dequeue_timeout), the
     ///   async face or a [`WorkerPool`](crate::worker::WorkerPool) wakes at the next due time.
     ///   A queue nobody dequeues from, or a paused one, enqueues nothing until someone does;
-    ///   then the due times that passed enqueue one instance together.
+    ///   then the due times that passed enqueue one instance together. (The open decides the
+    ///   due times missed while the file was closed for every queue, a paused one too: its
+    ///   instance waits in the paused queue.)
     /// - **No drift.** Due times come from the timing (an interval counts from its start),
     ///   never from when the last run ended.
     /// - **One pending instance.** A due time that finds the last instance still ready or

@@ -48,7 +48,9 @@ pub enum Overlap {
     /// Enqueue nothing for this due time (River's and Oban's default, BullMQ's only way).
     #[default]
     Skip,
-    /// Enqueue one more instance, which waits while the running one finishes.
+    /// Enqueue one more instance, ready at once: another consumer may run it while the
+    /// first one still runs (a consumer that should never run two at once uses `Skip`, or
+    /// an ordered [`group`](crate::EnqueueOptions::group) for the work itself).
     Enqueue,
 }
 
@@ -116,9 +118,11 @@ impl Schedule {
 
     /// Due at each match of `expression` on the wall clock of `time_zone`, an IANA name (see
     /// [`Timing::Cron`]). The zone database is built into leaseq (the `chrono-tz` crate), so
-    /// the due times are the same on every platform. Daylight saving time: a time skipped by
-    /// a spring-forward gap runs at the first instant after the gap; one repeated by a
-    /// fall-back runs once.
+    /// the due times are the same on every platform. Daylight saving time follows croner: a
+    /// time skipped by a spring-forward gap runs at the first instant after the gap; a
+    /// fixed time of day repeated by a fall-back (`30 1 * * *`) runs once, while an
+    /// expression that matches every few minutes (`*/30 * * * *`) matches in both passes of
+    /// the repeated hour.
     pub fn cron(expression: impl Into<String>, time_zone: impl Into<String>) -> Schedule {
         Schedule::new(None, Some((expression.into(), time_zone.into())))
     }
@@ -190,7 +194,7 @@ pub struct ScheduleInfo {
     pub priority: i32,
     /// Its instances' payload size, in bytes.
     pub payload_bytes: usize,
-    /// When it was created, and last changed (Unix ms).
+    /// When it was created (Unix ms).
     pub created_ms: u64,
     /// When it was last changed by a create, update or upsert (Unix ms).
     pub updated_ms: u64,

@@ -5,8 +5,8 @@
 //! `L`, `#`, `W` and the `@daily` aliases); time zones come from `chrono-tz`, which carries
 //! the IANA database inside the binary, so a due time is the same on every platform and does
 //! not depend on the system's zone files. Daylight saving time follows croner: a wall-clock
-//! time skipped by a spring-forward gap runs at the first instant after the gap, and one
-//! repeated by a fall-back runs once.
+//! time skipped by a spring-forward gap runs at the first instant after the gap, and a fixed
+//! time of day repeated by a fall-back runs once.
 
 use crate::error::{Error, Result};
 use crate::format::schedule::StoredTiming;

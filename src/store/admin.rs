@@ -158,6 +158,10 @@ pub(crate) fn retry(
     record.run_at_ms = now_ms;
     record.seq = ctx.alloc_seq();
     record.state = StoredState::Ready;
+    if record.group.is_some() {
+        // Back at the end of its group, as SQS's redrive of a dead letter.
+        record.group_order = ctx.alloc_seq();
+    }
     tx_tables.put(id, &record)?;
     let q = tx_tables.tables.queue_number;
     tx_tables.events.push(q, Event::Requeued { id: JobId(id) });
@@ -286,6 +290,10 @@ fn requeue_record(
     record.run_at_ms = now_ms;
     record.seq = ctx.alloc_seq();
     record.state = StoredState::Ready;
+    if record.group.is_some() {
+        // Back at the end of its group, as SQS's redrive of a dead letter.
+        record.group_order = ctx.alloc_seq();
+    }
     tx_tables.put(id, &record)?;
     let q = tx_tables.tables.queue_number;
     tx_tables.events.push(q, Event::Requeued { id: JobId(id) });
@@ -319,6 +327,8 @@ pub(crate) fn remove(
         }
         Row::Damaged(_) => {
             tx_tables.ready_mut()?.retain(|(_, _, j), ()| j != id)?;
+            tx_tables.held_mut()?.retain(|(_, j), ()| j != id)?;
+            tx_tables.groups_mut()?.retain(|_, j| j != id)?;
             tx_tables.scheduled_mut()?.retain(|(_, j), ()| j != id)?;
             tx_tables.leases_mut()?.retain(|(_, j), ()| j != id)?;
             tx_tables.dead_mut()?.remove(id)?;
@@ -359,6 +369,10 @@ pub(crate) fn remove(
     }
 }
 
+/// The index key a bulk pass gives a ready job held behind its group's head (a ready
+/// entry's first part is a `u32` rank, so never this).
+const HELD_KEY: u64 = u64::MAX;
+
 /// Acts on up to `max` jobs of `state`, first in its index order: `Purge` deletes them
 /// (releasing their dedup keys), `Requeue` moves dead jobs back to ready with their attempts
 /// reset. A damaged row met on the way is quarantined, an entry naming no job dropped.
@@ -376,17 +390,26 @@ pub(crate) fn bulk_by_state(
     let mut tx_tables = Tables::open(ctx, tables)?;
     // (job id, its index key) of the first `max + 1` entries (one more tells if more are left).
     let ids: Vec<(u64, IndexKey)> = match state {
-        JobState::Ready => tx_tables
-            .ready()?
-            .iter()?
-            .take(max + 1)
-            .map(|e| {
-                e.map(|(k, _)| {
-                    let (r, s, i) = k.value();
-                    (i, (u64::from(r), s, i))
+        JobState::Ready => {
+            // The deliverable ones, then those held behind their group's head.
+            let mut ids: Vec<(u64, IndexKey)> = tx_tables
+                .ready()?
+                .iter()?
+                .take(max + 1)
+                .map(|e| {
+                    e.map(|(k, _)| {
+                        let (r, s, i) = k.value();
+                        (i, (u64::from(r), s, i))
+                    })
                 })
-            })
-            .collect::<Result<_, _>>()?,
+                .collect::<Result<_, _>>()?;
+            let room = (max + 1).saturating_sub(ids.len());
+            for e in tx_tables.held()?.iter()?.take(room) {
+                let id = e?.0.value().1;
+                ids.push((id, (HELD_KEY, 0, id)));
+            }
+            ids
+        }
         JobState::Scheduled => first_timed(tx_tables.scheduled()?, max + 1)?,
         JobState::Completed => first_timed(tx_tables.completed()?, max + 1)?,
         JobState::Cancelled => first_timed(tx_tables.cancelled()?, max + 1)?,
@@ -414,6 +437,9 @@ pub(crate) fn bulk_by_state(
             row => {
                 // The entry does not match its row: drop it, then settle the row.
                 match state {
+                    JobState::Ready if key.0 == HELD_KEY => {
+                        tx_tables.held_mut()?.retain(|(_, j), ()| j != id)?;
+                    }
                     JobState::Ready => {
                         tx_tables
                             .ready_mut()?

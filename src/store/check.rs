@@ -221,6 +221,8 @@ struct Snapshot {
     payloads: ReadOnlyTable<u64, &'static [u8]>,
     completed: ReadOnlyTable<(u64, u64), ()>,
     cancelled: ReadOnlyTable<(u64, u64), ()>,
+    groups: ReadOnlyTable<(&'static [u8], u64), u64>,
+    held: ReadOnlyTable<(&'static [u8], u64), ()>,
     /// Absent until the first job of the queue is quarantined.
     quarantine: Option<ReadOnlyTable<u64, QuarantineValue>>,
 }
@@ -243,6 +245,8 @@ impl Snapshot {
             payloads: rtx.open_table(tables.payloads())?,
             completed: rtx.open_table(tables.completed())?,
             cancelled: rtx.open_table(tables.cancelled())?,
+            groups: rtx.open_table(tables.groups())?,
+            held: rtx.open_table(tables.held())?,
             quarantine: quarantine_table(rtx, tables)?,
         })
     }
@@ -293,7 +297,45 @@ pub(crate) fn check(db: &redb::Database, tables: &'static QueueTables) -> Result
     check_dead_time_index(&snap, &mut found)?;
     check_dedup_windows(&snap, &mut found)?;
     check_dedup_holders(&snap, &mut found)?;
+    check_group_entries(&snap, &mut found)?;
     Ok(found.out)
+}
+
+/// Every group member is a live (scheduled, ready, leased) job of that group, and every held
+/// entry a ready one of that group.
+fn check_group_entries(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    for e in snap.groups.iter()? {
+        let (k, v) = e?;
+        let ((g, order), id) = (k.value(), v.value());
+        let ok = snap.record(id)?.is_some_and(|r| {
+            r.group.as_deref() == Some(g)
+                && r.group_order == order
+                && matches!(
+                    r.state,
+                    StoredState::Ready | StoredState::Scheduled | StoredState::Leased { .. }
+                )
+        });
+        if !ok {
+            found.add(
+                Some(id),
+                "a group member that is not a live job of that group".into(),
+            );
+        }
+    }
+    for e in snap.held.iter()? {
+        let (k, _) = e?;
+        let (g, id) = k.value();
+        let ok = snap
+            .record(id)?
+            .is_some_and(|r| r.group.as_deref() == Some(g) && r.state == StoredState::Ready);
+        if !ok {
+            found.add(
+                Some(id),
+                "a held entry that is not a ready job of that group".into(),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The format version is current and the counters exist.
@@ -343,9 +385,32 @@ fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> 
         let indexed = match record.state {
             StoredState::Ready => {
                 counts[0] += 1;
-                snap.ready
+                let ready = snap
+                    .ready
                     .get((priority_rank(record.priority), record.seq, id))?
-                    .is_some()
+                    .is_some();
+                match record.group.as_deref() {
+                    // Deliverable iff it is its group's head, held otherwise: exactly one.
+                    Some(g) => {
+                        let held = snap.held.get((g, id))?.is_some();
+                        let head = snap
+                            .groups
+                            .range((g, 0)..=(g, u64::MAX))?
+                            .next()
+                            .transpose()?
+                            .is_some_and(|(_, v)| v.value() == id);
+                        if ready == held || ready != head {
+                            found.add(
+                                Some(id),
+                                format!(
+                                    "ready in a group: deliverable {ready}, held {held}, its group's head {head}"
+                                ),
+                            );
+                        }
+                        ready || held
+                    }
+                    None => ready,
+                }
             }
             StoredState::Scheduled => {
                 counts[1] += 1;
@@ -376,6 +441,20 @@ fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> 
             }
         };
         let live = !record.state.is_ended();
+        if let Some(g) = record.group.as_deref() {
+            let member = snap.groups.get((g, record.group_order))?.map(|v| v.value()) == Some(id);
+            let should = live && record.state != StoredState::Dead;
+            if member != should {
+                found.add(
+                    Some(id),
+                    format!(
+                        "{:?} in a group, and {} its group's members",
+                        record.state.job_state(),
+                        if member { "among" } else { "missing from" }
+                    ),
+                );
+            }
+        }
         if !indexed {
             found.add(
                 Some(id),
@@ -439,7 +518,7 @@ fn check_payload_place(
 /// Each state's index has exactly as many entries as jobs are in that state.
 fn check_index_sizes(snap: &Snapshot, counts: [u64; 6], found: &mut Found) -> Result<()> {
     let lens = [
-        snap.ready.len()?,
+        snap.ready.len()? + snap.held.len()?,
         snap.scheduled.len()?,
         snap.leases.len()?,
         snap.dead.len()?,

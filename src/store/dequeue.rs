@@ -29,8 +29,6 @@ fn sweep(
         prune_dead(tx_tables, now_ms, retention_ms, PRUNE_PER_ACK_MAX)?;
     }
     prune_history(tx_tables, now_ms, PRUNE_PER_ACK_MAX)?;
-    // Due schedules first: an instance enqueued now is ready for this very dequeue.
-    super::schedule::fire_due(tx_tables, ctx, now_ms, false)?;
     let due: Vec<(u64, u64)> = tx_tables
         .scheduled()?
         .range(..=(now_ms, u64::MAX))?
@@ -70,6 +68,10 @@ fn sweep(
             now_ms,
         )?;
     }
+    // Due schedules last: each sees its last instance as it now is (an expired lease just
+    // given back is pending, not running), and an instance enqueued now is ready for this
+    // very dequeue.
+    super::schedule::fire_due(tx_tables, ctx, now_ms, false)?;
     Ok(())
 }
 
@@ -82,9 +84,8 @@ pub(crate) fn dequeue(
 ) -> Result<Vec<Delivery>> {
     let tables = config.tables;
     debug_assert!((1..=crate::limits::BATCH_MAX).contains(&max));
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    sweep(&mut tx_tables, ctx, config, now_ms)?;
-    // A rate-limited queue delivers what its window has left.
+    // A rate-limited queue delivers what its window has left; with nothing left it does
+    // nothing else either (no sweep) until the window ends, as a waiting consumer does.
     let limited = super::flow::allowed_now(ctx.tx, tables.queue_number, now_ms)?;
     let max = match limited {
         Some(allowed) => max.min(usize::try_from(allowed).unwrap_or(usize::MAX)),
@@ -93,6 +94,8 @@ pub(crate) fn dequeue(
     if max == 0 {
         return Ok(Vec::new());
     }
+    let mut tx_tables = Tables::open(ctx, tables)?;
+    sweep(&mut tx_tables, ctx, config, now_ms)?;
     let mut out = Vec::with_capacity(max);
     // Entries whose row is damaged or does not match: settled below. Each is settled once (its
     // entry removed), so however much damage lies ahead of the first good job, the loop ends,

@@ -86,6 +86,9 @@ pub(super) fn enqueue_into(
         if record.state == StoredState::Ready {
             record.seq = ctx.alloc_seq();
         }
+        if record.group.is_some() {
+            record.group_order = ctx.alloc_seq();
+        }
         tx_tables.store_payload(id, &mut record)?;
         // An id in use is damage to the counters: the error aborts the whole transaction, so
         // what this wrote over is never committed.

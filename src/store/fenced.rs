@@ -394,6 +394,11 @@ pub(crate) fn set_progress(
     debug_assert!(value.len() <= crate::limits::PROGRESS_BYTES_MAX);
     let mut tx_tables = Tables::open(ctx, tables)?;
     let mut record = lease_or_refuse!(tx_tables, id, token);
+    // Updates of one delivery from several threads (a heartbeat carrying a pending one, a
+    // direct one) may commit out of order: an older one never replaces a newer one.
+    if record.progress.as_ref().is_some_and(|p| p.at_ms > now_ms) {
+        return Ok(Ok(()));
+    }
     record.progress = Some(crate::format::record::StoredProgress {
         at_ms: now_ms,
         value: value.to_vec(),

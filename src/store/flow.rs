@@ -65,10 +65,12 @@ pub(crate) fn set_rate_limit(
 }
 
 /// A limit row as the window stands at `now_ms`: (max, per_ms, window start, count), the
-/// window restarted (count 0) if it ended, or if the clock went back before its start.
+/// window restarted (count 0) if it ended, or if the clock went back a whole window before
+/// its start. A `now_ms` a little before the start is within the window: a call that read
+/// the clock just before another opened the window may commit after it.
 fn current_window(row: (u64, u64, u64, u64), now_ms: u64) -> (u64, u64, u64, u64) {
     let (max, per, start, count) = row;
-    if now_ms < start || now_ms >= start.saturating_add(per) {
+    if now_ms.saturating_add(per) <= start || now_ms >= start.saturating_add(per) {
         (max, per, now_ms, 0)
     } else {
         (max, per, start, count)

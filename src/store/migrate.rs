@@ -58,7 +58,8 @@ fn random_u64() -> u64 {
 /// 3 → 4: the empty registry of named queues. 4 → 5: the version only (records of version 3
 /// are read as they are). 5 → 6: the empty table of paused queues. 6 → 7: the empty history
 /// settings, and each queue's empty completed and cancelled indexes (records of version 4 are
-/// read as they are). 7 → 8: the empty schedule and rate-limit tables.
+/// read as they are). 7 → 8: the empty schedule and rate-limit tables, and each queue's empty group tables
+/// (records of version 5 are read as they are).
 ///
 /// A row that fails its checks is skipped here: the pass that meets it quarantines it.
 pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
@@ -98,15 +99,20 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     // 7 to 8: the schedules and their due-time index, empty.
     tx.open_table(SCHEDULES)?;
     tx.open_table(SCHEDULE_DUE)?;
-    // 7 to 8: the rate limits, none.
+    // 7 to 8: the rate limits, none; every queue's group tables, empty.
     tx.open_table(RATE_LIMITS)?;
+    for tables in all_queues(tx)? {
+        tx.open_table(tables.groups())?;
+        tx.open_table(tables.held())?;
+    }
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
     Ok(Some(version))
 }
 
-/// Format 6 to 7: the completed and cancelled indexes of the default queue and of every
-/// registered named queue.
-fn upgrade_6_to_7(tx: &redb::WriteTransaction) -> Result<()> {
+/// The tables of the default queue and of every registered named queue.
+fn all_queues(
+    tx: &redb::WriteTransaction,
+) -> Result<Vec<&'static crate::format::schema::QueueTables>> {
     let mut queues = vec![&crate::format::schema::DEFAULT_TABLES];
     let registry = tx.open_table(QUEUES)?;
     for e in registry.iter()?.take(crate::limits::QUEUES_MAX as usize) {
@@ -115,7 +121,12 @@ fn upgrade_6_to_7(tx: &redb::WriteTransaction) -> Result<()> {
             queues.push(crate::format::schema::QueueTables::named(number));
         }
     }
-    for tables in queues {
+    Ok(queues)
+}
+
+/// Format 6 to 7: the completed and cancelled indexes of every queue.
+fn upgrade_6_to_7(tx: &redb::WriteTransaction) -> Result<()> {
+    for tables in all_queues(tx)? {
         tx.open_table(tables.completed())?;
         tx.open_table(tables.cancelled())?;
     }

@@ -52,7 +52,12 @@ pub(crate) fn stats(rtx: &ReadTransaction, tables: &'static QueueTables) -> Resu
             .len()?
             .saturating_sub(completed + cancelled),
         scheduled: rtx.open_table(tables.scheduled())?.len()?,
-        ready: rtx.open_table(tables.ready())?.len()?,
+        ready: rtx.open_table(tables.ready())?.len()?
+            + match rtx.open_table(tables.held()) {
+                Ok(held) => held.len()?,
+                Err(redb::TableError::TableDoesNotExist(_)) => 0,
+                Err(e) => return Err(e.into()),
+            },
         leased: rtx.open_table(tables.leases())?.len()?,
         dead: rtx.open_table(tables.dead())?.len()?,
         applied: rtx.open_table(tables.applied())?.len()?,
@@ -176,6 +181,7 @@ pub(super) fn info(id: u64, record: JobRecord) -> JobInfo {
             })
             .collect(),
         status: record.status.clone(),
+        group: record.group.clone(),
         progress: record.progress.as_ref().map(|p| p.value.clone()),
         progress_ms: record.progress.as_ref().map(|p| p.at_ms),
         ended_ms: record.state.is_ended().then_some(record.run_at_ms),
@@ -229,6 +235,9 @@ pub(crate) fn payload(
 /// completed and cancelled `(history_ms, id, 0)`.
 pub(crate) type IndexKey = (u64, u64, u64);
 
+/// The first part of a ready listing's cursor past the deliverable jobs: among the held ones.
+const HELD: u64 = u64::MAX;
+
 /// Up to `limit` jobs in `state`, in that state's index order (ready: the order they will be
 /// dequeued; scheduled: by due time; leased: by deadline; dead: by id; completed: by when
 /// they completed; cancelled: by when their row may go), after `after`. Rows
@@ -243,22 +252,42 @@ pub(crate) fn list(
 ) -> Result<(Vec<JobInfo>, Option<IndexKey>)> {
     let keys: Vec<IndexKey> = match state {
         JobState::Ready => {
-            let index = rtx.open_table(tables.ready())?;
-            let from = after.map(|(r, s, i)| (r as u32, s, i));
-            let it = match from {
-                Some(k) => {
-                    index.range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded))?
-                }
-                None => index.range::<ReadyKey>(..)?,
+            // The deliverable ones in queue order, then those held behind their group's
+            // head, by group (their cursor: (u64::MAX, how many held ones came before, id)).
+            let mut keys: Vec<IndexKey> = Vec::new();
+            let held_from = match after {
+                Some((HELD, skip, _)) => Some(skip),
+                _ => None,
             };
-            it.take(limit)
-                .map(|e| {
-                    e.map(|(k, _)| {
-                        let (r, s, i) = k.value();
-                        (u64::from(r), s, i)
-                    })
-                })
-                .collect::<Result<_, _>>()?
+            if held_from.is_none() {
+                let index = rtx.open_table(tables.ready())?;
+                let from = after.map(|(r, s, i)| (r as u32, s, i));
+                let it = match from {
+                    Some(k) => {
+                        index.range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded))?
+                    }
+                    None => index.range::<ReadyKey>(..)?,
+                };
+                for e in it.take(limit) {
+                    let (r, s, i) = e?.0.value();
+                    keys.push((u64::from(r), s, i));
+                }
+            }
+            if keys.len() < limit
+                && let Ok(held) = rtx.open_table(tables.held())
+            {
+                let skip = held_from.unwrap_or(0);
+                for (n, e) in held
+                    .iter()?
+                    .skip(skip as usize)
+                    .take(limit - keys.len())
+                    .enumerate()
+                {
+                    let (k, _) = e?;
+                    keys.push((HELD, skip + n as u64 + 1, k.value().1));
+                }
+            }
+            keys
         }
         JobState::Scheduled | JobState::Leased | JobState::Completed | JobState::Cancelled => {
             let def = match state {

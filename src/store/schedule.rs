@@ -12,7 +12,10 @@ use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 use crate::commit::{Ctx, Verdict, refuse};
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, StoredState};
-use crate::format::schedule::{ScheduleRecord, StoredTemplate, StoredTiming};
+use crate::format::schedule::{
+    MISSED_RUN_ONCE, MISSED_SKIP, NO_DUE_MS, OVERLAP_ENQUEUE, OVERLAP_SKIP, ScheduleRecord,
+    StoredTemplate, StoredTiming,
+};
 use crate::format::schema::{QueueTables, SCHEDULE_DUE, SCHEDULES};
 use crate::job::{JobId, OnDuplicate};
 use crate::limits::{
@@ -24,9 +27,6 @@ use crate::schedule::{Missed, Overlap, Schedule, ScheduleInfo, Timing};
 use super::QueueConfig;
 use super::tables::{Row, Tables};
 use super::validate::{NewJob, new_record};
-
-/// No due time: a cron expression with no match left.
-const NEVER: u64 = u64::MAX;
 
 /// A checked schedule definition, before any write.
 #[derive(Debug)]
@@ -111,6 +111,7 @@ pub(crate) fn build(
         ("dedup_window", opts.dedup_window.is_some()),
         ("dedup_until_started", opts.dedup_until_started),
         ("on_duplicate", opts.on_duplicate != OnDuplicate::Keep),
+        ("group", opts.group.is_some()),
     ] {
         if set {
             return Err(Error::invalid_option(
@@ -144,12 +145,12 @@ pub(crate) fn build(
         start_given: schedule.start_ms.is_some(),
         template,
         overlap: match schedule.overlap {
-            Overlap::Skip => 0,
-            Overlap::Enqueue => 1,
+            Overlap::Skip => OVERLAP_SKIP,
+            Overlap::Enqueue => OVERLAP_ENQUEUE,
         },
         missed: match schedule.missed {
-            Missed::RunOnce => 0,
-            Missed::Skip => 1,
+            Missed::RunOnce => MISSED_RUN_ONCE,
+            Missed::Skip => MISSED_SKIP,
         },
     })
 }
@@ -230,7 +231,7 @@ pub(crate) fn set(
     ctx.mark_written();
     let mut due = ctx.tx.open_table(SCHEDULE_DUE)?;
     unindex_due(&mut due, queue_number, &new.name)?;
-    if next_due_ms != NEVER {
+    if next_due_ms != NO_DUE_MS {
         due.insert((queue_number, next_due_ms, new.name.as_str()), ())?;
     }
     rows.insert(key, record.encode()?.as_slice())?;
@@ -242,7 +243,7 @@ pub(crate) fn set(
 fn first_due(timing: &StoredTiming, now_ms: u64) -> Result<u64> {
     Ok(match timing {
         StoredTiming::Interval { start_ms, .. } if *start_ms >= now_ms => *start_ms,
-        _ => next_due_after(timing, now_ms.saturating_sub(1))?.unwrap_or(NEVER),
+        _ => next_due_after(timing, now_ms.saturating_sub(1))?.unwrap_or(NO_DUE_MS),
     })
 }
 
@@ -255,7 +256,7 @@ fn unindex_due(
 ) -> Result<()> {
     let mut found = Vec::new();
     for e in due
-        .range((queue_number, 0, "")..=(queue_number, u64::MAX, "\u{10FFFF}"))?
+        .range((queue_number, 0, "")..(queue_number + 1, 0, ""))?
         .take(SCHEDULES_MAX + 1)
     {
         let (k, _) = e?;
@@ -297,7 +298,7 @@ pub(super) fn fire_due(
     let (mut fired, mut skipped) = (0, 0);
     let mut due = tx_tables.tx.open_table(SCHEDULE_DUE)?;
     let entries: Vec<(u64, String)> = due
-        .range((queue_number, 0, "")..=(queue_number, now_ms, "\u{10FFFF}"))?
+        .range((queue_number, 0, "")..(queue_number, now_ms.saturating_add(1), ""))?
         .take(SWEEP_MAX)
         .map(|e| {
             e.map(|(k, _)| {
@@ -327,17 +328,17 @@ pub(super) fn fire_due(
         };
         if record.next_due_ms != at {
             // A stray entry: the row's own time is indexed again.
-            if record.next_due_ms != NEVER {
+            if record.next_due_ms != NO_DUE_MS {
                 due.insert((queue_number, record.next_due_ms, name.as_str()), ())?;
             }
             continue;
         }
-        let fire = if at_open && record.missed == 1 {
+        let fire = if at_open && record.missed == MISSED_SKIP {
             false
         } else {
             match instance_state(tx_tables, record.last_job.map(|(id, _)| id))? {
                 Instance::Pending => false,
-                Instance::Running => record.overlap == 1,
+                Instance::Running => record.overlap == OVERLAP_ENQUEUE,
                 Instance::Ended => true,
             }
         };
@@ -351,13 +352,13 @@ pub(super) fn fire_due(
             skipped += 1;
         }
         record.next_due_ms = match next_due_after(&record.timing, now_ms) {
-            Ok(next) => next.unwrap_or(NEVER),
+            Ok(next) => next.unwrap_or(NO_DUE_MS),
             Err(e) => {
                 tracing::warn!(queue_number, schedule = %name, error = %e, "leaseq: schedule has no next due time");
-                NEVER
+                NO_DUE_MS
             }
         };
-        if record.next_due_ms != NEVER {
+        if record.next_due_ms != NO_DUE_MS {
             due.insert((queue_number, record.next_due_ms, name.as_str()), ())?;
         }
         rows.insert((queue_number, name.as_str()), record.encode()?.as_slice())?;
@@ -417,6 +418,8 @@ fn enqueue_instance(
         status: None,
         dedup_until_started: false,
         progress: None,
+        group: None,
+        group_order: 0,
     };
     record.validate()?;
     let job = NewJob {
@@ -456,9 +459,16 @@ pub(crate) fn fire_at_open(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<(u64, u64)>
             _ => continue,
         };
         let mut tx_tables = Tables::open(ctx, tables)?;
-        let (f, s) = fire_due(&mut tx_tables, ctx, now_ms, true)?;
-        fired += f;
-        skipped += s;
+        // Every due schedule of the queue, a sweep's worth at a time: each one fired moves
+        // past `now_ms`, so the passes end (a file holds at most SCHEDULES_MAX).
+        for _ in 0..=SCHEDULES_MAX / SWEEP_MAX {
+            let (f, s) = fire_due(&mut tx_tables, ctx, now_ms, true)?;
+            fired += f;
+            skipped += s;
+            if f + s == 0 {
+                break;
+            }
+        }
     }
     Ok((fired, skipped))
 }
@@ -472,7 +482,7 @@ pub(crate) fn next_due(rtx: &ReadTransaction, queue_number: u32) -> Result<Optio
         Err(e) => return Err(e.into()),
     };
     let first = due
-        .range((queue_number, 0, "")..=(queue_number, u64::MAX, "\u{10FFFF}"))?
+        .range((queue_number, 0, "")..(queue_number + 1, 0, ""))?
         .next()
         .transpose()?;
     Ok(first.map(|(k, _)| k.value().1))
@@ -488,7 +498,7 @@ pub(crate) fn list(rtx: &ReadTransaction, queue_number: u32) -> Result<Vec<Sched
     };
     let mut out = Vec::new();
     for e in rows
-        .range((queue_number, "")..=(queue_number, "\u{10FFFF}"))?
+        .range((queue_number, "")..(queue_number + 1, ""))?
         .take(SCHEDULES_MAX)
     {
         let (k, v) = e?;
@@ -532,16 +542,16 @@ fn info(name: &str, r: &ScheduleRecord) -> ScheduleInfo {
                 time_zone: time_zone.clone(),
             },
         },
-        next_due_ms: (r.next_due_ms != NEVER).then_some(r.next_due_ms),
+        next_due_ms: (r.next_due_ms != NO_DUE_MS).then_some(r.next_due_ms),
         last_job: r.last_job.map(|(id, at)| (JobId(id), at)),
         fired: r.fired,
         skipped: r.skipped,
-        overlap: if r.overlap == 1 {
+        overlap: if r.overlap == OVERLAP_ENQUEUE {
             Overlap::Enqueue
         } else {
             Overlap::Skip
         },
-        missed: if r.missed == 1 {
+        missed: if r.missed == MISSED_SKIP {
             Missed::Skip
         } else {
             Missed::RunOnce
@@ -613,7 +623,7 @@ pub(crate) fn check_schedules(
                         "schedule {name:?}: last job {id} was never handed out (next id {next_id})"
                     ));
                 }
-                if r.next_due_ms != NEVER {
+                if r.next_due_ms != NO_DUE_MS {
                     expected.insert((q, r.next_due_ms, name.to_string()));
                 }
             }

@@ -71,8 +71,12 @@ pub(super) struct Tables<'t> {
     payloads: Option<Table<'t, u64, &'static [u8]>>,
     completed: Option<Table<'t, (u64, u64), ()>>,
     cancelled: Option<Table<'t, (u64, u64), ()>>,
+    groups: Option<Table<'t, (&'static [u8], u64), u64>>,
+    held: Option<Table<'t, (&'static [u8], u64), ()>>,
     /// The queue's history setting, read on first use.
     history: Option<crate::job::History>,
+    /// Where a group's next job becoming deliverable wakes the queue's consumers.
+    wake: crate::commit::WakeList<'t>,
 }
 
 /// A job row as read: absent, present but failing its checks (the reason), or good.
@@ -127,24 +131,33 @@ impl<'t> Tables<'t> {
         dedup_expiry, dedup_expiry_mut: expiry = dedup_expiry: (u64, &'static [u8]) => ();
         completed, completed_mut: completed = completed: (u64, u64) => ();
         cancelled, cancelled_mut: cancelled = cancelled: (u64, u64) => ();
+        groups, groups_mut: groups = groups: (&'static [u8], u64) => u64;
+        held, held_mut: held = held: (&'static [u8], u64) => ();
     }
 
     /// The tables of queue `tables` in the operation's transaction, marking its group when they
     /// write.
     pub(super) fn open(ctx: &Ctx<'t>, tables: &'static QueueTables) -> Result<Tables<'t>> {
-        Tables::open_with(ctx.tx, ctx.write_mark(), ctx.events, tables)
+        Tables::open_with(
+            ctx.tx,
+            ctx.write_mark(),
+            ctx.events,
+            ctx.wake_list(),
+            tables,
+        )
     }
 
     /// The tables of another queue `tables` of the file, in the same transaction and marking
     /// the same group.
     pub(super) fn open_other(&self, tables: &'static QueueTables) -> Result<Tables<'t>> {
-        Tables::open_with(self.tx, self.mark, self.events, tables)
+        Tables::open_with(self.tx, self.mark, self.events, self.wake, tables)
     }
 
     fn open_with(
         tx: &'t redb::WriteTransaction,
         mark: WriteMark<'t>,
         events: crate::events::EventSink<'t>,
+        wake: crate::commit::WakeList<'t>,
         tables: &'static QueueTables,
     ) -> Result<Tables<'t>> {
         Ok(Tables {
@@ -166,7 +179,10 @@ impl<'t> Tables<'t> {
             payloads: None,
             completed: None,
             cancelled: None,
+            groups: None,
+            held: None,
             history: None,
+            wake,
         })
     }
 
@@ -184,6 +200,8 @@ impl<'t> Tables<'t> {
         self.payloads()?;
         self.completed()?;
         self.cancelled()?;
+        self.groups()?;
+        self.held()?;
         self.history()?;
         lazy(&mut self.quarantine, self.tx, self.tables.quarantine())?;
         Ok(())
@@ -403,8 +421,107 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// Inserts the index entry of `record`'s state; whether it was absent.
+    /// Inserts the index entry of `record`'s state; whether it was absent. A job of an
+    /// ordered group joins its group while live (leaves it when dead or ended, making the
+    /// next member the head), and when ready is held behind its group's head unless it is
+    /// the head.
     pub(super) fn index(&mut self, id: u64, record: &JobRecord) -> Result<bool> {
+        if let Some(g) = record.group.as_deref() {
+            return self.index_grouped(id, record, g);
+        }
+        self.index_state(id, record)
+    }
+
+    /// [`Tables::index`] of a job of group `g`.
+    fn index_grouped(&mut self, id: u64, record: &JobRecord, g: &[u8]) -> Result<bool> {
+        let order = record.group_order;
+        match record.state {
+            StoredState::Ready | StoredState::Scheduled | StoredState::Leased { .. } => {
+                self.groups_mut()?.insert((g, order), id)?;
+                if record.state == StoredState::Ready && !self.is_head(g, id)? {
+                    return Ok(self.held_mut()?.insert((g, id), ())?.is_none());
+                }
+                self.index_state(id, record)
+            }
+            _ => {
+                let absent = self.index_state(id, record)?;
+                self.leave_group(g, id, order)?;
+                Ok(absent)
+            }
+        }
+    }
+
+    /// The first member of group `g`: (its order, its job id).
+    fn group_head(&mut self, g: &[u8]) -> Result<Option<(u64, u64)>> {
+        Ok(self
+            .groups()?
+            .range((g, 0)..=(g, u64::MAX))?
+            .next()
+            .transpose()?
+            .map(|(k, v)| (k.value().1, v.value())))
+    }
+
+    /// Whether job `id` is the first live member of group `g`. A member before it whose row
+    /// is missing, damaged, or not that live member (left behind by damage) is dropped on
+    /// the way, at most `SWEEP_MAX` of them per call.
+    fn is_head(&mut self, g: &[u8], id: u64) -> Result<bool> {
+        for _ in 0..crate::limits::SWEEP_MAX {
+            match self.group_head(g)? {
+                None => return Ok(true),
+                Some((_, first)) if first == id => return Ok(true),
+                Some((order, first)) => {
+                    if self.is_live_member(g, order, first)? {
+                        return Ok(false);
+                    }
+                    tracing::warn!(
+                        job_id = first,
+                        "leaseq: a group member without a live row dropped"
+                    );
+                    self.groups_mut()?.remove((g, order))?;
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether job `id` has a good row, live, in group `g` at `order`.
+    fn is_live_member(&self, g: &[u8], order: u64, id: u64) -> Result<bool> {
+        Ok(match self.row(id)? {
+            Row::Good(r) => {
+                r.group.as_deref() == Some(g)
+                    && r.group_order == order
+                    && matches!(
+                        r.state,
+                        StoredState::Ready | StoredState::Scheduled | StoredState::Leased { .. }
+                    )
+            }
+            _ => false,
+        })
+    }
+
+    /// Job `id` (at `order`) leaves group `g` (dead, ended or deleted): the next member, if
+    /// ready and held, becomes deliverable, and the queue's waiting consumers are told.
+    fn leave_group(&mut self, g: &[u8], id: u64, order: u64) -> Result<()> {
+        if self.groups()?.get((g, order))?.map(|v| v.value()) != Some(id) {
+            return Ok(());
+        }
+        self.groups_mut()?.remove((g, order))?;
+        self.held_mut()?.remove((g, id))?;
+        if let Some((_, next)) = self.group_head(g)?
+            && self.held()?.get((g, next))?.is_some()
+            && let Row::Good(r) = self.row(next)?
+            && r.state == StoredState::Ready
+        {
+            self.held_mut()?.remove((g, next))?;
+            self.ready_mut()?
+                .insert((priority_rank(r.priority), r.seq, next), ())?;
+            self.wake.wake(self.tables.queue_number);
+        }
+        Ok(())
+    }
+
+    /// Inserts the entry of `record`'s state in that state's index; whether it was absent.
+    fn index_state(&mut self, id: u64, record: &JobRecord) -> Result<bool> {
         Ok(match record.state {
             StoredState::Ready => self
                 .ready_mut()?
@@ -438,10 +555,18 @@ impl<'t> Tables<'t> {
     /// logged, not an error, so the job can still leave that state.
     pub(super) fn unindex(&mut self, id: u64, record: &JobRecord) -> Result<()> {
         let present = match record.state {
-            StoredState::Ready => self
-                .ready_mut()?
-                .remove((priority_rank(record.priority), record.seq, id))?
-                .is_some(),
+            // A job of a group is ready either deliverable or held behind its group's head.
+            StoredState::Ready => {
+                let ready = self
+                    .ready_mut()?
+                    .remove((priority_rank(record.priority), record.seq, id))?
+                    .is_some();
+                let held = match record.group.as_deref() {
+                    Some(g) => self.held_mut()?.remove((g, id))?.is_some(),
+                    None => false,
+                };
+                ready || held
+            }
             StoredState::Scheduled => self
                 .scheduled_mut()?
                 .remove((record.run_at_ms, id))?
@@ -477,6 +602,9 @@ impl<'t> Tables<'t> {
     pub(super) fn delete(&mut self, id: u64, record: &JobRecord, now_ms: u64) -> Result<()> {
         self.unindex(id, record)?;
         self.jobs_mut().remove(id)?;
+        if let Some(g) = record.group.as_deref() {
+            self.leave_group(g, id, record.group_order)?;
+        }
         self.drop_payload(id, record)?;
         if record.state.is_ended() {
             return self.drop_carrier(id, record);
@@ -681,6 +809,9 @@ impl<'t> Tables<'t> {
         for (&(id, _), record) in leases.iter().zip(records) {
             self.drop_payload(id, record)?;
             self.release_keys(id, record, now_ms)?;
+            if let Some(g) = record.group.as_deref() {
+                self.leave_group(g, id, record.group_order)?;
+            }
         }
         Ok(())
     }

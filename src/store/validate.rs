@@ -166,6 +166,7 @@ pub(crate) fn new_record(
     }
     check_key("idempotency_key", opts.idempotency_key.as_ref())?;
     check_key("dedup_key", opts.dedup_key.as_ref())?;
+    check_key("group", opts.group.as_ref())?;
     let max_attempts = opts.max_attempts.unwrap_or(config.max_attempts);
     if max_attempts == 0 || max_attempts > crate::limits::MAX_ATTEMPTS_CAP {
         return Err(Error::invalid_option(
@@ -254,5 +255,8 @@ pub(crate) fn new_record(
         status: None,
         dedup_until_started: opts.dedup_until_started,
         progress: None,
+        group: opts.group.clone(),
+        // Taken when the job is added (`enqueue`).
+        group_order: 0,
     })
 }

@@ -11,6 +11,7 @@
 mod common;
 
 mod admin;
+mod adversarial_flow;
 mod bad_files;
 mod batch;
 mod clock_wakeups;
@@ -23,6 +24,7 @@ mod events;
 mod files;
 mod flow;
 mod group_commit;
+mod groups;
 mod import;
 mod lease;
 mod lifecycle;

@@ -129,6 +129,9 @@ pub fn import_job(line: JobLine) -> Result<(ImportJob, usize), String> {
     if let Some(ms) = line.dedup_window_ms {
         opts = opts.dedup_window(Duration::from_millis(ms));
     }
+    if let Some(g) = bytes_of("group", line.group.as_deref(), line.group_hex.as_deref())? {
+        opts = opts.group(g);
+    }
     let state = match line.state.as_deref() {
         None => JobState::Ready,
         Some(s) => state_of(s)?,

@@ -86,6 +86,11 @@ pub struct JobLine {
     /// `bincode` or `json` for a typed payload.
     #[serde(default)]
     pub encoding: Option<String>,
+    /// Its ordered group (`EnqueueOptions::group`), as text or hex; absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_hex: Option<String>,
     /// The payload, when it is UTF-8.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload_utf8: Option<String>,
@@ -134,6 +139,7 @@ impl JobLine {
         let (idempotency_key, idempotency_key_hex) = text_or_hex(info.idempotency_key.as_deref());
         let (dedup_key, dedup_key_hex) = text_or_hex(info.dedup_key.as_deref());
         let (payload_utf8, payload_hex) = text_or_hex(payload);
+        let (group, group_hex) = text_or_hex(info.group.as_deref());
         // A leased job is exported as a reopen would return its lease: ready, or dead when
         // it has no attempts left (only a file opened without recovery holds leases).
         let (state, last_error) = match info.state {
@@ -163,6 +169,8 @@ impl JobLine {
             retry: extra.retry,
             snoozes: Some(extra.snoozes),
             encoding: extra.encoding,
+            group,
+            group_hex,
             payload_utf8,
             payload_hex,
         }

@@ -387,6 +387,7 @@ pub fn show(a: &ShowArgs) -> CliResult {
             key(&l.idempotency_key, &l.idempotency_key_hex),
         ),
         ("dedup_key", key(&l.dedup_key, &l.dedup_key_hex)),
+        ("group", key(&l.group, &l.group_hex)),
         ("dedup_window", or_dash(l.dedup_window_ms.map(format_ms))),
         ("lease", or_dash(l.lease_ms.map(format_ms))),
         ("retry", or_dash(retry)),

@@ -71,10 +71,13 @@ pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) {
         u64_(o, p.at_ms);
         bytes(o, &p.value);
     });
+    opt(out, record.group.as_ref(), |o, g| bytes(o, g));
+    u64_(out, record.group_order);
 }
 
 /// Reads a body written by [`write()`] (or by bincode for the same version); every byte must be
-/// used. `version` 5 is the same body without its last field, the progress.
+/// used. `version` 5 is the same body without its last three fields: the progress, the
+/// group and its order.
 pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
     debug_assert!(version == 5 || version == super::RECORD_VERSION);
     let mut r = Reader { rest: body };
@@ -141,6 +144,12 @@ pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
         } else {
             None
         },
+        group: if version >= 6 {
+            r.opt(Reader::bytes)?
+        } else {
+            None
+        },
+        group_order: if version >= 6 { r.u64()? } else { 0 },
     };
     if !r.rest.is_empty() {
         return Err(Error::corrupted("job record: trailing bytes"));
@@ -316,6 +325,8 @@ mod tests {
                 proptest::option::of(".{0,40}"),
                 any::<bool>(),
                 proptest::option::of((any::<u64>(), proptest::collection::vec(any::<u8>(), 0..40))),
+                proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+                any::<u64>(),
             ),
         )
             .prop_map(|(a, b, c, d)| JobRecord {
@@ -346,6 +357,8 @@ mod tests {
                 status: d.0,
                 dedup_until_started: d.1,
                 progress: d.2.map(|(at_ms, value)| StoredProgress { at_ms, value }),
+                group: d.3,
+                group_order: d.4,
             })
     }
 
@@ -392,14 +405,14 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(500))]
 
-        /// A record version 5 body is a version 6 body without the progress: it reads back as
-        /// the same record with none.
+        /// A record version 5 body is a version 6 body without the progress and the group: it
+        /// reads back as the same record with neither.
         #[test]
         fn a_version_5_body_reads_with_no_progress(record in any_record()) {
-            let record = JobRecord { progress: None, ..record };
+            let record = JobRecord { progress: None, group: None, group_order: 0, ..record };
             let mut body = Vec::new();
             write(&record, &mut body);
-            prop_assert_eq!(body.pop(), Some(0));
+            body.truncate(body.len() - 10);
             prop_assert_eq!(read(&body, 5).unwrap(), record);
             // A version 6 reader wants the progress tag.
             prop_assert!(read(&body, super::super::RECORD_VERSION).is_err());
@@ -431,6 +444,8 @@ mod tests {
                 status: None,
                 dedup_until_started: false,
                 progress: None,
+                group: None,
+                group_order: 0,
             },
             &mut body,
         );

@@ -1,0 +1,270 @@
+//! Ordered groups (`EnqueueOptions::group`). Goal: the jobs of a group are delivered one at a
+//! time in enqueue order while other groups flow around a busy one; a retry waiting for its
+//! backoff blocks its group, a dead job does not; listings, stats, purge and recovery see
+//! held jobs; bad keys are typed errors. Method: a manual clock, the public API, `check()`.
+
+use crate::common::{Fixture, assert_consistent, secs};
+use leaseq::{EnqueueOptions, Error, JobId, JobState, Lease, Queue};
+use std::time::Duration;
+
+fn in_group(g: &str) -> EnqueueOptions {
+    EnqueueOptions::default().group(g)
+}
+
+fn add(q: &Queue, payload: &str, opts: EnqueueOptions) -> JobId {
+    q.enqueue(payload.as_bytes(), opts).unwrap().id()
+}
+
+fn payloads(leases: &[Lease]) -> Vec<String> {
+    leases
+        .iter()
+        .map(|l| String::from_utf8(l.payload().to_vec()).unwrap())
+        .collect()
+}
+
+#[test]
+fn one_job_of_a_group_at_a_time_in_order_while_others_flow() {
+    let f = Fixture::new();
+    let q = f.open();
+    for p in ["a1", "a2", "a3"] {
+        add(&q, p, in_group("doc-a"));
+    }
+    add(&q, "b1", in_group("doc-b"));
+    add(&q, "b2", in_group("doc-b"));
+    add(&q, "free", EnqueueOptions::default());
+    let s = q.stats().unwrap();
+    assert_eq!(
+        (s.total, s.ready),
+        (6, 6),
+        "held jobs count as ready: {s:?}"
+    );
+    let first = q.dequeue_batch(10).unwrap();
+    assert_eq!(payloads(&first), vec!["a1", "b1", "free"]);
+    assert!(q.dequeue().unwrap().is_none(), "both groups busy");
+    assert_consistent(&q);
+    let mut order = Vec::new();
+    let mut running = first;
+    while !running.is_empty() {
+        for l in running.drain(..) {
+            order.push(String::from_utf8(l.payload().to_vec()).unwrap());
+            l.ack().unwrap();
+        }
+        running = q.dequeue_batch(10).unwrap();
+        assert_consistent(&q);
+    }
+    assert_eq!(order, vec!["a1", "b1", "free", "a2", "b2", "a3"]);
+    assert_eq!(q.stats().unwrap().total, 0);
+}
+
+#[test]
+fn a_retry_waiting_for_its_backoff_blocks_its_group() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a1 = add(&q, "a1", in_group("g"));
+    add(&q, "a2", in_group("g"));
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.id(), a1);
+    l.nack_after("offline", secs(30)).unwrap();
+    assert_eq!(q.job(a1).unwrap().unwrap().state, JobState::Scheduled);
+    assert!(q.dequeue().unwrap().is_none(), "a2 waits behind a1's retry");
+    f.clock.advance(secs(30));
+    let again = q.dequeue().unwrap().unwrap();
+    assert_eq!((again.id(), again.attempt()), (a1, 2));
+    again.ack().unwrap();
+    assert_eq!(q.dequeue().unwrap().unwrap().payload(), b"a2");
+    assert_consistent(&q);
+}
+
+#[test]
+fn a_dead_job_does_not_block_its_group_and_a_requeue_goes_to_the_end() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a1 = add(&q, "a1", in_group("g").max_attempts(1));
+    add(&q, "a2", in_group("g"));
+    add(&q, "a3", in_group("g"));
+    q.dequeue().unwrap().unwrap().fail("broken").unwrap();
+    assert_eq!(q.job(a1).unwrap().unwrap().state, JobState::Dead);
+    let a2 = q.dequeue().unwrap().unwrap();
+    assert_eq!(a2.payload(), b"a2", "the dead one is out of the way");
+    q.requeue_dead(a1).unwrap();
+    assert!(q.dequeue().unwrap().is_none(), "a2 still runs");
+    a2.ack().unwrap();
+    let next = q.dequeue().unwrap().unwrap();
+    assert_eq!(next.payload(), b"a3", "the requeued one went to the end");
+    next.ack().unwrap();
+    assert_eq!(q.dequeue().unwrap().unwrap().id(), a1);
+    assert_consistent(&q);
+}
+
+#[test]
+fn order_within_a_group_beats_priority() {
+    let f = Fixture::new();
+    let q = f.open();
+    add(&q, "a1", in_group("g").priority(5));
+    add(&q, "a2", in_group("g").priority(-5));
+    add(&q, "other", EnqueueOptions::default().priority(0));
+    let got = q.dequeue_batch(10).unwrap();
+    // a1 is the group's head: it competes with its own priority; a2 waits.
+    assert_eq!(payloads(&got), vec!["other", "a1"]);
+    for l in got {
+        l.ack().unwrap();
+    }
+    assert_eq!(q.dequeue().unwrap().unwrap().payload(), b"a2");
+    assert_consistent(&q);
+}
+
+#[test]
+fn a_waiting_consumer_wakes_when_the_head_ends() {
+    let f = Fixture::new();
+    let q = f.open();
+    add(&q, "a1", in_group("g"));
+    add(&q, "a2", in_group("g"));
+    let head = q.dequeue().unwrap().unwrap();
+    let waiter = {
+        let q = q.clone();
+        std::thread::spawn(move || q.dequeue_timeout(Duration::from_secs(20)).unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!waiter.is_finished(), "a2 is held");
+    head.ack().unwrap();
+    let got = waiter.join().unwrap().expect("woken by the ack");
+    assert_eq!(got.payload(), b"a2");
+    got.ack().unwrap();
+    assert_consistent(&q);
+}
+
+#[test]
+fn cancel_remove_and_purge_move_the_group_on() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a1 = add(&q, "a1", in_group("g"));
+    let a2 = add(&q, "a2", in_group("g"));
+    add(&q, "a3", in_group("g"));
+    add(&q, "a4", in_group("g"));
+    let head = q.dequeue().unwrap().unwrap();
+    q.cancel(a1, "user closed the document").unwrap();
+    assert!(matches!(head.ack(), Err(Error::Cancelled { .. })));
+    q.remove(a2).unwrap();
+    assert_eq!(q.dequeue().unwrap().unwrap().payload(), b"a3");
+    assert_consistent(&q);
+    // Purging the ready ones takes the held one too.
+    assert_eq!(q.purge(JobState::Ready).unwrap(), 1);
+    assert_eq!(q.stats().unwrap().ready, 0);
+    assert_consistent(&q);
+}
+
+#[test]
+fn listings_show_the_held_jobs_after_the_deliverable_ones() {
+    let f = Fixture::new();
+    let q = f.open();
+    let ids: Vec<JobId> = (0..5)
+        .map(|i| add(&q, &format!("a{i}"), in_group("g")))
+        .collect();
+    let free = add(&q, "free", EnqueueOptions::default());
+    // Page through the ready jobs two at a time.
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = q.jobs(JobState::Ready, cursor, 2).unwrap();
+        seen.extend(page.jobs.iter().map(|j| j.id));
+        match page.next {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    let mut expected = vec![ids[0], free];
+    expected.extend(&ids[1..]);
+    assert_eq!(seen, expected);
+    assert!(q.job(ids[3]).unwrap().unwrap().group.as_deref() == Some(&b"g"[..]));
+    assert_consistent(&q);
+}
+
+#[test]
+fn a_reopen_keeps_the_order_and_returns_the_head_first() {
+    let f = Fixture::new();
+    let a1;
+    {
+        let q = f.open();
+        a1 = add(&q, "a1", in_group("g"));
+        add(&q, "a2", in_group("g"));
+        drop(q.dequeue().unwrap().unwrap()); // left leased
+    }
+    let q = f.open();
+    assert_eq!(q.recovery().leases_returned, 1);
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!((l.id(), l.attempt()), (a1, 2));
+    assert!(q.dequeue().unwrap().is_none());
+    l.ack().unwrap();
+    assert_eq!(q.dequeue().unwrap().unwrap().payload(), b"a2");
+    assert_consistent(&q);
+}
+
+#[test]
+fn bad_group_keys_are_typed_errors_that_write_nothing() {
+    let f = Fixture::new();
+    let q = f.open();
+    let long = vec![b'g'; leaseq::KEY_BYTES_MAX + 1];
+    match q.enqueue(b"x", EnqueueOptions::default().group(&long)) {
+        Err(Error::KeyTooLong { field, .. }) => assert_eq!(field, "group"),
+        other => panic!("{other:?}"),
+    }
+    match q.enqueue(b"x", EnqueueOptions::default().group("")) {
+        Err(Error::InvalidOption { field, .. }) => assert_eq!(field, "group"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(q.stats().unwrap().total, 0);
+    q.enqueue(
+        b"x",
+        EnqueueOptions::default().group(vec![b'g'; leaseq::KEY_BYTES_MAX]),
+    )
+    .unwrap();
+    assert_consistent(&q);
+}
+
+#[test]
+fn a_pool_keeps_each_group_in_order() {
+    let f = Fixture::new();
+    let q = f.open();
+    for i in 0..20 {
+        for g in ["a", "b", "c"] {
+            add(&q, &format!("{g}{i:02}"), in_group(g));
+        }
+    }
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let running = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let pool = {
+        let (seen, running) = (seen.clone(), running.clone());
+        leaseq::WorkerPool::builder(&q)
+            .threads(4)
+            .start(move |lease: &Lease| {
+                let p = String::from_utf8(lease.payload().to_vec()).unwrap();
+                let g = p[..1].to_string();
+                assert!(
+                    running.lock().unwrap().insert(g.clone()),
+                    "two of {g} at once"
+                );
+                std::thread::sleep(Duration::from_millis(2));
+                seen.lock().unwrap().push(p);
+                running.lock().unwrap().remove(&g);
+                Ok(())
+            })
+            .unwrap()
+    };
+    assert!(crate::common::eventually(
+        || seen.lock().unwrap().len() == 60
+    ));
+    let report = pool.shutdown(Duration::from_secs(5));
+    assert_eq!(
+        (report.stats.acked, report.stats.panics),
+        (60, 0),
+        "{report:?}"
+    );
+    let seen = seen.lock().unwrap().clone();
+    for g in ["a", "b", "c"] {
+        let mine: Vec<&String> = seen.iter().filter(|p| p.starts_with(g)).collect();
+        let mut sorted = mine.clone();
+        sorted.sort();
+        assert_eq!(mine, sorted, "group {g} out of order");
+    }
+    assert_consistent(&q);
+}
