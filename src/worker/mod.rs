@@ -578,9 +578,9 @@ impl PoolBuilder {
     ///
     /// A thread cannot be stopped from outside: the handler runs on until it returns. It can
     /// stop early on its own: [`is_timed_out`] and [`job_deadline`] answer on the worker's
-    /// thread. An async pool's handler ([`PoolBuilder::start_async`]) is a future, and is
+    /// thread. An async pool's handler (`PoolBuilder::start_async`, feature `tokio`) is a future, and is
     /// dropped at its next `.await` once its time is up. An effect handler
-    /// ([`PoolBuilder::start_effect`]) runs inside its commit, which nothing else can end
+    /// ([`PoolBuilder::start_effects`]) runs inside its commit, which nothing else can end
     /// meanwhile: it is not timed.
     pub fn job_timeout(mut self, timeout: Duration) -> Self {
         self.job_timeout = Some(timeout);
