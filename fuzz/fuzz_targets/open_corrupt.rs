@@ -1,8 +1,8 @@
 //! Opens corrupted leaseq files and uses them: no panic may cross leaseq's API (leaseq catches
 //! redb's panics at its boundary and returns `Error::Corrupted`); any `Err` is fine. The input
 //! format is described in `tests/sim_model/corrupt.rs`: a mode byte (base image closed cleanly
-//! or killed; opened on a `SimDisk` or from a file), then 4-byte XOR edits, then an optional
-//! truncation.
+//! or killed, with schedules or without; opened on a `SimDisk` or from a file), then 4-byte XOR
+//! edits, then an optional truncation.
 #![no_main]
 
 use std::sync::Once;

@@ -25,9 +25,10 @@ impl Queue {
     ///   instance waits in the paused queue.)
     /// - **No drift.** Due times come from the timing (an interval counts from its start),
     ///   never from when the last run ended.
-    /// - **One pending instance.** A due time that finds the last instance still ready or
-    ///   scheduled (a retry waiting for its backoff too) enqueues nothing (it counts in
-    ///   `skipped`); one that finds it running follows [`Overlap`](crate::Overlap). A dead,
+    /// - **No pile-up.** A due time that finds the last instance still ready or scheduled (a
+    ///   retry waiting for its backoff too) enqueues nothing (it counts in `skipped`); one
+    ///   that finds it running follows [`Overlap`](crate::Overlap) (with the default `Skip`,
+    ///   one instance at a time, unless a dead one is requeued). A dead,
     ///   cancelled, completed or removed instance never stops the schedule.
     /// - **Closed file.** Due times that passed while the file was closed (or the app crashed)
     ///   follow [`Missed`](crate::Missed), decided by the open, before the first dequeue.

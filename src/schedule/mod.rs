@@ -41,8 +41,11 @@ pub enum Timing {
 }
 
 /// What a schedule does at a due time while its last instance is still running (leased).
-/// Whatever the choice, at most one instance is *pending* (ready or scheduled, including a
-/// retry waiting for its backoff): a due time that finds one pending enqueues nothing.
+/// Whatever the choice, a due time that finds the last instance *pending* (ready or
+/// scheduled, a retry waiting for its backoff included) enqueues nothing. This is a rule of
+/// each due time, about the last instance: with `Enqueue`, an earlier instance that was
+/// running can come back (a nack, a lease returned at reopen, a requeue of a dead one) while
+/// the last one waits, and then two are pending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Overlap {
     /// Enqueue nothing for this due time (River's and Oban's default, BullMQ's only way).
@@ -146,7 +149,7 @@ impl Schedule {
 
     /// The options of every instance: priority, max attempts, lease, retry policy and
     /// encoding. A delay, dedup key or idempotency key is refused (`InvalidOption`): the
-    /// schedule says when its jobs run and keeps at most one pending itself, and an instance's
+    /// schedule says when its jobs run and skips a due time while its last one is pending, and an instance's
     /// idempotency key is its own id (one effect per due time).
     pub fn options(mut self, options: EnqueueOptions) -> Schedule {
         self.options = options;

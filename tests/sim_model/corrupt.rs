@@ -3,20 +3,23 @@
 //! `Error::Corrupted`. Any `Err` is fine.
 //!
 //! A valid small queue file is built once (jobs in every state, applied markers, dedup keys,
-//! an effect table). An input's first byte picks the base image (bit 0: closed cleanly, or the
-//! process killed with leases held, so the open repairs and recovers) and how it is opened
-//! (bit 1: on a `SimDisk`, or from a file through `Queue::open`, which also runs the file
-//! checks); then every 4 bytes are one edit: a 24-bit offset and a byte XORed in there (an even
-//! first byte keeps the edit in the first 16 KiB: redb's header and first pages). A last lone
-//! byte truncates the image to that many 256ths. The queue is then opened, checked, read,
-//! drained and written to.
+//! an effect table), and once more with periodic jobs as well (schedules in the default queue
+//! and in a named one, one removed, instances enqueued; some due when the image opens, so the
+//! open fires them). An input's first byte picks the base image (bit 0: closed cleanly, or the
+//! process killed with leases held, so the open repairs and recovers; bit 7: the one with
+//! schedules) and how it is opened (bit 1: on a `SimDisk`, or from a file through
+//! `Queue::open`, which also runs the file checks); then every 4 bytes are one edit: a 24-bit
+//! offset and a byte XORed in there (an even first byte keeps the edit in the first 16 KiB:
+//! redb's header and first pages). A last lone byte truncates the image to that many 256ths.
+//! The queue is then opened, checked, read (its schedules too), drained and written to
+//! (schedules created, changed and removed).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use leaseq::sim::SimDisk;
-use leaseq::{EnqueueOptions, JobId, ManualClock, Queue};
+use leaseq::{EnqueueOptions, JobId, ManualClock, Missed, Overlap, Queue, Schedule};
 use redb::ReadableTable;
 
 use super::{EFFECTS, T0_MS};
@@ -33,62 +36,123 @@ fn builder(clock: &ManualClock) -> leaseq::Builder {
 /// A small queue with jobs in every state: (closed cleanly, process killed with leases held).
 pub fn base_images() -> &'static (Vec<u8>, Vec<u8>) {
     static IMAGES: OnceLock<(Vec<u8>, Vec<u8>)> = OnceLock::new();
-    IMAGES.get_or_init(|| {
-        let clock = ManualClock::new(T0_MS);
-        let disk = SimDisk::new(7);
-        let q = builder(&clock).open_backend(disk.backend()).unwrap();
-        // A completed history, so the images hold completed and cancelled rows too.
-        q.set_history(leaseq::History::off().keep_jobs(8)).unwrap();
-        for i in 0..24u32 {
-            let mut o = EnqueueOptions::default().priority((i % 3) as i32 - 1);
-            if i % 2 == 0 {
-                o = o.idempotency_key(format!("k{}", i % 5));
-            }
-            if i % 4 == 1 {
-                o = o.dedup_key(format!("d{i}"));
-            }
-            if i % 5 == 4 {
-                o = o.delay(Duration::from_secs(60));
-            }
-            if i % 7 == 3 {
-                o = o.max_attempts(1);
-            }
-            let payload = vec![i as u8; 16 + (i as usize * 97) % 3000];
-            q.enqueue(&payload, o).unwrap();
+    IMAGES.get_or_init(|| build_images(false))
+}
+
+/// The same queue with periodic jobs as well: (closed cleanly, process killed with leases
+/// held). Schedule "tick" (every second, `Overlap::Enqueue`) fires during the dequeues that
+/// build the image and is due again when it opens, "nightly" is a cron schedule in Berlin
+/// time (`Missed::Skip`), "gone" was removed, and the named queue "side" holds "side-tick",
+/// due when the image opens (the open fires the schedules of every queue).
+pub fn scheduled_images() -> &'static (Vec<u8>, Vec<u8>) {
+    static IMAGES: OnceLock<(Vec<u8>, Vec<u8>)> = OnceLock::new();
+    IMAGES.get_or_init(|| build_images(true))
+}
+
+fn build_images(schedules: bool) -> (Vec<u8>, Vec<u8>) {
+    let clock = ManualClock::new(T0_MS);
+    let disk = SimDisk::new(7);
+    let q = builder(&clock).open_backend(disk.backend()).unwrap();
+    // A completed history, so the images hold completed and cancelled rows too.
+    q.set_history(leaseq::History::off().keep_jobs(8)).unwrap();
+    if schedules {
+        q.create_schedule(
+            "tick",
+            &Schedule::every(Duration::from_secs(1))
+                .payload(b"tick".to_vec())
+                .overlap(Overlap::Enqueue),
+        )
+        .unwrap();
+        q.create_schedule(
+            "nightly",
+            &Schedule::cron("0 3 * * *", "Europe/Berlin")
+                .payload(vec![9; 300])
+                .options(EnqueueOptions::default().priority(-1).max_attempts(2))
+                .missed(Missed::Skip),
+        )
+        .unwrap();
+        q.create_schedule("gone", &Schedule::every(Duration::from_secs(5)))
+            .unwrap();
+        let side = q.named("side").unwrap();
+        side.create_schedule(
+            "side-tick",
+            &Schedule::every(Duration::from_secs(2))
+                .starting_at_ms(T0_MS + 500)
+                .payload(b"side".to_vec()),
+        )
+        .unwrap();
+    }
+    for i in 0..24u32 {
+        let mut o = EnqueueOptions::default().priority((i % 3) as i32 - 1);
+        if i % 2 == 0 {
+            o = o.idempotency_key(format!("k{}", i % 5));
         }
-        let mut held = Vec::new();
-        for i in 0..12 {
-            let Some(l) = q.dequeue().unwrap() else { break };
-            match i % 4 {
-                0 => {
-                    l.ack_with(|tx| {
-                        let mut t = tx.open_table(EFFECTS)?;
-                        t.insert(format!("e{i}").as_str(), 1)?;
-                        Ok(())
-                    })
-                    .unwrap();
-                }
-                1 => {
-                    l.nack_after("later", Duration::from_secs(5)).unwrap();
-                }
-                2 => l.fail("dead on purpose").unwrap(),
-                _ => held.push(l),
-            }
+        if i % 4 == 1 {
+            o = o.dedup_key(format!("d{i}"));
         }
-        // A cancelled lease (its row fenced), a cancelled waiting job, a snooze with a reason.
-        if let Some(l) = held.pop() {
-            q.cancel(l.id(), "cancelled while leased").unwrap();
+        if i % 5 == 4 {
+            o = o.delay(Duration::from_secs(60));
         }
-        q.cancel(JobId(24), "cancelled while waiting").unwrap();
-        if let Some(l) = q.dequeue().unwrap() {
-            l.snooze_because(Duration::from_secs(30), "waiting for network")
+        if i % 7 == 3 {
+            o = o.max_attempts(1);
+        }
+        let payload = vec![i as u8; 16 + (i as usize * 97) % 3000];
+        q.enqueue(&payload, o).unwrap();
+    }
+    if schedules {
+        // "tick" is due: the first dequeue below enqueues its instance.
+        clock.advance(Duration::from_millis(1_000));
+        q.remove_schedule("gone").unwrap();
+    }
+    let mut held = Vec::new();
+    for i in 0..12 {
+        let Some(l) = q.dequeue().unwrap() else { break };
+        match i % 4 {
+            0 => {
+                l.ack_with(|tx| {
+                    let mut t = tx.open_table(EFFECTS)?;
+                    t.insert(format!("e{i}").as_str(), 1)?;
+                    Ok(())
+                })
                 .unwrap();
+            }
+            1 => {
+                l.nack_after("later", Duration::from_secs(5)).unwrap();
+            }
+            2 => l.fail("dead on purpose").unwrap(),
+            _ => held.push(l),
         }
-        let killed = disk.live_image();
-        drop(held);
-        drop(q);
-        (disk.live_image(), killed)
-    })
+    }
+    // A cancelled lease (its row fenced), a cancelled waiting job, a snooze with a reason.
+    if let Some(l) = held.pop() {
+        q.cancel(l.id(), "cancelled while leased").unwrap();
+    }
+    q.cancel(JobId(24), "cancelled while waiting").unwrap();
+    if let Some(l) = q.dequeue().unwrap() {
+        l.snooze_because(Duration::from_secs(30), "waiting for network")
+            .unwrap();
+    }
+    if schedules {
+        // Due again (the last instance ran or waits: Overlap::Enqueue either way).
+        clock.advance(Duration::from_millis(1_000));
+        let _ = q.dequeue_batch(2).unwrap();
+        q.upsert_schedule(
+            "tick",
+            &Schedule::every(Duration::from_secs(1))
+                .payload(b"tick v2".to_vec())
+                .overlap(Overlap::Enqueue),
+        )
+        .unwrap();
+        assert!(q.schedule("tick").unwrap().unwrap().fired >= 1);
+        q.named("side")
+            .unwrap()
+            .enqueue(b"side job", EnqueueOptions::default())
+            .unwrap();
+    }
+    let killed = disk.live_image();
+    drop(held);
+    drop(q);
+    (disk.live_image(), killed)
 }
 
 /// Runs `f`; a panic out of it came through leaseq's API.
@@ -113,6 +177,7 @@ fn exercise(q: &Queue, clock: &ManualClock) -> Result<(), String> {
     for k in 0..5 {
         let _ = no_panic("is_applied", || q.is_applied(format!("k{k}")))?;
     }
+    exercise_schedules(q)?;
     clock.advance(Duration::from_secs(120));
     for i in 0..24u32 {
         let lease = match no_panic("dequeue", || q.dequeue())? {
@@ -163,14 +228,59 @@ fn exercise(q: &Queue, clock: &ManualClock) -> Result<(), String> {
         let _ = no_panic("jobs", || q.jobs(state, None, 50))?;
     }
     let _ = no_panic("prune", || q.prune())?;
+    let _ = no_panic("remove_schedule", || q.remove_schedule("tick"))?;
+    let _ = no_panic("schedules", || q.schedules())?;
     let _ = no_panic("check", || q.check())?;
+    Ok(())
+}
+
+/// The schedule calls: reads of every schedule (of the default queue and of "side"), then a
+/// create, an update, an upsert and a remove, and a dequeue of "side" (which fires its due
+/// schedule).
+fn exercise_schedules(q: &Queue) -> Result<(), String> {
+    let _ = no_panic("schedules", || q.schedules())?;
+    for name in ["tick", "nightly", "gone", "new", "side-tick"] {
+        let _ = no_panic("schedule", || q.schedule(name))?;
+    }
+    let _ = no_panic("upsert_schedule", || {
+        q.upsert_schedule(
+            "tick",
+            &Schedule::every(Duration::from_secs(2)).payload(b"tock".to_vec()),
+        )
+    })?;
+    let _ = no_panic("create_schedule", || {
+        q.create_schedule("new", &Schedule::cron("*/5 * * * * *", "UTC"))
+    })?;
+    let _ = no_panic("update_schedule", || {
+        q.update_schedule(
+            "nightly",
+            &Schedule::cron("0 4 * * *", "Europe/Berlin").missed(Missed::Skip),
+        )
+    })?;
+    let _ = no_panic("remove_schedule", || q.remove_schedule("gone"))?;
+    if let Ok(side) = no_panic("existing", || q.existing("side"))? {
+        let _ = no_panic("side schedules", || side.schedules())?;
+        let _ = no_panic("side upsert_schedule", || {
+            side.upsert_schedule(
+                "side-tick",
+                &Schedule::every(Duration::from_secs(3)).payload(b"side v2".to_vec()),
+            )
+        })?;
+        if let Ok(Some(l)) = no_panic("side dequeue", || side.dequeue())? {
+            let _ = no_panic("side ack", || l.ack())?;
+        }
+    }
     Ok(())
 }
 
 /// The base image an input picks, with its edits applied, and the mode byte.
 pub fn corrupted_image(data: &[u8]) -> Option<(u8, Vec<u8>)> {
     let (&mode, edits) = data.split_first()?;
-    let (clean, killed) = base_images();
+    let (clean, killed) = if mode & 0x80 == 0 {
+        base_images()
+    } else {
+        scheduled_images()
+    };
     let mut image = if mode & 1 == 0 {
         clean.clone()
     } else {

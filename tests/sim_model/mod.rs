@@ -9,7 +9,9 @@
 //! exist iff its parent's ack committed), `Queue::write` calls that write an effect row and
 //! enqueue into the named queue "side" with `enqueue_to` (both exist iff the write committed),
 //! nacks, extends,
-//! fails, `requeue_dead`, `remove`, `prune`, `compact`, `flush`, clock steps (also backwards),
+//! fails, `requeue_dead`, `remove`, `prune`, `compact`, `flush`, periodic jobs (interval
+//! schedules of a few names created, updated, upserted and removed, with random `Overlap` and
+//! `Missed`; dequeues and reopens fire them), clock steps (also backwards),
 //! clean reopens, process kills, power cuts between calls, and crashes at a random I/O call
 //! (`crash_after`), sometimes a second one during the recovery open. One seed in six runs with `Durability::None`.
 //!
@@ -24,6 +26,17 @@
 //! of the ready line: an uncommitted `extend` changes nothing else once the reopen returns the
 //! lease). So the harness keeps every state that agrees with all answers so far (its "worlds",
 //! usually one) and lets the answers that follow tell them apart; it fails when none is left.
+//!
+//! Schedules: the model fires them as leaseq documents (in a dequeue's sweep, after due jobs
+//! are promoted and expired leases reclaimed, and at open after the leases came back, `Missed`
+//! deciding there). Their
+//! instances' ids are not predicted: after a call that fired one, the schedules as the queue
+//! shows them name it (`last_job`), and must equal the model's; one the power cut hid is named
+//! by its delivery or by the reopen, as an enqueue the crash hit. Beside the exact comparison,
+//! `compare` checks what the schedules promise about the file on its own (instances in the
+//! file plus those gone equal `fired`; one live instance at most without `Overlap::Enqueue` or
+//! a requeue), the reopen checks that no due time was lost (`check_open_decisions`), and with
+//! `Durability::Immediate` `fired` and the last due time never go back (`check_floors`).
 #![allow(dead_code)]
 
 pub mod corrupt;
@@ -36,11 +49,14 @@ use std::time::Duration;
 use leaseq::sim::SimDisk;
 use leaseq::{
     Applied, Clock, Durability, EnqueueOptions, Enqueued, Error, JobId, JobInfo, JobState, Lease,
-    ManualClock, Queue,
+    ManualClock, Missed, Overlap, Queue, Schedule, ScheduleInfo, Timing,
 };
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
-use model::{DeqPred, EKind, EnqSpec, LastErr, MEnq, MJob, MRes, MState, Model, PENDING_BASE};
+use model::{
+    DeqPred, EKind, EnqSpec, LastErr, MEnq, MJob, MRes, MState, Model, PENDING_BASE, SchedDef,
+    SchedView, SetMode,
+};
 
 /// The caller's own table that `ack_with` effects increment: effect key -> count.
 pub const EFFECTS: TableDefinition<&str, u64> = TableDefinition::new("effects");
@@ -58,6 +74,8 @@ const DEDUP_KEYS: u64 = 4;
 /// Live jobs above this make the workload consume instead of produce.
 const LIVE_JOBS_SOFT_MAX: usize = 40;
 const HELD_LEASES_MAX: usize = 8;
+/// The names the workload's schedules are drawn from.
+const SCHED_NAMES: [&str; 3] = ["s0", "s1", "s2"];
 
 /// Where the workload's choices come from: a seeded RNG (tests) or fuzzer bytes.
 pub enum Src {
@@ -144,6 +162,14 @@ pub struct Outcome {
     pub ambiguous_reopens: u64,
     /// The most such states at once.
     pub worlds_max: u64,
+    /// Schedule calls made (create, update, upsert, remove).
+    pub schedule_calls: u64,
+    /// Due-time decisions of schedules seen: instances enqueued and due times skipped, by
+    /// dequeues, and by opens.
+    pub schedule_fired: u64,
+    pub schedule_skipped: u64,
+    pub open_fired: u64,
+    pub open_skipped: u64,
     pub violation: Option<String>,
     pub log: Vec<String>,
 }
@@ -255,9 +281,27 @@ struct Runner {
     quick_repair: bool,
     small_cache: bool,
     enqueues: u64,
+    /// Schedule definitions set so far: names each one's payload tag.
+    sched_calls: u64,
+    /// With `Durability::Immediate`: per schedule, what the file showed last, which may not go
+    /// back (until a remove of the name).
+    sched_floor: BTreeMap<String, Floor>,
     step: usize,
     log: Vec<String>,
     out: Outcome,
+}
+
+/// What the file showed of a schedule (`Durability::Immediate`): its `fired` count never goes
+/// back, nor the due time of its `last_job` while the definition stays. A new definition counts
+/// a new timing from now, and the clock can have stepped back: its first due times may be
+/// earlier than the last instance's. So the due time is not followed from a definition call
+/// until the schedule fired past the count it had then (due times then rise again).
+#[derive(Debug, Clone, Copy)]
+struct Floor {
+    fired: u64,
+    last_due: Option<u64>,
+    /// Without `last_due`: the `fired` count at the last definition call.
+    rearm_after: u64,
 }
 
 /// A leaseq error, as the model names it.
@@ -271,6 +315,8 @@ fn ekind(e: &Error) -> Option<EKind> {
         Error::JobNotFound { .. } => EKind::JobNotFound,
         Error::InvalidState { .. } => EKind::InvalidState,
         Error::Effect(_) => EKind::Effect,
+        Error::ScheduleExists { .. } => EKind::ScheduleExists,
+        Error::ScheduleNotFound { .. } => EKind::ScheduleNotFound,
         _ => return None,
     })
 }
@@ -313,6 +359,8 @@ enum Got {
     State(JobState),
     Deadline(u64),
     Flag(bool),
+    /// A schedule as a create, update or upsert stored it.
+    Sched(SchedView),
 }
 
 /// A delivery for the op log: id, attempt, deadline, token, payload size.
@@ -344,6 +392,7 @@ impl std::fmt::Debug for Got {
             Got::State(s) => write!(f, "{s:?}"),
             Got::Flag(b) => write!(f, "{b}"),
             Got::Deadline(d) => write!(f, "deadline {}", *d as i64 - T0_MS as i64),
+            Got::Sched(v) => write!(f, "{v:?}"),
         }
     }
 }
@@ -385,6 +434,9 @@ struct Learned {
     ids: Vec<u64>,
     tokens: Vec<(u64, u64)>,
     duplicates: Vec<u64>,
+    /// Instances a sweep enqueued that the call delivered, whose ids no read named (the disk
+    /// lost power before it): (placeholder, id).
+    named: Vec<(u64, u64)>,
 }
 
 /// Checks an `Ok` answer against the prediction; ids and tokens must be fresh and increasing.
@@ -392,7 +444,15 @@ fn check_answer(pred: &MRes, got: &Got, max_id: u64, max_token: u64) -> Result<L
     let mut learned = Learned::default();
     let mismatch = || format!("answered Ok {got:?}, the model expects {pred:?}");
     let check_delivery = |p: &DeqPred, g: &Delivered, learned: &mut Learned| {
-        if p != &g.0 {
+        if p.id >= PENDING_BASE {
+            // An instance the call's sweep enqueued, its id unknown: any fresh one.
+            let id = g.0.id;
+            let fresh = id > max_id && id < PENDING_BASE && learned.named.iter().all(|n| n.1 != id);
+            if !fresh || (DeqPred { id, ..p.clone() }) != g.0 {
+                return Err(mismatch());
+            }
+            learned.named.push((p.id, id));
+        } else if p != &g.0 {
             return Err(mismatch());
         }
         let last = learned.tokens.last().map_or(max_token, |t| t.1);
@@ -459,6 +519,7 @@ fn check_answer(pred: &MRes, got: &Got, max_id: u64, max_token: u64) -> Result<L
         (MRes::State(a), Got::State(b)) if a == b => {}
         (MRes::Flag(a), Got::Flag(b)) if a == b => {}
         (MRes::Deadline(a), Got::Deadline(b)) if a == b => {}
+        (MRes::Sched(a), Got::Sched(b)) if a == b => {}
         (MRes::Next(pa, pn), Got::Next(ga, gn)) if pa == ga => match (pn, gn) {
             (None, None) => {}
             (Some(p), Some(g)) => check_delivery(p, g, &mut learned)?,
@@ -491,6 +552,8 @@ impl Runner {
             quick_repair: false,
             small_cache: false,
             enqueues: 0,
+            sched_calls: 0,
+            sched_floor: BTreeMap::new(),
             step: 0,
             log: Vec::new(),
             out: Outcome::default(),
@@ -631,7 +694,7 @@ impl Runner {
             ));
         }
         self.worlds = kept;
-        Ok(())
+        self.check_floors()
     }
 
     fn one_step(&mut self) -> Result<(), String> {
@@ -646,7 +709,14 @@ impl Runner {
             choice = 98; // flush often: the durable points of Durability::None
         }
         match choice {
-            0..16 => self.op_enqueue(1),
+            0..13 => self.op_enqueue(1),
+            13..16 => {
+                if self.src.chance(1, 5) {
+                    self.op_schedule_remove()
+                } else {
+                    self.op_schedule_set()
+                }
+            }
             16..21 => {
                 let n = 2 + self.src.below(4) as usize;
                 self.op_enqueue(n)
@@ -916,10 +986,33 @@ impl Runner {
                 }
                 let mut first_err = None;
                 let mut duplicates = Vec::new();
-                for (w, (mut m1, pred)) in worlds.into_iter().zip(preds) {
+                // A call whose sweep fired or skipped schedules (dequeues): the schedules as the
+                // queue shows them now name the instances it enqueued, and must be the model's.
+                let touched = worlds
+                    .iter()
+                    .zip(&preds)
+                    .any(|(w, (m1, _))| m1.schedules != w.m.schedules);
+                let shown = if touched {
+                    self.read_schedules(what)?
+                } else {
+                    None
+                };
+                let before0 = touched.then(|| worlds[0].m.schedules.clone());
+                for (w, (mut m1, mut pred)) in worlds.into_iter().zip(preds) {
+                    if let Some(shown) = &shown
+                        && let Err(e) = name_instances(&w.m, &mut m1, &mut pred, shown)
+                    {
+                        first_err.get_or_insert(e);
+                        continue;
+                    }
                     match check_answer(&pred, &got, w.m.max_id, w.m.max_token) {
                         Ok(learned) => {
-                            m1.assign_ids(&learned.ids);
+                            for &(placeholder, id) in &learned.named {
+                                m1.name_job(placeholder, id);
+                            }
+                            if !learned.ids.is_empty() {
+                                m1.assign_ids(&learned.ids);
+                            }
                             for (id, token) in learned.tokens {
                                 m1.set_token(id, token);
                             }
@@ -940,6 +1033,15 @@ impl Runner {
                 }
                 if self.worlds.is_empty() {
                     return Err(format!("{what}: {}", first_err.unwrap_or_default()));
+                }
+                if let Some(before0) = before0 {
+                    let after = &self.worlds[0].m.schedules;
+                    let (fired, skipped, line) = sched_decisions(&before0, after);
+                    self.out.schedule_fired += fired;
+                    self.out.schedule_skipped += skipped;
+                    if !line.is_empty() {
+                        self.log(format!("  schedules: {line}"));
+                    }
                 }
                 if !crashed_after {
                     // The dedup invariant: a Duplicate names a job the queue can find.
@@ -984,10 +1086,13 @@ impl Runner {
                 } else {
                     if !crashed_before {
                         // The crash hit this call: it may or may not have committed.
+                        // A dequeue that delivered nothing may still have fired schedules.
                         let committed: Vec<World> = worlds
                             .iter()
                             .zip(&preds)
-                            .filter(|(_, (_, pred))| pred.changes())
+                            .filter(|(w, (m1, pred))| {
+                                pred.changes() || m1.schedules != w.m.schedules
+                            })
                             .map(|(w, (m1, _))| {
                                 let mut hist = w.hist.clone();
                                 if self.none_mode {
@@ -1546,9 +1651,13 @@ impl Runner {
                 self.enqueues += 1;
                 let len = self.src.pick(&[0usize, 9, 2_000]);
                 let tag = self.enqueues;
-                let payload: Vec<u8> = (0..len)
+                let mut payload: Vec<u8> = (0..len)
                     .map(|i| if i < 8 { tag.to_le_bytes()[i] } else { i as u8 })
                     .collect();
+                // A schedule's instance keeps its tag: the file's instances stay countable.
+                if let Some(t) = self.model().jobs.get(&id).and_then(|j| j.sched.clone()) {
+                    payload.splice(0..0, t);
+                }
                 let apply = |m: &mut Model| m.update(id, None, Some(&payload));
                 let got = self
                     .q()
@@ -1614,6 +1723,219 @@ impl Runner {
         Ok(())
     }
 
+    /// One interval schedule definition for `name`: intervals from shorter than the clock's
+    /// small steps to longer than its big ones, now and then a start of its own (before now,
+    /// now, later), instance options, random `Overlap` and `Missed`; one in thirty is refused
+    /// on purpose.
+    fn gen_sched_def(&mut self, name: &str) -> SchedDef {
+        self.sched_calls += 1;
+        let pad = self.src.pick(&[0usize, 0, 24, 700]);
+        let mut def = SchedDef {
+            every_ms: self.src.pick(&[50, 300, 1_000, 1_000, 2_500]),
+            start_ms: None,
+            payload: model::sched_payload(name, self.sched_calls, pad),
+            priority: self.src.pick(&[0, 0, -1, 7]),
+            max_attempts: None,
+            lease_ms: None,
+            overlap_enqueue: self.src.chance(1, 3),
+            missed_skip: self.src.chance(1, 3),
+            forbidden_option: 0,
+        };
+        if self.src.chance(1, 5) {
+            let at = self.now().saturating_sub(700) + self.src.pick(&[0, 699, 700, 900, 2_200]);
+            def.start_ms = Some(at);
+        }
+        if self.src.chance(1, 3) {
+            def.max_attempts = Some(self.src.pick(&[1, 2, 4]));
+        }
+        if self.src.chance(1, 4) {
+            def.lease_ms = Some(self.src.pick(&[20, 300, 2_000]));
+        }
+        if self.src.chance(1, 30) {
+            match self.src.below(4) {
+                0 => def.every_ms = 0,
+                1 => def.forbidden_option = 1 + self.src.below(3) as u8,
+                2 => def.max_attempts = Some(0),
+                _ => def.lease_ms = Some(0),
+            }
+        }
+        def
+    }
+
+    /// `create_schedule`, `update_schedule` or `upsert_schedule` of one of a few names (now and
+    /// then an invalid one).
+    fn op_schedule_set(&mut self) -> Result<(), String> {
+        let name = if self.src.chance(1, 40) {
+            self.src.pick(&["", "bad\nname"]).to_string()
+        } else {
+            SCHED_NAMES[self.src.below(SCHED_NAMES.len() as u64) as usize].to_string()
+        };
+        let mode = self.src.pick(&[
+            SetMode::Create,
+            SetMode::Create,
+            SetMode::Upsert,
+            SetMode::Upsert,
+            SetMode::Upsert,
+            SetMode::Update,
+        ]);
+        let def = self.gen_sched_def(&name);
+        let now = self.now();
+        let apply = |m: &mut Model| m.set_schedule(now, &name, &def, mode);
+        // A new timing counts from now, and the clock can have stepped back: its due times
+        // may be earlier than the last instance's (see `Floor`).
+        let fired_now = self.model().schedules.get(&name).map_or(0, |s| s.fired);
+        let f = self.sched_floor.entry(name.clone()).or_insert(Floor {
+            fired: 0,
+            last_due: None,
+            rearm_after: 0,
+        });
+        f.last_due = None;
+        f.rearm_after = fired_now;
+        self.out.schedule_calls += 1;
+        let crashed_before = self.disk.is_crashed();
+        let schedule = schedule_of(&def);
+        let q = self.q();
+        let r = match mode {
+            SetMode::Create => q.create_schedule(&name, &schedule),
+            SetMode::Update => q.update_schedule(&name, &schedule),
+            SetMode::Upsert => q.upsert_schedule(&name, &schedule),
+        };
+        let what = format!(
+            "{} {name:?} every {}ms start {:?} prio {} max {:?} lease {:?} {} {} {}B{}",
+            match mode {
+                SetMode::Create => "create_schedule",
+                SetMode::Update => "update_schedule",
+                SetMode::Upsert => "upsert_schedule",
+            },
+            def.every_ms,
+            def.start_ms.map(model::rel),
+            def.priority,
+            def.max_attempts,
+            def.lease_ms,
+            if def.overlap_enqueue {
+                "Enqueue"
+            } else {
+                "Skip"
+            },
+            if def.missed_skip {
+                "MissedSkip"
+            } else {
+                "RunOnce"
+            },
+            def.payload.len(),
+            match def.forbidden_option {
+                0 => "",
+                1 => " (with a delay)",
+                2 => " (with an idempotency key)",
+                _ => " (with a dedup key)",
+            }
+        );
+        let got = match r {
+            Ok(info) => match to_view(&info) {
+                Ok(v) => Ok(Got::Sched(v)),
+                Err(e) => return Err(format!("{what}: {e}")),
+            },
+            Err(e) => Err(e),
+        };
+        self.settle(&what, &apply, got, crashed_before)?;
+        Ok(())
+    }
+
+    /// `remove_schedule` of one of the names (now and then one never used).
+    fn op_schedule_remove(&mut self) -> Result<(), String> {
+        let name = if self.src.chance(1, 8) {
+            "never".to_string()
+        } else {
+            SCHED_NAMES[self.src.below(SCHED_NAMES.len() as u64) as usize].to_string()
+        };
+        // A schedule created again under the name starts its counters over.
+        self.sched_floor.remove(&name);
+        self.out.schedule_calls += 1;
+        let apply = |m: &mut Model| m.remove_schedule(&name);
+        let crashed_before = self.disk.is_crashed();
+        let got = self.q().remove_schedule(&name).map(Got::Flag);
+        self.settle(
+            &format!("remove_schedule {name:?}"),
+            &apply,
+            got,
+            crashed_before,
+        )?;
+        Ok(())
+    }
+
+    /// The schedules as the queue shows them now, after a call; `None` when the disk lost
+    /// power, before the read or during it (a read can write cached pages back, see
+    /// `full_check`).
+    fn read_schedules(&mut self, what: &str) -> Result<Option<Vec<SchedView>>, String> {
+        if self.disk.is_crashed() {
+            return Ok(None);
+        }
+        let r = self.q().schedules();
+        if self.disk.is_crashed() {
+            self.log("  ^ the planned crash hit the read of the schedules".to_string());
+            return Ok(None);
+        }
+        let infos = r.map_err(|e| format!("{what}: schedules() failed without a crash: {e}"))?;
+        infos
+            .iter()
+            .map(to_view)
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+            .map_err(|e| format!("{what}: {e}"))
+    }
+
+    /// With `Durability::Immediate` every answered call is durable: a schedule's `fired`
+    /// never goes back, nor its `last_job` due time, across calls, crashes and reopens
+    /// (until the name is removed; a new definition may move the due times back).
+    fn check_floors(&mut self) -> Result<(), String> {
+        if self.none_mode || self.disk.is_crashed() {
+            return Ok(());
+        }
+        let r = self.q().schedules();
+        if self.disk.is_crashed() {
+            return Ok(()); // a crash between calls: the main loop reboots
+        }
+        let infos = r.map_err(|e| format!("schedules() failed without a crash: {e}"))?;
+        for i in infos {
+            let due = i.last_job.map(|(_, at)| at);
+            let floor = match self.sched_floor.get(&i.name) {
+                None => Floor {
+                    fired: i.fired,
+                    last_due: due,
+                    rearm_after: 0,
+                },
+                Some(&f) => {
+                    if i.fired < f.fired {
+                        return Err(format!(
+                            "FIRED WENT BACK: schedule {:?} shows fired {}, the file showed {} \
+                             before (no remove since)",
+                            i.name, i.fired, f.fired
+                        ));
+                    }
+                    if let Some(last) = f.last_due
+                        && due.is_none_or(|d| d < last)
+                    {
+                        return Err(format!(
+                            "LAST DUE TIME WENT BACK: schedule {:?} shows last_job due at {:?}, \
+                             the file showed {:+} before (no new definition since)",
+                            i.name,
+                            due.map(model::rel),
+                            model::rel(last)
+                        ));
+                    }
+                    let follow = f.last_due.is_some() || i.fired > f.rearm_after;
+                    Floor {
+                        fired: i.fired,
+                        last_due: if follow { due } else { None },
+                        rearm_after: f.rearm_after,
+                    }
+                }
+            };
+            self.sched_floor.insert(i.name.clone(), floor);
+        }
+        Ok(())
+    }
+
     fn op_clock(&mut self) {
         if self.src.chance(1, 15) {
             let back = self.src.pick(&[1, 100, 700]);
@@ -1631,6 +1953,11 @@ impl Runner {
     fn after_crash(&mut self) -> Result<(), String> {
         let extra = self.src.below(3);
         for _ in 0..extra {
+            // A sweep that answered on the dead disk (`Durability::None`) left instances whose
+            // ids no read could name: the reopen names them (by id order), before any call.
+            if self.worlds.iter().any(|w| !w.m.pending().is_empty()) {
+                break;
+            }
             self.step += 1;
             match self.src.below(3) {
                 0 => self.op_enqueue(1)?,
@@ -1779,6 +2106,9 @@ impl Runner {
                 seen.push(cand.clone());
                 let mut m = cand.clone();
                 let (returned, dead) = m.recover(now);
+                // The same commit fires the schedules due while the file was closed.
+                let recovered = (!m.schedules.is_empty()).then(|| m.clone());
+                m.open_schedules(now);
                 let mut d = Vec::new();
                 if !two_opens && (rec.leases_returned, rec.leases_dead_lettered) != (returned, dead)
                 {
@@ -1788,10 +2118,29 @@ impl Runner {
                         rec.leases_returned, rec.leases_dead_lettered
                     ));
                 }
+                let (fired, skipped) = match &recovered {
+                    Some(r) => {
+                        let (f, s, _) = sched_decisions(&r.schedules, &m.schedules);
+                        (f, s)
+                    }
+                    None => (0, 0),
+                };
+                if !two_opens && (rec.schedules_fired, rec.schedules_skipped) != (fired, skipped) {
+                    d.push(format!(
+                        "recovery fired {} and skipped {} schedules, the model expects {fired} \
+                         and {skipped}",
+                        rec.schedules_fired, rec.schedules_skipped
+                    ));
+                }
                 if d.is_empty()
                     && let Err(more) = compare(q, &mut m)
                 {
                     d.extend(more);
+                }
+                if d.is_empty()
+                    && let Some(recovered) = &recovered
+                {
+                    d.extend(check_open_decisions(recovered, &m, now));
                 }
                 if d.is_empty() {
                     // The state found is on the new disk, durable; the recovery commit may not be.
@@ -1802,8 +2151,10 @@ impl Runner {
                         .copied()
                         .filter(|id| *id > before.max_id && *id < model::PENDING_BASE)
                         .collect();
-                    if before.pending().len() == named.len() {
-                        before.assign_ids(&named);
+                    // Its pending jobs got the first of them (the open's instances came after).
+                    let k = before.pending().len();
+                    if named.len() >= k {
+                        before.assign_ids(&named[..k]);
                     }
                     matched.push((
                         label,
@@ -1860,11 +2211,231 @@ impl Runner {
             self.out.ambiguous_reopens += 1;
         }
         self.out.worlds_max = self.out.worlds_max.max(matched.len() as u64);
+        if let Some((_, w)) = matched.first()
+            && let Some(recovered) = w.hist.first()
+        {
+            // What the open decided (against the state found, its leases returned: the same
+            // schedules).
+            let (fired, skipped, line) = sched_decisions(&recovered.schedules, &w.m.schedules);
+            self.out.open_fired += fired;
+            self.out.open_skipped += skipped;
+            if !line.is_empty() {
+                self.log(format!("  the open decided: {line}"));
+            }
+        }
         self.log(format!("  the file holds: {labels:?}"));
         self.worlds = matched.into_iter().map(|(_, w)| w).collect();
         self.queue = Some(q);
-        Ok(())
+        self.check_floors()
     }
+}
+
+/// The due-time decisions between two states of the schedules (for the op log): instances
+/// enqueued, due times skipped, and a line naming them.
+fn sched_decisions(
+    before: &BTreeMap<String, model::MSched>,
+    after: &BTreeMap<String, model::MSched>,
+) -> (u64, u64, String) {
+    let (mut fired, mut skipped, mut parts) = (0, 0, Vec::new());
+    for (name, b) in after {
+        let Some(a) = before.get(name) else { continue };
+        if b.fired > a.fired {
+            fired += b.fired - a.fired;
+            parts.push(format!(
+                "{name} fired job {:?}",
+                b.last_job.map(|(id, at)| (id, model::rel(at)))
+            ));
+        }
+        if b.skipped > a.skipped {
+            skipped += b.skipped - a.skipped;
+            parts.push(format!("{name} skipped {:+}", model::rel(a.next_due_ms)));
+        }
+    }
+    (fired, skipped, parts.join(", "))
+}
+
+/// A schedule as the model names it (interval timing only: the workload sets no other).
+fn to_view(i: &ScheduleInfo) -> Result<SchedView, String> {
+    let Timing::Interval { every_ms, start_ms } = i.timing else {
+        return Err(format!(
+            "schedule {:?} has timing {:?}; the workload sets intervals only",
+            i.name, i.timing
+        ));
+    };
+    Ok(SchedView {
+        name: i.name.clone(),
+        every_ms,
+        start_ms,
+        next_due_ms: i.next_due_ms,
+        last_job: i.last_job.map(|(id, at)| (id.0, at)),
+        fired: i.fired,
+        skipped: i.skipped,
+        overlap_enqueue: i.overlap == Overlap::Enqueue,
+        missed_skip: i.missed == Missed::Skip,
+        priority: i.priority,
+        payload_bytes: i.payload_bytes,
+        created_ms: i.created_ms,
+        updated_ms: i.updated_ms,
+    })
+}
+
+/// The `Schedule` a definition describes.
+fn schedule_of(def: &SchedDef) -> Schedule {
+    let mut o = EnqueueOptions::default().priority(def.priority);
+    if let Some(m) = def.max_attempts {
+        o = o.max_attempts(m);
+    }
+    if let Some(l) = def.lease_ms {
+        o = o.lease(Duration::from_millis(l));
+    }
+    match def.forbidden_option {
+        0 => {}
+        1 => o = o.delay(Duration::from_millis(100)),
+        2 => o = o.idempotency_key("k0"),
+        _ => o = o.dedup_key("d0"),
+    }
+    let mut s = Schedule::every(Duration::from_millis(def.every_ms))
+        .payload(def.payload.clone())
+        .options(o)
+        .overlap(if def.overlap_enqueue {
+            Overlap::Enqueue
+        } else {
+            Overlap::Skip
+        })
+        .missed(if def.missed_skip {
+            Missed::Skip
+        } else {
+            Missed::RunOnce
+        });
+    if let Some(start) = def.start_ms {
+        s = s.starting_at_ms(start);
+    }
+    s
+}
+
+/// Names the instances a call's sweep enqueued (placeholders `m1` has and `before` had not)
+/// with the ids the queue's schedules `shown` after the call give as their `last_job`, in the
+/// model and in its prediction; then every schedule must be as the model has it (fired or
+/// skipped, next due time, counters).
+fn name_instances(
+    before: &Model,
+    m1: &mut Model,
+    pred: &mut MRes,
+    shown: &[SchedView],
+) -> Result<(), String> {
+    let made: Vec<u64> = m1
+        .pending()
+        .into_iter()
+        .filter(|p| !before.jobs.contains_key(p))
+        .collect();
+    for p in made {
+        let Some((name, due)) = m1.schedules.iter().find_map(|(n, s)| match s.last_job {
+            Some((id, at)) if id == p => Some((n.clone(), at)),
+            _ => None,
+        }) else {
+            continue;
+        };
+        let last = shown
+            .iter()
+            .find(|v| v.name == name)
+            .and_then(|v| v.last_job);
+        match last {
+            Some((id, at))
+                if at == due
+                    && id > before.max_id
+                    && id < PENDING_BASE
+                    && !m1.jobs.contains_key(&id) =>
+            {
+                m1.name_job(p, id);
+                match pred {
+                    MRes::Deq(v) => {
+                        for d in v.iter_mut().filter(|d| d.id == p) {
+                            d.id = id;
+                        }
+                    }
+                    MRes::Next(_, Some(d)) if d.id == p => d.id = id,
+                    _ => {}
+                }
+            }
+            other => {
+                return Err(format!(
+                    "SCHEDULE DID NOT FIRE: {name:?} was due at {:+}, the model expects a new \
+                     instance; the queue's last_job is {:?} ({} schedules shown: {shown:?})",
+                    model::rel(due),
+                    other.map(|(id, at)| (id, model::rel(at))),
+                    shown.len()
+                ));
+            }
+        }
+    }
+    let want: Vec<SchedView> = m1
+        .schedules
+        .keys()
+        .filter_map(|n| m1.sched_view(n))
+        .collect();
+    if want != shown {
+        return Err(format!(
+            "SCHEDULES: after the call the queue shows {shown:?}, the model expects {want:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// What the open at `now_ms` decided for each schedule, against the documented promise:
+/// `recovered` is the model after the leases came back, `opened` after the open's commit,
+/// equal to the file. Every schedule due at the open decided once for all its missed due
+/// times: `Missed::Skip` skips; `RunOnce` fires for the schedule's next due time, or skips only
+/// while its last instance is pending (no lease outlives an open). No due time is left behind.
+fn check_open_decisions(recovered: &Model, opened: &Model, now_ms: u64) -> Vec<String> {
+    let mut d = Vec::new();
+    for (name, a) in &recovered.schedules {
+        let Some(b) = opened.schedules.get(name) else {
+            d.push(format!("SCHEDULE LOST: {name:?} is gone after the open"));
+            continue;
+        };
+        if b.next_due_ms <= now_ms {
+            d.push(format!(
+                "DUE TIME LEFT BEHIND: {name:?} is still due at {:+} after the open",
+                model::rel(b.next_due_ms)
+            ));
+        }
+        if a.next_due_ms > now_ms {
+            continue;
+        }
+        let decided = (b.fired + b.skipped) as i64 - (a.fired + a.skipped) as i64;
+        let pending = a
+            .last_job
+            .and_then(|(id, _)| recovered.jobs.get(&id))
+            .is_some_and(|j| matches!(j.state, MState::Ready | MState::Scheduled));
+        let fired_for = b.last_job.map(|(_, at)| at);
+        let wrong = if decided != 1 {
+            Some(format!("{decided} decisions"))
+        } else if a.missed_skip && b.fired != a.fired {
+            Some("fired under Missed::Skip".to_string())
+        } else if !a.missed_skip && b.fired == a.fired && !pending {
+            Some("DUE TIME LOST: skipped under RunOnce, no instance pending".to_string())
+        } else if b.fired > a.fired && fired_for != Some(a.next_due_ms) {
+            Some(format!(
+                "fired for due time {:?}",
+                fired_for.map(model::rel)
+            ))
+        } else {
+            None
+        };
+        if let Some(w) = wrong {
+            d.push(format!(
+                "OPEN DECISION: {name:?} was due at {:+} ({}) when the file opened at {:+}: {w}",
+                model::rel(a.next_due_ms),
+                if a.missed_skip {
+                    "MissedSkip"
+                } else {
+                    "RunOnce"
+                },
+                model::rel(now_ms)
+            ));
+        }
+    }
+    d
 }
 
 /// Reads the caller's effect table.
@@ -2169,10 +2740,103 @@ pub fn compare(q: &Queue, m: &mut Model) -> Result<(), Vec<String>> {
             ));
         }
     }
+    d.extend(compare_schedules(q, m)?);
     if d.is_empty() {
         Ok(())
     } else {
         d.truncate(12);
         Err(d)
     }
+}
+
+/// The schedules against the model: each as `schedules()` and `schedule(name)` show it, then
+/// what their counters promise about the jobs in the file. A schedule's instances carry one of
+/// its payload tags; with those that left the queue (acked, cancelled, removed: the model
+/// counts them), the live ones must be exactly the `fired` it shows; and a schedule that never
+/// had `Overlap::Enqueue` nor a dead instance requeued has at most one instance that is not
+/// dead (a due time fires only once the last one ended, and an ended one does not come back).
+fn compare_schedules(q: &Queue, m: &Model) -> Result<Vec<String>, Vec<String>> {
+    let fail = |what: String| vec![what];
+    let mut d = Vec::new();
+    let infos = q
+        .schedules()
+        .map_err(|e| fail(format!("schedules() failed: {e}")))?;
+    let mut shown = BTreeMap::new();
+    for i in &infos {
+        shown.insert(i.name.clone(), to_view(i).map_err(fail)?);
+    }
+    let names: BTreeSet<&String> = shown.keys().chain(m.schedules.keys()).collect();
+    for name in names {
+        let got = shown.get(name);
+        let want = m.sched_view(name);
+        match (got, &want) {
+            (Some(g), Some(w)) if g == w => {}
+            (Some(g), Some(w)) => d.push(format!("SCHEDULE {name:?} is {g:?}, expected {w:?}")),
+            (Some(g), None) => d.push(format!(
+                "UNKNOWN SCHEDULE: {g:?}, never created with Ok (or removed with Ok)"
+            )),
+            (None, _) => d.push(format!(
+                "SCHEDULE LOST: {want:?}, created with Ok, is not listed"
+            )),
+        }
+        let one = q
+            .schedule(name)
+            .map_err(|e| fail(format!("schedule({name:?}) failed: {e}")))?;
+        let one = one.as_ref().map(to_view).transpose().map_err(fail)?;
+        if one.as_ref() != got {
+            d.push(format!(
+                "schedule({name:?}) is {one:?}, schedules() lists {got:?}"
+            ));
+        }
+    }
+    if m.schedules.is_empty() || !d.is_empty() {
+        return Ok(d);
+    }
+    // Live jobs in the file by payload tag: (all, not dead).
+    let mut live: BTreeMap<Vec<u8>, (u64, u64)> = BTreeMap::new();
+    for state in [
+        JobState::Ready,
+        JobState::Scheduled,
+        JobState::Leased,
+        JobState::Dead,
+    ] {
+        let page = q
+            .jobs(state, None, 1000)
+            .map_err(|e| fail(format!("jobs({state:?}) failed: {e}")))?;
+        for j in page.jobs {
+            let payload = q
+                .payload(j.id)
+                .map_err(|e| fail(format!("payload({}) failed: {e}", j.id)))?
+                .ok_or_else(|| fail(format!("job {} listed {state:?} has no payload", j.id)))?;
+            if let Some(tag) = model::sched_tag(&payload) {
+                let e = live.entry(tag.to_vec()).or_default();
+                e.0 += 1;
+                if state != JobState::Dead {
+                    e.1 += 1;
+                }
+            }
+        }
+    }
+    for (name, s) in &m.schedules {
+        let fired = shown.get(name).map_or(0, |v| v.fired);
+        let (n, not_dead) = s
+            .tags
+            .iter()
+            .filter_map(|t| live.get(t))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        if n + s.ended != fired {
+            d.push(format!(
+                "INSTANCES: schedule {name:?} shows fired {fired}, the file holds {n} of its \
+                 instances and {} left the queue",
+                s.ended
+            ));
+        }
+        if !s.multi_live && not_dead > 1 {
+            d.push(format!(
+                "SECOND INSTANCE: schedule {name:?} (Overlap::Skip, no instance requeued) has \
+                 {not_dead} instances that are not dead"
+            ));
+        }
+    }
+    Ok(d)
 }

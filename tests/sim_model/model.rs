@@ -86,6 +86,8 @@ pub struct MJob {
     pub snoozes: u32,
     /// Its dedup key is held until its first delivery (`dedup_until_started`).
     pub until_started: bool,
+    /// An instance of a schedule: the tag its payload starts with ([`sched_tag`]).
+    pub sched: Option<Vec<u8>>,
 }
 
 impl MJob {
@@ -124,6 +126,8 @@ pub enum EKind {
     JobNotFound,
     InvalidState,
     Effect,
+    ScheduleExists,
+    ScheduleNotFound,
 }
 
 /// One predicted enqueue result; ids at or above [`PENDING_BASE`] are placeholders.
@@ -180,6 +184,8 @@ pub enum MRes {
     State(JobState),
     /// `pause` or `resume`: whether the queue's state changed.
     Flag(bool),
+    /// `create_schedule`, `update_schedule` or `upsert_schedule`: the schedule as stored.
+    Sched(SchedView),
     Deadline(u64),
     /// A refusal: the call changed nothing.
     Err(EKind),
@@ -204,6 +210,158 @@ impl MRes {
             _ => true,
         }
     }
+}
+
+// ---- Periodic jobs (schedules) ----
+
+/// The longest schedule name leaseq takes (`SCHEDULE_NAME_BYTES_MAX`).
+pub const SCHEDULE_NAME_BYTES_MAX: usize = leaseq::SCHEDULE_NAME_BYTES_MAX;
+
+/// Every schedule instance's payload starts with this, then `<name>/<call>/`: the tag of the
+/// definition (one create, update or upsert call) it was enqueued from. No other payload of
+/// the workload starts with it (theirs start with a small counter, or `follow-up`).
+pub const SCHED_TAG_PREFIX: &[u8] = b"\xFF\xFESCHED/";
+
+/// The payload of the schedule definition set by call number `call` for `name`: its tag, then
+/// `pad` filler bytes.
+pub fn sched_payload(name: &str, call: u64, pad: usize) -> Vec<u8> {
+    let mut p = SCHED_TAG_PREFIX.to_vec();
+    p.extend_from_slice(format!("{name}/{call}/").as_bytes());
+    p.extend(std::iter::repeat_n(b'.', pad));
+    p
+}
+
+/// The tag a schedule payload starts with (the prefix, the name and the call number), if
+/// `payload` is one.
+pub fn sched_tag(payload: &[u8]) -> Option<&[u8]> {
+    let rest = payload.strip_prefix(SCHED_TAG_PREFIX)?;
+    let first = rest.iter().position(|&b| b == b'/')?;
+    let second = rest[first + 1..].iter().position(|&b| b == b'/')?;
+    Some(&payload[..SCHED_TAG_PREFIX.len() + first + 1 + second + 1])
+}
+
+/// How a schedule call treats a name that exists (or not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetMode {
+    /// `create_schedule`: `ScheduleExists` if it exists.
+    Create,
+    /// `update_schedule`: `ScheduleNotFound` if it does not.
+    Update,
+    /// `upsert_schedule`: either.
+    Upsert,
+}
+
+/// One interval schedule definition as the workload passes it (possibly invalid on purpose).
+#[derive(Debug, Clone)]
+pub struct SchedDef {
+    pub every_ms: u64,
+    /// `starting_at_ms`.
+    pub start_ms: Option<u64>,
+    pub payload: Vec<u8>,
+    pub priority: i32,
+    pub max_attempts: Option<u32>,
+    pub lease_ms: Option<u64>,
+    /// `Overlap::Enqueue` (else `Skip`).
+    pub overlap_enqueue: bool,
+    /// `Missed::Skip` (else `RunOnce`).
+    pub missed_skip: bool,
+    /// An option a schedule refuses, set on purpose: 1 a delay, 2 an idempotency key, 3 a
+    /// dedup key (0: none).
+    pub forbidden_option: u8,
+}
+
+/// A schedule as the file holds it (what `ScheduleInfo` shows), and what the harness keeps
+/// about its instances.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MSched {
+    pub every_ms: u64,
+    pub start_ms: u64,
+    pub payload: Vec<u8>,
+    pub priority: i32,
+    /// Resolved with the queue's default.
+    pub max_attempts: u32,
+    pub lease_ms: Option<u64>,
+    pub overlap_enqueue: bool,
+    pub missed_skip: bool,
+    pub next_due_ms: u64,
+    /// The last instance (a placeholder id until known) and the due time it was enqueued for.
+    pub last_job: Option<(u64, u64)>,
+    pub fired: u64,
+    pub skipped: u64,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    /// The payload tags of this schedule's definitions since it was created (a remove and a
+    /// new create start over): its instances are the jobs whose payload carries one.
+    pub tags: BTreeSet<Vec<u8>>,
+    /// Its instances that left the queue (acked, cancelled, removed): with the live ones in
+    /// the file, they are all it fired.
+    pub ended: u64,
+    /// Whether two of its instances may be live (not dead) at once: it had
+    /// `Overlap::Enqueue`, or a dead instance was requeued. Otherwise a due time fires only
+    /// when the last instance ended, and an ended one never comes back.
+    pub multi_live: bool,
+}
+
+/// A schedule as `ScheduleInfo` shows it (interval timing only), for answers and checks.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SchedView {
+    pub name: String,
+    pub every_ms: u64,
+    pub start_ms: u64,
+    pub next_due_ms: Option<u64>,
+    pub last_job: Option<(u64, u64)>,
+    pub fired: u64,
+    pub skipped: u64,
+    pub overlap_enqueue: bool,
+    pub missed_skip: bool,
+    pub priority: i32,
+    pub payload_bytes: usize,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+}
+
+/// Times relative to the workload's clock start.
+pub fn rel(ms: u64) -> i64 {
+    ms as i64 - super::T0_MS as i64
+}
+
+impl std::fmt::Debug for SchedView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} every {}ms from {:+} next {:?} last {:?} fired {} skipped {} {}/{} prio {} \
+             {}B created {:+} updated {:+}",
+            self.name,
+            self.every_ms,
+            rel(self.start_ms),
+            self.next_due_ms.map(rel),
+            self.last_job.map(|(id, at)| (id, rel(at))),
+            self.fired,
+            self.skipped,
+            if self.overlap_enqueue {
+                "Enqueue"
+            } else {
+                "Skip"
+            },
+            if self.missed_skip {
+                "MissedSkip"
+            } else {
+                "RunOnce"
+            },
+            self.priority,
+            self.payload_bytes,
+            rel(self.created_ms),
+            rel(self.updated_ms)
+        )
+    }
+}
+
+/// The first due time of an interval strictly after `after_ms` (leaseq's `next_due_after`).
+pub fn interval_due_after(every_ms: u64, start_ms: u64, after_ms: u64) -> u64 {
+    if after_ms < start_ms {
+        return start_ms;
+    }
+    start_ms + ((after_ms - start_ms) / every_ms + 1) * every_ms
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,6 +394,8 @@ pub struct Model {
     pub side: BTreeSet<Vec<u8>>,
     /// Whether the queue is paused (`Queue::pause`): it delivers nothing until resumed.
     pub paused: bool,
+    /// The queue's schedules (periodic jobs), by name.
+    pub schedules: BTreeMap<String, MSched>,
 }
 
 pub fn truncate_reason(reason: &str) -> String {
@@ -266,6 +426,7 @@ impl Model {
             next_seq: 1,
             side: BTreeSet::new(),
             paused: false,
+            schedules: BTreeMap::new(),
         }
     }
 
@@ -288,6 +449,9 @@ impl Model {
     /// A job leaves the queue (ack): its dedup key is released if it still owns it.
     fn delete(&mut self, id: u64) {
         let job = self.jobs.remove(&id).expect("deleting a live job");
+        if let Some(s) = self.sched_of(&job) {
+            s.ended += 1;
+        }
         if let Some(k) = &job.dedup
             && self.dedup.get(k) == Some(&id)
         {
@@ -398,8 +562,9 @@ impl Model {
                 last_error: LastErr::None,
                 snoozes: 0,
                 until_started: spec.until_started,
+                sched: None,
             };
-            let id = PENDING_BASE + self.pending().len() as u64;
+            let id = self.next_placeholder();
             if let Some(k) = &spec.dedup {
                 self.dedup.insert(k.clone(), id);
             }
@@ -430,6 +595,36 @@ impl Model {
             }
             assert!(self.jobs.insert(id, job).is_none(), "model: id {id} reused");
             self.max_id = self.max_id.max(id);
+            self.rename_last_job(p, id);
+        }
+    }
+
+    /// The next placeholder id: after every pending one, so placeholders sort in the order
+    /// their jobs were made (and will get their ids).
+    pub fn next_placeholder(&self) -> u64 {
+        self.pending().last().map_or(PENDING_BASE, |p| p + 1)
+    }
+
+    /// Names one pending job (an instance a sweep enqueued) with its real id.
+    pub fn name_job(&mut self, placeholder: u64, id: u64) {
+        assert!(placeholder >= PENDING_BASE && id < PENDING_BASE);
+        let job = self
+            .jobs
+            .remove(&placeholder)
+            .expect("model: naming a pending job");
+        debug_assert!(job.dedup.is_none(), "model: an instance holds no dedup key");
+        assert!(self.jobs.insert(id, job).is_none(), "model: id {id} reused");
+        self.max_id = self.max_id.max(id);
+        self.rename_last_job(placeholder, id);
+    }
+
+    fn rename_last_job(&mut self, placeholder: u64, id: u64) {
+        for s in self.schedules.values_mut() {
+            if let Some((last, _)) = &mut s.last_job
+                && *last == placeholder
+            {
+                *last = id;
+            }
         }
     }
 
@@ -441,10 +636,11 @@ impl Model {
             MState::Scheduled => j.run_at_ms <= now_ms,
             MState::Leased { deadline_ms, .. } => deadline_ms <= now_ms,
             MState::Dead => false,
-        })
+        }) || self.schedules.values().any(|s| s.next_due_ms <= now_ms)
     }
 
-    /// Promotes due scheduled jobs, then reclaims expired leases (the sweep of every dequeue).
+    /// Promotes due scheduled jobs, reclaims expired leases, then fires due schedules (the
+    /// sweep of every dequeue).
     fn sweep(&mut self, now_ms: u64) {
         let mut due: Vec<(u64, u64)> = self
             .jobs
@@ -475,6 +671,9 @@ impl Model {
         for (_, id) in expired {
             self.end_attempt(id, LastErr::Expired, now_ms, now_ms);
         }
+        // Due schedules last: each sees its last instance as it now is (an expired lease just
+        // given back is pending), and an instance enqueued now is ready for this very dequeue.
+        self.fire_due(now_ms, false);
     }
 
     /// The job a dequeue takes next: lowest priority value, then first to become ready.
@@ -749,6 +948,12 @@ impl Model {
         if job.state != MState::Dead {
             return MRes::Err(EKind::InvalidState);
         }
+        let job = job.clone();
+        if let Some(s) = self.sched_of(&job) {
+            // A dead instance back to ready: it may now wait beside a newer one.
+            s.multi_live = true;
+        }
+        let job = self.jobs.get_mut(&id).expect("dead job");
         job.attempts = 0;
         job.run_at_ms = now_ms;
         self.make_ready(id);
@@ -895,6 +1100,171 @@ impl Model {
             }
         }
         c
+    }
+
+    /// The schedule of this incarnation whose instance `job` is, if it still exists.
+    fn sched_of(&mut self, job: &MJob) -> Option<&mut MSched> {
+        let tag = job.sched.as_ref()?;
+        self.schedules.values_mut().find(|s| s.tags.contains(tag))
+    }
+
+    /// A schedule as `ScheduleInfo` shows it.
+    pub fn sched_view(&self, name: &str) -> Option<SchedView> {
+        let s = self.schedules.get(name)?;
+        Some(SchedView {
+            name: name.to_string(),
+            every_ms: s.every_ms,
+            start_ms: s.start_ms,
+            next_due_ms: Some(s.next_due_ms),
+            last_job: s.last_job,
+            fired: s.fired,
+            skipped: s.skipped,
+            overlap_enqueue: s.overlap_enqueue,
+            missed_skip: s.missed_skip,
+            priority: s.priority,
+            payload_bytes: s.payload.len(),
+            created_ms: s.created_ms,
+            updated_ms: s.updated_ms,
+        })
+    }
+
+    /// Fires the due schedules at `now_ms`, in due-time order (then by name), each once: an
+    /// instance, ready now at the back of its priority, unless the last instance is pending
+    /// (ready or scheduled), or running under `Overlap::Skip`; at open (`at_open`), a
+    /// `Missed::Skip` schedule skips. Then the next due time after now (due times that
+    /// passed together make one decision).
+    fn fire_due(&mut self, now_ms: u64, at_open: bool) {
+        let mut due: Vec<(u64, String)> = self
+            .schedules
+            .iter()
+            .filter(|(_, s)| s.next_due_ms <= now_ms)
+            .map(|(n, s)| (s.next_due_ms, n.clone()))
+            .collect();
+        due.sort();
+        assert!(due.len() <= 256, "model: workload exceeds the sweep bound");
+        for (at, name) in due {
+            let s = &self.schedules[&name];
+            let fire = if at_open && s.missed_skip {
+                false
+            } else {
+                match s
+                    .last_job
+                    .and_then(|(id, _)| self.jobs.get(&id))
+                    .map(|j| &j.state)
+                {
+                    Some(MState::Ready | MState::Scheduled) => false,
+                    Some(MState::Leased { .. }) => s.overlap_enqueue,
+                    Some(MState::Dead) | None => true,
+                }
+            };
+            let id = self.next_placeholder();
+            if fire {
+                let job = MJob {
+                    payload: s.payload.clone(),
+                    priority: s.priority,
+                    max_attempts: s.max_attempts,
+                    lease_ms: s.lease_ms,
+                    idem: None,
+                    dedup: None,
+                    created_ms: now_ms,
+                    attempts: 0,
+                    run_at_ms: now_ms,
+                    seq: 0,
+                    state: MState::Ready,
+                    last_error: LastErr::None,
+                    snoozes: 0,
+                    until_started: false,
+                    sched: sched_tag(&s.payload).map(<[u8]>::to_vec),
+                };
+                self.jobs.insert(id, job);
+                self.make_ready(id);
+            }
+            let s = self.schedules.get_mut(&name).expect("due schedule");
+            if fire {
+                s.last_job = Some((id, at));
+                s.fired += 1;
+            } else {
+                s.skipped += 1;
+            }
+            s.next_due_ms = interval_due_after(s.every_ms, s.start_ms, now_ms);
+        }
+    }
+
+    /// What an open does after it returned the leases ([`Model::recover`]), in the same
+    /// commit: every due schedule decided, `Missed` deciding for due times missed while the
+    /// file was closed.
+    pub fn open_schedules(&mut self, now_ms: u64) {
+        self.fire_due(now_ms, true);
+    }
+
+    /// `create_schedule`, `update_schedule` or `upsert_schedule` of an interval schedule at
+    /// `now_ms`. Every refusal writes nothing. A change keeps the next due time when the
+    /// interval stays (and no new start is given, or the same one); another timing counts
+    /// from now. The last instance and the counters are kept.
+    pub fn set_schedule(&mut self, now_ms: u64, name: &str, def: &SchedDef, mode: SetMode) -> MRes {
+        let bad_name = name.is_empty()
+            || name.len() > SCHEDULE_NAME_BYTES_MAX
+            || name.chars().any(char::is_control);
+        if bad_name
+            || def.every_ms == 0
+            || def.every_ms > DELAY_MAX_MS
+            || def.forbidden_option != 0
+            || def.max_attempts == Some(0)
+            || def.lease_ms.is_some_and(|l| l == 0 || l > LEASE_MAX_MS)
+        {
+            return MRes::Err(EKind::InvalidOption);
+        }
+        let old = self.schedules.get(name).cloned();
+        match (&old, mode) {
+            (Some(_), SetMode::Create) => return MRes::Err(EKind::ScheduleExists),
+            (None, SetMode::Update) => return MRes::Err(EKind::ScheduleNotFound),
+            _ => {}
+        }
+        let kept = old
+            .as_ref()
+            .filter(|o| o.every_ms == def.every_ms && def.start_ms.is_none_or(|s| s == o.start_ms));
+        let (start_ms, next_due_ms) = match kept {
+            Some(o) => (o.start_ms, o.next_due_ms),
+            None => {
+                let start = def.start_ms.unwrap_or(now_ms + def.every_ms);
+                let next = if start >= now_ms {
+                    start
+                } else {
+                    interval_due_after(def.every_ms, start, now_ms - 1)
+                };
+                (start, next)
+            }
+        };
+        let mut tags = old.as_ref().map(|o| o.tags.clone()).unwrap_or_default();
+        if let Some(t) = sched_tag(&def.payload) {
+            tags.insert(t.to_vec());
+        }
+        let s = MSched {
+            every_ms: def.every_ms,
+            start_ms,
+            payload: def.payload.clone(),
+            priority: def.priority,
+            max_attempts: def.max_attempts.unwrap_or(self.max_attempts),
+            lease_ms: def.lease_ms,
+            overlap_enqueue: def.overlap_enqueue,
+            missed_skip: def.missed_skip,
+            next_due_ms,
+            last_job: old.as_ref().and_then(|o| o.last_job),
+            fired: old.as_ref().map_or(0, |o| o.fired),
+            skipped: old.as_ref().map_or(0, |o| o.skipped),
+            created_ms: old.as_ref().map_or(now_ms, |o| o.created_ms),
+            updated_ms: now_ms,
+            tags,
+            ended: old.as_ref().map_or(0, |o| o.ended),
+            multi_live: old.as_ref().is_some_and(|o| o.multi_live) || def.overlap_enqueue,
+        };
+        self.schedules.insert(name.to_string(), s);
+        MRes::Sched(self.sched_view(name).expect("just set"))
+    }
+
+    /// `remove_schedule`: whether it existed. Its instances stay, as plain jobs.
+    pub fn remove_schedule(&mut self, name: &str) -> MRes {
+        MRes::Flag(self.schedules.remove(name).is_some())
     }
 
     /// The model's own invariants; a failure here is a bug in the model, not in leaseq.
