@@ -509,6 +509,22 @@ fn a_power_loss_anywhere_in_the_5_to_6_upgrade_leaves_a_file_that_opens_the_same
     power_loss_at_every_write_of_the_upgrade(FIXTURE5, 5, 90, assert_fixture5);
 }
 
+/// A queue's counts as the format-6 and format-7 checks compare them: total, scheduled, ready,
+/// leased, dead, applied, dedup keys, completed, cancelled.
+fn counts(s: &leaseq::Stats) -> (u64, u64, u64, u64, u64, u64, u64, u64, u64) {
+    (
+        s.total,
+        s.scheduled,
+        s.ready,
+        s.leased,
+        s.dead,
+        s.applied,
+        s.dedup_keys,
+        s.completed,
+        s.cancelled,
+    )
+}
+
 // ---------------------------------------------------------------------------------------
 // Format 6 → 7: completed and cancelled jobs, the history setting, record version 5.
 // ---------------------------------------------------------------------------------------
@@ -525,21 +541,7 @@ fn assert_fixture6(q: &Queue) {
     let r = q.recovery();
     assert_eq!(r.leases_returned, 3, "{r:?}");
     let s = q.stats().unwrap();
-    assert_eq!(
-        (
-            s.total,
-            s.scheduled,
-            s.ready,
-            s.leased,
-            s.dead,
-            s.applied,
-            s.dedup_keys,
-            s.completed,
-            s.cancelled
-        ),
-        (7, 2, 4, 0, 1, 1, 2, 0, 0),
-        "{s:?}"
-    );
+    assert_eq!(counts(&s), (7, 2, 4, 0, 1, 1, 2, 0, 0), "{s:?}");
     assert!(!s.paused);
     let job = |id: u64| q.job(JobId(id)).unwrap().unwrap();
     // A record of version 4 reads its one last error as the history, without a time.
@@ -643,21 +645,7 @@ fn assert_fixture7(q: &Queue) {
     let r = q.recovery();
     assert_eq!(r.leases_returned, 4, "{r:?}");
     let s = q.stats().unwrap();
-    assert_eq!(
-        (
-            s.total,
-            s.scheduled,
-            s.ready,
-            s.leased,
-            s.dead,
-            s.applied,
-            s.dedup_keys,
-            s.completed,
-            s.cancelled
-        ),
-        (7, 2, 4, 0, 1, 1, 2, 0, 0),
-        "{s:?}"
-    );
+    assert_eq!(counts(&s), (7, 2, 4, 0, 1, 1, 2, 0, 0), "{s:?}");
     assert!(!s.paused);
     assert!(q.history().unwrap().is_off());
     let job = |id: u64| q.job(JobId(id)).unwrap().unwrap();
