@@ -3,16 +3,17 @@
 //! `Error::Corrupted`. Any `Err` is fine.
 //!
 //! A valid small queue file is built once (jobs in every state, applied markers, dedup keys,
-//! an effect table), and once more with periodic jobs as well (schedules in the default queue
-//! and in a named one, one removed, instances enqueued; some due when the image opens, so the
-//! open fires them). An input's first byte picks the base image (bit 0: closed cleanly, or the
+//! an effect table), and once more with periodic jobs and flow control as well (schedules in
+//! the default queue and in a named one, one removed, instances enqueued; some due when the
+//! image opens, so the open fires them; jobs in ordered groups, some held behind their
+//! group's head; a rate limit with a window in use on each queue). An input's first byte picks the base image (bit 0: closed cleanly, or the
 //! process killed with leases held, so the open repairs and recovers; bit 7: the one with
 //! schedules) and how it is opened (bit 1: on a `SimDisk`, or from a file through
 //! `Queue::open`, which also runs the file checks); then every 4 bytes are one edit: a 24-bit
 //! offset and a byte XORed in there (an even first byte keeps the edit in the first 16 KiB:
 //! redb's header and first pages). A last lone byte truncates the image to that many 256ths.
-//! The queue is then opened, checked, read (its schedules too), drained and written to
-//! (schedules created, changed and removed).
+//! The queue is then opened, checked, read (its schedules and rate limits too), drained and
+//! written to (schedules created, changed and removed, grouped jobs, rate limits changed).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
@@ -43,7 +44,9 @@ pub fn base_images() -> &'static (Vec<u8>, Vec<u8>) {
 /// held). Schedule "tick" (every second, `Overlap::Enqueue`) fires during the dequeues that
 /// build the image and is due again when it opens, "nightly" is a cron schedule in Berlin
 /// time (`Missed::Skip`), "gone" was removed, and the named queue "side" holds "side-tick",
-/// due when the image opens (the open fires the schedules of every queue).
+/// due when the image opens (the open fires the schedules of every queue). A third of the
+/// jobs are in one of two ordered groups, and both queues have a rate limit whose window
+/// the building dequeues used.
 pub fn scheduled_images() -> &'static (Vec<u8>, Vec<u8>) {
     static IMAGES: OnceLock<(Vec<u8>, Vec<u8>)> = OnceLock::new();
     IMAGES.get_or_init(|| build_images(true))
@@ -73,7 +76,11 @@ fn build_images(schedules: bool) -> (Vec<u8>, Vec<u8>) {
         .unwrap();
         q.create_schedule("gone", &Schedule::every(Duration::from_secs(5)))
             .unwrap();
+        q.set_rate_limit(Some(leaseq::RateLimit::new(40, Duration::from_secs(60))))
+            .unwrap();
         let side = q.named("side").unwrap();
+        side.set_rate_limit(Some(leaseq::RateLimit::new(1, Duration::from_secs(3600))))
+            .unwrap();
         side.create_schedule(
             "side-tick",
             &Schedule::every(Duration::from_secs(2))
@@ -95,6 +102,9 @@ fn build_images(schedules: bool) -> (Vec<u8>, Vec<u8>) {
         }
         if i % 7 == 3 {
             o = o.max_attempts(1);
+        }
+        if schedules && i % 3 == 0 {
+            o = o.group(format!("g{}", i % 2));
         }
         let payload = vec![i as u8; 16 + (i as usize * 97) % 3000];
         q.enqueue(&payload, o).unwrap();
@@ -144,10 +154,14 @@ fn build_images(schedules: bool) -> (Vec<u8>, Vec<u8>) {
         )
         .unwrap();
         assert!(q.schedule("tick").unwrap().unwrap().fired >= 1);
-        q.named("side")
-            .unwrap()
-            .enqueue(b"side job", EnqueueOptions::default())
-            .unwrap();
+        let side = q.named("side").unwrap();
+        for g in ["a", "a", "b"] {
+            side.enqueue(b"side job", EnqueueOptions::default().group(g))
+                .unwrap();
+        }
+        // Its window's one delivery used: the rest waits for the window's end.
+        assert!(side.dequeue().unwrap().is_some());
+        assert!(side.dequeue().unwrap().is_none());
     }
     let killed = disk.live_image();
     drop(held);
@@ -178,6 +192,7 @@ fn exercise(q: &Queue, clock: &ManualClock) -> Result<(), String> {
         let _ = no_panic("is_applied", || q.is_applied(format!("k{k}")))?;
     }
     exercise_schedules(q)?;
+    exercise_flow(q)?;
     clock.advance(Duration::from_secs(120));
     for i in 0..24u32 {
         let lease = match no_panic("dequeue", || q.dequeue())? {
@@ -231,6 +246,26 @@ fn exercise(q: &Queue, clock: &ManualClock) -> Result<(), String> {
     let _ = no_panic("remove_schedule", || q.remove_schedule("tick"))?;
     let _ = no_panic("schedules", || q.schedules())?;
     let _ = no_panic("check", || q.check())?;
+    Ok(())
+}
+
+/// The flow-control calls: rate limits read and changed, ready jobs listed (held ones among
+/// them), grouped enqueues, and a dequeue of "side" under its limit.
+fn exercise_flow(q: &Queue) -> Result<(), String> {
+    let _ = no_panic("rate_limit", || q.rate_limit())?;
+    let _ = no_panic("jobs ready", || q.jobs(leaseq::JobState::Ready, None, 50))?;
+    let _ = no_panic("grouped enqueue", || {
+        q.enqueue(b"grouped", EnqueueOptions::default().group("g0"))
+    })?;
+    let _ = no_panic("set_rate_limit", || {
+        q.set_rate_limit(Some(leaseq::RateLimit::new(3, Duration::from_secs(1))))
+    })?;
+    if let Ok(side) = no_panic("named", || q.named("side"))? {
+        let _ = no_panic("side rate_limit", || side.rate_limit())?;
+        let _ = no_panic("side dequeue", || side.dequeue().map(drop))?;
+        let _ = no_panic("side set_rate_limit", || side.set_rate_limit(None))?;
+        let _ = no_panic("side dequeue_batch", || side.dequeue_batch(3).map(drop))?;
+    }
     Ok(())
 }
 

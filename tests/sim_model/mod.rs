@@ -11,7 +11,10 @@
 //! nacks, extends,
 //! fails, `requeue_dead`, `remove`, `prune`, `compact`, `flush`, periodic jobs (interval
 //! schedules of a few names created, updated, upserted and removed, with random `Overlap` and
-//! `Missed`; dequeues and reopens fire them), clock steps (also backwards),
+//! `Missed`; dequeues and reopens fire them), ordered groups (a third of the enqueues name
+//! one of three groups: the model delivers a group's jobs one at a time, in order), rate
+//! limits (set, changed, removed; the model keeps the stored window and predicts what each
+//! dequeue may take), clock steps (also backwards),
 //! clean reopens, process kills, power cuts between calls, and crashes at a random I/O call
 //! (`crash_after`), sometimes a second one during the recovery open. One seed in six runs with `Durability::None`.
 //!
@@ -49,7 +52,7 @@ use std::time::Duration;
 use leaseq::sim::SimDisk;
 use leaseq::{
     Applied, Clock, Durability, EnqueueOptions, Enqueued, Error, JobId, JobInfo, JobState, Lease,
-    ManualClock, Missed, Overlap, Queue, Schedule, ScheduleInfo, Timing,
+    ManualClock, Missed, Overlap, Queue, RateLimit, Schedule, ScheduleInfo, Timing,
 };
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -74,6 +77,8 @@ const DEDUP_KEYS: u64 = 4;
 /// Live jobs above this make the workload consume instead of produce.
 const LIVE_JOBS_SOFT_MAX: usize = 40;
 const HELD_LEASES_MAX: usize = 8;
+/// Ordered groups are drawn from this many names.
+const GROUPS: u64 = 3;
 /// The names the workload's schedules are drawn from.
 const SCHED_NAMES: [&str; 3] = ["s0", "s1", "s2"];
 
@@ -170,6 +175,10 @@ pub struct Outcome {
     pub schedule_skipped: u64,
     pub open_fired: u64,
     pub open_skipped: u64,
+    /// Dequeues made while a ready job waited behind its group's head, and while the rate
+    /// limit allowed fewer jobs than asked for (as the model saw it before the call).
+    pub group_waits: u64,
+    pub rate_limited: u64,
     pub violation: Option<String>,
     pub log: Vec<String>,
 }
@@ -710,13 +719,11 @@ impl Runner {
         }
         match choice {
             0..13 => self.op_enqueue(1),
-            13..16 => {
-                if self.src.chance(1, 5) {
-                    self.op_schedule_remove()
-                } else {
-                    self.op_schedule_set()
-                }
-            }
+            13..16 => match self.src.below(10) {
+                0 | 1 => self.op_schedule_remove(),
+                2..5 => self.op_rate_limit(),
+                _ => self.op_schedule_set(),
+            },
             16..21 => {
                 let n = 2 + self.src.below(4) as usize;
                 self.op_enqueue(n)
@@ -1145,6 +1152,9 @@ impl Runner {
             spec.until_started = self.src.chance(1, 3);
             spec.on_duplicate = self.src.pick(&[0, 0, 1, 2]);
         }
+        if self.src.chance(1, 3) {
+            spec.group = Some(format!("g{}", self.src.below(GROUPS)));
+        }
         spec.priority = self.src.pick(&[0, 0, 0, -1, 1, 7, i32::MIN, i32::MAX]);
         if self.src.chance(1, 3) {
             spec.delay_ms = Some(self.src.pick(&[0, 1, 50, 500, 1_000, 5_000]));
@@ -1157,12 +1167,14 @@ impl Runner {
         }
         if self.src.chance(1, 40) {
             // Invalid on purpose: a typed error that writes nothing.
-            match self.src.below(6) {
+            match self.src.below(8) {
                 0 => spec.max_attempts = Some(0),
                 1 => spec.idem = Some(String::new()),
                 2 => spec.lease_ms = Some(0),
                 3 => spec.dedup = Some("x".repeat(model::KEY_BYTES_MAX + 1)),
                 4 => spec.delay_ms = Some(model::DELAY_MAX_MS + 1),
+                5 => spec.group = Some(String::new()),
+                6 => spec.group = Some("g".repeat(model::KEY_BYTES_MAX + 1)),
                 _ => spec.lease_ms = Some(model::LEASE_MAX_MS + 1),
             }
         }
@@ -1198,6 +1210,9 @@ impl Runner {
                 if let Some(l) = spec.lease_ms {
                     o = o.lease(Duration::from_millis(l));
                 }
+                if let Some(g) = &spec.group {
+                    o = o.group(g);
+                }
                 o
             })
             .collect();
@@ -1207,7 +1222,7 @@ impl Runner {
             specs
                 .iter()
                 .map(|s| format!(
-                    "{}B idem={:?} dedup={:?}{} prio={} delay={:?} max={:?} lease={:?}",
+                    "{}B idem={:?} dedup={:?}{} prio={} delay={:?} max={:?} lease={:?} group={:?}",
                     s.payload.len(),
                     s.idem,
                     s.dedup
@@ -1221,7 +1236,10 @@ impl Runner {
                     s.priority,
                     s.delay_ms,
                     s.max_attempts,
-                    s.lease_ms
+                    s.lease_ms,
+                    s.group
+                        .as_ref()
+                        .map(|g| if g.len() > 8 { "<too long>" } else { g })
                 ))
                 .collect::<Vec<_>>()
                 .join("; ")
@@ -1243,6 +1261,9 @@ impl Runner {
 
     fn op_dequeue(&mut self, max: usize) -> Result<(), String> {
         let now = self.now();
+        let (group_waits, allowed) = self.model().flow_now(now);
+        self.out.group_waits += u64::from(group_waits > 0);
+        self.out.rate_limited += u64::from(allowed.is_some_and(|a| a < max as u64));
         let apply = |m: &mut Model| m.dequeue(now, max);
         let crashed_before = self.disk.is_crashed();
         let q = self.q();
@@ -1586,6 +1607,34 @@ impl Runner {
     }
 
     /// `pause` or `resume` of the queue (resume more often: a paused queue delivers nothing).
+    /// `set_rate_limit`: a small limit (so that dequeues meet it), none, the same again, or
+    /// an invalid one on purpose.
+    fn op_rate_limit(&mut self) -> Result<(), String> {
+        let limit = match self.src.below(8) {
+            0 | 1 => None,
+            2 => self.model().rate_limit.map(|(max, per, ..)| (max, per)),
+            3 if self.src.chance(1, 4) => Some((0, 100)),
+            3 => Some((2, self.src.pick(&[0, model::DELAY_MAX_MS + 1]))),
+            _ => Some((1 + self.src.below(3), self.src.pick(&[50, 500, 2_000]))),
+        };
+        let apply = move |m: &mut Model| m.set_rate_limit(limit);
+        let crashed_before = self.disk.is_crashed();
+        let q = self.q();
+        let got = q
+            .set_rate_limit(limit.map(|(max, per)| RateLimit {
+                max: max as u32,
+                per_ms: per,
+            }))
+            .map(Got::Flag);
+        self.settle(
+            &format!("set_rate_limit({limit:?})"),
+            &apply,
+            got,
+            crashed_before,
+        )?;
+        Ok(())
+    }
+
     fn op_pause(&mut self) -> Result<(), String> {
         let pause = self.src.chance(1, 3);
         let apply = move |m: &mut Model| m.set_paused(pause);
@@ -1754,7 +1803,7 @@ impl Runner {
         if self.src.chance(1, 30) {
             match self.src.below(4) {
                 0 => def.every_ms = 0,
-                1 => def.forbidden_option = 1 + self.src.below(3) as u8,
+                1 => def.forbidden_option = 1 + self.src.below(4) as u8,
                 2 => def.max_attempts = Some(0),
                 _ => def.lease_ms = Some(0),
             }
@@ -1827,7 +1876,8 @@ impl Runner {
                 0 => "",
                 1 => " (with a delay)",
                 2 => " (with an idempotency key)",
-                _ => " (with a dedup key)",
+                3 => " (with a dedup key)",
+                _ => " (with a group)",
             }
         );
         let got = match r {
@@ -2292,7 +2342,8 @@ fn schedule_of(def: &SchedDef) -> Schedule {
         0 => {}
         1 => o = o.delay(Duration::from_millis(100)),
         2 => o = o.idempotency_key("k0"),
-        _ => o = o.dedup_key("d0"),
+        3 => o = o.dedup_key("d0"),
+        _ => o = o.group("g0"),
     }
     let mut s = Schedule::every(Duration::from_millis(def.every_ms))
         .payload(def.payload.clone())
@@ -2541,6 +2592,11 @@ fn compare_job(id: u64, got: &JobInfo, want: &MJob) -> Vec<String> {
         format!("{:?}", got.dedup_key),
         format!("{:?}", want.dedup.as_ref().map(|k| k.as_bytes().to_vec())),
     );
+    diff(
+        "group",
+        format!("{:?}", got.group),
+        format!("{:?}", want.group.as_ref().map(|k| k.as_bytes().to_vec())),
+    );
     if matches!(want.state, MState::Ready | MState::Scheduled) {
         diff(
             "run_at_ms",
@@ -2739,6 +2795,16 @@ pub fn compare(q: &Queue, m: &mut Model) -> Result<(), Vec<String>> {
                 effects.get(&k)
             ));
         }
+    }
+    let limit = q
+        .rate_limit()
+        .map_err(|e| fail(format!("rate_limit() failed: {e}")))?
+        .map(|l| (u64::from(l.max), l.per_ms));
+    let want_limit = m.rate_limit.map(|(max, per, ..)| (max, per));
+    if limit != want_limit {
+        d.push(format!(
+            "RATE LIMIT: rate_limit() is {limit:?}, expected {want_limit:?}"
+        ));
     }
     d.extend(compare_schedules(q, m)?);
     if d.is_empty() {

@@ -88,6 +88,11 @@ pub struct MJob {
     pub until_started: bool,
     /// An instance of a schedule: the tag its payload starts with ([`sched_tag`]).
     pub sched: Option<Vec<u8>>,
+    /// Its ordered group ([`EnqSpec::group`]) and its place in it (the model's own counter:
+    /// only the order matters). A job of a group is delivered only while no live job
+    /// (scheduled, ready, leased) of the group has an earlier place.
+    pub group: Option<String>,
+    pub group_order: u64,
 }
 
 impl MJob {
@@ -115,6 +120,8 @@ pub struct EnqSpec {
     pub until_started: bool,
     /// `on_duplicate`: 0 keep, 1 replace, 2 debounce (with a dedup key).
     pub on_duplicate: u8,
+    /// `group`: an ordered group (a replaced job keeps its own).
+    pub group: Option<String>,
 }
 
 /// The kinds of error the model predicts.
@@ -266,7 +273,7 @@ pub struct SchedDef {
     /// `Missed::Skip` (else `RunOnce`).
     pub missed_skip: bool,
     /// An option a schedule refuses, set on purpose: 1 a delay, 2 an idempotency key, 3 a
-    /// dedup key (0: none).
+    /// dedup key, 4 a group (0: none).
     pub forbidden_option: u8,
 }
 
@@ -356,6 +363,17 @@ impl std::fmt::Debug for SchedView {
     }
 }
 
+/// A rate-limit row as its window stands at `now_ms` (leaseq's fixed window): restarted with
+/// no deliveries once it ended, or when the clock went back a whole window before its start.
+pub fn rate_window(row: (u64, u64, u64, u64), now_ms: u64) -> (u64, u64, u64, u64) {
+    let (max, per, start, count) = row;
+    if now_ms.saturating_add(per) <= start || now_ms >= start.saturating_add(per) {
+        (max, per, now_ms, 0)
+    } else {
+        (max, per, start, count)
+    }
+}
+
 /// The first due time of an interval strictly after `after_ms` (leaseq's `next_due_after`).
 pub fn interval_due_after(every_ms: u64, start_ms: u64, after_ms: u64) -> u64 {
     if after_ms < start_ms {
@@ -396,6 +414,11 @@ pub struct Model {
     pub paused: bool,
     /// The queue's schedules (periodic jobs), by name.
     pub schedules: BTreeMap<String, MSched>,
+    /// The next place at the end of a group.
+    pub next_group_order: u64,
+    /// The queue's rate limit and its window as leaseq stores them: (max, per_ms, window
+    /// start, deliveries in the window).
+    pub rate_limit: Option<(u64, u64, u64, u64)>,
 }
 
 pub fn truncate_reason(reason: &str) -> String {
@@ -427,7 +450,30 @@ impl Model {
             side: BTreeSet::new(),
             paused: false,
             schedules: BTreeMap::new(),
+            next_group_order: 1,
+            rate_limit: None,
         }
+    }
+
+    /// A place at the end of every group.
+    fn group_place(&mut self) -> u64 {
+        self.next_group_order += 1;
+        self.next_group_order - 1
+    }
+
+    /// Whether job `id` is first in its group (or has none): no live job of its group has
+    /// an earlier place. Dead jobs have left their group.
+    fn group_head(&self, id: u64) -> bool {
+        let job = &self.jobs[&id];
+        let Some(g) = &job.group else {
+            return true;
+        };
+        !self.jobs.iter().any(|(&other, j)| {
+            other != id
+                && j.group.as_ref() == Some(g)
+                && j.state != MState::Dead
+                && j.group_order < job.group_order
+        })
     }
 
     /// Makes a job ready: it goes behind every job already ready.
@@ -482,7 +528,7 @@ impl Model {
     }
 
     fn validate(&self, spec: &EnqSpec) -> Result<(), EKind> {
-        for key in [&spec.idem, &spec.dedup].into_iter().flatten() {
+        for key in [&spec.idem, &spec.dedup, &spec.group].into_iter().flatten() {
             if key.len() > KEY_BYTES_MAX {
                 return Err(EKind::KeyTooLong);
             }
@@ -563,7 +609,13 @@ impl Model {
                 snoozes: 0,
                 until_started: spec.until_started,
                 sched: None,
+                group: spec.group.clone(),
+                group_order: 0,
             };
+            let mut job = job;
+            if job.group.is_some() {
+                job.group_order = self.group_place();
+            }
             let id = self.next_placeholder();
             if let Some(k) = &spec.dedup {
                 self.dedup.insert(k.clone(), id);
@@ -676,11 +728,12 @@ impl Model {
         self.fire_due(now_ms, false);
     }
 
-    /// The job a dequeue takes next: lowest priority value, then first to become ready.
+    /// The job a dequeue takes next: lowest priority value, then first to become ready, of
+    /// the ready jobs first in their group.
     fn first_ready(&self) -> Option<u64> {
         self.jobs
             .iter()
-            .filter(|(_, j)| j.state == MState::Ready)
+            .filter(|&(&id, j)| j.state == MState::Ready && self.group_head(id))
             .min_by_key(|&(&id, j)| (j.priority, j.seq, id))
             .map(|(&id, _)| id)
     }
@@ -698,6 +751,16 @@ impl Model {
         let mut out = Vec::new();
         // A paused queue delivers nothing and writes nothing (no sweep either).
         if self.paused || !self.has_work(now_ms) {
+            return out;
+        }
+        // A rate-limited queue takes what its window has left; with nothing left, it does
+        // nothing else either.
+        let window = self.rate_limit.map(|row| rate_window(row, now_ms));
+        let max = match window {
+            Some((limit, _, _, count)) => max.min(limit.saturating_sub(count) as usize),
+            None => max,
+        };
+        if max == 0 {
             return out;
         }
         self.sweep(now_ms);
@@ -730,7 +793,49 @@ impl Model {
                 payload: job.payload.clone(),
             });
         }
+        if let Some((limit, per, start, count)) = window
+            && !out.is_empty()
+        {
+            self.rate_limit = Some((limit, per, start, count + out.len() as u64));
+        }
         out
+    }
+
+    /// For the harness's counts: how many ready jobs wait behind their group's head, and how
+    /// many deliveries the rate limit allows at `now_ms` (`None`: no limit).
+    pub fn flow_now(&self, now_ms: u64) -> (usize, Option<u64>) {
+        let waiting = self
+            .jobs
+            .iter()
+            .filter(|&(&id, j)| j.state == MState::Ready && !self.group_head(id))
+            .count();
+        let allowed = self.rate_limit.map(|row| {
+            let (max, _, _, count) = rate_window(row, now_ms);
+            max.saturating_sub(count)
+        });
+        (waiting, allowed)
+    }
+
+    /// `Queue::set_rate_limit`: whether the setting changed. A different limit starts a
+    /// fresh window; the same one keeps its window. `(0, _)` or a window of 0 ms or above
+    /// `DELAY_MAX` is refused.
+    pub fn set_rate_limit(&mut self, limit: Option<(u64, u64)>) -> MRes {
+        match limit {
+            Some((max, per)) if max == 0 || per == 0 || per > DELAY_MAX_MS => {
+                MRes::Err(EKind::InvalidOption)
+            }
+            None => MRes::Flag(self.rate_limit.take().is_some()),
+            Some((max, per)) => {
+                if self
+                    .rate_limit
+                    .is_some_and(|(m, p, ..)| (m, p) == (max, per))
+                {
+                    return MRes::Flag(false);
+                }
+                self.rate_limit = Some((max, per, 0, 0));
+                MRes::Flag(true)
+            }
+        }
     }
 
     pub fn set_token(&mut self, id: u64, token: u64) {
@@ -953,7 +1058,12 @@ impl Model {
             // A dead instance back to ready: it may now wait beside a newer one.
             s.multi_live = true;
         }
+        let place = self.group_place();
         let job = self.jobs.get_mut(&id).expect("dead job");
+        if job.group.is_some() {
+            // Back at the end of its group.
+            job.group_order = place;
+        }
         job.attempts = 0;
         job.run_at_ms = now_ms;
         self.make_ready(id);
@@ -1175,6 +1285,8 @@ impl Model {
                     snoozes: 0,
                     until_started: false,
                     sched: sched_tag(&s.payload).map(<[u8]>::to_vec),
+                    group: None,
+                    group_order: 0,
                 };
                 self.jobs.insert(id, job);
                 self.make_ready(id);
