@@ -88,17 +88,21 @@ fn outcomes_of_async_handlers_end_jobs_as_the_sync_pool_does() {
 #[test]
 fn heartbeats_keep_a_long_async_handler_s_lease() {
     let f = Fixture::new();
-    let q = real_clock(&f, Duration::from_millis(300));
+    let lease = Duration::from_millis(800);
+    let q = real_clock(&f, lease);
     q.enqueue(b"long", plain()).unwrap();
     let report = runtime().block_on(async {
         let pool = WorkerPool::builder(&q)
             .threads(1)
             .start_async(|_| async {
-                tokio::time::sleep(Duration::from_millis(1500)).await;
+                tokio::time::sleep(Duration::from_millis(4000)).await;
                 Ok(())
             })
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        // Measured from when the pool holds the job (a slow emulator may take a while to
+        // start it), past twice the lease: only heartbeats can have kept it.
+        until(&q, |s| s.leased == 1).await;
+        tokio::time::sleep(lease * 2).await;
         assert!(q.dequeue().unwrap().is_none(), "the lease was kept");
         until(&q, |s| s.total == 0).await;
         pool.shutdown(Duration::from_secs(5)).await
