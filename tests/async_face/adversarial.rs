@@ -7,7 +7,9 @@
 use crate::common::{
     Fixture, assert_consistent, assert_nothing_charged, enqueue_n, eventually, plain,
 };
-use crate::support::{counting_waker, hold_commits, poll_once, take_and_drop_a_dequeue};
+use crate::support::{
+    a_dequeue_that_took_the_lease, counting_waker, hold_commits, poll_once, take_and_drop_a_dequeue,
+};
 use leaseq::{
     AsyncQueue, EnqueueOptions, Enqueued, Error, JobId, JobState, StopSignal, WorkerPool,
 };
@@ -594,12 +596,7 @@ fn an_async_lease_acked_after_the_shutdown_returned() {
 fn two_async_shutdowns_from_clones() {
     let f = Fixture::new();
     for round in 0..10 {
-        let q = f
-            .builder()
-            .durability(leaseq::Durability::None)
-            .open(&f.path)
-            .unwrap()
-            .to_async();
+        let q = f.open_non_durable().to_async();
         let before = q.blocking().stats().unwrap().ready;
         enqueue_n(q.blocking(), 5, plain());
         let (a, b) = (q.clone(), q);
@@ -713,12 +710,7 @@ fn a_waiter_gets_the_job_a_dropped_future_gave_back() {
     let f = Fixture::new();
     let q = f.open().to_async();
     let id = q.blocking().enqueue(b"only", plain()).unwrap().id();
-    let (_c, waker) = counting_waker();
-    let mut fut = Box::pin(q.dequeue());
-    let held = hold_commits(q.blocking());
-    assert!(poll_once(fut.as_mut(), &waker).is_none());
-    drop(held);
-    assert!(eventually(|| q.blocking().stats().unwrap().leased == 1));
+    let fut = a_dequeue_that_took_the_lease(&q);
     current_thread().block_on(async {
         let waiter = {
             let q = q.clone();

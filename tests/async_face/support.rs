@@ -2,7 +2,7 @@
 //! holding the file's commits so that a first poll is reliably `Pending`.
 
 use crate::common::eventually;
-use leaseq::AsyncQueue;
+use leaseq::{AsyncLease, AsyncQueue};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,15 +78,23 @@ pub fn counting_waker() -> (Arc<CountingWaker>, Waker) {
     (Arc::clone(&c), Waker::from(Arc::clone(&c)))
 }
 
-/// A dequeue future polled once (its commit starts on a helper), left until its lease is
-/// taken, then dropped unread; returns once the give-back landed.
-pub fn take_and_drop_a_dequeue(q: &AsyncQueue) {
+/// The future of an async dequeue.
+pub type Dequeue<'a> = Pin<Box<dyn Future<Output = leaseq::Result<Option<AsyncLease>>> + 'a>>;
+
+/// A dequeue future polled once (its commit starts on a helper) under held commits, so that
+/// poll is `Pending`; returned once its commit took the one ready job's lease, unread.
+pub fn a_dequeue_that_took_the_lease(q: &AsyncQueue) -> Dequeue<'_> {
     let (_c, waker) = counting_waker();
-    let mut fut = Box::pin(q.dequeue());
+    let mut fut: Dequeue<'_> = Box::pin(q.dequeue());
     let held = hold_commits(q.blocking());
     assert!(poll_once(fut.as_mut(), &waker).is_none());
     drop(held);
     assert!(eventually(|| q.blocking().stats().unwrap().leased == 1));
-    drop(fut);
+    fut
+}
+
+/// [`a_dequeue_that_took_the_lease`], dropped unread; returns once the give-back landed.
+pub fn take_and_drop_a_dequeue(q: &AsyncQueue) {
+    drop(a_dequeue_that_took_the_lease(q));
     assert!(eventually(|| q.blocking().stats().unwrap().leased == 0));
 }

@@ -816,15 +816,21 @@ fn surviving(info: &JobInfo, payload: Vec<u8>) -> String {
     )
 }
 
-/// Every job of every queue of the file at `path`, per queue and state in each state's order.
-fn snapshot(path: &Path) -> Vec<(Option<String>, Vec<String>)> {
+/// The file's queues, opened with the library: the default one, then the named ones by name
+/// (the tool's order).
+fn every_queue(path: &Path) -> Vec<Queue> {
     let q = Queue::open(path).unwrap();
     let mut queues = vec![q.clone()];
     for name in q.queue_names().unwrap() {
         queues.push(q.existing(&name).unwrap());
     }
+    queues
+}
+
+/// Every job of every queue of the file at `path`, per queue and state in each state's order.
+fn snapshot(path: &Path) -> Vec<(Option<String>, Vec<String>)> {
     let mut out = Vec::new();
-    for queue in queues {
+    for queue in every_queue(path) {
         let mut jobs = Vec::new();
         for state in [JobState::Ready, JobState::Scheduled, JobState::Dead] {
             let mut after = None;

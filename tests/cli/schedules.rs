@@ -8,7 +8,7 @@ use std::time::Duration;
 use leaseq::{EnqueueOptions, ManualClock, Missed, Overlap, Queue, Schedule, ScheduleInfo, Timing};
 use serde_json::{Value, json};
 
-use super::{code, fails, json_lines, ok, run, s, small_file, stdout, tmp};
+use super::{code, every_queue, fails, json_lines, ok, run, s, small_file, stdout, tmp};
 
 const MIN_MS: u64 = 60_000;
 const HOUR_MS: u64 = 3_600_000;
@@ -95,13 +95,8 @@ fn schedule_file(path: &Path) -> Made {
 /// The schedules of every queue of the file, as the library reads them: (queue, schedule)
 /// in the tool's order (the default queue, then the named ones by name; each queue's by name).
 fn library_view(path: &Path) -> Vec<(Option<String>, ScheduleInfo)> {
-    let q = Queue::open(path).unwrap();
-    let mut queues = vec![q.clone()];
-    for name in q.queue_names().unwrap() {
-        queues.push(q.existing(&name).unwrap());
-    }
     let mut out = Vec::new();
-    for queue in queues {
+    for queue in every_queue(path) {
         for info in queue.schedules().unwrap() {
             out.push((queue.name().map(str::to_string), info));
         }

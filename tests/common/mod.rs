@@ -42,6 +42,21 @@ impl Fixture {
         self.builder().open(&self.path).unwrap()
     }
 
+    /// [`Fixture::open`] with `Durability::None`: commits do not wait for the disk (a
+    /// clean close or a flush makes them durable).
+    pub fn open_non_durable(&self) -> Queue {
+        self.builder()
+            .durability(leaseq::Durability::None)
+            .open(&self.path)
+            .unwrap()
+    }
+
+    /// The fixture's clock now (Unix ms).
+    pub fn clock_now(&self) -> u64 {
+        use leaseq::Clock;
+        self.clock.now_ms()
+    }
+
     /// Opens the file once its last other handle is gone: retries `AlreadyOpen` every 2 ms
     /// for up to 20 s (a helper thread or a finishing worker lets go just after its commit);
     /// any other error, or a handle still held after 20 s, panics.

@@ -1325,14 +1325,3 @@ fn progress_of_a_timed_out_handler_is_fenced_after_the_timeout() {
     assert_eq!((stats.timed_out, stats.acked), (1, 1), "{stats:?}");
     assert_consistent(&q);
 }
-
-trait ClockNow {
-    fn clock_now(&self) -> u64;
-}
-
-impl ClockNow for Fixture {
-    fn clock_now(&self) -> u64 {
-        use leaseq::Clock;
-        self.clock.now_ms()
-    }
-}

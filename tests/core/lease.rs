@@ -172,17 +172,6 @@ fn extend_keeps_one_delivery_and_expiry_redelivers_once() {
     assert_consistent(&q);
 }
 
-trait ClockNow {
-    fn clock_now(&self) -> u64;
-}
-
-impl ClockNow for Fixture {
-    fn clock_now(&self) -> u64 {
-        use leaseq::Clock;
-        self.clock.now_ms()
-    }
-}
-
 // Extend never compounds: the deadline is now + d, not old deadline + d.
 #[test]
 fn extend_sets_deadline_from_now_never_compounding() {

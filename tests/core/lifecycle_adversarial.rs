@@ -7,7 +7,7 @@
 use crate::common::{
     Fixture, assert_consistent, assert_nothing_charged, enqueue_n, eventually, plain,
 };
-use leaseq::{Durability, Error, JobId, JobState, Queue, StopSignal, WorkerPool};
+use leaseq::{Error, JobId, JobState, Queue, StopSignal, WorkerPool};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,11 +19,7 @@ fn shutdown_with_durability_none_keeps_every_enqueue() {
     let f = Fixture::new();
     let mut expected = 0u64;
     for round in 0..10u64 {
-        let q = f
-            .builder()
-            .durability(Durability::None)
-            .open(&f.path)
-            .unwrap();
+        let q = f.open_non_durable();
         assert!(!q.recovery().repaired, "round {round}");
         assert_eq!(q.stats().unwrap().ready, expected, "round {round}");
         enqueue_n(&q, 7, plain());
@@ -55,11 +51,7 @@ fn shutdown_twice_from_clones_at_once() {
     let f = Fixture::new();
     let mut neither = 0;
     for round in 0..40u64 {
-        let q = f
-            .builder()
-            .durability(Durability::None)
-            .open(&f.path)
-            .unwrap();
+        let q = f.open_non_durable();
         let before = q.stats().unwrap().ready;
         enqueue_n(&q, 3, plain());
         let other = q.clone();

@@ -224,11 +224,7 @@ fn follow_ups_go_to_the_leases_queue_and_check_covers_every_queue() {
 #[test]
 fn a_file_holds_at_most_queues_max_named_queues() {
     let f = Fixture::new();
-    let q = f
-        .builder()
-        .durability(leaseq::Durability::None)
-        .open(&f.path)
-        .unwrap();
+    let q = f.open_non_durable();
     for i in 0..leaseq::QUEUES_MAX {
         q.named(&format!("q{i}")).unwrap();
     }
@@ -894,11 +890,7 @@ fn many_queues_survive_reopen() {
     let f = Fixture::new();
     let n = 200;
     {
-        let q = f
-            .builder()
-            .durability(leaseq::Durability::None)
-            .open(&f.path)
-            .unwrap();
+        let q = f.open_non_durable();
         for i in 0..n {
             let h = q.named(&format!("w{i:04}")).unwrap();
             h.enqueue(format!("{i}").as_bytes(), opts().dedup_key("same"))

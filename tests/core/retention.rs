@@ -16,8 +16,7 @@ use crate::common::{
     Fixture, T0_MS, all_ok, assert_consistent, bump, flip_record_byte, keyed, ms, secs,
 };
 use leaseq::{
-    Applied, Durability, EnqueueOptions, Enqueued, Error, JobId, JobState, Lease, Queue,
-    RetryPolicy, Stats,
+    Applied, EnqueueOptions, Enqueued, Error, JobId, JobState, Lease, Queue, RetryPolicy, Stats,
 };
 use proptest::prelude::*;
 use redb::{ReadableTable, TableDefinition};
@@ -29,11 +28,7 @@ use std::time::Duration;
 #[test]
 fn c26_default_key_effects_keep_no_markers() {
     let f = Fixture::new();
-    let q = f
-        .builder()
-        .durability(Durability::None)
-        .open(&f.path)
-        .unwrap();
+    let q = f.open_non_durable();
     for _ in 0..100 {
         q.enqueue_batch((0..1_000).map(|_| (&b"x"[..], EnqueueOptions::default())))
             .unwrap();

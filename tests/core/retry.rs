@@ -298,14 +298,3 @@ fn expiry_backoff_near_the_end_of_time_saturates() {
     assert_eq!(info.run_at_ms, u64::MAX);
     assert_consistent(&q);
 }
-
-trait ClockNow {
-    fn clock_now(&self) -> u64;
-}
-
-impl ClockNow for Fixture {
-    fn clock_now(&self) -> u64 {
-        use leaseq::Clock;
-        self.clock.now_ms()
-    }
-}

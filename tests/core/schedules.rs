@@ -523,11 +523,7 @@ fn an_instance_is_announced_as_any_enqueue() {
 #[test]
 fn the_file_holds_at_most_schedules_max() {
     let f = Fixture::new();
-    let q = f
-        .builder()
-        .durability(leaseq::Durability::None)
-        .open(&f.path)
-        .unwrap();
+    let q = f.open_non_durable();
     let other = q.named("other").unwrap();
     for i in 0..leaseq::SCHEDULES_MAX {
         // Spread over two queues: the bound is the file's.

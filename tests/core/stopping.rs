@@ -11,7 +11,7 @@
 
 use crate::common;
 use crate::common::{Fixture, LEASE, T0_MS, all_ok, assert_consistent, enqueue_n, plain};
-use leaseq::{Applied, Durability, EnqueueOptions, Error, ImportJob, JobState, StopSignal};
+use leaseq::{Applied, EnqueueOptions, Error, ImportJob, JobState, StopSignal};
 use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 
@@ -336,11 +336,7 @@ fn a_lease_tells_its_handler_the_last_attempt_and_its_key() {
 #[test]
 fn a_stale_heartbeat_never_moves_the_next_delivery() {
     let f = Fixture::new();
-    let q = f
-        .builder()
-        .durability(Durability::None)
-        .open(&f.path)
-        .unwrap();
+    let q = f.open_non_durable();
     for round in 0..60u32 {
         let id = q.enqueue(&round.to_le_bytes(), plain()).unwrap().id();
         let first = q.dequeue().unwrap().unwrap();
@@ -394,11 +390,7 @@ fn a_stale_heartbeat_never_moves_the_next_delivery() {
 #[test]
 fn concurrent_extends_leave_deadline_ms_equal_to_the_stored_deadline() {
     let f = Fixture::new();
-    let q = f
-        .builder()
-        .durability(Durability::None)
-        .open(&f.path)
-        .unwrap();
+    let q = f.open_non_durable();
     const ROUNDS: u32 = 1000;
     let mut mismatches = Vec::new();
     for round in 0..ROUNDS {
@@ -574,11 +566,7 @@ fn many_waiters_one_stop_exactly_the_enqueued_jobs_are_leased() {
 #[test]
 fn a_stop_racing_an_enqueue_never_loses_the_job() {
     let f = Fixture::new();
-    let q = f
-        .builder()
-        .durability(Durability::None)
-        .open(&f.path)
-        .unwrap();
+    let q = f.open_non_durable();
     let (mut taken, mut left) = (0, 0);
     for round in 0..60u32 {
         let stop = StopSignal::new();
