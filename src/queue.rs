@@ -969,12 +969,14 @@ impl Queue {
         }
         let handles_left = self.other_handles();
         let Queue { inner, .. } = self;
-        let released = match Arc::try_unwrap(inner) {
-            Ok(file) => {
+        // `into_inner`, not `try_unwrap`: of handles let go of at once (two shutdowns from
+        // clones), exactly one gets the file, so one report says it was released.
+        let released = match Arc::into_inner(inner) {
+            Some(file) => {
                 drop(file);
                 true
             }
-            Err(_still_shared) => false,
+            None => false,
         };
         if released {
             tracing::info!(
