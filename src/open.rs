@@ -744,6 +744,8 @@ fn init_tables(db: &Database) -> Result<()> {
                 .map_err(foreign)?;
             tx.open_table(crate::format::schema::SCHEDULE_DUE)
                 .map_err(foreign)?;
+            tx.open_table(crate::format::schema::SCHEDULE_INSTANCES)
+                .map_err(foreign)?;
             tx.open_table(crate::format::schema::RATE_LIMITS)
                 .map_err(foreign)?;
         }
@@ -791,6 +793,7 @@ fn precheck_attach(rtx: &redb::ReadTransaction) -> Result<()> {
     refuse_other_types(rtx, crate::format::schema::HISTORY_LIMITS)?;
     refuse_other_types(rtx, crate::format::schema::SCHEDULES)?;
     refuse_other_types(rtx, crate::format::schema::SCHEDULE_DUE)?;
+    refuse_other_types(rtx, crate::format::schema::SCHEDULE_INSTANCES)?;
     refuse_other_types(rtx, crate::format::schema::RATE_LIMITS)?;
     if let Ok(meta) = rtx.open_table(META)
         && let Some(found) = meta.get(META_FORMAT_VERSION)?.map(|v| v.value())

@@ -73,6 +73,14 @@ impl StoredState {
         }
     }
 
+    /// Scheduled, ready or leased: neither dead nor ended.
+    pub(crate) fn is_live(&self) -> bool {
+        matches!(
+            self,
+            StoredState::Scheduled | StoredState::Ready | StoredState::Leased { .. }
+        )
+    }
+
     /// Whether the job has ended for good (completed or cancelled): it is in the history.
     pub(crate) fn is_ended(&self) -> bool {
         matches!(

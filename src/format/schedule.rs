@@ -19,6 +19,8 @@ const SCHEDULE_VERSION: u8 = 1;
 
 /// `next_due_ms` of a schedule with no due time left (a cron expression with no match ahead).
 pub(crate) const NO_DUE_MS: u64 = u64::MAX;
+/// The value of a `leaseq_schedule_instances` entry while its instance is live (not ended).
+pub(crate) const INSTANCE_LIVE: u64 = u64::MAX;
 /// `overlap`: a due time skips while the last instance runs.
 pub(crate) const OVERLAP_SKIP: u8 = 0;
 /// `overlap`: a due time enqueues one more while the last instance runs.

@@ -25,6 +25,12 @@ pub(crate) const SCHEDULES: TableDefinition<(u32, &str), &[u8]> =
 /// entry per schedule that has one. Since format 8.
 pub(crate) const SCHEDULE_DUE: TableDefinition<(u32, u64, &str), ()> =
     TableDefinition::new("leaseq_schedule_due");
+/// The last instance of each schedule: (queue number, job id) → when it ended in Unix ms
+/// (acked, dead, cancelled or removed), or [`INSTANCE_LIVE`](crate::format::schedule::INSTANCE_LIVE)
+/// while it is live. One entry per schedule that fired; so a due time can tell whether the
+/// instance ended before it. Since format 8.
+pub(crate) const SCHEDULE_INSTANCES: TableDefinition<(u32, u64), u64> =
+    TableDefinition::new("leaseq_schedule_instances");
 /// Each rate-limited queue's limit and its current window: queue number → (most deliveries
 /// per window, the window in ms, when the current window started in Unix ms, deliveries
 /// in it). A queue without a row is not limited. Since format 8.

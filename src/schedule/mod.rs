@@ -49,11 +49,16 @@ pub enum Timing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Overlap {
     /// Enqueue nothing for this due time (River's and Oban's default, BullMQ's only way).
+    /// This holds even when no dequeue looked at the due time until the instance ended (a
+    /// single consumer busy running it): the file records when the last instance ended
+    /// (acked, died, cancelled or removed), and a due time that came before that end is
+    /// skipped; the next instance comes at the first due time at or after the end.
     #[default]
     Skip,
     /// Enqueue one more instance, ready at once: another consumer may run it while the
-    /// first one still runs (a consumer that should never run two at once uses `Skip`, or
-    /// an ordered [`group`](crate::EnqueueOptions::group) for the work itself).
+    /// first one still runs (a consumer that should never run two at once uses `Skip`; a
+    /// schedule's instances cannot join an ordered group). A due time that passed while the
+    /// instance ran fires at the next dequeue, even once it ended.
     Enqueue,
 }
 
@@ -185,9 +190,10 @@ pub struct ScheduleInfo {
     pub last_job: Option<(JobId, u64)>,
     /// Jobs it enqueued.
     pub fired: u64,
-    /// Due times that enqueued nothing: an instance was pending, or running under
+    /// Decisions that enqueued nothing: an instance was pending, or running under
     /// [`Overlap::Skip`], or the time was missed while the file was closed under
-    /// [`Missed::Skip`] (several due times missed together count once).
+    /// [`Missed::Skip`]. Due times that passed together (no dequeue in between) make one
+    /// decision and count once, as in `fired`.
     pub skipped: u64,
     /// Its overlap policy.
     pub overlap: Overlap,

@@ -164,6 +164,11 @@ fn check_schedule_tables(
                 "leaseq_rate_limits",
                 rtx.open_table(crate::format::schema::RATE_LIMITS).is_ok(),
             ),
+            (
+                "leaseq_schedule_instances",
+                rtx.open_table(crate::format::schema::SCHEDULE_INSTANCES)
+                    .is_ok(),
+            ),
         ] {
             if !present {
                 details.push(format!("{name} is missing (format 8)"));

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, PayloadRef, StoredState};
 use crate::format::schema::{
     FORMAT_VERSION, HISTORY_LIMITS, MARKER_TAG_ID, META, META_FILE_ID, META_FORMAT_VERSION, PAUSED,
-    QUEUES, RATE_LIMITS, SCHEDULE_DUE, SCHEDULES, marker_key,
+    QUEUES, RATE_LIMITS, SCHEDULE_DUE, SCHEDULE_INSTANCES, SCHEDULES, marker_key,
 };
 use crate::limits::PAYLOAD_INLINE_MAX;
 
@@ -99,6 +99,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     // 7 to 8: the schedules and their due-time index, empty.
     tx.open_table(SCHEDULES)?;
     tx.open_table(SCHEDULE_DUE)?;
+    tx.open_table(SCHEDULE_INSTANCES)?;
     // 7 to 8: the rate limits, none; every queue's group tables, empty.
     tx.open_table(RATE_LIMITS)?;
     for tables in all_queues(tx)? {

@@ -13,10 +13,10 @@ use crate::commit::{Ctx, Verdict, refuse};
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, StoredState};
 use crate::format::schedule::{
-    MISSED_RUN_ONCE, MISSED_SKIP, NO_DUE_MS, OVERLAP_ENQUEUE, OVERLAP_SKIP, ScheduleRecord,
-    StoredTemplate, StoredTiming,
+    INSTANCE_LIVE, MISSED_RUN_ONCE, MISSED_SKIP, NO_DUE_MS, OVERLAP_ENQUEUE, OVERLAP_SKIP,
+    ScheduleRecord, StoredTemplate, StoredTiming,
 };
-use crate::format::schema::{QueueTables, SCHEDULE_DUE, SCHEDULES};
+use crate::format::schema::{QueueTables, SCHEDULE_DUE, SCHEDULE_INSTANCES, SCHEDULES};
 use crate::job::{JobId, OnDuplicate};
 use crate::limits::{
     DELAY_MAX, SCHEDULE_NAME_BYTES_MAX, SCHEDULE_PAYLOAD_BYTES_MAX, SCHEDULES_MAX, SWEEP_MAX,
@@ -199,7 +199,9 @@ pub(crate) fn set(
         }
         _ => {}
     }
-    // A damaged row is replaced whole (`check()` reported it; setting it again is the fix).
+    // A damaged row is replaced whole (`check()` reported it; setting it again is the fix),
+    // and its last instance's entry, which no row names any more, goes.
+    let was_damaged = matches!(old, Some(Err(_)));
     let old = old.and_then(Result::ok);
     let kept_timing = old.as_ref().and_then(|o| match (&o.timing, &new.timing) {
         (
@@ -235,8 +237,50 @@ pub(crate) fn set(
         due.insert((queue_number, next_due_ms, new.name.as_str()), ())?;
     }
     rows.insert(key, record.encode()?.as_slice())?;
+    if was_damaged {
+        drop_unnamed_instances(ctx.tx, &rows, queue_number)?;
+    }
     ctx.wake(queue_number);
     Ok(Ok(info(&new.name, &record)))
+}
+
+/// Removes queue `queue_number`'s entries of `leaseq_schedule_instances` that no schedule
+/// row names as its last instance (left by a damaged row). Bounded by the file's schedules.
+fn drop_unnamed_instances(
+    tx: &redb::WriteTransaction,
+    rows: &redb::Table<'_, (u32, &'static str), &'static [u8]>,
+    queue_number: u32,
+) -> Result<()> {
+    let mut named = std::collections::BTreeSet::new();
+    for e in rows
+        .range((queue_number, "")..(queue_number + 1, ""))?
+        .take(SCHEDULES_MAX + 1)
+    {
+        let (_, v) = e?;
+        if let Ok(ScheduleRecord {
+            last_job: Some((id, _)),
+            ..
+        }) = ScheduleRecord::decode(v.value())
+        {
+            named.insert(id);
+        }
+    }
+    let mut instances = tx.open_table(SCHEDULE_INSTANCES)?;
+    let mut unnamed = Vec::new();
+    for e in instances
+        .range((queue_number, 0)..=(queue_number, u64::MAX))?
+        .take(SCHEDULES_MAX + 1)
+    {
+        let (k, _) = e?;
+        let (_, id) = k.value();
+        if !named.contains(&id) {
+            unnamed.push(id);
+        }
+    }
+    for id in unnamed {
+        instances.remove((queue_number, id))?;
+    }
+    Ok(())
 }
 
 /// The first due time of a new timing not before `now_ms`.
@@ -279,7 +323,14 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, queue_number: u32, name: &str) -> Result
         return Ok(false);
     }
     ctx.mark_written();
-    rows.remove((queue_number, name))?;
+    let old = rows.remove((queue_number, name))?;
+    if let Some(Ok(r)) = old.map(|v| ScheduleRecord::decode(v.value()))
+        && let Some((id, _)) = r.last_job
+    {
+        ctx.tx
+            .open_table(SCHEDULE_INSTANCES)?
+            .remove((queue_number, id))?;
+    }
     let mut due = ctx.tx.open_table(SCHEDULE_DUE)?;
     unindex_due(&mut due, queue_number, name)?;
     Ok(true)
@@ -336,14 +387,27 @@ pub(super) fn fire_due(
         let fire = if at_open && record.missed == MISSED_SKIP {
             false
         } else {
-            match instance_state(tx_tables, record.last_job.map(|(id, _)| id))? {
+            let last = record.last_job.map(|(id, _)| id);
+            match instance_state(tx_tables, queue_number, last)? {
                 Instance::Pending => false,
                 Instance::Running => record.overlap == OVERLAP_ENQUEUE,
-                Instance::Ended => true,
+                // Under Skip, the due times that passed while it still ran are skipped, even
+                // when no dequeue looked until it ended: one fires only if a due time came at
+                // or after its end.
+                Instance::Ended(Some(ended_ms)) if record.overlap == OVERLAP_SKIP => {
+                    next_due_after(&record.timing, ended_ms.saturating_sub(1))?
+                        .is_some_and(|d| d <= now_ms)
+                }
+                Instance::Ended(_) => true,
             }
         };
         if fire {
             let id = enqueue_instance(tx_tables, ctx, &record.template, now_ms)?;
+            let mut instances = tx_tables.tx.open_table(SCHEDULE_INSTANCES)?;
+            if let Some((previous, _)) = record.last_job {
+                instances.remove((queue_number, previous))?;
+            }
+            instances.insert((queue_number, id), INSTANCE_LIVE)?;
             record.last_job = Some((id, at));
             record.fired = record.fired.saturating_add(1);
             fired += 1;
@@ -372,22 +436,31 @@ enum Instance {
     Pending,
     /// Leased.
     Running,
-    /// Completed, cancelled, dead, removed, damaged, or none yet.
-    Ended,
+    /// Completed, cancelled, dead, removed, damaged, or none yet; when it ended, if
+    /// `leaseq_schedule_instances` recorded it.
+    Ended(Option<u64>),
 }
 
-fn instance_state(tx_tables: &Tables<'_>, id: Option<u64>) -> Result<Instance> {
+fn instance_state(tx_tables: &Tables<'_>, queue_number: u32, id: Option<u64>) -> Result<Instance> {
     let Some(id) = id else {
-        return Ok(Instance::Ended);
+        return Ok(Instance::Ended(None));
     };
-    Ok(match tx_tables.row(id)? {
-        Row::Good(r) => match r.state {
-            StoredState::Ready | StoredState::Scheduled => Instance::Pending,
-            StoredState::Leased { .. } => Instance::Running,
-            _ => Instance::Ended,
-        },
-        Row::Missing | Row::Damaged(_) => Instance::Ended,
-    })
+    // Dead, completed or cancelled (kept in the history), deleted or damaged: ended, at the
+    // time its entry recorded if it has one.
+    if let Row::Good(r) = tx_tables.row(id)? {
+        match r.state {
+            StoredState::Ready | StoredState::Scheduled => return Ok(Instance::Pending),
+            StoredState::Leased { .. } => return Ok(Instance::Running),
+            _ => {}
+        }
+    }
+    let ended_ms = tx_tables
+        .tx
+        .open_table(SCHEDULE_INSTANCES)?
+        .get((queue_number, id))?
+        .map(|v| v.value())
+        .filter(|&ms| ms != INSTANCE_LIVE);
+    Ok(Instance::Ended(ended_ms))
 }
 
 /// Enqueues one instance of `template`, ready now; its id.
@@ -593,6 +666,7 @@ pub(crate) fn check_schedules(
         ));
     }
     let mut expected = std::collections::BTreeSet::new();
+    let mut last_jobs = std::collections::BTreeSet::new();
     for e in rows.iter()?.take(SCHEDULES_MAX + 1) {
         let (k, v) = e?;
         let (q, name) = k.value();
@@ -616,12 +690,13 @@ pub(crate) fn check_schedules(
                 {
                     out.push(format!("schedule {name:?}: {e}"));
                 }
-                if let Some((id, _)) = r.last_job
-                    && id >= next_id
-                {
-                    out.push(format!(
-                        "schedule {name:?}: last job {id} was never handed out (next id {next_id})"
-                    ));
+                if let Some((id, _)) = r.last_job {
+                    last_jobs.insert((q, id));
+                    if id >= next_id {
+                        out.push(format!(
+                            "schedule {name:?}: last job {id} was never handed out (next id {next_id})"
+                        ));
+                    }
                 }
                 if r.next_due_ms != NO_DUE_MS {
                     expected.insert((q, r.next_due_ms, name.to_string()));
@@ -644,6 +719,25 @@ pub(crate) fn check_schedules(
         out.push(format!(
             "leaseq_schedule_due entry ({q}, {at}, {name:?}) matches no schedule's due time"
         ));
+    }
+    // Each entry of leaseq_schedule_instances is a schedule's last instance (the table's
+    // presence is checked with the others of format 8).
+    if let Ok(instances) = rtx.open_table(SCHEDULE_INSTANCES) {
+        if instances.len()? > SCHEDULES_MAX as u64 {
+            out.push(format!(
+                "leaseq_schedule_instances holds {} entries, above {SCHEDULES_MAX}",
+                instances.len()?
+            ));
+        }
+        for e in instances.iter()?.take(SCHEDULES_MAX + 1) {
+            let (k, _) = e?;
+            let (q, id) = k.value();
+            if !last_jobs.contains(&(q, id)) {
+                out.push(format!(
+                    "leaseq_schedule_instances entry ({q}, job {id}) is no schedule's last instance"
+                ));
+            }
+        }
     }
     Ok(())
 }

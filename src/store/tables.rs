@@ -219,6 +219,23 @@ impl<'t> Tables<'t> {
         Ok(h)
     }
 
+    /// Job `id` left the live states at `ended_ms` (acked, died, cancelled, removed; a dead
+    /// job removed later ended when it died): if it
+    /// is a schedule's last instance, its entry in `leaseq_schedule_instances` records when,
+    /// for the schedule's next due time ([`Overlap::Skip`](crate::Overlap::Skip)). A lookup in
+    /// a table of at most one entry per schedule.
+    pub(super) fn note_instance_end(&mut self, id: u64, ended_ms: u64) -> Result<()> {
+        let mut instances = self
+            .tx
+            .open_table(crate::format::schema::SCHEDULE_INSTANCES)?;
+        let key = (self.tables.queue_number, id);
+        if instances.get(key)?.is_some() {
+            self.mark.set();
+            instances.insert(key, ended_ms)?;
+        }
+        Ok(())
+    }
+
     /// Marks the group written, for a write beside these tables straight through the
     /// transaction (the applied markers).
     pub(super) fn mark_written(&self) {
@@ -426,6 +443,10 @@ impl<'t> Tables<'t> {
     /// next member the head), and when ready is held behind its group's head unless it is
     /// the head.
     pub(super) fn index(&mut self, id: u64, record: &JobRecord) -> Result<bool> {
+        if record.state == StoredState::Dead {
+            // A dead job's run_at_ms is when it died.
+            self.note_instance_end(id, record.run_at_ms)?;
+        }
         if let Some(g) = record.group.as_deref() {
             return self.index_grouped(id, record, g);
         }
@@ -600,6 +621,9 @@ impl<'t> Tables<'t> {
     /// Deletes the job, releases its dedup key if the job still owns it (an ended job let go
     /// of it when it ended), and drops it from the carriers of its idempotency key.
     pub(super) fn delete(&mut self, id: u64, record: &JobRecord, now_ms: u64) -> Result<()> {
+        if record.state.is_live() {
+            self.note_instance_end(id, now_ms)?;
+        }
         self.unindex(id, record)?;
         self.jobs_mut().remove(id)?;
         if let Some(g) = record.group.as_deref() {
@@ -628,6 +652,9 @@ impl<'t> Tables<'t> {
         let fences = matches!(end, StoredState::Cancelled { fenced_until_ms, .. } if fenced_until_ms > ended_ms);
         if !keep && !fences {
             return self.delete(id, &record, ended_ms);
+        }
+        if record.state.is_live() {
+            self.note_instance_end(id, ended_ms)?;
         }
         self.unindex(id, &record)?;
         self.release_dedup_key(id, &record, ended_ms)?;
@@ -807,6 +834,7 @@ impl<'t> Tables<'t> {
             }
         }
         for (&(id, _), record) in leases.iter().zip(records) {
+            self.note_instance_end(id, now_ms)?;
             self.drop_payload(id, record)?;
             self.release_keys(id, record, now_ms)?;
             if let Some(g) = record.group.as_deref() {

@@ -170,6 +170,73 @@ fn overlap_skip_and_enqueue_while_an_instance_runs() {
     assert_consistent(&q);
 }
 
+/// Found by a new user's trial: with one consumer busy running the instance, no dequeue
+/// looks at the due times that pass meanwhile. Under `Overlap::Skip` they are still skipped
+/// (the file records when the instance ended): after the ack the next instance comes at the
+/// first due time after the end, on the grid, not at once. A due time at the very end fires.
+#[test]
+fn skip_holds_for_due_times_no_one_looked_at_while_the_only_consumer_ran() {
+    let f = Fixture::new();
+    let q = f.builder().lease(secs(3600)).open(&f.path).unwrap();
+    q.create_schedule("s", &every(secs(60), b"s")).unwrap();
+    f.clock.advance(secs(60));
+    let a = q.dequeue().unwrap().expect("the first instance");
+    // Due at +120, +180 and +240 s while it runs; no one dequeues.
+    f.clock.advance(secs(185));
+    a.ack().unwrap();
+    assert!(
+        q.dequeue().unwrap().is_none(),
+        "the due times passed while it ran are skipped"
+    );
+    let i = info(&q, "s");
+    assert_eq!((i.fired, i.skipped), (1, 1), "one decision: {i:?}");
+    assert_eq!(i.next_due_ms, Some(T0_MS + 5 * MIN), "on the grid");
+    f.clock.advance(secs(55));
+    let b = q.dequeue().unwrap().expect("the next due time fires");
+    assert_eq!(info(&q, "s").last_job, Some((b.id(), T0_MS + 5 * MIN)));
+    // An instance that ends exactly at a due time: that due time fires.
+    f.clock.advance(secs(60));
+    b.ack().unwrap();
+    let c = q.dequeue().unwrap().expect("ended at the due time");
+    // One that dies while due times pass: skipped as well, then on the grid again.
+    f.clock.advance(secs(90));
+    c.fail("broken").unwrap();
+    assert!(q.dequeue().unwrap().is_none());
+    f.clock.advance(secs(30));
+    let d = q
+        .dequeue()
+        .unwrap()
+        .expect("the first due time after its death");
+    // Ended, then the file closed while due times passed: they were missed, not skipped.
+    d.ack().unwrap();
+    drop(d);
+    drop(q);
+    f.clock.advance(secs(150));
+    let q = f.builder().lease(secs(3600)).open(&f.path).unwrap();
+    assert_eq!(q.recovery().schedules_fired, 1, "{:?}", q.recovery());
+    let i = info(&q, "s");
+    assert_eq!((i.fired, i.skipped), (5, 2), "{i:?}");
+    assert_consistent(&q);
+}
+
+/// `Overlap::Enqueue` does not look at when the last instance ended: a due time that passed
+/// while it ran fires at the next dequeue.
+#[test]
+fn enqueue_fires_at_the_first_look_after_due_times_passed_while_one_ran() {
+    let f = Fixture::new();
+    let q = f.builder().lease(secs(3600)).open(&f.path).unwrap();
+    q.create_schedule("e", &every(secs(60), b"e").overlap(Overlap::Enqueue))
+        .unwrap();
+    f.clock.advance(secs(60));
+    let a = q.dequeue().unwrap().unwrap();
+    f.clock.advance(secs(100));
+    a.ack().unwrap();
+    let b = q.dequeue().unwrap().expect("one more");
+    b.ack().unwrap();
+    assert_eq!(info(&q, "e").fired, 2);
+    assert_consistent(&q);
+}
+
 #[test]
 fn a_dead_or_cancelled_instance_never_stops_the_schedule() {
     let f = Fixture::new();

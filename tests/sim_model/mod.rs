@@ -973,12 +973,16 @@ impl Runner {
         crashed_before: bool,
     ) -> Result<Option<Got>, String> {
         let crashed_after = self.disk.is_crashed();
+        let now_ms = self.now();
         let worlds = std::mem::take(&mut self.worlds);
         let preds: Vec<(Model, MRes)> = worlds
             .iter()
             .map(|w| {
                 let mut m1 = w.m.clone();
+                m1.now_ms = now_ms;
                 let pred = apply(&mut m1);
+                // Worlds compare equal on what they hold, not on when they were moved.
+                m1.now_ms = 0;
                 (m1, pred)
             })
             .collect();
@@ -2458,12 +2462,25 @@ fn check_open_decisions(recovered: &Model, opened: &Model, now_ms: u64) -> Vec<S
             .last_job
             .and_then(|(id, _)| recovered.jobs.get(&id))
             .is_some_and(|j| matches!(j.state, MState::Ready | MState::Scheduled));
+        // Under Overlap::Skip, a last instance (not live) that ended after every due time
+        // that passed: those passed while it ran, so they are skipped, not missed.
+        let last_live = a
+            .last_job
+            .and_then(|(id, _)| recovered.jobs.get(&id))
+            .is_some_and(|j| j.state != MState::Dead);
+        let ended_late = !a.overlap_enqueue
+            && !last_live
+            && a.last_ended_ms.is_some_and(|e| {
+                model::interval_due_after(a.every_ms, a.start_ms, e.saturating_sub(1)) > now_ms
+            });
         let fired_for = b.last_job.map(|(_, at)| at);
         let wrong = if decided != 1 {
             Some(format!("{decided} decisions"))
         } else if a.missed_skip && b.fired != a.fired {
             Some("fired under Missed::Skip".to_string())
-        } else if !a.missed_skip && b.fired == a.fired && !pending {
+        } else if ended_late && b.fired != a.fired {
+            Some("fired for a due time that passed while its last instance ran (Skip)".to_string())
+        } else if !a.missed_skip && b.fired == a.fired && !pending && !ended_late {
             Some("DUE TIME LOST: skipped under RunOnce, no instance pending".to_string())
         } else if b.fired > a.fired && fired_for != Some(a.next_due_ms) {
             Some(format!(

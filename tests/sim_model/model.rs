@@ -307,6 +307,9 @@ pub struct MSched {
     /// `Overlap::Enqueue`, or a dead instance was requeued. Otherwise a due time fires only
     /// when the last instance ended, and an ended one never comes back.
     pub multi_live: bool,
+    /// When its last instance ended (acked, died, cancelled, removed), as leaseq records it:
+    /// under `Overlap::Skip` a due time fires only if it came at or after that end.
+    pub last_ended_ms: Option<u64>,
 }
 
 /// A schedule as `ScheduleInfo` shows it (interval timing only), for answers and checks.
@@ -419,6 +422,8 @@ pub struct Model {
     /// The queue's rate limit and its window as leaseq stores them: (max, per_ms, window
     /// start, deliveries in the window).
     pub rate_limit: Option<(u64, u64, u64, u64)>,
+    /// The clock at the call being applied (set by the harness before each).
+    pub now_ms: u64,
 }
 
 pub fn truncate_reason(reason: &str) -> String {
@@ -452,6 +457,7 @@ impl Model {
             schedules: BTreeMap::new(),
             next_group_order: 1,
             rate_limit: None,
+            now_ms: 0,
         }
     }
 
@@ -494,6 +500,9 @@ impl Model {
 
     /// A job leaves the queue (ack): its dedup key is released if it still owns it.
     fn delete(&mut self, id: u64) {
+        if self.jobs[&id].state != MState::Dead {
+            self.note_end(id, self.now_ms);
+        }
         let job = self.jobs.remove(&id).expect("deleting a live job");
         if let Some(s) = self.sched_of(&job) {
             s.ended += 1;
@@ -509,6 +518,16 @@ impl Model {
         }
     }
 
+    /// Job `id` left the live states at `at_ms`: if it is a schedule's last instance, the
+    /// schedule keeps when.
+    fn note_end(&mut self, id: u64, at_ms: u64) {
+        for s in self.schedules.values_mut() {
+            if s.last_job.is_some_and(|(last, _)| last == id) {
+                s.last_ended_ms = Some(at_ms);
+            }
+        }
+    }
+
     /// Ends a delivery that did not ack (nack, expiry, reopen).
     fn end_attempt(&mut self, id: u64, err: LastErr, now_ms: u64, requeue_at_ms: u64) -> JobState {
         let job = self.jobs.get_mut(&id).expect("ending a live job's attempt");
@@ -516,6 +535,7 @@ impl Model {
         job.last_error = err;
         if job.attempts >= job.max_attempts {
             job.state = MState::Dead;
+            self.note_end(id, now_ms);
         } else {
             job.run_at_ms = requeue_at_ms;
             if requeue_at_ms > now_ms {
@@ -1031,6 +1051,7 @@ impl Model {
         let job = self.jobs.get_mut(&id).expect("leased job");
         job.last_error = LastErr::Reason(truncate_reason(reason));
         job.state = MState::Dead;
+        self.note_end(id, self.now_ms);
         MRes::Unit
     }
 
@@ -1264,7 +1285,15 @@ impl Model {
                 {
                     Some(MState::Ready | MState::Scheduled) => false,
                     Some(MState::Leased { .. }) => s.overlap_enqueue,
-                    Some(MState::Dead) | None => true,
+                    // Under Skip, due times that passed before the last instance ended are
+                    // skipped: one fires only if a due time came at or after its end.
+                    Some(MState::Dead) | None => match s.last_ended_ms {
+                        Some(ended) if !s.overlap_enqueue => {
+                            interval_due_after(s.every_ms, s.start_ms, ended.saturating_sub(1))
+                                <= now_ms
+                        }
+                        _ => true,
+                    },
                 }
             };
             let id = self.next_placeholder();
@@ -1294,6 +1323,7 @@ impl Model {
             let s = self.schedules.get_mut(&name).expect("due schedule");
             if fire {
                 s.last_job = Some((id, at));
+                s.last_ended_ms = None;
                 s.fired += 1;
             } else {
                 s.skipped += 1;
@@ -1369,6 +1399,7 @@ impl Model {
             tags,
             ended: old.as_ref().map_or(0, |o| o.ended),
             multi_live: old.as_ref().is_some_and(|o| o.multi_live) || def.overlap_enqueue,
+            last_ended_ms: old.as_ref().and_then(|o| o.last_ended_ms),
         };
         self.schedules.insert(name.to_string(), s);
         MRes::Sched(self.sched_view(name).expect("just set"))
