@@ -104,8 +104,8 @@ impl EnqueueOptions {
         self
     }
 
-    /// Puts the job in an ordered group (at most [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX)
-    /// bytes): the jobs of one group are delivered one at a time, in the order they were
+    /// Puts the job in an ordered group (1 to [`KEY_BYTES_MAX`](crate::KEY_BYTES_MAX) bytes;
+    /// an empty key is `InvalidOption`, a longer one `KeyTooLong`, at the enqueue): the jobs of one group are delivered one at a time, in the order they were
     /// enqueued, while other groups and ungrouped jobs flow around a busy one, as SQS FIFO's
     /// message groups and BullMQ Pro's groups with concurrency 1. The outbox of a notes app
     /// syncing each document in order is the example: group by document id.
@@ -115,8 +115,10 @@ impl EnqueueOptions {
     ///   is ready, leased, or scheduled (a retry waiting for its backoff blocks its group, as
     ///   an SQS FIFO message being retried does).
     /// - A dead job does not block its group: it is out of the way, as a message moved to an
-    ///   SQS dead-letter queue; a job requeued from the dead letters ([`Queue::requeue_dead`](crate::Queue::requeue_dead))
-    ///   takes back its place by enqueue order, ahead of the group's later jobs.
+    ///   SQS dead-letter queue; a job requeued from the dead letters ([`Queue::requeue_dead`](crate::Queue::requeue_dead),
+    ///   [`Queue::retry`](crate::Queue::retry)) goes to the end of its group, as SQS's redrive.
+    /// - A schedule's instances cannot be in a group ([`Schedule::options`](crate::Schedule::options)
+    ///   refuses one).
     /// - Priorities order the groups' first jobs among themselves and ungrouped jobs; within
     ///   a group, enqueue order wins.
     pub fn group(mut self, key: impl AsRef<[u8]>) -> Self {
@@ -457,7 +459,9 @@ pub struct AttemptError {
 /// One page of [`Queue::jobs`](crate::Queue::jobs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobPage {
-    /// The jobs, in the state's order (ready: the order they will be dequeued; scheduled: by
+    /// The jobs, in the state's order (ready: the ones that can be delivered now, in the order
+    /// they will be dequeued, then those waiting behind their group's head, group by group
+    /// (by key bytes), each group's in the order it will deliver them; scheduled: by
     /// due time; leased: by lease deadline; dead: by id; completed: by when they completed,
     /// oldest first; cancelled: by when their row may go, oldest first: when they were
     /// cancelled, or a cancelled lease's deadline).

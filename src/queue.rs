@@ -1365,8 +1365,9 @@ impl Queue {
 
     /// Up to `limit` jobs in `state` (1 to [`BATCH_MAX`](crate::BATCH_MAX)), after `after`
     /// (the `next` of the previous page; `None` from the start), in that state's order: ready
-    /// in the order they will be dequeued, scheduled by due time, leased by deadline, dead by
-    /// id. Read from one snapshot; a row that fails its checks is skipped (`check` reports
+    /// in the order they will be dequeued (those waiting behind their ordered group's head
+    /// last, group by group, each in its group's order), scheduled by due time, leased by
+    /// deadline, dead by id. Read from one snapshot; a row that fails its checks is skipped (`check` reports
     /// it). With [`JobInfo::last_error`] and [`JobInfo::died_ms`], the dead-letter view;
     /// [`Queue::payload`] reads a job's payload.
     ///

@@ -67,8 +67,9 @@ impl Queue {
     ///   characters), `interval` (0 or above [`DELAY_MAX`](crate::DELAY_MAX)), `cron` (text
     ///   the parser refuses, above [`CRON_TEXT_BYTES_MAX`](crate::CRON_TEXT_BYTES_MAX) bytes,
     ///   or one that never matches), `time_zone` (not an IANA name), `starting_at_ms` (on a
-    ///   cron schedule), `delay`, `dedup_key`, `idempotency_key` and the other dedup options
-    ///   (a schedule's jobs take none), an option an enqueue would refuse (`max_attempts`,
+    ///   cron schedule, or more than [`DELAY_MAX`](crate::DELAY_MAX) from now), `delay`,
+    ///   `dedup_key`, `idempotency_key`, the other dedup options and `group` (a schedule's
+    ///   jobs take none), an option an enqueue would refuse (`max_attempts`,
     ///   `lease`, `retry`), or `schedules` when the file holds
     ///   [`SCHEDULES_MAX`](crate::SCHEDULES_MAX);
     /// - `PayloadTooLarge` above [`SCHEDULE_PAYLOAD_BYTES_MAX`](crate::SCHEDULE_PAYLOAD_BYTES_MAX)

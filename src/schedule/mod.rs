@@ -31,8 +31,9 @@ pub enum Timing {
     },
     /// Due at each match of a cron expression, read on the wall clock of an IANA time zone.
     Cron {
-        /// The expression: 5 fields (minute, hour, day of month, month, day of week), or 6 with
-        /// seconds first; `L`, `#`, `W` and the aliases `@hourly`, `@daily`, `@weekly`,
+        /// The expression: 5 fields (minute, hour, day of month, month, day of week), 6 with
+        /// seconds first, or 7 with a year last (a schedule whose years have passed is then
+        /// left with no due time); `L`, `#`, `W` and the aliases `@hourly`, `@daily`, `@weekly`,
         /// `@monthly`, `@yearly` are understood (the `croner` crate's dialect).
         expression: String,
         /// The time zone's IANA name, e.g. `"Europe/Berlin"` or `"UTC"`.
@@ -137,7 +138,8 @@ impl Schedule {
 
     /// An interval schedule's first due time, in Unix ms (default: one interval after it is
     /// created). A start in the past counts on from it: the first due time is the first of
-    /// `start_ms + k * every` not before now. Refused (`InvalidOption`) on a cron schedule.
+    /// `start_ms + k * every` not before now. Refused (`InvalidOption`) on a cron schedule,
+    /// and more than [`DELAY_MAX`](crate::DELAY_MAX) from now.
     pub fn starting_at_ms(mut self, start_ms: u64) -> Schedule {
         self.start_ms = Some(start_ms);
         self
@@ -153,9 +155,10 @@ impl Schedule {
     }
 
     /// The options of every instance: priority, max attempts, lease, retry policy and
-    /// encoding. A delay, dedup key or idempotency key is refused (`InvalidOption`): the
-    /// schedule says when its jobs run and skips a due time while its last one is pending, and an instance's
-    /// idempotency key is its own id (one effect per due time).
+    /// encoding. A delay, dedup key, idempotency key or [`group`](EnqueueOptions::group) is
+    /// refused (`InvalidOption`): the schedule says when its jobs run and skips a due time
+    /// while its last one is pending, and an instance's idempotency key is its own id (one
+    /// effect per due time).
     pub fn options(mut self, options: EnqueueOptions) -> Schedule {
         self.options = options;
         self

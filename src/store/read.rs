@@ -253,7 +253,7 @@ pub(crate) fn list(
     let keys: Vec<IndexKey> = match state {
         JobState::Ready => {
             // The deliverable ones in queue order, then those held behind their group's
-            // head, by group (their cursor: (u64::MAX, how many held ones came before, id)).
+            // head (their cursor: (u64::MAX, how many held ones came before, id)).
             let mut keys: Vec<IndexKey> = Vec::new();
             let held_from = match after {
                 Some((HELD, skip, _)) => Some(skip),
@@ -273,18 +273,29 @@ pub(crate) fn list(
                     keys.push((u64::from(r), s, i));
                 }
             }
+            // Group by group (by key bytes), each in the order its jobs will be delivered:
+            // the group's members in join order, those held among them.
             if keys.len() < limit
-                && let Ok(held) = rtx.open_table(tables.held())
+                && let (Ok(groups), Ok(held)) = (
+                    rtx.open_table(tables.groups()),
+                    rtx.open_table(tables.held()),
+                )
             {
                 let skip = held_from.unwrap_or(0);
-                for (n, e) in held
-                    .iter()?
-                    .skip(skip as usize)
-                    .take(limit - keys.len())
-                    .enumerate()
-                {
-                    let (k, _) = e?;
-                    keys.push((HELD, skip + n as u64 + 1, k.value().1));
+                let mut n = 0u64;
+                for e in groups.iter()? {
+                    let (k, v) = e?;
+                    let (g, id) = (k.value().0, v.value());
+                    if held.get((g, id))?.is_none() {
+                        continue;
+                    }
+                    n += 1;
+                    if n > skip {
+                        keys.push((HELD, n, id));
+                        if keys.len() >= limit {
+                            break;
+                        }
+                    }
                 }
             }
             keys

@@ -75,6 +75,12 @@ pub(crate) fn build(
                 ));
             }
             let start_ms = match schedule.start_ms {
+                Some(s) if s > now_ms.saturating_add(crate::clock::duration_ms(DELAY_MAX)) => {
+                    return Err(Error::invalid_option(
+                        "starting_at_ms",
+                        "more than DELAY_MAX from now: the schedule would never come due",
+                    ));
+                }
                 Some(s) => s,
                 None => now_ms
                     .checked_add(every_ms)
@@ -116,8 +122,8 @@ pub(crate) fn build(
         if set {
             return Err(Error::invalid_option(
                 field,
-                "a schedule's jobs take no delay, dedup or idempotency key: the schedule says \
-                 when they run and keeps one pending",
+                "a schedule's jobs take no delay, dedup or idempotency key, and join no \
+                 group: the schedule says when they run and keeps one pending",
             ));
         }
     }

@@ -213,7 +213,8 @@ pub struct PoolStats {
     /// run in the commit that acked them).
     pub already_applied: u64,
     /// Jobs given back through the retry policy after an error or a panic (or with
-    /// [`Outcome::Retry`]'s backoff), dead ones included.
+    /// [`Outcome::Retry`]'s backoff), dead ones included. A job past its
+    /// [`PoolBuilder::job_timeout`] counts in `timed_out` alone, whatever became of it.
     pub retried: u64,
     /// Handler panics caught (each also counted in `retried` unless the shutdown had given
     /// its job back).
@@ -222,7 +223,8 @@ pub struct PoolStats {
     pub failed: u64,
     /// Jobs the pool moved to the dead-letter state: [`Outcome::Fail`], and retries out of
     /// attempts (plain handlers; an effect handler's failure is given back by `ack_with`,
-    /// which does not say).
+    /// which does not say). Not the jobs past their timeout with [`OnTimeout::Fail`]: they
+    /// count in `timed_out` alone.
     pub dead: u64,
     /// Jobs snoozed by [`Outcome::Snooze`].
     pub snoozed: u64,

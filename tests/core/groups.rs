@@ -179,6 +179,45 @@ fn listings_show_the_held_jobs_after_the_deliverable_ones() {
     assert_consistent(&q);
 }
 
+/// Found by a new user's trial: the held jobs were listed by id, so a job requeued to the
+/// end of its group showed first. They are listed in the order the group will deliver them,
+/// on every page.
+#[test]
+fn held_jobs_are_listed_in_the_order_their_group_delivers_them() {
+    let f = Fixture::new();
+    let q = f.open();
+    let once = || in_group("A").max_attempts(1);
+    let ids: Vec<JobId> = (1..=4).map(|i| add(&q, &format!("a{i}"), once())).collect();
+    add(&q, "b1", in_group("B"));
+    q.dequeue().unwrap().unwrap().fail("x").unwrap();
+    q.requeue_dead(ids[0]).unwrap();
+    let listed = |limit: usize| {
+        let (mut out, mut cursor) = (Vec::new(), None);
+        loop {
+            let page = q.jobs(JobState::Ready, cursor, limit).unwrap();
+            out.extend(page.jobs.iter().map(|j| j.id));
+            match page.next {
+                Some(c) => cursor = Some(c),
+                None => return out,
+            }
+        }
+    };
+    let all = listed(100);
+    assert_eq!(listed(1), all, "the same order page by page");
+    // Deliverable: A's head a2 and B's b1; then A's held ones in its order: a3, a4, a1.
+    assert_eq!(&all[2..], &[ids[2], ids[3], ids[0]]);
+    // And that is the order group A delivers them in.
+    let mut delivered = Vec::new();
+    while let Some(l) = q.dequeue().unwrap() {
+        if l.id() != all[0] && l.id() != all[1] && l.payload() != b"b1" {
+            delivered.push(l.id());
+        }
+        l.ack().unwrap();
+    }
+    assert_eq!(delivered, &all[2..]);
+    assert_consistent(&q);
+}
+
 #[test]
 fn a_reopen_keeps_the_order_and_returns_the_head_first() {
     let f = Fixture::new();

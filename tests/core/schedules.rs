@@ -394,6 +394,14 @@ fn bad_definitions_are_typed_errors_that_write_nothing() {
         field(q.create_schedule("c", &Schedule::cron("@daily", "UTC").starting_at_ms(T0_MS))),
         "starting_at_ms"
     );
+    // A start so far ahead the schedule would never come due (found by a new user's trial:
+    // u64::MAX was taken, with no due time).
+    for start in [u64::MAX, T0_MS + leaseq::DELAY_MAX.as_millis() as u64 + 1] {
+        assert_eq!(
+            field(q.create_schedule("c", &every(secs(1), b"").starting_at_ms(start))),
+            "starting_at_ms"
+        );
+    }
     match q.create_schedule(
         "c",
         &every(secs(1), &vec![0u8; leaseq::SCHEDULE_PAYLOAD_BYTES_MAX + 1]),
