@@ -283,19 +283,34 @@ pub(crate) fn list(
             {
                 let skip = held_from.unwrap_or(0);
                 let mut n = 0u64;
-                for e in groups.iter()? {
-                    let (k, v) = e?;
-                    let (g, id) = (k.value().0, v.value());
-                    if held.get((g, id))?.is_none() {
-                        continue;
-                    }
-                    n += 1;
-                    if n > skip {
-                        keys.push((HELD, n, id));
-                        if keys.len() >= limit {
-                            break;
+                // Only the groups with a held job are read: the next one after each.
+                let mut after: Option<Vec<u8>> = None;
+                'groups: loop {
+                    let first = match &after {
+                        None => held.iter()?.next(),
+                        Some(g) => held
+                            .range((
+                                std::ops::Bound::Excluded((g.as_slice(), u64::MAX)),
+                                std::ops::Bound::Unbounded,
+                            ))?
+                            .next(),
+                    };
+                    let Some(first) = first else { break };
+                    let g = first?.0.value().0.to_vec();
+                    for e in groups.range((g.as_slice(), 0)..=(g.as_slice(), u64::MAX))? {
+                        let id = e?.1.value();
+                        if held.get((g.as_slice(), id))?.is_none() {
+                            continue;
+                        }
+                        n += 1;
+                        if n > skip {
+                            keys.push((HELD, n, id));
+                            if keys.len() >= limit {
+                                break 'groups;
+                            }
                         }
                     }
+                    after = Some(g);
                 }
             }
             keys

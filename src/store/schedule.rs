@@ -329,13 +329,21 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, queue_number: u32, name: &str) -> Result
         return Ok(false);
     }
     ctx.mark_written();
-    let old = rows.remove((queue_number, name))?;
-    if let Some(Ok(r)) = old.map(|v| ScheduleRecord::decode(v.value()))
-        && let Some((id, _)) = r.last_job
-    {
-        ctx.tx
-            .open_table(SCHEDULE_INSTANCES)?
-            .remove((queue_number, id))?;
+    let old = rows
+        .remove((queue_number, name))?
+        .map(|v| ScheduleRecord::decode(v.value()));
+    match old {
+        Some(Ok(ScheduleRecord {
+            last_job: Some((id, _)),
+            ..
+        })) => {
+            ctx.tx
+                .open_table(SCHEDULE_INSTANCES)?
+                .remove((queue_number, id))?;
+        }
+        // A damaged row names no instance: drop the entries no row names.
+        Some(Err(_)) => drop_unnamed_instances(ctx.tx, &rows, queue_number)?,
+        _ => {}
     }
     let mut due = ctx.tx.open_table(SCHEDULE_DUE)?;
     unindex_due(&mut due, queue_number, name)?;
@@ -399,10 +407,13 @@ pub(super) fn fire_due(
                 Instance::Running => record.overlap == OVERLAP_ENQUEUE,
                 // Under Skip, the due times that passed while it still ran are skipped, even
                 // when no dequeue looked until it ended: one fires only if a due time came at
-                // or after its end.
-                Instance::Ended(Some(ended_ms)) if record.overlap == OVERLAP_SKIP => {
-                    next_due_after(&record.timing, ended_ms.saturating_sub(1))?
-                        .is_some_and(|d| d <= now_ms)
+                // or after its end. An end after now (the clock went back) or a timing that
+                // no longer reads tells nothing: the due time fires.
+                Instance::Ended(Some(ended_ms))
+                    if record.overlap == OVERLAP_SKIP && ended_ms <= now_ms =>
+                {
+                    next_due_after(&record.timing, ended_ms.saturating_sub(1))
+                        .map_or(true, |d| d.is_some_and(|d| d <= now_ms))
                 }
                 Instance::Ended(_) => true,
             }

@@ -443,10 +443,6 @@ impl<'t> Tables<'t> {
     /// next member the head), and when ready is held behind its group's head unless it is
     /// the head.
     pub(super) fn index(&mut self, id: u64, record: &JobRecord) -> Result<bool> {
-        if record.state == StoredState::Dead {
-            // A dead job's run_at_ms is when it died.
-            self.note_instance_end(id, record.run_at_ms)?;
-        }
         if let Some(g) = record.group.as_deref() {
             return self.index_grouped(id, record, g);
         }

@@ -79,7 +79,15 @@ pub(super) fn end_lease_entry(
             };
             Ok(
                 match tx_tables.end_attempt_at(ctx, id, record, reason, now_ms, at_ms, place)? {
-                    JobState::Dead => Ended::Dead,
+                    JobState::Dead => {
+                        // An expired delivery stopped at its deadline (a due time after it
+                        // finds the instance ended). One abandoned by a closed file is left
+                        // unstamped: the due times missed while closed are Missed's to decide.
+                        if let LeaseEnd::Expired(_) = end {
+                            tx_tables.note_instance_end(id, deadline_ms.min(now_ms))?;
+                        }
+                        Ended::Dead
+                    }
                     _ => Ended::Returned,
                 },
             )
@@ -240,6 +248,7 @@ impl Tables<'_> {
         record.state = StoredState::Dead;
         record.run_at_ms = now_ms;
         self.put(id, &record)?;
+        self.note_instance_end(id, now_ms)?;
         let q = self.tables.queue_number;
         self.events.push(q, Event::Dead { id: JobId(id) });
         self.note_drained(now_ms)
@@ -247,7 +256,8 @@ impl Tables<'_> {
 
     /// Ends a delivery that did not ack: back to ready at `requeue_at_ms` (at the back of its
     /// priority: a job whose leases keep expiring never starves the jobs behind it),
-    /// scheduled if that is in the future, or dead when the attempts are used up.
+    /// scheduled if that is in the future, or dead when the attempts are used up (at
+    /// `now_ms`: a nack, an effect that failed).
     pub(super) fn end_attempt(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -257,7 +267,7 @@ impl Tables<'_> {
         now_ms: u64,
         requeue_at_ms: u64,
     ) -> Result<JobState> {
-        self.end_attempt_at(
+        let state = self.end_attempt_at(
             ctx,
             id,
             record,
@@ -265,7 +275,11 @@ impl Tables<'_> {
             now_ms,
             requeue_at_ms,
             ReadyPlace::Back,
-        )
+        )?;
+        if state == JobState::Dead {
+            self.note_instance_end(id, now_ms)?;
+        }
+        Ok(state)
     }
 
     /// [`Tables::end_attempt`], back to ready at `place` of its priority.

@@ -219,6 +219,57 @@ fn skip_holds_for_due_times_no_one_looked_at_while_the_only_consumer_ran() {
     assert_consistent(&q);
 }
 
+/// From a review of the end stamps: an instance whose lease expired stopped at its deadline
+/// (a due time after that fires, though the sweep found it later); one a closed file
+/// abandoned is not stamped, so the due times missed while closed are Missed's to decide; an
+/// end stamped by a clock that then went back holds nothing up.
+#[test]
+fn end_stamps_of_expiry_abandon_and_a_clock_that_went_back() {
+    let once = || every(secs(60), b"s").options(EnqueueOptions::default().max_attempts(1));
+    // Its worker hangs: the lease ends at +90 s; no one looks until +120.5 s.
+    let f = Fixture::new();
+    let q = f.builder().lease(secs(30)).open(&f.path).unwrap();
+    q.create_schedule("s", &once()).unwrap();
+    f.clock.advance(secs(60));
+    let lost = q.dequeue().unwrap().expect("the first instance");
+    f.clock.advance(Duration::from_millis(60_500));
+    let next = q
+        .dequeue()
+        .unwrap()
+        .expect("due at +120, after the lease ended");
+    assert_ne!(next.id(), lost.id());
+    // Leased when the file closed, dead at the reopen (out of attempts): RunOnce runs one.
+    let f = Fixture::new();
+    let q = f.builder().lease(secs(30)).open(&f.path).unwrap();
+    q.create_schedule("s", &once()).unwrap();
+    f.clock.advance(secs(60));
+    let running = q.dequeue().unwrap().expect("the first instance");
+    f.clock.advance(secs(10));
+    drop(running);
+    drop(q);
+    f.clock.advance(secs(130));
+    let q = f.builder().lease(secs(30)).open(&f.path).unwrap();
+    let r = q.recovery();
+    assert_eq!((r.leases_dead_lettered, r.schedules_fired), (1, 1), "{r:?}");
+    // An ack committed while the clock was a day ahead, then the clock corrected.
+    let f = Fixture::new();
+    let q = f.open();
+    q.create_schedule("s", &every(secs(60), b"s")).unwrap();
+    f.clock.advance(secs(60));
+    let l = q.dequeue().unwrap().unwrap();
+    let now = f.clock_now();
+    f.clock.set_ms(now + 86_400_000);
+    l.ack().unwrap();
+    f.clock.set_ms(now + 5_000);
+    f.clock.advance(secs(60));
+    assert_eq!(
+        drain_acked(&q),
+        vec![b"s".to_vec()],
+        "the next due time fires"
+    );
+    assert_consistent(&q);
+}
+
 /// `Overlap::Enqueue` does not look at when the last instance ended: a due time that passed
 /// while it ran fires at the next dequeue.
 #[test]
@@ -527,6 +578,36 @@ fn check_reports_a_damaged_schedule_and_the_sweep_goes_on() {
     );
     // Setting it again is the fix.
     q.upsert_schedule("bad", &every(secs(60), b"bad")).unwrap();
+    assert_consistent(&q);
+}
+
+/// A schedule that fired, then had its row damaged: removing it, or setting it again,
+/// drops its last instance's entry (no row names it any more), and `check()` is clean.
+#[test]
+fn a_damaged_fired_schedule_removed_or_set_again_leaves_check_clean() {
+    let f = Fixture::new();
+    let q = f.open();
+    for name in ["removed", "set again"] {
+        q.create_schedule(name, &every(secs(60), b"x")).unwrap();
+    }
+    f.clock.advance(secs(60));
+    assert_eq!(drain_acked(&q).len(), 2);
+    let db = q.database();
+    let w = db.begin_write().unwrap();
+    {
+        let def: leaseq::redb::TableDefinition<(u32, &str), &[u8]> =
+            leaseq::redb::TableDefinition::new("leaseq_schedules");
+        let mut t = w.open_table(def).unwrap();
+        for name in ["removed", "set again"] {
+            t.insert((0u32, name), &b"not a schedule record"[..])
+                .unwrap();
+        }
+    }
+    w.commit().unwrap();
+    assert!(!q.check().unwrap().is_empty());
+    assert!(q.remove_schedule("removed").unwrap());
+    q.upsert_schedule("set again", &every(secs(60), b"x"))
+        .unwrap();
     assert_consistent(&q);
 }
 

@@ -2471,7 +2471,9 @@ fn check_open_decisions(recovered: &Model, opened: &Model, now_ms: u64) -> Vec<S
         let ended_late = !a.overlap_enqueue
             && !last_live
             && a.last_ended_ms.is_some_and(|e| {
-                model::interval_due_after(a.every_ms, a.start_ms, e.saturating_sub(1)) > now_ms
+                e <= now_ms
+                    && model::interval_due_after(a.every_ms, a.start_ms, e.saturating_sub(1))
+                        > now_ms
             });
         let fired_for = b.last_job.map(|(_, at)| at);
         let wrong = if decided != 1 {

@@ -535,7 +535,6 @@ impl Model {
         job.last_error = err;
         if job.attempts >= job.max_attempts {
             job.state = MState::Dead;
-            self.note_end(id, now_ms);
         } else {
             job.run_at_ms = requeue_at_ms;
             if requeue_at_ms > now_ms {
@@ -740,8 +739,11 @@ impl Model {
             expired.len() <= 256,
             "model: workload exceeds the sweep bound"
         );
-        for (_, id) in expired {
-            self.end_attempt(id, LastErr::Expired, now_ms, now_ms);
+        for (deadline_ms, id) in expired {
+            // An expired delivery stopped at its deadline.
+            if self.end_attempt(id, LastErr::Expired, now_ms, now_ms) == JobState::Dead {
+                self.note_end(id, deadline_ms.min(now_ms));
+            }
         }
         // Due schedules last: each sees its last instance as it now is (an expired lease just
         // given back is pending), and an instance enqueued now is ready for this very dequeue.
@@ -931,7 +933,9 @@ impl Model {
                 out.push(Ok(Applied::AlreadyApplied));
             } else if fails_at == Some(i) {
                 let reason = LastErr::Reason(EFFECT_ERROR.to_string());
-                self.end_attempt(id, reason, now_ms, now_ms);
+                if self.end_attempt(id, reason, now_ms, now_ms) == JobState::Dead {
+                    self.note_end(id, now_ms);
+                }
                 out.push(Err(EKind::Effect));
                 continue;
             } else {
@@ -1021,7 +1025,11 @@ impl Model {
             return MRes::Err(e);
         }
         let at = now_ms + backoff_ms;
-        MRes::State(self.end_attempt(id, LastErr::Reason(truncate_reason(reason)), now_ms, at))
+        let state = self.end_attempt(id, LastErr::Reason(truncate_reason(reason)), now_ms, at);
+        if state == JobState::Dead {
+            self.note_end(id, now_ms);
+        }
+        MRes::State(state)
     }
 
     /// `Lease::snooze`: back to scheduled (ready at once for 0) without charging the attempt.
@@ -1287,8 +1295,9 @@ impl Model {
                     Some(MState::Leased { .. }) => s.overlap_enqueue,
                     // Under Skip, due times that passed before the last instance ended are
                     // skipped: one fires only if a due time came at or after its end.
+                    // (An end after now, the clock having gone back, tells nothing.)
                     Some(MState::Dead) | None => match s.last_ended_ms {
-                        Some(ended) if !s.overlap_enqueue => {
+                        Some(ended) if !s.overlap_enqueue && ended <= now_ms => {
                             interval_due_after(s.every_ms, s.start_ms, ended.saturating_sub(1))
                                 <= now_ms
                         }
