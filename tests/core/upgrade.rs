@@ -411,19 +411,8 @@ fn assert_fixture5(q: &Queue) {
     let r = q.recovery();
     assert_eq!(r.leases_returned, 3, "{r:?}");
     let s = q.stats().unwrap();
-    assert_eq!(
-        (
-            s.total,
-            s.scheduled,
-            s.ready,
-            s.leased,
-            s.dead,
-            s.applied,
-            s.dedup_keys
-        ),
-        (7, 2, 4, 0, 1, 1, 2),
-        "{s:?}"
-    );
+    // Format 5 has no completed or cancelled jobs.
+    assert_eq!(counts(&s), (7, 2, 4, 0, 1, 1, 2, 0, 0), "{s:?}");
     assert!(!s.paused);
     let job = |id: u64| q.job(JobId(id)).unwrap().unwrap();
     assert_eq!(job(2).state, JobState::Scheduled);

@@ -1065,6 +1065,8 @@ fn a_job_past_its_timeout_is_given_back_and_its_handler_told() {
     });
     let stats = pool.shutdown(Duration::from_secs(5)).stats;
     assert_eq!(stats.timed_out, 2, "{stats:?}");
+    // As PoolStats documents: timeouts count in timed_out alone.
+    assert_eq!((stats.retried, stats.dead), (0, 0), "{stats:?}");
     assert_eq!(
         stats.acked, 0,
         "a timed-out handler's Ok is not an ack: {stats:?}"
@@ -1116,6 +1118,11 @@ fn on_timeout_fail_dead_letters_and_a_late_return_is_fenced() {
         (stats.timed_out, stats.acked, stats.jobs),
         (1, 0, 1),
         "{stats:?}"
+    );
+    assert_eq!(
+        (stats.retried, stats.dead),
+        (0, 0),
+        "timed_out alone: {stats:?}"
     );
     assert_consistent(&q.queue);
 }
