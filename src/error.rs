@@ -55,9 +55,23 @@ pub enum Error {
         /// The newest version this build reads.
         supported: u64,
     },
-    /// The file is already open, by this process or another. The open ran no recovery.
+    /// The file is already open, by this process or another (a writer, or a
+    /// [`Reader`](crate::Reader) when this open is without
+    /// [`Builder::live_reads`](crate::Builder::live_reads)). The open ran no recovery.
     #[error("{path}: already open by this or another process")]
     AlreadyOpen {
+        /// The path that was opened.
+        path: PathBuf,
+    },
+    /// [`Reader::open`](crate::Reader::open) found the file open in a process that holds it
+    /// exclusively: one that opened it without
+    /// [`Builder::live_reads`](crate::Builder::live_reads). Nothing was read or written.
+    #[error(
+        "{path}: held exclusively by the process that has it open; to read it while that \
+         process runs, open it there with Builder::live_reads(true); else stop that process \
+         first, or read a copy (a copy shows the jobs in flight as leased, as of the copy)"
+    )]
+    HeldExclusively {
         /// The path that was opened.
         path: PathBuf,
     },

@@ -107,6 +107,7 @@ mod limits;
 mod open;
 mod platform;
 mod queue;
+mod reader;
 mod retry;
 mod schedule;
 mod scratch;
@@ -157,6 +158,7 @@ pub use limits::{
 };
 pub use open::Builder;
 pub use queue::{FileShutdown, Queue};
+pub use reader::Reader;
 pub use retry::RetryPolicy;
 pub use schedule::{Missed, Overlap, Schedule, ScheduleInfo, Timing};
 pub use stop::StopSignal;

@@ -53,6 +53,7 @@ pub struct Builder {
     dequeue_batch_bytes: usize,
     durability: Durability,
     quick_repair: bool,
+    live_reads: bool,
     check_integrity: bool,
     pub(crate) clock: Arc<dyn Clock>,
     on_repair: Option<Arc<dyn Fn(f64) + Send + Sync>>,
@@ -72,6 +73,7 @@ impl fmt::Debug for Builder {
             .field("dequeue_batch_bytes", &self.dequeue_batch_bytes)
             .field("durability", &self.durability)
             .field("quick_repair", &self.quick_repair)
+            .field("live_reads", &self.live_reads)
             .field("check_integrity", &self.check_integrity)
             .field("clock", &self.clock)
             .field("retry", &self.retry)
@@ -92,6 +94,7 @@ impl Default for Builder {
             dequeue_batch_bytes: DEQUEUE_BATCH_BYTES_DEFAULT,
             durability: Durability::Immediate,
             quick_repair: false,
+            live_reads: false,
             check_integrity: true,
             clock: Arc::new(SystemClock),
             on_repair: None,
@@ -156,6 +159,29 @@ impl Builder {
     /// which is what a full repair costs.
     pub fn quick_repair(mut self, enabled: bool) -> Self {
         self.quick_repair = enabled;
+        self
+    }
+
+    /// Whether other processes may read the file live while this one has it open; default
+    /// off. With it on, [`Reader::open`](crate::Reader::open) (and the `leaseq` tool's read
+    /// commands) work beside the running app, any number at once: each follows the app's
+    /// commits, never writes, and never returns the app's leases (jobs in flight show as
+    /// leased, with their deadlines). Off, the app holds the file exclusively and a reader is
+    /// refused with [`Error::HeldExclusively`].
+    ///
+    /// It opens the file in redb's `ConcurrencyMode::SingleWriter` (redb 4.5 and later): one
+    /// process writes, readers share the file through byte-range locks. What it costs: every
+    /// commit is a two-phase commit (a second fsync, as [`Builder::quick_repair`]) with a few
+    /// more lock calls per commit and per read; the durability chapter of the guide has the
+    /// measured cost. Everything else holds as without it: the writable open still excludes
+    /// any other writer, so lease recovery at open and fencing keep their proof.
+    ///
+    /// Supported where redb's file locks are: Linux, macOS and iOS, Windows. Elsewhere
+    /// (Android, the BSDs) and on a [`Builder::open_backend`] backend without byte-range locks,
+    /// the open fails with `Storage`. Checked at open: it cannot be combined with
+    /// [`Durability::None`] (`InvalidOption`: redb refuses unsynced commits in this mode).
+    pub fn live_reads(mut self, enabled: bool) -> Self {
+        self.live_reads = enabled;
         self
     }
 
@@ -285,6 +311,13 @@ impl Builder {
             ));
         }
         self.retry.validate("retry")?;
+        if self.live_reads && self.durability == Durability::None {
+            return Err(Error::invalid_option(
+                "live_reads",
+                "cannot be combined with Durability::None: readers in other processes \
+                 follow durable commits only",
+            ));
+        }
         let applied_retention_ms = retention_ms("applied_retention", self.applied_retention)?;
         let dead_retention_ms = retention_ms("dead_retention", self.dead_retention)?;
         Ok(QueueConfig {
@@ -306,9 +339,20 @@ impl Builder {
         self.check_integrity || cfg!(target_pointer_width = "32")
     }
 
+    /// How the writable open shares the file with other processes: readers beside it with
+    /// [`Builder::live_reads`], nobody else without.
+    pub(crate) fn concurrency_mode(&self) -> redb::ConcurrencyMode {
+        if self.live_reads {
+            redb::ConcurrencyMode::SingleWriter
+        } else {
+            redb::ConcurrencyMode::ExclusiveWriter
+        }
+    }
+
     fn redb_builder(&self) -> redb::Builder {
         let mut b = redb::Builder::new();
         b.set_cache_size(self.cache_bytes);
+        b.set_concurrency_mode(self.concurrency_mode());
         // Verify instead of trusting the allocator state saved in the file: redb's plain open
         // may panic on a file altered outside redb, and a panic in its unwinding aborts.
         b.set_check_integrity_on_open(self.verifies());
@@ -395,7 +439,7 @@ impl Builder {
         // needs repair (a crashed writer) cannot be opened read-only and is repaired on a
         // scratch copy first. Either scratch look takes the locks a real open takes.
         if self.verifies() {
-            self.look_on_scratch(path, true)?;
+            self.look_on_scratch(path, true, self.concurrency_mode())?;
         } else {
             match catch_engine_panic(|| builder.open_read_only(path).map_err(Error::from)) {
                 Ok(ro) => {
@@ -409,7 +453,7 @@ impl Builder {
                     return Err(already_open());
                 }
                 Err(Error::Storage(redb::Error::RepairAborted)) => {
-                    self.look_on_scratch(path, false)?;
+                    self.look_on_scratch(path, false, self.concurrency_mode())?;
                 }
                 Err(e) => return Err(e),
             }
@@ -426,14 +470,122 @@ impl Builder {
         }
     }
 
-    /// Opens a scratch copy of the file at `path` (reads from the file, writes kept in memory,
-    /// redb's file locks taken), with redb's integrity check when `verify`, and checks the
-    /// format and every lease there; the copy is then retired and dropped, the file unchanged.
-    fn look_on_scratch(&self, path: &Path, verify: bool) -> Result<()> {
+    /// Opens the file at `path` for reading only: see [`Reader::open`](crate::Reader::open),
+    /// which is this with the default settings. Of the builder's settings, `cache_bytes`,
+    /// `check_integrity` and `on_repair` apply; the others are for writers.
+    ///
+    /// # Errors
+    /// As [`Reader::open`](crate::Reader::open).
+    pub fn open_reader(&self, path: impl AsRef<Path>) -> Result<crate::reader::Reader> {
+        let path = path.as_ref();
+        let _span = tracing::info_span!("leaseq.open_reader", path = %path.display()).entered();
+        let source =
+            catch_engine_panic(|| self.reader_source(path)).map_err(|e| naming(e, path))?;
+        Ok(crate::reader::Reader::new(source, path.to_path_buf()))
+    }
+
+    /// Where a reader reads from: the file itself beside a live writer (or none), or a scratch
+    /// copy when the file needs a repair or an upgrade first (both done in memory only).
+    fn reader_source(&self, path: &Path) -> Result<crate::reader::Source> {
+        match fs::metadata(path) {
+            Ok(m) if !m.is_file() => {
+                return Err(Error::NotLeaseq {
+                    path: path.to_path_buf(),
+                    detail: "not a regular file".into(),
+                });
+            }
+            Ok(_) => {}
+            Err(e) => return Err(e.into()),
+        }
+        // The recovery-required flag is set while a writer has the file open, and left set by
+        // one that crashed.
+        let writer_flag = check_header(path)?;
+        if !writer_flag && self.verifies() {
+            // No writer: verify the file as a writable open would (on a scratch copy, never
+            // writing it) before reading it in place. A writer that opened since is found by
+            // the scratch copy's locks; then read beside it.
+            match self.look_on_scratch(path, true, redb::ConcurrencyMode::SingleWriter) {
+                Ok(()) => {}
+                Err(Error::AlreadyOpen { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut b = redb::Builder::new();
+        b.set_cache_size(self.cache_bytes);
+        b.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
+        match catch_engine_panic(|| b.open_read_only(path).map_err(Error::from)) {
+            Ok(ro) => {
+                let version = verify_format(&ro.begin_read()?, path)?;
+                if version == FORMAT_VERSION {
+                    return Ok(crate::reader::Source::Live(crate::reader::GuardedRo::new(
+                        ro,
+                    )));
+                }
+                // An older format: upgraded on a scratch copy, below.
+            }
+            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
+                return Err(Error::HeldExclusively {
+                    path: path.to_path_buf(),
+                });
+            }
+            // Left by a writer that crashed: repaired on a scratch copy, below.
+            Err(Error::Storage(redb::Error::RepairAborted)) => {}
+            Err(e) => return Err(e),
+        }
+        self.snapshot_on_scratch(path)
+    }
+
+    /// A scratch copy of the file, repaired and upgraded in memory, kept as the reader's
+    /// snapshot: it holds the file's writer locks until the reader is dropped (a writer that
+    /// opens meanwhile gets `AlreadyOpen`, live readers do not mind), and nothing of it ever
+    /// reaches the file.
+    fn snapshot_on_scratch(&self, path: &Path) -> Result<crate::reader::Source> {
         let scratch = ScratchBackend::locked(path)?;
         let retire = scratch.retire_handle();
         let mut b = redb::Builder::new();
         b.set_cache_size(self.cache_bytes);
+        b.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
+        b.set_check_integrity_on_open(self.verifies());
+        if let Some(cb) = self.on_repair.clone() {
+            b.set_repair_callback(move |session| cb(session.progress()));
+        }
+        // A conflict here is a writer that opened since the look, or another reader's
+        // snapshot: `AlreadyOpen`, try again.
+        let db = match catch_engine_panic(|| b.create_with_backend(scratch).map_err(Error::from)) {
+            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
+                return Err(Error::AlreadyOpen {
+                    path: path.to_path_buf(),
+                });
+            }
+            other => GuardedDb::new(other?),
+        };
+        let snapshot = crate::reader::Source::Snapshot { db, retire };
+        let version = verify_format(&snapshot.begin_read()?, path)?;
+        if version < FORMAT_VERSION
+            && let crate::reader::Source::Snapshot { db, .. } = &snapshot
+        {
+            let committer = Committer::new(Durability::Immediate, false);
+            committer.run(db.get(), &mut |ctx| store::upgrade(ctx).map(Ok))?;
+        }
+        Ok(snapshot)
+    }
+
+    /// Opens a scratch copy of the file at `path` (reads from the file, writes kept in memory,
+    /// redb's file locks taken), with redb's integrity check when `verify`, and checks the
+    /// format and every lease there; the copy is then retired and dropped, the file unchanged.
+    fn look_on_scratch(
+        &self,
+        path: &Path,
+        verify: bool,
+        mode: redb::ConcurrencyMode,
+    ) -> Result<()> {
+        let scratch = ScratchBackend::locked(path)?;
+        let retire = scratch.retire_handle();
+        let mut b = redb::Builder::new();
+        b.set_cache_size(self.cache_bytes);
+        // The locks of the open that follows: in the shared mode, readers beside it are no
+        // reason to refuse.
+        b.set_concurrency_mode(mode);
         b.set_check_integrity_on_open(verify);
         if let Some(cb) = self.on_repair.clone() {
             b.set_repair_callback(move |session| cb(session.progress()));
@@ -658,7 +810,7 @@ fn check_header(path: &Path) -> Result<bool> {
 }
 
 /// Checks that the snapshot holds leaseq's tables in a format this build reads.
-fn verify_format(rtx: &redb::ReadTransaction, path: &Path) -> Result<()> {
+fn verify_format(rtx: &redb::ReadTransaction, path: &Path) -> Result<u64> {
     let not_leaseq = |detail: String| Error::NotLeaseq {
         path: path.to_path_buf(),
         detail,
@@ -708,7 +860,7 @@ fn verify_format(rtx: &redb::ReadTransaction, path: &Path) -> Result<()> {
     for t in tables {
         t.map_err(|e| Error::corrupted(format!("leaseq table: {e}")))?;
     }
-    Ok(())
+    Ok(version)
 }
 
 /// Creates leaseq's tables and counters where they are missing; idempotent.

@@ -22,11 +22,28 @@ use crate::retry::RetryPolicy;
 use crate::stop::StopSignal;
 use crate::store::{self, QueueConfig};
 
-fn batch_too_large(field: &'static str) -> Error {
+pub(crate) fn batch_too_large(field: &'static str) -> Error {
     Error::invalid_option(
         field,
         format!("a batch holds 1 to {} items", crate::limits::BATCH_MAX),
     )
+}
+
+/// The checks of a page request ([`Queue::jobs`], [`Reader::jobs`](crate::Reader::jobs)).
+pub(crate) fn check_page(state: JobState, after: Option<JobCursor>, limit: usize) -> Result<()> {
+    if limit == 0 || limit > crate::limits::BATCH_MAX {
+        return Err(batch_too_large("limit"));
+    }
+    if after.is_some_and(|c| c.state != state) {
+        return Err(Error::invalid_option("after", "a cursor of another state"));
+    }
+    Ok(())
+}
+
+/// A page of `jobs` in `state`, whose last entry's key is `last`.
+pub(crate) fn page(state: JobState, jobs: Vec<JobInfo>, last: Option<(u64, u64, u64)>) -> JobPage {
+    let next = last.map(|key| JobCursor { state, key });
+    JobPage { jobs, next }
 }
 
 /// A persistent job queue in one redb file. Cheap to clone (a shared handle); `Send + Sync`.
@@ -1375,12 +1392,7 @@ impl Queue {
     /// `InvalidOption` for `limit` of 0 or above `BATCH_MAX`, or a cursor of another state;
     /// `Storage`.
     pub fn jobs(&self, state: JobState, after: Option<JobCursor>, limit: usize) -> Result<JobPage> {
-        if limit == 0 || limit > crate::limits::BATCH_MAX {
-            return Err(batch_too_large("limit"));
-        }
-        if after.is_some_and(|c| c.state != state) {
-            return Err(Error::invalid_option("after", "a cursor of another state"));
-        }
+        check_page(state, after, limit)?;
         let (jobs, last) = catch_engine_panic(|| {
             store::list(
                 &self.inner.db.get().begin_read()?,
@@ -1390,8 +1402,7 @@ impl Queue {
                 limit,
             )
         })?;
-        let next = last.map(|key| JobCursor { state, key });
-        Ok(JobPage { jobs, next })
+        Ok(page(state, jobs, last))
     }
 
     /// The payload of job `id` as enqueued, or `None` if no job has this id.
@@ -1489,7 +1500,7 @@ impl Queue {
     /// `Storage`, or `Corrupted` if redb cannot read the tables or the registry of named
     /// queues is damaged.
     pub fn check(&self) -> Result<Vec<Violation>> {
-        catch_engine_panic(|| store::check_file(self.inner.db.get()))
+        catch_engine_panic(|| store::check_file(&self.inner.db.get().begin_read()?))
     }
 
     /// Moves a dead job back to ready with its attempts reset to 0, as a fresh job at the

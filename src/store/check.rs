@@ -2,7 +2,7 @@
 //! others, one function per invariant.
 
 use redb::ReadableTableMetadata;
-use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, TableHandle};
+use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, TableHandle};
 
 use crate::error::Result;
 use crate::format::record::{JobRecord, StoredState};
@@ -16,11 +16,10 @@ use crate::limits::{PAYLOAD_INLINE_MAX, VIOLATIONS_MAX};
 use super::read::quarantine_table;
 use super::registry::{named_queues, named_tables_present};
 
-/// [`check`] over every queue of the file: the default queue, then each named one (its
-/// violations' details prefixed with the queue's name).
-pub(crate) fn check_file(db: &redb::Database) -> Result<Vec<Violation>> {
-    let mut out = check(db, &crate::format::schema::DEFAULT_TABLES)?;
-    let rtx = db.begin_read()?;
+/// [`check`] over every queue of the file, in one snapshot: the default queue, then each
+/// named one (its violations' details prefixed with the queue's name).
+pub(crate) fn check_file(rtx: &ReadTransaction) -> Result<Vec<Violation>> {
+    let mut out = check(rtx, &crate::format::schema::DEFAULT_TABLES)?;
     let named = named_queues(&rtx)?;
     // Reverse: every queue's tables belong to a registered queue.
     for table in rtx.list_tables()? {
@@ -38,14 +37,13 @@ pub(crate) fn check_file(db: &redb::Database) -> Result<Vec<Violation>> {
         }
     }
     for (name, queue_number) in &named {
-        named_tables_present(&rtx, name, QueueTables::named(*queue_number))?;
+        named_tables_present(rtx, name, QueueTables::named(*queue_number))?;
     }
-    check_paused(&rtx, &named, &mut out)?;
-    check_history_limits(&rtx, &named, &mut out)?;
-    check_schedule_tables(&rtx, &named, &mut out)?;
-    drop(rtx);
+    check_paused(rtx, &named, &mut out)?;
+    check_history_limits(rtx, &named, &mut out)?;
+    check_schedule_tables(rtx, &named, &mut out)?;
     for (name, queue_number) in named {
-        for mut v in check(db, QueueTables::named(queue_number))? {
+        for mut v in check(rtx, QueueTables::named(queue_number))? {
             if out.len() >= VIOLATIONS_MAX {
                 return Ok(out);
             }
@@ -283,11 +281,10 @@ struct StoredCounters {
 /// ways; dedup entries point at the job that holds the key; counters are ahead of every id and
 /// token. Memory stays bounded: reverse checks look each index entry up instead of collecting
 /// ids.
-pub(crate) fn check(db: &redb::Database, tables: &'static QueueTables) -> Result<Vec<Violation>> {
-    let rtx = db.begin_read()?;
+pub(crate) fn check(rtx: &ReadTransaction, tables: &'static QueueTables) -> Result<Vec<Violation>> {
     let mut found = Found::default();
-    let counters = check_meta(&rtx, &mut found)?;
-    let snap = Snapshot::open(&rtx, tables)?;
+    let counters = check_meta(rtx, &mut found)?;
+    let snap = Snapshot::open(rtx, tables)?;
     let counts = check_rows(&snap, &counters, &mut found)?;
     check_index_sizes(&snap, counts, &mut found)?;
     check_payload_rows(&snap, &mut found)?;

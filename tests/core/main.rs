@@ -35,6 +35,7 @@ mod pause;
 mod process_kill;
 mod progress;
 mod quarantine;
+mod reader;
 mod recovery;
 mod retention;
 mod retry;

@@ -1,0 +1,326 @@
+//! [`Reader`]: a read-only handle on a queue file, beside the process that has it open
+//! (live, with [`Builder::live_reads`](crate::Builder::live_reads)) or with nobody else.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redb::ReadableDatabase;
+
+use crate::error::{Error, Result, catch_engine_panic};
+use crate::file::GuardedDb;
+use crate::format::schema::{DEFAULT_TABLES, QueueTables};
+use crate::job::{JobCursor, JobId, JobInfo, JobPage, JobState, Quarantined, Stats, Violation};
+use crate::scratch::Retire;
+use crate::store;
+
+/// A read-only handle on one queue of a file: the inspection calls of [`Queue`](crate::Queue),
+/// never a write. What the `leaseq` tool's read commands use, and what a dashboard or a
+/// monitoring thread in another process should use, as Oban Web, River UI and Bull Board
+/// read the live store.
+///
+/// [`Reader::open`] opens the file in one of two ways, told by [`Reader::is_live`]:
+/// - **live**: the file itself, read-only, beside the process that has it open with
+///   [`Builder::live_reads`](crate::Builder::live_reads) (or beside nobody). Every call reads
+///   the latest commit, so a reader kept open follows the app. Jobs in flight show as
+///   [`JobState::Leased`] with their deadlines: a reader never returns a lease, so it never
+///   changes what the app sees.
+/// - **snapshot**: a file left by a process that crashed (it needs redb's repair) or written
+///   in an older format (it needs the upgrade) is repaired and upgraded on a copy in memory;
+///   the file is not written. Calls read that copy, as of the open; the leases the crashed
+///   process held show as leased, with deadlines that have passed. While a snapshot reader
+///   exists it holds the file's writer lock: a writer's open in between fails with
+///   [`Error::AlreadyOpen`]. Drop it, then open the file writable to recover the leases.
+///
+/// With nobody writing, a reader first verifies the file as a writable open would
+/// ([`Builder::check_integrity`](crate::Builder::check_integrity), on by default), so a
+/// damaged file is `Corrupted` rather than a read of damaged bytes.
+///
+/// While a reader is open, a process that opens the file *without*
+/// [`Builder::live_reads`](crate::Builder::live_reads) is refused with
+/// [`Error::AlreadyOpen`]; with it, the open goes ahead and the reader follows it. Keep
+/// readers short-lived if such an app may start: `leaseq watch` opens one per refresh.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("app.leaseq");
+/// use leaseq::{EnqueueOptions, Queue, Reader};
+/// // The app, in its own process, opens the file for live reads...
+/// let queue = Queue::builder().live_reads(true).open(&path)?;
+/// queue.enqueue(b"job", EnqueueOptions::default())?;
+/// let _in_flight = queue.dequeue()?.expect("a job");
+/// // ...and a tool or a dashboard reads beside it (here in the same process).
+/// let reader = Reader::open(&path)?;
+/// assert!(reader.is_live());
+/// let stats = reader.stats()?;
+/// assert_eq!((stats.ready, stats.leased), (0, 1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Reader {
+    inner: Arc<ReadFile>,
+    tables: &'static QueueTables,
+    name: Option<String>,
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader")
+            .field("path", &self.inner.path)
+            .field("queue", &self.name)
+            .field("live", &self.is_live())
+            .finish()
+    }
+}
+
+/// What every reader of one open shares.
+struct ReadFile {
+    source: Source,
+    path: PathBuf,
+}
+
+/// Where a reader reads.
+pub(crate) enum Source {
+    /// The file, read-only, in redb's shared mode.
+    Live(GuardedRo),
+    /// A scratch copy (reads from the file, writes in memory), repaired and upgraded.
+    Snapshot { db: GuardedDb, retire: Retire },
+}
+
+impl Source {
+    pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction> {
+        Ok(match self {
+            Source::Live(ro) => ro.get().begin_read()?,
+            Source::Snapshot { db, .. } => db.get().begin_read()?,
+        })
+    }
+}
+
+impl Drop for ReadFile {
+    fn drop(&mut self) {
+        // The scratch copy is thrown away: closed without saving its state.
+        if let Source::Snapshot { db, retire } = &self.source {
+            retire.retire(db.get());
+        }
+    }
+}
+
+/// Owns a read-only database; drops it inside `catch_unwind`, as [`GuardedDb`].
+pub(crate) struct GuardedRo(Option<redb::ReadOnlyDatabase>);
+
+impl GuardedRo {
+    pub(crate) fn new(db: redb::ReadOnlyDatabase) -> GuardedRo {
+        GuardedRo(Some(db))
+    }
+
+    fn get(&self) -> &redb::ReadOnlyDatabase {
+        self.0.as_ref().expect("database present until drop")
+    }
+}
+
+impl Drop for GuardedRo {
+    fn drop(&mut self) {
+        if let Some(db) = self.0.take() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
+        }
+    }
+}
+
+impl Reader {
+    pub(crate) fn new(source: Source, path: PathBuf) -> Reader {
+        Reader {
+            inner: Arc::new(ReadFile { source, path }),
+            tables: &DEFAULT_TABLES,
+            name: None,
+        }
+    }
+
+    /// Opens the queue file at `path` for reading only, with the default settings
+    /// ([`Builder::open_reader`](crate::Builder::open_reader) takes a cache size and the
+    /// integrity check), and returns its default queue ([`Reader::existing`] reaches the
+    /// named ones). Never creates, writes, repairs or upgrades the file.
+    ///
+    /// # Errors
+    /// - `HeldExclusively` if a process has the file open without
+    ///   [`Builder::live_reads`](crate::Builder::live_reads): the message says what to do;
+    /// - `AlreadyOpen` if a writer opened the file while this open repaired a copy of it;
+    /// - `Io` (kind `NotFound`) for no file at `path`;
+    /// - `Truncated`, `NotLeaseq`, `UnsupportedVersion` and `Corrupted` as
+    ///   [`Builder::open`](crate::Builder::open) (the file left byte-identical);
+    /// - `Io` or `Storage` for other I/O failures.
+    pub fn open(path: impl AsRef<Path>) -> Result<Reader> {
+        crate::open::Builder::default().open_reader(path)
+    }
+
+    /// Whether this reader follows the file (live: every call reads the latest commit) or
+    /// reads a snapshot repaired or upgraded in memory at open (see [`Reader`]).
+    pub fn is_live(&self) -> bool {
+        matches!(self.inner.source, Source::Live(_))
+    }
+
+    /// The path the reader was opened from.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// This handle's queue name; `None` for the default queue.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// A reader of the queue named `name`, sharing this one's open.
+    ///
+    /// # Errors
+    /// `QueueNotFound` if the file has no queue of that name; `InvalidOption` for a bad name;
+    /// `Corrupted` for a damaged registry; `Storage`.
+    pub fn existing(&self, name: &str) -> Result<Reader> {
+        QueueTables::check_name(name)?;
+        match catch_engine_panic(|| store::find_queue(&self.rtx()?, name))? {
+            Some(queue_number) => Ok(Reader {
+                inner: self.inner.clone(),
+                tables: QueueTables::named(queue_number),
+                name: Some(name.to_string()),
+            }),
+            None => Err(Error::QueueNotFound {
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    /// The names of the file's named queues, sorted (the default queue is not listed), as
+    /// [`Queue::queue_names`](crate::Queue::queue_names).
+    ///
+    /// # Errors
+    /// `Storage`, or `Corrupted` for a damaged registry.
+    pub fn queue_names(&self) -> Result<Vec<String>> {
+        let named = catch_engine_panic(|| store::named_queues(&self.rtx()?))?;
+        Ok(named.into_iter().map(|(name, _)| name).collect())
+    }
+
+    /// Counts of jobs per state, read from one snapshot, as [`Queue::stats`](crate::Queue::stats).
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn stats(&self) -> Result<Stats> {
+        catch_engine_panic(|| store::stats(&self.rtx()?, self.tables))
+    }
+
+    /// A job, or `None` if no job has this id, as [`Queue::job`](crate::Queue::job).
+    ///
+    /// # Errors
+    /// `Corrupted` if its record does not decode; `Storage`.
+    pub fn job(&self, id: JobId) -> Result<Option<JobInfo>> {
+        catch_engine_panic(|| store::job(&self.rtx()?, self.tables, id.0))
+    }
+
+    /// A page of the jobs in `state`, as [`Queue::jobs`](crate::Queue::jobs) (same order,
+    /// same cursors).
+    ///
+    /// # Errors
+    /// `InvalidOption` for `limit` of 0 or above [`BATCH_MAX`](crate::BATCH_MAX), or a cursor
+    /// of another state; `Storage`.
+    pub fn jobs(&self, state: JobState, after: Option<JobCursor>, limit: usize) -> Result<JobPage> {
+        crate::queue::check_page(state, after, limit)?;
+        let (jobs, last) = catch_engine_panic(|| {
+            store::list(
+                &self.rtx()?,
+                self.tables,
+                state,
+                after.map(|c| c.key),
+                limit,
+            )
+        })?;
+        Ok(crate::queue::page(state, jobs, last))
+    }
+
+    /// The payload of job `id` as enqueued, or `None`, as
+    /// [`Queue::payload`](crate::Queue::payload).
+    ///
+    /// # Errors
+    /// `Corrupted` if its row is damaged or quarantined; `Storage`.
+    pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        catch_engine_panic(|| store::payload(&self.rtx()?, self.tables, id.0))
+    }
+
+    /// This queue's schedules, as [`Queue::schedules`](crate::Queue::schedules).
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn schedules(&self) -> Result<Vec<crate::schedule::ScheduleInfo>> {
+        catch_engine_panic(|| store::schedules_of(&self.rtx()?, self.tables.queue_number))
+    }
+
+    /// Schedule `name` of this queue, if it exists, as
+    /// [`Queue::schedule`](crate::Queue::schedule).
+    ///
+    /// # Errors
+    /// `Corrupted` if its row fails its checks; `Storage`.
+    pub fn schedule(&self, name: &str) -> Result<Option<crate::schedule::ScheduleInfo>> {
+        catch_engine_panic(|| store::schedule_of(&self.rtx()?, self.tables.queue_number, name))
+    }
+
+    /// This queue's rate limit, if it has one, as
+    /// [`Queue::rate_limit`](crate::Queue::rate_limit).
+    ///
+    /// # Errors
+    /// `Corrupted` for a damaged row; `Storage`.
+    pub fn rate_limit(&self) -> Result<Option<crate::flow::RateLimit>> {
+        catch_engine_panic(|| store::rate_limit_of(&self.rtx()?, self.tables.queue_number))
+    }
+
+    /// What this queue keeps of its completed jobs, as
+    /// [`Queue::history`](crate::Queue::history).
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn history(&self) -> Result<crate::job::History> {
+        catch_engine_panic(|| store::history_of(&self.rtx()?, self.tables.queue_number))
+    }
+
+    /// Whether an effect with this idempotency key was applied, as
+    /// [`Queue::is_applied`](crate::Queue::is_applied).
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn is_applied(&self, idempotency_key: impl AsRef<[u8]>) -> Result<bool> {
+        catch_engine_panic(|| {
+            store::is_applied(&self.rtx()?, self.tables, idempotency_key.as_ref())
+        })
+    }
+
+    /// Quarantined job rows, as [`Queue::quarantined`](crate::Queue::quarantined).
+    ///
+    /// # Errors
+    /// `InvalidOption` for `max` of 0 or above [`BATCH_MAX`](crate::BATCH_MAX); `Storage`.
+    pub fn quarantined(&self, after: Option<JobId>, max: usize) -> Result<Vec<Quarantined>> {
+        if max == 0 || max > crate::limits::BATCH_MAX {
+            return Err(crate::queue::batch_too_large("max"));
+        }
+        catch_engine_panic(|| {
+            store::quarantined(&self.rtx()?, self.tables, after.map(|id| id.0), max)
+        })
+    }
+
+    /// Every invariant of the file, over one snapshot, as [`Queue::check`](crate::Queue::check):
+    /// the violations found (at most 1000), empty when consistent. Beside a live writer it
+    /// checks the commit it read; it repairs nothing.
+    ///
+    /// # Errors
+    /// `Storage`, or `Corrupted` if redb cannot read the tables or the registry of named
+    /// queues is damaged.
+    pub fn check(&self) -> Result<Vec<Violation>> {
+        catch_engine_panic(|| store::check_file(&self.rtx()?))
+    }
+
+    /// The file's random id, or `None` if no call drew one yet (a reader never does), as
+    /// [`Queue::file_id`](crate::Queue::file_id).
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn file_id(&self) -> Result<Option<u64>> {
+        catch_engine_panic(|| store::file_id(&self.rtx()?))
+    }
+
+    fn rtx(&self) -> Result<redb::ReadTransaction> {
+        self.inner.source.begin_read()
+    }
+}
