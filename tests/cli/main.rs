@@ -1094,8 +1094,10 @@ fn a_bad_line_5000_names_it_and_imports_nothing() {
     assert_eq!(total + q.stats().unwrap().total, 6000);
 }
 
+/// A read command reads an older format from a copy upgraded in memory (said on stderr), the
+/// file left as it is; a write command upgrades the file and says so, once.
 #[test]
-fn an_older_format_is_upgraded_with_a_note_on_stderr() {
+fn an_older_format_is_read_as_it_is_and_upgraded_by_a_write_command() {
     let (_dir, path) = tmp();
     std::fs::copy(
         concat!(
@@ -1105,33 +1107,62 @@ fn an_older_format_is_upgraded_with_a_note_on_stderr() {
         &path,
     )
     .unwrap();
+    let before = std::fs::read(&path).unwrap();
     let o = run(&["stats", s(&path), "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let err = stderr(&o);
     assert!(err.starts_with("leaseq: note: "), "{err}");
-    assert!(err.contains("upgraded from format 4"), "{err}");
+    assert!(err.contains("read from a copy repaired in memory"), "{err}");
     assert!(!json_lines(&o).is_empty());
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "a read command wrote"
+    );
+    let o = run(&["prune", s(&path)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("upgraded from format 4"),
+        "{}",
+        stderr(&o)
+    );
     // Once upgraded, nothing more is said.
-    ok(run(&["stats", s(&path)]));
+    let o = ok(run(&["stats", s(&path)]));
+    assert_eq!(stderr(&o), "");
 }
 
-/// Opening a file returns the leases a dead process left: the tool says so on stderr even
-/// without -v, since even a read command changed the file.
+/// A read command never returns the leases a closed process left: they are listed as leased,
+/// the file unchanged. A write command's open returns them and says so on stderr even
+/// without -v, once.
 #[test]
-fn returned_leases_are_said_on_stderr() {
+fn leases_left_by_a_closed_process_are_read_as_leased_and_returned_by_a_write_command() {
     let (_dir, path) = tmp();
     {
         let q = Queue::open(&path).unwrap();
         q.enqueue(b"held", EnqueueOptions::default()).unwrap();
         let _lease = q.dequeue().unwrap().unwrap(); // left leased when the file closes
     }
-    let out = run(&["stats", s(&path)]);
+    let before = std::fs::read(&path).unwrap();
+    let out = run(&["stats", s(&path), "--json"]);
+    assert_eq!(code(&out), 0);
+    assert_eq!(stderr(&out), "");
+    assert_eq!(json_lines(&out)[0]["leased"], 1);
+    let listed = json_lines(ok(run(&["ls", s(&path), "--json"])));
+    assert_eq!(listed[0]["state"], "leased");
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "a read command wrote"
+    );
+    let out = run(&["prune", s(&path)]);
     assert_eq!(code(&out), 0);
     let err = stderr(&out);
     assert!(err.contains("returned 1 lease(s)"), "{err}");
     // Said once: the next open finds nothing to return.
-    let again = run(&["stats", s(&path)]);
+    let again = run(&["prune", s(&path)]);
     assert!(!stderr(&again).contains("returned"), "{}", stderr(&again));
+    assert_eq!(
+        json_lines(ok(run(&["stats", s(&path), "--json"])))[0]["ready"],
+        1
+    );
 }
 
 #[test]
@@ -1190,4 +1221,62 @@ fn stats_shows_each_queues_rate_limit() {
     assert_eq!(lines[0].last(), Some(&"RATE_LIMIT"));
     assert_eq!(lines[1].last(), Some(&"10/1m"));
     assert_eq!(lines[2].last(), Some(&"-"));
+}
+
+/// The read commands work beside a running app that opened the file with live reads: they
+/// show its jobs in flight as leased, with deadlines, and never take them; `check` reads the
+/// commit it sees. Beside an app that holds the file exclusively they say what to do; write
+/// commands are refused either way (one writer at a time).
+#[test]
+fn read_commands_beside_a_running_app() {
+    let (_dir, path) = tmp();
+    let app = Queue::builder().live_reads(true).open(&path).unwrap();
+    app.enqueue(b"a", EnqueueOptions::default()).unwrap();
+    app.enqueue(b"b", EnqueueOptions::default()).unwrap();
+    let lease = app.dequeue().unwrap().unwrap();
+    let stats = json_lines(ok(run(&["stats", s(&path), "--json"])));
+    assert_eq!(
+        (&stats[0]["ready"], &stats[0]["leased"]),
+        (&1.into(), &1.into())
+    );
+    let shown = json_lines(ok(run(&[
+        "show",
+        s(&path),
+        &lease.id().0.to_string(),
+        "--json",
+    ])));
+    assert_eq!(shown[0]["state"], "leased");
+    let o = ok(run(&["show", s(&path), &lease.id().0.to_string()]));
+    assert!(
+        stdout(o).contains("lease_deadline"),
+        "show prints the deadline"
+    );
+    ok(run(&["check", s(&path)]));
+    assert_eq!(json_lines(ok(run(&["export", s(&path)]))).len(), 2);
+    // The app's lease is untouched: its ack lands.
+    lease.ack().unwrap();
+    assert_eq!(
+        json_lines(ok(run(&["stats", s(&path), "--json"])))[0]["total"],
+        1
+    );
+    let o = run(&["prune", s(&path)]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("live_reads"), "{}", stderr(&o));
+    drop(app);
+    // An app without live reads.
+    let app = Queue::open(&path).unwrap();
+    for cmd in ["stats", "ls", "check", "queues", "schedules", "export"] {
+        let o = run(&[cmd, s(&path)]);
+        assert_eq!(code(&o), 2, "{cmd}");
+        let err = stderr(&o);
+        for needed in [
+            "holds it exclusively",
+            "live_reads(true)",
+            "stop that process",
+            "copy",
+        ] {
+            assert!(err.contains(needed), "{cmd}: {err}");
+        }
+    }
+    drop(app);
 }

@@ -344,10 +344,11 @@ fn no_schedules() {
     assert_eq!(json_lines(ok(run(&["schedules", p, "--json"]))).len(), 1);
 }
 
-/// Due times that passed while the file was closed fire when the tool opens it (as every open
-/// does, under `Missed::RunOnce`): the listing shows the instance that open enqueued.
+/// Read commands never write: due times that passed while the file was closed are listed
+/// as due, nothing fired. The next writable open (a write command's) fires them, as every
+/// open does under `Missed::RunOnce`, says so, and the listing shows the instance.
 #[test]
-fn the_open_fires_missed_due_times_and_the_listing_shows_it() {
+fn read_commands_leave_missed_due_times_to_the_next_writable_open() {
     let (_dir, path) = tmp();
     let day_ago_ms = now_ms() - DAY_MS;
     {
@@ -362,8 +363,29 @@ fn the_open_fires_missed_due_times_and_the_listing_shows_it() {
         .unwrap();
     }
     let p = s(&path);
+    let before = std::fs::read(&path).unwrap();
     let out = run(&["schedules", p, "--json"]);
     assert_eq!(code(&out), 0);
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    let listed = json_lines(out);
+    assert_eq!(
+        (
+            &listed[0]["fired"],
+            &listed[0]["last_job_id"],
+            &listed[0]["next_due_ms"]
+        ),
+        (
+            &serde_json::json!(0),
+            &serde_json::Value::Null,
+            &serde_json::json!(day_ago_ms + HOUR_MS)
+        )
+    );
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "a read command wrote"
+    );
+    let out = run(&["prune", p]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
     // The open says what it enqueued (on stderr, without -v).
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim_end(),
@@ -371,7 +393,7 @@ fn the_open_fires_missed_due_times_and_the_listing_shows_it() {
             "leaseq: note: opening {p} enqueued a job for each of 1 schedule(s) due while the file was closed"
         )
     );
-    let json = json_lines(out);
+    let json = json_lines(ok(run(&["schedules", p, "--json"])));
     let view = library_view(&path);
     assert_eq!(json, vec![line(None, &view[0].1)]);
     let info = &view[0].1;

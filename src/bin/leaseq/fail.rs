@@ -45,7 +45,15 @@ impl Fail {
         let p = path.display();
         match e {
             E::AlreadyOpen { .. } => Fail::error(format!(
-                "{p}: in use by another process (a leaseq file is open in one process at a time)"
+                "{p}: in use by another process (a leaseq file is written by one process at a \
+                 time; the read commands work beside an app that opened it with \
+                 Builder::live_reads(true))"
+            )),
+            E::HeldExclusively { .. } => Fail::error(format!(
+                "{p}: in use by a process that holds it exclusively; to read it while that \
+                 process runs, open it there with Builder::live_reads(true); else stop that \
+                 process first, or copy the file and read the copy (the jobs in flight show as \
+                 leased there, as of the copy)"
             )),
             E::NotLeaseq { detail, .. } => {
                 Fail::error(format!("{p}: not a leaseq file ({detail}); left unchanged"))

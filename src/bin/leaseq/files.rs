@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use leaseq::{Builder, Queue};
+use leaseq::{Builder, JobId, JobInfo, Queue, Reader};
 
 use crate::fail::{CliResult, Fail};
 
@@ -28,18 +28,96 @@ pub fn builder() -> Builder {
     Queue::builder().payload_bytes_max(leaseq::PAYLOAD_BYTES_MAX_CAP)
 }
 
+/// What the tool's queue helpers need of a handle: a writable [`Queue`] (write commands) or a
+/// [`Reader`] (read commands).
+pub trait Handle: Clone {
+    fn name(&self) -> Option<&str>;
+    fn existing(&self, name: &str) -> leaseq::Result<Self>;
+    fn queue_names(&self) -> leaseq::Result<Vec<String>>;
+    fn file(&self) -> &Path;
+    fn job(&self, id: JobId) -> leaseq::Result<Option<JobInfo>>;
+}
+
+impl Handle for Queue {
+    fn name(&self) -> Option<&str> {
+        Queue::name(self)
+    }
+    fn existing(&self, name: &str) -> leaseq::Result<Queue> {
+        Queue::existing(self, name)
+    }
+    fn queue_names(&self) -> leaseq::Result<Vec<String>> {
+        Queue::queue_names(self)
+    }
+    fn file(&self) -> &Path {
+        self.path().unwrap_or(Path::new("?"))
+    }
+    fn job(&self, id: JobId) -> leaseq::Result<Option<JobInfo>> {
+        Queue::job(self, id)
+    }
+}
+
+impl Handle for Reader {
+    fn name(&self) -> Option<&str> {
+        Reader::name(self)
+    }
+    fn existing(&self, name: &str) -> leaseq::Result<Reader> {
+        Reader::existing(self, name)
+    }
+    fn queue_names(&self) -> leaseq::Result<Vec<String>> {
+        Reader::queue_names(self)
+    }
+    fn file(&self) -> &Path {
+        self.path()
+    }
+    fn job(&self, id: JobId) -> leaseq::Result<Option<JobInfo>> {
+        Reader::job(self, id)
+    }
+}
+
+/// Makes sure a file is at `path`: "no such file" otherwise (never created).
+fn must_exist(path: &Path) -> CliResult {
+    match std::fs::metadata(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(Fail::error(format!("{}: no such file", path.display())))
+        }
+        Err(e) => Err(Fail::io(&path.display().to_string(), e)),
+    }
+}
+
+/// Opens `path` for the read commands: read-only, beside the app that has it open (with
+/// `Builder::live_reads`) or with nobody; never writes the file, never returns a lease. A
+/// file that needs a repair or an upgrade is read from a copy made right in memory, said on
+/// stderr. The verification of a file nobody has open shows a progress bar on a terminal.
+pub fn open_reader(path: &Path) -> CliResult<Reader> {
+    must_exist(path)?;
+    let bar = fraction_bar("verifying");
+    let on_repair = bar.clone();
+    let builder = Queue::builder().on_repair(move |fraction| {
+        on_repair.set_position((fraction.clamp(0.0, 1.0) * 1000.0) as u64);
+    });
+    tracing::info!(path = %path.display(), "opening read-only");
+    let opened = builder.open_reader(path);
+    bar.finish_and_clear();
+    let reader = opened.map_err(|e| Fail::leaseq(path, e))?;
+    tracing::info!(live = reader.is_live(), "opened read-only");
+    if !reader.is_live() {
+        eprintln!(
+            "leaseq: note: {} was left by a process that did not close it (or by an older \
+             leaseq): read from a copy repaired in memory, the file unchanged; jobs that \
+             process had in flight show as leased",
+            path.display()
+        );
+    }
+    Ok(reader)
+}
+
 /// Opens `path` with `builder`, after making sure a file is there when `missing` says so.
 /// The integrity check (redb's, at every open of an existing file) shows a progress bar on a
 /// terminal.
 pub fn open_with(path: &Path, missing: Missing, builder: Builder) -> CliResult<Queue> {
     if missing == Missing::Refuse {
-        match std::fs::metadata(path) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Fail::error(format!("{}: no such file", path.display())));
-            }
-            Err(e) => return Err(Fail::io(&path.display().to_string(), e)),
-        }
+        must_exist(path)?;
     }
     let bar = fraction_bar("verifying");
     let on_repair = bar.clone();
@@ -100,19 +178,19 @@ pub fn open(path: &Path, missing: Missing) -> CliResult<Queue> {
 }
 
 /// The display name of a queue.
-pub fn queue_label(q: &Queue) -> &str {
+pub fn queue_label(q: &impl Handle) -> &str {
     q.name().unwrap_or(DEFAULT_QUEUE)
 }
 
 /// The queue `--queue NAME` names, if it exists (never made); the default queue for
 /// `(default)`.
-pub fn existing(queue: &Queue, name: &str) -> CliResult<Queue> {
+pub fn existing<H: Handle>(queue: &H, name: &str) -> CliResult<H> {
     if name == DEFAULT_QUEUE {
         return Ok(queue.clone());
     }
     queue
         .existing(name)
-        .map_err(|e| Fail::leaseq(path_of(queue), e))
+        .map_err(|e| Fail::leaseq(queue.file(), e))
 }
 
 /// The queue `--queue NAME` names, made if missing; the default queue for `(default)` or
@@ -128,11 +206,11 @@ pub fn named_or_default(queue: &Queue, name: Option<&str>) -> CliResult<Queue> {
 
 /// The queues a command covers: the one `--queue` names, or every queue of the file (the
 /// default one first, then the named ones by name).
-pub fn selected(queue: &Queue, name: Option<&str>) -> CliResult<Vec<Queue>> {
+pub fn selected<H: Handle>(queue: &H, name: Option<&str>) -> CliResult<Vec<H>> {
     if let Some(name) = name {
         return Ok(vec![existing(queue, name)?]);
     }
-    let path = path_of(queue);
+    let path = queue.file();
     let names = queue.queue_names().map_err(|e| Fail::leaseq(path, e))?;
     let mut out = Vec::with_capacity(names.len() + 1);
     out.push(queue.clone());
@@ -143,8 +221,23 @@ pub fn selected(queue: &Queue, name: Option<&str>) -> CliResult<Vec<Queue>> {
 }
 
 /// The path a queue was opened from (for messages).
-pub fn path_of(queue: &Queue) -> &Path {
-    queue.path().unwrap_or(Path::new("?"))
+pub fn path_of(queue: &impl Handle) -> &Path {
+    queue.file()
+}
+
+/// Finds job `id` in the queues `--queue` selects (ids are unique in a file).
+pub fn find_job<H: Handle>(
+    queue: &H,
+    name: Option<&str>,
+    id: u64,
+) -> CliResult<Option<(H, JobInfo)>> {
+    let path = path_of(queue);
+    for q in selected(queue, name)? {
+        if let Some(info) = q.job(JobId(id)).map_err(|e| Fail::leaseq(path, e))? {
+            return Ok(Some((q, info)));
+        }
+    }
+    Ok(None)
 }
 
 /// A bar of a fraction (positions 0 to 1000) on stderr when stderr is a terminal.

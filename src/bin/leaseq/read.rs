@@ -1,13 +1,13 @@
 //! The read commands: `stats`, `ls`, `show`, `queues`, `schedules`, `check`. None of them
 //! creates a file or a queue.
 
-use leaseq::{JobId, JobState, Missed, Overlap, Queue, ScheduleInfo, Stats, Timing};
+use leaseq::{JobState, Missed, Overlap, Reader, ScheduleInfo, Stats, Timing};
 use serde::Serialize;
 
 use crate::args::{CheckArgs, LsArgs, QueuesArgs, SchedulesArgs, ShowArgs, StatsArgs};
 use crate::duration::format_ms;
 use crate::fail::{CliResult, Fail};
-use crate::files::{self, Missing, path_of, queue_label};
+use crate::files::{self, Handle, find_job, path_of, queue_label};
 use crate::jsonl::JobView;
 use crate::output::{Out, short, state_name, utc};
 
@@ -51,7 +51,7 @@ struct RateLimitJson {
 
 /// `leaseq stats`.
 pub fn stats(a: &StatsArgs) -> CliResult {
-    let queue = files::open(&a.file, Missing::Refuse)?;
+    let queue = files::open_reader(&a.file)?;
     let path = path_of(&queue);
     type Row = (
         String,
@@ -179,7 +179,7 @@ fn table(out: &mut Out, header: &[&str], right: &[bool], rows: &[Vec<String>]) -
 
 /// `leaseq ls`.
 pub fn ls(a: &LsArgs) -> CliResult {
-    let queue = files::open(&a.file, Missing::Refuse)?;
+    let queue = files::open_reader(&a.file)?;
     let path = path_of(&queue);
     let queues = files::selected(&queue, a.queue.queue.as_deref())?;
     let states: Vec<JobState> = match a.state {
@@ -263,22 +263,7 @@ fn one_line(text: &str) -> String {
     text.replace('\r', "\\r").replace('\n', "\\n")
 }
 
-/// Finds job `id` in the queues `--queue` selects (ids are unique in a file).
-pub fn find_job(
-    queue: &Queue,
-    name: Option<&str>,
-    id: u64,
-) -> CliResult<Option<(Queue, leaseq::JobInfo)>> {
-    let path = path_of(queue);
-    for q in files::selected(queue, name)? {
-        if let Some(info) = q.job(JobId(id)).map_err(|e| Fail::leaseq(path, e))? {
-            return Ok(Some((q, info)));
-        }
-    }
-    Ok(None)
-}
-
-fn no_job(queue: &Queue, name: Option<&str>, id: u64) -> Fail {
+fn no_job(queue: &impl Handle, name: Option<&str>, id: u64) -> Fail {
     let path = path_of(queue).display();
     match name {
         Some(name) => Fail::problem(format!("{path}: no job {id} in queue {name}")),
@@ -288,7 +273,7 @@ fn no_job(queue: &Queue, name: Option<&str>, id: u64) -> Fail {
 
 /// `leaseq show`.
 pub fn show(a: &ShowArgs) -> CliResult {
-    let queue = files::open(&a.file, Missing::Refuse)?;
+    let queue = files::open_reader(&a.file)?;
     let path = path_of(&queue);
     let name = a.queue.queue.as_deref();
     let Some((q, info)) = find_job(&queue, name, a.id)? else {
@@ -422,7 +407,7 @@ pub fn show(a: &ShowArgs) -> CliResult {
 
 /// `leaseq queues`.
 pub fn queues(a: &QueuesArgs) -> CliResult {
-    let queue = files::open(&a.file, Missing::Refuse)?;
+    let queue = files::open_reader(&a.file)?;
     let names = queue
         .queue_names()
         .map_err(|e| Fail::leaseq(path_of(&queue), e))?;
@@ -541,9 +526,9 @@ fn timing_text(t: &Timing) -> String {
 
 /// `leaseq schedules`: the schedules of the selected queues, each queue's by name.
 pub fn schedules(a: &SchedulesArgs) -> CliResult {
-    let queue = files::open(&a.file, Missing::Refuse)?;
+    let queue = files::open_reader(&a.file)?;
     let path = path_of(&queue);
-    let mut rows: Vec<(Queue, Vec<ScheduleInfo>)> = Vec::new();
+    let mut rows: Vec<(Reader, Vec<ScheduleInfo>)> = Vec::new();
     for q in files::selected(&queue, a.queue.queue.as_deref())? {
         let list = q.schedules().map_err(|e| Fail::leaseq(path, e))?;
         rows.push((q, list));
@@ -607,7 +592,7 @@ struct CheckJson {
 /// `leaseq check`: exit 1 when the file breaks an invariant or fails redb's integrity check.
 pub fn check(a: &CheckArgs) -> CliResult {
     let mut out = Out::new();
-    let queue = match files::open(&a.file, Missing::Refuse) {
+    let queue = match files::open_reader(&a.file) {
         Ok(q) => q,
         Err(f) if f.corrupted => {
             if a.json {

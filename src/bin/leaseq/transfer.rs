@@ -27,7 +27,7 @@ const EXPORT_STATES: [JobState; 4] = [
 
 /// `leaseq export`: every job of the selected queues, one JSON object per line.
 pub fn export(a: &ExportArgs) -> CliResult {
-    let queue = files::open(&a.file, Missing::Refuse)?;
+    let queue = files::open_reader(&a.file)?;
     let path = path_of(&queue);
     let queues = files::selected(&queue, a.queue.queue.as_deref())?;
     let mut total = 0;

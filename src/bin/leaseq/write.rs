@@ -140,7 +140,7 @@ pub fn requeue_dead(a: &RequeueDeadArgs) -> CliResult {
     let name = a.queue.queue.as_deref();
     let mut out = Out::new();
     if let Some(id) = a.id {
-        let Some((q, info)) = crate::read::find_job(&queue, name, id)? else {
+        let Some((q, info)) = files::find_job(&queue, name, id)? else {
             return Err(Fail::problem(format!("{}: no job {id}", path.display())));
         };
         if info.state != JobState::Dead {
@@ -193,7 +193,7 @@ fn on_job(
 ) -> CliResult {
     let queue = files::open(file, Missing::Refuse)?;
     let path = path_of(&queue);
-    let Some((q, _)) = crate::read::find_job(&queue, name, id)? else {
+    let Some((q, _)) = files::find_job(&queue, name, id)? else {
         return Err(Fail::problem(format!("{}: no job {id}", path.display())));
     };
     let said = f(&q, JobId(id)).map_err(|e| Fail::leaseq(path, e))?;
