@@ -20,7 +20,7 @@ use super::registry::{named_queues, named_tables_present};
 /// named one (its violations' details prefixed with the queue's name).
 pub(crate) fn check_file(rtx: &ReadTransaction) -> Result<Vec<Violation>> {
     let mut out = check(rtx, &crate::format::schema::DEFAULT_TABLES)?;
-    let named = named_queues(&rtx)?;
+    let named = named_queues(rtx)?;
     // Reverse: every queue's tables belong to a registered queue.
     for table in rtx.list_tables()? {
         let name = table.name().to_string();
