@@ -338,7 +338,7 @@ fn check_through_a_reader_is_clean_on_every_commit_of_a_busy_app() {
                 )
                 .unwrap();
                 if let Some(l) = q.dequeue().unwrap() {
-                    if n % 3 == 0 {
+                    if n.is_multiple_of(3) {
                         l.nack("again").unwrap();
                     } else {
                         l.ack().unwrap();
