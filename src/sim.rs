@@ -95,6 +95,7 @@
 
 use std::fmt;
 use std::io;
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use fastrand::Rng;
@@ -128,11 +129,28 @@ pub struct SimDisk {
 /// * of kind [`io::ErrorKind::FileTooLarge`] for a `set_len` above the disk's cap (the file is
 ///   not changed).
 ///
-/// `close` does nothing and always succeeds; the lock methods keep their defaults
-/// ([`redb::BackendError::Unsupported`]).
-#[derive(Clone)]
+/// Byte-range locks are kept per disk, as open file descriptions hold them (OFD locks): a
+/// backend's locks conflict with other backends' where the ranges overlap and either is
+/// exclusive, never with its own; `unlock_range` releases that exact range; `close` releases
+/// every lock of the backend and always succeeds. So redb's shared modes
+/// (`ConcurrencyMode::SingleWriter`, [`Builder::live_reads`](crate::Builder::live_reads))
+/// run on the simulator with the lock calls they make on a real file. A waiting
+/// `lock_range` gives up after 30 s with an I/O error (a simulated process holding a lock
+/// forever is a bug of the test). Lock calls work after a power failure too: the locks are
+/// the processes', not the disk's.
 pub struct SimBackend {
     state: Arc<Mutex<State>>,
+    /// Whose locks these are: one id per backend.
+    id: u64,
+}
+
+/// A byte-range lock held by a backend; `end` exclusive, `u64::MAX` for an unbounded end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HeldLock {
+    backend: u64,
+    start: u64,
+    end: u64,
+    exclusive: bool,
 }
 
 #[derive(Debug)]
@@ -153,6 +171,10 @@ struct State {
     crash_at: Option<u64>,
     crashed: bool,
     max_len: u64,
+    /// The byte-range locks of every backend of the disk.
+    locks: Vec<HeldLock>,
+    /// The id the next backend gets.
+    next_backend: u64,
 }
 
 impl SimDisk {
@@ -178,6 +200,8 @@ impl SimDisk {
                 crash_at: None,
                 crashed: false,
                 max_len: DEFAULT_MAX_LEN,
+                locks: Vec::new(),
+                next_backend: 1,
             })),
         }
     }
@@ -185,8 +209,14 @@ impl SimDisk {
     /// A new [`redb::StorageBackend`] on this disk, for
     /// [`redb::Builder::create_with_backend`]. It shares this disk's state.
     pub fn backend(&self) -> SimBackend {
+        let id = {
+            let mut state = self.lock();
+            state.next_backend += 1;
+            state.next_backend - 1
+        };
         SimBackend {
             state: Arc::clone(&self.state),
+            id,
         }
     }
 
@@ -398,7 +428,130 @@ fn sector_pieces(offset: u64, len: usize) -> impl Iterator<Item = (u64, u64)> {
     })
 }
 
+/// A lock range as `[start, end)`, `end` `u64::MAX` when unbounded.
+fn lock_span(start: Bound<u64>, end: Bound<u64>) -> (u64, u64) {
+    let start = match start {
+        Bound::Included(s) => s,
+        Bound::Excluded(s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match end {
+        Bound::Included(e) => e.saturating_add(1),
+        Bound::Excluded(e) => e,
+        Bound::Unbounded => u64::MAX,
+    };
+    (start, end)
+}
+
+impl SimBackend {
+    /// Whether a lock of this backend over `span` (exclusive or shared) would conflict with
+    /// another backend's.
+    fn conflicts(state: &State, me: u64, span: (u64, u64), exclusive: bool) -> bool {
+        state.locks.iter().any(|l| {
+            l.backend != me && l.start < span.1 && span.0 < l.end && (exclusive || l.exclusive)
+        })
+    }
+
+    fn try_lock(&self, start: Bound<u64>, end: Bound<u64>, exclusive: bool) -> bool {
+        let span = lock_span(start, end);
+        let mut state = lock(&self.state);
+        if SimBackend::conflicts(&state, self.id, span, exclusive) {
+            return false;
+        }
+        state.locks.push(HeldLock {
+            backend: self.id,
+            start: span.0,
+            end: span.1,
+            exclusive,
+        });
+        true
+    }
+
+    fn wait_lock(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+        exclusive: bool,
+    ) -> Result<(), redb::BackendError> {
+        let started = std::time::Instant::now();
+        while !self.try_lock(start, end, exclusive) {
+            if started.elapsed() > std::time::Duration::from_secs(30) {
+                return Err(redb::BackendError::Io(io::Error::other(
+                    "simulated lock wait of 30 s: another backend holds the range",
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        Ok(())
+    }
+}
+
+impl Clone for SimBackend {
+    /// Another handle with the same locks (the same open file description).
+    fn clone(&self) -> SimBackend {
+        SimBackend {
+            state: Arc::clone(&self.state),
+            id: self.id,
+        }
+    }
+}
+
 impl redb::StorageBackend for SimBackend {
+    fn close(&self) -> Result<(), io::Error> {
+        lock(&self.state).locks.retain(|l| l.backend != self.id);
+        Ok(())
+    }
+
+    fn try_lock_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> Result<bool, redb::BackendError> {
+        Ok(self.try_lock(start, end, true))
+    }
+
+    fn try_lock_shared_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> Result<bool, redb::BackendError> {
+        Ok(self.try_lock(start, end, false))
+    }
+
+    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), redb::BackendError> {
+        self.wait_lock(start, end, true)
+    }
+
+    fn lock_shared_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> Result<(), redb::BackendError> {
+        self.wait_lock(start, end, false)
+    }
+
+    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), redb::BackendError> {
+        let (s, e) = lock_span(start, end);
+        lock(&self.state)
+            .locks
+            .retain(|l| !(l.backend == self.id && l.start == s && l.end == e));
+        Ok(())
+    }
+
+    fn query_lock_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> Result<bool, redb::BackendError> {
+        let state = lock(&self.state);
+        Ok(SimBackend::conflicts(
+            &state,
+            self.id,
+            lock_span(start, end),
+            true,
+        ))
+    }
+
     fn len(&self) -> Result<u64, io::Error> {
         let state = lock(&self.state);
         state.check_power()?;

@@ -73,6 +73,8 @@ struct Plan {
     threads: u64,
     lease_ms: u64,
     max_attempts: u32,
+    /// The child opens with `Builder::live_reads`; the parent then reads beside it.
+    live_reads: bool,
 }
 
 fn plan(seed: u64, round: u64) -> Plan {
@@ -81,6 +83,7 @@ fn plan(seed: u64, round: u64) -> Plan {
         threads: rng.u64(1..=2),
         lease_ms: [10, 40, 150, 30_000][rng.usize(0..4)],
         max_attempts: rng.u32(2..=5),
+        live_reads: rng.bool(),
     }
 }
 
@@ -119,6 +122,7 @@ fn child_entry_process_kill() {
         .retry(leaseq::RetryPolicy::immediate())
         .lease(ms(p.lease_ms))
         .max_attempts(p.max_attempts)
+        .live_reads(p.live_reads)
         .open(&path)
     {
         Ok(q) => q,
@@ -554,6 +558,8 @@ struct Tally {
     /// Jobs found at a check that no report mentioned (enqueue committed, report killed).
     unreported_jobs_found: u64,
     leases_recovered: u64,
+    /// Reads beside a live child (live-read rounds): a `Reader` opened, checked clean.
+    live_reads_checked: u64,
 }
 
 impl Tally {
@@ -581,6 +587,7 @@ impl Tally {
             ),
             (&mut self.unreported_jobs_found, o.unreported_jobs_found),
             (&mut self.leases_recovered, o.leases_recovered),
+            (&mut self.live_reads_checked, o.live_reads_checked),
         ];
         for (a, b) in pairs {
             *a += b;
@@ -968,6 +975,25 @@ impl Model {
 // Parent side: the runs
 // ------------------------------------------------------------------------------------------
 
+/// Reads the file beside the running child: a live `Reader` whose `check()` is clean and
+/// whose counts add up. Never disturbs the child (it writes nothing, takes no lease).
+fn read_beside(path: &Path, model: &mut Model) {
+    match leaseq::Reader::open(path) {
+        Ok(r) => {
+            if !r.is_live() {
+                model.violation("a reader beside a live-read child read a snapshot".into());
+            }
+            match (r.check(), r.stats()) {
+                (Ok(v), Ok(s)) if v.is_empty() && s.total == s.pending() + s.dead => {
+                    model.tally.live_reads_checked += 1;
+                }
+                other => model.violation(format!("a reader beside the child: {other:?}")),
+            }
+        }
+        Err(e) => model.violation(format!("a reader beside the child: {e:?}")),
+    }
+}
+
 /// One seeded run: 2 or 3 rounds of spawn, kill, reopen, check on one file.
 fn run_one(seed: u64) -> Result<Tally, String> {
     let dir = tempfile::tempdir().unwrap();
@@ -987,7 +1013,12 @@ fn run_one(seed: u64) -> Result<Tally, String> {
             std::thread::sleep(ms(rng.u64(0..60)));
         } else {
             let k = rng.usize(1..=60);
+            // In a live-read round, a reader beside the child once, after this many messages.
+            let read_at = plan(seed, round).live_reads.then(|| rng.usize(1..=k));
             while said.len() < k {
+                if read_at == Some(said.len()) && said.iter().any(|m| m == "OPEN") {
+                    read_beside(&path, &mut model);
+                }
                 match child.next_message() {
                     Some(m) => {
                         let err = m.starts_with("ERR");
@@ -1087,6 +1118,10 @@ fn sigkilled_workloads_keep_every_reported_promise() {
         assert!(
             t.inflight_ack_not_committed > 0,
             "no kill landed inside an ack before its commit"
+        );
+        assert!(
+            t.live_reads_checked > 0,
+            "no reader ran beside a live-read child"
         );
         assert!(
             t.leases_recovered > 0 && t.effects_already > 0 && t.lost_tokens > 0,

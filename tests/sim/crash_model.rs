@@ -67,7 +67,7 @@ fn crash_sim() {
     // Durability::None reopens that lost calls, ambiguous reopens, most candidate states;
     // schedule calls, instances enqueued and due times skipped by dequeues, and by opens;
     // dequeues with a job behind its group's head, dequeues held back by the rate limit.
-    let totals: Mutex<[u64; 15]> = Mutex::new([0; 15]);
+    let totals: Mutex<[u64; 16]> = Mutex::new([0; 16]);
     let failures: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
     let began = std::time::Instant::now();
     std::thread::scope(|s| {
@@ -97,6 +97,7 @@ fn crash_sim() {
                         t[12] += out.open_skipped;
                         t[13] += out.group_waits;
                         t[14] += out.rate_limited;
+                        t[15] += out.live_read_opens;
                     }
                     if out.violation.is_some() {
                         failures.lock().unwrap().push(out);
@@ -127,7 +128,7 @@ fn crash_sim() {
              lost calls, {} reopens with several candidate states (at most {}); {} schedule \
              calls, dequeues fired {} instances and skipped {} due times, opens fired {} and \
              skipped {}; {} dequeues with a job waiting behind its group's head, {} held to \
-             less than asked by the rate limit",
+             less than asked by the rate limit; {} opens with live reads",
             began.elapsed().as_secs_f64(),
             t[0],
             t[1],
@@ -143,7 +144,8 @@ fn crash_sim() {
             t[11],
             t[12],
             t[13],
-            t[14]
+            t[14],
+            t[15]
         );
     }
     // Written to the process's stdout directly, not through println!, so the line shows in

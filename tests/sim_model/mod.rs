@@ -179,6 +179,8 @@ pub struct Outcome {
     /// limit allowed fewer jobs than asked for (as the model saw it before the call).
     pub group_waits: u64,
     pub rate_limited: u64,
+    /// Opens with `Builder::live_reads`.
+    pub live_read_opens: u64,
     pub violation: Option<String>,
     pub log: Vec<String>,
 }
@@ -289,6 +291,10 @@ struct Runner {
     worlds: Vec<World>,
     quick_repair: bool,
     small_cache: bool,
+    /// Opens with `Builder::live_reads` (redb's SingleWriter mode: two-phase commits and the
+    /// simulator's byte-range locks); drawn apart from the seed's stream, so the other
+    /// choices of a seed stay as they were.
+    live_reads: bool,
     enqueues: u64,
     /// Schedule definitions set so far: names each one's payload tag.
     sched_calls: u64,
@@ -560,6 +566,7 @@ impl Runner {
             }],
             quick_repair: false,
             small_cache: false,
+            live_reads: false,
             enqueues: 0,
             sched_calls: 0,
             sched_floor: BTreeMap::new(),
@@ -567,6 +574,18 @@ impl Runner {
             log: Vec::new(),
             out: Outcome::default(),
         }
+    }
+
+    /// One open in three with live reads (never with `Durability::None`, which refuses them),
+    /// from a hash of the seed and the opens so far rather than the seed's stream.
+    fn draw_live_reads(&mut self) {
+        let opens = self.out.reopens + self.out.crashes + 1;
+        let h = self
+            .seed
+            .wrapping_add(opens.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        self.live_reads = !self.none_mode && (h >> 33) % 3 == 0;
+        self.out.live_read_opens += u64::from(self.live_reads);
     }
 
     fn log(&mut self, line: String) {
@@ -588,6 +607,7 @@ impl Runner {
             .max_attempts(MAX_ATTEMPTS)
             .clock(self.clock.clone())
             .quick_repair(self.quick_repair)
+            .live_reads(self.live_reads)
             .durability(if self.none_mode {
                 Durability::None
             } else {
@@ -611,14 +631,16 @@ impl Runner {
         self.quick_repair = self.src.chance(1, 3);
         self.small_cache = self.src.chance(1, 4);
         self.none_mode = self.src.chance(1, 6);
+        self.draw_live_reads();
         let q = self
             .open()
             .map_err(|e| format!("creating the queue on an empty disk failed: {e}"))?;
         self.log(format!(
-            "open new queue (quick_repair={}, small_cache={}, durability {})",
+            "open new queue (quick_repair={}, small_cache={}, durability {}, live_reads={})",
             self.quick_repair,
             self.small_cache,
-            if self.none_mode { "None" } else { "Immediate" }
+            if self.none_mode { "None" } else { "Immediate" },
+            self.live_reads
         ));
         for w in &mut self.worlds {
             w.hist = vec![w.m.clone()];
@@ -2075,6 +2097,7 @@ impl Runner {
             self.crash_armed = false;
         }
         self.quick_repair = self.src.chance(1, 3);
+        self.draw_live_reads();
         // Sometimes power fails again during the recovery open.
         let second = self.src.chance(1, 4);
         if second {
@@ -2083,8 +2106,9 @@ impl Runner {
             self.crash_armed = true;
         }
         self.log(format!(
-            "reboot {kind:?} (quick_repair={}{})",
+            "reboot {kind:?} (quick_repair={}, live_reads={}{})",
             self.quick_repair,
+            self.live_reads,
             if second {
                 ", crash armed during open"
             } else {
