@@ -230,6 +230,8 @@ struct OpenGroup {
     dirty: bool,
     wake: RefCell<Vec<u32>>,
     events: std::cell::RefCell<Vec<(u32, Event)>>,
+    /// What the group's operations count in the queues' metrics (written by its commit).
+    tally: RefCell<crate::metrics::Tally>,
     members: usize,
     /// Members other than the leader, parked until the result is set (woken one by one
     /// with `unpark`: no condvar, so they never queue on the group mutex to read it).
@@ -316,6 +318,15 @@ pub(crate) struct Committer {
     work: Arc<QueueSignals>,
     /// The subscribers of the file's change events.
     hub: EventHub,
+    /// Writes a group's metrics tally into its transaction before the commit, at the time the
+    /// clock gives; `None` counts nothing (a committer that is not a queue's).
+    metrics: Option<MetricsWriter>,
+}
+
+/// How a committer writes a group's metrics: the engine's writer and the queue's clock.
+pub(crate) struct MetricsWriter {
+    pub(crate) write: fn(&WriteTransaction, &crate::metrics::Tally, u64) -> Result<()>,
+    pub(crate) clock: Arc<dyn crate::clock::Clock>,
 }
 
 impl Committer {
@@ -330,7 +341,14 @@ impl Committer {
             quick_repair,
             work: Arc::new(QueueSignals::default()),
             hub: EventHub::default(),
+            metrics: None,
         }
+    }
+
+    /// This committer with its groups' metrics written by `metrics` (a queue's committer).
+    pub(crate) fn with_metrics(mut self, metrics: MetricsWriter) -> Committer {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Runs `op` inside a group transaction and returns its result once the group's commit
@@ -426,7 +444,10 @@ impl Committer {
                 wake: WakeList(&g.wake),
                 // Looked at per operation: a call made after a subscription returned is
                 // recorded whatever group it joins.
-                events: EventSink::new(self.hub.listening().then_some(&g.events)),
+                events: EventSink::new(
+                    self.hub.listening().then_some(&g.events),
+                    self.metrics.is_some().then_some(&g.tally),
+                ),
             };
             op(&mut ctx)
         });
@@ -499,6 +520,7 @@ impl Committer {
             dirty: false,
             wake: RefCell::new(Vec::new()),
             events: std::cell::RefCell::new(Vec::new()),
+            tally: RefCell::new(crate::metrics::Tally::default()),
             members: 0,
             waiters: Vec::new(),
             seq: 0,
@@ -611,8 +633,9 @@ impl Committer {
         let result_cell = g.result.clone();
         let started = Instant::now();
         st.stats.gather_micros += u64::try_from((started - g.opened_at).as_micros()).unwrap_or(0);
+        let metrics = self.metrics.as_ref().map(|m| (m.write, m.clock.now_ms()));
         let outcome = parking_lot::MutexGuard::unlocked(st, || {
-            catch_unwind(AssertUnwindSafe(|| commit_group(g)))
+            catch_unwind(AssertUnwindSafe(|| commit_group(g, metrics)))
                 .unwrap_or_else(|_| Err("storage engine panicked during commit".to_string()))
         });
         st.sealing = false;
@@ -715,7 +738,13 @@ impl Committer {
     }
 }
 
-fn commit_group(g: OpenGroup) -> std::result::Result<(), String> {
+/// The metrics writer and the time (Unix ms) of a group's commit.
+type GroupMetrics = Option<(
+    fn(&WriteTransaction, &crate::metrics::Tally, u64) -> Result<()>,
+    u64,
+)>;
+
+fn commit_group(g: OpenGroup, metrics: GroupMetrics) -> std::result::Result<(), String> {
     let _span = tracing::debug_span!(
         "leaseq.commit",
         members = g.members,
@@ -724,14 +753,14 @@ fn commit_group(g: OpenGroup) -> std::result::Result<(), String> {
     )
     .entered();
     let members = g.members;
-    let r = commit_group_inner(g);
+    let r = commit_group_inner(g, metrics);
     if let Err(e) = &r {
         tracing::error!(members, error = %e, "leaseq: group commit failed");
     }
     r
 }
 
-fn commit_group_inner(g: OpenGroup) -> std::result::Result<(), String> {
+fn commit_group_inner(g: OpenGroup, metrics: GroupMetrics) -> std::result::Result<(), String> {
     if !g.dirty {
         debug_assert_eq!(
             g.counters, g.counters_at_start,
@@ -742,6 +771,12 @@ fn commit_group_inner(g: OpenGroup) -> std::result::Result<(), String> {
     }
     if g.counters.reserved_moved(&g.counters_at_start) {
         g.counters.write(&g.tx).map_err(|e| e.to_string())?;
+    }
+    if let Some((write, now_ms)) = metrics {
+        let tally = g.tally.borrow();
+        if !tally.is_empty() {
+            write(&g.tx, &tally, now_ms).map_err(|e| e.to_string())?;
+        }
     }
     g.tx.commit().map_err(|e| e.to_string())
 }

@@ -70,6 +70,11 @@ pub const HISTORY_JOBS_MAX: u64 = 10_000_000;
 /// The most schedules one file holds, over all its queues
 /// ([`Queue::create_schedule`](crate::Queue::create_schedule)).
 pub const SCHEDULES_MAX: usize = 1024;
+/// Minutes of metrics a file keeps per queue and kind ([`Queue::metrics`](crate::Queue::metrics)):
+/// 24 hours.
+pub const METRICS_MINUTES_KEPT: u64 = 24 * 60;
+/// Expired metric rows a commit removes per queue and kind it counts in, at most.
+pub(crate) const METRICS_PRUNED_PER_WRITE: usize = 8;
 /// The longest schedule name, in bytes (UTF-8, at least one byte, no control characters).
 pub const SCHEDULE_NAME_BYTES_MAX: usize = 128;
 /// The largest payload a schedule's instances carry, in bytes: it is stored in the schedule's

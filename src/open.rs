@@ -504,7 +504,8 @@ impl Builder {
             // No writer: verify the file as a writable open would (on a scratch copy, never
             // writing it) before reading it in place. A writer that opened since is found by
             // the scratch copy's locks; then read beside it.
-            match self.look_on_scratch(path, true, redb::ConcurrencyMode::SingleWriter) {
+            let scratch = scratch_for_reading(path)?;
+            match self.look_on(scratch, path, true, redb::ConcurrencyMode::SingleWriter) {
                 Ok(()) => {}
                 Err(Error::AlreadyOpen { .. }) => {}
                 Err(e) => return Err(e),
@@ -540,7 +541,7 @@ impl Builder {
     /// opens meanwhile gets `AlreadyOpen`, live readers do not mind), and nothing of it ever
     /// reaches the file.
     fn snapshot_on_scratch(&self, path: &Path) -> Result<crate::reader::Source> {
-        let scratch = ScratchBackend::locked(path)?;
+        let scratch = scratch_for_reading(path)?;
         let retire = scratch.retire_handle();
         let mut b = redb::Builder::new();
         b.set_cache_size(self.cache_bytes);
@@ -579,7 +580,17 @@ impl Builder {
         verify: bool,
         mode: redb::ConcurrencyMode,
     ) -> Result<()> {
-        let scratch = ScratchBackend::locked(path)?;
+        self.look_on(ScratchBackend::locked(path)?, path, verify, mode)
+    }
+
+    /// [`Builder::look_on_scratch`] on a given scratch copy.
+    fn look_on(
+        &self,
+        scratch: ScratchBackend,
+        path: &Path,
+        verify: bool,
+        mode: redb::ConcurrencyMode,
+    ) -> Result<()> {
         let retire = scratch.retire_handle();
         let mut b = redb::Builder::new();
         b.set_cache_size(self.cache_bytes);
@@ -710,7 +721,12 @@ impl Builder {
         repaired: bool,
         created: bool,
     ) -> Result<Queue> {
-        let committer = Committer::new(self.durability, self.quick_repair);
+        let committer = Committer::new(self.durability, self.quick_repair).with_metrics(
+            crate::commit::MetricsWriter {
+                write: store::write_metrics,
+                clock: self.clock.clone(),
+            },
+        );
         let config = QueueConfig {
             committer_id: committer.id(),
             ..config
@@ -781,6 +797,23 @@ fn retention_ms(field: &'static str, retention: Option<Duration>) -> Result<Opti
             Error::invalid_option(field, format!("{d:?} is outside 1 ms..=DELAY_MAX")),
         ),
         Some(d) => Ok(Some(crate::clock::duration_ms(d))),
+    }
+}
+
+/// A scratch copy for a reader: with the locks a writable open takes where the file can be
+/// opened for writing; without locks where it cannot (a read-only file or volume, which no
+/// process of this user can be writing either).
+fn scratch_for_reading(path: &Path) -> Result<ScratchBackend> {
+    match ScratchBackend::locked(path) {
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            ) =>
+        {
+            Ok(ScratchBackend::new(fs::File::open(path)?)?)
+        }
+        other => Ok(other?),
     }
 }
 
@@ -900,6 +933,8 @@ fn init_tables(db: &Database) -> Result<()> {
                 .map_err(foreign)?;
             tx.open_table(crate::format::schema::RATE_LIMITS)
                 .map_err(foreign)?;
+            tx.open_table(crate::format::schema::METRICS)
+                .map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {
@@ -947,6 +982,7 @@ fn precheck_attach(rtx: &redb::ReadTransaction) -> Result<()> {
     refuse_other_types(rtx, crate::format::schema::SCHEDULE_DUE)?;
     refuse_other_types(rtx, crate::format::schema::SCHEDULE_INSTANCES)?;
     refuse_other_types(rtx, crate::format::schema::RATE_LIMITS)?;
+    refuse_other_types(rtx, crate::format::schema::METRICS)?;
     if let Ok(meta) = rtx.open_table(META)
         && let Some(found) = meta.get(META_FORMAT_VERSION)?.map(|v| v.value())
         && found > FORMAT_VERSION

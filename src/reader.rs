@@ -300,6 +300,16 @@ impl Reader {
         })
     }
 
+    /// What this queue did per minute since `since_ms`, as
+    /// [`Queue::metrics`](crate::Queue::metrics): beside a live writer, the minutes its commits
+    /// counted so far.
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn metrics(&self, since_ms: u64) -> Result<Vec<crate::metrics::MinuteCounts>> {
+        catch_engine_panic(|| store::metrics_of(&self.rtx()?, self.tables.queue_number, since_ms))
+    }
+
     /// Every invariant of the file, over one snapshot, as [`Queue::check`](crate::Queue::check):
     /// the violations found (at most 1000), empty when consistent. Beside a live writer it
     /// checks the commit it read; it repairs nothing.

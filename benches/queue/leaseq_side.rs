@@ -1,5 +1,7 @@
 //! leaseq as a `QueueUnderTest`: the same logical steps as the SQLite side, every call
-//! durable (`Durability::Immediate`) before it returns.
+//! durable (`Durability::Immediate`) before it returns. `LeaseqQueue<true>` opens the file with
+//! `Builder::live_reads` (redb's SingleWriter mode), the cost of letting other processes read
+//! it live.
 
 use std::path::Path;
 
@@ -11,7 +13,7 @@ use crate::common::QueueUnderTest;
 /// The effect row: job id -> a copy of its payload (as the SQLite side's `effects` table).
 const EFFECTS: TableDefinition<u64, &[u8]> = TableDefinition::new("effects");
 
-pub struct LeaseqQueue {
+pub struct LeaseqQueue<const LIVE_READS: bool = false> {
     queue: Queue,
 }
 
@@ -23,12 +25,19 @@ fn expect_applied(applied: leaseq::Applied) {
     );
 }
 
-impl QueueUnderTest for LeaseqQueue {
-    const NAME: &'static str = "leaseq";
+impl<const LIVE_READS: bool> QueueUnderTest for LeaseqQueue<LIVE_READS> {
+    const NAME: &'static str = if LIVE_READS {
+        "leaseq_live_reads"
+    } else {
+        "leaseq"
+    };
     type Job = Lease;
 
     fn open(dir: &Path) -> Self {
-        let queue = Queue::open(dir.join("bench.leaseq")).expect("open leaseq");
+        let queue = Queue::builder()
+            .live_reads(LIVE_READS)
+            .open(dir.join("bench.leaseq"))
+            .expect("open leaseq");
         LeaseqQueue { queue }
     }
 

@@ -5,7 +5,7 @@
 use redb::TableDefinition;
 
 /// The format version this build writes, and the newest it reads.
-pub const FORMAT_VERSION: u64 = 8;
+pub const FORMAT_VERSION: u64 = 9;
 
 pub(crate) type ReadyKey = (u32, u64, u64);
 
@@ -36,6 +36,15 @@ pub(crate) const SCHEDULE_INSTANCES: TableDefinition<(u32, u64), u64> =
 /// in it). A queue without a row is not limited. Since format 8.
 pub(crate) const RATE_LIMITS: TableDefinition<u32, (u64, u64, u64, u64)> =
     TableDefinition::new("leaseq_rate_limits");
+/// What each queue did per minute: (queue number, kind, minute since the Unix epoch) → how
+/// many changes of that kind the minute's commits made (never 0). Kinds: 0 enqueued,
+/// 1 completed, 2 retried, 3 dead, 4 cancelled ([`METRIC_KINDS`] of them). The last
+/// [`METRICS_MINUTES_KEPT`](crate::METRICS_MINUTES_KEPT) minutes of each queue and kind are
+/// kept. Since format 9.
+pub(crate) const METRICS: TableDefinition<(u32, u8, u64), u64> =
+    TableDefinition::new("leaseq_metrics");
+/// How many kinds of metric `leaseq_metrics` holds (the kinds are 0 to this, exclusive).
+pub(crate) const METRIC_KINDS: u8 = crate::metrics::METRIC_KINDS as u8;
 /// A quarantined row: when it was moved aside (Unix ms), why, and its bytes as they were found.
 pub(crate) type QuarantineValue = (u64, &'static str, &'static [u8]);
 

@@ -26,6 +26,7 @@
 //! | `registry.rs` | named-queue numbers |
 //! | `control.rs` | queue controls stored in the file: pause, resume, the history setting |
 //! | `flow.rs` | flow control: a queue's rate limit, read and charged by the dequeue |
+//! | `metrics.rs` | the per-minute metrics each group commit adds to, read per queue |
 //! | `schedule.rs` | periodic jobs: set, remove, fire the due ones (in the sweep, and at open) |
 //! | `migrate.rs` | the file id, format upgrades |
 //! | `recover.rs` | lease recovery at open |
@@ -41,6 +42,7 @@ mod dequeue;
 mod enqueue;
 mod fenced;
 mod flow;
+mod metrics;
 mod migrate;
 mod read;
 mod recover;
@@ -63,6 +65,7 @@ pub(crate) use fenced::{
     snooze,
 };
 pub(crate) use flow::{rate_limit_of, set_rate_limit, validate_rate_limit};
+pub(crate) use metrics::{metrics_of, write_metrics};
 pub(crate) use migrate::{file_id, make_file_id, upgrade};
 pub(crate) use read::{
     is_applied, job, list, payload, peek_due, quarantined, quarantined_record, stats,

@@ -29,6 +29,7 @@ mod import;
 mod lease;
 mod lifecycle;
 mod lifecycle_adversarial;
+mod metrics;
 mod named;
 mod outbox;
 mod pause;
