@@ -1280,3 +1280,79 @@ fn read_commands_beside_a_running_app() {
     }
     drop(app);
 }
+
+/// `leaseq watch` beside a running app: one JSON line per queue and refresh, rates from the
+/// second refresh on (enqueues and completions while the app works), each dead letter said
+/// once; plain lines when piped; an app holding the file exclusively stops it at once.
+#[test]
+fn watch_follows_a_running_app() {
+    let (_dir, path) = tmp();
+    let app = Queue::builder().live_reads(true).open(&path).unwrap();
+    app.enqueue(b"doomed", EnqueueOptions::default().max_attempts(1))
+        .unwrap();
+    app.dequeue()
+        .unwrap()
+        .unwrap()
+        .fail("broken on purpose")
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = {
+        let (app, stop) = (app.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                app.enqueue(b"work", EnqueueOptions::default()).unwrap();
+                if let Some(l) = app.dequeue().unwrap() {
+                    l.ack().unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let o = ok(run(&[
+        "watch",
+        s(&path),
+        "--count",
+        "4",
+        "--interval",
+        "300ms",
+        "--json",
+    ]));
+    let lines = json_lines(&o);
+    let views: Vec<&Value> = lines.iter().filter(|l| l.get("ready").is_some()).collect();
+    let dead: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l.get("dead_letter").is_some())
+        .collect();
+    assert_eq!(views.len(), 4, "{lines:?}");
+    assert!(views[0]["enqueued_per_s"].is_null());
+    assert!(
+        views[1..]
+            .iter()
+            .any(|v| v["enqueued_per_s"].as_f64().unwrap() > 0.0
+                && v["completed_per_s"].as_f64().unwrap() > 0.0),
+        "no rates while the app worked: {views:?}"
+    );
+    assert!(views.iter().all(|v| v["dead"] == 1));
+    assert_eq!(dead.len(), 1, "a dead letter is said once: {lines:?}");
+    assert_eq!(dead[0]["dead_letter"]["last_error"], "broken on purpose");
+    let plain = stdout(ok(run(&["watch", s(&path), "-n", "2", "-i", "100ms"])));
+    let plain: Vec<&str> = plain.lines().collect();
+    assert_eq!(
+        plain
+            .iter()
+            .filter(|l| !l.starts_with("dead ") && l.contains(" queue=(default) "))
+            .count(),
+        2,
+        "{plain:?}"
+    );
+    assert_eq!(plain.iter().filter(|l| l.starts_with("dead ")).count(), 1);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    worker.join().unwrap();
+    let o = run(&["watch", s(&path), "-i", "50ms"]);
+    assert_eq!(code(&o), 2, "an interval under 100ms");
+    drop(app);
+    let _exclusive = Queue::open(&path).unwrap();
+    let o = run(&["watch", s(&path), "-n", "1"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("live_reads"), "{}", stderr(&o));
+}

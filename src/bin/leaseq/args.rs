@@ -24,10 +24,11 @@ Exit codes:
      not a leaseq file, I/O errors
 
 Errors are one line on stderr starting with `leaseq: `. Read commands (stats, ls, show,
-check, queues, schedules, export) never create a file. Opening a file, for any command,
-returns the leases of a process that died and upgrades a file of an older format (said on
-stderr), and enqueues the jobs of schedules due while the file was closed (as each
-schedule's missed policy says), as every open of a leaseq file does.";
+check, queues, schedules, export, watch) open the file read-only: they never create or write
+it, never return a lease, and work beside a running app that opened the file with
+Builder::live_reads(true). Write commands open it as the library does: that returns the
+leases of a process that died, upgrades a file of an older format (said on stderr), and
+enqueues the jobs of schedules due while the file was closed.";
 
 /// What every subcommand's help ends with.
 const EXIT_CODES: &str = "\
@@ -109,6 +110,11 @@ pub enum Command {
     /// Read jobs as JSON lines from stdin; all or nothing for the whole input.
     #[command(after_help = EXIT_CODES)]
     Import(ImportArgs),
+    /// A live view, refreshed every interval: counts per state, enqueue, completion and retry
+    /// rates, the oldest ready job's age, the latest dead letters. In place on a terminal;
+    /// one line per queue and refresh (and per new dead letter) when piped.
+    #[command(after_help = EXIT_CODES)]
+    Watch(WatchArgs),
 }
 
 /// The queue file alone.
@@ -378,6 +384,24 @@ pub struct SchedulesArgs {
     #[command(flatten)]
     pub queue: QueueArg,
     /// One JSON object per schedule and line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `leaseq watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub queue: QueueArg,
+    /// Time between refreshes (at least 100ms).
+    #[arg(long, short = 'i', default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Stop after this many refreshes (default: until interrupted).
+    #[arg(long, short = 'n', value_name = "N")]
+    pub count: Option<u64>,
+    /// One JSON object per queue and refresh (and `{"dead_letter":..}` per new dead letter).
     #[arg(long)]
     pub json: bool,
 }

@@ -112,6 +112,15 @@ pub fn open_reader(path: &Path) -> CliResult<Reader> {
     Ok(reader)
 }
 
+/// [`open_reader`] without a progress bar or the note on stderr (for `watch`, which opens
+/// one per refresh).
+pub fn open_reader_quietly(path: &Path) -> CliResult<Reader> {
+    must_exist(path)?;
+    Queue::builder()
+        .open_reader(path)
+        .map_err(|e| Fail::leaseq(path, e))
+}
+
 /// Opens `path` with `builder`, after making sure a file is there when `missing` says so.
 /// The integrity check (redb's, at every open of an existing file) shows a progress bar on a
 /// terminal.

@@ -2,7 +2,8 @@
 //!
 //! Inspects and manages leaseq queue files from a shell: counts and lists jobs, shows one,
 //! lists and removes schedules, enqueues, requeues dead jobs, purges, prunes, compacts,
-//! checks, and moves jobs between files as JSON lines (`export` / `import`). `leaseq --help`
+//! checks, and moves jobs between files as JSON lines (`export` / `import`), and watches a
+//! running app's queues live (`watch`). `leaseq --help`
 //! lists the commands, the exit codes (0 success, 1 a problem found, 2 a usage or runtime
 //! error) and how queues are chosen; docs/cli.md documents the JSON-lines schema.
 //!
@@ -24,6 +25,7 @@ mod jsonl;
 mod output;
 mod read;
 mod transfer;
+mod watch;
 mod write;
 
 use args::{Cli, Command};
@@ -81,6 +83,7 @@ fn run(command: &Command) -> CliResult {
         Command::Compact(a) => write::compact(a),
         Command::Export(a) => transfer::export(a),
         Command::Import(a) => transfer::import(a),
+        Command::Watch(a) => watch::watch(a),
     }
 }
 

@@ -1,0 +1,374 @@
+//! `leaseq watch`: a live view of a queue file, refreshed every interval: per queue, counts
+//! per state, enqueue, completion and retry rates (from the file's per-minute metrics), the
+//! age of the oldest ready job, and the latest dead letters. In place on a terminal; plain or
+//! JSON lines when piped. Each refresh opens a `Reader` and drops it, so the file is held for
+//! a moment only and an app may open it between refreshes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::IsTerminal;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use leaseq::{JobState, Reader};
+use serde::Serialize;
+
+use crate::args::WatchArgs;
+use crate::duration::format_ms;
+use crate::fail::{CliResult, Fail, one_line};
+use crate::files;
+use crate::output::{Out, short, utc};
+
+const MINUTE_MS: u64 = 60_000;
+/// Ready jobs looked at for the oldest one's age: the head of the line.
+const READY_LOOKED_AT: usize = 1000;
+/// Dead jobs looked at for the latest dead letters, and how many are shown.
+const DEAD_LOOKED_AT: usize = 1000;
+const DEAD_SHOWN: usize = 5;
+
+/// One queue at one refresh.
+#[derive(Serialize, Clone)]
+struct QueueView {
+    at_ms: u64,
+    queue: Option<String>,
+    ready: u64,
+    scheduled: u64,
+    leased: u64,
+    dead: u64,
+    completed: u64,
+    cancelled: u64,
+    paused: bool,
+    /// Per second since the previous refresh (null at the first).
+    enqueued_per_s: Option<f64>,
+    completed_per_s: Option<f64>,
+    retried_per_s: Option<f64>,
+    /// How long the longest-waiting of the first ready jobs in line has been ready, in ms.
+    oldest_ready_ms: Option<u64>,
+}
+
+/// A dead letter shown.
+#[derive(Serialize, Clone)]
+struct DeadView {
+    queue: Option<String>,
+    id: u64,
+    died_ms: u64,
+    last_error: Option<String>,
+}
+
+/// What the previous refresh read of one queue's metrics: the minute it was in and the counts
+/// of that minute so far (enqueued, completed, retried).
+#[derive(Clone, Copy)]
+struct Mark {
+    minute: u64,
+    counts: [u64; 3],
+    at: Instant,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `leaseq watch`.
+pub fn watch(a: &WatchArgs) -> CliResult {
+    if a.interval < Duration::from_millis(100) {
+        return Err(Fail::error("--interval: at least 100ms"));
+    }
+    let terminal = std::io::stdout().is_terminal() && !a.json;
+    let bar = if terminal {
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stdout());
+        bar.set_style(
+            ProgressStyle::with_template("{msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        Some(bar)
+    } else {
+        None
+    };
+    let mut out = Out::new();
+    let mut marks: BTreeMap<Option<String>, Mark> = BTreeMap::new();
+    let mut dead_said: BTreeSet<(Option<String>, u64)> = BTreeSet::new();
+    let mut refresh = 0u64;
+    let mut last_problem: Option<String> = None;
+    loop {
+        let started = Instant::now();
+        match read_once(a, &mut marks) {
+            Ok((views, dead)) => {
+                last_problem = None;
+                if let Some(bar) = &bar {
+                    bar.set_message(screen(a, &views, &dead));
+                } else if a.json {
+                    for v in &views {
+                        out.json(v)?;
+                    }
+                    for d in dead
+                        .iter()
+                        .filter(|d| dead_said.insert((d.queue.clone(), d.id)))
+                    {
+                        out.json(&DeadLine {
+                            dead_letter: d.clone(),
+                        })?;
+                    }
+                } else {
+                    for v in &views {
+                        out.line(plain_line(v))?;
+                    }
+                    for d in dead
+                        .iter()
+                        .filter(|d| dead_said.insert((d.queue.clone(), d.id)))
+                    {
+                        out.line(dead_line(d))?;
+                    }
+                }
+                out.flush()?;
+            }
+            // The first refresh says what is wrong and stops; later ones (the app restarted,
+            // a snapshot's moment) say it and keep watching.
+            Err(f) if refresh == 0 => return Err(f),
+            Err(f) => {
+                if last_problem.as_deref() != Some(f.message.as_str()) {
+                    match &bar {
+                        Some(bar) => bar.set_message(format!("leaseq watch: {}", f.message)),
+                        None => eprintln!("leaseq: {}", one_line(&f.message)),
+                    }
+                    last_problem = Some(f.message.clone());
+                }
+            }
+        }
+        refresh += 1;
+        if a.count.is_some_and(|n| refresh >= n) {
+            if let Some(bar) = &bar {
+                bar.abandon();
+            }
+            return Ok(());
+        }
+        std::thread::sleep(a.interval.saturating_sub(started.elapsed()));
+    }
+}
+
+#[derive(Serialize)]
+struct DeadLine {
+    dead_letter: DeadView,
+}
+
+/// One refresh: a reader opened, read and dropped.
+fn read_once(
+    a: &WatchArgs,
+    marks: &mut BTreeMap<Option<String>, Mark>,
+) -> CliResult<(Vec<QueueView>, Vec<DeadView>)> {
+    let reader = files::open_reader_quietly(&a.file)?;
+    let path = reader.path().to_path_buf();
+    let fail = |e| Fail::leaseq(&path, e);
+    let now = now_ms();
+    let mut views = Vec::new();
+    let mut dead = Vec::new();
+    for q in files::selected(&reader, a.queue.queue.as_deref())? {
+        let s = q.stats().map_err(fail)?;
+        let name = q.name().map(str::to_string);
+        let (rates, mark) = rates(&q, marks.get(&name).copied(), now).map_err(fail)?;
+        marks.insert(name.clone(), mark);
+        let ready = q
+            .jobs(JobState::Ready, None, READY_LOOKED_AT)
+            .map_err(fail)?;
+        let oldest_ready_ms = ready
+            .jobs
+            .iter()
+            .map(|j| now.saturating_sub(j.run_at_ms))
+            .max();
+        let dead_page = q.jobs(JobState::Dead, None, DEAD_LOOKED_AT).map_err(fail)?;
+        dead.extend(dead_page.jobs.iter().map(|j| DeadView {
+            queue: name.clone(),
+            id: j.id.0,
+            died_ms: j.died_ms.unwrap_or(0),
+            last_error: j.last_error.clone(),
+        }));
+        views.push(QueueView {
+            at_ms: now,
+            queue: name,
+            ready: s.ready,
+            scheduled: s.scheduled,
+            leased: s.leased,
+            dead: s.dead,
+            completed: s.completed,
+            cancelled: s.cancelled,
+            paused: s.paused,
+            enqueued_per_s: rates.map(|r| r[0]),
+            completed_per_s: rates.map(|r| r[1]),
+            retried_per_s: rates.map(|r| r[2]),
+            oldest_ready_ms,
+        });
+    }
+    dead.sort_by_key(|d| std::cmp::Reverse((d.died_ms, d.id)));
+    dead.truncate(DEAD_SHOWN);
+    dead.reverse();
+    Ok((views, dead))
+}
+
+/// The rates since the previous refresh's mark (none at the first), and this refresh's mark.
+/// The counts of the mark's minute and every later one, less what the mark had counted of its
+/// minute, are what happened in between.
+fn rates(q: &Reader, mark: Option<Mark>, now: u64) -> leaseq::Result<(Option<[f64; 3]>, Mark)> {
+    let minute = now / MINUTE_MS;
+    let since_minute = mark.map_or(minute, |m| m.minute.min(minute));
+    let rows = q.metrics(since_minute * MINUTE_MS)?;
+    let mut total = [0u64; 3];
+    let mut this_minute = [0u64; 3];
+    for r in &rows {
+        let c = [r.enqueued, r.completed, r.retried];
+        for i in 0..3 {
+            total[i] += c[i];
+        }
+        if r.minute_ms / MINUTE_MS == minute {
+            this_minute = c;
+        }
+    }
+    let at = Instant::now();
+    let rates = mark.map(|m| {
+        let secs = at.duration_since(m.at).as_secs_f64().max(1e-3);
+        let mut r = [0.0; 3];
+        for i in 0..3 {
+            r[i] = total[i].saturating_sub(m.counts[i]) as f64 / secs;
+        }
+        r
+    });
+    Ok((
+        rates,
+        Mark {
+            minute,
+            counts: this_minute,
+            at,
+        },
+    ))
+}
+
+fn rate_text(r: Option<f64>) -> String {
+    match r {
+        None => "-".into(),
+        Some(r) if r >= 100.0 => format!("{r:.0}"),
+        Some(r) => format!("{r:.1}"),
+    }
+}
+
+/// An age for people: `850ms`, `4.2s`, `3m05s`, `2h10m`, `3d04h`.
+fn age_text(ms: Option<u64>) -> String {
+    let Some(ms) = ms else {
+        return "-".into();
+    };
+    let s = ms / 1000;
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        60_000..3_600_000 => format!("{}m{:02}s", s / 60, s % 60),
+        3_600_000..86_400_000 => format!("{}h{:02}m", s / 3600, s / 60 % 60),
+        _ => format!("{}d{:02}h", s / 86_400, s / 3600 % 24),
+    }
+}
+
+/// The in-place screen.
+fn screen(a: &WatchArgs, views: &[QueueView], dead: &[DeadView]) -> String {
+    let mut s = format!(
+        "leaseq watch {}  every {}  {}\n\n",
+        a.file.display(),
+        format_ms(a.interval.as_millis() as u64),
+        utc(now_ms())
+    );
+    let header = [
+        "QUEUE",
+        "READY",
+        "SCHEDULED",
+        "LEASED",
+        "DEAD",
+        "COMPLETED",
+        "CANCELLED",
+        "PAUSED",
+        "ENQ/S",
+        "DONE/S",
+        "RETRY/S",
+        "OLDEST_READY",
+    ];
+    let rows: Vec<Vec<String>> = views
+        .iter()
+        .map(|v| {
+            vec![
+                v.queue
+                    .clone()
+                    .unwrap_or_else(|| files::DEFAULT_QUEUE.into()),
+                v.ready.to_string(),
+                v.scheduled.to_string(),
+                v.leased.to_string(),
+                v.dead.to_string(),
+                v.completed.to_string(),
+                v.cancelled.to_string(),
+                if v.paused { "yes" } else { "no" }.into(),
+                rate_text(v.enqueued_per_s),
+                rate_text(v.completed_per_s),
+                rate_text(v.retried_per_s),
+                age_text(v.oldest_ready_ms),
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (c, w))| {
+                if i == 0 {
+                    format!("{c:<w$}")
+                } else {
+                    format!("{c:>w$}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    s.push_str(&line(header.iter().map(|h| h.to_string()).collect()));
+    for r in rows {
+        s.push('\n');
+        s.push_str(&line(r));
+    }
+    s.push_str("\n\nlatest dead letters:");
+    if dead.is_empty() {
+        s.push_str(" none");
+    }
+    for d in dead {
+        s.push('\n');
+        s.push_str(&dead_line(d));
+    }
+    s
+}
+
+/// A queue's line when piped.
+fn plain_line(v: &QueueView) -> String {
+    format!(
+        "{} queue={} ready={} scheduled={} leased={} dead={} completed={} cancelled={} paused={} enq/s={} done/s={} retry/s={} oldest_ready={}",
+        utc(v.at_ms),
+        v.queue.as_deref().unwrap_or(files::DEFAULT_QUEUE),
+        v.ready,
+        v.scheduled,
+        v.leased,
+        v.dead,
+        v.completed,
+        v.cancelled,
+        if v.paused { "yes" } else { "no" },
+        rate_text(v.enqueued_per_s),
+        rate_text(v.completed_per_s),
+        rate_text(v.retried_per_s),
+        age_text(v.oldest_ready_ms),
+    )
+}
+
+fn dead_line(d: &DeadView) -> String {
+    format!(
+        "dead {} queue={} died={} error={}",
+        d.id,
+        d.queue.as_deref().unwrap_or(files::DEFAULT_QUEUE),
+        utc(d.died_ms),
+        short(&one_line(d.last_error.as_deref().unwrap_or("-")), 120)
+    )
+}
