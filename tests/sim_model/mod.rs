@@ -584,7 +584,7 @@ impl Runner {
             .seed
             .wrapping_add(opens.wrapping_mul(0x9E37_79B9_7F4A_7C15))
             .wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        self.live_reads = !self.none_mode && (h >> 33) % 3 == 0;
+        self.live_reads = !self.none_mode && (h >> 33).is_multiple_of(3);
         self.out.live_read_opens += u64::from(self.live_reads);
     }
 
