@@ -4,8 +4,8 @@
 Reads target/criterion/<group>/<function>/new/estimates.json (mean point estimates, ns per
 iteration) and the throughput each group declared, and prints, per group, jobs/s of every
 side (sqlite, redb_floor, leaseq, leaseq_live_reads) and the ratios leaseq/sqlite,
-leaseq/redb_floor (higher is better for leaseq) and leaseq_live_reads/leaseq (the cost of live
-reads), plus enqueue_1 against the fsync_limit group. A side with no results
+leaseq/redb_floor (higher is better for leaseq), leaseq_live_reads/leaseq (the cost of live
+reads) and leaseq/leaseq_no_metrics (the cost of the per-minute metrics), plus enqueue_1 against the fsync_limit group. A side with no results
 in any group loses its columns; a side missing from one group shows "-" there.
 Usage: python3 benches/ratios.py [TARGET_DIR]
 """
@@ -16,9 +16,10 @@ import sys
 target = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("CARGO_TARGET_DIR", "target")
 root = os.path.join(target, "criterion")
 
-SIDES = ["sqlite", "redb_floor", "leaseq", "leaseq_live_reads"]
+SIDES = ["sqlite", "redb_floor", "leaseq", "leaseq_live_reads", "leaseq_no_metrics"]
 # leaseq against each baseline; live reads (Builder::live_reads) against leaseq's default.
-RATIOS = [("leaseq", "sqlite"), ("leaseq", "redb_floor"), ("leaseq_live_reads", "leaseq")]
+RATIOS = [("leaseq", "sqlite"), ("leaseq", "redb_floor"), ("leaseq_live_reads", "leaseq"),
+          ("leaseq", "leaseq_no_metrics")]
 GROUPS = ["enqueue_1", "cycle_1", "cycle_1_ack_next", "cycle_batch_100",
           "cycle_concurrent_4x4", "cycle_concurrent_16x16"]
 

@@ -54,6 +54,7 @@ pub struct Builder {
     durability: Durability,
     quick_repair: bool,
     live_reads: bool,
+    metrics: bool,
     check_integrity: bool,
     pub(crate) clock: Arc<dyn Clock>,
     on_repair: Option<Arc<dyn Fn(f64) + Send + Sync>>,
@@ -74,6 +75,7 @@ impl fmt::Debug for Builder {
             .field("durability", &self.durability)
             .field("quick_repair", &self.quick_repair)
             .field("live_reads", &self.live_reads)
+            .field("metrics", &self.metrics)
             .field("check_integrity", &self.check_integrity)
             .field("clock", &self.clock)
             .field("retry", &self.retry)
@@ -95,6 +97,7 @@ impl Default for Builder {
             durability: Durability::Immediate,
             quick_repair: false,
             live_reads: false,
+            metrics: true,
             check_integrity: true,
             clock: Arc::new(SystemClock),
             on_repair: None,
@@ -182,6 +185,17 @@ impl Builder {
     /// [`Durability::None`] (`InvalidOption`: redb refuses unsynced commits in this mode).
     pub fn live_reads(mut self, enabled: bool) -> Self {
         self.live_reads = enabled;
+        self
+    }
+
+    /// Whether this handle's commits count what they did in the file's per-minute metrics
+    /// ([`Queue::metrics`], read by `leaseq watch` for its rates); default on. Each group
+    /// commit that enqueued, completed, retried, dead-lettered or cancelled a job adds its
+    /// counts to one row per queue and kind in the same transaction; the durability chapter
+    /// of the guide has the measured cost. Off, nothing is counted while this handle has
+    /// the file open (the minutes it was open read as quiet); nothing else changes.
+    pub fn metrics(mut self, enabled: bool) -> Self {
+        self.metrics = enabled;
         self
     }
 
@@ -721,12 +735,13 @@ impl Builder {
         repaired: bool,
         created: bool,
     ) -> Result<Queue> {
-        let committer = Committer::new(self.durability, self.quick_repair).with_metrics(
-            crate::commit::MetricsWriter {
+        let mut committer = Committer::new(self.durability, self.quick_repair);
+        if self.metrics {
+            committer = committer.with_metrics(crate::commit::MetricsWriter {
                 write: store::write_metrics,
                 clock: self.clock.clone(),
-            },
-        );
+            });
+        }
         let config = QueueConfig {
             committer_id: committer.id(),
             ..config

@@ -1,7 +1,8 @@
 //! leaseq as a `QueueUnderTest`: the same logical steps as the SQLite side, every call
 //! durable (`Durability::Immediate`) before it returns. `LeaseqQueue<true>` opens the file with
 //! `Builder::live_reads` (redb's SingleWriter mode), the cost of letting other processes read
-//! it live.
+//! it live; `LeaseqQueue<false, false>` with `Builder::metrics(false)`, the cost of the
+//! per-minute metrics.
 
 use std::path::Path;
 
@@ -13,7 +14,7 @@ use crate::common::QueueUnderTest;
 /// The effect row: job id -> a copy of its payload (as the SQLite side's `effects` table).
 const EFFECTS: TableDefinition<u64, &[u8]> = TableDefinition::new("effects");
 
-pub struct LeaseqQueue<const LIVE_READS: bool = false> {
+pub struct LeaseqQueue<const LIVE_READS: bool = false, const METRICS: bool = true> {
     queue: Queue,
 }
 
@@ -25,17 +26,21 @@ fn expect_applied(applied: leaseq::Applied) {
     );
 }
 
-impl<const LIVE_READS: bool> QueueUnderTest for LeaseqQueue<LIVE_READS> {
-    const NAME: &'static str = if LIVE_READS {
-        "leaseq_live_reads"
-    } else {
-        "leaseq"
+impl<const LIVE_READS: bool, const METRICS: bool> QueueUnderTest
+    for LeaseqQueue<LIVE_READS, METRICS>
+{
+    const NAME: &'static str = match (LIVE_READS, METRICS) {
+        (false, true) => "leaseq",
+        (true, true) => "leaseq_live_reads",
+        (false, false) => "leaseq_no_metrics",
+        (true, false) => "leaseq_live_reads_no_metrics",
     };
     type Job = Lease;
 
     fn open(dir: &Path) -> Self {
         let queue = Queue::builder()
             .live_reads(LIVE_READS)
+            .metrics(METRICS)
             .open(dir.join("bench.leaseq"))
             .expect("open leaseq");
         LeaseqQueue { queue }

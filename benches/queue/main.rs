@@ -112,6 +112,7 @@ fn queue_groups(c: &mut Criterion) {
         run_group::<redb_floor::FloorQueue>(&mut group, kind);
         run_group::<leaseq_side::LeaseqQueue>(&mut group, kind);
         run_group::<leaseq_side::LeaseqQueue<true>>(&mut group, kind);
+        run_group::<leaseq_side::LeaseqQueue<false, false>>(&mut group, kind);
         group.finish();
     }
 }
@@ -286,7 +287,7 @@ fn fsync_limit(c: &mut Criterion) {
 }
 
 /// `LEASEQ_BENCH_PROFILE=<side>:<iterations>` runs that many iterations of the
-/// `cycle_batch_100` body on one side (`leaseq`, `leaseq_live_reads`, `redb_floor` or `sqlite`) and exits, without
+/// `cycle_batch_100` body on one side (`leaseq`, `leaseq_live_reads`, `leaseq_no_metrics`, `redb_floor` or `sqlite`) and exits, without
 /// criterion: for profilers that count instructions (`valgrind --tool=callgrind`), where two
 /// iteration counts apart give the cost of one iteration without the set-up.
 fn profile(spec: &str) {
@@ -323,6 +324,7 @@ fn profile(spec: &str) {
     match side {
         "leaseq" => run::<leaseq_side::LeaseqQueue>(iterations),
         "leaseq_live_reads" => run::<leaseq_side::LeaseqQueue<true>>(iterations),
+        "leaseq_no_metrics" => run::<leaseq_side::LeaseqQueue<false, false>>(iterations),
         "redb_floor" => run::<redb_floor::FloorQueue>(iterations),
         "sqlite" => run::<SqliteQueue>(iterations),
         other => panic!("unknown side {other}"),

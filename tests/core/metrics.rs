@@ -169,3 +169,18 @@ fn metrics_keep_the_last_day_and_prune_older_minutes() {
     assert_eq!(m[0].enqueued, 200);
     assert_consistent(&q);
 }
+
+#[test]
+fn a_handle_opened_without_metrics_counts_nothing() {
+    let f = Fixture::new();
+    let q = f.builder().metrics(false).open(&f.path).unwrap();
+    q.enqueue(b"a", plain()).unwrap();
+    q.dequeue().unwrap().unwrap().ack().unwrap();
+    assert_eq!(q.metrics(0).unwrap(), vec![]);
+    drop(q);
+    // The next handle with metrics counts again; the quiet minutes stay quiet.
+    let q = f.open();
+    q.enqueue(b"b", plain()).unwrap();
+    let m = q.metrics(0).unwrap();
+    assert_eq!((m.len(), m[0].enqueued, m[0].completed), (1, 1, 0));
+}
