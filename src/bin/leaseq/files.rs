@@ -113,10 +113,14 @@ pub fn open_reader(path: &Path) -> CliResult<Reader> {
 }
 
 /// [`open_reader`] without a progress bar or the note on stderr (for `watch`, which opens
-/// one per refresh).
-pub fn open_reader_quietly(path: &Path) -> CliResult<Reader> {
+/// one per refresh), verifying the file (when nobody writes it) only if `verify`: a file
+/// verified at the first refresh is not read again whole at every later one, and no later
+/// refresh takes the writer locks the verification takes (an app starting then would be
+/// refused).
+pub fn open_reader_quietly(path: &Path, verify: bool) -> CliResult<Reader> {
     must_exist(path)?;
     Queue::builder()
+        .check_integrity(verify)
         .open_reader(path)
         .map_err(|e| Fail::leaseq(path, e))
 }

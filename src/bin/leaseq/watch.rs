@@ -2,7 +2,7 @@
 //! per state, enqueue, completion and retry rates (from the file's per-minute metrics), the
 //! age of the oldest ready job, and the latest dead letters. In place on a terminal; plain or
 //! JSON lines when piped. Each refresh opens a `Reader` and drops it, so the file is held for
-//! a moment only and an app may open it between refreshes.
+//! a moment only and an app may open it between refreshes; only the first verifies the file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
@@ -91,7 +91,7 @@ pub fn watch(a: &WatchArgs) -> CliResult {
     let mut last_problem: Option<String> = None;
     loop {
         let started = Instant::now();
-        match read_once(a, &mut marks) {
+        match read_once(a, &mut marks, refresh == 0) {
             Ok((views, dead)) => {
                 last_problem = None;
                 if let Some(bar) = &bar {
@@ -154,8 +154,9 @@ struct DeadLine {
 fn read_once(
     a: &WatchArgs,
     marks: &mut BTreeMap<Option<String>, Mark>,
+    first: bool,
 ) -> CliResult<(Vec<QueueView>, Vec<DeadView>)> {
-    let reader = files::open_reader_quietly(&a.file)?;
+    let reader = files::open_reader_quietly(&a.file, first)?;
     let path = reader.path().to_path_buf();
     let fail = |e| Fail::leaseq(&path, e);
     let now = now_ms();
