@@ -142,7 +142,8 @@ impl Reader {
     /// # Errors
     /// - `HeldExclusively` if a process has the file open without
     ///   [`Builder::live_reads`](crate::Builder::live_reads): the message says what to do;
-    /// - `AlreadyOpen` if a writer opened the file while this open repaired a copy of it;
+    /// - `AlreadyOpen` if the file needs a repair or an upgrade (read from a copy) while a
+    ///   writer or another reader's copy holds its writer lock;
     /// - `Io` (kind `NotFound`) for no file at `path`;
     /// - `Truncated`, `NotLeaseq`, `UnsupportedVersion` and `Corrupted` as
     ///   [`Builder::open`](crate::Builder::open) (the file left byte-identical);

@@ -368,3 +368,16 @@ fn check_through_a_reader_is_clean_on_every_commit_of_a_busy_app() {
         "the reader saw one state only: {seen_totals:?}"
     );
 }
+
+#[test]
+fn live_reads_on_a_backend_without_byte_range_locks_is_refused() {
+    let e = Queue::builder()
+        .live_reads(true)
+        .open_backend(redb::backends::InMemoryBackend::new())
+        .unwrap_err();
+    assert!(matches!(e, Error::Storage(_)), "{e:?}");
+    // Without live reads the same backend opens.
+    Queue::builder()
+        .open_backend(redb::backends::InMemoryBackend::new())
+        .unwrap();
+}
