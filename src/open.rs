@@ -515,13 +515,14 @@ impl Builder {
         // one that crashed.
         let writer_flag = check_header(path)?;
         if !writer_flag && self.verifies() {
-            // No writer: verify the file as a writable open would (on a scratch copy, never
-            // writing it) before reading it in place. A writer that opened since is found by
-            // the scratch copy's locks; then read beside it.
-            let scratch = scratch_for_reading(path)?;
-            match self.look_on(scratch, path, true, redb::ConcurrencyMode::SingleWriter) {
+            // No writer: verify the file as a writable open would, on a scratch copy that
+            // takes no lock, so an app may open the file meanwhile (its own open verifies it
+            // then). Damage found while an app opened is not the reader's to report: the
+            // torn view of a file being written fails checksums too.
+            let scratch = ScratchBackend::new(fs::File::open(path)?)?;
+            match self.look_on(scratch, path, true, redb::ConcurrencyMode::ExclusiveWriter) {
                 Ok(()) => {}
-                Err(Error::AlreadyOpen { .. }) => {}
+                Err(_) if check_header(path)? => {}
                 Err(e) => return Err(e),
             }
         }
@@ -551,29 +552,20 @@ impl Builder {
     }
 
     /// A scratch copy of the file, repaired and upgraded in memory, kept as the reader's
-    /// snapshot: it holds the file's writer locks until the reader is dropped (a writer that
-    /// opens meanwhile gets `AlreadyOpen`, live readers do not mind), and nothing of it ever
-    /// reaches the file.
+    /// snapshot: it holds the whole file's lock until the reader is dropped (a writer that
+    /// opens meanwhile gets `AlreadyOpen`, another reader `HeldExclusively`, so none reads
+    /// the unrepaired file in place), and nothing of it ever reaches the file. A file this
+    /// process cannot open for writing is read without locks: no process of this user can
+    /// write it either.
     fn snapshot_on_scratch(&self, path: &Path) -> Result<crate::reader::Source> {
-        let scratch = scratch_for_reading(path)?;
-        let retire = scratch.retire_handle();
-        let mut b = redb::Builder::new();
-        b.set_cache_size(self.cache_bytes);
-        b.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
-        b.set_check_integrity_on_open(self.verifies());
-        if let Some(cb) = self.on_repair.clone() {
-            b.set_repair_callback(move |session| cb(session.progress()));
-        }
         // A conflict here is a writer that opened since the look, or another reader's
         // snapshot: `AlreadyOpen`, try again.
-        let db = match catch_engine_panic(|| b.create_with_backend(scratch).map_err(Error::from)) {
-            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
-                return Err(Error::AlreadyOpen {
-                    path: path.to_path_buf(),
-                });
-            }
-            other => GuardedDb::new(other?),
-        };
+        let (db, retire) = self.scratch_db(
+            scratch_for_reading(path)?,
+            path,
+            self.verifies(),
+            redb::ConcurrencyMode::ExclusiveWriter,
+        )?;
         let snapshot = crate::reader::Source::Snapshot { db, retire };
         let version = verify_format(&snapshot.begin_read()?, path)?;
         if version < FORMAT_VERSION
@@ -597,6 +589,31 @@ impl Builder {
         self.look_on(ScratchBackend::locked(path)?, path, verify, mode)
     }
 
+    /// A redb database on `scratch` (with the integrity check when `verify`, redb's locks of
+    /// `mode`), and the switch that retires it; `AlreadyOpen` when the locks conflict.
+    fn scratch_db(
+        &self,
+        scratch: ScratchBackend,
+        path: &Path,
+        verify: bool,
+        mode: redb::ConcurrencyMode,
+    ) -> Result<(GuardedDb, crate::scratch::Retire)> {
+        let retire = scratch.retire_handle();
+        let mut b = redb::Builder::new();
+        b.set_cache_size(self.cache_bytes);
+        b.set_concurrency_mode(mode);
+        b.set_check_integrity_on_open(verify);
+        if let Some(cb) = self.on_repair.clone() {
+            b.set_repair_callback(move |session| cb(session.progress()));
+        }
+        match catch_engine_panic(|| b.create_with_backend(scratch).map_err(Error::from)) {
+            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => Err(Error::AlreadyOpen {
+                path: path.to_path_buf(),
+            }),
+            other => Ok((GuardedDb::new(other?), retire)),
+        }
+    }
+
     /// [`Builder::look_on_scratch`] on a given scratch copy.
     fn look_on(
         &self,
@@ -605,24 +622,9 @@ impl Builder {
         verify: bool,
         mode: redb::ConcurrencyMode,
     ) -> Result<()> {
-        let retire = scratch.retire_handle();
-        let mut b = redb::Builder::new();
-        b.set_cache_size(self.cache_bytes);
         // The locks of the open that follows: in the shared mode, readers beside it are no
         // reason to refuse.
-        b.set_concurrency_mode(mode);
-        b.set_check_integrity_on_open(verify);
-        if let Some(cb) = self.on_repair.clone() {
-            b.set_repair_callback(move |session| cb(session.progress()));
-        }
-        let db = match catch_engine_panic(|| b.create_with_backend(scratch).map_err(Error::from)) {
-            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
-                return Err(Error::AlreadyOpen {
-                    path: path.to_path_buf(),
-                });
-            }
-            other => GuardedDb::new(other?),
-        };
+        let (db, retire) = self.scratch_db(scratch, path, verify, mode)?;
         let looked = catch_engine_panic(|| {
             let rtx = db.get().begin_read()?;
             verify_format(&rtx, path)?;
@@ -815,9 +817,9 @@ fn retention_ms(field: &'static str, retention: Option<Duration>) -> Result<Opti
     }
 }
 
-/// A scratch copy for a reader: with the locks a writable open takes where the file can be
-/// opened for writing; without locks where it cannot (a read-only file or volume, which no
-/// process of this user can be writing either).
+/// A scratch copy for a reader's snapshot: with redb's locks where the file can be opened for
+/// writing; without locks where it cannot (a read-only file or volume, which no process of
+/// this user can be writing either; redb's exclusive mode then goes on without locks).
 fn scratch_for_reading(path: &Path) -> Result<ScratchBackend> {
     match ScratchBackend::locked(path) {
         Err(e)

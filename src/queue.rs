@@ -1405,6 +1405,26 @@ impl Queue {
         Ok(page(state, jobs, last))
     }
 
+    /// Up to `limit` dead jobs (1 to [`BATCH_MAX`](crate::BATCH_MAX)), the most recently
+    /// dead first: the dead-letter view of a dashboard, as BullMQ's failed list. Read from one
+    /// snapshot by the dead jobs' time index ([`JobInfo::died_ms`]); a row that fails its
+    /// checks is skipped. [`Queue::jobs`] lists them by id, with paging.
+    ///
+    /// # Errors
+    /// `InvalidOption` for `limit` of 0 or above `BATCH_MAX`; `Storage`.
+    pub fn latest_dead(&self, limit: usize) -> Result<Vec<JobInfo>> {
+        if limit == 0 || limit > crate::limits::BATCH_MAX {
+            return Err(batch_too_large("limit"));
+        }
+        catch_engine_panic(|| {
+            store::latest_dead(
+                &self.inner.db.get().begin_read()?,
+                self.config.tables,
+                limit,
+            )
+        })
+    }
+
     /// The payload of job `id` as enqueued, or `None` if no job has this id.
     ///
     /// # Errors

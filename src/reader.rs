@@ -27,9 +27,10 @@ use crate::store;
 /// - **snapshot**: a file left by a process that crashed (it needs redb's repair) or written
 ///   in an older format (it needs the upgrade) is repaired and upgraded on a copy in memory;
 ///   the file is not written. Calls read that copy, as of the open; the leases the crashed
-///   process held show as leased, with deadlines that have passed. While a snapshot reader
-///   exists it holds the file's writer lock: a writer's open in between fails with
-///   [`Error::AlreadyOpen`]. Drop it, then open the file writable to recover the leases.
+///   process held show as leased, with the deadlines it set (the next writable open returns
+///   them whatever those say). While a snapshot reader exists it holds the whole file: a
+///   writer's open in between fails with [`Error::AlreadyOpen`], another reader's with
+///   [`Error::HeldExclusively`]. Drop it, then open the file writable to recover the leases.
 ///
 /// With nobody writing, a reader first verifies the file as a writable open would
 /// ([`Builder::check_integrity`](crate::Builder::check_integrity), on by default), so a
@@ -231,6 +232,18 @@ impl Reader {
             )
         })?;
         Ok(crate::queue::page(state, jobs, last))
+    }
+
+    /// Up to `limit` dead jobs, the most recently dead first, as
+    /// [`Queue::latest_dead`](crate::Queue::latest_dead).
+    ///
+    /// # Errors
+    /// `InvalidOption` for `limit` of 0 or above [`BATCH_MAX`](crate::BATCH_MAX); `Storage`.
+    pub fn latest_dead(&self, limit: usize) -> Result<Vec<JobInfo>> {
+        if limit == 0 || limit > crate::limits::BATCH_MAX {
+            return Err(crate::queue::batch_too_large("limit"));
+        }
+        catch_engine_panic(|| store::latest_dead(&self.rtx()?, self.tables, limit))
     }
 
     /// The payload of job `id` as enqueued, or `None`, as

@@ -10,8 +10,10 @@ use crate::store;
 impl Queue {
     /// What this queue did per minute since `since_ms` (Unix ms; the minute holding it
     /// included), oldest first: one [`MinuteCounts`] per minute in which anything was
-    /// counted, at most [`METRICS_MINUTES_KEPT`](crate::METRICS_MINUTES_KEPT) (the file
-    /// keeps the last 24 hours of each queue; older minutes go a few per commit). A read,
+    /// counted, at most [`METRICS_MINUTES_KEPT`](crate::METRICS_MINUTES_KEPT): each commit that
+    /// counts in a queue removes up to 8 of its minutes (of each kind) older than 24 hours, so
+    /// a busy queue keeps about its last day, and a queue nothing happens in keeps its last
+    /// minutes until something does (`since_ms` leaves them out). A read,
     /// as BullMQ's `getMetrics`. Counted by the commit that made each change, so a crash
     /// loses none and counts none that did not commit. Minutes are by the queue's
     /// [`Clock`](crate::Clock).

@@ -12,8 +12,8 @@ use crate::metrics::{MinuteCounts, Tally};
 const MINUTE_MS: u64 = 60_000;
 
 /// Adds a group's tally to the minute of `now_ms`, and removes up to
-/// [`METRICS_PRUNED_PER_WRITE`] rows older than [`METRICS_MINUTES_KEPT`] minutes of each
-/// queue and kind it adds to. Run by the group's commit, in its transaction.
+/// [`METRICS_PRUNED_PER_WRITE`] rows older than [`METRICS_MINUTES_KEPT`] minutes of each kind
+/// of each queue it adds to. Run by the group's commit, in its transaction.
 pub(crate) fn write_metrics(tx: &WriteTransaction, tally: &Tally, now_ms: u64) -> Result<()> {
     let minute = now_ms / MINUTE_MS;
     let oldest_kept = minute.saturating_sub(METRICS_MINUTES_KEPT - 1);
@@ -28,6 +28,9 @@ pub(crate) fn write_metrics(tx: &WriteTransaction, tally: &Tally, now_ms: u64) -
             let key = (*queue_number, kind, minute);
             let was = table.get(key)?.map_or(0, |v| v.value());
             table.insert(key, was.saturating_add(n))?;
+        }
+        // Every kind of the queue, so a kind no longer counted does not keep its old minutes.
+        for kind in 0..METRIC_KINDS {
             let expired: Vec<(u32, u8, u64)> = table
                 .range((*queue_number, kind, 0)..(*queue_number, kind, oldest_kept))?
                 .take(METRICS_PRUNED_PER_WRITE)

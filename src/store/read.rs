@@ -389,3 +389,25 @@ pub(crate) fn is_applied(
         .get(marker_key(key).as_slice())?
         .is_some())
 }
+
+/// Up to `limit` dead jobs, the most recently dead first (by the dead jobs' time index); a row
+/// that fails its checks is skipped.
+pub(crate) fn latest_dead(
+    rtx: &ReadTransaction,
+    tables: &'static QueueTables,
+    limit: usize,
+) -> Result<Vec<JobInfo>> {
+    let index = rtx.open_table(tables.dead_by_time())?;
+    let jobs = rtx.open_table(tables.jobs())?;
+    let mut out = Vec::new();
+    for e in index.range::<(u64, u64)>(..)?.rev().take(limit) {
+        let (_, id) = e?.0.value();
+        if let Some(v) = jobs.get(id)?
+            && let Ok(record) = JobRecord::decode(v.value())
+            && record.state.job_state() == JobState::Dead
+        {
+            out.push(info(id, record));
+        }
+    }
+    Ok(out)
+}

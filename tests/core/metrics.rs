@@ -184,3 +184,21 @@ fn a_handle_opened_without_metrics_counts_nothing() {
     let m = q.metrics(0).unwrap();
     assert_eq!((m.len(), m[0].enqueued, m[0].completed), (1, 1, 0));
 }
+
+/// A kind no longer counted does not keep its old minutes: the next commits of the queue, of
+/// any kind, remove them (found by a new user's trial: an old `dead` minute outlived the day).
+#[test]
+fn old_minutes_of_every_kind_go_with_the_queues_next_commits() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.enqueue(b"doomed", plain().max_attempts(1)).unwrap();
+    q.dequeue().unwrap().unwrap().fail("broken").unwrap();
+    q.enqueue(b"x", plain()).unwrap();
+    q.cancel(q.enqueue(b"y", plain()).unwrap().id(), "no")
+        .unwrap();
+    f.clock.advance(secs(2 * 24 * 3600));
+    q.enqueue(b"later", plain()).unwrap();
+    let m = q.metrics(0).unwrap();
+    assert_eq!(m.len(), 1, "{m:#?}");
+    assert_eq!((m[0].enqueued, m[0].dead, m[0].cancelled), (1, 0, 0));
+}

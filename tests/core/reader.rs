@@ -381,3 +381,32 @@ fn live_reads_on_a_backend_without_byte_range_locks_is_refused() {
         .open_backend(redb::backends::InMemoryBackend::new())
         .unwrap();
 }
+
+#[test]
+fn latest_dead_lists_the_most_recently_dead_first() {
+    let f = Fixture::new();
+    let q = f.builder().live_reads(true).open(&f.path).unwrap();
+    let ids: Vec<JobId> = (0..3)
+        .map(|i| {
+            q.enqueue(format!("{i}").as_bytes(), plain().max_attempts(1))
+                .unwrap()
+                .id()
+        })
+        .collect();
+    let mut leases: Vec<_> = (0..3).map(|_| q.dequeue().unwrap().unwrap()).collect();
+    // They die in the order 2, 0, 1.
+    for at in [2, 0, 1] {
+        let l = leases.iter().position(|l| l.id() == ids[at]).unwrap();
+        leases.remove(l).fail("no").unwrap();
+        f.clock.advance(Duration::from_millis(5));
+    }
+    let r = Reader::open(&f.path).unwrap();
+    let latest: Vec<JobId> = r.latest_dead(10).unwrap().iter().map(|j| j.id).collect();
+    assert_eq!(latest, vec![ids[1], ids[0], ids[2]]);
+    let two: Vec<JobId> = q.latest_dead(2).unwrap().iter().map(|j| j.id).collect();
+    assert_eq!(two, vec![ids[1], ids[0]]);
+    assert!(matches!(r.latest_dead(0), Err(Error::InvalidOption { .. })));
+    // A requeued job leaves the list.
+    q.requeue_dead(ids[1]).unwrap();
+    assert_eq!(r.latest_dead(10).unwrap().len(), 2);
+}

@@ -9,7 +9,7 @@ use crate::duration::parse_duration;
 
 const AFTER_HELP: &str = "\
 Queues: without --queue, commands that read or change existing jobs (stats, ls, show,
-requeue-dead, purge, pause, resume, export) and schedules cover every queue of the file;
+requeue-dead, purge, pause, resume, export), schedules and watch cover every queue of the file;
 enqueue and schedule-remove work on the default queue and import on the queue each line
 names. `--queue '(default)'` selects the default (unnamed) queue alone, as the tables show it.
 

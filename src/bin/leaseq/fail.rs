@@ -46,7 +46,8 @@ impl Fail {
         match e {
             E::AlreadyOpen { .. } => Fail::error(format!(
                 "{p}: in use by another process (a leaseq file is written by one process at a \
-                 time; the read commands work beside an app that opened it with \
+                 time, and a read command or watch holds a file left by a crash while it \
+                 repairs a copy; the read commands work beside an app that opened it with \
                  Builder::live_reads(true))"
             )),
             E::HeldExclusively { .. } => Fail::error(format!(

@@ -21,7 +21,8 @@ use crate::output::{Out, short, utc};
 const MINUTE_MS: u64 = 60_000;
 /// Ready jobs looked at for the oldest one's age: the head of the line.
 const READY_LOOKED_AT: usize = 1000;
-/// Dead jobs looked at for the latest dead letters, and how many are shown.
+/// The latest dead letters read per queue and refresh (the newest first; piped, each one not
+/// said before is said), and how many the screen shows.
 const DEAD_LOOKED_AT: usize = 1000;
 const DEAD_SHOWN: usize = 5;
 
@@ -37,11 +38,15 @@ struct QueueView {
     completed: u64,
     cancelled: u64,
     paused: bool,
+    /// Whether the file was read live (else from a copy of a file no process has open,
+    /// repaired in memory: it does not change until an app opens it).
+    live: bool,
     /// Per second since the previous refresh (null at the first).
     enqueued_per_s: Option<f64>,
     completed_per_s: Option<f64>,
     retried_per_s: Option<f64>,
-    /// How long the longest-waiting of the first ready jobs in line has been ready, in ms.
+    /// How long the longest-waiting of the first 1,000 ready jobs in line has been ready, in
+    /// ms.
     oldest_ready_ms: Option<u64>,
 }
 
@@ -74,6 +79,9 @@ pub fn watch(a: &WatchArgs) -> CliResult {
     if a.interval < Duration::from_millis(100) {
         return Err(Fail::error("--interval: at least 100ms"));
     }
+    if a.count == Some(0) {
+        return Err(Fail::error("--count: at least 1"));
+    }
     let terminal = std::io::stdout().is_terminal() && !a.json;
     let bar = if terminal {
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stdout());
@@ -86,12 +94,44 @@ pub fn watch(a: &WatchArgs) -> CliResult {
     };
     let mut out = Out::new();
     let mut marks: BTreeMap<Option<String>, Mark> = BTreeMap::new();
-    let mut dead_said: BTreeSet<(Option<String>, u64)> = BTreeSet::new();
+    // Dead letters said (piped), by queue, id and time of death (a job may die again).
+    let mut dead_said: BTreeSet<(Option<String>, u64, u64)> = BTreeSet::new();
+    // A snapshot's file as it was (length, modification time) and what it showed: read again
+    // only once the file changed, so a repair is not redone (holding the file) every refresh.
+    let mut frozen: Option<(Frozen, Vec<QueueView>, Vec<DeadView>)> = None;
     let mut refresh = 0u64;
     let mut last_problem: Option<String> = None;
     loop {
         let started = Instant::now();
-        match read_once(a, &mut marks, refresh == 0) {
+        let read = match &frozen {
+            Some((was, views, dead)) if Frozen::of(&a.file).as_ref() == Some(was) => {
+                let now = now_ms();
+                let views = views
+                    .iter()
+                    .map(|v| QueueView {
+                        at_ms: now,
+                        enqueued_per_s: Some(0.0),
+                        completed_per_s: Some(0.0),
+                        retried_per_s: Some(0.0),
+                        oldest_ready_ms: v.oldest_ready_ms.map(|ms| ms + (now - v.at_ms)),
+                        ..v.clone()
+                    })
+                    .collect();
+                Ok((views, dead.clone()))
+            }
+            _ => {
+                let stat = Frozen::of(&a.file);
+                let read = read_once(a, &mut marks, refresh == 0);
+                frozen = match (&read, stat) {
+                    (Ok((views, dead)), Some(stat)) if views.iter().any(|v| !v.live) => {
+                        Some((stat, views.clone(), dead.clone()))
+                    }
+                    _ => None,
+                };
+                read
+            }
+        };
+        match read {
             Ok((views, dead)) => {
                 last_problem = None;
                 if let Some(bar) = &bar {
@@ -102,7 +142,7 @@ pub fn watch(a: &WatchArgs) -> CliResult {
                     }
                     for d in dead
                         .iter()
-                        .filter(|d| dead_said.insert((d.queue.clone(), d.id)))
+                        .filter(|d| dead_said.insert((d.queue.clone(), d.id, d.died_ms)))
                     {
                         out.json(&DeadLine {
                             dead_letter: d.clone(),
@@ -114,7 +154,7 @@ pub fn watch(a: &WatchArgs) -> CliResult {
                     }
                     for d in dead
                         .iter()
-                        .filter(|d| dead_said.insert((d.queue.clone(), d.id)))
+                        .filter(|d| dead_said.insert((d.queue.clone(), d.id, d.died_ms)))
                     {
                         out.line(dead_line(d))?;
                     }
@@ -145,6 +185,17 @@ pub fn watch(a: &WatchArgs) -> CliResult {
     }
 }
 
+/// A file's length and modification time.
+#[derive(PartialEq, Eq)]
+struct Frozen(u64, Option<SystemTime>);
+
+impl Frozen {
+    fn of(path: &std::path::Path) -> Option<Frozen> {
+        let m = std::fs::metadata(path).ok()?;
+        Some(Frozen(m.len(), m.modified().ok()))
+    }
+}
+
 #[derive(Serialize)]
 struct DeadLine {
     dead_letter: DeadView,
@@ -157,6 +208,7 @@ fn read_once(
     first: bool,
 ) -> CliResult<(Vec<QueueView>, Vec<DeadView>)> {
     let reader = files::open_reader_quietly(&a.file, first)?;
+    let live = reader.is_live();
     let path = reader.path().to_path_buf();
     let fail = |e| Fail::leaseq(&path, e);
     let now = now_ms();
@@ -175,8 +227,8 @@ fn read_once(
             .iter()
             .map(|j| now.saturating_sub(j.run_at_ms))
             .max();
-        let dead_page = q.jobs(JobState::Dead, None, DEAD_LOOKED_AT).map_err(fail)?;
-        dead.extend(dead_page.jobs.iter().map(|j| DeadView {
+        let latest = q.latest_dead(DEAD_LOOKED_AT).map_err(fail)?;
+        dead.extend(latest.iter().map(|j| DeadView {
             queue: name.clone(),
             id: j.id.0,
             died_ms: j.died_ms.unwrap_or(0),
@@ -192,15 +244,15 @@ fn read_once(
             completed: s.completed,
             cancelled: s.cancelled,
             paused: s.paused,
+            live,
             enqueued_per_s: rates.map(|r| r[0]),
             completed_per_s: rates.map(|r| r[1]),
             retried_per_s: rates.map(|r| r[2]),
             oldest_ready_ms,
         });
     }
-    dead.sort_by_key(|d| std::cmp::Reverse((d.died_ms, d.id)));
-    dead.truncate(DEAD_SHOWN);
-    dead.reverse();
+    // Oldest first, as they died.
+    dead.sort_by_key(|d| (d.died_ms, d.id));
     Ok((views, dead))
 }
 
@@ -333,11 +385,17 @@ fn screen(a: &WatchArgs, views: &[QueueView], dead: &[DeadView]) -> String {
         s.push('\n');
         s.push_str(&line(r));
     }
+    if views.iter().any(|v| !v.live) {
+        s.push_str(
+            "\n\nnot live: a copy of a file no process has open (left by a crash, or older), \
+             repaired in memory; read again once the file changes",
+        );
+    }
     s.push_str("\n\nlatest dead letters:");
     if dead.is_empty() {
         s.push_str(" none");
     }
-    for d in dead {
+    for d in &dead[dead.len().saturating_sub(DEAD_SHOWN)..] {
         s.push('\n');
         s.push_str(&dead_line(d));
     }
@@ -347,7 +405,7 @@ fn screen(a: &WatchArgs, views: &[QueueView], dead: &[DeadView]) -> String {
 /// A queue's line when piped.
 fn plain_line(v: &QueueView) -> String {
     format!(
-        "{} queue={} ready={} scheduled={} leased={} dead={} completed={} cancelled={} paused={} enq/s={} done/s={} retry/s={} oldest_ready={}",
+        "{} queue={} ready={} scheduled={} leased={} dead={} completed={} cancelled={} paused={} enq/s={} done/s={} retry/s={} oldest_ready={}{}",
         utc(v.at_ms),
         v.queue.as_deref().unwrap_or(files::DEFAULT_QUEUE),
         v.ready,
@@ -361,6 +419,7 @@ fn plain_line(v: &QueueView) -> String {
         rate_text(v.completed_per_s),
         rate_text(v.retried_per_s),
         age_text(v.oldest_ready_ms),
+        if v.live { "" } else { " not_live" },
     )
 }
 
