@@ -261,6 +261,36 @@ struct State {
     returning_seq: u64,
     /// How long the last commit took: a group waits at most twice that for its members.
     last_commit: Duration,
+    /// Metrics counted by committed groups and not yet written (see [`PendingMetrics`]).
+    pending_metrics: PendingMetrics,
+}
+
+/// A metric row: (queue number, kind, minute since the Unix epoch, count).
+pub(crate) type MetricRow = (u32, u8, u64, u64);
+
+/// Metrics of committed groups not yet in the file: a group's counts are written with the
+/// group that commits at least [`METRICS_FLUSH_INTERVAL`](crate::limits::METRICS_FLUSH_INTERVAL)
+/// after the last write of them (or the first to commit), so the metrics cost at most one
+/// small write per second; [`Queue::flush`](crate::Queue::flush), shutdown and the close
+/// write the rest.
+#[derive(Default)]
+struct PendingMetrics {
+    rows: Vec<MetricRow>,
+    /// When they were last written (the clock's Unix ms); `None` before the first write.
+    written_ms: Option<u64>,
+}
+
+/// Adds `rows` into `into`, summing the counts of equal (queue, kind, minute).
+fn merge_rows(into: &mut Vec<MetricRow>, rows: &[MetricRow]) {
+    for &(q, k, m, n) in rows {
+        match into
+            .iter_mut()
+            .find(|(q2, k2, m2, _)| (*q2, *k2, *m2) == (q, k, m))
+        {
+            Some(row) => row.3 = row.3.saturating_add(n),
+            None => into.push((q, k, m, n)),
+        }
+    }
 }
 
 /// Group-commit counters of one queue handle since it was opened, from
@@ -323,9 +353,10 @@ pub(crate) struct Committer {
     metrics: Option<MetricsWriter>,
 }
 
-/// How a committer writes a group's metrics: the engine's writer and the queue's clock.
+/// How a committer writes metrics: the engine's writer (rows into a transaction, pruning
+/// what expired) and the queue's clock.
 pub(crate) struct MetricsWriter {
-    pub(crate) write: fn(&WriteTransaction, &crate::metrics::Tally, u64) -> Result<()>,
+    pub(crate) write: fn(&WriteTransaction, &[MetricRow]) -> Result<()>,
     pub(crate) clock: Arc<dyn crate::clock::Clock>,
 }
 
@@ -633,9 +664,26 @@ impl Committer {
         let result_cell = g.result.clone();
         let started = Instant::now();
         st.stats.gather_micros += u64::try_from((started - g.opened_at).as_micros()).unwrap_or(0);
-        let metrics = self.metrics.as_ref().map(|m| (m.write, m.clock.now_ms()));
+        // The group's counts, and whether this commit writes them with those pending.
+        let metrics = self.metrics.as_ref().map(|m| {
+            let now_ms = m.clock.now_ms();
+            let group_rows = std::mem::take(g.tally.get_mut()).rows(now_ms);
+            let due = st.pending_metrics.written_ms.is_none_or(|t| {
+                now_ms < t || now_ms - t >= crate::limits::METRICS_FLUSH_INTERVAL.as_millis() as u64
+            });
+            let mut write_rows = Vec::new();
+            if due {
+                write_rows.clone_from(&st.pending_metrics.rows);
+                merge_rows(&mut write_rows, &group_rows);
+            }
+            (m.write, write_rows, group_rows, now_ms)
+        });
+        let to_write = metrics
+            .as_ref()
+            .filter(|(_, rows, _, _)| !rows.is_empty())
+            .map(|(write, rows, _, _)| (*write, rows.clone()));
         let outcome = parking_lot::MutexGuard::unlocked(st, || {
-            catch_unwind(AssertUnwindSafe(|| commit_group(g, metrics)))
+            catch_unwind(AssertUnwindSafe(|| commit_group(g, to_write)))
                 .unwrap_or_else(|_| Err("storage engine panicked during commit".to_string()))
         });
         st.sealing = false;
@@ -649,6 +697,15 @@ impl Committer {
         } else {
             0
         };
+        if let (Ok(()), true, Some((_, written, group_rows, now_ms))) = (&outcome, dirty, metrics) {
+            let pending = &mut st.pending_metrics;
+            if written.is_empty() {
+                merge_rows(&mut pending.rows, &group_rows);
+            } else {
+                pending.rows.clear();
+                pending.written_ms = Some(now_ms);
+            }
+        }
         let result = match outcome {
             Ok(()) => {
                 st.counters = Some(counters);
@@ -736,12 +793,53 @@ impl Committer {
     pub(crate) fn hub(&self) -> &EventHub {
         &self.hub
     }
+
+    /// The metric rows counted by committed groups and not yet written to the file.
+    pub(crate) fn pending_metrics(&self) -> Vec<MetricRow> {
+        self.state.lock().pending_metrics.rows.clone()
+    }
+
+    /// Writes the pending metric rows in `tx` (a commit outside the groups: a flush) and
+    /// returns them; [`Committer::metrics_written`] clears them once `tx` committed.
+    pub(crate) fn write_pending_metrics(&self, tx: &WriteTransaction) -> Result<Vec<MetricRow>> {
+        let Some(m) = &self.metrics else {
+            return Ok(Vec::new());
+        };
+        let rows = self.pending_metrics();
+        if !rows.is_empty() {
+            (m.write)(tx, &rows)?;
+        }
+        Ok(rows)
+    }
+
+    /// After a flush committed `rows`: they are no longer pending (counts added since stay).
+    pub(crate) fn metrics_written(&self, rows: &[MetricRow]) {
+        if rows.is_empty() {
+            return;
+        }
+        let now_ms = self.metrics.as_ref().map(|m| m.clock.now_ms());
+        let mut st = self.state.lock();
+        let pending = &mut st.pending_metrics;
+        for &(q, k, m, n) in rows {
+            if let Some(i) = pending
+                .rows
+                .iter()
+                .position(|(q2, k2, m2, _)| (*q2, *k2, *m2) == (q, k, m))
+            {
+                pending.rows[i].3 = pending.rows[i].3.saturating_sub(n);
+                if pending.rows[i].3 == 0 {
+                    pending.rows.swap_remove(i);
+                }
+            }
+        }
+        pending.written_ms = now_ms.or(pending.written_ms);
+    }
 }
 
-/// The metrics writer and the time (Unix ms) of a group's commit.
+/// The metrics writer and the rows a group's commit writes.
 type GroupMetrics = Option<(
-    fn(&WriteTransaction, &crate::metrics::Tally, u64) -> Result<()>,
-    u64,
+    fn(&WriteTransaction, &[MetricRow]) -> Result<()>,
+    Vec<MetricRow>,
 )>;
 
 fn commit_group(g: OpenGroup, metrics: GroupMetrics) -> std::result::Result<(), String> {
@@ -772,11 +870,8 @@ fn commit_group_inner(g: OpenGroup, metrics: GroupMetrics) -> std::result::Resul
     if g.counters.reserved_moved(&g.counters_at_start) {
         g.counters.write(&g.tx).map_err(|e| e.to_string())?;
     }
-    if let Some((write, now_ms)) = metrics {
-        let tally = g.tally.borrow();
-        if !tally.is_empty() {
-            write(&g.tx, &tally, now_ms).map_err(|e| e.to_string())?;
-        }
+    if let Some((write, rows)) = metrics {
+        write(&g.tx, &rows).map_err(|e| e.to_string())?;
     }
     g.tx.commit().map_err(|e| e.to_string())
 }

@@ -67,6 +67,18 @@ impl Drop for GuardedDb {
     }
 }
 
+impl Drop for OpenFile {
+    /// The close writes the metrics not written yet (best effort: a handle whose commits
+    /// failed writes nothing).
+    fn drop(&mut self) {
+        if !self.committer.pending_metrics().is_empty()
+            && self.committer.check_not_poisoned().is_ok()
+        {
+            let _ = crate::queue::flush_file(self);
+        }
+    }
+}
+
 /// What every handle of one open file shares: the database, its committer, the default
 /// queue's settings, the clock, and what the open found.
 pub(crate) struct OpenFile {

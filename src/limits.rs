@@ -73,8 +73,11 @@ pub const SCHEDULES_MAX: usize = 1024;
 /// Minutes of metrics a file keeps per queue and kind ([`Queue::metrics`](crate::Queue::metrics)):
 /// 24 hours.
 pub const METRICS_MINUTES_KEPT: u64 = 24 * 60;
+/// How often a queue's counts are written to its metrics, at most: with the next commit once
+/// this passed since the last write (a crash loses at most this much of them).
+pub(crate) const METRICS_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// Expired metric rows a commit removes per queue and kind it counts in, at most.
-pub(crate) const METRICS_PRUNED_PER_WRITE: usize = 8;
+pub(crate) const METRICS_PRUNED_PER_WRITE: usize = 64;
 /// The longest schedule name, in bytes (UTF-8, at least one byte, no control characters).
 pub const SCHEDULE_NAME_BYTES_MAX: usize = 128;
 /// The largest payload a schedule's instances carry, in bytes: it is stored in the schedule's

@@ -748,7 +748,7 @@ impl Builder {
             committer_id: committer.id(),
             ..config
         };
-        let inner = OpenFile {
+        let mut inner = OpenFile {
             db,
             committer,
             config,
@@ -784,18 +784,15 @@ impl Builder {
         inner
             .clock
             .subscribe(crate::clock::ClockWaker::new(inner.committer.work()));
-        let inner = OpenFile {
-            recovery: Recovery {
-                leases_returned: recovered.returned,
-                leases_dead_lettered: recovered.dead,
-                repaired,
-                created,
-                quarantined: recovered.quarantined,
-                upgraded_from,
-                schedules_fired,
-                schedules_skipped,
-            },
-            ..inner
+        inner.recovery = Recovery {
+            leases_returned: recovered.returned,
+            leases_dead_lettered: recovered.dead,
+            repaired,
+            created,
+            quarantined: recovered.quarantined,
+            upgraded_from,
+            schedules_fired,
+            schedules_skipped,
         };
         Ok(Queue {
             config: inner.config,

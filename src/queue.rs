@@ -1803,8 +1803,9 @@ impl Queue {
         }
     }
 
-    /// Makes every earlier commit durable (one empty `Immediate` commit). Needed only with
-    /// [`Durability::None`](crate::Durability::None).
+    /// Makes every earlier commit durable (one `Immediate` commit), and writes the
+    /// [metrics](Queue::metrics) not written yet. Needed only with
+    /// [`Durability::None`](crate::Durability::None), or for metrics a reader must see now.
     ///
     /// # Errors
     /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` or `Storage`.
@@ -1813,14 +1814,18 @@ impl Queue {
     }
 }
 
-/// One empty `Immediate` commit: every earlier commit of the file durable.
-fn flush_file(file: &OpenFile) -> Result<()> {
+/// One `Immediate` commit: every earlier commit of the file durable, with the metrics not
+/// written yet.
+pub(crate) fn flush_file(file: &OpenFile) -> Result<()> {
     file.committer.check_reentrant()?;
-    catch_engine_panic(|| {
+    let written = catch_engine_panic(|| {
         let tx = file.db.get().begin_write()?;
+        let rows = file.committer.write_pending_metrics(&tx)?;
         tx.commit()?;
-        Ok(())
-    })
+        Ok(rows)
+    })?;
+    file.committer.metrics_written(&written);
+    Ok(())
 }
 
 /// What [`Queue::shutdown`] did.

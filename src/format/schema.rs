@@ -40,7 +40,7 @@ pub(crate) const RATE_LIMITS: TableDefinition<u32, (u64, u64, u64, u64)> =
 /// many changes of that kind the minute's commits made (never 0). Kinds: 0 enqueued,
 /// 1 completed, 2 retried, 3 dead, 4 cancelled ([`METRIC_KINDS`] of them). The last
 /// [`METRICS_MINUTES_KEPT`](crate::METRICS_MINUTES_KEPT) minutes are kept: each commit that
-/// counts in a queue removes up to 8 older rows of each kind of that queue. Since format 9.
+/// counts in a queue removes up to 64 older rows of each kind of that queue. Since format 9.
 pub(crate) const METRICS: TableDefinition<(u32, u8, u64), u64> =
     TableDefinition::new("leaseq_metrics");
 /// How many kinds of metric `leaseq_metrics` holds (the kinds are 0 to this, exclusive).

@@ -63,7 +63,18 @@ impl Tally {
         self.0[i].1[kind] += 1;
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+    /// The rows of this tally at the minute of `now_ms`: (queue, kind, minute, count), none
+    /// of count 0.
+    pub(crate) fn rows(self, now_ms: u64) -> Vec<crate::commit::MetricRow> {
+        let minute = now_ms / 60_000;
+        let mut out = Vec::new();
+        for (queue_number, counts) in self.0 {
+            for (kind, n) in counts.into_iter().enumerate() {
+                if n > 0 {
+                    out.push((queue_number, kind as u8, minute, n));
+                }
+            }
+        }
+        out
     }
 }

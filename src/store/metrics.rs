@@ -3,36 +3,38 @@
 
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 
+use crate::commit::MetricRow;
 use crate::error::Result;
 use crate::format::schema::{METRIC_KINDS, METRICS};
 use crate::job::Violation;
 use crate::limits::{METRICS_MINUTES_KEPT, METRICS_PRUNED_PER_WRITE, VIOLATIONS_MAX};
-use crate::metrics::{MinuteCounts, Tally};
+use crate::metrics::MinuteCounts;
 
 const MINUTE_MS: u64 = 60_000;
 
-/// Adds a group's tally to the minute of `now_ms`, and removes up to
-/// [`METRICS_PRUNED_PER_WRITE`] rows older than [`METRICS_MINUTES_KEPT`] minutes of each kind
-/// of each queue it adds to. Run by the group's commit, in its transaction.
-pub(crate) fn write_metrics(tx: &WriteTransaction, tally: &Tally, now_ms: u64) -> Result<()> {
-    let minute = now_ms / MINUTE_MS;
-    let oldest_kept = minute.saturating_sub(METRICS_MINUTES_KEPT - 1);
+/// Adds metric rows (queue, kind, minute, count) to the file, and removes up to
+/// [`METRICS_PRUNED_PER_WRITE`] rows older than [`METRICS_MINUTES_KEPT`] minutes (before the
+/// newest minute written) of each kind of each queue written. Run in a group's commit, or a
+/// flush's.
+pub(crate) fn write_metrics(tx: &WriteTransaction, rows: &[MetricRow]) -> Result<()> {
     let mut table = tx.open_table(METRICS)?;
-    for (queue_number, counts) in &tally.0 {
-        for (kind, &n) in counts.iter().enumerate() {
-            if n == 0 {
-                continue;
-            }
-            let kind = kind as u8;
-            debug_assert!(kind < METRIC_KINDS);
-            let key = (*queue_number, kind, minute);
-            let was = table.get(key)?.map_or(0, |v| v.value());
-            table.insert(key, was.saturating_add(n))?;
+    let mut newest: Vec<(u32, u64)> = Vec::new();
+    for &(queue_number, kind, minute, n) in rows {
+        debug_assert!(kind < METRIC_KINDS && n > 0);
+        let key = (queue_number, kind, minute);
+        let was = table.get(key)?.map_or(0, |v| v.value());
+        table.insert(key, was.saturating_add(n))?;
+        match newest.iter_mut().find(|(q, _)| *q == queue_number) {
+            Some(e) => e.1 = e.1.max(minute),
+            None => newest.push((queue_number, minute)),
         }
-        // Every kind of the queue, so a kind no longer counted does not keep its old minutes.
+    }
+    // Every kind of the queue, so a kind no longer counted does not keep its old minutes.
+    for (queue_number, minute) in newest {
+        let oldest_kept = minute.saturating_sub(METRICS_MINUTES_KEPT - 1);
         for kind in 0..METRIC_KINDS {
             let expired: Vec<(u32, u8, u64)> = table
-                .range((*queue_number, kind, 0)..(*queue_number, kind, oldest_kept))?
+                .range((queue_number, kind, 0)..(queue_number, kind, oldest_kept))?
                 .take(METRICS_PRUNED_PER_WRITE)
                 .map(|e| e.map(|(k, _)| k.value()))
                 .collect::<std::result::Result<_, _>>()?;
@@ -75,10 +77,15 @@ pub(crate) fn metrics_of(
             }
         }
     }
-    let keep = by_minute
-        .len()
-        .saturating_sub(METRICS_MINUTES_KEPT as usize);
-    Ok(by_minute.into_values().skip(keep).collect())
+    // Rows a day older than the queue's newest minute are expired and not yet pruned (some
+    // go with each write): left out.
+    let newest = by_minute.keys().next_back().copied().unwrap_or(0);
+    let oldest_kept = newest.saturating_sub(METRICS_MINUTES_KEPT - 1);
+    Ok(by_minute
+        .into_iter()
+        .filter(|(minute, _)| *minute >= oldest_kept)
+        .map(|(_, counts)| counts)
+        .collect())
 }
 
 /// `leaseq_metrics` (format 9 on): every row of a queue of the file, of a known kind, with a
