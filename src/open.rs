@@ -189,11 +189,12 @@ impl Builder {
     }
 
     /// Whether this handle's commits count what they did in the file's per-minute metrics
-    /// ([`Queue::metrics`], read by `leaseq watch` for its rates); default on. Each group
-    /// commit that enqueued, completed, retried, dead-lettered or cancelled a job adds its
-    /// counts to one row per queue and kind in the same transaction; the durability chapter
-    /// of the guide has the measured cost. Off, nothing is counted while this handle has
-    /// the file open (the minutes it was open read as quiet); nothing else changes.
+    /// ([`Queue::metrics`], read by `leaseq watch` for its rates); default on. The counts of
+    /// committed groups are kept in memory and written at most once per second, with a
+    /// later commit (a few rows per queue), [`Queue::flush`], the shutdown or the close; the
+    /// durability chapter of the guide has the measured cost. Off, nothing is counted while
+    /// this handle has the file open (the minutes it was open read as quiet); nothing else
+    /// changes.
     pub fn metrics(mut self, enabled: bool) -> Self {
         self.metrics = enabled;
         self
