@@ -671,9 +671,11 @@ impl Committer {
             let due = st.pending_metrics.written_ms.is_none_or(|t| {
                 now_ms < t || now_ms - t >= crate::limits::METRICS_FLUSH_INTERVAL.as_millis() as u64
             });
+            // Taken out while this commit writes them, so a flush in between cannot write
+            // them again; put back if the commit does not land.
             let mut write_rows = Vec::new();
             if due {
-                write_rows.clone_from(&st.pending_metrics.rows);
+                write_rows = std::mem::take(&mut st.pending_metrics.rows);
                 merge_rows(&mut write_rows, &group_rows);
             }
             (m.write, write_rows, group_rows, now_ms)
@@ -697,13 +699,27 @@ impl Committer {
         } else {
             0
         };
-        if let (Ok(()), true, Some((_, written, group_rows, now_ms))) = (&outcome, dirty, metrics) {
+        if let Some((_, written, group_rows, now_ms)) = metrics {
             let pending = &mut st.pending_metrics;
-            if written.is_empty() {
-                merge_rows(&mut pending.rows, &group_rows);
-            } else {
-                pending.rows.clear();
-                pending.written_ms = Some(now_ms);
+            match (&outcome, dirty, written.is_empty()) {
+                // Committed, counts written: they are in the file.
+                (Ok(()), true, false) => pending.written_ms = Some(now_ms),
+                // Committed, counts not due: the group's wait for a later write.
+                (Ok(()), true, true) => merge_rows(&mut pending.rows, &group_rows),
+                // Nothing committed: the pending rows taken out go back (the group's own
+                // changes did not land, so neither do its counts).
+                _ => {
+                    let group_part = &group_rows;
+                    for &(q, k, m, n) in &written {
+                        let own = group_part
+                            .iter()
+                            .find(|(q2, k2, m2, _)| (*q2, *k2, *m2) == (q, k, m))
+                            .map_or(0, |r| r.3);
+                        if n > own {
+                            merge_rows(&mut pending.rows, &[(q, k, m, n - own)]);
+                        }
+                    }
+                }
             }
         }
         let result = match outcome {
@@ -799,40 +815,33 @@ impl Committer {
         self.state.lock().pending_metrics.rows.clone()
     }
 
-    /// Writes the pending metric rows in `tx` (a commit outside the groups: a flush) and
-    /// returns them; [`Committer::metrics_written`] clears them once `tx` committed.
-    pub(crate) fn write_pending_metrics(&self, tx: &WriteTransaction) -> Result<Vec<MetricRow>> {
-        let Some(m) = &self.metrics else {
-            return Ok(Vec::new());
-        };
-        let rows = self.pending_metrics();
-        if !rows.is_empty() {
-            (m.write)(tx, &rows)?;
+    /// Takes the pending metric rows out for a flush (a commit outside the groups), which
+    /// writes them with [`Committer::write_metric_rows`] and gives them back with
+    /// [`Committer::metrics_not_written`] if its commit does not land. Taken before the
+    /// flush's transaction begins: the group mutex is never waited for while holding redb's
+    /// write slot (a group opening its transaction holds the mutex).
+    pub(crate) fn take_pending_metrics(&self) -> Vec<MetricRow> {
+        if self.metrics.is_none() {
+            return Vec::new();
         }
-        Ok(rows)
+        std::mem::take(&mut self.state.lock().pending_metrics.rows)
     }
 
-    /// After a flush committed `rows`: they are no longer pending (counts added since stay).
-    pub(crate) fn metrics_written(&self, rows: &[MetricRow]) {
-        if rows.is_empty() {
-            return;
+    /// Writes metric rows in `tx` (a flush's), without touching the group mutex.
+    pub(crate) fn write_metric_rows(
+        &self,
+        tx: &WriteTransaction,
+        rows: &[MetricRow],
+    ) -> Result<()> {
+        match &self.metrics {
+            Some(m) if !rows.is_empty() => (m.write)(tx, rows),
+            _ => Ok(()),
         }
-        let now_ms = self.metrics.as_ref().map(|m| m.clock.now_ms());
-        let mut st = self.state.lock();
-        let pending = &mut st.pending_metrics;
-        for &(q, k, m, n) in rows {
-            if let Some(i) = pending
-                .rows
-                .iter()
-                .position(|(q2, k2, m2, _)| (*q2, *k2, *m2) == (q, k, m))
-            {
-                pending.rows[i].3 = pending.rows[i].3.saturating_sub(n);
-                if pending.rows[i].3 == 0 {
-                    pending.rows.swap_remove(i);
-                }
-            }
-        }
-        pending.written_ms = now_ms.or(pending.written_ms);
+    }
+
+    /// Rows a flush took out and did not commit: pending again.
+    pub(crate) fn metrics_not_written(&self, rows: &[MetricRow]) {
+        merge_rows(&mut self.state.lock().pending_metrics.rows, rows);
     }
 }
 

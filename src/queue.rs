@@ -1818,14 +1818,17 @@ impl Queue {
 /// written yet.
 pub(crate) fn flush_file(file: &OpenFile) -> Result<()> {
     file.committer.check_reentrant()?;
-    let written = catch_engine_panic(|| {
+    let rows = file.committer.take_pending_metrics();
+    let flushed = catch_engine_panic(|| {
         let tx = file.db.get().begin_write()?;
-        let rows = file.committer.write_pending_metrics(&tx)?;
+        file.committer.write_metric_rows(&tx, &rows)?;
         tx.commit()?;
-        Ok(rows)
-    })?;
-    file.committer.metrics_written(&written);
-    Ok(())
+        Ok(())
+    });
+    if flushed.is_err() {
+        file.committer.metrics_not_written(&rows);
+    }
+    flushed
 }
 
 /// What [`Queue::shutdown`] did.
