@@ -159,6 +159,13 @@ pub fn watch(a: &WatchArgs) -> CliResult {
                         out.line(dead_line(d))?;
                     }
                 }
+                // Bounded: only the dead letters still among the latest read are kept (one
+                // that fell out of them never comes back).
+                let latest: BTreeSet<(Option<String>, u64, u64)> = dead
+                    .iter()
+                    .map(|d| (d.queue.clone(), d.id, d.died_ms))
+                    .collect();
+                dead_said.retain(|k| latest.contains(k));
                 out.flush()?;
             }
             // The first refresh says what is wrong and stops; later ones (the app restarted,
