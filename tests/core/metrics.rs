@@ -225,3 +225,21 @@ fn old_minutes_of_every_kind_go_with_the_queues_next_commits() {
     assert_eq!(m.len(), 1, "{m:#?}");
     assert_eq!((m[0].enqueued, m[0].dead, m[0].cancelled), (1, 0, 0));
 }
+
+/// `Queue::flush` writes the counts not written yet: a reader beside the open queue sees them.
+#[test]
+fn flush_writes_the_pending_counts_for_readers() {
+    let f = Fixture::new();
+    let q = f.builder().live_reads(true).open(&f.path).unwrap();
+    q.enqueue(b"first", plain()).unwrap(); // written with its commit (the first write)
+    q.enqueue(b"second", plain()).unwrap(); // pending: under a second since
+    let r = Reader::open(&f.path).unwrap();
+    assert_eq!(sum(&r.metrics(0).unwrap())[0], 1);
+    assert_eq!(
+        sum(&q.metrics(0).unwrap())[0],
+        2,
+        "the handle counts its pending ones"
+    );
+    q.flush().unwrap();
+    assert_eq!(sum(&r.metrics(0).unwrap())[0], 2);
+}
