@@ -44,6 +44,42 @@ pub enum JobState {
     Cancelled,
 }
 
+impl JobState {
+    /// Every state, in the order a job usually passes through them.
+    pub const ALL: [JobState; 6] = [
+        JobState::Scheduled,
+        JobState::Ready,
+        JobState::Leased,
+        JobState::Dead,
+        JobState::Completed,
+        JobState::Cancelled,
+    ];
+
+    /// The state's name in lower case (`"ready"`, `"dead"`, ...): the name the `leaseq` tool
+    /// and the dashboard use, and [`JobState::from_name`] reads back.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Scheduled => "scheduled",
+            JobState::Ready => "ready",
+            JobState::Leased => "leased",
+            JobState::Dead => "dead",
+            JobState::Completed => "completed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// The state named `name` ([`JobState::as_str`]); `None` for any other text.
+    pub fn from_name(name: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Options for one enqueue. Built with chained setters from `EnqueueOptions::default()`.
 ///
 /// ```
@@ -478,6 +514,47 @@ pub struct JobPage {
 pub struct JobCursor {
     pub(crate) state: JobState,
     pub(crate) key: (u64, u64, u64),
+}
+
+impl JobCursor {
+    /// This cursor as text, to carry in a URL or on a command line (a dashboard's "next page"
+    /// link): `<state>.<a>.<b>.<c>` in ASCII, at most 70 bytes. [`JobCursor::parse`] reads it
+    /// back. The text names a place in the state's order, not a job: any cursor is safe to
+    /// pass to [`Queue::jobs`](crate::Queue::jobs), a forged one only starts the page
+    /// elsewhere.
+    pub fn to_text(&self) -> String {
+        let (a, b, c) = self.key;
+        format!("{}.{a}.{b}.{c}", self.state.as_str())
+    }
+
+    /// Reads a cursor written by [`JobCursor::to_text`].
+    ///
+    /// # Errors
+    /// `InvalidOption` for any other text (a state name and three decimal `u64`s, separated
+    /// by dots).
+    pub fn parse(text: &str) -> crate::error::Result<JobCursor> {
+        let bad = || {
+            crate::error::Error::invalid_option(
+                "cursor",
+                "not a cursor written by JobCursor::to_text (state.a.b.c)",
+            )
+        };
+        let mut parts = text.split('.');
+        let state = parts.next().and_then(JobState::from_name).ok_or_else(bad)?;
+        let mut number = || -> crate::error::Result<u64> {
+            parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)
+        };
+        let key = (number()?, number()?, number()?);
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(JobCursor { state, key })
+    }
+
+    /// The state whose order this cursor is a place in.
+    pub fn state(&self) -> JobState {
+        self.state
+    }
 }
 
 /// Counts of jobs per state. Kept by redb's per-table lengths, so they always agree with a

@@ -119,6 +119,8 @@ mod tx;
 
 #[cfg(feature = "async")]
 pub mod async_face;
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
 pub mod guide;
 #[cfg(feature = "nats")]
 pub mod relay;

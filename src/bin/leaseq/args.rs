@@ -24,7 +24,7 @@ Exit codes:
      not a leaseq file, I/O errors
 
 Errors are one line on stderr starting with `leaseq: `. Read commands (stats, ls, show,
-check, queues, schedules, export, watch) open the file read-only: they never create or write
+check, queues, schedules, export, watch, and dashboard's pages) open the file read-only: they never create or write
 it, never return a lease, and work beside a running app that opened the file with
 Builder::live_reads(true). Write commands open it as the library does: that returns the
 leases of a process that died, upgrades a file of an older format (said on stderr), and
@@ -115,6 +115,12 @@ pub enum Command {
     /// one line per queue and refresh (and per new dead letter) when piped.
     #[command(after_help = EXIT_CODES)]
     Watch(WatchArgs),
+    /// Serve the web dashboard of the file until interrupted: counts, rates, jobs, payloads,
+    /// dead letters, schedules, with retry, remove, cancel, pause and resume. Prints its URL
+    /// once, with the access token. Pages read the file read-only (beside an app opened with
+    /// live reads); an action opens it for writing, refused while an app has it open.
+    #[command(after_help = EXIT_CODES)]
+    Dashboard(DashboardArgs),
 }
 
 /// The queue file alone.
@@ -404,6 +410,23 @@ pub struct WatchArgs {
     /// One JSON object per queue and refresh (and `{"dead_letter":..}` per new dead letter).
     #[arg(long)]
     pub json: bool,
+}
+
+/// `leaseq dashboard`.
+#[derive(Debug, Args)]
+pub struct DashboardArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    /// Where to listen: a loopback address unless --allow-remote (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: String,
+    /// No actions: pages only, no buttons, every action refused (403).
+    #[arg(long)]
+    pub read_only: bool,
+    /// Allow an address that is not loopback (the token travels in clear text: put a proxy
+    /// with TLS in front).
+    #[arg(long)]
+    pub allow_remote: bool,
 }
 
 /// `leaseq schedule-remove`.

@@ -75,7 +75,7 @@ impl Handle for Reader {
 }
 
 /// Makes sure a file is at `path`: "no such file" otherwise (never created).
-fn must_exist(path: &Path) -> CliResult {
+pub fn must_exist(path: &Path) -> CliResult {
     match std::fs::metadata(path) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -18,6 +18,7 @@ use clap::Parser;
 
 mod args;
 mod convert;
+mod dashboard;
 mod duration;
 mod fail;
 mod files;
@@ -84,6 +85,7 @@ fn run(command: &Command) -> CliResult {
         Command::Export(a) => transfer::export(a),
         Command::Import(a) => transfer::import(a),
         Command::Watch(a) => watch::watch(a),
+        Command::Dashboard(a) => dashboard::dashboard(a),
     }
 }
 

@@ -9,14 +9,7 @@ use crate::fail::{CliResult, Fail};
 
 /// The state's name on the command line and in JSON.
 pub fn state_name(state: JobState) -> &'static str {
-    match state {
-        JobState::Ready => "ready",
-        JobState::Scheduled => "scheduled",
-        JobState::Leased => "leased",
-        JobState::Dead => "dead",
-        JobState::Completed => "completed",
-        JobState::Cancelled => "cancelled",
-    }
+    state.as_str()
 }
 
 /// Unix milliseconds as an RFC 3339 UTC time, `2024-05-01T12:00:00.000Z`.

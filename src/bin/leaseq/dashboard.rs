@@ -1,0 +1,42 @@
+//! `leaseq dashboard FILE`: the web dashboard of a file, served until interrupted.
+
+use std::io::Write;
+
+use leaseq::dashboard::Dashboard;
+
+use crate::args::DashboardArgs;
+use crate::fail::{CliResult, Fail};
+use crate::files;
+
+/// Serves the dashboard of `a.file` at `a.addr` and prints its URL (with the access token)
+/// once, then serves until the process is interrupted.
+pub fn dashboard(a: &DashboardArgs) -> CliResult {
+    files::must_exist(&a.file)?;
+    let server = Dashboard::for_file(&a.file)
+        .read_only(a.read_only)
+        .allow_remote(a.allow_remote)
+        .serve(a.addr.as_str())
+        .map_err(|e| match e {
+            leaseq::Error::Io(io) => Fail::error(format!(
+                "cannot serve at {}: {} (another port: --addr 127.0.0.1:0 picks a free one)",
+                a.addr,
+                crate::fail::one_line(&io.to_string())
+            )),
+            leaseq::Error::InvalidOption { reason, .. } => {
+                Fail::error(format!("--addr {}: {reason}", a.addr))
+            }
+            e => Fail::leaseq(&a.file, e),
+        })?;
+    let mode = if a.read_only { " (read-only)" } else { "" };
+    println!(
+        "leaseq: dashboard of {}{mode} at {} (the URL carries the access token; Ctrl-C stops)",
+        a.file.display(),
+        server.url()
+    );
+    std::io::stdout()
+        .flush()
+        .map_err(|e| Fail::io("stdout", e))?;
+    loop {
+        std::thread::park();
+    }
+}

@@ -1,0 +1,486 @@
+//! The server loop: access (token, host, cross-site checks), routing, and the answers.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tiny_http::{Header, Method, Request, Response};
+
+use super::pages::{self, Page};
+use super::view::Target;
+use crate::{Error, JobId};
+
+/// Bytes of a form body read at most (an action's form is a few hundred bytes).
+const FORM_BYTES_MAX: u64 = 16 * 1024;
+/// How often the loop looks at the stop flag while no request comes.
+const STOP_POLL: Duration = Duration::from_millis(100);
+/// The reason [`Queue::cancel`](crate::Queue::cancel) records for a cancel from the dashboard.
+pub(super) const CANCEL_REASON: &str = "cancelled from the dashboard";
+
+const CSS: &str = include_str!("assets/dashboard.css");
+const JS: &str = include_str!("assets/dashboard.js");
+
+/// The dashboard's state on its thread.
+pub(super) struct App {
+    pub(super) target: Target,
+    pub(super) read_only: bool,
+    /// The access token (cookie, bearer header, or `?token=` once).
+    token: String,
+    /// The token every action's form carries, known to the dashboard's own pages only.
+    pub(super) csrf: String,
+    /// The cookie's name: cookies are not told apart by port, so two dashboards of one host
+    /// would otherwise overwrite each other's.
+    cookie: String,
+    /// `Host` values accepted (empty: any, for a server allowed off loopback).
+    hosts: Vec<String>,
+}
+
+/// An answer before it is sent.
+pub(super) struct Reply {
+    status: u16,
+    content_type: &'static str,
+    body: Vec<u8>,
+    headers: Vec<(&'static str, String)>,
+}
+
+impl Reply {
+    pub(super) fn html(status: u16, body: String) -> Reply {
+        Reply::with(status, "text/html; charset=utf-8", body.into_bytes())
+    }
+
+    fn text(status: u16, body: impl Into<String>) -> Reply {
+        Reply::with(
+            status,
+            "text/plain; charset=utf-8",
+            body.into().into_bytes(),
+        )
+    }
+
+    fn with(status: u16, content_type: &'static str, body: Vec<u8>) -> Reply {
+        Reply {
+            status,
+            content_type,
+            body,
+            headers: Vec::new(),
+        }
+    }
+
+    fn redirect(to: String) -> Reply {
+        let mut reply = Reply::text(303, format!("see {to}"));
+        reply.headers.push(("Location", to));
+        reply
+    }
+}
+
+/// A request's method, path, query and headers (lower-case names), read before answering.
+pub(super) struct Asked {
+    method: Method,
+    pub(super) path: String,
+    pub(super) query: HashMap<String, String>,
+    headers: HashMap<String, String>,
+}
+
+impl Asked {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+
+    /// A query parameter; `None` when absent or empty.
+    pub(super) fn param(&self, name: &str) -> Option<&str> {
+        self.query
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+}
+
+impl App {
+    pub(super) fn new(
+        target: Target,
+        read_only: bool,
+        allow_remote: bool,
+        token: String,
+        csrf: String,
+        addr: SocketAddr,
+    ) -> App {
+        let port = addr.port();
+        let hosts = if allow_remote || addr.ip().is_unspecified() {
+            Vec::new()
+        } else {
+            let mut hosts = vec![addr.to_string(), format!("localhost:{port}")];
+            if addr.ip().is_loopback() && addr.is_ipv4() {
+                hosts.push(format!("[::1]:{port}"));
+            } else if addr.ip().is_loopback() {
+                hosts.push(format!("127.0.0.1:{port}"));
+            }
+            hosts
+        };
+        App {
+            target,
+            read_only,
+            token,
+            csrf,
+            cookie: format!("leaseq_dashboard_{port}"),
+            hosts,
+        }
+    }
+
+    /// Answers requests until `stop`.
+    pub(super) fn run(&self, listener: &tiny_http::Server, stop: &AtomicBool) {
+        while !stop.load(Ordering::SeqCst) {
+            match listener.recv_timeout(STOP_POLL) {
+                Ok(Some(request)) => self.answer(request),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "leaseq: dashboard stops: the listener failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn answer(&self, mut request: Request) {
+        let asked = asked(&request);
+        let reply = match (&asked.method, asked.path.as_str()) {
+            // Shared by every page, holding no data: served without the token.
+            (Method::Get, "/static/dashboard.css") => {
+                Reply::with(200, "text/css; charset=utf-8", CSS.as_bytes().to_vec())
+            }
+            (Method::Get, "/static/dashboard.js") => Reply::with(
+                200,
+                "text/javascript; charset=utf-8",
+                JS.as_bytes().to_vec(),
+            ),
+            _ => match self.refused(&asked) {
+                Some(reply) => reply,
+                None => self.route(&asked, &mut request),
+            },
+        };
+        let path = asked.path;
+        let status = reply.status;
+        if let Err(e) = request.respond(response(reply)) {
+            tracing::debug!(error = %e, path, status, "leaseq: dashboard answer not sent");
+        }
+    }
+
+    /// The answer to a request that may not go on: a `Host` not served, or no access token.
+    /// A valid `?token=` is answered with its cookie and the same URL without it.
+    fn refused(&self, asked: &Asked) -> Option<Reply> {
+        if !self.hosts.is_empty() {
+            let host = asked.header("host").unwrap_or("");
+            if !self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+                return Some(Reply::text(
+                    403,
+                    format!("403: host {host:?} is not this dashboard's address"),
+                ));
+            }
+        }
+        if let Some(given) = asked.query.get("token") {
+            if !same(given, &self.token) {
+                return Some(unauthorized());
+            }
+            let mut rest: Vec<(&String, &String)> =
+                asked.query.iter().filter(|(k, _)| *k != "token").collect();
+            rest.sort();
+            let mut to = asked.path.clone();
+            if !rest.is_empty() {
+                to.push('?');
+                to.push_str(&encode(rest.into_iter()));
+            }
+            let mut reply = Reply::redirect(to);
+            reply.headers.push((
+                "Set-Cookie",
+                format!(
+                    "{}={}; Path=/; HttpOnly; SameSite=Strict",
+                    self.cookie, self.token
+                ),
+            ));
+            return Some(reply);
+        }
+        let bearer = asked
+            .header("authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|t| same(t.trim(), &self.token));
+        let cookie = asked.header("cookie").is_some_and(|cookies| {
+            cookies.split(';').any(|c| {
+                c.trim()
+                    .split_once('=')
+                    .is_some_and(|(name, value)| name == self.cookie && same(value, &self.token))
+            })
+        });
+        if bearer || cookie {
+            None
+        } else {
+            Some(unauthorized())
+        }
+    }
+
+    fn route(&self, asked: &Asked, request: &mut Request) -> Reply {
+        let get = matches!(asked.method, Method::Get | Method::Head);
+        let page = match asked.path.as_str() {
+            "/" if get => pages::overview(self, asked),
+            "/jobs" if get => pages::jobs(self, asked),
+            "/job" if get => pages::job(self, asked),
+            "/schedules" if get => pages::schedules(self, asked),
+            "/payload" if get => return self.payload(asked),
+            "/api/overview" if get => {
+                return match pages::overview_json(self) {
+                    Ok(json) => Reply::with(200, "application/json", json.into_bytes()),
+                    Err(e) => Reply::text(status_of(&e), format!("{}: {e}", status_of(&e))),
+                };
+            }
+            "/action" if asked.method == Method::Post => return self.action(asked, request),
+            "/" | "/jobs" | "/job" | "/schedules" | "/payload" | "/api/overview" | "/action" => {
+                return Reply::text(405, "405: method not allowed");
+            }
+            _ => return Reply::text(404, format!("404: no page {}", asked.path)),
+        };
+        match page {
+            Ok(Page { html }) => Reply::html(200, html),
+            Err(e) => Reply::html(status_of(&e), pages::error_page(self, status_of(&e), &e)),
+        }
+    }
+
+    /// The raw payload, as a download.
+    fn payload(&self, asked: &Asked) -> Reply {
+        let found = pages::job_id(asked).and_then(|id| {
+            let view = self.target.view(asked.param("q"))?;
+            view.payload(id)?.ok_or(Error::JobNotFound { job_id: id })
+        });
+        match found {
+            Ok(bytes) => {
+                let mut reply = Reply::with(200, "application/octet-stream", bytes);
+                let id = asked.param("id").unwrap_or("job");
+                let id: String = id.chars().filter(char::is_ascii_digit).collect();
+                reply.headers.push((
+                    "Content-Disposition",
+                    format!("attachment; filename=\"job-{id}.bin\""),
+                ));
+                reply
+            }
+            Err(e) => Reply::html(status_of(&e), pages::error_page(self, status_of(&e), &e)),
+        }
+    }
+
+    /// A `POST /action`: checked for its origin and its form token, then one queue call.
+    fn action(&self, asked: &Asked, request: &mut Request) -> Reply {
+        if self.read_only {
+            return Reply::text(403, "403: this dashboard is read-only");
+        }
+        if let Some(origin) = asked.header("origin") {
+            let host = asked.header("host").unwrap_or("");
+            let own = ["http://", "https://"]
+                .iter()
+                .any(|scheme| origin.eq_ignore_ascii_case(&format!("{scheme}{host}")));
+            if !own {
+                return Reply::text(403, format!("403: a request from {origin:?} may not act"));
+            }
+        }
+        if asked
+            .header("sec-fetch-site")
+            .is_some_and(|site| site != "same-origin" && site != "none")
+        {
+            return Reply::text(403, "403: a cross-site request may not act");
+        }
+        let mut body = Vec::new();
+        if let Err(e) = request
+            .as_reader()
+            .take(FORM_BYTES_MAX + 1)
+            .read_to_end(&mut body)
+        {
+            return Reply::text(400, format!("400: the form could not be read: {e}"));
+        }
+        if body.len() as u64 > FORM_BYTES_MAX {
+            return Reply::text(
+                413,
+                format!("413: a form is at most {FORM_BYTES_MAX} bytes"),
+            );
+        }
+        let form: HashMap<String, String> = form_urlencoded::parse(&body).into_owned().collect();
+        if !form.get("csrf").is_some_and(|t| same(t, &self.csrf)) {
+            return Reply::text(
+                403,
+                "403: the form's token is missing or wrong: act from the dashboard's own pages",
+            );
+        }
+        let back = form
+            .get("back")
+            .filter(|b| b.starts_with('/') && !b.starts_with("//") && !b.contains('\\'))
+            .cloned()
+            .unwrap_or_else(|| "/".into());
+        match self.act(&form) {
+            Ok(done) => {
+                let sep = if back.contains('?') { '&' } else { '?' };
+                let notice = encode([(&"notice".to_string(), &done)].into_iter());
+                Reply::redirect(format!("{back}{sep}{notice}"))
+            }
+            Err(e) => Reply::html(status_of(&e), pages::error_page(self, status_of(&e), &e)),
+        }
+    }
+
+    /// Runs the action a form names; returns what was done, for the notice.
+    fn act(&self, form: &HashMap<String, String>) -> crate::Result<String> {
+        let queue = form.get("q").map(String::as_str).filter(|q| !q.is_empty());
+        let op = form.get("op").map(String::as_str).unwrap_or("");
+        let id = || -> crate::Result<JobId> {
+            form.get("id")
+                .and_then(|id| id.parse().ok())
+                .map(JobId)
+                .ok_or_else(|| Error::invalid_option("id", "a job id (a decimal number)"))
+        };
+        let t = &self.target;
+        let done = match op {
+            "retry" => {
+                let id = id()?;
+                t.write(queue, |q| q.retry(id))?;
+                format!("job {id} runs again: ready")
+            }
+            "remove" => {
+                let id = id()?;
+                t.write(queue, |q| q.remove(id))?;
+                format!("job {id} removed")
+            }
+            "cancel" => {
+                let id = id()?;
+                let state = t.write(queue, |q| q.cancel(id, CANCEL_REASON))?;
+                format!("job {id} cancelled ({state})")
+            }
+            "promote" => {
+                let id = id()?;
+                t.write(queue, |q| q.promote(id))?;
+                format!("job {id} promoted: ready now")
+            }
+            "retry_dead" => {
+                let n = t.write(queue, |q| q.requeue_dead_all())?;
+                format!("{n} dead jobs run again")
+            }
+            "pause" => {
+                let was_running = t.write(queue, |q| q.pause())?;
+                if was_running {
+                    "queue paused"
+                } else {
+                    "queue was already paused"
+                }
+                .into()
+            }
+            "resume" => {
+                let was_paused = t.write(queue, |q| q.resume())?;
+                if was_paused {
+                    "queue resumed"
+                } else {
+                    "queue was not paused"
+                }
+                .into()
+            }
+            other => {
+                return Err(Error::invalid_option(
+                    "op",
+                    format!(
+                        "{:?} is not an action (retry, remove, cancel, promote, retry_dead, \
+                         pause, resume)",
+                        pages::short(other, 40)
+                    ),
+                ));
+            }
+        };
+        tracing::info!(op, queue, "leaseq: dashboard action");
+        Ok(done)
+    }
+}
+
+/// The HTTP status of an error a page or an action met.
+pub(super) fn status_of(e: &Error) -> u16 {
+    match e {
+        Error::JobNotFound { .. } | Error::QueueNotFound { .. } => 404,
+        Error::InvalidState { .. }
+        | Error::KeyHeld { .. }
+        | Error::AlreadyOpen { .. }
+        | Error::HeldExclusively { .. }
+        | Error::Busy { .. } => 409,
+        Error::InvalidOption { .. } => 400,
+        Error::Io(io) if io.kind() == std::io::ErrorKind::NotFound => 404,
+        _ => 500,
+    }
+}
+
+fn unauthorized() -> Reply {
+    Reply::text(
+        401,
+        "401: no access token, or a wrong one. Open the URL the dashboard printed when it \
+         started (it ends in ?token=...), or send 'Authorization: Bearer <token>'.",
+    )
+}
+
+/// Compares two tokens in time that depends on their lengths only.
+fn same(given: &str, expected: &str) -> bool {
+    given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// `key=value&…`, form-encoded.
+pub(super) fn encode<'a>(pairs: impl Iterator<Item = (&'a String, &'a String)>) -> String {
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        out.append_pair(k, v);
+    }
+    out.finish()
+}
+
+fn asked(request: &Request) -> Asked {
+    let (path, query) = match request.url().split_once('?') {
+        Some((path, query)) => (path, query),
+        None => (request.url(), ""),
+    };
+    Asked {
+        method: request.method().clone(),
+        path: path.to_string(),
+        query: form_urlencoded::parse(query.as_bytes())
+            .into_owned()
+            .collect(),
+        headers: request
+            .headers()
+            .iter()
+            .map(|h| {
+                (
+                    h.field.as_str().as_str().to_ascii_lowercase(),
+                    h.value.as_str().to_string(),
+                )
+            })
+            .collect(),
+    }
+}
+
+fn response(reply: Reply) -> Response<std::io::Cursor<Vec<u8>>> {
+    let mut response = Response::from_data(reply.body).with_status_code(reply.status);
+    let fixed = [
+        ("Content-Type", reply.content_type),
+        ("Cache-Control", "no-store"),
+        ("X-Content-Type-Options", "nosniff"),
+        // Not `no-referrer`: with it, browsers send `Origin: null` on the forms, which the
+        // cross-site check refuses. No URL carries the token once the cookie is set.
+        ("Referrer-Policy", "same-origin"),
+        ("X-Frame-Options", "DENY"),
+        (
+            "Content-Security-Policy",
+            "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
+             connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+        ),
+    ];
+    let headers = fixed
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .chain(reply.headers);
+    for (name, value) in headers {
+        match Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+            Ok(header) => response = response.with_header(header),
+            Err(()) => debug_assert!(false, "header {name} has a value HTTP cannot carry"),
+        }
+    }
+    response
+}

@@ -1,0 +1,922 @@
+//! The pages, rendered on the server as plain HTML (every text from the file escaped).
+
+use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::http::{App, Asked, status_of};
+use super::view::View;
+use crate::{Error, JobCursor, JobId, JobInfo, JobState, MinuteCounts, Result, Timing};
+
+/// Jobs per page of a list.
+pub(super) const PAGE_JOBS: usize = 50;
+/// Jobs a search by key reads at most per page asked (it offers to read on from there).
+pub(super) const SEARCH_SCAN_MAX: usize = 10_000;
+/// Bytes of a payload shown at most on a job's page (the download has it whole).
+pub(super) const PREVIEW_BYTES: usize = 64 * 1024;
+/// Minutes of the rates chart.
+const CHART_MINUTES: u64 = 60;
+/// Dead letters an overview names per queue, the most recent first.
+const LATEST_DEAD: usize = 5;
+/// Bytes of a search text kept.
+const SEARCH_BYTES_MAX: usize = 256;
+
+/// A rendered page.
+pub(super) struct Page {
+    pub(super) html: String,
+}
+
+/// HTML-escapes `text`.
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// At most `max` characters of `text`, with `…` when cut.
+pub(super) fn short(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+/// Bytes read off the file as text for people: UTF-8 (invalid sequences replaced).
+fn bytes_text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Unix ms as `2026-12-03 08:15:02 UTC`.
+fn utc(ms: u64) -> String {
+    match chrono::DateTime::from_timestamp_millis(i64::try_from(ms).unwrap_or(i64::MAX)) {
+        Some(t) => t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        None => format!("{ms} ms"),
+    }
+}
+
+/// A span of ms for people: `850ms`, `12s`, `4m 10s`, `3h 5m`, `2d 4h`.
+fn span(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        _ if ms < 1000 => format!("{ms}ms"),
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// A time with how far it is from now: `<time title="…">3m 2s ago</time>`.
+fn when(ms: u64, now: u64) -> String {
+    let rel = if ms <= now {
+        format!("{} ago", span(now - ms))
+    } else {
+        format!("in {}", span(ms - now))
+    };
+    format!("<time title=\"{}\">{}</time>", utc(ms), rel)
+}
+
+/// The display name of a queue (`None`: the default queue).
+fn queue_label(q: Option<&str>) -> String {
+    match q {
+        None => "default".into(),
+        Some(name) => esc(&short(name, 80)),
+    }
+}
+
+/// A link's query string: the queue first, then `extra`.
+fn link(path: &str, q: Option<&str>, extra: &[(&str, &str)]) -> String {
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    if let Some(q) = q {
+        out.append_pair("q", q);
+    }
+    for (k, v) in extra {
+        out.append_pair(k, v);
+    }
+    let query = out.finish();
+    if query.is_empty() {
+        path.to_string()
+    } else {
+        esc(&format!("{path}?{query}"))
+    }
+}
+
+/// A job id from the request's `id`.
+pub(super) fn job_id(asked: &Asked) -> Result<JobId> {
+    asked
+        .param("id")
+        .and_then(|id| id.parse().ok())
+        .map(JobId)
+        .ok_or_else(|| Error::invalid_option("id", "a job id (a decimal number)"))
+}
+
+/// The whole page around `body`.
+fn layout(app: &App, asked: Option<&Asked>, title: &str, live: bool, body: &str) -> String {
+    let file = app
+        .target
+        .path()
+        .map(|p| esc(&p.display().to_string()))
+        .unwrap_or_else(|| "(a file without a path)".into());
+    let notice = asked
+        .and_then(|a| a.param("notice"))
+        .map(|n| {
+            format!(
+                "<p class=\"notice\" role=\"status\">{}</p>",
+                esc(&short(n, 200))
+            )
+        })
+        .unwrap_or_default();
+    let mode = if app.read_only {
+        "<span class=\"badge\">read-only</span>"
+    } else {
+        ""
+    };
+    let live_attr = if live { " data-live" } else { "" };
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{title} · leaseq</title>\
+         <link rel=\"stylesheet\" href=\"/static/dashboard.css\">\
+         <script src=\"/static/dashboard.js\" defer></script></head><body>\
+         <header><a class=\"home\" href=\"/\">leaseq</a> <span class=\"file\">{file}</span> \
+         {mode}</header>{notice}<main id=\"main\"{live_attr}>{body}</main></body></html>",
+        title = esc(title),
+    )
+}
+
+/// A form posting one action, with the form token. Empty in read-only mode.
+fn button(
+    app: &App,
+    q: Option<&str>,
+    op: &str,
+    id: Option<JobId>,
+    back: &str,
+    label: &str,
+) -> String {
+    if app.read_only {
+        return String::new();
+    }
+    let confirm = match op {
+        "remove" | "cancel" | "retry_dead" => format!(
+            " data-confirm=\"{}\"",
+            esc(&format!(
+                "{label}{}?",
+                id.map(|i| format!(" job {i}")).unwrap_or_default()
+            ))
+        ),
+        _ => String::new(),
+    };
+    let mut fields = format!(
+        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <input type=\"hidden\" name=\"op\" value=\"{op}\">\
+         <input type=\"hidden\" name=\"back\" value=\"{}\">",
+        app.csrf,
+        esc(back)
+    );
+    if let Some(q) = q {
+        let _ = write!(
+            fields,
+            "<input type=\"hidden\" name=\"q\" value=\"{}\">",
+            esc(q)
+        );
+    }
+    if let Some(id) = id {
+        let _ = write!(fields, "<input type=\"hidden\" name=\"id\" value=\"{id}\">");
+    }
+    format!(
+        "<form class=\"action\" method=\"post\" action=\"/action\"{confirm}>{fields}\
+         <button type=\"submit\" data-op=\"{op}\">{}</button></form>",
+        esc(label)
+    )
+}
+
+/// The queues of the file: the default one, then the named ones by name.
+fn queues(view: &View) -> Result<Vec<Option<String>>> {
+    let mut all = vec![None];
+    all.extend(view.queue_names()?.into_iter().map(Some));
+    Ok(all)
+}
+
+/// The snapshot warning, for a file read from a repaired copy.
+fn snapshot_note(view: &View) -> &'static str {
+    if view.is_live() {
+        ""
+    } else {
+        "<p class=\"warn\">This file was left by a process that did not close it: shown from \
+         a copy repaired in memory (the file unchanged); jobs that process had in flight show \
+         as leased. Actions open the file and return them.</p>"
+    }
+}
+
+/// `GET /`: every queue with its counts, its rates over the last hour and its controls.
+pub(super) fn overview(app: &App, asked: &Asked) -> Result<Page> {
+    let view = app.target.view(None)?;
+    let now = now_ms();
+    let mut body = String::from(snapshot_note(&view));
+    for q in queues(&view)? {
+        let q = q.as_deref();
+        let v = match q {
+            None => app.target.view(None)?,
+            Some(_) => app.target.view(q)?,
+        };
+        let stats = v.stats()?;
+        let since = (now / 60_000).saturating_sub(CHART_MINUTES - 1) * 60_000;
+        let minutes = v.metrics(since)?;
+        let paused = if stats.paused {
+            "<span class=\"badge paused\">paused</span>"
+        } else {
+            ""
+        };
+        let _ = write!(
+            body,
+            "<section class=\"queue\" data-queue=\"{name}\"><h2>{label} {paused}</h2>",
+            name = esc(q.unwrap_or("")),
+            label = queue_label(q),
+        );
+        body.push_str("<table class=\"counts\"><tr>");
+        for state in JobState::ALL {
+            let _ = write!(body, "<th>{state}</th>");
+        }
+        body.push_str("</tr><tr>");
+        let counts = [
+            stats.scheduled,
+            stats.ready,
+            stats.leased,
+            stats.dead,
+            stats.completed,
+            stats.cancelled,
+        ];
+        for (state, n) in JobState::ALL.into_iter().zip(counts) {
+            let _ = write!(
+                body,
+                "<td><a data-count=\"{state}\" href=\"{}\">{n}</a></td>",
+                link("/jobs", q, &[("state", state.as_str())])
+            );
+        }
+        body.push_str("</tr></table>");
+        body.push_str(&rates(&minutes, now));
+        body.push_str(&chart(&minutes, now));
+        let dead = v.latest_dead(LATEST_DEAD)?;
+        if !dead.is_empty() {
+            body.push_str("<p class=\"latest-dead\">Latest dead: ");
+            for job in &dead {
+                let _ = write!(
+                    body,
+                    "<a href=\"{}\" title=\"{}\">{}</a> ",
+                    link("/job", q, &[("id", &job.id.to_string())]),
+                    esc(&short(job.last_error.as_deref().unwrap_or(""), 200)),
+                    job.id
+                );
+            }
+            body.push_str("</p>");
+        }
+        body.push_str("<p class=\"controls\">");
+        let back = link("/", None, &[]);
+        body.push_str(&if stats.paused {
+            button(app, q, "resume", None, &back, "Resume")
+        } else {
+            button(app, q, "pause", None, &back, "Pause")
+        });
+        let _ = write!(
+            body,
+            " <a href=\"{}\">schedules</a> · <a href=\"{}\">dead letters</a></p></section>",
+            link("/schedules", q, &[]),
+            link("/jobs", q, &[("state", "dead")])
+        );
+    }
+    Ok(Page {
+        html: layout(app, Some(asked), "Queues", true, &body),
+    })
+}
+
+/// The last hour's totals and the last full minute's rates.
+fn rates(minutes: &[MinuteCounts], now: u64) -> String {
+    let mut hour = MinuteCounts::default();
+    for m in minutes {
+        hour.enqueued += m.enqueued;
+        hour.completed += m.completed;
+        hour.retried += m.retried;
+        hour.dead += m.dead;
+        hour.cancelled += m.cancelled;
+    }
+    let last = (now / 60_000).saturating_sub(1) * 60_000;
+    let per_s = |f: fn(&MinuteCounts) -> u64| {
+        let n = minutes
+            .iter()
+            .find(|m| m.minute_ms == last)
+            .map(f)
+            .unwrap_or(0);
+        format!("{:.1}", n as f64 / 60.0)
+    };
+    format!(
+        "<p class=\"rates\">Last minute: <b data-rate=\"enqueued\">{}</b>/s enqueued, \
+         <b data-rate=\"completed\">{}</b>/s completed. Last hour: {} enqueued, {} completed, \
+         {} retried, {} dead, {} cancelled.</p>",
+        per_s(|m| m.enqueued),
+        per_s(|m| m.completed),
+        hour.enqueued,
+        hour.completed,
+        hour.retried,
+        hour.dead,
+        hour.cancelled
+    )
+}
+
+/// Jobs enqueued, completed and dead per minute over the last hour, as an SVG line chart.
+fn chart(minutes: &[MinuteCounts], now: u64) -> String {
+    const W: u64 = 600;
+    const H: u64 = 90;
+    let first = (now / 60_000).saturating_sub(CHART_MINUTES - 1);
+    let mut series = [[0u64; CHART_MINUTES as usize]; 3];
+    for m in minutes {
+        let Some(i) = (m.minute_ms / 60_000).checked_sub(first) else {
+            continue;
+        };
+        if i < CHART_MINUTES {
+            series[0][i as usize] = m.enqueued;
+            series[1][i as usize] = m.completed;
+            series[2][i as usize] = m.dead;
+        }
+    }
+    let top = series.iter().flatten().copied().max().unwrap_or(0).max(1);
+    let mut svg = format!(
+        "<svg class=\"chart\" viewBox=\"0 0 {W} {}\" role=\"img\" \
+         aria-label=\"jobs per minute over the last hour\">",
+        H + 14
+    );
+    for (line, class) in series.iter().zip(["enqueued", "completed", "dead"]) {
+        let points: Vec<String> = line
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let x = i as u64 * W / (CHART_MINUTES - 1);
+                let y = H - n * H / top;
+                format!("{x},{y}")
+            })
+            .collect();
+        let _ = write!(
+            svg,
+            "<polyline class=\"{class}\" fill=\"none\" points=\"{}\"/>",
+            points.join(" ")
+        );
+    }
+    let _ = write!(
+        svg,
+        "<text x=\"0\" y=\"{y}\">60 min ago</text><text x=\"{W}\" y=\"{y}\" \
+         text-anchor=\"end\">now · peak {top}/min</text></svg>\
+         <p class=\"legend\"><span class=\"enqueued\">enqueued</span> \
+         <span class=\"completed\">completed</span> <span class=\"dead\">dead</span> \
+         per minute</p>",
+        y = H + 12
+    );
+    svg
+}
+
+/// The job's keys, as text.
+fn keys(job: &JobInfo) -> String {
+    let mut out = Vec::new();
+    if let Some(k) = &job.idempotency_key {
+        out.push(format!("idempotency: {}", short(&bytes_text(k), 60)));
+    }
+    if let Some(k) = &job.dedup_key {
+        out.push(format!("dedup: {}", short(&bytes_text(k), 60)));
+    }
+    if let Some(g) = &job.group {
+        out.push(format!("group: {}", short(&bytes_text(g), 60)));
+    }
+    esc(&out.join(" · "))
+}
+
+/// Whether a search text matches the job: its id, or a part of a key or group.
+fn matches(job: &JobInfo, text: &str) -> bool {
+    if text.parse::<u64>().is_ok_and(|id| id == job.id.0) {
+        return true;
+    }
+    let needle = text.as_bytes();
+    [&job.idempotency_key, &job.dedup_key, &job.group]
+        .into_iter()
+        .flatten()
+        .any(|k| k.windows(needle.len()).any(|w| w == needle))
+}
+
+/// The actions a job in its state allows, as buttons.
+fn actions(app: &App, q: Option<&str>, job: &JobInfo, back: &str) -> String {
+    let id = Some(job.id);
+    let ops: &[(&str, &str)] = match job.state {
+        JobState::Scheduled => &[
+            ("promote", "Run now"),
+            ("cancel", "Cancel"),
+            ("remove", "Remove"),
+        ],
+        JobState::Ready => &[("cancel", "Cancel"), ("remove", "Remove")],
+        JobState::Leased => &[("cancel", "Cancel")],
+        JobState::Dead | JobState::Completed | JobState::Cancelled => {
+            &[("retry", "Retry"), ("remove", "Remove")]
+        }
+    };
+    ops.iter()
+        .map(|(op, label)| button(app, q, op, id, back, label))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The time a list shows for a job, by state.
+fn job_time(job: &JobInfo, now: u64) -> String {
+    match job.state {
+        JobState::Leased => match job.lease_deadline_ms {
+            Some(deadline) => format!("lease ends {}", when(deadline, now)),
+            None => String::new(),
+        },
+        JobState::Scheduled => format!("due {}", when(job.run_at_ms, now)),
+        JobState::Ready => format!("ready {}", when(job.run_at_ms, now)),
+        JobState::Dead => format!("died {}", when(job.died_ms.unwrap_or(job.run_at_ms), now)),
+        JobState::Completed | JobState::Cancelled => {
+            format!("ended {}", when(job.ended_ms.unwrap_or(job.run_at_ms), now))
+        }
+    }
+}
+
+/// `GET /jobs?q=&state=&after=&key=`: a page of a state's jobs, or a search in them.
+pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
+    let q = asked.param("q");
+    let state = match asked.param("state") {
+        None => JobState::Ready,
+        Some(name) => JobState::from_name(name).ok_or_else(|| {
+            Error::invalid_option(
+                "state",
+                "one of scheduled, ready, leased, dead, completed, cancelled",
+            )
+        })?,
+    };
+    let after = asked.param("after").map(JobCursor::parse).transpose()?;
+    if after.is_some_and(|c| c.state() != state) {
+        return Err(Error::invalid_option("after", "a cursor of another state"));
+    }
+    let search = asked.param("key").map(|k| short(k, SEARCH_BYTES_MAX));
+    let view = app.target.view(q)?;
+    let stats = view.stats()?;
+    let now = now_ms();
+    let mut body = String::from(snapshot_note(&view));
+    let _ = write!(
+        body,
+        "<h1>{} <small>queue</small></h1><nav class=\"tabs\">",
+        queue_label(q)
+    );
+    let counts = [
+        stats.scheduled,
+        stats.ready,
+        stats.leased,
+        stats.dead,
+        stats.completed,
+        stats.cancelled,
+    ];
+    for (s, n) in JobState::ALL.into_iter().zip(counts) {
+        let class = if s == state { " class=\"current\"" } else { "" };
+        let _ = write!(
+            body,
+            "<a{class} href=\"{}\">{s} <span data-count=\"{s}\">{n}</span></a> ",
+            link("/jobs", q, &[("state", s.as_str())])
+        );
+    }
+    body.push_str("</nav>");
+    // The search form: GET, so a search is a link too.
+    let _ = write!(
+        body,
+        "<form class=\"search\" method=\"get\" action=\"/jobs\">{}\
+         <input type=\"hidden\" name=\"state\" value=\"{state}\">\
+         <input type=\"search\" name=\"key\" placeholder=\"id, or part of a key or group\" \
+         value=\"{}\"> <button type=\"submit\">Search</button></form>",
+        q.map(|q| format!("<input type=\"hidden\" name=\"q\" value=\"{}\">", esc(q)))
+            .unwrap_or_default(),
+        esc(search.as_deref().unwrap_or(""))
+    );
+    let (found, next, scanned) = match &search {
+        None => {
+            let page = view.jobs(state, after, PAGE_JOBS)?;
+            let n = page.jobs.len();
+            (page.jobs, page.next, n)
+        }
+        Some(text) => search_jobs(&view, state, after, text)?,
+    };
+    let mut back_pairs: Vec<(&str, &str)> = vec![("state", state.as_str())];
+    let after_text = after.map(|c| c.to_text());
+    if let Some(a) = &after_text {
+        back_pairs.push(("after", a));
+    }
+    if let Some(s) = &search {
+        back_pairs.push(("key", s));
+    }
+    let back = {
+        let raw = link("/jobs", q, &back_pairs);
+        // `link` escapes for HTML; `button` escapes again.
+        raw.replace("&amp;", "&")
+    };
+    if state == JobState::Dead && stats.dead > 0 && search.is_none() {
+        let _ = write!(
+            body,
+            "<p class=\"controls\">{}</p>",
+            button(app, q, "retry_dead", None, &back, "Retry all dead")
+        );
+    }
+    if let Some(text) = &search {
+        let _ = write!(
+            body,
+            "<p class=\"searched\">{} found for “{}” among {scanned} {state} jobs read.</p>",
+            found.len(),
+            esc(text)
+        );
+    }
+    if found.is_empty() {
+        let _ = write!(body, "<p class=\"empty\">No {state} jobs here.</p>");
+    } else {
+        body.push_str(
+            "<table class=\"jobs\"><thead><tr><th>id</th><th>when</th><th>attempts</th>\
+             <th>priority</th><th>keys</th><th>last error</th><th></th></tr></thead><tbody>",
+        );
+        for job in &found {
+            let _ = write!(
+                body,
+                "<tr data-job=\"{id}\"><td><a href=\"{href}\">{id}</a></td><td>{time}</td>\
+                 <td>{attempts}/{max}</td><td>{priority}</td><td>{keys}</td>\
+                 <td class=\"error\">{error}</td><td>{actions}</td></tr>",
+                id = job.id,
+                href = link("/job", q, &[("id", &job.id.to_string())]),
+                time = job_time(job, now),
+                attempts = job.attempts,
+                max = job.max_attempts,
+                priority = job.priority,
+                keys = keys(job),
+                error = esc(&short(job.last_error.as_deref().unwrap_or(""), 120)),
+                actions = actions(app, q, job, &back),
+            );
+        }
+        body.push_str("</tbody></table>");
+    }
+    body.push_str("<p class=\"paging\">");
+    if after.is_some() {
+        let mut first: Vec<(&str, &str)> = vec![("state", state.as_str())];
+        if let Some(s) = &search {
+            first.push(("key", s));
+        }
+        let _ = write!(
+            body,
+            "<a href=\"{}\">« first page</a> ",
+            link("/jobs", q, &first)
+        );
+    }
+    if let Some(next) = next {
+        let next_text = next.to_text();
+        let mut pairs: Vec<(&str, &str)> = vec![("state", state.as_str()), ("after", &next_text)];
+        if let Some(s) = &search {
+            pairs.push(("key", s));
+        }
+        let label = if search.is_some() {
+            "search on »"
+        } else {
+            "next page »"
+        };
+        let _ = write!(
+            body,
+            "<a rel=\"next\" href=\"{}\">{label}</a>",
+            link("/jobs", q, &pairs)
+        );
+    }
+    body.push_str("</p>");
+    let title = format!("{state} jobs");
+    Ok(Page {
+        html: layout(
+            app,
+            Some(asked),
+            &title,
+            after.is_none() && search.is_none(),
+            &body,
+        ),
+    })
+}
+
+/// Reads `state`'s jobs from `after` until [`PAGE_JOBS`] match `text` or
+/// [`SEARCH_SCAN_MAX`] were read. Returns the matches, where to read on, and how many were
+/// read.
+fn search_jobs(
+    view: &View,
+    state: JobState,
+    mut after: Option<JobCursor>,
+    text: &str,
+) -> Result<(Vec<JobInfo>, Option<JobCursor>, usize)> {
+    let mut found = Vec::new();
+    let mut scanned = 0;
+    loop {
+        let page = view.jobs(state, after, 500)?;
+        for (i, job) in page.jobs.iter().enumerate() {
+            scanned += 1;
+            if matches(job, text) {
+                found.push(job.clone());
+                if found.len() == PAGE_JOBS {
+                    // Go on after this job: a page whose last job this is ends here.
+                    let rest = page.jobs.len() - i - 1;
+                    if rest == 0 {
+                        return Ok((found, page.next, scanned));
+                    }
+                    let cut = view.jobs(state, after, i + 1)?;
+                    return Ok((found, cut.next, scanned));
+                }
+            }
+        }
+        after = page.next;
+        if after.is_none() || scanned >= SEARCH_SCAN_MAX {
+            return Ok((found, after, scanned));
+        }
+    }
+}
+
+/// `GET /job?q=&id=&view=`: one job, its errors and its payload.
+pub(super) fn job(app: &App, asked: &Asked) -> Result<Page> {
+    let q = asked.param("q");
+    let id = job_id(asked)?;
+    let v = app.target.view(q)?;
+    let job = v.job(id)?.ok_or(Error::JobNotFound { job_id: id })?;
+    let payload = v.payload(id)?.unwrap_or_default();
+    let now = now_ms();
+    let mut body = String::from(snapshot_note(&v));
+    let back = link("/job", q, &[("id", &id.to_string())]).replace("&amp;", "&");
+    let _ = write!(
+        body,
+        "<h1>Job {id} <span class=\"badge state-{state}\" data-state>{state}</span></h1>\
+         <p class=\"crumbs\">queue <a href=\"{jobs}\">{label}</a></p><p class=\"controls\">{actions}</p>",
+        state = job.state,
+        jobs = link("/jobs", q, &[("state", job.state.as_str())]),
+        label = queue_label(q),
+        actions = actions(app, q, &job, &back),
+    );
+    let mut rows: Vec<(&str, String)> = vec![
+        ("state", job.state.to_string()),
+        ("when", job_time(&job, now)),
+        ("enqueued", when(job.created_ms, now)),
+        (
+            "attempts",
+            format!("{} of {}", job.attempts, job.max_attempts),
+        ),
+        ("priority", job.priority.to_string()),
+    ];
+    if let Some(t) = job.lease_token {
+        rows.push(("fencing token", t.to_string()));
+    }
+    if job.snoozes > 0 {
+        rows.push(("snoozes", job.snoozes.to_string()));
+    }
+    let text_rows = [
+        ("idempotency key", job.idempotency_key.as_deref()),
+        ("dedup key", job.dedup_key.as_deref()),
+        ("group", job.group.as_deref()),
+        ("progress", job.progress.as_deref()),
+        ("result", job.result.as_deref()),
+    ];
+    for (name, value) in text_rows {
+        if let Some(v) = value {
+            rows.push((name, esc(&short(&bytes_text(v), 2000))));
+        }
+    }
+    for (name, value) in [
+        ("status", job.status.as_deref()),
+        ("cancel reason", job.cancel_reason.as_deref()),
+    ] {
+        if let Some(v) = value {
+            rows.push((name, esc(&short(v, 2000))));
+        }
+    }
+    body.push_str("<table class=\"fields\">");
+    for (name, value) in rows {
+        let _ = write!(body, "<tr><th>{name}</th><td>{value}</td></tr>");
+    }
+    body.push_str("</table>");
+    if !job.errors.is_empty() {
+        body.push_str(
+            "<h2>Errors</h2><table class=\"errors\"><thead><tr><th>attempt</th><th>when</th>\
+             <th>message</th></tr></thead><tbody>",
+        );
+        for e in &job.errors {
+            let _ = write!(
+                body,
+                "<tr><td>{}</td><td>{}</td><td class=\"error\">{}</td></tr>",
+                e.attempt,
+                e.at_ms.map(|t| when(t, now)).unwrap_or_default(),
+                esc(&short(&e.message, 4096))
+            );
+        }
+        body.push_str("</tbody></table>");
+    }
+    body.push_str(&payload_section(asked, q, id, &payload));
+    Ok(Page {
+        html: layout(app, Some(asked), &format!("Job {id}"), true, &body),
+    })
+}
+
+/// The payload's preview as text, JSON (pretty) or hex, with the download link.
+fn payload_section(asked: &Asked, q: Option<&str>, id: JobId, payload: &[u8]) -> String {
+    let json = serde_json::from_slice::<serde_json::Value>(payload).ok();
+    let utf8 = std::str::from_utf8(payload).is_ok();
+    let chosen = match asked.param("view") {
+        Some(v @ ("text" | "json" | "hex")) => v,
+        _ if json.is_some() => "json",
+        _ if utf8 => "text",
+        _ => "hex",
+    };
+    let cut = &payload[..payload.len().min(PREVIEW_BYTES)];
+    let shown = match chosen {
+        "json" => match &json {
+            Some(value) => serde_json::to_string_pretty(value)
+                .map(|p| esc(&short(&p, PREVIEW_BYTES)))
+                .unwrap_or_default(),
+            None => "(not JSON)".into(),
+        },
+        "text" => esc(&bytes_text(cut)),
+        _ => hex(cut),
+    };
+    let id_text = id.to_string();
+    let mut out = format!(
+        "<h2>Payload <small>{} bytes</small></h2><nav class=\"tabs\">",
+        payload.len()
+    );
+    for v in ["text", "json", "hex"] {
+        let class = if v == chosen {
+            " class=\"current\""
+        } else {
+            ""
+        };
+        let _ = write!(
+            out,
+            "<a{class} href=\"{}\">{v}</a> ",
+            link("/job", q, &[("id", &id_text), ("view", v)])
+        );
+    }
+    let _ = write!(
+        out,
+        "<a href=\"{}\">download</a></nav>",
+        link("/payload", q, &[("id", &id_text)])
+    );
+    if payload.len() > PREVIEW_BYTES {
+        let _ = write!(
+            out,
+            "<p class=\"warn\">The first {PREVIEW_BYTES} bytes are shown; the download has all.</p>"
+        );
+    }
+    let _ = write!(
+        out,
+        "<pre class=\"payload\" data-view=\"{chosen}\">{shown}</pre>"
+    );
+    out
+}
+
+/// A hex dump: offset, 16 bytes, and their printable ASCII.
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for (i, row) in bytes.chunks(16).enumerate() {
+        let _ = write!(out, "{:08x}  ", i * 16);
+        for b in row {
+            let _ = write!(out, "{b:02x} ");
+        }
+        for _ in row.len()..16 {
+            out.push_str("   ");
+        }
+        out.push(' ');
+        let ascii: String = row
+            .iter()
+            .map(|&b| {
+                if b.is_ascii_graphic() || b == b' ' {
+                    b as char
+                } else {
+                    '.'
+                }
+            })
+            .collect();
+        out.push_str(&esc(&ascii));
+        out.push('\n');
+    }
+    out
+}
+
+/// `GET /schedules?q=`: the queue's periodic jobs.
+pub(super) fn schedules(app: &App, asked: &Asked) -> Result<Page> {
+    let q = asked.param("q");
+    let v = app.target.view(q)?;
+    let now = now_ms();
+    let list = v.schedules()?;
+    let mut body = format!(
+        "{}<h1>{} <small>schedules</small></h1>",
+        snapshot_note(&v),
+        queue_label(q)
+    );
+    if list.is_empty() {
+        body.push_str("<p class=\"empty\">No schedules in this queue.</p>");
+    } else {
+        body.push_str(
+            "<table class=\"schedules\"><thead><tr><th>name</th><th>timing</th><th>next due</th>\
+             <th>last job</th><th>fired</th><th>skipped</th><th>overlap</th><th>missed</th>\
+             </tr></thead><tbody>",
+        );
+        for s in &list {
+            let timing = match &s.timing {
+                Timing::Interval { every_ms, .. } => format!("every {}", span(*every_ms)),
+                Timing::Cron {
+                    expression,
+                    time_zone,
+                } => format!(
+                    "cron {} ({})",
+                    short(expression, 200),
+                    short(time_zone, 100)
+                ),
+            };
+            let last = match s.last_job {
+                Some((id, _)) => format!(
+                    "<a href=\"{}\">{id}</a>",
+                    link("/job", q, &[("id", &id.to_string())])
+                ),
+                None => String::new(),
+            };
+            let _ = write!(
+                body,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{last}</td><td>{}</td><td>{}</td>\
+                 <td>{:?}</td><td>{:?}</td></tr>",
+                esc(&short(&s.name, 200)),
+                esc(&timing),
+                s.next_due_ms
+                    .map(|t| when(t, now))
+                    .unwrap_or_else(|| "never".into()),
+                s.fired,
+                s.skipped,
+                s.overlap,
+                s.missed,
+            );
+        }
+        body.push_str("</tbody></table>");
+    }
+    Ok(Page {
+        html: layout(app, Some(asked), "Schedules", true, &body),
+    })
+}
+
+/// `GET /api/overview`: every queue's counts and last hour's metrics, as JSON.
+pub(super) fn overview_json(app: &App) -> Result<String> {
+    let view = app.target.view(None)?;
+    let now = now_ms();
+    let since = (now / 60_000).saturating_sub(CHART_MINUTES - 1) * 60_000;
+    let mut out = Vec::new();
+    for q in queues(&view)? {
+        let v = app.target.view(q.as_deref())?;
+        let s = v.stats()?;
+        let minutes: Vec<_> = v
+            .metrics(since)?
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "minute_ms": m.minute_ms, "enqueued": m.enqueued, "completed": m.completed,
+                    "retried": m.retried, "dead": m.dead, "cancelled": m.cancelled,
+                })
+            })
+            .collect();
+        out.push(serde_json::json!({
+            "queue": q, "paused": s.paused, "scheduled": s.scheduled, "ready": s.ready,
+            "leased": s.leased, "dead": s.dead, "completed": s.completed,
+            "cancelled": s.cancelled, "metrics": minutes,
+        }));
+    }
+    let doc = serde_json::json!({
+        "file": app.target.path().map(|p| p.display().to_string()),
+        "live": view.is_live(),
+        "read_only": app.read_only,
+        "queues": out,
+    });
+    Ok(doc.to_string())
+}
+
+/// The page of an error: its status and leaseq's message.
+pub(super) fn error_page(app: &App, status: u16, e: &Error) -> String {
+    let what = match status {
+        404 => "Not found",
+        409 => "Not possible now",
+        400 => "Bad request",
+        _ => "Error",
+    };
+    let body = format!(
+        "<h1>{status}: {what}</h1><p class=\"error\" data-status=\"{status}\">{}</p>\
+         <p>Nothing was changed. <a href=\"/\">Back to the queues</a></p>",
+        esc(&short(&e.to_string(), 4000))
+    );
+    debug_assert_eq!(status, status_of(e));
+    layout(app, None, what, false, &body)
+}

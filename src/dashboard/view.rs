@@ -1,0 +1,168 @@
+//! What a page reads and what an action changes: the app's own [`Queue`], or a file read with
+//! a [`Reader`] opened per request and written with a [`Queue`] opened per action.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::{
+    Error, JobCursor, JobId, JobInfo, JobPage, JobState, MinuteCounts, Queue, Reader, Result,
+    ScheduleInfo, Stats,
+};
+
+/// Where the dashboard reads and writes.
+pub(crate) enum Target {
+    /// The app's own queue handle (any queue of its file).
+    App(Queue),
+    /// A file, read without holding it between requests.
+    File {
+        path: PathBuf,
+        /// Whether a first open verified the file: later ones skip redb's integrity check
+        /// (as `leaseq watch` does), so a page does not read the whole file again.
+        verified: AtomicBool,
+    },
+}
+
+/// One request's handle on the queue it names.
+pub(crate) enum View {
+    Queue(Queue),
+    Reader(Reader),
+}
+
+impl Target {
+    pub(crate) fn path(&self) -> Option<&Path> {
+        match self {
+            Target::App(queue) => queue.path(),
+            Target::File { path, .. } => Some(path),
+        }
+    }
+
+    /// The handle of the default queue (`name` of `None`) or of a named one.
+    ///
+    /// # Errors
+    /// `QueueNotFound` for a name the file does not have; a file target's open errors
+    /// ([`Reader::open`]).
+    pub(crate) fn view(&self, name: Option<&str>) -> Result<View> {
+        let view = match self {
+            Target::App(queue) => View::Queue(queue.clone()),
+            Target::File { path, verified } => {
+                let verify = !verified.load(Ordering::Relaxed);
+                let reader = Queue::builder().check_integrity(verify).open_reader(path)?;
+                verified.store(true, Ordering::Relaxed);
+                View::Reader(reader)
+            }
+        };
+        match name {
+            None => Ok(view),
+            Some(name) => view.existing(name),
+        }
+    }
+
+    /// Runs `action` on a handle that may write: the app's queue, or the file opened for
+    /// writing for this one action (and closed after it).
+    ///
+    /// # Errors
+    /// Those of `action`; for a file, `AlreadyOpen` while another process has it open, and
+    /// the errors of [`Queue::open`].
+    pub(crate) fn write<T>(
+        &self,
+        name: Option<&str>,
+        action: impl FnOnce(&Queue) -> Result<T>,
+    ) -> Result<T> {
+        let opened;
+        let queue = match self {
+            Target::App(queue) => queue,
+            Target::File { path, .. } => {
+                if !path.exists() {
+                    return Err(Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("{} is gone", path.display()),
+                    )));
+                }
+                opened = Queue::open(path)?;
+                &opened
+            }
+        };
+        match name {
+            None => action(queue),
+            Some(name) => action(&queue.existing(name)?),
+        }
+    }
+}
+
+impl View {
+    fn existing(&self, name: &str) -> Result<View> {
+        Ok(match self {
+            View::Queue(q) => View::Queue(q.existing(name)?),
+            View::Reader(r) => View::Reader(r.existing(name)?),
+        })
+    }
+
+    /// Whether the reads follow the file's commits (false: a copy of a file left by a crash).
+    pub(crate) fn is_live(&self) -> bool {
+        match self {
+            View::Queue(_) => true,
+            View::Reader(r) => r.is_live(),
+        }
+    }
+
+    pub(crate) fn queue_names(&self) -> Result<Vec<String>> {
+        match self {
+            View::Queue(q) => q.queue_names(),
+            View::Reader(r) => r.queue_names(),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> Result<Stats> {
+        match self {
+            View::Queue(q) => q.stats(),
+            View::Reader(r) => r.stats(),
+        }
+    }
+
+    pub(crate) fn job(&self, id: JobId) -> Result<Option<JobInfo>> {
+        match self {
+            View::Queue(q) => q.job(id),
+            View::Reader(r) => r.job(id),
+        }
+    }
+
+    pub(crate) fn jobs(
+        &self,
+        state: JobState,
+        after: Option<JobCursor>,
+        limit: usize,
+    ) -> Result<JobPage> {
+        match self {
+            View::Queue(q) => q.jobs(state, after, limit),
+            View::Reader(r) => r.jobs(state, after, limit),
+        }
+    }
+
+    pub(crate) fn latest_dead(&self, limit: usize) -> Result<Vec<JobInfo>> {
+        match self {
+            View::Queue(q) => q.latest_dead(limit),
+            View::Reader(r) => r.latest_dead(limit),
+        }
+    }
+
+    pub(crate) fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        match self {
+            View::Queue(q) => q.payload(id),
+            View::Reader(r) => r.payload(id),
+        }
+    }
+
+    pub(crate) fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
+        match self {
+            View::Queue(q) => q.schedules(),
+            View::Reader(r) => r.schedules(),
+        }
+    }
+
+    pub(crate) fn metrics(&self, since_ms: u64) -> Result<Vec<MinuteCounts>> {
+        match self {
+            View::Queue(q) => q.metrics(since_ms),
+            View::Reader(r) => r.metrics(since_ms),
+        }
+    }
+}

@@ -1,0 +1,680 @@
+//! The dashboard over HTTP, as a script or an attacker would reach it.
+//!
+//! Goal: every request without the access token is refused and reads nothing; every action
+//! that is refused (no form token, another site's origin, a foreign `Host`, read-only mode, a
+//! job in the wrong state or missing) writes nothing; the pages show what the queue's own
+//! reads say, with every text from the file escaped.
+//! Method: a real server on 127.0.0.1 port 0 over a real file, raw HTTP requests
+//! (`client`), and the queue read back after each refusal.
+
+use std::time::Duration;
+
+use leaseq::dashboard::{self, Dashboard};
+use leaseq::{EnqueueOptions, Error, JobCursor, JobId, JobState, Queue};
+
+use crate::client::{self, csrf_of, get, post, send};
+
+const TOKEN: &str = "dashboard-test-token-0123456789";
+
+struct App {
+    _dir: tempfile::TempDir,
+    queue: Queue,
+    server: dashboard::Server,
+}
+
+fn app_with(read_only: bool) -> App {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let queue = Queue::open(dir.path().join("q.leaseq")).expect("open");
+    let server = Dashboard::new(&queue)
+        .read_only(read_only)
+        .token(TOKEN)
+        .serve("127.0.0.1:0")
+        .expect("serve");
+    App {
+        _dir: dir,
+        queue,
+        server,
+    }
+}
+
+fn app() -> App {
+    app_with(false)
+}
+
+/// A dead job with `reason` as its error.
+fn dead(queue: &Queue, payload: &[u8], reason: &str) -> JobId {
+    let id = queue
+        .enqueue(payload, EnqueueOptions::default())
+        .expect("enqueue")
+        .id();
+    let lease = queue.dequeue().expect("dequeue").expect("a job");
+    assert_eq!(lease.id(), id);
+    lease.fail(reason).expect("fail");
+    id
+}
+
+fn state(queue: &Queue, id: JobId) -> Option<JobState> {
+    queue.job(id).expect("job").map(|j| j.state)
+}
+
+#[test]
+fn the_token_guards_every_page() {
+    let app = app();
+    let addr = app.server.local_addr();
+    let id = dead(&app.queue, b"secret payload", "boom");
+    for target in [
+        "/",
+        "/jobs?state=dead",
+        &format!("/job?id={id}"),
+        "/api/overview",
+    ] {
+        let none = send(addr, "GET", target, &[], "");
+        assert_eq!(none.status, 401, "{target} without a token");
+        assert!(
+            !none.body.contains("secret"),
+            "{target} leaked: {}",
+            none.body
+        );
+        let wrong = send(
+            addr,
+            "GET",
+            target,
+            &[("Authorization", "Bearer dashboard-test-token-0123456788")],
+            "",
+        );
+        assert_eq!(wrong.status, 401, "{target} with a wrong token");
+        let cookie = send(
+            addr,
+            "GET",
+            target,
+            &[(
+                "Cookie",
+                "leaseq_dashboard_1=dashboard-test-token-0123456789",
+            )],
+            "",
+        );
+        assert_eq!(cookie.status, 401, "a cookie of another port's dashboard");
+        assert_eq!(
+            get(addr, TOKEN, target).status,
+            200,
+            "{target} with the token"
+        );
+    }
+    // The printed URL: answered with the cookie and a redirect that drops the token.
+    let url = app.server.url();
+    let target = url.split_once(&addr.to_string()).expect("the address").1;
+    assert!(target.starts_with("/?token="), "{url}");
+    let first = send(
+        addr,
+        "GET",
+        &format!("/jobs?state=dead&token={TOKEN}"),
+        &[],
+        "",
+    );
+    assert_eq!(first.status, 303);
+    assert_eq!(first.header("location"), Some("/jobs?state=dead"));
+    let cookie = first.header("set-cookie").expect("a cookie");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().expect("name=value");
+    assert_eq!(pair, format!("leaseq_dashboard_{}={TOKEN}", addr.port()));
+    let page = send(addr, "GET", "/jobs?state=dead", &[("Cookie", pair)], "");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains(&format!("data-job=\"{id}\"")),
+        "{}",
+        page.body
+    );
+    let wrong_param = send(addr, "GET", "/?token=nope", &[], "");
+    assert_eq!(wrong_param.status, 401);
+    assert!(wrong_param.header("set-cookie").is_none());
+}
+
+#[test]
+fn a_random_token_is_printed_once_in_the_url() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let queue = Queue::open(dir.path().join("q.leaseq")).expect("open");
+    let a = dashboard::serve(&queue, "127.0.0.1:0").expect("serve");
+    let b = dashboard::serve(&queue, "127.0.0.1:0").expect("serve");
+    for s in [&a, &b] {
+        assert_eq!(s.token().len(), 32);
+        assert!(s.token().chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(
+            s.url(),
+            format!("http://{}/?token={}", s.local_addr(), s.token())
+        );
+    }
+    assert_ne!(a.token(), b.token());
+    assert_eq!(get(a.local_addr(), b.token(), "/").status, 401);
+    assert_eq!(get(a.local_addr(), a.token(), "/").status, 200);
+}
+
+#[test]
+fn serve_refuses_bad_settings() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let queue = Queue::open(dir.path().join("q.leaseq")).expect("open");
+    for addr in ["0.0.0.0:0", "192.0.2.1:0"] {
+        match dashboard::serve(&queue, addr) {
+            Err(Error::InvalidOption { field: "addr", .. }) => {}
+            other => panic!("{addr}: {other:?}"),
+        }
+    }
+    for token in ["short", "has space in it 0123456789", &"x".repeat(129)] {
+        match Dashboard::new(&queue).token(token).serve("127.0.0.1:0") {
+            Err(Error::InvalidOption { field: "token", .. }) => {}
+            other => panic!("{token:?}: {other:?}"),
+        }
+    }
+    // A port in use: Io.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    match dashboard::serve(&queue, taken.local_addr().expect("addr")) {
+        Err(Error::Io(_)) => {}
+        other => panic!("a port in use: {other:?}"),
+    }
+    // Allowed off loopback, it serves (on every interface).
+    let open = Dashboard::new(&queue)
+        .allow_remote(true)
+        .serve("0.0.0.0:0")
+        .expect("allowed");
+    let local = std::net::SocketAddr::from(([127, 0, 0, 1], open.local_addr().port()));
+    assert_eq!(get(local, open.token(), "/").status, 200);
+}
+
+#[test]
+fn a_foreign_host_is_refused() {
+    let app = app();
+    let addr = app.server.local_addr();
+    let auth = format!("Bearer {TOKEN}");
+    let rebound = send(
+        addr,
+        "GET",
+        "/",
+        &[("Host", "attacker.example:80"), ("Authorization", &auth)],
+        "",
+    );
+    assert_eq!(rebound.status, 403);
+    let localhost = format!("localhost:{}", addr.port());
+    let ok = send(
+        addr,
+        "GET",
+        "/",
+        &[("Host", &localhost), ("Authorization", &auth)],
+        "",
+    );
+    assert_eq!(ok.status, 200);
+}
+
+#[test]
+fn actions_from_elsewhere_write_nothing() {
+    let app = app();
+    let addr = app.server.local_addr();
+    let id = dead(&app.queue, b"x", "boom");
+    let page = get(addr, TOKEN, "/jobs?state=dead");
+    let csrf = csrf_of(&page.body);
+    let id_text = id.to_string();
+    let retry = |csrf: &str| {
+        vec![
+            ("csrf", csrf.to_string()),
+            ("op", "retry".to_string()),
+            ("id", id_text.clone()),
+        ]
+    };
+    let send_retry = |csrf: &str, extra: &[(&str, &str)]| {
+        let owned = retry(csrf);
+        let refs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        post(addr, TOKEN, &refs, extra)
+    };
+    // No form token, a wrong one, another site's origin, a cross-site fetch: 403.
+    assert_eq!(send_retry("", &[]).status, 403);
+    assert_eq!(send_retry("0000", &[]).status, 403);
+    assert_eq!(
+        send_retry(&csrf, &[("Origin", "http://attacker.example")]).status,
+        403
+    );
+    assert_eq!(send_retry(&csrf, &[("Origin", "null")]).status, 403);
+    assert_eq!(
+        send_retry(&csrf, &[("Sec-Fetch-Site", "cross-site")]).status,
+        403
+    );
+    // Without the access token: 401, even with the form token.
+    let owned = retry(&csrf);
+    let refs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let anonymous = send(addr, "POST", "/action", &[], &client::form(&refs));
+    assert_eq!(anonymous.status, 401);
+    // A GET never acts.
+    let get_action = get(
+        addr,
+        TOKEN,
+        &format!("/action?csrf={csrf}&op=retry&id={id}"),
+    );
+    assert_eq!(get_action.status, 405);
+    assert_eq!(
+        state(&app.queue, id),
+        Some(JobState::Dead),
+        "nothing written"
+    );
+    // The dashboard's own form, from its own origin: done, and back with a notice.
+    let own = format!("http://{addr}");
+    let done = send_retry(
+        &csrf,
+        &[("Origin", &own), ("Sec-Fetch-Site", "same-origin")],
+    );
+    assert_eq!(done.status, 303, "{}", done.body);
+    assert!(
+        done.header("location")
+            .expect("location")
+            .starts_with("/?notice=")
+    );
+    assert_eq!(state(&app.queue, id), Some(JobState::Ready));
+}
+
+#[test]
+fn read_only_shows_no_buttons_and_refuses_actions() {
+    let app = app_with(true);
+    let addr = app.server.local_addr();
+    let id = dead(&app.queue, b"x", "boom");
+    let page = get(addr, TOKEN, "/jobs?state=dead");
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains(&format!("data-job=\"{id}\"")));
+    assert!(
+        !page.body.contains("<form class=\"action\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("read-only"));
+    for op in ["retry", "remove", "pause", "retry_dead"] {
+        let id_text = id.to_string();
+        let answer = post(addr, TOKEN, &[("op", op), ("id", &id_text)], &[]);
+        assert_eq!(answer.status, 403, "{op}");
+    }
+    assert_eq!(state(&app.queue, id), Some(JobState::Dead));
+    assert!(!app.queue.is_paused());
+}
+
+#[test]
+fn wrong_state_and_missing_jobs_get_their_status_and_write_nothing() {
+    let app = app();
+    let addr = app.server.local_addr();
+    let ready = app
+        .queue
+        .enqueue(b"r", EnqueueOptions::default())
+        .expect("enqueue")
+        .id();
+    let csrf = csrf_of(&get(addr, TOKEN, "/").body);
+    let act =
+        |op: &str, id: &str| post(addr, TOKEN, &[("csrf", &csrf), ("op", op), ("id", id)], &[]);
+    let before = app.queue.stats().expect("stats");
+    let ready_text = ready.to_string();
+    let retry_ready = act("retry", &ready_text);
+    assert_eq!(retry_ready.status, 409, "{}", retry_ready.body);
+    assert!(retry_ready.body.contains("Nothing was changed"));
+    assert_eq!(act("promote", &ready_text).status, 409);
+    assert_eq!(act("retry", "999999").status, 404);
+    assert_eq!(act("remove", "999999").status, 404);
+    assert_eq!(act("retry", "not-a-number").status, 400);
+    assert_eq!(act("explode", &ready_text).status, 400);
+    // A leased job cannot be removed (end it through its lease, or cancel it).
+    let lease = app.queue.dequeue().expect("dequeue").expect("a job");
+    assert_eq!(act("remove", &ready_text).status, 409);
+    assert_eq!(state(&app.queue, ready), Some(JobState::Leased));
+    assert_eq!(app.queue.stats().expect("stats").total, before.total);
+    // Cancel fences the lease.
+    assert_eq!(act("cancel", &ready_text).status, 303);
+    assert!(matches!(lease.ack(), Err(Error::Cancelled { .. })));
+    // Pages: a job that does not exist, a bad id, an unknown page or state.
+    assert_eq!(get(addr, TOKEN, "/job?id=999999").status, 404);
+    assert_eq!(get(addr, TOKEN, "/job?id=abc").status, 400);
+    assert_eq!(get(addr, TOKEN, "/payload?id=999999").status, 404);
+    assert_eq!(get(addr, TOKEN, "/nowhere").status, 404);
+    assert_eq!(get(addr, TOKEN, "/jobs?state=sleeping").status, 400);
+    assert_eq!(get(addr, TOKEN, "/jobs?q=nope").status, 404);
+    assert_eq!(
+        get(addr, TOKEN, "/jobs?state=ready&after=garbage").status,
+        400
+    );
+    assert_eq!(
+        get(addr, TOKEN, "/jobs?state=ready&after=dead.1.2.3").status,
+        400
+    );
+}
+
+#[test]
+fn pause_resume_retry_all_and_remove_act_on_the_queue() {
+    let app = app();
+    let addr = app.server.local_addr();
+    let named = app.queue.named("emails").expect("named");
+    let a = dead(&named, b"a", "smtp down");
+    let b = dead(&named, b"b", "smtp down");
+    let csrf = csrf_of(&get(addr, TOKEN, "/").body);
+    let act = |pairs: &[(&str, &str)]| {
+        let mut all = vec![("csrf", csrf.as_str())];
+        all.extend_from_slice(pairs);
+        post(addr, TOKEN, &all, &[])
+    };
+    assert_eq!(act(&[("op", "pause"), ("q", "emails")]).status, 303);
+    assert!(named.stats().expect("stats").paused);
+    assert!(
+        !app.queue.stats().expect("stats").paused,
+        "only the named queue"
+    );
+    let overview = get(addr, TOKEN, "/");
+    assert!(
+        overview.body.contains("data-op=\"resume\""),
+        "{}",
+        overview.body
+    );
+    assert_eq!(act(&[("op", "resume"), ("q", "emails")]).status, 303);
+    assert!(!named.stats().expect("stats").paused);
+    let b_text = b.to_string();
+    assert_eq!(
+        act(&[("op", "remove"), ("q", "emails"), ("id", &b_text)]).status,
+        303
+    );
+    assert_eq!(state(&named, b), None);
+    let done = act(&[
+        ("op", "retry_dead"),
+        ("q", "emails"),
+        ("back", "/jobs?q=emails&state=dead"),
+    ]);
+    assert_eq!(done.status, 303);
+    let location = done.header("location").expect("location");
+    assert!(
+        location.starts_with("/jobs?q=emails&state=dead&notice=1+dead"),
+        "{location}"
+    );
+    assert_eq!(state(&named, a), Some(JobState::Ready));
+    // The job is in the named queue: asked in the default one, it is not found.
+    let a_text = a.to_string();
+    assert_eq!(act(&[("op", "retry"), ("id", &a_text)]).status, 404);
+    // A `back` off the dashboard is not followed.
+    let away = act(&[("op", "pause"), ("back", "//attacker.example/")]);
+    assert_eq!(
+        away.header("location").map(|l| l.starts_with("/?")),
+        Some(true)
+    );
+}
+
+#[test]
+fn pages_show_the_queue_and_escape_what_the_file_holds() {
+    let app = app();
+    let addr = app.server.local_addr();
+    let evil = "<script>alert(1)</script>";
+    let failed = dead(&app.queue, evil.as_bytes(), evil);
+    let json = app
+        .queue
+        .enqueue(
+            br#"{"to":"a@example.com","n":[1,2]}"#,
+            EnqueueOptions::default().idempotency_key(evil),
+        )
+        .expect("enqueue")
+        .id();
+    let binary = app
+        .queue
+        .enqueue(&[0u8, 159, 146, 150, b'<'], EnqueueOptions::default())
+        .expect("enqueue")
+        .id();
+    for target in [
+        "/".to_string(),
+        "/jobs?state=ready".into(),
+        "/jobs?state=dead".into(),
+        format!("/job?id={json}"),
+        format!("/job?id={failed}&view=text"),
+        format!("/jobs?state=ready&key={evil}"),
+    ] {
+        let target = target.replace('<', "%3C").replace('>', "%3E");
+        let page = get(addr, TOKEN, &target);
+        assert_eq!(page.status, 200, "{target}");
+        assert!(
+            !page.body.contains("<script>alert"),
+            "{target} unescaped: {}",
+            page.body
+        );
+    }
+    let detail = get(addr, TOKEN, &format!("/job?id={json}")).body;
+    assert!(
+        detail.contains("data-view=\"json\""),
+        "JSON chosen for a JSON payload"
+    );
+    assert!(
+        detail.contains("&quot;to&quot;: &quot;a@example.com&quot;"),
+        "{detail}"
+    );
+    assert!(detail.contains("&lt;script&gt;"), "the key shown, escaped");
+    let hex = get(addr, TOKEN, &format!("/job?id={binary}")).body;
+    assert!(hex.contains("data-view=\"hex\""), "hex chosen for bytes");
+    assert!(hex.contains("00 9f 92 96 3c"), "{hex}");
+    let dead_page = get(addr, TOKEN, &format!("/job?id={failed}")).body;
+    assert!(dead_page.contains("data-state>dead<"), "{dead_page}");
+    assert!(
+        dead_page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "the error, escaped"
+    );
+    // The download is the payload, byte for byte, and not rendered.
+    let raw = get(addr, TOKEN, &format!("/payload?id={json}"));
+    assert_eq!(raw.status, 200);
+    assert_eq!(raw.header("content-type"), Some("application/octet-stream"));
+    assert_eq!(raw.body, r#"{"to":"a@example.com","n":[1,2]}"#);
+    // Headers that keep the pages from being framed or loading anything else.
+    let csp = raw.header("content-security-policy").expect("csp");
+    assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"));
+    // The counts on the overview and in JSON are the queue's.
+    let stats = app.queue.stats().expect("stats");
+    let overview = get(addr, TOKEN, "/api/overview");
+    let doc: serde_json::Value = serde_json::from_str(&overview.body).expect("json");
+    let default = &doc["queues"][0];
+    assert_eq!(default["queue"], serde_json::Value::Null);
+    assert_eq!(default["ready"], stats.ready);
+    assert_eq!(default["dead"], stats.dead);
+    let enqueued: u64 = default["metrics"]
+        .as_array()
+        .expect("minutes")
+        .iter()
+        .map(|m| m["enqueued"].as_u64().expect("a count"))
+        .sum();
+    assert_eq!(enqueued, 3, "the metrics not yet written are shown too");
+}
+
+#[test]
+fn paging_and_search_by_key_reach_every_job() {
+    let app = app();
+    let addr = app.server.local_addr();
+    let mut ids = Vec::new();
+    for i in 0..130u32 {
+        let key = format!("order-{i:03}");
+        let opts = EnqueueOptions::default().dedup_key(&key);
+        ids.push(app.queue.enqueue(b"p", opts).expect("enqueue").id());
+    }
+    // Paging: 50 a page, the cursor in the next link, every job once.
+    let mut seen = Vec::new();
+    let mut target = "/jobs?state=ready".to_string();
+    loop {
+        let page = get(addr, TOKEN, &target).body;
+        seen.extend(job_rows(&page));
+        match next_link(&page) {
+            Some(next) => target = next,
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids);
+    // Search: a part of a key, across pages of the scan.
+    let found = job_rows(&get(addr, TOKEN, "/jobs?state=ready&key=order-12").body);
+    assert_eq!(found, ids[120..130].to_vec());
+    // A number finds the job of that id, and the jobs whose keys hold its digits.
+    let by_id = job_rows(&get(addr, TOKEN, &format!("/jobs?state=ready&key={}", ids[7])).body);
+    assert!(by_id.contains(&ids[7]), "{by_id:?}");
+    let digits = ids[7].to_string();
+    let expected: Vec<JobId> = (0..130)
+        .filter(|&i| ids[i] == ids[7] || format!("order-{i:03}").contains(&digits))
+        .map(|i| ids[i])
+        .collect();
+    assert_eq!(by_id, expected);
+    let nothing = get(addr, TOKEN, "/jobs?state=dead&key=order").body;
+    assert!(job_rows(&nothing).is_empty());
+    assert!(nothing.contains("0 found"));
+    // More matches than a page: the rest is reached through "search on".
+    let first = get(addr, TOKEN, "/jobs?state=ready&key=order-").body;
+    let mut all = job_rows(&first);
+    assert_eq!(all.len(), 50);
+    let mut next = next_link(&first);
+    while let Some(target) = next {
+        let page = get(addr, TOKEN, &target).body;
+        all.extend(job_rows(&page));
+        next = next_link(&page);
+    }
+    assert_eq!(all, ids);
+}
+
+/// The ids of a jobs page's rows, in order.
+fn job_rows(page: &str) -> Vec<JobId> {
+    page.split("<tr data-job=\"")
+        .skip(1)
+        .map(|rest| {
+            JobId(
+                rest.split('"')
+                    .next()
+                    .expect("id")
+                    .parse()
+                    .expect("a number"),
+            )
+        })
+        .collect()
+}
+
+/// The `next` link of a page, unescaped.
+fn next_link(page: &str) -> Option<String> {
+    let at = page.find("rel=\"next\" href=\"")? + "rel=\"next\" href=\"".len();
+    Some(page[at..].split('"').next()?.replace("&amp;", "&"))
+}
+
+#[test]
+fn job_cursors_survive_text() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let queue = Queue::open(dir.path().join("q.leaseq")).expect("open");
+    for i in 0..5u8 {
+        queue
+            .enqueue(&[i], EnqueueOptions::default())
+            .expect("enqueue");
+    }
+    let page = queue.jobs(JobState::Ready, None, 2).expect("page");
+    let cursor = page.next.expect("a next page");
+    let text = cursor.to_text();
+    assert!(text.starts_with("ready."), "{text}");
+    assert_eq!(JobCursor::parse(&text).expect("parse"), cursor);
+    assert_eq!(cursor.state(), JobState::Ready);
+    let rest = queue
+        .jobs(
+            JobState::Ready,
+            Some(JobCursor::parse(&text).expect("parse")),
+            10,
+        )
+        .expect("page");
+    assert_eq!(rest.jobs.len(), 3);
+    for bad in [
+        "",
+        "ready",
+        "ready.1.2",
+        "ready.1.2.3.4",
+        "sleeping.1.2.3",
+        "ready.-1.2.3",
+        "ready.a.b.c",
+    ] {
+        assert!(
+            matches!(JobCursor::parse(bad), Err(Error::InvalidOption { .. })),
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
+fn a_file_dashboard_reads_beside_a_live_app_and_acts_when_nobody_holds_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("q.leaseq");
+    let app = Queue::builder().live_reads(true).open(&path).expect("open");
+    let id = dead(&app, b"x", "boom");
+    app.flush().expect("flush");
+    let server = Dashboard::for_file(&path)
+        .token(TOKEN)
+        .serve("127.0.0.1:0")
+        .expect("serve beside a live app");
+    let addr = server.local_addr();
+    let page = get(addr, TOKEN, "/jobs?state=dead");
+    assert!(
+        page.body.contains(&format!("data-job=\"{id}\"")),
+        "{}",
+        page.body
+    );
+    // A job enqueued by the app shows at the next page.
+    app.enqueue(b"new", EnqueueOptions::default())
+        .expect("enqueue");
+    let doc: serde_json::Value =
+        serde_json::from_str(&get(addr, TOKEN, "/api/overview").body).expect("json");
+    assert_eq!(doc["live"], true);
+    assert_eq!(doc["queues"][0]["ready"], 1);
+    // An action while the app holds the file: 409, nothing written.
+    let csrf = csrf_of(&page.body);
+    let id_text = id.to_string();
+    let refused = post(
+        addr,
+        TOKEN,
+        &[("csrf", &csrf), ("op", "retry"), ("id", &id_text)],
+        &[],
+    );
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert_eq!(state(&app, id), Some(JobState::Dead));
+    // The app stops: the action opens the file for itself and is done.
+    drop(app);
+    let done = post(
+        addr,
+        TOKEN,
+        &[("csrf", &csrf), ("op", "retry"), ("id", &id_text)],
+        &[],
+    );
+    assert_eq!(done.status, 303, "{}", done.body);
+    // Between requests the dashboard holds nothing: the app opens again at once.
+    let again = Queue::open(&path).expect("reopen while the dashboard serves");
+    assert_eq!(state(&again, id), Some(JobState::Ready));
+    drop(again);
+    server.stop();
+}
+
+#[test]
+fn a_file_dashboard_refuses_what_it_cannot_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let foreign = dir.path().join("notes.txt");
+    std::fs::write(&foreign, b"not a queue at all, just some text long enough").expect("write");
+    match Dashboard::for_file(&foreign).serve("127.0.0.1:0") {
+        Err(Error::NotLeaseq { .. }) => {}
+        other => panic!("a foreign file: {other:?}"),
+    }
+    assert_eq!(
+        std::fs::read(&foreign).expect("read"),
+        b"not a queue at all, just some text long enough"
+    );
+    let path = dir.path().join("q.leaseq");
+    let app = Queue::open(&path).expect("open");
+    match Dashboard::for_file(&path).serve("127.0.0.1:0") {
+        Err(Error::HeldExclusively { .. }) => {}
+        other => panic!("held exclusively: {other:?}"),
+    }
+    drop(app);
+    match Dashboard::for_file(dir.path().join("missing.leaseq")).serve("127.0.0.1:0") {
+        Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+        other => panic!("a missing file: {other:?}"),
+    }
+    assert!(!dir.path().join("missing.leaseq").exists());
+}
+
+#[test]
+fn stopping_closes_the_port() {
+    let app = app();
+    let addr = app.server.local_addr();
+    assert_eq!(get(addr, TOKEN, "/").status, 200);
+    app.server.stop();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "still listening"
+    );
+}
