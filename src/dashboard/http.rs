@@ -457,7 +457,10 @@ fn asked(request: &Request) -> Asked {
 }
 
 fn response(reply: Reply) -> Response<std::io::Cursor<Vec<u8>>> {
-    let mut response = Response::from_data(reply.body).with_status_code(reply.status);
+    // Whole answers with their length, never chunked: every one is built in memory first.
+    let mut response = Response::from_data(reply.body)
+        .with_status_code(reply.status)
+        .with_chunked_threshold(usize::MAX);
     let fixed = [
         ("Content-Type", reply.content_type),
         ("Cache-Control", "no-store"),

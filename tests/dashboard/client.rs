@@ -64,11 +64,17 @@ pub fn send(
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    Answer {
+    let answer = Answer {
         status,
         headers,
         body: body.to_string(),
-    }
+    };
+    assert_eq!(
+        answer.header("transfer-encoding"),
+        None,
+        "the dashboard sends whole answers with their length"
+    );
+    answer
 }
 
 /// A GET with the token as a bearer header.

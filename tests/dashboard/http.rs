@@ -531,13 +531,8 @@ fn job_rows(page: &str) -> Vec<JobId> {
     page.split("<tr data-job=\"")
         .skip(1)
         .map(|rest| {
-            JobId(
-                rest.split('"')
-                    .next()
-                    .expect("id")
-                    .parse()
-                    .expect("a number"),
-            )
+            let id = rest.split('"').next().expect("id");
+            JobId(id.parse().unwrap_or_else(|e| panic!("{e}: {id:?} in {page}")))
         })
         .collect()
 }
