@@ -1357,3 +1357,100 @@ fn watch_follows_a_running_app() {
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("live_reads"), "{}", stderr(&o));
 }
+
+/// One GET to the dashboard at `addr` with the token as a bearer header: status and body.
+fn dashboard_get(addr: &str, token: &str, target: &str) -> (u16, String) {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(RUN_TIMEOUT)).unwrap();
+    write!(
+        stream,
+        "GET {target} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, body.to_string())
+}
+
+#[test]
+fn dashboard_serves_a_file_beside_a_running_app() {
+    let (_dir, path) = tmp();
+    let app = Queue::builder().live_reads(true).open(&path).unwrap();
+    app.enqueue(b"x", EnqueueOptions::default()).unwrap();
+    let mut child = common::spawn_retrying(
+        common::target_command(BIN)
+            .args([
+                "dashboard",
+                s(&path),
+                "--addr",
+                "127.0.0.1:0",
+                "--read-only",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    // The URL is printed once, on the first line.
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(RUN_TIMEOUT)
+        .expect("the dashboard printed its URL");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"));
+    assert!(line.contains("(read-only)"), "{line}");
+    let (addr, token) = url
+        .trim_start_matches("http://")
+        .split_once("/?token=")
+        .unwrap();
+    let (status, body) = dashboard_get(addr, token, "/api/overview");
+    assert_eq!(status, 200, "{body}");
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["live"], true);
+    assert_eq!(doc["read_only"], true);
+    assert_eq!(doc["queues"][0]["ready"], 1);
+    // It follows the app's commits, and a wrong token reads nothing.
+    app.enqueue(b"y", EnqueueOptions::default()).unwrap();
+    let doc: Value = serde_json::from_str(&dashboard_get(addr, token, "/api/overview").1).unwrap();
+    assert_eq!(doc["queues"][0]["ready"], 2);
+    assert_eq!(dashboard_get(addr, "wrong-token-0123456789", "/").0, 401);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    drop(app);
+
+    // What it cannot serve: exit 2 with one line saying why, the files left alone.
+    let (dir, foreign) = tmp();
+    std::fs::write(&foreign, b"just text, no queue here, long enough to look").unwrap();
+    let o = run(&["dashboard", s(&foreign), "--addr", "127.0.0.1:0"]);
+    assert!(fails(&o, 2).contains("not a leaseq file"), "{}", stderr(&o));
+    let o = run(&["dashboard", s(&path), "--addr", "0.0.0.0:0"]);
+    assert!(
+        fails(&o, 2).contains("not a loopback address"),
+        "{}",
+        stderr(&o)
+    );
+    let missing = dir.path().join("missing.leaseq");
+    let o = run(&["dashboard", s(&missing), "--addr", "127.0.0.1:0"]);
+    assert!(fails(&o, 2).contains("no such file"), "{}", stderr(&o));
+    assert!(!missing.exists());
+    let held = Queue::open(&path).unwrap();
+    let o = run(&["dashboard", s(&path), "--addr", "127.0.0.1:0"]);
+    assert!(
+        fails(&o, 2).contains("holds it exclusively"),
+        "{}",
+        stderr(&o)
+    );
+    drop(held);
+}

@@ -532,7 +532,10 @@ fn job_rows(page: &str) -> Vec<JobId> {
         .skip(1)
         .map(|rest| {
             let id = rest.split('"').next().expect("id");
-            JobId(id.parse().unwrap_or_else(|e| panic!("{e}: {id:?} in {page}")))
+            JobId(
+                id.parse()
+                    .unwrap_or_else(|e| panic!("{e}: {id:?} in {page}")),
+            )
         })
         .collect()
 }
