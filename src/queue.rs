@@ -148,6 +148,20 @@ impl Queue {
         }
     }
 
+    /// The file's default queue (the one with no name), from any handle of the file: the
+    /// inverse of [`Queue::named`]. It keeps this handle's settings (lease, attempts,
+    /// encoding, retry policy); nothing is written.
+    pub fn default_queue(&self) -> Queue {
+        Queue {
+            inner: self.inner.clone(),
+            config: QueueConfig {
+                tables: &crate::format::schema::DEFAULT_TABLES,
+                ..self.config
+            },
+            name: None,
+        }
+    }
+
     /// The names of the file's named queues, sorted (the default queue is not listed).
     ///
     /// # Errors

@@ -188,6 +188,16 @@ impl Reader {
         }
     }
 
+    /// The file's default queue (the one with no name), from any reader of the file: the
+    /// inverse of [`Reader::existing`], on the same open.
+    pub fn default_queue(&self) -> Reader {
+        Reader {
+            inner: self.inner.clone(),
+            tables: &DEFAULT_TABLES,
+            name: None,
+        }
+    }
+
     /// The names of the file's named queues, sorted (the default queue is not listed), as
     /// [`Queue::queue_names`](crate::Queue::queue_names).
     ///

@@ -14,7 +14,8 @@ use crate::{Error, JobId};
 
 /// Bytes of a form body read at most (an action's form is a few hundred bytes).
 const FORM_BYTES_MAX: u64 = 16 * 1024;
-/// How often the loop looks at the stop flag while no request comes.
+/// How often an idle serving thread looks at the stop flag and at whether the app closed its
+/// queue.
 const STOP_POLL: Duration = Duration::from_millis(100);
 /// The reason [`Queue::cancel`](crate::Queue::cancel) records for a cancel from the dashboard.
 pub(super) const CANCEL_REASON: &str = "cancelled from the dashboard";
@@ -132,7 +133,7 @@ impl App {
         while !stop.load(Ordering::SeqCst) {
             match listener.recv_timeout(STOP_POLL) {
                 Ok(Some(request)) => self.answer(request),
-                Ok(None) => {}
+                Ok(None) => self.target.release_if_closed(),
                 Err(e) => {
                     tracing::warn!(error = %e, "leaseq: dashboard stops: the listener failed");
                     return;
@@ -142,6 +143,7 @@ impl App {
     }
 
     fn answer(&self, mut request: Request) {
+        self.target.release_if_closed();
         let asked = asked(&request);
         let reply = match (&asked.method, asked.path.as_str()) {
             // Shared by every page, holding no data: served without the token.
@@ -400,6 +402,8 @@ pub(super) fn status_of(e: &Error) -> u16 {
         | Error::HeldExclusively { .. }
         | Error::Busy { .. } => 409,
         Error::InvalidOption { .. } => 400,
+        // The app closed its queue (shutting down): try again once it runs.
+        Error::Closed => 503,
         Error::Io(io) if io.kind() == std::io::ErrorKind::NotFound => 404,
         _ => 500,
     }

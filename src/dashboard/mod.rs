@@ -7,8 +7,8 @@
 //! Served in the app, on the app's own handle ([`serve`], [`Dashboard::new`]), or for a file
 //! by another process ([`Dashboard::for_file`]; the tool's `leaseq dashboard FILE`). Plain
 //! HTML from the server, a small script that refreshes the counts every 2 s, no build step
-//! and no resource from another site. The HTTP server is [`tiny_http`] on a thread of its
-//! own; requests are answered one at a time.
+//! and no resource from another site. The HTTP server is [`tiny_http`], answering on 4
+//! threads of its own.
 //!
 //! ```no_run
 //! # fn main() -> leaseq::Result<()> {
@@ -57,6 +57,9 @@ mod http;
 mod pages;
 mod view;
 
+/// Threads answering requests: a slow client holds one of them, not the dashboard.
+const THREADS: usize = 4;
+
 /// Bytes of an access token given to [`Dashboard::token`]: at least this many.
 pub const TOKEN_BYTES_MIN: usize = 16;
 /// Bytes of an access token given to [`Dashboard::token`]: at most this many.
@@ -84,9 +87,13 @@ pub struct Dashboard {
 impl Dashboard {
     /// A dashboard of the app's own file, through `queue` (a clone is kept; any queue of the
     /// file is shown). Reads and actions go through the app's handle: nothing else opens the
-    /// file, and the counts include the metrics not written yet.
+    /// file, and the counts include the metrics not written yet. Once the app closes the file
+    /// ([`Queue::close`], or a [`Queue::shutdown`] starting), the dashboard drops its handle
+    /// within 100 ms, so the shutdown can release the file, and answers `503` from then on.
     pub fn new(queue: &Queue) -> Dashboard {
-        Dashboard::with_target(view::Target::App(queue.clone()))
+        Dashboard::with_target(view::Target::App(parking_lot::RwLock::new(Some(
+            queue.clone(),
+        ))))
     }
 
     /// A dashboard of the file at `path`, for a process that is not the app (the tool's
@@ -134,7 +141,7 @@ impl Dashboard {
         self
     }
 
-    /// Listens at `addr` and serves on a thread of its own until the [`Server`] is dropped or
+    /// Listens at `addr` and serves on threads of its own until the [`Server`] is dropped or
     /// stopped. For a file ([`Dashboard::for_file`]), the file is opened once first (verified
     /// as an open does), so a file that cannot be read fails here rather than on every page.
     ///
@@ -188,31 +195,35 @@ impl Dashboard {
             random_token()?,
             local_addr,
         );
-        let thread = std::thread::Builder::new()
-            .name("leaseq-dashboard".into())
-            .spawn({
-                let (listener, stop) = (listener.clone(), stop.clone());
-                move || app.run(&listener, &stop)
-            })?;
-        tracing::info!(addr = %local_addr, "leaseq: dashboard listening");
-        Ok(Server {
+        let app = Arc::new(app);
+        let mut server = Server {
             local_addr,
             token,
             listener,
             stop,
-            thread: Some(thread),
-        })
+            threads: Vec::with_capacity(THREADS),
+        };
+        for _ in 0..THREADS {
+            let (app, listener, stop) = (app.clone(), server.listener.clone(), server.stop.clone());
+            // On an error the threads started so far stop with `server`'s drop.
+            let thread = std::thread::Builder::new()
+                .name("leaseq-dashboard".into())
+                .spawn(move || app.run(&listener, &stop))?;
+            server.threads.push(thread);
+        }
+        tracing::info!(addr = %local_addr, "leaseq: dashboard listening");
+        Ok(server)
     }
 }
 
 /// A running dashboard. Dropping it (or [`Server::stop`]) stops it: the listener closes,
-/// the request being answered ends first.
+/// the requests being answered end first.
 pub struct Server {
     local_addr: SocketAddr,
     token: String,
     listener: Arc<tiny_http::Server>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Server {
@@ -232,15 +243,17 @@ impl Server {
         &self.token
     }
 
-    /// Stops listening and waits for the request being answered.
+    /// Stops listening and waits for the requests being answered.
     pub fn stop(mut self) {
         self.shut();
     }
 
     fn shut(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        self.listener.unblock();
-        if let Some(thread) = self.thread.take() {
+        for _ in 0..self.threads.len() {
+            self.listener.unblock();
+        }
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
     }

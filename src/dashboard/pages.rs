@@ -230,10 +230,7 @@ pub(super) fn overview(app: &App, asked: &Asked) -> Result<Page> {
     let mut body = String::from(snapshot_note(&view));
     for q in queues(&view)? {
         let q = q.as_deref();
-        let v = match q {
-            None => app.target.view(None)?,
-            Some(_) => app.target.view(q)?,
-        };
+        let v = view.queue(q)?;
         let stats = v.stats()?;
         let since = (now / 60_000).saturating_sub(CHART_MINUTES - 1) * 60_000;
         let minutes = v.metrics(since)?;
@@ -877,7 +874,7 @@ pub(super) fn overview_json(app: &App) -> Result<String> {
     let since = (now / 60_000).saturating_sub(CHART_MINUTES - 1) * 60_000;
     let mut out = Vec::new();
     for q in queues(&view)? {
-        let v = app.target.view(q.as_deref())?;
+        let v = view.queue(q.as_deref())?;
         let s = v.stats()?;
         let minutes: Vec<_> = v
             .metrics(since)?
@@ -910,6 +907,7 @@ pub(super) fn error_page(app: &App, status: u16, e: &Error) -> String {
         404 => "Not found",
         409 => "Not possible now",
         400 => "Bad request",
+        503 => "Unavailable",
         _ => "Error",
     };
     let body = format!(

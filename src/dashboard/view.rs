@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use parking_lot::RwLock;
+
 use crate::{
     Error, JobCursor, JobId, JobInfo, JobPage, JobState, MinuteCounts, Queue, Reader, Result,
     ScheduleInfo, Stats,
@@ -11,8 +13,10 @@ use crate::{
 
 /// Where the dashboard reads and writes.
 pub(crate) enum Target {
-    /// The app's own queue handle (any queue of its file).
-    App(Queue),
+    /// The app's own queue handle (any queue of its file), let go of once the app closes the
+    /// file ([`Queue::close`], [`Queue::shutdown`]): a shutdown waits for every handle, and
+    /// the dashboard's must not keep it from releasing the file.
+    App(RwLock<Option<Queue>>),
     /// A file, read without holding it between requests.
     File {
         path: PathBuf,
@@ -29,10 +33,41 @@ pub(crate) enum View {
 }
 
 impl Target {
-    pub(crate) fn path(&self) -> Option<&Path> {
+    /// The file's path (`None` for an app's file without one, or once the app closed it).
+    pub(crate) fn path(&self) -> Option<PathBuf> {
         match self {
-            Target::App(queue) => queue.path(),
-            Target::File { path, .. } => Some(path),
+            Target::App(queue) => queue.read().as_ref()?.path().map(Path::to_path_buf),
+            Target::File { path, .. } => Some(path.clone()),
+        }
+    }
+
+    /// The app's queue handle while the app has not closed the file; drops it once it has.
+    ///
+    /// # Errors
+    /// `Closed` once the app closed the file.
+    fn app_queue(lock: &RwLock<Option<Queue>>) -> Result<Queue> {
+        if let Some(queue) = lock.read().as_ref()
+            && !queue.is_closed()
+        {
+            return Ok(queue.clone());
+        }
+        Target::release_closed(lock);
+        Err(Error::Closed)
+    }
+
+    /// Drops the app's handle if the app closed the file (called at every request and by
+    /// the serving threads while idle).
+    pub(crate) fn release_if_closed(&self) {
+        if let Target::App(lock) = self {
+            Target::release_closed(lock);
+        }
+    }
+
+    fn release_closed(lock: &RwLock<Option<Queue>>) {
+        let closed = lock.read().as_ref().is_some_and(Queue::is_closed);
+        if closed {
+            tracing::info!("leaseq: the dashboard lets go of the closed queue");
+            *lock.write() = None;
         }
     }
 
@@ -43,7 +78,7 @@ impl Target {
     /// ([`Reader::open`]).
     pub(crate) fn view(&self, name: Option<&str>) -> Result<View> {
         let view = match self {
-            Target::App(queue) => View::Queue(queue.clone()),
+            Target::App(lock) => View::Queue(Target::app_queue(lock)?),
             Target::File { path, verified } => {
                 let verify = !verified.load(Ordering::Relaxed);
                 let reader = Queue::builder().check_integrity(verify).open_reader(path)?;
@@ -51,18 +86,15 @@ impl Target {
                 View::Reader(reader)
             }
         };
-        match name {
-            None => Ok(view),
-            Some(name) => view.existing(name),
-        }
+        view.queue(name)
     }
 
     /// Runs `action` on a handle that may write: the app's queue, or the file opened for
     /// writing for this one action (and closed after it).
     ///
     /// # Errors
-    /// Those of `action`; for a file, `AlreadyOpen` while another process has it open, and
-    /// the errors of [`Queue::open`].
+    /// Those of `action`; `Closed` once the app closed its file; for a file, `AlreadyOpen`
+    /// while another process has it open, and the errors of [`Queue::open`].
     pub(crate) fn write<T>(
         &self,
         name: Option<&str>,
@@ -70,7 +102,10 @@ impl Target {
     ) -> Result<T> {
         let opened;
         let queue = match self {
-            Target::App(queue) => queue,
+            Target::App(lock) => {
+                opened = Target::app_queue(lock)?;
+                &opened
+            }
             Target::File { path, .. } => {
                 if !path.exists() {
                     return Err(Error::Io(std::io::Error::new(
@@ -83,17 +118,24 @@ impl Target {
             }
         };
         match name {
-            None => action(queue),
+            None => action(&queue.default_queue()),
             Some(name) => action(&queue.existing(name)?),
         }
     }
 }
 
 impl View {
-    fn existing(&self, name: &str) -> Result<View> {
-        Ok(match self {
-            View::Queue(q) => View::Queue(q.existing(name)?),
-            View::Reader(r) => View::Reader(r.existing(name)?),
+    /// The handle of another queue of the same file (`None`: the default queue), on the
+    /// same open: one page reads all its queues from one open of the file.
+    ///
+    /// # Errors
+    /// `QueueNotFound` for a name the file does not have.
+    pub(crate) fn queue(&self, name: Option<&str>) -> Result<View> {
+        Ok(match (self, name) {
+            (View::Queue(q), Some(name)) => View::Queue(q.existing(name)?),
+            (View::Reader(r), Some(name)) => View::Reader(r.existing(name)?),
+            (View::Queue(q), None) => View::Queue(q.default_queue()),
+            (View::Reader(r), None) => View::Reader(r.default_queue()),
         })
     }
 

@@ -676,3 +676,56 @@ fn stopping_closes_the_port() {
         "still listening"
     );
 }
+
+#[test]
+fn a_shutdown_is_not_held_up_by_the_dashboard() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("q.leaseq");
+    let queue = Queue::open(&path).expect("open");
+    queue
+        .enqueue(b"x", EnqueueOptions::default())
+        .expect("enqueue");
+    let server = Dashboard::new(&queue)
+        .token(TOKEN)
+        .serve("127.0.0.1:0")
+        .expect("serve");
+    let addr = server.local_addr();
+    assert_eq!(get(addr, TOKEN, "/").status, 200);
+    // The dashboard keeps a handle; the shutdown waits for it to let go, which it does.
+    let report = queue.shutdown(Duration::from_secs(10));
+    assert!(report.released, "{report:?}");
+    let closed = get(addr, TOKEN, "/");
+    assert_eq!(closed.status, 503, "{}", closed.body);
+    let reopened = Queue::open(&path).expect("reopen");
+    assert_eq!(reopened.stats().expect("stats").ready, 1);
+    assert!(!reopened.recovery().repaired);
+}
+
+#[test]
+fn a_named_handle_serves_the_whole_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let queue = Queue::open(dir.path().join("q.leaseq")).expect("open");
+    let mail = queue.named("mail").expect("named");
+    queue
+        .enqueue(b"d", EnqueueOptions::default())
+        .expect("enqueue");
+    for _ in 0..3 {
+        mail.enqueue(b"m", EnqueueOptions::default())
+            .expect("enqueue");
+    }
+    let server = Dashboard::new(&mail)
+        .token(TOKEN)
+        .serve("127.0.0.1:0")
+        .expect("serve");
+    let doc: serde_json::Value =
+        serde_json::from_str(&get(server.local_addr(), TOKEN, "/api/overview").body).expect("json");
+    assert_eq!(doc["queues"][0]["queue"], serde_json::Value::Null);
+    assert_eq!(
+        doc["queues"][0]["ready"], 1,
+        "the default queue's own count"
+    );
+    assert_eq!(doc["queues"][1]["queue"], "mail");
+    assert_eq!(doc["queues"][1]["ready"], 3);
+    assert_eq!(queue.default_queue().stats().expect("stats").ready, 1);
+    assert_eq!(mail.default_queue().name(), None);
+}
