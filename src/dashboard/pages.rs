@@ -301,7 +301,8 @@ pub(super) fn overview(app: &App, asked: &Asked) -> Result<Page> {
     })
 }
 
-/// The last hour's totals and the last full minute's rates.
+/// The last hour's totals, and the rates per second over the current minute and the one
+/// before it (a window of 60 to 120 s that slides with the clock).
 fn rates(minutes: &[MinuteCounts], now: u64) -> String {
     let mut hour = MinuteCounts::default();
     for m in minutes {
@@ -311,17 +312,18 @@ fn rates(minutes: &[MinuteCounts], now: u64) -> String {
         hour.dead += m.dead;
         hour.cancelled += m.cancelled;
     }
-    let last = (now / 60_000).saturating_sub(1) * 60_000;
+    let current = now / 60_000 * 60_000;
+    let window_s = (60_000 + (now - current)) as f64 / 1000.0;
     let per_s = |f: fn(&MinuteCounts) -> u64| {
-        let n = minutes
+        let n: u64 = minutes
             .iter()
-            .find(|m| m.minute_ms == last)
+            .filter(|m| m.minute_ms + 60_000 >= current)
             .map(f)
-            .unwrap_or(0);
-        format!("{:.1}", n as f64 / 60.0)
+            .sum();
+        format!("{:.1}", n as f64 / window_s)
     };
     format!(
-        "<p class=\"rates\">Last minute: <b data-rate=\"enqueued\">{}</b>/s enqueued, \
+        "<p class=\"rates\">Now: <b data-rate=\"enqueued\">{}</b>/s enqueued, \
          <b data-rate=\"completed\">{}</b>/s completed. Last hour: {} enqueued, {} completed, \
          {} retried, {} dead, {} cancelled.</p>",
         per_s(|m| m.enqueued),
