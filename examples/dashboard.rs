@@ -42,10 +42,10 @@ fn main() -> Result<(), Error> {
         let n: u64 = serde_json::from_slice::<serde_json::Value>(lease.payload())?["n"]
             .as_u64()
             .unwrap_or(0);
-        if n % 40 == 0 {
+        if n.is_multiple_of(40) {
             return Err(format!("order {n}: card declined (for good)").into());
         }
-        if n % 10 == 0 && lease.attempt() == 1 {
+        if n.is_multiple_of(10) && lease.attempt() == 1 {
             return Err(format!("order {n}: gateway timeout").into());
         }
         Ok(())
@@ -58,10 +58,10 @@ fn main() -> Result<(), Error> {
     let mut n = 0u64;
     while seconds.is_none_or(|s| started.elapsed() < Duration::from_secs(s)) {
         n += 1;
-        let target = if n % 3 == 0 { &mail } else { &queue };
+        let target = if n.is_multiple_of(3) { &mail } else { &queue };
         let payload = serde_json::json!({"n": n, "to": format!("user{}@example.com", n % 97)});
         let opts = EnqueueOptions::default()
-            .max_attempts(if n % 40 == 0 { 1 } else { 3 })
+            .max_attempts(if n.is_multiple_of(40) { 1 } else { 3 })
             .idempotency_key(format!("order-{n}"));
         target.enqueue(payload.to_string().as_bytes(), opts)?;
         std::thread::sleep(Duration::from_millis(20));

@@ -518,7 +518,7 @@ pub struct JobCursor {
 
 impl JobCursor {
     /// This cursor as text, to carry in a URL or on a command line (a dashboard's "next page"
-    /// link): `<state>.<a>.<b>.<c>` in ASCII, at most 70 bytes. [`JobCursor::parse`] reads it
+    /// link): `<state>.<a>.<b>.<c>` in ASCII, at most 72 bytes. [`JobCursor::parse`] reads it
     /// back. The text names a place in the state's order, not a job: any cursor is safe to
     /// pass to [`Queue::jobs`](crate::Queue::jobs), a forged one only starts the page
     /// elsewhere.

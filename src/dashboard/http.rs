@@ -1,22 +1,13 @@
-//! The server loop: access (token, host, cross-site checks), routing, and the answers.
+//! What the dashboard answers: access (token, host, cross-site checks), routing, actions.
+//! The HTTP connections themselves are `server.rs`'s.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use tiny_http::{Header, Method, Request, Response};
-
+use super::invalid;
 use super::pages::{self, Page};
 use super::view::Target;
 use crate::{Error, JobId};
-
-/// Bytes of a form body read at most (an action's form is a few hundred bytes).
-const FORM_BYTES_MAX: u64 = 16 * 1024;
-/// How often an idle serving thread looks at the stop flag and at whether the app closed its
-/// queue.
-const STOP_POLL: Duration = Duration::from_millis(100);
 /// The reason [`Queue::cancel`](crate::Queue::cancel) records for a cancel from the dashboard.
 pub(super) const CANCEL_REASON: &str = "cancelled from the dashboard";
 
@@ -40,10 +31,10 @@ pub(super) struct App {
 
 /// An answer before it is sent.
 pub(super) struct Reply {
-    status: u16,
-    content_type: &'static str,
-    body: Vec<u8>,
-    headers: Vec<(&'static str, String)>,
+    pub(super) status: u16,
+    pub(super) content_type: &'static str,
+    pub(super) body: Vec<u8>,
+    pub(super) headers: Vec<(&'static str, String)>,
 }
 
 impl Reply {
@@ -51,7 +42,7 @@ impl Reply {
         Reply::with(status, "text/html; charset=utf-8", body.into_bytes())
     }
 
-    fn text(status: u16, body: impl Into<String>) -> Reply {
+    pub(super) fn text(status: u16, body: impl Into<String>) -> Reply {
         Reply::with(
             status,
             "text/plain; charset=utf-8",
@@ -75,12 +66,13 @@ impl Reply {
     }
 }
 
-/// A request's method, path, query and headers (lower-case names), read before answering.
+/// A request read whole: method, path, query, headers (lower-case names) and body.
 pub(super) struct Asked {
-    method: Method,
+    pub(super) method: String,
     pub(super) path: String,
     pub(super) query: HashMap<String, String>,
-    headers: HashMap<String, String>,
+    pub(super) headers: HashMap<String, String>,
+    pub(super) body: Vec<u8>,
 }
 
 impl Asked {
@@ -128,42 +120,28 @@ impl App {
         }
     }
 
-    /// Answers requests until `stop`.
-    pub(super) fn run(&self, listener: &tiny_http::Server, stop: &AtomicBool) {
-        while !stop.load(Ordering::SeqCst) {
-            match listener.recv_timeout(STOP_POLL) {
-                Ok(Some(request)) => self.answer(request),
-                Ok(None) => self.target.release_if_closed(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "leaseq: dashboard stops: the listener failed");
-                    return;
-                }
-            }
-        }
-    }
-
-    fn answer(&self, mut request: Request) {
+    /// The answer to one request.
+    pub(super) fn answer(&self, asked: &Asked) -> Reply {
         self.target.release_if_closed();
-        let asked = asked(&request);
-        let reply = match (&asked.method, asked.path.as_str()) {
+        match (asked.method.as_str(), asked.path.as_str()) {
             // Shared by every page, holding no data: served without the token.
-            (Method::Get, "/static/dashboard.css") => {
+            ("GET" | "HEAD", "/static/dashboard.css") => {
                 Reply::with(200, "text/css; charset=utf-8", CSS.as_bytes().to_vec())
             }
-            (Method::Get, "/static/dashboard.js") => Reply::with(
+            ("GET" | "HEAD", "/static/dashboard.js") => Reply::with(
                 200,
                 "text/javascript; charset=utf-8",
                 JS.as_bytes().to_vec(),
             ),
-            _ => match self.refused(&asked) {
+            _ => match self.refused(asked) {
                 Some(reply) => reply,
-                None => self.route(&asked, &mut request),
+                None => {
+                    // A file's pages and actions take turns: an action opens the file for
+                    // writing, which a page's reader open in this process would refuse.
+                    let _turn = self.target.turn(asked.method == "POST");
+                    self.route(asked)
+                }
             },
-        };
-        let path = asked.path;
-        let status = reply.status;
-        if let Err(e) = request.respond(response(reply)) {
-            tracing::debug!(error = %e, path, status, "leaseq: dashboard answer not sent");
         }
     }
 
@@ -186,7 +164,7 @@ impl App {
             let mut rest: Vec<(&String, &String)> =
                 asked.query.iter().filter(|(k, _)| *k != "token").collect();
             rest.sort();
-            let mut to = asked.path.clone();
+            let mut to = known_page(&asked.path).to_string();
             if !rest.is_empty() {
                 to.push('?');
                 to.push_str(&encode(rest.into_iter()));
@@ -219,8 +197,8 @@ impl App {
         }
     }
 
-    fn route(&self, asked: &Asked, request: &mut Request) -> Reply {
-        let get = matches!(asked.method, Method::Get | Method::Head);
+    fn route(&self, asked: &Asked) -> Reply {
+        let get = matches!(asked.method.as_str(), "GET" | "HEAD");
         let page = match asked.path.as_str() {
             "/" if get => pages::overview(self, asked),
             "/jobs" if get => pages::jobs(self, asked),
@@ -233,9 +211,16 @@ impl App {
                     Err(e) => Reply::text(status_of(&e), format!("{}: {e}", status_of(&e))),
                 };
             }
-            "/action" if asked.method == Method::Post => return self.action(asked, request),
-            "/" | "/jobs" | "/job" | "/schedules" | "/payload" | "/api/overview" | "/action" => {
-                return Reply::text(405, "405: method not allowed");
+            "/action" if asked.method == "POST" => return self.action(asked),
+            "/action" => {
+                let mut reply = Reply::text(405, "405: actions are POST forms");
+                reply.headers.push(("Allow", "POST".into()));
+                return reply;
+            }
+            "/" | "/jobs" | "/job" | "/schedules" | "/payload" | "/api/overview" => {
+                let mut reply = Reply::text(405, "405: pages are read with GET");
+                reply.headers.push(("Allow", "GET, HEAD".into()));
+                return reply;
             }
             _ => return Reply::text(404, format!("404: no page {}", asked.path)),
         };
@@ -267,7 +252,7 @@ impl App {
     }
 
     /// A `POST /action`: checked for its origin and its form token, then one queue call.
-    fn action(&self, asked: &Asked, request: &mut Request) -> Reply {
+    fn action(&self, asked: &Asked) -> Reply {
         if self.read_only {
             return Reply::text(403, "403: this dashboard is read-only");
         }
@@ -286,38 +271,17 @@ impl App {
         {
             return Reply::text(403, "403: a cross-site request may not act");
         }
-        let mut body = Vec::new();
-        if let Err(e) = request
-            .as_reader()
-            .take(FORM_BYTES_MAX + 1)
-            .read_to_end(&mut body)
-        {
-            return Reply::text(400, format!("400: the form could not be read: {e}"));
-        }
-        if body.len() as u64 > FORM_BYTES_MAX {
-            return Reply::text(
-                413,
-                format!("413: a form is at most {FORM_BYTES_MAX} bytes"),
-            );
-        }
-        let form: HashMap<String, String> = form_urlencoded::parse(&body).into_owned().collect();
+        let form: HashMap<String, String> =
+            form_urlencoded::parse(&asked.body).into_owned().collect();
         if !form.get("csrf").is_some_and(|t| same(t, &self.csrf)) {
             return Reply::text(
                 403,
                 "403: the form's token is missing or wrong: act from the dashboard's own pages",
             );
         }
-        let back = form
-            .get("back")
-            .filter(|b| b.starts_with('/') && !b.starts_with("//") && !b.contains('\\'))
-            .cloned()
-            .unwrap_or_else(|| "/".into());
+        let back = form.get("back").map(String::as_str).unwrap_or("/");
         match self.act(&form) {
-            Ok(done) => {
-                let sep = if back.contains('?') { '&' } else { '?' };
-                let notice = encode([(&"notice".to_string(), &done)].into_iter());
-                Reply::redirect(format!("{back}{sep}{notice}"))
-            }
+            Ok(done) => Reply::redirect(back_to(back, &done)),
             Err(e) => Reply::html(status_of(&e), pages::error_page(self, status_of(&e), &e)),
         }
     }
@@ -330,7 +294,7 @@ impl App {
             form.get("id")
                 .and_then(|id| id.parse().ok())
                 .map(JobId)
-                .ok_or_else(|| Error::invalid_option("id", "a job id (a decimal number)"))
+                .ok_or_else(|| invalid("id", "a job id (a decimal number)"))
         };
         let t = &self.target;
         let done = match op {
@@ -377,7 +341,7 @@ impl App {
                 .into()
             }
             other => {
-                return Err(Error::invalid_option(
+                return Err(invalid(
                     "op",
                     format!(
                         "{:?} is not an action (retry, remove, cancel, promote, retry_dead, \
@@ -410,11 +374,39 @@ pub(super) fn status_of(e: &Error) -> u16 {
 }
 
 fn unauthorized() -> Reply {
-    Reply::text(
+    let mut reply = Reply::text(
         401,
         "401: no access token, or a wrong one. Open the URL the dashboard printed when it \
          started (it ends in ?token=...), or send 'Authorization: Bearer <token>'.",
-    )
+    );
+    reply.headers.push((
+        "WWW-Authenticate",
+        "Bearer realm=\"leaseq dashboard\"".into(),
+    ));
+    reply
+}
+
+/// The dashboard's own page `path` names, else `/`: a redirect never leaves the dashboard.
+fn known_page(path: &str) -> &'static str {
+    ["/jobs", "/job", "/schedules"]
+        .into_iter()
+        .find(|p| *p == path)
+        .unwrap_or("/")
+}
+
+/// Where an action's answer sends the browser: the page `back` names (one of the
+/// dashboard's, its query decoded and encoded again, so nothing else reaches the
+/// `Location` header), with `notice`.
+fn back_to(back: &str, notice: &str) -> String {
+    let (path, query) = back.split_once('?').unwrap_or((back, ""));
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        if matches!(&*k, "q" | "state" | "after" | "key" | "id" | "view") {
+            out.append_pair(&k, &v);
+        }
+    }
+    out.append_pair("notice", notice);
+    format!("{}?{}", known_page(path), out.finish())
 }
 
 /// Compares two tokens in time that depends on their lengths only.
@@ -434,60 +426,4 @@ pub(super) fn encode<'a>(pairs: impl Iterator<Item = (&'a String, &'a String)>) 
         out.append_pair(k, v);
     }
     out.finish()
-}
-
-fn asked(request: &Request) -> Asked {
-    let (path, query) = match request.url().split_once('?') {
-        Some((path, query)) => (path, query),
-        None => (request.url(), ""),
-    };
-    Asked {
-        method: request.method().clone(),
-        path: path.to_string(),
-        query: form_urlencoded::parse(query.as_bytes())
-            .into_owned()
-            .collect(),
-        headers: request
-            .headers()
-            .iter()
-            .map(|h| {
-                (
-                    h.field.as_str().as_str().to_ascii_lowercase(),
-                    h.value.as_str().to_string(),
-                )
-            })
-            .collect(),
-    }
-}
-
-fn response(reply: Reply) -> Response<std::io::Cursor<Vec<u8>>> {
-    // Whole answers with their length, never chunked: every one is built in memory first.
-    let mut response = Response::from_data(reply.body)
-        .with_status_code(reply.status)
-        .with_chunked_threshold(usize::MAX);
-    let fixed = [
-        ("Content-Type", reply.content_type),
-        ("Cache-Control", "no-store"),
-        ("X-Content-Type-Options", "nosniff"),
-        // Not `no-referrer`: with it, browsers send `Origin: null` on the forms, which the
-        // cross-site check refuses. No URL carries the token once the cookie is set.
-        ("Referrer-Policy", "same-origin"),
-        ("X-Frame-Options", "DENY"),
-        (
-            "Content-Security-Policy",
-            "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
-             connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
-        ),
-    ];
-    let headers = fixed
-        .into_iter()
-        .map(|(k, v)| (k, v.to_string()))
-        .chain(reply.headers);
-    for (name, value) in headers {
-        match Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-            Ok(header) => response = response.with_header(header),
-            Err(()) => debug_assert!(false, "header {name} has a value HTTP cannot carry"),
-        }
-    }
-    response
 }

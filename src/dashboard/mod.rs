@@ -1,14 +1,16 @@
 //! A web dashboard for a queue file (feature `dashboard`), as Bull Board, Oban Web and River
 //! UI are for their peers: per queue, the counts per state and the rates over the last hour
-//! (a chart from [`Queue::metrics`]); the jobs of each state with paging and a search by
-//! key; a job's detail (payload as text, JSON or hex, its error history, attempts); the dead
-//! letters with retry and remove; pause and resume; cancel; the schedules.
+//! (a chart from [`Queue::metrics`]); the jobs of each state with paging and a search by id
+//! or key; a job's detail (payload as text, JSON or hex, its error history, attempts); the
+//! dead letters with retry and remove; pause and resume; cancel; the schedules.
 //!
 //! Served in the app, on the app's own handle ([`serve`], [`Dashboard::new`]), or for a file
 //! by another process ([`Dashboard::for_file`]; the tool's `leaseq dashboard FILE`). Plain
-//! HTML from the server, a small script that refreshes the counts every 2 s, no build step
-//! and no resource from another site. The HTTP server is [`tiny_http`], answering on 4
-//! threads of its own.
+//! HTML from the server, a small script that refreshes the page's content in place every
+//! 2 s, no build step and no resource from another site. The HTTP server is
+//! [hyper](https://docs.rs/hyper) (HTTP/1.1) on a small tokio runtime of the dashboard's own,
+//! on a thread of its own: an app need not run tokio, and a tokio app's runtime is not used.
+//! Pages and actions run on at most 4 blocking threads.
 //!
 //! ```no_run
 //! # fn main() -> leaseq::Result<()> {
@@ -23,42 +25,51 @@
 //! # Access
 //! - **Loopback only by default**: an address that is not a loopback one is refused
 //!   (`InvalidOption`) unless [`Dashboard::allow_remote`] says otherwise. The dashboard has
-//!   no TLS: off the machine, put it behind a proxy that has.
+//!   no TLS: off the machine, put it behind a proxy that has (one that keeps the `Host`
+//!   header, or actions are refused as cross-site).
 //! - **An access token**: 128 random bits from the system's generator, or
 //!   [`Dashboard::token`]. [`Server::url`] carries it once (`/?token=…`); the dashboard
-//!   then sets it as an `HttpOnly`, `SameSite=Strict` cookie and sends the browser on to the
-//!   URL without it. Scripts send `Authorization: Bearer <token>`. A request without the
-//!   token, or with a wrong one, is answered `401` and reads nothing.
+//!   then sets it as an `HttpOnly`, `SameSite=Strict` cookie (named after the port) and
+//!   sends the browser on to the URL without it. Scripts send `Authorization: Bearer
+//!   <token>`. A request without the token, or with a wrong one, is answered `401` and reads
+//!   nothing.
 //! - **Actions are protected from cross-site requests**: they are `POST` forms carrying a
-//!   second token that only the dashboard's own pages hold; an `Origin` header of another
-//!   site is refused, and so is a `Host` other than the address served (DNS rebinding).
-//!   Refused actions are answered `403` and write nothing.
+//!   second token that only the dashboard's own pages hold; an `Origin` header other than
+//!   the dashboard's own (`null` too) and a cross-site `Sec-Fetch-Site` are refused. On a
+//!   loopback address, a `Host` other than the address served (`127.0.0.1:PORT`,
+//!   `localhost:PORT`) is refused too (DNS rebinding). Refused requests are answered `403`
+//!   and write nothing.
 //! - **Read-only mode** ([`Dashboard::read_only`]): no buttons, and every action is
 //!   answered `403`.
+//! - **Bounds**: at most 64 connections (more are closed at once), 8 KiB of request head
+//!   read within 10 s, 16 KiB of body within 10 s (`413` for more, `408` for slower), 5
+//!   minutes per connection.
 //!
 //! # Answers
-//! A job that does not exist: `404`. An action on a job in the wrong state (retrying a
-//! ready job, removing a leased one, cancelling a completed one): `409` with leaseq's
-//! message, nothing written (each action is one of the queue's calls: [`Queue::retry`],
-//! [`Queue::remove`], [`Queue::cancel`], [`Queue::promote`], [`Queue::requeue_dead_all`],
-//! [`Queue::pause`], [`Queue::resume`], with their errors). For a file held by another
-//! process, an action is `409` (the file cannot be opened for writing): act from that
-//! app's own dashboard, or stop it first.
+//! `200` for a page; `303` after an action, to the page it came from with a notice of what
+//! was done. `400` for bad input (an id that is not a number, an unknown state or action, a
+//! cursor that is not one); `404` for a job, queue or page that does not exist; `405` for a
+//! page with another method than GET (an action with another than POST). `409` for an
+//! action on a job in the wrong state (retrying a ready job, removing a leased one,
+//! cancelling a completed one), with leaseq's message and nothing written: each action is
+//! one of the queue's calls ([`Queue::retry`], [`Queue::remove`], [`Queue::cancel`],
+//! [`Queue::promote`], [`Queue::requeue_dead_all`], [`Queue::pause`], [`Queue::resume`]),
+//! with their errors. For a file held by another process, an action is `409` (the file
+//! cannot be opened for writing): act from that app's own dashboard, or stop it first.
+//! `503` once the app closed its queue. `500` for a storage error (with its message) or a
+//! failure of the dashboard itself (logged with `tracing`).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+use std::sync::atomic::AtomicBool;
 
 use crate::{Error, Queue, Result};
 
 mod http;
 mod pages;
+mod server;
 mod view;
-
-/// Threads answering requests: a slow client holds one of them, not the dashboard.
-const THREADS: usize = 4;
 
 /// Bytes of an access token given to [`Dashboard::token`]: at least this many.
 pub const TOKEN_BYTES_MIN: usize = 16;
@@ -77,6 +88,7 @@ pub fn serve(queue: &Queue, addr: impl ToSocketAddrs) -> Result<Server> {
 
 /// A dashboard to be served: what it shows, and who may do what. Built with chained setters,
 /// then [`Dashboard::serve`].
+#[must_use = "a Dashboard serves nothing until Dashboard::serve"]
 pub struct Dashboard {
     target: view::Target,
     read_only: bool,
@@ -106,6 +118,7 @@ impl Dashboard {
     pub fn for_file(path: impl AsRef<Path>) -> Dashboard {
         Dashboard::with_target(view::Target::File {
             path: PathBuf::from(path.as_ref()),
+            turns: parking_lot::RwLock::new(()),
             verified: AtomicBool::new(false),
         })
     }
@@ -156,11 +169,12 @@ impl Dashboard {
     ///   open without live reads), `Io`.
     pub fn serve(self, addr: impl ToSocketAddrs) -> Result<Server> {
         let addr = addr
-            .to_socket_addrs()?
+            .to_socket_addrs()
+            .map_err(|e| invalid("addr", format!("not an address: {e}")))?
             .next()
-            .ok_or_else(|| Error::invalid_option("addr", "resolves to no address"))?;
+            .ok_or_else(|| invalid("addr", "resolves to no address"))?;
         if !addr.ip().is_loopback() && !self.allow_remote {
-            return Err(Error::invalid_option(
+            return Err(invalid(
                 "addr",
                 format!(
                     "{addr} is not a loopback address: the dashboard listens on 127.0.0.1 or \
@@ -175,18 +189,13 @@ impl Dashboard {
         if let view::Target::File { .. } = self.target {
             drop(self.target.view(None)?);
         }
-        let listener = tiny_http::Server::http(addr).map_err(|e| {
-            Error::Io(std::io::Error::other(format!(
-                "dashboard cannot listen at {addr}: {e}"
-            )))
-        })?;
-        let local_addr = listener.server_addr().to_ip().ok_or_else(|| {
-            Error::Io(std::io::Error::other(
-                "dashboard listener has no IP address",
+        let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+            Error::Io(std::io::Error::new(
+                e.kind(),
+                format!("the dashboard cannot listen at {addr}: {e}"),
             ))
         })?;
-        let listener = Arc::new(listener);
-        let stop = Arc::new(AtomicBool::new(false));
+        let local_addr = listener.local_addr()?;
         let app = http::App::new(
             self.target,
             self.read_only,
@@ -195,35 +204,23 @@ impl Dashboard {
             random_token()?,
             local_addr,
         );
-        let app = Arc::new(app);
-        let mut server = Server {
+        let running = server::Running::start(listener, Arc::new(app))?;
+        tracing::info!(addr = %local_addr, "leaseq: dashboard listening");
+        Ok(Server {
             local_addr,
             token,
-            listener,
-            stop,
-            threads: Vec::with_capacity(THREADS),
-        };
-        for _ in 0..THREADS {
-            let (app, listener, stop) = (app.clone(), server.listener.clone(), server.stop.clone());
-            // On an error the threads started so far stop with `server`'s drop.
-            let thread = std::thread::Builder::new()
-                .name("leaseq-dashboard".into())
-                .spawn(move || app.run(&listener, &stop))?;
-            server.threads.push(thread);
-        }
-        tracing::info!(addr = %local_addr, "leaseq: dashboard listening");
-        Ok(server)
+            running,
+        })
     }
 }
 
-/// A running dashboard. Dropping it (or [`Server::stop`]) stops it: the listener closes,
-/// the requests being answered end first.
+/// A running dashboard. Dropping it (or [`Server::stop`]) stops it: the port closes, and
+/// answers in progress get up to 2 s to end.
+#[must_use = "the dashboard stops when its Server is dropped"]
 pub struct Server {
     local_addr: SocketAddr,
     token: String,
-    listener: Arc<tiny_http::Server>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    running: server::Running,
 }
 
 impl Server {
@@ -243,25 +240,26 @@ impl Server {
         &self.token
     }
 
-    /// Stops listening and waits for the requests being answered.
+    /// Stops listening, closes the connections, and waits for the answers in progress (at
+    /// most 2 s: one blocked on a client that stopped reading is let go of).
     pub fn stop(mut self) {
-        self.shut();
-    }
-
-    fn shut(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        for _ in 0..self.threads.len() {
-            self.listener.unblock();
-        }
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
+        self.running.stop();
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.shut();
+        self.running.stop();
+    }
+}
+
+impl std::fmt::Debug for Dashboard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dashboard")
+            .field("path", &self.target.path())
+            .field("read_only", &self.read_only)
+            .field("allow_remote", &self.allow_remote)
+            .finish_non_exhaustive()
     }
 }
 
@@ -273,10 +271,19 @@ impl std::fmt::Debug for Server {
     }
 }
 
+/// `InvalidOption` for `field` (built from the public variant: the dashboard uses the
+/// public API only).
+pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
+    Error::InvalidOption {
+        field,
+        reason: reason.into(),
+    }
+}
+
 fn check_token(token: String) -> Result<String> {
     let ok_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
     if !(TOKEN_BYTES_MIN..=TOKEN_BYTES_MAX).contains(&token.len()) || !token.chars().all(ok_char) {
-        return Err(Error::invalid_option(
+        return Err(invalid(
             "token",
             format!("{TOKEN_BYTES_MIN} to {TOKEN_BYTES_MAX} ASCII letters, digits, '-' or '_'"),
         ));

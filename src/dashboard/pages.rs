@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::http::{App, Asked, status_of};
+use super::invalid;
 use super::view::View;
 use crate::{Error, JobCursor, JobId, JobInfo, JobState, MinuteCounts, Result, Timing};
 
@@ -122,7 +123,7 @@ pub(super) fn job_id(asked: &Asked) -> Result<JobId> {
         .param("id")
         .and_then(|id| id.parse().ok())
         .map(JobId)
-        .ok_or_else(|| Error::invalid_option("id", "a job id (a decimal number)"))
+        .ok_or_else(|| invalid("id", "a job id (a decimal number)"))
 }
 
 /// The whole page around `body`.
@@ -428,8 +429,17 @@ fn actions(app: &App, q: Option<&str>, job: &JobInfo, back: &str) -> String {
             &[("retry", "Retry"), ("remove", "Remove")]
         }
     };
+    // Removed from its own page, a job goes back to its list: its page is gone.
+    let list = link("/jobs", q, &[("state", job.state.as_str())]).replace("&amp;", "&");
     ops.iter()
-        .map(|(op, label)| button(app, q, op, id, back, label))
+        .map(|(op, label)| {
+            let back = if *op == "remove" && back.starts_with("/job?") {
+                &list
+            } else {
+                back
+            };
+            button(app, q, op, id, back, label)
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -456,7 +466,7 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
     let state = match asked.param("state") {
         None => JobState::Ready,
         Some(name) => JobState::from_name(name).ok_or_else(|| {
-            Error::invalid_option(
+            invalid(
                 "state",
                 "one of scheduled, ready, leased, dead, completed, cancelled",
             )
@@ -464,9 +474,16 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
     };
     let after = asked.param("after").map(JobCursor::parse).transpose()?;
     if after.is_some_and(|c| c.state() != state) {
-        return Err(Error::invalid_option("after", "a cursor of another state"));
+        return Err(invalid("after", "a cursor of another state"));
     }
-    let search = asked.param("key").map(|k| short(k, SEARCH_BYTES_MAX));
+    let search = asked.param("key").map(|k| {
+        // Cut at a character boundary, with no mark: the text is searched for as cut.
+        let mut end = k.len().min(SEARCH_BYTES_MAX);
+        while !k.is_char_boundary(end) {
+            end -= 1;
+        }
+        k[..end].to_string()
+    });
     let view = app.target.view(q)?;
     let stats = view.stats()?;
     let now = now_ms();
@@ -721,26 +738,47 @@ pub(super) fn job(app: &App, asked: &Asked) -> Result<Page> {
     }
     body.push_str(&payload_section(asked, q, id, &payload));
     Ok(Page {
-        html: layout(app, Some(asked), &format!("Job {id}"), true, &body),
+        // A large payload is not read again every 2 s.
+        html: layout(
+            app,
+            Some(asked),
+            &format!("Job {id}"),
+            job.payload_bytes <= PREVIEW_BYTES,
+            &body,
+        ),
     })
 }
 
 /// The payload's preview as text, JSON (pretty) or hex, with the download link.
 fn payload_section(asked: &Asked, q: Option<&str>, id: JobId, payload: &[u8]) -> String {
-    let json = serde_json::from_slice::<serde_json::Value>(payload).ok();
-    let utf8 = std::str::from_utf8(payload).is_ok();
-    let chosen = match asked.param("view") {
-        Some(v @ ("text" | "json" | "hex")) => v,
-        _ if json.is_some() => "json",
-        _ if utf8 => "text",
-        _ => "hex",
-    };
     let cut = &payload[..payload.len().min(PREVIEW_BYTES)];
+    // Only a payload within the preview is parsed or formatted as JSON: time and memory per
+    // page stay bounded whatever the payload's size.
+    let whole = payload.len() <= PREVIEW_BYTES;
+    let json = || serde_json::from_slice::<serde_json::Value>(payload).ok();
+    // Text when the shown bytes are UTF-8, a sequence cut at the end of the preview aside.
+    let utf8 = match std::str::from_utf8(cut) {
+        Ok(_) => true,
+        Err(e) => e.error_len().is_none() && !whole,
+    };
+    let (chosen, parsed) = match asked.param("view") {
+        Some("json") => ("json", if whole { json() } else { None }),
+        Some(v @ ("text" | "hex")) => (v, None),
+        _ => match if whole { json() } else { None } {
+            Some(value) => ("json", Some(value)),
+            None if utf8 => ("text", None),
+            None => ("hex", None),
+        },
+    };
     let shown = match chosen {
-        "json" => match &json {
+        "json" => match &parsed {
             Some(value) => serde_json::to_string_pretty(value)
-                .map(|p| esc(&short(&p, PREVIEW_BYTES)))
+                .map(|p| esc(&p))
                 .unwrap_or_default(),
+            None if !whole => format!(
+                "(not formatted: JSON is formatted up to {PREVIEW_BYTES} bytes; the text and \
+                 hex views show the first {PREVIEW_BYTES})"
+            ),
             None => "(not JSON)".into(),
         },
         "text" => esc(&bytes_text(cut)),

@@ -20,10 +20,19 @@ pub(crate) enum Target {
     /// A file, read without holding it between requests.
     File {
         path: PathBuf,
+        /// Pages share it, an action takes it alone: an action's writable open would be
+        /// refused beside a page's reader in this process, and a page's beside the action.
+        turns: RwLock<()>,
         /// Whether a first open verified the file: later ones skip redb's integrity check
         /// (as `leaseq watch` does), so a page does not read the whole file again.
         verified: AtomicBool,
     },
+}
+
+/// A request's turn on a file ([`Target::turn`]), held while it is answered.
+pub(crate) enum Turn<'a> {
+    Shared(#[allow(dead_code)] parking_lot::RwLockReadGuard<'a, ()>),
+    Alone(#[allow(dead_code)] parking_lot::RwLockWriteGuard<'a, ()>),
 }
 
 /// One request's handle on the queue it names.
@@ -33,6 +42,16 @@ pub(crate) enum View {
 }
 
 impl Target {
+    /// The turn of a request: shared for a page, alone for an action (`write`); nothing for
+    /// the app's own handle, whose calls need no turns.
+    pub(crate) fn turn(&self, write: bool) -> Option<Turn<'_>> {
+        match self {
+            Target::App(_) => None,
+            Target::File { turns, .. } if write => Some(Turn::Alone(turns.write())),
+            Target::File { turns, .. } => Some(Turn::Shared(turns.read())),
+        }
+    }
+
     /// The file's path (`None` for an app's file without one, or once the app closed it).
     pub(crate) fn path(&self) -> Option<PathBuf> {
         match self {
@@ -79,7 +98,7 @@ impl Target {
     pub(crate) fn view(&self, name: Option<&str>) -> Result<View> {
         let view = match self {
             Target::App(lock) => View::Queue(Target::app_queue(lock)?),
-            Target::File { path, verified } => {
+            Target::File { path, verified, .. } => {
                 let verify = !verified.load(Ordering::Relaxed);
                 let reader = Queue::builder().check_integrity(verify).open_reader(path)?;
                 verified.store(true, Ordering::Relaxed);

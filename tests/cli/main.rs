@@ -1381,7 +1381,15 @@ fn dashboard_serves_a_file_beside_a_running_app() {
     let (_dir, path) = tmp();
     let app = Queue::builder().live_reads(true).open(&path).unwrap();
     app.enqueue(b"x", EnqueueOptions::default()).unwrap();
-    let mut child = common::spawn_retrying(
+    /// Killed when dropped, a failed assertion's unwinding included.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = KillOnDrop(common::spawn_retrying(
         common::target_command(BIN)
             .args([
                 "dashboard",
@@ -1393,9 +1401,9 @@ fn dashboard_serves_a_file_beside_a_running_app() {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null()),
-    );
+    ));
     // The URL is printed once, on the first line.
-    let stdout = child.stdout.take().unwrap();
+    let stdout = child.0.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         use std::io::BufRead;
@@ -1426,8 +1434,7 @@ fn dashboard_serves_a_file_beside_a_running_app() {
     let doc: Value = serde_json::from_str(&dashboard_get(addr, token, "/api/overview").1).unwrap();
     assert_eq!(doc["queues"][0]["ready"], 2);
     assert_eq!(dashboard_get(addr, "wrong-token-0123456789", "/").0, 401);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
     drop(app);
 
     // What it cannot serve: exit 2 with one line saying why, the files left alone.

@@ -22,8 +22,18 @@ use tungstenite::{Message, WebSocket, stream::MaybeTlsStream};
 /// How long one step may take before the test fails (a loaded 2-core CI machine).
 const STEP: Duration = Duration::from_secs(30);
 
+/// A child process killed when dropped, a panic's unwinding included.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 struct Browser {
-    child: Child,
+    _child: KillOnDrop,
     _profile: tempfile::TempDir,
     socket: WebSocket<MaybeTlsStream<TcpStream>>,
     next_id: u64,
@@ -55,24 +65,26 @@ impl Browser {
             return None;
         };
         let profile = tempfile::tempdir().expect("profile dir");
-        let child = Command::new(&binary)
-            .args([
-                "--headless=new",
-                // Tests may run as root (containers), where Chromium's sandbox cannot start.
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--no-first-run",
-                "--no-default-browser-check",
-                "--remote-debugging-port=0",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg("about:blank")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+        let child = KillOnDrop(
+            Command::new(&binary)
+                .args([
+                    "--headless=new",
+                    // Tests may run as root (containers), where Chromium's sandbox cannot start.
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-dev-shm-usage",
+                    "--no-first-run",
+                    "--no-default-browser-check",
+                    "--remote-debugging-port=0",
+                ])
+                .arg(format!("--user-data-dir={}", profile.path().display()))
+                .arg("about:blank")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display())),
+        );
         // Chromium writes the port it picked, and its socket's path, into the profile.
         let port_file = profile.path().join("DevToolsActivePort");
         let started = Instant::now();
@@ -90,7 +102,7 @@ impl Browser {
         let url = format!("ws://127.0.0.1:{port}{path}");
         let (socket, _) = tungstenite::connect(url.as_str()).expect("the DevTools socket");
         let mut browser = Browser {
-            child,
+            _child: child,
             _profile: profile,
             socket,
             next_id: 1,
@@ -198,13 +210,6 @@ impl Browser {
             Value::String(s) => s,
             other => panic!("{selector}: {other}"),
         }
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

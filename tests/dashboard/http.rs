@@ -62,11 +62,15 @@ fn the_token_guards_every_page() {
     let app = app();
     let addr = app.server.local_addr();
     let id = dead(&app.queue, b"secret payload", "boom");
+    let payload = format!("/payload?id={id}");
+    let job = format!("/job?id={id}");
     for target in [
         "/",
         "/jobs?state=dead",
-        &format!("/job?id={id}"),
+        &job,
         "/api/overview",
+        &payload,
+        "/schedules",
     ] {
         let none = send(addr, "GET", target, &[], "");
         assert_eq!(none.status, 401, "{target} without a token");
@@ -127,6 +131,11 @@ fn the_token_guards_every_page() {
         "{}",
         page.body
     );
+    // An action without the token: 401 even with a well-formed form.
+    let id_text = id.to_string();
+    let form = client::form(&[("op", "retry"), ("id", &id_text)]);
+    assert_eq!(send(addr, "POST", "/action", &[], &form).status, 401);
+    assert_eq!(state(&app.queue, id), Some(JobState::Dead));
     let wrong_param = send(addr, "GET", "/?token=nope", &[], "");
     assert_eq!(wrong_param.status, 401);
     assert!(wrong_param.header("set-cookie").is_none());
@@ -288,6 +297,7 @@ fn read_only_shows_no_buttons_and_refuses_actions() {
         let id_text = id.to_string();
         let answer = post(addr, TOKEN, &[("op", op), ("id", &id_text)], &[]);
         assert_eq!(answer.status, 403, "{op}");
+        assert!(answer.body.contains("read-only"), "{op}: {}", answer.body);
     }
     assert_eq!(state(&app.queue, id), Some(JobState::Dead));
     assert!(!app.queue.is_paused());
@@ -728,4 +738,196 @@ fn a_named_handle_serves_the_whole_file() {
     assert_eq!(doc["queues"][1]["ready"], 3);
     assert_eq!(queue.default_queue().stats().expect("stats").ready, 1);
     assert_eq!(mail.default_queue().name(), None);
+}
+
+#[test]
+fn redirects_stay_on_the_dashboard_and_carry_no_injected_header() {
+    let app = app();
+    let addr = app.server.local_addr();
+    let csrf = csrf_of(&get(addr, TOKEN, "/").body);
+    for back in [
+        "/x\r\nSet-Cookie: injected=1",
+        "//attacker.example/",
+        "/\t/attacker.example/",
+        "/\\attacker.example",
+        "https://attacker.example/",
+        "/jobs?state=dead&x=\r\nSet-Cookie:%20injected=1",
+        "/jobs?state=d\u{e9}ad",
+    ] {
+        let answer = post(
+            addr,
+            TOKEN,
+            &[("csrf", &csrf), ("op", "pause"), ("back", back)],
+            &[],
+        );
+        assert_eq!(answer.status, 303, "{back:?}: {}", answer.body);
+        let location = answer.header("location").expect("a location");
+        assert!(
+            ["/?", "/jobs?", "/job?", "/schedules?"]
+                .iter()
+                .any(|p| location.starts_with(p)),
+            "{back:?} sent the browser to {location:?}"
+        );
+        assert!(
+            !answer
+                .headers
+                .iter()
+                .any(|(k, v)| k == "set-cookie" || v.contains("injected")),
+            "{back:?}: {:?}",
+            answer.headers
+        );
+    }
+    // The token's redirect keeps to the dashboard too.
+    let away = send(
+        addr,
+        "GET",
+        &format!("//attacker.example/?token={TOKEN}"),
+        &[],
+        "",
+    );
+    assert_eq!(away.status, 303);
+    assert_eq!(away.header("location"), Some("/"));
+}
+
+#[test]
+fn bodies_beyond_the_bound_are_refused_and_slow_clients_hold_nothing() {
+    use std::io::Write;
+    let app = app();
+    let addr = app.server.local_addr();
+    let auth = format!("Bearer {TOKEN}");
+    // A declared length far beyond the bound: refused at once, nothing read or allocated.
+    let mut huge = std::net::TcpStream::connect(addr).expect("connect");
+    write!(
+        huge,
+        "POST /action HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {auth}\r\n\
+         Content-Length: 1000000000000000000\r\n\r\n"
+    )
+    .expect("write");
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut huge, &mut answer).expect("read");
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    let big_form = "x=".to_string() + &"a".repeat(20 * 1024);
+    let big = send(
+        addr,
+        "POST",
+        "/action",
+        &[("Authorization", &auth)],
+        &big_form,
+    );
+    assert_eq!(big.status, 413);
+    // Clients that declare a body and send none, more of them than answering threads.
+    let stalled: Vec<std::net::TcpStream> = (0..8)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(addr).expect("connect");
+            write!(
+                s,
+                "POST /action HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {auth}\r\n\
+                 Content-Length: 2000\r\n\r\n"
+            )
+            .expect("write");
+            s
+        })
+        .collect();
+    // And one that never ends its head.
+    let mut endless = std::net::TcpStream::connect(addr).expect("connect");
+    write!(endless, "GET / HTTP/1.1\r\nX-Long: ").expect("write");
+    let _ = endless.write_all(&[b'a'; 64 * 1024]);
+    // Everyone else is still answered.
+    assert_eq!(get(addr, TOKEN, "/").status, 200);
+    let head = send(addr, "HEAD", "/", &[("Authorization", &auth)], "");
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty(), "a HEAD answer has no body");
+    // And a stop does not wait for them (a hang fails the test by its harness's timeout).
+    app.server.stop();
+    drop(stalled);
+}
+
+#[test]
+fn removing_a_job_from_its_page_goes_back_to_its_list() {
+    let app = app();
+    let addr = app.server.local_addr();
+    let id = dead(&app.queue, b"x", "boom");
+    let page = get(addr, TOKEN, &format!("/job?id={id}")).body;
+    let csrf = csrf_of(&page);
+    // The page's own remove form names where to go back to.
+    let remove_form = page
+        .split("<form")
+        .find(|f| f.contains("value=\"remove\""))
+        .expect("a remove form");
+    let marker = "name=\"back\" value=\"";
+    let back_at = remove_form.find(marker).expect("back") + marker.len();
+    let back = remove_form[back_at..]
+        .split('"')
+        .next()
+        .expect("value")
+        .replace("&amp;", "&");
+    let id_text = id.to_string();
+    let done = post(
+        addr,
+        TOKEN,
+        &[
+            ("csrf", &csrf),
+            ("op", "remove"),
+            ("id", &id_text),
+            ("back", &back),
+        ],
+        &[],
+    );
+    assert_eq!(done.status, 303);
+    let location = done.header("location").expect("location");
+    assert!(
+        location.starts_with("/jobs?state=dead&notice="),
+        "{location}"
+    );
+    assert_eq!(state(&app.queue, id), None);
+}
+
+#[test]
+fn a_file_dashboards_actions_take_turns_with_its_pages() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("q.leaseq");
+    let ids: Vec<JobId> = {
+        let queue = Queue::open(&path).expect("open");
+        (0..20).map(|i| dead(&queue, &[i], "boom")).collect()
+    };
+    let server = Dashboard::for_file(&path)
+        .token(TOKEN)
+        .serve("127.0.0.1:0")
+        .expect("serve");
+    let addr = server.local_addr();
+    let csrf = csrf_of(&get(addr, TOKEN, "/").body);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut pages = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let page = get(addr, TOKEN, "/");
+                    assert_eq!(page.status, 200, "{}", page.body);
+                    pages += 1;
+                }
+                pages
+            })
+        })
+        .collect();
+    for id in &ids {
+        let id_text = id.to_string();
+        let done = post(
+            addr,
+            TOKEN,
+            &[("csrf", &csrf), ("op", "retry"), ("id", &id_text)],
+            &[],
+        );
+        assert_eq!(done.status, 303, "{}", done.body);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        assert!(reader.join().expect("reader") > 0);
+    }
+    drop(server);
+    let queue = Queue::open(&path).expect("reopen");
+    for id in ids {
+        assert_eq!(state(&queue, id), Some(JobState::Ready));
+    }
 }

@@ -11,7 +11,9 @@ use crate::files;
 /// Serves the dashboard of `a.file` at `a.addr` and prints its URL (with the access token)
 /// once, then serves until the process is interrupted.
 pub fn dashboard(a: &DashboardArgs) -> CliResult {
-    files::must_exist(&a.file)?;
+    // The file's errors (not leaseq's, held exclusively, unreadable) said as the read
+    // commands say them; what is left for `serve` is the address's.
+    drop(files::open_reader_quietly(&a.file, true)?);
     let server = Dashboard::for_file(&a.file)
         .read_only(a.read_only)
         .allow_remote(a.allow_remote)
