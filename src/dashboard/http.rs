@@ -76,7 +76,7 @@ pub(super) struct Asked {
 }
 
 impl Asked {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).map(String::as_str)
     }
 
@@ -181,7 +181,10 @@ impl App {
         }
         let bearer = asked
             .header("authorization")
-            .and_then(|v| v.strip_prefix("Bearer "))
+            // The scheme's name is case-insensitive (RFC 9110).
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token)
             .is_some_and(|t| same(t.trim(), &self.token));
         let cookie = asked.header("cookie").is_some_and(|cookies| {
             cookies.split(';').any(|c| {

@@ -25,14 +25,19 @@
 //! # Access
 //! - **Loopback only by default**: an address that is not a loopback one is refused
 //!   (`InvalidOption`) unless [`Dashboard::allow_remote`] says otherwise. The dashboard has
-//!   no TLS: off the machine, put it behind a proxy that has (one that keeps the `Host`
-//!   header, or actions are refused as cross-site).
+//!   no TLS: off the machine, put it behind a proxy that has, serving on loopback with
+//!   `allow_remote(true)` (which turns the `Host` check off) and a proxy that passes the
+//!   browser's `Host` header on (nginx: `proxy_set_header Host $host;`), or actions are
+//!   refused as cross-site.
 //! - **An access token**: 128 random bits from the system's generator, or
 //!   [`Dashboard::token`]. [`Server::url`] carries it once (`/?token=…`); the dashboard
 //!   then sets it as an `HttpOnly`, `SameSite=Strict` cookie (named after the port) and
 //!   sends the browser on to the URL without it. Scripts send `Authorization: Bearer
 //!   <token>`. A request without the token, or with a wrong one, is answered `401` and reads
-//!   nothing.
+//!   nothing. Browsers do not tell cookies apart by port: a server on another port of the
+//!   same host name that the browser visits receives the cookie too. On a machine shared
+//!   with people who should not act on the queue, stop the dashboard when done (a restart
+//!   makes a new token).
 //! - **Actions are protected from cross-site requests**: they are `POST` forms carrying a
 //!   second token that only the dashboard's own pages hold; an `Origin` header other than
 //!   the dashboard's own (`null` too) and a cross-site `Sec-Fetch-Site` are refused. On a

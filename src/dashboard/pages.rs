@@ -95,7 +95,8 @@ fn when(ms: u64, now: u64) -> String {
 /// The display name of a queue (`None`: the default queue).
 fn queue_label(q: Option<&str>) -> String {
     match q {
-        None => "default".into(),
+        // As the tool names it: a queue may be named "default".
+        None => "(default)".into(),
         Some(name) => esc(&short(name, 80)),
     }
 }
@@ -133,7 +134,13 @@ fn layout(app: &App, asked: Option<&Asked>, title: &str, live: bool, body: &str)
         .path()
         .map(|p| esc(&p.display().to_string()))
         .unwrap_or_else(|| "(a file without a path)".into());
+    // A notice is shown after the dashboard's own redirect (a same-origin navigation), not
+    // when another page of the same host links here with a text of its choosing.
     let notice = asked
+        .filter(|a| {
+            a.header("sec-fetch-site")
+                .is_none_or(|s| s == "same-origin")
+        })
         .and_then(|a| a.param("notice"))
         .map(|n| {
             format!(
@@ -155,7 +162,8 @@ fn layout(app: &App, asked: Option<&Asked>, title: &str, live: bool, body: &str)
          <link rel=\"stylesheet\" href=\"/static/dashboard.css\">\
          <script src=\"/static/dashboard.js\" defer></script></head><body>\
          <header><a class=\"home\" href=\"/\">leaseq</a> <span class=\"file\">{file}</span> \
-         {mode}</header>{notice}<main id=\"main\"{live_attr}>{body}</main></body></html>",
+         {mode}</header>{notice}<p id=\"stale\" class=\"warn\" hidden></p>\
+         <main id=\"main\"{live_attr}>{body}</main></body></html>",
         title = esc(title),
     )
 }

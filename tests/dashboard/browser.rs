@@ -310,4 +310,19 @@ fn a_user_clicks_through_the_dashboard() {
         queue.dequeue().expect("dequeue").is_none(),
         "a paused queue delivers nothing"
     );
+
+    // The dashboard stops: the open page says it is no longer refreshed.
+    browser.wait_for(
+        "document.getElementById('stale').hidden",
+        "no stale note while the dashboard answers",
+    );
+    drop(server);
+    let note = browser.wait_for(
+        "!document.getElementById('stale').hidden && document.getElementById('stale').textContent",
+        "the stale note",
+    );
+    assert!(
+        note.as_str().is_some_and(|n| n.contains("does not answer")),
+        "{note}"
+    );
 }

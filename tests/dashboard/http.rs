@@ -931,3 +931,42 @@ fn a_file_dashboards_actions_take_turns_with_its_pages() {
         assert_eq!(state(&queue, id), Some(JobState::Ready));
     }
 }
+
+#[test]
+fn a_notice_comes_only_from_the_dashboards_own_redirect() {
+    let app = app();
+    let addr = app.server.local_addr();
+    let auth = format!("Bearer {TOKEN}");
+    let target = "/?notice=Session+expired%3A+log+in+at+attacker.example";
+    let own = send(
+        addr,
+        "GET",
+        target,
+        &[("Authorization", &auth), ("Sec-Fetch-Site", "same-origin")],
+        "",
+    );
+    assert!(own.body.contains("class=\"notice\""), "{}", own.body);
+    for site in ["same-site", "cross-site"] {
+        let linked = send(
+            addr,
+            "GET",
+            target,
+            &[("Authorization", &auth), ("Sec-Fetch-Site", site)],
+            "",
+        );
+        assert_eq!(linked.status, 200);
+        assert!(
+            !linked.body.contains("attacker.example"),
+            "{site}: {}",
+            linked.body
+        );
+    }
+    // The scheme's name in any case; the default queue named as the tool names it, apart
+    // from a queue named "default".
+    app.queue.named("default").expect("named");
+    let lower = format!("bearer {TOKEN}");
+    let page = send(addr, "GET", "/", &[("Authorization", &lower)], "");
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("<h2>(default)"), "{}", page.body);
+    assert!(page.body.contains("<h2>default"), "{}", page.body);
+}

@@ -116,7 +116,8 @@ pub enum Command {
     #[command(after_help = EXIT_CODES)]
     Watch(WatchArgs),
     /// Serve the web dashboard of the file until interrupted: counts, rates, jobs, payloads,
-    /// dead letters, schedules, with retry, remove, cancel, pause and resume. Prints its URL
+    /// dead letters, schedules, with retry, retry all dead, remove, cancel, promote, pause and
+    /// resume. Prints its URL
     /// once, with the access token. Pages read the file read-only (beside an app opened with
     /// live reads); an action opens it for writing, refused while an app has it open.
     #[command(after_help = EXIT_CODES)]

@@ -19,14 +19,23 @@ pub fn dashboard(a: &DashboardArgs) -> CliResult {
         .allow_remote(a.allow_remote)
         .serve(a.addr.as_str())
         .map_err(|e| match e {
+            leaseq::Error::Io(io) if io.kind() == std::io::ErrorKind::AddrInUse => {
+                Fail::error(format!(
+                    "cannot serve at {}: the address is in use (--addr 127.0.0.1:0 picks a \
+                     free port)",
+                    a.addr
+                ))
+            }
             leaseq::Error::Io(io) => Fail::error(format!(
-                "cannot serve at {}: {} (another port: --addr 127.0.0.1:0 picks a free one)",
+                "cannot serve at {}: {}",
                 a.addr,
                 crate::fail::one_line(&io.to_string())
             )),
-            leaseq::Error::InvalidOption { reason, .. } => {
-                Fail::error(format!("--addr {}: {reason}", a.addr))
-            }
+            leaseq::Error::InvalidOption { reason, .. } => Fail::error(format!(
+                "--addr {}: {}",
+                a.addr,
+                reason.replace("Dashboard::allow_remote(true)", "--allow-remote")
+            )),
             e => Fail::leaseq(&a.file, e),
         })?;
     let mode = if a.read_only { " (read-only)" } else { "" };

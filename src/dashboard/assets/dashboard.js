@@ -9,17 +9,35 @@
     const selecting = String(window.getSelection ? window.getSelection() : "").length > 0;
     return typing || selecting || document.visibilityState !== "visible";
   }
+  let inFlight = false;
+  // Says, above the page, that what it shows is no longer refreshed (and why); hidden again
+  // at the next refresh that works.
+  function stale(why) {
+    const note = document.getElementById("stale");
+    if (!note) return;
+    note.hidden = !why;
+    note.textContent = why ? "Not refreshed since " + new Date().toLocaleTimeString() + ": " + why : "";
+  }
   async function refresh() {
     const main = document.getElementById("main");
-    if (!main || !main.hasAttribute("data-live") || busy()) return;
+    if (inFlight || !main || !main.hasAttribute("data-live") || busy()) return;
+    inFlight = true;
     try {
       const res = await fetch(window.location.href, { credentials: "same-origin", cache: "no-store" });
-      if (!res.ok) return;
+      if (!res.ok) {
+        stale(res.status === 401
+          ? "the dashboard no longer knows this browser (restarted?): open the URL it printed"
+          : "the dashboard answered " + res.status);
+        return;
+      }
       const doc = new DOMParser().parseFromString(await res.text(), "text/html");
       const fresh = doc.getElementById("main");
       if (fresh && !busy()) main.innerHTML = fresh.innerHTML;
+      stale("");
     } catch (_) {
-      // The app may be restarting: try again at the next tick.
+      stale("the dashboard does not answer (stopped, or the app is restarting)");
+    } finally {
+      inFlight = false;
     }
   }
   document.addEventListener("submit", function (event) {
