@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use super::http::{App, Asked, status_of};
 use super::invalid;
 use super::view::View;
-use crate::{Error, JobCursor, JobId, JobInfo, JobState, MinuteCounts, Result, Timing};
+use crate::{Error, JobCursor, JobId, JobInfo, JobState, MinuteCounts, Result, Stats, Timing};
 
 /// Jobs per page of a list.
 pub(super) const PAGE_JOBS: usize = 50;
@@ -221,6 +221,20 @@ fn queues(view: &View) -> Result<Vec<Option<String>>> {
     Ok(all)
 }
 
+/// Each state with its count, in [`JobState::ALL`]'s order.
+fn per_state(stats: &Stats) -> [(JobState, u64); 6] {
+    let counts = [
+        (JobState::Scheduled, stats.scheduled),
+        (JobState::Ready, stats.ready),
+        (JobState::Leased, stats.leased),
+        (JobState::Dead, stats.dead),
+        (JobState::Completed, stats.completed),
+        (JobState::Cancelled, stats.cancelled),
+    ];
+    debug_assert!(counts.iter().map(|c| c.0).eq(JobState::ALL));
+    counts
+}
+
 /// The snapshot warning, for a file read from a repaired copy.
 fn snapshot_note(view: &View) -> &'static str {
     if view.is_live() {
@@ -259,15 +273,7 @@ pub(super) fn overview(app: &App, asked: &Asked) -> Result<Page> {
             let _ = write!(body, "<th>{state}</th>");
         }
         body.push_str("</tr><tr>");
-        let counts = [
-            stats.scheduled,
-            stats.ready,
-            stats.leased,
-            stats.dead,
-            stats.completed,
-            stats.cancelled,
-        ];
-        for (state, n) in JobState::ALL.into_iter().zip(counts) {
+        for (state, n) in per_state(&stats) {
             let _ = write!(
                 body,
                 "<td><a data-count=\"{state}\" href=\"{}\">{n}</a></td>",
@@ -501,15 +507,7 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
         "<h1>{} <small>queue</small></h1><nav class=\"tabs\">",
         queue_label(q)
     );
-    let counts = [
-        stats.scheduled,
-        stats.ready,
-        stats.leased,
-        stats.dead,
-        stats.completed,
-        stats.cancelled,
-    ];
-    for (s, n) in JobState::ALL.into_iter().zip(counts) {
+    for (s, n) in per_state(&stats) {
         let class = if s == state { " class=\"current\"" } else { "" };
         let _ = write!(
             body,
