@@ -1052,9 +1052,10 @@ fn a_job_past_its_timeout_is_given_back_and_its_handler_told() {
                     assert!(started.elapsed() < Duration::from_secs(60), "never told");
                     std::thread::sleep(ms(5));
                 }
-                saw.lock()
-                    .unwrap()
-                    .push((lease.attempt(), started.elapsed()));
+                // Told at or after the deadline (measured from the delivery, a moment
+                // before this handler started: under emulation that moment is seen).
+                let on_time = Instant::now() >= deadline;
+                saw.lock().unwrap().push((lease.attempt(), on_time));
                 Ok(())
             })
             .unwrap()
@@ -1073,7 +1074,10 @@ fn a_job_past_its_timeout_is_given_back_and_its_handler_told() {
     );
     let saw = saw.lock().unwrap().clone();
     assert_eq!(saw.iter().map(|(a, _)| *a).collect::<Vec<_>>(), vec![1, 2]);
-    assert!(saw.iter().all(|(_, took)| *took >= ms(150)), "{saw:?}");
+    assert!(
+        saw.iter().all(|(_, on_time)| *on_time),
+        "told early: {saw:?}"
+    );
     let job = q.queue.job(id).unwrap().unwrap();
     assert_eq!(job.attempts, 2);
     assert!(
