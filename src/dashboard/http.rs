@@ -136,9 +136,8 @@ impl App {
             _ => match self.refused(asked) {
                 Some(reply) => reply,
                 None => {
-                    // A file's pages and actions take turns: an action opens the file for
-                    // writing, which a page's reader open in this process would refuse.
-                    let _turn = self.target.turn(asked.method == "POST");
+                    // A file's pages and actions take turns ([`Target::turn`]).
+                    let _turn = self.target.turn();
                     self.route(asked)
                 }
             },

@@ -46,9 +46,10 @@
 //!   and write nothing.
 //! - **Read-only mode** ([`Dashboard::read_only`]): no buttons, and every action is
 //!   answered `403`.
-//! - **Bounds**: at most 64 connections (more are closed at once), 8 KiB of request head
-//!   read within 10 s, 16 KiB of body within 10 s (`413` for more, `408` for slower), 5
-//!   minutes per connection.
+//! - **Bounds**: at most 128 connections (more are closed at once; a refused request's
+//!   connection is closed after its answer), 8 KiB of request head read within 10 s, 16 KiB
+//!   of body within 10 s (`413` for more, `408` for slower), 5 minutes per connection. A
+//!   file's dashboard ([`Dashboard::for_file`]) answers its pages one at a time.
 //!
 //! # Answers
 //! `200` for a page; `303` after an action, to the page it came from with a notice of what
@@ -123,7 +124,7 @@ impl Dashboard {
     pub fn for_file(path: impl AsRef<Path>) -> Dashboard {
         Dashboard::with_target(view::Target::File {
             path: PathBuf::from(path.as_ref()),
-            turns: parking_lot::RwLock::new(()),
+            turns: parking_lot::Mutex::new(()),
             verified: AtomicBool::new(false),
         })
     }

@@ -16,8 +16,9 @@ use tokio::sync::{Semaphore, oneshot};
 
 use super::http::{App, Asked, Reply};
 
-/// Connections open at once; one more is closed at once.
-pub(super) const CONNECTIONS_MAX: usize = 64;
+/// Connections open at once; one more is closed at once. A connection refused its access
+/// token is closed after the answer, so it holds no place.
+pub(super) const CONNECTIONS_MAX: usize = 128;
 /// Requests answered at once (each on a blocking thread: a page reads the file, an action
 /// commits); more wait for a turn.
 pub(super) const ANSWERING_MAX: usize = 4;
@@ -33,7 +34,7 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest a connection stays open (a client that stops reading an answer, or keeps a
 /// connection idle, is cut off then).
 const CONNECTION_MAX_TIME: Duration = Duration::from_secs(300);
-/// How often the idle server looks at whether the app closed its queue.
+/// How often the server looks at whether the app closed its queue.
 const IDLE_LOOK: Duration = Duration::from_millis(100);
 /// How long a stop waits for answers in progress before it lets go of them.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -96,10 +97,14 @@ async fn accept(
     };
     let connections = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     let answering = Arc::new(Semaphore::new(ANSWERING_MAX));
+    // One ticker for the whole loop (a sleep made anew at each turn would never end while
+    // connections come faster than it).
+    let mut look = tokio::time::interval(IDLE_LOOK);
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = &mut stopped => return,
-            () = tokio::time::sleep(IDLE_LOOK) => app.target.release_if_closed(),
+            _ = look.tick() => app.target.release_if_closed(),
             accepted = listener.accept() => {
                 let stream = match accepted {
                     Ok((stream, _)) => stream,
@@ -197,7 +202,14 @@ async fn answer(
             )
         }
     };
+    let refused = matches!(reply.status, 400 | 401 | 403 | 405 | 408 | 413);
     let mut response = response(reply);
+    if refused {
+        // Refused requests do not keep their connection (nor its place among the bound).
+        response
+            .headers_mut()
+            .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+    }
     if head {
         *response.body_mut() = Full::new(Bytes::new());
     }

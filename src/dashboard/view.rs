@@ -20,9 +20,8 @@ pub(crate) enum Target {
     /// A file, read without holding it between requests.
     File {
         path: PathBuf,
-        /// Pages share it, an action takes it alone: an action's writable open would be
-        /// refused beside a page's reader in this process, and a page's beside the action.
-        turns: RwLock<()>,
+        /// Requests take turns on the file ([`Target::turn`]).
+        turns: parking_lot::Mutex<()>,
         /// Whether a first open verified the file: later ones skip redb's integrity check
         /// (as `leaseq watch` does), so a page does not read the whole file again.
         verified: AtomicBool,
@@ -30,10 +29,7 @@ pub(crate) enum Target {
 }
 
 /// A request's turn on a file ([`Target::turn`]), held while it is answered.
-pub(crate) enum Turn<'a> {
-    Shared(#[allow(dead_code)] parking_lot::RwLockReadGuard<'a, ()>),
-    Alone(#[allow(dead_code)] parking_lot::RwLockWriteGuard<'a, ()>),
-}
+pub(crate) struct Turn<'a>(#[allow(dead_code)] parking_lot::MutexGuard<'a, ()>);
 
 /// One request's handle on the queue it names.
 pub(crate) enum View {
@@ -42,13 +38,15 @@ pub(crate) enum View {
 }
 
 impl Target {
-    /// The turn of a request: shared for a page, alone for an action (`write`); nothing for
-    /// the app's own handle, whose calls need no turns.
-    pub(crate) fn turn(&self, write: bool) -> Option<Turn<'_>> {
+    /// The turn of a request on a file: one at a time, pages and actions alike (nothing for
+    /// the app's own handle, whose calls need no turns). An action's writable open would be
+    /// refused beside a page's reader in this process; and a page of a file left by a crash
+    /// reads a repaired copy under the file's writer lock, which a second page's open would
+    /// meet (`HeldExclusively`).
+    pub(crate) fn turn(&self) -> Option<Turn<'_>> {
         match self {
             Target::App(_) => None,
-            Target::File { turns, .. } if write => Some(Turn::Alone(turns.write())),
-            Target::File { turns, .. } => Some(Turn::Shared(turns.read())),
+            Target::File { turns, .. } => Some(Turn(turns.lock())),
         }
     }
 

@@ -701,8 +701,21 @@ fn a_shutdown_is_not_held_up_by_the_dashboard() {
         .expect("serve");
     let addr = server.local_addr();
     assert_eq!(get(addr, TOKEN, "/").status, 200);
+    // Clients keep connecting, and leave, meanwhile.
+    let churn_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let stop = churn_stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                drop(std::net::TcpStream::connect(addr));
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
     // The dashboard keeps a handle; the shutdown waits for it to let go, which it does.
     let report = queue.shutdown(Duration::from_secs(10));
+    churn_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    churn.join().expect("churn");
     assert!(report.released, "{report:?}");
     let closed = get(addr, TOKEN, "/");
     assert_eq!(closed.status, 503, "{}", closed.body);
@@ -969,4 +982,51 @@ fn a_notice_comes_only_from_the_dashboards_own_redirect() {
     assert_eq!(page.status, 200);
     assert!(page.body.contains("<h2>(default)"), "{}", page.body);
     assert!(page.body.contains("<h2>default"), "{}", page.body);
+}
+
+#[test]
+fn a_file_left_by_a_crash_is_shown_to_pages_asked_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("q.leaseq");
+    let copy = dir.path().join("copy.leaseq");
+    let app = Queue::open(&path).expect("open");
+    app.enqueue(b"a", EnqueueOptions::default())
+        .expect("enqueue");
+    app.enqueue(b"b", EnqueueOptions::default())
+        .expect("enqueue");
+    let _lease = app.dequeue().expect("dequeue").expect("a job");
+    // A copy of a file being written: it needs a repair, read from a copy fixed in memory.
+    std::fs::copy(&path, &copy).expect("copy");
+    drop(_lease);
+    drop(app);
+    let before = std::fs::read(&copy).expect("read");
+    let server = Dashboard::for_file(&copy)
+        .token(TOKEN)
+        .serve("127.0.0.1:0")
+        .expect("serve");
+    let addr = server.local_addr();
+    let pages: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                (0..10)
+                    .map(|_| get(addr, TOKEN, "/api/overview"))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    for page in pages.into_iter().flat_map(|t| t.join().expect("pages")) {
+        assert_eq!(page.status, 200, "{}", page.body);
+        let doc: serde_json::Value = serde_json::from_str(&page.body).expect("json");
+        assert_eq!(doc["live"], false, "a repaired copy");
+        assert_eq!(
+            doc["queues"][0]["leased"], 1,
+            "the lease in flight shows as leased"
+        );
+    }
+    drop(server);
+    assert_eq!(
+        std::fs::read(&copy).expect("read"),
+        before,
+        "pages write nothing"
+    );
 }
