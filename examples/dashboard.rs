@@ -6,9 +6,10 @@
 //! ```
 //!
 //! Prints the dashboard's URL (it carries the access token), then for `SECONDS` (default: until
-//! interrupted) enqueues a job every 20 ms into `default` and `mail`, runs them on two worker
-//! pools (one in 10 fails once and is retried; one in 40 fails for good and is dead-lettered),
-//! and keeps a schedule firing every 10 s. Open the URL to watch the counts and rates move,
+//! interrupted) enqueues a job every 20 ms (two into the default queue for one into `mail`),
+//! runs them on two worker pools (every 40th fails for good and is dead-lettered; of the
+//! others, every 10th fails once and is retried), and keeps a schedule firing every 10 s in
+//! `mail`. Open the URL to watch the counts and rates move,
 //! retry or remove the dead jobs, pause and resume a queue.
 
 use std::time::{Duration, Instant};
@@ -28,7 +29,7 @@ fn main() -> Result<(), Error> {
     let mail = queue.named("mail")?;
     mail.upsert_schedule(
         "digest",
-        &Schedule::every(Duration::from_secs(10)).payload(br#"{"kind":"digest"}"#.to_vec()),
+        &Schedule::every(Duration::from_secs(10)).payload(br#"{"kind":"digest","n":1}"#.to_vec()),
     )?;
     let server = leaseq::dashboard::serve(&queue, "127.0.0.1:0")?;
     println!("dashboard: {}", server.url());

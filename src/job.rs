@@ -530,8 +530,9 @@ impl JobCursor {
     /// Reads a cursor written by [`JobCursor::to_text`].
     ///
     /// # Errors
-    /// `InvalidOption` for any other text (a state name and three decimal `u64`s, separated
-    /// by dots).
+    /// `InvalidOption` for text that is not a state name and three unsigned decimal `u64`s
+    /// separated by dots (what `to_text` writes, or the same numbers written with leading
+    /// zeros or a `+`).
     pub fn parse(text: &str) -> crate::error::Result<JobCursor> {
         let bad = || {
             crate::error::Error::invalid_option(

@@ -6,8 +6,10 @@
 //!
 //! Served in the app, on the app's own handle ([`serve`], [`Dashboard::new`]), or for a file
 //! by another process ([`Dashboard::for_file`]; the tool's `leaseq dashboard FILE`). Plain
-//! HTML from the server, a small script that refreshes the page's content in place every
-//! 2 s, no build step and no resource from another site. The HTTP server is
+//! HTML from the server, a small script that refreshes a page's content in place every 2 s
+//! (the overview, a list's first page, a job with a payload of at most 64 KiB, the
+//! schedules; not while the tab is hidden or someone types), no build step and no resource
+//! from another site. The HTTP server is
 //! [hyper](https://docs.rs/hyper) (HTTP/1.1) on a small tokio runtime of the dashboard's own,
 //! on a thread of its own: an app need not run tokio, and a tokio app's runtime is not used.
 //! Pages and actions run on at most 4 blocking threads.
@@ -34,36 +36,41 @@
 //!   then sets it as an `HttpOnly`, `SameSite=Strict` cookie (named after the port) and
 //!   sends the browser on to the URL without it. Scripts send `Authorization: Bearer
 //!   <token>`. A request without the token, or with a wrong one, is answered `401` and reads
-//!   nothing. Browsers do not tell cookies apart by port: a server on another port of the
+//!   nothing (only the stylesheet and the script, which hold no data, are served without
+//!   it). Browsers do not tell cookies apart by port: a server on another port of the
 //!   same host name that the browser visits receives the cookie too. On a machine shared
 //!   with people who should not act on the queue, stop the dashboard when done (a restart
 //!   makes a new token).
 //! - **Actions are protected from cross-site requests**: they are `POST` forms carrying a
 //!   second token that only the dashboard's own pages hold; an `Origin` header other than
-//!   the dashboard's own (`null` too) and a cross-site `Sec-Fetch-Site` are refused. On a
-//!   loopback address, a `Host` other than the address served (`127.0.0.1:PORT`,
-//!   `localhost:PORT`) is refused too (DNS rebinding). Refused requests are answered `403`
-//!   and write nothing.
+//!   the dashboard's own (`null` too) and a `Sec-Fetch-Site` other than `same-origin` or
+//!   `none` are refused. On a loopback address without `allow_remote`, any request whose
+//!   `Host` is not the address served (`127.0.0.1:PORT`, `[::1]:PORT`, `localhost:PORT`) is
+//!   refused too (DNS rebinding). Refused requests are answered `403` and write nothing.
 //! - **Read-only mode** ([`Dashboard::read_only`]): no buttons, and every action is
 //!   answered `403`.
 //! - **Bounds**: at most 128 connections (more are closed at once; a refused request's
 //!   connection is closed after its answer), 8 KiB of request head read within 10 s, 16 KiB
 //!   of body within 10 s (`413` for more, `408` for slower), 5 minutes per connection. A
-//!   file's dashboard ([`Dashboard::for_file`]) answers its pages one at a time.
+//!   file's dashboard ([`Dashboard::for_file`]) answers its pages and actions one at a time.
 //!
 //! # Answers
 //! `200` for a page; `303` after an action, to the page it came from with a notice of what
 //! was done. `400` for bad input (an id that is not a number, an unknown state or action, a
-//! cursor that is not one); `404` for a job, queue or page that does not exist; `405` for a
-//! page with another method than GET (an action with another than POST). `409` for an
+//! cursor that is not one, a malformed request); `404` for a job, queue or page that does
+//! not exist (or a file gone since); `405` for a page with another method than GET or HEAD
+//! (an action with another than POST); `431` for a request head over 8 KiB (one not sent
+//! within 10 s is cut off without an answer). `409` for an
 //! action on a job in the wrong state (retrying a ready job, removing a leased one,
 //! cancelling a completed one), with leaseq's message and nothing written: each action is
 //! one of the queue's calls ([`Queue::retry`], [`Queue::remove`], [`Queue::cancel`],
 //! [`Queue::promote`], [`Queue::requeue_dead_all`], [`Queue::pause`], [`Queue::resume`]),
-//! with their errors. For a file held by another process, an action is `409` (the file
-//! cannot be opened for writing): act from that app's own dashboard, or stop it first.
-//! `503` once the app closed its queue. `500` for a storage error (with its message) or a
-//! failure of the dashboard itself (logged with `tracing`).
+//! with their errors. For a file another process has open (an app, or a reader such as
+//! `leaseq watch`), an action is `409` (the file cannot be opened for writing): act from
+//! that app's own dashboard, or stop it first; a page is `409` once an app without live
+//! reads holds the file. `503` once the app closed its queue. `500` for a storage error
+//! (with its message; the page does not claim nothing changed: a failed commit's outcome is
+//! unknown) or a failure of the dashboard itself (logged with `tracing`).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -120,7 +127,8 @@ impl Dashboard {
     /// app opened with [`Builder::live_reads`](crate::Builder::live_reads) it shows the
     /// live state; with nobody writing, the file. Each action opens the file for writing for
     /// that action only ([`Queue::open`]: leases of a process that died are returned then),
-    /// which fails (`409`) while an app has it open.
+    /// which fails (`409`) while another process has it open: an app, or a reader such as
+    /// `leaseq watch` or another dashboard's page.
     pub fn for_file(path: impl AsRef<Path>) -> Dashboard {
         Dashboard::with_target(view::Target::File {
             path: PathBuf::from(path.as_ref()),
@@ -147,7 +155,8 @@ impl Dashboard {
 
     /// Whether [`Dashboard::serve`] may listen on an address that is not loopback (`0.0.0.0`,
     /// a LAN address). Default `false`. The token still guards every request, but it travels
-    /// in clear text: use a proxy with TLS.
+    /// in clear text: use a proxy with TLS. It also turns the `Host` check (DNS rebinding)
+    /// off, on a loopback address too: a proxy passes its own host name on.
     pub fn allow_remote(mut self, allow: bool) -> Dashboard {
         self.allow_remote = allow;
         self
@@ -164,15 +173,19 @@ impl Dashboard {
     /// stopped. For a file ([`Dashboard::for_file`]), the file is opened once first (verified
     /// as an open does), so a file that cannot be read fails here rather than on every page.
     ///
+    /// Listens on the first address `addr` resolves to (`"localhost:8080"` is one of
+    /// `127.0.0.1` and `::1`).
+    ///
     /// # Errors
-    /// - `InvalidOption` for an address that is not loopback without
-    ///   [`Dashboard::allow_remote`], an address that resolves to nothing, or a token outside
-    ///   the rules of [`Dashboard::token`];
-    /// - `Io` if the address cannot be listened on (in use, not permitted) or the system
-    ///   gives no random bytes for the token;
-    /// - for a file, the errors of [`Reader::open`](crate::Reader::open): `NotLeaseq`,
-    ///   `Truncated`, `Corrupted`, `UnsupportedVersion`, `HeldExclusively` (an app has it
-    ///   open without live reads), `Io`.
+    /// - `InvalidOption` for an address that does not parse or resolves to nothing, one that
+    ///   is not loopback without [`Dashboard::allow_remote`], or a token outside the rules
+    ///   of [`Dashboard::token`];
+    /// - `Io` if the address cannot be listened on (in use, not permitted), the system gives
+    ///   no random bytes (the tokens), or no thread or runtime can be started;
+    /// - for a file, the errors of [`Builder::open_reader`](crate::Builder::open_reader):
+    ///   `NotLeaseq`, `Truncated`, `Corrupted`, `UnsupportedVersion`, `HeldExclusively` (an
+    ///   app has it open without live reads), `AlreadyOpen` (a file that needs a repair
+    ///   while another process holds its writer lock), `Storage`, `Io`.
     pub fn serve(self, addr: impl ToSocketAddrs) -> Result<Server> {
         let addr = addr
             .to_socket_addrs()
@@ -221,7 +234,7 @@ impl Dashboard {
 }
 
 /// A running dashboard. Dropping it (or [`Server::stop`]) stops it: the port closes, and
-/// answers in progress get up to 2 s to end.
+/// answers in progress get up to 2 s to end (as [`Server::stop`] says).
 #[must_use = "the dashboard stops when its Server is dropped"]
 pub struct Server {
     local_addr: SocketAddr,
@@ -236,7 +249,9 @@ impl Server {
     }
 
     /// The URL to open, with the access token: `http://127.0.0.1:PORT/?token=…`. Print it
-    /// once, to whoever may use the dashboard; it grants every action.
+    /// once, to whoever may use the dashboard; it grants every action (but in read-only
+    /// mode). The host is the address listened at (`0.0.0.0` for every interface: use the
+    /// machine's name there).
     pub fn url(&self) -> String {
         format!("http://{}/?token={}", self.local_addr, self.token)
     }
@@ -246,8 +261,9 @@ impl Server {
         &self.token
     }
 
-    /// Stops listening, closes the connections, and waits for the answers in progress (at
-    /// most 2 s: one blocked on a client that stopped reading is let go of).
+    /// Stops listening, closes the connections, and waits up to 2 s for the pages and
+    /// actions being answered; one still running then goes on in the background (an action
+    /// may still commit) and `stop` returns.
     pub fn stop(mut self) {
         self.running.stop();
     }

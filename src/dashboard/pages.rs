@@ -956,9 +956,16 @@ pub(super) fn error_page(app: &App, status: u16, e: &Error) -> String {
         503 => "Unavailable",
         _ => "Error",
     };
+    // A refusal writes nothing; after a storage error (a failed commit) the outcome is not
+    // known from here.
+    let outcome = if status < 500 {
+        "Nothing was changed."
+    } else {
+        "Look at the queue again: after a storage error a change may or may not have landed."
+    };
     let body = format!(
         "<h1>{status}: {what}</h1><p class=\"error\" data-status=\"{status}\">{}</p>\
-         <p>Nothing was changed. <a href=\"/\">Back to the queues</a></p>",
+         <p>{outcome} <a href=\"/\">Back to the queues</a></p>",
         esc(&short(&e.to_string(), 4000))
     );
     debug_assert_eq!(status, status_of(e));

@@ -3,7 +3,8 @@
 //! Inspects and manages leaseq queue files from a shell: counts and lists jobs, shows one,
 //! lists and removes schedules, enqueues, requeues dead jobs, purges, prunes, compacts,
 //! checks, and moves jobs between files as JSON lines (`export` / `import`), and watches a
-//! running app's queues live (`watch`). `leaseq --help`
+//! running app's queues live (`watch`) and serves their web dashboard (`dashboard`).
+//! `leaseq --help`
 //! lists the commands, the exit codes (0 success, 1 a problem found, 2 a usage or runtime
 //! error) and how queues are chosen; docs/cli.md documents the JSON-lines schema.
 //!
