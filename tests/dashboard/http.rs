@@ -536,6 +536,11 @@ fn paging_and_search_by_key_reach_every_job() {
     assert_eq!(all, ids);
 }
 
+/// Posts action `op` on job `id` with the page's form token and the access token.
+fn act(addr: std::net::SocketAddr, csrf: &str, op: &str, id: &str) -> client::Answer {
+    post(addr, TOKEN, &[("csrf", csrf), ("op", op), ("id", id)], &[])
+}
+
 /// The ids of a jobs page's rows, in order.
 fn job_rows(page: &str) -> Vec<JobId> {
     page.split("<tr data-job=\"")
@@ -623,22 +628,12 @@ fn a_file_dashboard_reads_beside_a_live_app_and_acts_when_nobody_holds_it() {
     // An action while the app holds the file: 409, nothing written.
     let csrf = csrf_of(&page.body);
     let id_text = id.to_string();
-    let refused = post(
-        addr,
-        TOKEN,
-        &[("csrf", &csrf), ("op", "retry"), ("id", &id_text)],
-        &[],
-    );
+    let refused = act(addr, &csrf, "retry", &id_text);
     assert_eq!(refused.status, 409, "{}", refused.body);
     assert_eq!(state(&app, id), Some(JobState::Dead));
     // The app stops: the action opens the file for itself and is done.
     drop(app);
-    let done = post(
-        addr,
-        TOKEN,
-        &[("csrf", &csrf), ("op", "retry"), ("id", &id_text)],
-        &[],
-    );
+    let done = act(addr, &csrf, "retry", &id_text);
     assert_eq!(done.status, 303, "{}", done.body);
     // Between requests the dashboard holds nothing: the app opens again at once.
     let again = Queue::open(&path).expect("reopen while the dashboard serves");
@@ -926,12 +921,7 @@ fn a_file_dashboards_actions_take_turns_with_its_pages() {
         .collect();
     for id in &ids {
         let id_text = id.to_string();
-        let done = post(
-            addr,
-            TOKEN,
-            &[("csrf", &csrf), ("op", "retry"), ("id", &id_text)],
-            &[],
-        );
+        let done = act(addr, &csrf, "retry", &id_text);
         assert_eq!(done.status, 303, "{}", done.body);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -1028,5 +1018,26 @@ fn a_file_left_by_a_crash_is_shown_to_pages_asked_at_once() {
         std::fs::read(&copy).expect("read"),
         before,
         "pages write nothing"
+    );
+}
+
+#[test]
+fn a_request_head_beyond_the_bound_is_refused() {
+    let app = app();
+    let addr = app.server.local_addr();
+    let auth = format!("Bearer {TOKEN}");
+    let long = "a".repeat(9 * 1024);
+    let answer = send(
+        addr,
+        "GET",
+        "/",
+        &[("Authorization", &auth), ("X-Long", &long)],
+        "",
+    );
+    assert_eq!(answer.status, 431, "{}", answer.body);
+    assert_eq!(
+        get(addr, TOKEN, "/").status,
+        200,
+        "the dashboard still answers"
     );
 }
