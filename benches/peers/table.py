@@ -1,19 +1,25 @@
 #!/usr/bin/env python3
 """Prints the peer benchmark's results (benches/peers) as one table per peer, with ratios.
 
-Reads <TARGET_DIR>/criterion/<peer>.<group>/<side>/new/{estimates,benchmark}.json (mean
-point estimates, ns per iteration; the jobs per iteration each group declared) for every
-peer run found there, and prints jobs/s per side and `leaseq / side` for every other side
-of the same run (higher is better for leaseq; each ratio compares numbers of one process
-run). Usage: python3 benches/peers/table.py [TARGET_DIR] (default: target/peers at the repository root)
+Reads RESULTS/<run>/<peer>.<group>/<side>/new/{estimates,benchmark}.json for every run
+directory (as `benches/peers/run` leaves them; a criterion directory holding
+<peer>.<group> directories itself is read as one run): the mean point estimate (ns per
+iteration; `--median`: the median) and the jobs per iteration each group declared. Prints, per
+peer and group, every side's jobs/s per run ("run 1 / run 2 / ...") and, for every side but
+leaseq, `leaseq / side` as the median (range) of the per-run ratios (higher is better for
+leaseq; each ratio compares numbers of one process run).
+Usage: python3 benches/peers/table.py [--median] [RESULTS]
+(default: target/peers/peers-runs at the repository's root)
 """
 import json
 import os
+import statistics
 import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
-target = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "target", "peers")
-root = os.path.join(target, "criterion")
+args = [a for a in sys.argv[1:] if a != "--median"]
+estimate = "median" if "--median" in sys.argv[1:] else "mean"
+results = args[0] if args else os.path.join(here, "..", "..", "target", "peers", "peers-runs")
 GROUPS = ["enqueue_1", "cycle_1", "cycle_batch_100", "cycle_concurrent_4x4",
           "cycle_concurrent_16x16"]
 
@@ -22,7 +28,7 @@ def jobs_per_s(directory):
     """Jobs per second from one criterion function directory, or None without results."""
     try:
         with open(os.path.join(directory, "new", "estimates.json")) as f:
-            ns = json.load(f)["mean"]["point_estimate"]
+            ns = json.load(f)[estimate]["point_estimate"]
         with open(os.path.join(directory, "new", "benchmark.json")) as f:
             per_iter = (json.load(f).get("throughput") or {}).get("Elements", 1)
     except FileNotFoundError:
@@ -30,36 +36,53 @@ def jobs_per_s(directory):
     return per_iter / (ns / 1e9)
 
 
-if not os.path.isdir(root):
-    sys.exit(f"no results under {root}")
-peers = sorted({d.split(".", 1)[0] for d in os.listdir(root) if "." in d})
-for peer in peers:
-    rows = {}
-    sides = []
-    for g in GROUPS:
-        gdir = os.path.join(root, f"{peer}.{g}")
-        if not os.path.isdir(gdir):
+if not os.path.isdir(results):
+    sys.exit(f"no results under {results}")
+if any("." in d for d in os.listdir(results)):
+    runs = [results]
+else:
+    runs = [os.path.join(results, d) for d in sorted(os.listdir(results), key=int)]
+# data[peer][group][side] = [jobs/s of run 1, run 2, ...] (None where a run has none)
+data = {}
+for i, run in enumerate(runs):
+    for d in os.listdir(run):
+        if "." not in d:
             continue
-        rows[g] = {}
-        for side in sorted(os.listdir(gdir)):
+        peer, group = d.split(".", 1)
+        for side in os.listdir(os.path.join(run, d)):
             if side == "report":
                 continue
-            v = jobs_per_s(os.path.join(gdir, side))
-            if v is not None:
-                rows[g][side] = v
-                if side not in sides:
-                    sides.append(side)
-    if "leaseq" in sides:
-        sides.remove("leaseq")
-        sides.insert(0, "leaseq")
+            v = jobs_per_s(os.path.join(run, d, side))
+            cell = data.setdefault(peer, {}).setdefault(group, {}).setdefault(side,
+                                                                              [None] * len(runs))
+            cell[i] = v
+if not data:
+    sys.exit(f"no results under {results}")
+print(f"{len(runs)} run(s), jobs/s from criterion's {estimate}\n")
+for peer in sorted(data):
+    sides = sorted({s for g in data[peer].values() for s in g}, key=lambda s: (s != "leaseq", s))
     others = [s for s in sides if s != "leaseq"]
     header = ["group"] + [f"{s} jobs/s" for s in sides] + [f"leaseq / {s}" for s in others]
     print(f"### {peer}\n")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for g, r in rows.items():
-        cells = [f"`{g}`"] + ["-" if s not in r else f"{r[s]:,.0f}" for s in sides]
-        cells += ["-" if "leaseq" not in r or s not in r else f"{r['leaseq'] / r[s]:.2f}x"
-                  for s in others]
+    for g in GROUPS:
+        row = data[peer].get(g)
+        if not row:
+            continue
+        cells = [f"`{g}`"]
+        for s in sides:
+            vals = row.get(s, [None] * len(runs))
+            cells.append(" / ".join("-" if v is None else f"{v:,.0f}" for v in vals))
+        for s in others:
+            ratios = [a / b for a, b in zip(row.get("leaseq", []), row.get(s, []))
+                      if a is not None and b is not None]
+            if not ratios:
+                cells.append("-")
+            elif len(ratios) == 1:
+                cells.append(f"{ratios[0]:.2f}x")
+            else:
+                cells.append(f"{statistics.median(ratios):.2f}x "
+                             f"({min(ratios):.2f}-{max(ratios):.2f})")
         print("| " + " | ".join(cells) + " |")
     print()

@@ -45,7 +45,8 @@
 //!
 //! Before criterion runs, a self check drives each apalis side with 200 jobs through 4
 //! workers and asserts every job ended `Done` after one run, and prints the `synchronous`
-//! pragma of every connection of each pool (`LEASEQ_PEERS_CHECK=1`: the check only).
+//! pragma of every connection of each pool; leaseq's side is checked too (`LEASEQ_PEERS_CHECK=1`:
+//! the checks only).
 
 use std::path::Path;
 use std::pin::Pin;
@@ -452,16 +453,21 @@ fn main() {
         peers_common::PAYLOAD_LEN,
         encoded_len()
     );
-    self_check::<AsShipped>();
-    self_check::<Full>();
-    if std::env::var_os("LEASEQ_PEERS_CHECK").is_some() {
-        return;
+    if !std::env::args().any(|a| a == "--list") {
+        println!("{}", peers_common::check_leaseq());
+        self_check::<AsShipped>();
+        self_check::<Full>();
+        if peers_common::check_only() {
+            return;
+        }
     }
     let mut c = Criterion::default().configure_from_args();
     for_each_group(&mut c, "apalis", |g, kind| {
-        run::<LeaseqSide>(g, kind);
-        run::<ApalisAsShipped>(g, kind);
-        run::<ApalisFull>(g, kind);
+        peers_common::run_sides(
+            g,
+            kind,
+            &[run::<LeaseqSide>, run::<ApalisAsShipped>, run::<ApalisFull>],
+        );
     });
     c.final_summary();
 }

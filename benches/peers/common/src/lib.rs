@@ -21,7 +21,7 @@ use tempfile::TempDir;
 
 mod leaseq_side;
 
-pub use leaseq_side::LeaseqSide;
+pub use leaseq_side::{LeaseqSide, check_leaseq};
 
 /// Payload size of every job, in bytes.
 pub const PAYLOAD_LEN: usize = 64;
@@ -151,6 +151,28 @@ pub fn for_each_group(
         sides(&mut group, kind);
         group.finish();
     }
+}
+
+/// One side's benchmark of a group: `run::<S>` for a side `S`.
+pub type SideRun = for<'a, 'b> fn(&'a mut BenchmarkGroup<'b, WallTime>, Group);
+
+/// Runs `sides` in `group`, in the order given, or reversed with `LEASEQ_PEERS_REVERSE=1`:
+/// `benches/peers/run` alternates the order between runs, so a drift of the disk during a
+/// run does not always land on the same side.
+pub fn run_sides(group: &mut BenchmarkGroup<'_, WallTime>, kind: Group, sides: &[SideRun]) {
+    let reverse = std::env::var_os("LEASEQ_PEERS_REVERSE").is_some_and(|v| v == "1");
+    let mut order: Vec<SideRun> = sides.to_vec();
+    if reverse {
+        order.reverse();
+    }
+    for side in order {
+        side(group, kind);
+    }
+}
+
+/// Whether `LEASEQ_PEERS_CHECK=1` asks for the self checks only.
+pub fn check_only() -> bool {
+    std::env::var_os("LEASEQ_PEERS_CHECK").is_some_and(|v| v == "1")
 }
 
 /// A side's queue and the directory holding its files (dropped in this order).

@@ -13,8 +13,10 @@
 //!   transaction (possibly shared with other waiting operations), committed before it
 //!   returns.
 //! - After an add commits, effectum wakes its in-process workers of that job type (a tokio
-//!   `Notify`, no polling); a worker then claims ready jobs through the writer thread (a
-//!   transaction of its own, committed with the same durability as the adds).
+//!   `Notify`, no polling); a worker then claims ready jobs through the writer thread (an
+//!   operation of its own, which the writer may commit with other waiting ones, with the same
+//!   durability as the adds). A worker sends its next claim after its completion returned, so
+//!   one worker makes two commits per job.
 //! - One effectum `Worker` with `min_concurrency = max_concurrency = consumers` (tokio tasks
 //!   on the side's runtime of 2 threads), where leaseq runs `consumers` OS threads.
 //! - The handler completes its job through effectum's own `RunningJob::complete`, which sends
@@ -499,6 +501,8 @@ pub fn check<F: Flavor>() -> String {
         PathBuf::from(name)
     };
     let wal_exists = wal_file.exists();
+    // Counted before the inspection's own connection is opened (the hook counts it too).
+    let hooked = HOOKED_CONNECTIONS.load(Ordering::Relaxed);
     let conn = rusqlite::Connection::open(&side.path).expect("open to inspect");
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |row| row.get(0))
@@ -513,11 +517,10 @@ pub fn check<F: Flavor>() -> String {
     );
 
     let hook = if F::JOURNAL_MODE == "wal" {
-        let hooked = HOOKED_CONNECTIONS.load(Ordering::Relaxed);
         let refused = REFUSED_SYNCHRONOUS.load(Ordering::Relaxed);
         let journal = SEEN_JOURNAL_PRAGMA.load(Ordering::Relaxed);
-        // The writer connection (effectum's `synchronous = normal` refused) and at least one
-        // pooled read connection.
+        // prepare()'s connection, the writer connection (effectum's `synchronous = normal`
+        // refused) and at least one pooled read connection.
         assert!(hooked >= 3, "{}: hooked connections {hooked}", F::NAME);
         assert!(refused >= 1, "{}: synchronous pragma not refused", F::NAME);
         format!(
