@@ -25,9 +25,10 @@ use crate::limits::{
 use crate::retry::{RetryKind, RetryPolicy};
 
 mod layout;
+mod v6;
 
 /// First byte of every encoded record.
-const RECORD_VERSION: u8 = 6;
+const RECORD_VERSION: u8 = 7;
 
 type RecordConfig = Configuration<LittleEndian, Fixint, Limit<RECORD_BYTES_MAX>>;
 
@@ -283,19 +284,35 @@ impl From<JobRecordV3> for JobRecord {
     }
 }
 
-/// A payload stored apart from its record: its length and FNV-1a checksum, checked when it
-/// is read back.
+/// A payload stored apart from its record: its length and checksum, checked when it is read
+/// back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PayloadRef {
     pub len: u64,
     pub checksum: u64,
+    /// How `checksum` was computed: records before version 7 (bincode, which never wrote this
+    /// field) hold FNV-1a 64; a version-7 record says which, so a payload stored under an
+    /// older record keeps its checksum when the record is rewritten.
+    #[serde(skip)]
+    pub sum: PayloadSum,
+}
+
+/// The checksum of a payload stored apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum PayloadSum {
+    /// FNV-1a 64, of records before version 7.
+    #[default]
+    Fnv1a64,
+    /// XXH3-64, of payloads stored apart since record version 7.
+    Xxh3,
 }
 
 impl PayloadRef {
     pub(crate) fn of(payload: &[u8]) -> PayloadRef {
         PayloadRef {
             len: payload.len() as u64,
-            checksum: fnv1a64(payload),
+            checksum: xxh3_64(payload),
+            sum: PayloadSum::Xxh3,
         }
     }
 
@@ -308,7 +325,11 @@ impl PayloadRef {
                 self.len
             )));
         }
-        if fnv1a64(bytes) != self.checksum {
+        let sum = match self.sum {
+            PayloadSum::Fnv1a64 => fnv1a64(bytes),
+            PayloadSum::Xxh3 => xxh3_64(bytes),
+        };
+        if sum != self.checksum {
             return Err(Error::corrupted("payload: checksum mismatch"));
         }
         Ok(())
@@ -567,6 +588,9 @@ impl JobRecord {
         {
             return fail("group key above the limit");
         }
+        if self.group.is_none() && self.group_order != 0 {
+            return fail("a group order without a group");
+        }
         match &self.state {
             StoredState::Completed { result } => {
                 if result.as_ref().is_some_and(|r| r.len() > RESULT_BYTES_MAX) {
@@ -600,10 +624,10 @@ impl JobRecord {
             self.validate().is_ok(),
             "encoding an invalid record: {self:?}"
         );
-        let mut out = Vec::with_capacity(self.payload.len() + 80);
+        let mut out = Vec::with_capacity(1 + layout::HEAD_BYTES + self.payload.len() + 8);
         out.push(RECORD_VERSION);
-        layout::write(self, &mut out);
-        let sum = fnv1a64(&out);
+        layout::write(self, &mut out)?;
+        let sum = xxh3_64(&out);
         out.extend_from_slice(&sum.to_le_bytes());
         Ok(out)
     }
@@ -614,7 +638,14 @@ impl JobRecord {
         }
         let (checked, sum) = bytes.split_at(bytes.len() - 8);
         let sum = u64::from_le_bytes(sum.try_into().expect("8 bytes"));
-        if fnv1a64(checked) != sum {
+        // Version 7 sums with XXH3-64, older versions with FNV-1a 64: a damaged version byte
+        // picks the other function and fails the check as well.
+        let computed = if checked[0] == RECORD_VERSION {
+            xxh3_64(checked)
+        } else {
+            fnv1a64(checked)
+        };
+        if computed != sum {
             return Err(Error::corrupted("job record: checksum mismatch"));
         }
         let (&version, body) = checked.split_first().expect("at least 1 byte");
@@ -624,7 +655,8 @@ impl JobRecord {
         let decode_error =
             |e: bincode::error::DecodeError| Error::corrupted(format!("job record decode: {e}"));
         let (record, used): (JobRecord, usize) = match version {
-            RECORD_VERSION | 5 => (layout::read(body, version)?, body.len()),
+            RECORD_VERSION => (layout::read(body)?, body.len()),
+            6 | 5 => (v6::read(body, version)?, body.len()),
             4 => {
                 let (v4, used): (JobRecordV4, usize) =
                     bincode::serde::decode_from_slice(body, record_config())
@@ -663,7 +695,15 @@ impl JobRecord {
     }
 }
 
-/// FNV-1a, 64-bit: a cheap checksum against bit rot and stray writes (not an adversary).
+/// XXH3, 64-bit: the checksum of records since version 7 and of payloads they store apart,
+/// against bit rot and stray writes (not an adversary). Eight bytes at a time, against
+/// [`fnv1a64`]'s one.
+pub(crate) fn xxh3_64(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes)
+}
+
+/// FNV-1a, 64-bit: the checksum of records before version 7 (and of the schedule record): a
+/// cheap checksum against bit rot and stray writes (not an adversary).
 pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
@@ -806,18 +846,73 @@ mod tests {
         }
     }
 
-    /// Re-seals `bytes` (a record whose body was edited) with a valid checksum.
+    /// Re-seals `bytes` (a record whose body was edited) with a valid checksum of its version.
     fn reseal(mut bytes: Vec<u8>) -> Vec<u8> {
         let n = bytes.len() - 8;
-        let sum = fnv1a64(&bytes[..n]);
+        let sum = if bytes[0] == RECORD_VERSION {
+            xxh3_64(&bytes[..n])
+        } else {
+            fnv1a64(&bytes[..n])
+        };
         bytes[n..].copy_from_slice(&sum.to_le_bytes());
         bytes
     }
 
+    /// `r` as a record of version 6 would store it (bincode, FNV-1a).
+    fn encode_v6(r: &JobRecord) -> Vec<u8> {
+        let mut bytes = vec![6u8];
+        v6::write(r, &mut bytes);
+        bytes.extend_from_slice(&[0; 8]);
+        reseal(bytes)
+    }
+
+    #[test]
+    fn a_version_6_record_reads_as_it_was_written_and_is_rewritten_in_version_7() {
+        let r = record();
+        let old = encode_v6(&r);
+        assert_eq!(JobRecord::decode(&old).unwrap(), r);
+        let new = r.encode().unwrap();
+        assert_eq!(new[0], RECORD_VERSION);
+        assert_eq!(JobRecord::decode(&new).unwrap(), r);
+        assert!(new.len() < old.len(), "{} >= {}", new.len(), old.len());
+    }
+
+    #[test]
+    fn a_payload_apart_keeps_the_checksum_kind_it_was_stored_with() {
+        let payload = vec![3u8; PAYLOAD_INLINE_MAX + 10];
+        let fnv = PayloadRef {
+            len: payload.len() as u64,
+            checksum: fnv1a64(&payload),
+            sum: PayloadSum::Fnv1a64,
+        };
+        fnv.verify(&payload).unwrap();
+        let r = JobRecord {
+            payload: Vec::new(),
+            payload_apart: Some(fnv),
+            ..record()
+        };
+        // Stored by a version-6 record, rewritten in version 7: still FNV, still verifies.
+        let from_v6 = JobRecord::decode(&encode_v6(&r)).unwrap();
+        assert_eq!(from_v6.payload_apart, Some(fnv));
+        let again = JobRecord::decode(&from_v6.encode().unwrap()).unwrap();
+        assert_eq!(again.payload_apart, Some(fnv));
+        again.payload_apart.unwrap().verify(&payload).unwrap();
+        // A new payload apart is XXH3, and the two kinds do not verify each other's sums.
+        let xxh = PayloadRef::of(&payload);
+        assert_eq!(xxh.sum, PayloadSum::Xxh3);
+        assert_ne!(xxh.checksum, fnv.checksum);
+        let swapped = PayloadRef {
+            sum: PayloadSum::Fnv1a64,
+            ..xxh
+        };
+        assert!(swapped.verify(&payload).is_err());
+    }
+
     #[test]
     fn a_huge_length_prefix_does_not_allocate() {
-        // A payload length claiming ~2^60 bytes, behind a valid checksum.
-        let mut bytes = record().encode().unwrap();
+        // A version-6 payload length claiming ~2^60 bytes, behind a valid checksum (version 7
+        // lengths are 16-bit, their bound is tested in `layout`).
+        let mut bytes = encode_v6(&record());
         let n = bytes.len() - 8;
         // The payload length is the 8 bytes before the 5-byte payload itself, which the retry
         // policy (tag, kind, base, cap, jitter: 19 bytes), the dedup window (`None`: 1 byte),
@@ -855,6 +950,15 @@ mod tests {
         let mut r = record();
         r.attempts = 0; // a leased record must have an attempt counted
         let mut bytes = vec![RECORD_VERSION];
+        layout::write(&r, &mut bytes).unwrap();
+        bytes.extend_from_slice(&[0; 8]);
+        let err = JobRecord::decode(&reseal(bytes)).unwrap_err();
+        assert!(
+            matches!(&err, Error::Corrupted { detail } if detail.contains("no attempt")),
+            "{err:?}"
+        );
+        // And in a version-6 record.
+        let mut bytes = vec![6u8];
         bincode::serde::encode_into_std_write(&r, &mut bytes, record_config()).unwrap();
         bytes.extend_from_slice(&[0; 8]);
         let err = JobRecord::decode(&reseal(bytes)).unwrap_err();

@@ -59,7 +59,9 @@ fn random_u64() -> u64 {
 /// are read as they are). 5 → 6: the empty table of paused queues. 6 → 7: the empty history
 /// settings, and each queue's empty completed and cancelled indexes (records of version 4 are
 /// read as they are). 7 → 8: the empty schedule and rate-limit tables, and each queue's empty group tables
-/// (records of version 5 are read as they are). 8 → 9: the empty metrics table.
+/// (records of version 5 are read as they are). 8 → 9: the empty metrics table. 9 → 10: the
+/// version only (records of version 7, fixed-width and checked with XXH3-64, are written from
+/// now on; records of version 6 are read as they are, and rewritten when their job changes).
 ///
 /// A row that fails its checks is skipped here: the pass that meets it quarantines it.
 pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
@@ -71,7 +73,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
         .ok_or_else(|| Error::corrupted("leaseq_meta has no format version"))?;
     match version {
         FORMAT_VERSION => return Ok(None),
-        1..=8 => {}
+        1..=9 => {}
         _ => {
             return Err(Error::UnsupportedVersion {
                 found: version,
@@ -108,6 +110,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     }
     // 8 to 9: the queues' metrics, none counted yet.
     tx.open_table(crate::format::schema::METRICS)?;
+    // 9 to 10: nothing to rewrite (version-7 records are written from now on).
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
     Ok(Some(version))
 }

@@ -1,187 +1,283 @@
-//! The body of a record of the current version, written and read by hand: the same bytes
-//! bincode 2 writes for [`JobRecord`] under the record configuration (little endian, fixed-size
-//! integers; an enum variant as its `u32` index, an `Option` as a `u8` tag, a byte or text
-//! string as a `u64` length and its bytes; fields in declaration order), without serde's
-//! per-field machinery. Encoding and decoding a record is on every state change; the tests
-//! below check the two ways agree byte for byte, so the format is bincode's and older files
-//! and builds read it unchanged.
+//! The body of a record of the current version (7), written and read by hand.
+//!
+//! The fields rewritten on every state change sit at fixed offsets in a fixed-size head, so a
+//! record keeps its size when it is leased, extended, given back or expired: a job's leaf in
+//! `leaseq_jobs` is rewritten in place, never split by a lease. The fields set once (keys,
+//! policies, the group) follow only when present, each marked by a bit of the head's flags,
+//! with 16-bit lengths (every such field is bounded far below 64 KiB); the inline payload is
+//! the rest of the body, its length implied. docs/format.md draws the bytes.
 //!
 //! Reading never trusts a length: every length is checked against the bytes left before
-//! anything is allocated, so a damaged length is an error, not an allocation.
+//! anything is allocated, and an encoding has one form only (a flag, tag or slot that a
+//! record of its state cannot have is an error), so a record written again from what was
+//! read is the same bytes.
 
-use super::{JobRecord, PayloadRef, StoredError, StoredProgress, StoredRetry, StoredState};
+use super::{
+    JobRecord, PayloadRef, PayloadSum, StoredError, StoredProgress, StoredRetry, StoredState,
+};
 use crate::error::{Error, Result};
 
-/// Appends the bincode body of `record` to `out`.
-pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) {
-    match record.state {
-        StoredState::Scheduled => u32_(out, 0),
-        StoredState::Ready => u32_(out, 1),
-        StoredState::Leased { token, deadline_ms } => {
-            u32_(out, 2);
-            u64_(out, token);
-            u64_(out, deadline_ms);
-        }
-        StoredState::Dead => u32_(out, 3),
-        StoredState::Completed { ref result } => {
-            u32_(out, 4);
-            opt(out, result.as_ref(), |o, v| bytes(o, v));
-        }
+/// The head's size in bytes: state, flags, priority, attempts, max attempts, snoozes,
+/// run_at, created, seq, token, deadline.
+pub(super) const HEAD_BYTES: usize = 1 + 2 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 8;
+
+// The flags: which optional fields follow the head, in this order.
+const LEASE_MS: u16 = 1;
+const IDEMPOTENCY_KEY: u16 = 1 << 1;
+const DEDUP_KEY: u16 = 1 << 2;
+const RETRY: u16 = 1 << 3;
+const DEDUP_WINDOW: u16 = 1 << 4;
+const PAYLOAD_APART: u16 = 1 << 5;
+/// The payload apart carries an FNV-1a 64 checksum (kept from a record of version 6 or older)
+/// instead of XXH3-64.
+const PAYLOAD_SUM_FNV: u16 = 1 << 6;
+const ENCODING: u16 = 1 << 7;
+const STATUS: u16 = 1 << 8;
+const PROGRESS: u16 = 1 << 9;
+const GROUP: u16 = 1 << 10;
+const DEDUP_UNTIL_STARTED: u16 = 1 << 11;
+const ERRORS: u16 = 1 << 12;
+const RESULT: u16 = 1 << 13;
+const KNOWN_FLAGS: u16 = (1 << 14) - 1;
+
+/// Appends the version-7 body of `record` to `out`. Fails only on a field longer than a
+/// 16-bit length can say, which [`JobRecord::validate`] already refuses.
+pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) -> Result<()> {
+    let (tag, token, deadline_ms) = match record.state {
+        StoredState::Scheduled => (0u8, 0, 0),
+        StoredState::Ready => (1, 0, 0),
+        StoredState::Leased { token, deadline_ms } => (2, token, deadline_ms),
+        StoredState::Dead => (3, 0, 0),
+        StoredState::Completed { .. } => (4, 0, 0),
         StoredState::Cancelled {
-            ref reason,
-            fenced_until_ms,
-        } => {
-            u32_(out, 5);
-            bytes(out, reason.as_bytes());
-            u64_(out, fenced_until_ms);
+            fenced_until_ms, ..
+        } => (5, 0, fenced_until_ms),
+    };
+    let result = match &record.state {
+        StoredState::Completed { result } => result.as_deref(),
+        _ => None,
+    };
+    let flag = |on: bool, bit: u16| if on { bit } else { 0 };
+    let apart_fnv = record
+        .payload_apart
+        .is_some_and(|r| r.sum == PayloadSum::Fnv1a64);
+    let flags = flag(record.lease_ms.is_some(), LEASE_MS)
+        | flag(record.idempotency_key.is_some(), IDEMPOTENCY_KEY)
+        | flag(record.dedup_key.is_some(), DEDUP_KEY)
+        | flag(record.retry.is_some(), RETRY)
+        | flag(record.dedup_window_ms.is_some(), DEDUP_WINDOW)
+        | flag(record.payload_apart.is_some(), PAYLOAD_APART)
+        | flag(apart_fnv, PAYLOAD_SUM_FNV)
+        | flag(record.encoding.is_some(), ENCODING)
+        | flag(record.status.is_some(), STATUS)
+        | flag(record.progress.is_some(), PROGRESS)
+        | flag(record.group.is_some(), GROUP)
+        | flag(record.dedup_until_started, DEDUP_UNTIL_STARTED)
+        | flag(!record.errors.is_empty(), ERRORS)
+        | flag(result.is_some(), RESULT);
+    debug_assert!(
+        record.group.is_some() || record.group_order == 0,
+        "a group order without a group"
+    );
+    let start = out.len();
+    out.reserve(HEAD_BYTES + record.payload.len() + 8);
+    out.push(tag);
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&record.priority.to_le_bytes());
+    out.extend_from_slice(&record.attempts.to_le_bytes());
+    out.extend_from_slice(&record.max_attempts.to_le_bytes());
+    out.extend_from_slice(&record.snoozes.to_le_bytes());
+    for v in [
+        record.run_at_ms,
+        record.created_ms,
+        record.seq,
+        token,
+        deadline_ms,
+    ] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    debug_assert_eq!(out.len() - start, HEAD_BYTES);
+    if let Some(v) = record.lease_ms {
+        u64_(out, v);
+    }
+    if let Some(k) = &record.idempotency_key {
+        short(out, k)?;
+    }
+    if let Some(k) = &record.dedup_key {
+        short(out, k)?;
+    }
+    if let Some(r) = &record.retry {
+        out.push(r.kind);
+        u64_(out, r.base_ms);
+        u64_(out, r.cap_ms);
+        out.push(r.jitter_percent);
+    }
+    if let Some(w) = record.dedup_window_ms {
+        u64_(out, w);
+    }
+    if let Some(r) = &record.payload_apart {
+        u64_(out, r.len);
+        u64_(out, r.checksum);
+    }
+    if let Some(e) = record.encoding {
+        out.push(e);
+    }
+    if let Some(s) = &record.status {
+        short(out, s.as_bytes())?;
+    }
+    if let Some(p) = &record.progress {
+        u64_(out, p.at_ms);
+        short(out, &p.value)?;
+    }
+    if let Some(g) = &record.group {
+        short(out, g)?;
+        u64_(out, record.group_order);
+    }
+    if !record.errors.is_empty() {
+        let n = u8::try_from(record.errors.len())
+            .map_err(|_| bad(format!("{} errors", record.errors.len())))?;
+        out.push(n);
+        for e in &record.errors {
+            out.extend_from_slice(&e.attempt.to_le_bytes());
+            match e.at_ms {
+                None => out.push(0),
+                Some(at) => {
+                    out.push(1);
+                    u64_(out, at);
+                }
+            }
+            short(out, e.message.as_bytes())?;
         }
     }
-    out.extend_from_slice(&record.priority.to_le_bytes());
-    u64_(out, record.run_at_ms);
-    u32_(out, record.attempts);
-    u32_(out, record.max_attempts);
-    opt(out, record.lease_ms.as_ref(), |o, v| u64_(o, *v));
-    u64_(out, record.created_ms);
-    u64_(out, record.seq);
-    opt(out, record.idempotency_key.as_ref(), |o, v| bytes(o, v));
-    opt(out, record.dedup_key.as_ref(), |o, v| bytes(o, v));
-    u64_(out, record.errors.len() as u64);
-    for e in &record.errors {
-        u32_(out, e.attempt);
-        opt(out, e.at_ms.as_ref(), |o, v| u64_(o, *v));
-        bytes(out, e.message.as_bytes());
+    if let Some(r) = result {
+        short(out, r)?;
     }
-    bytes(out, &record.payload);
-    opt(out, record.retry.as_ref(), |o, r| {
-        o.push(r.kind);
-        u64_(o, r.base_ms);
-        u64_(o, r.cap_ms);
-        o.push(r.jitter_percent);
-    });
-    opt(out, record.dedup_window_ms.as_ref(), |o, v| u64_(o, *v));
-    opt(out, record.payload_apart.as_ref(), |o, r| {
-        u64_(o, r.len);
-        u64_(o, r.checksum);
-    });
-    u32_(out, record.snoozes);
-    opt(out, record.encoding.as_ref(), |o, v| o.push(*v));
-    opt(out, record.status.as_ref(), |o, v| bytes(o, v.as_bytes()));
-    out.push(u8::from(record.dedup_until_started));
-    opt(out, record.progress.as_ref(), |o, p| {
-        u64_(o, p.at_ms);
-        bytes(o, &p.value);
-    });
-    opt(out, record.group.as_ref(), |o, g| bytes(o, g));
-    u64_(out, record.group_order);
+    if let StoredState::Cancelled { reason, .. } = &record.state {
+        short(out, reason.as_bytes())?;
+    }
+    out.extend_from_slice(&record.payload);
+    Ok(())
 }
 
-/// Reads a body written by [`write()`] (or by bincode for the same version); every byte must be
-/// used. `version` 5 is the same body without its last three fields: the progress, the
-/// group and its order.
-pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
-    debug_assert!(version == 5 || version == super::RECORD_VERSION);
+/// Reads a body written by [`write()`]; the payload is whatever follows the last field.
+pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
     let mut r = Reader { rest: body };
-    let state = match r.u32()? {
+    let tag = r.u8()?;
+    let flags = u16::from_le_bytes(r.array()?);
+    if flags & !KNOWN_FLAGS != 0 {
+        return Err(bad(format!("unknown flags {flags:#06x}")));
+    }
+    let on = |bit: u16| flags & bit != 0;
+    let priority = i32::from_le_bytes(r.array()?);
+    let attempts = r.u32()?;
+    let max_attempts = r.u32()?;
+    let snoozes = r.u32()?;
+    let run_at_ms = r.u64()?;
+    let created_ms = r.u64()?;
+    let seq = r.u64()?;
+    let token = r.u64()?;
+    let deadline_ms = r.u64()?;
+    // Slots and flags a state cannot have: one encoding per record.
+    let leased = tag == 2;
+    if (!leased && token != 0) || (!leased && tag != 5 && deadline_ms != 0) {
+        return Err(bad(format!("state {tag} with a lease slot set")));
+    }
+    if on(RESULT) && tag != 4 {
+        return Err(bad(format!("a result in state {tag}")));
+    }
+    if on(PAYLOAD_SUM_FNV) && !on(PAYLOAD_APART) {
+        return Err(bad("a payload checksum kind without a payload apart".into()));
+    }
+    let lease_ms = r.opt(on(LEASE_MS), Reader::u64)?;
+    let idempotency_key = r.opt(on(IDEMPOTENCY_KEY), Reader::short)?;
+    let dedup_key = r.opt(on(DEDUP_KEY), Reader::short)?;
+    let retry = r.opt(on(RETRY), |r| {
+        Ok(StoredRetry {
+            kind: r.u8()?,
+            base_ms: r.u64()?,
+            cap_ms: r.u64()?,
+            jitter_percent: r.u8()?,
+        })
+    })?;
+    let dedup_window_ms = r.opt(on(DEDUP_WINDOW), Reader::u64)?;
+    let payload_apart = r.opt(on(PAYLOAD_APART), |r| {
+        Ok(PayloadRef {
+            len: r.u64()?,
+            checksum: r.u64()?,
+            sum: if on(PAYLOAD_SUM_FNV) {
+                PayloadSum::Fnv1a64
+            } else {
+                PayloadSum::Xxh3
+            },
+        })
+    })?;
+    let encoding = r.opt(on(ENCODING), Reader::u8)?;
+    let status = r.opt(on(STATUS), Reader::text)?;
+    let progress = r.opt(on(PROGRESS), |r| {
+        Ok(StoredProgress {
+            at_ms: r.u64()?,
+            value: r.short()?,
+        })
+    })?;
+    let (group, group_order) = match r.opt(on(GROUP), |r| Ok((r.short()?, r.u64()?)))? {
+        Some((g, order)) => (Some(g), order),
+        None => (None, 0),
+    };
+    let errors = if on(ERRORS) { r.errors()? } else { Vec::new() };
+    let state = match tag {
         0 => StoredState::Scheduled,
         1 => StoredState::Ready,
-        2 => StoredState::Leased {
-            token: r.u64()?,
-            deadline_ms: r.u64()?,
-        },
+        2 => StoredState::Leased { token, deadline_ms },
         3 => StoredState::Dead,
         4 => StoredState::Completed {
-            result: r.opt(Reader::bytes)?,
+            result: r.opt(on(RESULT), Reader::short)?,
         },
         5 => StoredState::Cancelled {
             reason: r.text()?,
-            fenced_until_ms: r.u64()?,
+            fenced_until_ms: deadline_ms,
         },
-        v => return Err(bad(format!("state variant {v}"))),
+        t => return Err(bad(format!("state {t}"))),
     };
-    let record = JobRecord {
+    Ok(JobRecord {
         state,
-        priority: i32::from_le_bytes(r.array()?),
-        run_at_ms: r.u64()?,
-        attempts: r.u32()?,
-        max_attempts: r.u32()?,
-        lease_ms: r.opt(Reader::u64)?,
-        created_ms: r.u64()?,
-        seq: r.u64()?,
-        idempotency_key: r.opt(Reader::bytes)?,
-        dedup_key: r.opt(Reader::bytes)?,
-        errors: r.errors()?,
-        payload: r.bytes()?,
-        retry: r.opt(|r| {
-            Ok(StoredRetry {
-                kind: r.u8()?,
-                base_ms: r.u64()?,
-                cap_ms: r.u64()?,
-                jitter_percent: r.u8()?,
-            })
-        })?,
-        dedup_window_ms: r.opt(Reader::u64)?,
-        payload_apart: r.opt(|r| {
-            Ok(PayloadRef {
-                len: r.u64()?,
-                checksum: r.u64()?,
-            })
-        })?,
-        snoozes: r.u32()?,
-        encoding: r.opt(Reader::u8)?,
-        status: r.opt(Reader::text)?,
-        dedup_until_started: match r.u8()? {
-            0 => false,
-            1 => true,
-            b => return Err(bad(format!("bool {b}"))),
-        },
-        progress: if version >= 6 {
-            r.opt(|r| {
-                Ok(StoredProgress {
-                    at_ms: r.u64()?,
-                    value: r.bytes()?,
-                })
-            })?
-        } else {
-            None
-        },
-        group: if version >= 6 {
-            r.opt(Reader::bytes)?
-        } else {
-            None
-        },
-        group_order: if version >= 6 { r.u64()? } else { 0 },
-    };
-    if !r.rest.is_empty() {
-        return Err(Error::corrupted("job record: trailing bytes"));
-    }
-    Ok(record)
+        priority,
+        run_at_ms,
+        attempts,
+        max_attempts,
+        lease_ms,
+        created_ms,
+        seq,
+        idempotency_key,
+        dedup_key,
+        errors,
+        payload: r.rest.to_vec(),
+        retry,
+        dedup_window_ms,
+        payload_apart,
+        snoozes,
+        encoding,
+        status,
+        dedup_until_started: on(DEDUP_UNTIL_STARTED),
+        progress,
+        group,
+        group_order,
+    })
 }
 
 fn bad(what: String) -> Error {
     Error::corrupted(format!("job record decode: {what}"))
 }
 
-fn u32_(out: &mut Vec<u8>, v: u32) {
-    out.extend_from_slice(&v.to_le_bytes());
-}
-
 fn u64_(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-fn bytes(out: &mut Vec<u8>, v: &[u8]) {
-    u64_(out, v.len() as u64);
+/// A byte string of at most `u16::MAX` bytes: its length as a `u16`, then its bytes.
+fn short(out: &mut Vec<u8>, v: &[u8]) -> Result<()> {
+    let len = u16::try_from(v.len()).map_err(|_| bad(format!("a field of {} bytes", v.len())))?;
+    out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(v);
-}
-
-fn opt<T>(out: &mut Vec<u8>, v: Option<&T>, f: impl FnOnce(&mut Vec<u8>, &T)) {
-    match v {
-        None => out.push(0),
-        Some(v) => {
-            out.push(1);
-            f(out, v);
-        }
-    }
+    Ok(())
 }
 
 struct Reader<'a> {
@@ -189,6 +285,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.rest.len() < n {
             return Err(bad(format!("{n} bytes wanted, {} left", self.rest.len())));
@@ -198,61 +295,67 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
+    #[inline]
     fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
         Ok(self.take(N)?.try_into().expect("took N bytes"))
     }
 
+    #[inline]
     fn u8(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
 
+    #[inline]
     fn u32(&mut self) -> Result<u32> {
         Ok(u32::from_le_bytes(self.array()?))
     }
 
+    #[inline]
     fn u64(&mut self) -> Result<u64> {
         Ok(u64::from_le_bytes(self.array()?))
     }
 
-    /// A length-prefixed byte string, its length checked against the bytes left first.
-    fn bytes(&mut self) -> Result<Vec<u8>> {
-        let len = self.u64()?;
-        let len = usize::try_from(len)
-            .ok()
-            .filter(|&n| n <= self.rest.len())
-            .ok_or_else(|| bad(format!("length {len} past the record's end")))?;
+    /// A byte string with a 16-bit length, checked against the bytes left before the copy.
+    fn short(&mut self) -> Result<Vec<u8>> {
+        let len = usize::from(u16::from_le_bytes(self.array()?));
+        if len > self.rest.len() {
+            return Err(bad(format!("length {len} past the record's end")));
+        }
         Ok(self.take(len)?.to_vec())
     }
 
     fn text(&mut self) -> Result<String> {
-        String::from_utf8(self.bytes()?).map_err(|_| bad("text that is not UTF-8".into()))
+        String::from_utf8(self.short()?).map_err(|_| bad("text that is not UTF-8".into()))
     }
 
-    /// The error history: a count, checked against the bytes left (an entry takes at least
-    /// 13) before anything is allocated, then the entries.
+    /// The error history: a count of 1 to 255 (none is a clear flag, not a zero count), then
+    /// the entries; each takes at least 7 bytes, so nothing is allocated past the record.
     fn errors(&mut self) -> Result<Vec<StoredError>> {
-        let n = self.u64()?;
-        let n = usize::try_from(n)
-            .ok()
-            .filter(|&n| n <= self.rest.len() / 13)
-            .ok_or_else(|| bad(format!("{n} errors past the record's end")))?;
+        let n = usize::from(self.u8()?);
+        if n == 0 || n > self.rest.len() / 7 {
+            return Err(bad(format!("{n} errors")));
+        }
         let mut errors = Vec::with_capacity(n);
         for _ in 0..n {
+            let attempt = self.u32()?;
+            let at_ms = match self.u8()? {
+                0 => None,
+                1 => Some(self.u64()?),
+                t => return Err(bad(format!("option tag {t}"))),
+            };
             errors.push(StoredError {
-                attempt: self.u32()?,
-                at_ms: self.opt(Reader::u64)?,
+                attempt,
+                at_ms,
                 message: self.text()?,
             });
         }
         Ok(errors)
     }
 
-    fn opt<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<Option<T>> {
-        match self.u8()? {
-            0 => Ok(None),
-            1 => f(self).map(Some),
-            t => Err(bad(format!("option tag {t}"))),
-        }
+    /// The field `f` reads if its flag is `on`.
+    #[inline]
+    fn opt<T>(&mut self, on: bool, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<Option<T>> {
+        if on { f(self).map(Some) } else { Ok(None) }
     }
 }
 
@@ -261,199 +364,146 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn bincode_body(record: &JobRecord) -> Vec<u8> {
-        bincode::serde::encode_to_vec(record, super::super::record_config()).unwrap()
-    }
-
-    fn state() -> impl Strategy<Value = StoredState> {
-        prop_oneof![
-            Just(StoredState::Scheduled),
-            Just(StoredState::Ready),
-            (any::<u64>(), any::<u64>())
-                .prop_map(|(token, deadline_ms)| StoredState::Leased { token, deadline_ms }),
-            Just(StoredState::Dead),
-            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40))
-                .prop_map(|result| StoredState::Completed { result }),
-            (".{0,40}", any::<u64>()).prop_map(|(reason, fenced_until_ms)| {
-                StoredState::Cancelled {
-                    reason,
-                    fenced_until_ms,
-                }
-            }),
-        ]
-    }
-
-    fn errors() -> impl Strategy<Value = Vec<StoredError>> {
-        proptest::collection::vec(
-            (any::<u32>(), any::<Option<u64>>(), ".{0,30}").prop_map(
-                |(attempt, at_ms, message)| StoredError {
-                    attempt,
-                    at_ms,
-                    message,
-                },
-            ),
-            0..4,
-        )
-    }
-
+    /// Any record a version-7 body can hold: v6's strategy, with either payload checksum
+    /// kind and no group order without a group.
     fn any_record() -> impl Strategy<Value = JobRecord> {
-        (
-            (
-                state(),
-                any::<i32>(),
-                any::<u64>(),
-                any::<u32>(),
-                any::<u32>(),
-            ),
-            (
-                any::<Option<u64>>(),
-                any::<u64>(),
-                any::<u64>(),
-                proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
-                proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
-            ),
-            (
-                errors(),
-                proptest::collection::vec(any::<u8>(), 0..300),
-                proptest::option::of((any::<u8>(), any::<u64>(), any::<u64>(), any::<u8>())),
-                any::<Option<u64>>(),
-                any::<Option<(u64, u64)>>(),
-                any::<u32>(),
-                any::<Option<u8>>(),
-            ),
-            (
-                proptest::option::of(".{0,40}"),
-                any::<bool>(),
-                proptest::option::of((any::<u64>(), proptest::collection::vec(any::<u8>(), 0..40))),
-                proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
-                any::<u64>(),
-            ),
-        )
-            .prop_map(|(a, b, c, d)| JobRecord {
-                state: a.0,
-                priority: a.1,
-                run_at_ms: a.2,
-                attempts: a.3,
-                max_attempts: a.4,
-                lease_ms: b.0,
-                created_ms: b.1,
-                seq: b.2,
-                idempotency_key: b.3,
-                dedup_key: b.4,
-                errors: c.0,
-                payload: c.1,
-                retry: c
-                    .2
-                    .map(|(kind, base_ms, cap_ms, jitter_percent)| StoredRetry {
-                        kind,
-                        base_ms,
-                        cap_ms,
-                        jitter_percent,
-                    }),
-                dedup_window_ms: c.3,
-                payload_apart: c.4.map(|(len, checksum)| PayloadRef { len, checksum }),
-                snoozes: c.5,
-                encoding: c.6,
-                status: d.0,
-                dedup_until_started: d.1,
-                progress: d.2.map(|(at_ms, value)| StoredProgress { at_ms, value }),
-                group: d.3,
-                group_order: d.4,
-            })
+        (super::super::v6::tests::any_record(), any::<bool>()).prop_map(|(mut r, xxh)| {
+            if let Some(p) = &mut r.payload_apart
+                && xxh
+            {
+                p.sum = PayloadSum::Xxh3;
+            }
+            if r.group.is_none() {
+                r.group_order = 0;
+            }
+            r
+        })
+    }
+
+    fn body(record: &JobRecord) -> Vec<u8> {
+        let mut out = Vec::new();
+        write(record, &mut out).unwrap();
+        out
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
 
-        /// The hand-written body is bincode's, byte for byte, and reads back both ways.
+        /// Every record reads back as itself.
         #[test]
-        fn same_bytes_as_bincode(record in any_record()) {
-            let mut mine = Vec::new();
-            write(&record, &mut mine);
-            prop_assert_eq!(&mine, &bincode_body(&record));
-            prop_assert_eq!(read(&mine, super::super::RECORD_VERSION).unwrap(), record.clone());
-            let (theirs, used): (JobRecord, usize) =
-                bincode::serde::decode_from_slice(&mine, super::super::record_config()).unwrap();
-            prop_assert_eq!(used, mine.len());
-            prop_assert_eq!(theirs, record);
+        fn round_trips(record in any_record()) {
+            prop_assert_eq!(read(&body(&record)).unwrap(), record);
         }
 
-        /// Damaged bodies (cut, or a byte changed) are errors or other records, never a panic;
-        /// bincode and the hand reader agree on which.
+        /// A body cut short is an error; a body with a byte changed is an error or a record
+        /// that writes back to exactly those bytes (one encoding per record).
         #[test]
-        fn damaged_bodies_agree_with_bincode(record in any_record(), cut in any::<prop::sample::Index>(),
-                                            at in any::<prop::sample::Index>(), to in any::<u8>()) {
-            let mut body = Vec::new();
-            write(&record, &mut body);
-            let short = &body[..cut.index(body.len())];
-            prop_assert!(read(short, super::super::RECORD_VERSION).is_err());
-            let mut flipped = body.clone();
+        fn damaged_bodies_fail_or_read_canonically(record in any_record(),
+                                                   cut in any::<prop::sample::Index>(),
+                                                   at in any::<prop::sample::Index>(),
+                                                   to in any::<u8>()) {
+            let b = body(&record);
+            let payload_starts = b.len() - record.payload.len();
+            let short = &b[..cut.index(b.len())];
+            if short.len() < payload_starts {
+                prop_assert!(read(short).is_err());
+            }
+            let mut flipped = b.clone();
             let i = at.index(flipped.len());
             flipped[i] = to;
-            let mine = read(&flipped, super::super::RECORD_VERSION).ok();
-            let theirs = bincode::serde::decode_from_slice::<JobRecord, _>(
-                &flipped,
-                super::super::record_config(),
-            )
-            .ok()
-            .filter(|(_, used)| *used == flipped.len())
-            .map(|(r, _)| r);
-            prop_assert_eq!(mine, theirs);
+            if let Ok(r) = read(&flipped) {
+                prop_assert_eq!(body(&r), flipped);
+            }
+        }
+
+        /// The head is fixed: leasing a ready record, extending the lease, giving it back or
+        /// cancelling it never changes the record's size.
+        #[test]
+        fn state_changes_keep_the_size(record in any_record(), token in 1..u64::MAX,
+                                       deadline in any::<u64>()) {
+            let ready = JobRecord { state: StoredState::Ready, ..record };
+            let n = body(&ready).len();
+            for state in [
+                StoredState::Scheduled,
+                StoredState::Leased { token, deadline_ms: deadline },
+                StoredState::Leased { token: token ^ 1, deadline_ms: deadline / 2 },
+                StoredState::Dead,
+                StoredState::Completed { result: None },
+            ] {
+                let other = JobRecord { state, ..ready.clone() };
+                prop_assert_eq!(body(&other).len(), n);
+            }
         }
     }
 
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(500))]
-
-        /// A record version 5 body is a version 6 body without the progress and the group: it
-        /// reads back as the same record with neither.
-        #[test]
-        fn a_version_5_body_reads_with_no_progress(record in any_record()) {
-            let record = JobRecord { progress: None, group: None, group_order: 0, ..record };
-            let mut body = Vec::new();
-            write(&record, &mut body);
-            body.truncate(body.len() - 10);
-            prop_assert_eq!(read(&body, 5).unwrap(), record);
-            // A version 6 reader wants the progress tag.
-            prop_assert!(read(&body, super::super::RECORD_VERSION).is_err());
+    fn plain() -> JobRecord {
+        JobRecord {
+            state: StoredState::Ready,
+            priority: 0,
+            run_at_ms: 1,
+            attempts: 0,
+            max_attempts: 1,
+            lease_ms: None,
+            created_ms: 1,
+            seq: 1,
+            idempotency_key: None,
+            dedup_key: None,
+            errors: Vec::new(),
+            payload: b"abc".to_vec(),
+            retry: None,
+            dedup_window_ms: None,
+            payload_apart: None,
+            snoozes: 0,
+            encoding: None,
+            status: None,
+            dedup_until_started: false,
+            progress: None,
+            group: None,
+            group_order: 0,
         }
     }
 
     #[test]
-    fn a_huge_length_is_an_error_without_allocating() {
-        let mut body = Vec::new();
-        write(
-            &JobRecord {
-                state: StoredState::Ready,
-                priority: 0,
-                run_at_ms: 1,
-                attempts: 0,
-                max_attempts: 1,
-                lease_ms: None,
-                created_ms: 1,
-                seq: 1,
-                idempotency_key: None,
-                dedup_key: None,
-                errors: Vec::new(),
-                payload: b"abc".to_vec(),
-                retry: None,
-                dedup_window_ms: None,
-                payload_apart: None,
-                snoozes: 0,
-                encoding: None,
-                status: None,
-                dedup_until_started: false,
-                progress: None,
-                group: None,
-                group_order: 0,
-            },
-            &mut body,
-        );
-        // The payload length sits after 4+4+8+4+4+1+8+8+1+1+8 bytes (the last 8: the count
-        // of errors).
-        let at = 4 + 4 + 8 + 4 + 4 + 1 + 8 + 8 + 1 + 1 + 8;
-        body[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
-        let e = read(&body, super::super::RECORD_VERSION).unwrap_err();
+    fn a_plain_job_is_the_head_and_its_payload() {
+        let b = body(&plain());
+        assert_eq!(b.len(), HEAD_BYTES + 3);
+        assert_eq!(&b[HEAD_BYTES..], b"abc");
+    }
+
+    #[test]
+    fn a_length_past_the_end_is_an_error_without_allocating() {
+        let r = JobRecord {
+            idempotency_key: Some(b"key".to_vec()),
+            ..plain()
+        };
+        let mut b = body(&r);
+        b[HEAD_BYTES..HEAD_BYTES + 2].copy_from_slice(&u16::MAX.to_le_bytes());
+        let e = read(&b).unwrap_err();
         assert!(e.to_string().contains("past the record's end"), "{e}");
+    }
+
+    #[test]
+    fn unknown_flags_slots_and_states_are_errors() {
+        let good = body(&plain());
+        let with = |at: usize, bytes: &[u8]| {
+            let mut b = good.clone();
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            read(&b).unwrap_err().to_string()
+        };
+        assert!(with(1, &(1u16 << 15).to_le_bytes()).contains("unknown flags"));
+        // A token in a ready record; a deadline in a dead one.
+        assert!(with(HEAD_BYTES - 16, &[1]).contains("lease slot"));
+        let mut dead = good.clone();
+        dead[0] = 3;
+        dead[HEAD_BYTES - 8] = 1;
+        assert!(read(&dead).unwrap_err().to_string().contains("lease slot"));
+        assert!(with(0, &[6]).contains("state 6"));
+        // A result flag outside the completed state.
+        assert!(with(1, &RESULT.to_le_bytes()).contains("result"));
+        // An error-history flag with a count of zero.
+        let mut b = good[..HEAD_BYTES].to_vec();
+        b[1..3].copy_from_slice(&ERRORS.to_le_bytes());
+        b.push(0);
+        assert!(read(&b).unwrap_err().to_string().contains("0 errors"));
     }
 }
