@@ -104,22 +104,25 @@ pub struct EnqueueOptions {
     pub(crate) dedup_window: Option<Duration>,
     pub(crate) dedup_until_started: bool,
     pub(crate) on_duplicate: OnDuplicate,
-    /// Set by `enqueue_value`: how the payload was encoded.
+    /// How the payload was encoded: set by `EnqueueOptions::encoding`, or by `enqueue_value`
+    /// (the handle's encoding when the options set none).
     pub(crate) encoding: Option<crate::format::payload::Encoding>,
     pub(crate) group: Option<Vec<u8>>,
 }
 
 impl EnqueueOptions {
-    /// The payload of a typed value encoded with `encoding` (checked to decode back), and
-    /// these options marked with the encoding, for `enqueue_value`.
+    /// The payload of a typed value encoded with the encoding these options set, else with
+    /// `handle_encoding` (checked to decode back), and these options marked with the encoding
+    /// used, for `enqueue_value`.
     pub(crate) fn typed<T>(
         self,
         value: &T,
-        encoding: crate::format::payload::Encoding,
+        handle_encoding: crate::format::payload::Encoding,
     ) -> crate::error::Result<(Vec<u8>, Self)>
     where
         T: serde::Serialize + serde::de::DeserializeOwned,
     {
+        let encoding = self.encoding.unwrap_or(handle_encoding);
         let payload = crate::format::payload::encode_payload(value, encoding)?;
         Ok((
             payload,
@@ -130,11 +133,15 @@ impl EnqueueOptions {
         ))
     }
 
-    /// Records that the payload is a value encoded with `encoding` (as
-    /// [`Queue::enqueue_value`](crate::Queue::enqueue_value) does), so
+    /// Records that the payload is a value encoded with `encoding`, so
     /// [`Lease::decode`](crate::Lease::decode) reads it that way whatever the consumer's
-    /// handle says. For bytes encoded elsewhere (a relay carries the sender's encoding this
-    /// way); nothing checks that they decode.
+    /// handle says.
+    ///
+    /// - With [`Queue::enqueue_value`](crate::Queue::enqueue_value) (and its `Tx` and async
+    ///   forms), the value is encoded with this encoding instead of the handle's
+    ///   ([`Builder::encoding`](crate::Builder::encoding)).
+    /// - With [`Queue::enqueue`](crate::Queue::enqueue), for bytes encoded elsewhere (a relay
+    ///   carries the sender's encoding this way): nothing checks that they decode.
     pub fn encoding(mut self, encoding: crate::format::payload::Encoding) -> Self {
         self.encoding = Some(encoding);
         self

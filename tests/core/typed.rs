@@ -414,3 +414,52 @@ fn tx_enqueue_value_records_the_encoding_of_its_handle() {
     l.ack().unwrap();
     assert_consistent(&q);
 }
+
+/// An encoding set on the options chooses how `enqueue_value` encodes (on the handle, in a
+/// `Tx`): an internally tagged enum, refused by bincode (the handle's), goes in as JSON and
+/// decodes back on a bincode handle; without the option the handle's encoding is used.
+#[test]
+fn an_encoding_on_the_options_chooses_how_enqueue_value_encodes() {
+    let f = Fixture::new();
+    let q = f.open();
+    let value = Tagged::Resize { width: 640 };
+    let id = q
+        .enqueue_value(&value, plain().encoding(Encoding::Json))
+        .unwrap()
+        .id();
+    let in_tx = q
+        .write(|tx| {
+            Ok(tx
+                .enqueue_value(
+                    &Tagged::Email { to: "a@b".into() },
+                    plain().encoding(Encoding::Json),
+                )?
+                .id())
+        })
+        .unwrap();
+    let plain_id = q.enqueue_value(&7u32, plain()).unwrap().id();
+    for (job, want) in [
+        (id, Encoding::Json),
+        (in_tx, Encoding::Json),
+        (plain_id, Encoding::Bincode),
+    ] {
+        assert_eq!(q.job(job).unwrap().unwrap().encoding, Some(want), "{job:?}");
+    }
+    assert_eq!(
+        q.payload(id).unwrap().unwrap(),
+        br#"{"type":"Resize","width":640}"#
+    );
+    let lease = q.dequeue().unwrap().unwrap();
+    assert_eq!((lease.id(), lease.decode::<Tagged>().unwrap()), (id, value));
+    lease.ack().unwrap();
+    let lease = q.dequeue().unwrap().unwrap();
+    assert_eq!(
+        lease.decode::<Tagged>().unwrap(),
+        Tagged::Email { to: "a@b".into() }
+    );
+    lease.ack().unwrap();
+    let lease = q.dequeue().unwrap().unwrap();
+    assert_eq!(lease.decode::<u32>().unwrap(), 7);
+    lease.ack().unwrap();
+    assert_consistent(&q);
+}
