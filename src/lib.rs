@@ -82,6 +82,8 @@
 //! - **Errors**: one [`Error`] enum; every call's page lists its errors. **Limits**: the
 //!   constants ([`LEASE_MAX`], [`BATCH_MAX`], …). **Time**: whole milliseconds everywhere
 //!   (`Duration`s in, Unix-ms timestamps out), from a [`Clock`] ([`ManualClock`] in tests).
+//! - **Schedules**: interval schedules always; cron expressions in IANA time zones
+//!   ([`Schedule::cron`]) with feature `cron` (on by default; see the guide's periodic jobs).
 //! - **Async** (feature `async`): `Queue::to_async` gives an `AsyncQueue` whose commits never
 //!   block the caller's thread and whose waits hold none, with cancel-safe dequeues; feature
 //!   `tokio` adds the async pool (`PoolBuilder::start_async`). The guide's building-an-app

@@ -132,6 +132,11 @@ impl Schedule {
     /// fixed time of day repeated by a fall-back (`30 1 * * *`) runs once, while an
     /// expression that matches every few minutes (`*/30 * * * *`) matches in both passes of
     /// the repeated hour.
+    ///
+    /// Needs the `cron` feature (on by default): without it,
+    /// [`Queue::create_schedule`](crate::Queue::create_schedule) refuses a cron schedule with
+    /// `InvalidOption` naming `cron`, and a cron schedule already in a file is kept as it is,
+    /// never fired, for a build with the feature.
     pub fn cron(expression: impl Into<String>, time_zone: impl Into<String>) -> Schedule {
         Schedule::new(None, Some((expression.into(), time_zone.into())))
     }

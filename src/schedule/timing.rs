@@ -10,14 +10,44 @@
 
 use crate::error::{Error, Result};
 use crate::format::schedule::StoredTiming;
+#[cfg(feature = "cron")]
 use crate::limits::CRON_TEXT_BYTES_MAX;
 
+/// Whether this build computes cron due times (feature `cron`). Without it a cron schedule is
+/// refused when set, and one already in a file is left as it is: never fired, its due entry
+/// and record untouched, for a build with the feature.
+pub(crate) const CRON_SUPPORTED: bool = cfg!(feature = "cron");
+
 /// A parsed cron timing, ready to compute due times.
+#[cfg(feature = "cron")]
 pub(crate) struct CronTiming {
     cron: croner::Cron,
     zone: chrono_tz::Tz,
 }
 
+/// A build without the `cron` feature: no cron timing parses.
+#[cfg(not(feature = "cron"))]
+pub(crate) enum CronTiming {}
+
+#[cfg(not(feature = "cron"))]
+impl CronTiming {
+    /// `InvalidOption` naming `cron`: this build has no cron support.
+    pub(crate) fn parse(expression: &str, _time_zone: &str) -> Result<CronTiming> {
+        Err(Error::invalid_option(
+            "cron",
+            format!(
+                "{expression:?}: cron expressions need leaseq's `cron` feature (on by default); \
+                 this build runs interval schedules only"
+            ),
+        ))
+    }
+
+    pub(crate) fn next_after(&self, _after_ms: u64) -> Option<u64> {
+        match *self {}
+    }
+}
+
+#[cfg(feature = "cron")]
 impl CronTiming {
     /// Parses `expression` (5 fields, or 6 with seconds first) and `time_zone` (an IANA name
     /// such as `Europe/Berlin` or `UTC`). `InvalidOption` naming `cron` or `time_zone` for
@@ -95,7 +125,7 @@ pub(crate) fn next_due_after(timing: &StoredTiming, after_ms: u64) -> Result<Opt
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "cron"))]
 mod tests {
     use super::*;
 

@@ -21,7 +21,7 @@ use crate::job::{JobId, OnDuplicate};
 use crate::limits::{
     DELAY_MAX, SCHEDULE_NAME_BYTES_MAX, SCHEDULE_PAYLOAD_BYTES_MAX, SCHEDULES_MAX, SWEEP_MAX,
 };
-use crate::schedule::timing::{CronTiming, next_due_after};
+use crate::schedule::timing::{CRON_SUPPORTED, CronTiming, next_due_after};
 use crate::schedule::{Missed, Overlap, Schedule, ScheduleInfo, Timing};
 
 use super::QueueConfig;
@@ -362,9 +362,16 @@ pub(super) fn fire_due(
     let queue_number = tx_tables.tables.queue_number;
     let (mut fired, mut skipped) = (0, 0);
     let mut due = tx_tables.tx.open_table(SCHEDULE_DUE)?;
+    // A build without cron support passes over the cron schedules' entries and leaves them
+    // in place, so it looks at up to every schedule of the file to find `SWEEP_MAX` others.
+    let looked_at = if CRON_SUPPORTED {
+        SWEEP_MAX
+    } else {
+        SCHEDULES_MAX
+    };
     let entries: Vec<(u64, String)> = due
         .range((queue_number, 0, "")..(queue_number, now_ms.saturating_add(1), ""))?
-        .take(SWEEP_MAX)
+        .take(looked_at)
         .map(|e| {
             e.map(|(k, _)| {
                 let (_, at, name) = k.value();
@@ -375,21 +382,37 @@ pub(super) fn fire_due(
     if entries.is_empty() {
         return Ok((0, 0));
     }
-    tx_tables.mark_written();
     let mut rows = tx_tables.tx.open_table(SCHEDULES)?;
+    let mut handled = 0;
     for (at, name) in entries {
+        if handled == SWEEP_MAX {
+            break;
+        }
+        let record = match rows.get((queue_number, name.as_str()))? {
+            Some(v) => ScheduleRecord::decode(v.value()),
+            None => Err(Error::corrupted("no schedule row")),
+        };
+        if !CRON_SUPPORTED
+            && let Ok(r) = &record
+            && matches!(r.timing, StoredTiming::Cron { .. })
+        {
+            // Kept for a build with the `cron` feature: not fired, nothing written.
+            continue;
+        }
+        handled += 1;
+        tx_tables.mark_written();
         due.remove((queue_number, at, name.as_str()))?;
-        let mut record = match rows.get((queue_number, name.as_str()))? {
-            Some(v) => match ScheduleRecord::decode(v.value()) {
-                Ok(r) => r,
-                Err(e) => {
-                    // Left for `check()` and for a new `upsert_schedule` of the name; without
-                    // its due entry it no longer stops the sweep.
+        let mut record = match record {
+            Ok(r) => r,
+            Err(e) => {
+                // Left for `check()` and for a new `upsert_schedule` of the name; without
+                // its due entry it no longer stops the sweep. (An entry without a row is
+                // removed the same way.)
+                if rows.get((queue_number, name.as_str()))?.is_some() {
                     tracing::warn!(queue_number, schedule = %name, error = %e, "leaseq: damaged schedule row");
-                    continue;
                 }
-            },
-            None => continue,
+                continue;
+            }
         };
         if record.next_due_ms != at {
             // A stray entry: the row's own time is indexed again.
@@ -699,10 +722,12 @@ pub(crate) fn check_schedules(
         match ScheduleRecord::decode(v.value()) {
             Err(e) => out.push(format!("schedule {name:?} of queue number {q}: {e}")),
             Ok(r) => {
+                // Without cron support a cron schedule is kept, not damage.
                 if let StoredTiming::Cron {
                     expression,
                     time_zone,
                 } = &r.timing
+                    && CRON_SUPPORTED
                     && let Err(e) = CronTiming::parse(expression, time_zone)
                 {
                     out.push(format!("schedule {name:?}: {e}"));

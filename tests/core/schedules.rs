@@ -703,3 +703,97 @@ fn the_file_holds_at_most_schedules_max() {
     );
     assert_consistent(&q);
 }
+
+// ---------------------------------------------------------------------------------------
+// Builds without the `cron` feature.
+// ---------------------------------------------------------------------------------------
+
+/// A file with two schedules of the default queue, written by a build with `cron` at the
+/// fixtures' clock (1,700,000,000,000 ms) and closed: `nightly`, cron `0 3 * * *` in UTC
+/// (payload `nightly`), and `tick`, every 60 s (payload `tick`). No jobs.
+const CRON_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/cron-schedules.leaseq"
+);
+
+/// The first 03:00 UTC after the fixture's clock: 2023-11-15 03:00 UTC.
+const NIGHTLY_DUE_MS: u64 = 1_700_017_200_000;
+const DAY_MS: u64 = 86_400_000;
+
+/// Writes `tests/fixtures/cron-schedules.leaseq` (by hand: `cargo test --test core --
+/// --ignored write_cron_fixture`).
+#[cfg(feature = "cron")]
+#[test]
+#[ignore]
+fn write_cron_fixture() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.create_schedule(
+        "nightly",
+        &Schedule::cron("0 3 * * *", "UTC").payload(b"nightly".to_vec()),
+    )
+    .unwrap();
+    q.create_schedule("tick", &every(Duration::from_secs(60), b"tick"))
+        .unwrap();
+    assert_eq!(info(&q, "nightly").next_due_ms, Some(NIGHTLY_DUE_MS));
+    q.close();
+    drop(q);
+    std::fs::copy(&f.path, CRON_FIXTURE).unwrap();
+}
+
+/// Opens a copy of the cron fixture a day after its clock (both schedules due).
+fn open_cron_fixture_a_day_later() -> (Fixture, Queue) {
+    let f = Fixture::new();
+    std::fs::copy(CRON_FIXTURE, &f.path).unwrap();
+    f.clock.set_ms(T0_MS + DAY_MS);
+    let q = f.open();
+    (f, q)
+}
+
+/// With `cron`, the fixture's two schedules fire at the open a day later (what the build
+/// without it must keep).
+#[cfg(feature = "cron")]
+#[test]
+fn the_cron_fixture_fires_both_schedules_with_cron() {
+    let (_f, q) = open_cron_fixture_a_day_later();
+    assert_eq!(q.recovery().schedules_fired, 2);
+    let mut got = drain_acked(&q);
+    got.sort();
+    assert_eq!(got, vec![b"nightly".to_vec(), b"tick".to_vec()]);
+    assert_eq!(info(&q, "nightly").fired, 1);
+    assert_consistent(&q);
+}
+
+/// Without `cron` (`cargo test --no-default-features --test core -- without_cron`): a cron
+/// schedule in the file is kept as it is (never fired, its due time and counts unchanged, not
+/// reported by `check()`), interval schedules beside it run, and a new cron schedule is
+/// refused with `InvalidOption` naming `cron`, writing nothing.
+#[cfg(not(feature = "cron"))]
+#[test]
+fn without_cron_a_cron_schedule_is_kept_unfired_and_a_new_one_refused() {
+    let (f, q) = open_cron_fixture_a_day_later();
+    assert_eq!(q.recovery().schedules_fired, 1, "the interval only");
+    assert_eq!(drain_acked(&q), vec![b"tick".to_vec()]);
+    let nightly = info(&q, "nightly");
+    assert_eq!(
+        (nightly.next_due_ms, nightly.fired, nightly.skipped),
+        (Some(NIGHTLY_DUE_MS), 0, 0)
+    );
+    assert!(matches!(nightly.timing, Timing::Cron { .. }));
+    assert_eq!(info(&q, "tick").fired, 1);
+    let r = q.create_schedule("other", &Schedule::cron("@daily", "UTC"));
+    assert!(
+        matches!(&r, Err(Error::InvalidOption { field, .. }) if *field == "cron"),
+        "{r:?}"
+    );
+    assert_eq!(q.schedule("other").unwrap(), None);
+    // Sweeps pass over it: the interval keeps firing, the cron schedule stays as it was.
+    f.clock.advance(Duration::from_secs(60));
+    assert_eq!(drain_acked(&q), vec![b"tick".to_vec()]);
+    assert_eq!(info(&q, "nightly"), nightly);
+    assert_consistent(&q);
+    drop(q);
+    let q = f.open();
+    assert_eq!(info(&q, "nightly"), nightly);
+    assert_consistent(&q);
+}
