@@ -397,6 +397,9 @@ pub(super) fn fire_due(
             && matches!(r.timing, StoredTiming::Cron { .. })
         {
             // Kept for a build with the `cron` feature: not fired, nothing written.
+            if at_open {
+                tracing::warn!(queue_number, schedule = %name, "leaseq: a cron schedule is due but this build has no `cron` feature: kept unfired");
+            }
             continue;
         }
         handled += 1;
@@ -588,17 +591,35 @@ pub(crate) fn fire_at_open(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<(u64, u64)>
 
 /// The next due time of queue `queue_number`'s schedules, for a waiting consumer (none in a
 /// file older than format 8, which a writable open upgrades).
+///
+/// A build without cron support leaves out the due times of the cron schedules it keeps
+/// unfired: their entries stay in the past, and a consumer that counted them would look
+/// again every millisecond. It reads each due entry's row until the first other one (at most
+/// `SCHEDULES_MAX`), a cost only such a build pays, only while it holds cron schedules.
 pub(crate) fn next_due(rtx: &ReadTransaction, queue_number: u32) -> Result<Option<u64>> {
     let due = match rtx.open_table(SCHEDULE_DUE) {
         Ok(t) => t,
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let first = due
-        .range((queue_number, 0, "")..(queue_number + 1, 0, ""))?
-        .next()
-        .transpose()?;
-    Ok(first.map(|(k, _)| k.value().1))
+    let mut entries = due.range((queue_number, 0, "")..(queue_number + 1, 0, ""))?;
+    if CRON_SUPPORTED {
+        let first = entries.next().transpose()?;
+        return Ok(first.map(|(k, _)| k.value().1));
+    }
+    let rows = rtx.open_table(SCHEDULES)?;
+    for e in entries.take(SCHEDULES_MAX) {
+        let (k, _) = e?;
+        let (_, at, name) = k.value();
+        let kept_cron = rows.get((queue_number, name))?.is_some_and(|v| {
+            ScheduleRecord::decode(v.value())
+                .is_ok_and(|r| matches!(r.timing, StoredTiming::Cron { .. }))
+        });
+        if !kept_cron {
+            return Ok(Some(at));
+        }
+    }
+    Ok(None)
 }
 
 /// The schedules of queue `queue_number`, by name; a row that fails its checks is left out

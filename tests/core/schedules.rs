@@ -791,6 +791,14 @@ fn without_cron_a_cron_schedule_is_kept_unfired_and_a_new_one_refused() {
     f.clock.advance(Duration::from_secs(60));
     assert_eq!(drain_acked(&q), vec![b"tick".to_vec()]);
     assert_eq!(info(&q, "nightly"), nightly);
+    // A consumer waiting on the idle queue waits for the interval's next due time: the kept
+    // cron schedule's past due time does not make it look again and again (each look a
+    // trip through the writer).
+    let before = q.commit_stats();
+    assert!(q.dequeue_timeout(ms(300)).unwrap().is_none());
+    let after = q.commit_stats();
+    let looks = (after.commits + after.aborted_clean) - (before.commits + before.aborted_clean);
+    assert!(looks <= 2, "{looks} write groups while idle for 300 ms");
     assert_consistent(&q);
     drop(q);
     let q = f.open();

@@ -1050,7 +1050,8 @@ fn assert_fixture9(q: &Queue) {
 /// Format 9 to 10: every job of every state survives with every field a version-6 record
 /// holds; only the records of the returned leases are rewritten at open (version 7), the rest
 /// stay version 6 until their jobs change; payloads stored apart under FNV-1a still verify
-/// after their records are rewritten; after every job changed once, every row is version 7
+/// after their records are rewritten; once every live job has ended (acked, cancelled), the
+/// only rows left are the history's, the two that ended before the upgrade still version 6,
 /// and the file checks clean.
 #[test]
 fn format9_file_upgrades_to_10_and_rewrites_records_as_jobs_change() {
@@ -1073,9 +1074,9 @@ fn format9_file_upgrades_to_10_and_rewrites_records_as_jobs_change() {
     // `kept` was the second named queue made: number 2.
     let kept_jobs = "leaseq_q2_jobs";
     v6_except(record_versions(&f.path, kept_jobs), &[14]);
-    // Every job changes once: the ready ones are delivered and acked (payloads apart read
-    // back through their rewritten records), the scheduled and dead ones cancelled, the held
-    // and history rows of the other queues touched.
+    // Every live job ends: the ready ones are delivered and acked (payloads apart read back
+    // through their rewritten records), the scheduled ones cancelled, the dead one retried
+    // and acked, and so are the named queues' (the paused one resumed first).
     let q = f.open();
     let mut delivered = Vec::new();
     while let Some(lease) = q.dequeue().unwrap() {
@@ -1104,12 +1105,30 @@ fn format9_file_upgrades_to_10_and_rewrites_records_as_jobs_change() {
     let lease = kept.dequeue().unwrap().unwrap();
     assert_eq!((lease.id(), lease.attempt()), (JobId(14), 3));
     lease.ack_with_result(b"third").unwrap();
-    assert_consistent(&q);
-    drop((kept, q));
-    assert!(
-        record_versions(&f.path, "leaseq_jobs").is_empty(),
-        "all acked or cancelled without a history"
+    let sync = q.existing("sync").unwrap();
+    let lease = sync.dequeue().unwrap().unwrap();
+    assert_eq!(
+        (lease.id(), lease.payload()),
+        (JobId(11), &b"sync-ready"[..])
     );
+    lease.ack().unwrap();
+    let quiet = q.existing("quiet").unwrap();
+    assert!(quiet.resume().unwrap());
+    let lease = quiet.dequeue().unwrap().unwrap();
+    assert_eq!(
+        (lease.id(), lease.payload()),
+        (JobId(15), &b"quiet-ready"[..])
+    );
+    lease.ack().unwrap();
+    assert_consistent(&q);
+    drop((kept, sync, quiet, q));
+    // `sync` and `quiet` were the first and third named queues made: numbers 1 and 3.
+    for table in ["leaseq_jobs", "leaseq_q1_jobs", "leaseq_q3_jobs"] {
+        assert!(
+            record_versions(&f.path, table).is_empty(),
+            "{table}: all acked or cancelled without a history"
+        );
+    }
     let rows = record_versions(&f.path, kept_jobs);
     // 12 and 13 ended in version 6 and stay so until removed; 14 ended in version 7.
     assert_eq!(rows, vec![(12, 6), (13, 6), (14, 7)]);

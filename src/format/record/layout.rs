@@ -1,8 +1,9 @@
 //! The body of a record of the current version (7), written and read by hand.
 //!
-//! The fields rewritten on every state change sit at fixed offsets in a fixed-size head, so a
-//! record keeps its size when it is leased, extended, given back or expired: a job's leaf in
-//! `leaseq_jobs` is rewritten in place, never split by a lease. The fields set once (keys,
+//! The fields a lease or an extend rewrites sit at fixed offsets in a fixed-size head, so a
+//! change of state alone keeps the record's size: a job's leaf in `leaseq_jobs` is never split
+//! by a lease. (What a job gathers over its life, an error per failed attempt, a snooze reason,
+//! a result, still adds to it.) The fields set once (keys,
 //! policies, the group) follow only when present, each marked by a bit of the head's flags,
 //! with 16-bit lengths (every such field is bounded far below 64 KiB); the inline payload is
 //! the rest of the body, its length implied. docs/format.md draws the bytes.
@@ -20,6 +21,8 @@ use crate::error::{Error, Result};
 /// The head's size in bytes: state, flags, priority, attempts, max attempts, snoozes,
 /// run_at, created, seq, token, deadline.
 pub(super) const HEAD_BYTES: usize = 1 + 2 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 8;
+// docs/format.md draws a 59-byte head.
+const _: () = assert!(HEAD_BYTES == 59);
 
 // The flags: which optional fields follow the head, in this order.
 const LEASE_MS: u16 = 1;
@@ -416,8 +419,8 @@ mod tests {
             }
         }
 
-        /// The head is fixed: leasing a ready record, extending the lease, giving it back or
-        /// cancelling it never changes the record's size.
+        /// The head is fixed: a change of state alone (scheduled, ready, leased, a lease
+        /// extended, dead, completed without a result) never changes the record's size.
         #[test]
         fn state_changes_keep_the_size(record in any_record(), token in 1..u64::MAX,
                                        deadline in any::<u64>()) {
