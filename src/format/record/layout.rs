@@ -364,6 +364,7 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::v6::tests::plain;
     use super::*;
     use proptest::prelude::*;
 
@@ -436,33 +437,6 @@ mod tests {
                 let other = JobRecord { state, ..ready.clone() };
                 prop_assert_eq!(body(&other).len(), n);
             }
-        }
-    }
-
-    fn plain() -> JobRecord {
-        JobRecord {
-            state: StoredState::Ready,
-            priority: 0,
-            run_at_ms: 1,
-            attempts: 0,
-            max_attempts: 1,
-            lease_ms: None,
-            created_ms: 1,
-            seq: 1,
-            idempotency_key: None,
-            dedup_key: None,
-            errors: Vec::new(),
-            payload: b"abc".to_vec(),
-            retry: None,
-            dedup_window_ms: None,
-            payload_apart: None,
-            snoozes: 0,
-            encoding: None,
-            status: None,
-            dedup_until_started: false,
-            progress: None,
-            group: None,
-            group_order: 0,
         }
     }
 

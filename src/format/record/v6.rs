@@ -431,36 +431,38 @@ pub(super) mod tests {
         }
     }
 
+    /// A ready job with a 3-byte payload and no options.
+    pub(in crate::format::record) fn plain() -> JobRecord {
+        JobRecord {
+            state: StoredState::Ready,
+            priority: 0,
+            run_at_ms: 1,
+            attempts: 0,
+            max_attempts: 1,
+            lease_ms: None,
+            created_ms: 1,
+            seq: 1,
+            idempotency_key: None,
+            dedup_key: None,
+            errors: Vec::new(),
+            payload: b"abc".to_vec(),
+            retry: None,
+            dedup_window_ms: None,
+            payload_apart: None,
+            snoozes: 0,
+            encoding: None,
+            status: None,
+            dedup_until_started: false,
+            progress: None,
+            group: None,
+            group_order: 0,
+        }
+    }
+
     #[test]
     fn a_huge_length_is_an_error_without_allocating() {
         let mut body = Vec::new();
-        write(
-            &JobRecord {
-                state: StoredState::Ready,
-                priority: 0,
-                run_at_ms: 1,
-                attempts: 0,
-                max_attempts: 1,
-                lease_ms: None,
-                created_ms: 1,
-                seq: 1,
-                idempotency_key: None,
-                dedup_key: None,
-                errors: Vec::new(),
-                payload: b"abc".to_vec(),
-                retry: None,
-                dedup_window_ms: None,
-                payload_apart: None,
-                snoozes: 0,
-                encoding: None,
-                status: None,
-                dedup_until_started: false,
-                progress: None,
-                group: None,
-                group_order: 0,
-            },
-            &mut body,
-        );
+        write(&plain(), &mut body);
         // The payload length sits after 4+4+8+4+4+1+8+8+1+1+8 bytes (the last 8: the count
         // of errors).
         let at = 4 + 4 + 8 + 4 + 4 + 1 + 8 + 8 + 1 + 1 + 8;
