@@ -976,6 +976,92 @@ fn many_threads_share_groups_and_replay() {
     );
 }
 
+// Callers that arrive while a group seals hand leaseq's own operations (enqueue, dequeue,
+// ack, ack_batch) to the next group's leader and wait parked (src/commit.rs, `run_owned`).
+// Each must still get its own answer after the commit that covers it: its own new id, the
+// job it leased with that job's payload, and `LeaseLost` for an ack whose lease the clock
+// ended (a refusal run on another thread), and no job may be completed twice or lost.
+#[test]
+fn operations_handed_to_a_leader_get_their_own_answers() {
+    const THREADS: u64 = 8;
+    const ROUNDS_MAX: u64 = 400;
+    const HANDED_ENOUGH: u64 = 200;
+    let f = Fixture::new();
+    // A job may see several leases end (the clock is shared): it must never go dead here.
+    let q = f.builder().max_attempts(1_000_000).open(&f.path).unwrap();
+    let before = q.commit_stats();
+    let model = Arc::new(QModel::default());
+    let payloads: Arc<Mutex<HashMap<u64, Vec<u8>>>> = Arc::default();
+    let lost = Arc::new(AtomicU64::new(0));
+    let (q2, m2, p2, lost2, clock) = (
+        q.clone(),
+        model.clone(),
+        payloads.clone(),
+        lost.clone(),
+        f.clock.clone(),
+    );
+    watchdog("handed operations", 120, move || {
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (q, m, p, lost, clock) = (&q2, &*m2, &*p2, &*lost2, &clock);
+                s.spawn(move || {
+                    for i in 0..ROUNDS_MAX {
+                        let body = (t << 32 | i).to_le_bytes().to_vec();
+                        let id = m.enqueued(q.enqueue(&body, EnqueueOptions::default()).unwrap());
+                        p.lock().unwrap().insert(id, body);
+                        let Some(l) = q.dequeue().unwrap() else {
+                            continue;
+                        };
+                        let id = l.id().0;
+                        let expected = p.lock().unwrap().get(&id).cloned();
+                        assert_eq!(expected.as_deref(), Some(l.payload()), "job {id}");
+                        // Every 7th lease ends before its ack (the clock is shared: other
+                        // threads' leases may end too, and come back).
+                        if i % 7 == 3 {
+                            clock.advance(LEASE + Duration::from_millis(1));
+                        }
+                        let acked = if i % 2 == 0 {
+                            l.ack()
+                        } else {
+                            q.ack_batch(std::slice::from_ref(&l)).unwrap().remove(0)
+                        };
+                        match acked {
+                            Ok(()) => m.complete(id, Done::Ack),
+                            Err(Error::LeaseLost { .. }) => {
+                                lost.fetch_add(1, Ordering::SeqCst);
+                            }
+                            other => panic!("job {id}: {other:?}"),
+                        }
+                        if i >= 50
+                            && q.commit_stats().handed_over - before.handed_over >= HANDED_ENOUGH
+                        {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        while !m2.settled() {
+            clock.advance(LEASE + Duration::from_millis(1));
+            while let Some(l) = q2.dequeue().unwrap() {
+                let id = l.id().0;
+                l.ack().unwrap();
+                m2.complete(id, Done::Ack);
+            }
+        }
+    });
+    model.verify(&q, "queue");
+    let s = q.commit_stats();
+    assert!(
+        s.handed_over > before.handed_over,
+        "no operation was handed over: {s:?}"
+    );
+    assert!(lost.load(Ordering::SeqCst) > 0, "no ack was refused");
+    let st = q.stats().unwrap();
+    assert_eq!((st.ready, st.leased, st.scheduled), (0, 0, 0), "{st:?}");
+    assert_consistent(&q);
+}
+
 // ---------------------------------------------------------------------------------------
 // Power failure in the middle of shared groups (the `sim` feature's disk).
 // ---------------------------------------------------------------------------------------
