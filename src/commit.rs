@@ -216,96 +216,6 @@ impl<'g> Ctx<'g> {
     }
 }
 
-/// A caller's operation handed to a group's leader (see [`Committer::run_owned`]): run on the
-/// leader's thread, its answer kept for the caller, who waits parked.
-trait Delegated: Send + Sync {
-    /// Runs the operation; a value is kept as the caller's answer, a refusal or failure is
-    /// returned (the committer decides what the group does, then answers it).
-    fn apply(&self, ctx: &mut Ctx<'_>) -> Verdict<()>;
-    /// Keeps `e` as the caller's answer.
-    fn answer_err(&self, e: Error);
-}
-
-/// An owned operation and its answer slot, shared by its caller and the leader that runs it.
-struct Owned<T> {
-    #[allow(clippy::type_complexity)]
-    op: Mutex<Box<dyn FnMut(&mut Ctx<'_>) -> Verdict<T> + Send>>,
-    answer: Mutex<Option<Result<T>>>,
-}
-
-impl<T> Owned<T> {
-    /// Runs the operation on the caller's own thread (it joined a group itself).
-    fn run_here(&self, ctx: &mut Ctx<'_>) -> Verdict<T> {
-        (self.op.lock())(ctx)
-    }
-
-    fn take_answer(&self) -> Result<T> {
-        self.answer
-            .lock()
-            .take()
-            .expect("a handed-over operation is answered before its caller wakes")
-    }
-}
-
-impl<T: Send> Delegated for Owned<T> {
-    fn apply(&self, ctx: &mut Ctx<'_>) -> Verdict<()> {
-        match self.run_here(ctx) {
-            Ok(Ok(v)) => {
-                *self.answer.lock() = Some(Ok(v));
-                Ok(Ok(()))
-            }
-            Ok(Err(refusal)) => Ok(Err(refusal)),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn answer_err(&self, e: Error) {
-        *self.answer.lock() = Some(Err(e));
-    }
-}
-
-/// Where a handed-over caller stands, and the thread to wake. Apart from the operation, so
-/// that whoever wakes a caller has let go of its operation first: what the operation owns
-/// is then always dropped by its caller, never by a leader holding the group mutex.
-struct Handoff {
-    thread: std::thread::Thread,
-    state: Mutex<Handed>,
-}
-
-#[derive(Clone)]
-enum Handed {
-    /// In the committer's queue of handed-over operations.
-    Waiting,
-    /// Taken out of the queue to come in itself and lead the next group.
-    Lead,
-    /// Run in group `seq`, whose result the caller waits for.
-    Ran(u64, Arc<OnceLock<GroupResult>>),
-    /// Its operation failed (the group aborted): the answer holds the error.
-    Answered,
-    /// A commit failed on the handle before it ran.
-    Poisoned(String),
-}
-
-impl Handoff {
-    fn set(&self, to: Handed) {
-        *self.state.lock() = to;
-        self.thread.unpark();
-    }
-
-    /// Parks until the caller has somewhere to go: to lead, or its group's result.
-    fn wait(&self) -> Handed {
-        loop {
-            let now = self.state.lock().clone();
-            match &now {
-                Handed::Waiting => {}
-                Handed::Ran(_, result) if result.get().is_none() => {}
-                _ => return now,
-            }
-            std::thread::park();
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 enum GroupResult {
     Committed,
@@ -353,10 +263,6 @@ struct State {
     last_commit: Duration,
     /// Metrics counted by committed groups and not yet written (see [`PendingMetrics`]).
     pending_metrics: PendingMetrics,
-    /// Operations handed over by callers that arrived while a group was sealing (or full),
-    /// oldest first, at most `GROUP_MEMBERS_MAX`: the next group's leader runs them (see
-    /// [`Committer::run_owned`]).
-    handed: std::collections::VecDeque<(Arc<dyn Delegated>, Arc<Handoff>)>,
 }
 
 /// A metric row: (queue number, kind, minute since the Unix epoch, count).
@@ -409,11 +315,6 @@ pub struct CommitStats {
     /// 2 ms) while callers were still expected, rather than because every expected caller
     /// had joined or the group was full. A lone caller never adds to it.
     pub deadline_seals: u64,
-    /// Operations run for their callers by a group's leader: callers that arrived while a
-    /// group was sealing handed leaseq's own operations (enqueue, dequeue, ack) over and
-    /// waited parked, instead of waking at the seal's end to run them themselves. Counted
-    /// once per run (a replayed one again).
-    pub handed_over: u64,
 }
 
 /// Durability of the queue's commits.
@@ -483,8 +384,7 @@ impl Committer {
 
     /// Runs `op` inside a group transaction and returns its result once the group's commit
     /// is durable (per the queue's durability). `op` may run more than once (replay after
-    /// another member's failure); it must only touch the transaction and the context. It runs
-    /// on the caller's thread: the path of operations that borrow (a caller's closure).
+    /// another member's failure); it must only touch the transaction and the context.
     ///
     /// # Errors
     /// `op`'s own error; `Reentrant` from inside another operation; `CommitFailed` if the
@@ -498,139 +398,12 @@ impl Committer {
         loop {
             self.arrivals.fetch_add(1, Ordering::SeqCst);
             let mut st = self.state.lock();
-            self.wait_to_enter(&mut st);
             let (value, result, leader) = self.join(db, &mut st, op)?;
             match self.await_group(&mut st, &result, leader) {
                 GroupResult::Committed => return value,
                 GroupResult::Replay => continue,
                 GroupResult::Failed(detail) => return Err(Error::CommitFailed { detail }),
             }
-        }
-    }
-
-    /// [`Committer::run`] for an operation that owns what it needs (leaseq's own hot paths:
-    /// enqueue, dequeue, ack): a caller that arrives while a group is sealing (or full) hands
-    /// `op` over as data and parks once, and the next group's leader runs it after its own,
-    /// instead of the caller waking at the seal's end to queue on the group mutex, run, and
-    /// park again. The caller is answered exactly as by `run`: after the commit that covers
-    /// its operation, with the operation's value, refusal or failure; a replay runs `op`
-    /// again (on whichever thread leads then). Measured in docs/performance.md (issue 26,
-    /// part 3).
-    ///
-    /// # Errors
-    /// As [`Committer::run`].
-    pub(crate) fn run_owned<T: Send + 'static>(
-        &self,
-        db: &Database,
-        op: impl FnMut(&mut Ctx<'_>) -> Verdict<T> + Send + 'static,
-    ) -> Result<T> {
-        self.check_reentrant()?;
-        let member = Arc::new(Owned {
-            op: Mutex::new(Box::new(op)),
-            answer: Mutex::new(None),
-        });
-        let handoff = Arc::new(Handoff {
-            thread: std::thread::current(),
-            state: Mutex::new(Handed::Waiting),
-        });
-        loop {
-            self.arrivals.fetch_add(1, Ordering::SeqCst);
-            let mut st = self.state.lock();
-            if st.poisoned.is_none()
-                && Self::entry_closed(&st)
-                && st.handed.len() < GROUP_MEMBERS_MAX
-            {
-                self.note_return(&mut st);
-                *handoff.state.lock() = Handed::Waiting;
-                st.handed.push_back((member.clone(), handoff.clone()));
-                self.leave();
-                drop(st);
-                let handed = handoff.wait();
-                match handed {
-                    // Promoted at a seal's end: come in as any caller (opening the next
-                    // group and running the others' operations, or joining one just opened).
-                    Handed::Lead => continue,
-                    Handed::Ran(seq, result) => {
-                        LAST_GROUP.with(|c| c.set((self.id, seq)));
-                        match result.get().cloned().expect("waited for the result") {
-                            GroupResult::Committed => return member.take_answer(),
-                            GroupResult::Replay => continue,
-                            GroupResult::Failed(detail) => {
-                                return Err(Error::CommitFailed { detail });
-                            }
-                        }
-                    }
-                    // Its own operation failed and aborted the group: its error.
-                    Handed::Answered => return member.take_answer(),
-                    Handed::Poisoned(detail) => return Err(Error::CommitFailed { detail }),
-                    Handed::Waiting => unreachable!("Handoff::wait returns a final state"),
-                }
-            }
-            self.wait_to_enter(&mut st);
-            let (value, result, leader) =
-                self.join(db, &mut st, &mut |ctx| member.run_here(ctx))?;
-            match self.await_group(&mut st, &result, leader) {
-                GroupResult::Committed => return value,
-                GroupResult::Replay => continue,
-                GroupResult::Failed(detail) => return Err(Error::CommitFailed { detail }),
-            }
-        }
-    }
-
-    /// Whether a caller must wait before joining: a group is sealing, or the open one is full
-    /// (its leader has been told to seal it), so no group takes more than
-    /// `GROUP_MEMBERS_MAX` operations.
-    fn entry_closed(st: &State) -> bool {
-        st.sealing
-            || st
-                .open
-                .as_ref()
-                .is_some_and(|g| g.members >= GROUP_MEMBERS_MAX)
-    }
-
-    /// Waits while entry is closed (see [`Committer::entry_closed`]), or until the handle is
-    /// poisoned.
-    fn wait_to_enter(&self, st: &mut parking_lot::MutexGuard<'_, State>) {
-        while st.poisoned.is_none() && Self::entry_closed(st) {
-            self.enter_cv.wait(st);
-        }
-    }
-
-    /// One arrival less (every path of a call that came in decrements once); the leader
-    /// waiting for the last one hears of it.
-    fn leave(&self) {
-        if self.arrivals.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.leader_cv.notify_one();
-        }
-    }
-
-    /// Counts this thread back if it was a member of the last committed group.
-    fn note_return(&self, st: &mut State) {
-        if LAST_GROUP.with(|c| c.get()) == (self.id, st.returning_seq) && st.returning > 0 {
-            st.returning -= 1;
-            if st.returning == 0 {
-                self.leader_cv.notify_one();
-            }
-        }
-    }
-
-    /// After a seal or an abort, with no group open: the oldest handed-over caller is woken
-    /// to come in and lead (its group runs the others'); after a failed commit, every one is
-    /// answered `CommitFailed`.
-    fn promote_handed(&self, st: &mut State) {
-        if let Some(detail) = &st.poisoned {
-            for (op, handoff) in st.handed.drain(..) {
-                drop(op);
-                handoff.set(Handed::Poisoned(detail.clone()));
-            }
-            return;
-        }
-        if st.open.is_none()
-            && !st.sealing
-            && let Some((op, handoff)) = st.handed.pop_front()
-        {
-            drop(op);
-            handoff.set(Handed::Lead);
         }
     }
 
@@ -644,8 +417,22 @@ impl Committer {
         st: &mut parking_lot::MutexGuard<'_, State>,
         op: &mut dyn FnMut(&mut Ctx<'_>) -> Verdict<T>,
     ) -> Result<(Result<T>, Arc<OnceLock<GroupResult>>, bool)> {
-        debug_assert!(st.poisoned.is_some() || !Self::entry_closed(st));
-        let leave = || self.leave();
+        let leave = || {
+            if self.arrivals.fetch_sub(1, Ordering::SeqCst) == 1 {
+                self.leader_cv.notify_one();
+            }
+        };
+        // Wait while a group is sealing, or while the open one is full (its leader has been
+        // told to seal it), so no group takes more than `GROUP_MEMBERS_MAX` operations.
+        while st.poisoned.is_none()
+            && (st.sealing
+                || st
+                    .open
+                    .as_ref()
+                    .is_some_and(|g| g.members >= GROUP_MEMBERS_MAX))
+        {
+            self.enter_cv.wait(st);
+        }
         if let Some(detail) = &st.poisoned {
             leave();
             return Err(Error::CommitFailed {
@@ -663,49 +450,19 @@ impl Committer {
                 }
                 Err(e) => {
                     leave();
-                    // The callers handed over to this group's leader need another.
-                    self.promote_handed(st);
                     return Err(e);
                 }
             }
         }
         let me = self.id;
-        self.note_return(st);
+        if LAST_GROUP.with(|c| c.get()) == (me, st.returning_seq) && st.returning > 0 {
+            st.returning -= 1;
+            if st.returning == 0 {
+                self.leader_cv.notify_one();
+            }
+        }
         let g = st.open.as_mut().expect("a group is open");
         LAST_GROUP.with(|c| c.set((me, g.seq)));
-        let (applied, wrote) = self.apply(g, op);
-        leave();
-        let answer = match applied {
-            Ok(Ok(v)) => Ok(v),
-            // The pair of "validate before writing": a refusal wrote nothing. One that did
-            // would commit half an operation its caller was told was refused, so the group
-            // aborts instead (and debug builds stop here).
-            Ok(Err(Refusal(e))) if !wrote => Err(e),
-            Ok(Err(Refusal(e))) => {
-                self.abort_open(st);
-                debug_assert!(false, "an operation wrote, then refused: {e}");
-                return Err(e);
-            }
-            Err(e) => {
-                self.abort_open(st);
-                return Err(e);
-            }
-        };
-        let joined = self.count_member(g, leader, answer);
-        if leader {
-            self.run_handed(st);
-        }
-        joined
-    }
-
-    /// Runs one operation against the open group `g` on this thread: its verdict, and
-    /// whether it wrote (the group is then dirty).
-    fn apply<T>(
-        &self,
-        g: &mut OpenGroup,
-        op: &mut dyn FnMut(&mut Ctx<'_>) -> Verdict<T>,
-    ) -> (Verdict<T>, bool) {
-        let me = self.id;
         IN_GROUP.with(|c| c.borrow_mut().push(me));
         // Caller closures run under their own catch_unwind (ack_with), so a panic here is the
         // storage engine's: `Corrupted`, and the group aborts as for any other failure.
@@ -730,61 +487,22 @@ impl Committer {
             let popped = c.borrow_mut().pop();
             debug_assert_eq!(popped, Some(me), "IN_GROUP is a stack");
         });
-        (applied, written.get())
-    }
-
-    /// The leader of a group just opened runs the operations handed over while the last
-    /// group sealed, oldest first, until the group is full. Each caller is registered as a
-    /// member (answered with the group's result); one whose operation fails gets its error
-    /// and the group aborts, as in [`Committer::join`] (the others replay).
-    fn run_handed(&self, st: &mut State) {
-        let failed = {
-            let State {
-                open,
-                handed,
-                stats,
-                ..
-            } = st;
-            let Some(g) = open.as_mut() else {
-                return;
-            };
-            let mut failed = None;
-            let mut handed_over = 0;
-            while g.members < GROUP_MEMBERS_MAX
-                && let Some((op, handoff)) = handed.pop_front()
-            {
-                let (applied, wrote) = self.apply(g, &mut |ctx| op.apply(ctx));
-                match applied {
-                    Ok(Ok(())) => {}
-                    Ok(Err(Refusal(e))) if !wrote => op.answer_err(e),
-                    Ok(Err(Refusal(e))) => {
-                        op.answer_err(e);
-                        failed = Some((handoff, true));
-                        break;
-                    }
-                    Err(e) => {
-                        op.answer_err(e);
-                        failed = Some((handoff, false));
-                        break;
-                    }
-                }
-                drop(op);
-                handed_over += 1;
-                g.members += 1;
-                g.waiters.push(handoff.thread.clone());
-                // Read by its caller once the group's result is set (it is unparked then).
-                *handoff.state.lock() = Handed::Ran(g.seq, g.result.clone());
+        leave();
+        match applied {
+            Ok(Ok(v)) => self.count_member(g, leader, Ok(v)),
+            // The pair of "validate before writing": a refusal wrote nothing. One that did
+            // would commit half an operation its caller was told was refused, so the group
+            // aborts instead (and debug builds stop here).
+            Ok(Err(Refusal(e))) if !written.get() => self.count_member(g, leader, Err(e)),
+            Ok(Err(Refusal(e))) => {
+                self.abort_open(st);
+                debug_assert!(false, "an operation wrote, then refused: {e}");
+                Err(e)
             }
-            stats.handed_over += handed_over;
-            failed
-        };
-        if let Some((handoff, refused_after_write)) = failed {
-            self.abort_open(st);
-            handoff.set(Handed::Answered);
-            debug_assert!(
-                !refused_after_write,
-                "an operation handed over wrote, then refused"
-            );
+            Err(e) => {
+                self.abort_open(st);
+                Err(e)
+            }
         }
     }
 
@@ -853,7 +571,6 @@ impl Committer {
             self.leader_cv.notify_all();
             g.waiters.iter().for_each(std::thread::Thread::unpark);
         }
-        self.promote_handed(st);
     }
 
     /// Waits until the member's group has a result; the group's leader seals it when it is
@@ -1036,7 +753,6 @@ impl Committer {
         let _ = result_cell.set(result);
         waiters.iter().for_each(std::thread::Thread::unpark);
         self.enter_cv.notify_all();
-        self.promote_handed(st);
         if committed {
             for queue_number in wake {
                 self.work.notify(queue_number);

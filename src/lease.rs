@@ -377,10 +377,10 @@ impl Lease {
     pub fn ack(&self) -> Result<()> {
         let (key, q) = (self.key(), self.queue()?);
         let (now_ms, results) = (q.now_ms(), [self.result()]);
-        let tables = q.config().tables;
-        let r = single(
-            q.run_owned(move |ctx| store::ack(ctx, tables, &key, &results, now_ms).map(Ok))?,
-        );
+        let r =
+            single(q.run(&mut |ctx| {
+                store::ack(ctx, q.config().tables, &key, &results, now_ms).map(Ok)
+            })?);
         self.release_if_ended(&r);
         r
     }

@@ -102,15 +102,6 @@ impl Queue {
         self.inner.committer.run(self.inner.db.get(), op)
     }
 
-    /// [`Queue::run`] for an operation that owns what it reads: handed to the group's leader
-    /// as data when the caller arrives during a seal (see `Committer::run_owned`).
-    pub(crate) fn run_owned<T: Send + 'static>(
-        &self,
-        op: impl FnMut(&mut Ctx<'_>) -> Verdict<T> + Send + 'static,
-    ) -> Result<T> {
-        self.inner.committer.run_owned(self.inner.db.get(), op)
-    }
-
     /// A handle to the queue named `name` in this file, made (in one commit) if it does not
     /// exist yet. Named queues share the file, its commits and its ids, and nothing else:
     /// each has its own jobs, order, dedup keys, applied markers, dead letters and stats, and
@@ -309,8 +300,7 @@ impl Queue {
     ) -> Result<Vec<Enqueued>> {
         self.check_open()?;
         let records = store::new_records(&self.config, self.now_ms(), jobs)?;
-        let tables = self.config.tables;
-        self.run_owned(move |ctx| store::enqueue(ctx, tables, &records).map(Ok))
+        self.run(&mut |ctx| store::enqueue(ctx, self.config.tables, &records).map(Ok))
     }
 
     /// Adds up to [`BATCH_MAX`](crate::BATCH_MAX) jobs with their state and history (attempts,
@@ -520,16 +510,13 @@ impl Queue {
     /// do), now as the time to look again.
     pub(crate) fn take_now(&self, max: usize) -> Result<(Vec<Lease>, Option<u64>)> {
         let (now_ms, config) = (self.now_ms(), self.config);
-        // The operation holds a handle (it may run on the group leader's thread); its caller
-        // holds the operation until it returns, so the handle is never the file's last there.
-        let q = self.clone();
-        let leased = self.run_owned(move |ctx| {
+        let leased = self.run(&mut |ctx| {
             // Again in the group: a pause that returned while this call waited to join wins,
             // and so does a close or a shutdown (an async dequeue may wait for a helper).
-            if q.is_paused() {
+            if self.is_paused() {
                 return Ok(Ok(Vec::new()));
             }
-            if q.is_closed() {
+            if self.is_closed() {
                 return refuse(Error::Closed);
             }
             store::dequeue(ctx, &config, now_ms, max).map(Ok)
@@ -608,9 +595,8 @@ impl Queue {
         let keys = self.batch_keys(leases)?;
         let results: Vec<Option<Vec<u8>>> = leases.iter().map(Lease::result).collect();
         let now_ms = self.now_ms();
-        let tables = self.config.tables;
-        let out =
-            self.run_owned(move |ctx| store::ack(ctx, tables, &keys, &results, now_ms).map(Ok))?;
+        let out = self
+            .run(&mut |ctx| store::ack(ctx, self.config.tables, &keys, &results, now_ms).map(Ok))?;
         leases
             .iter()
             .zip(&out)
