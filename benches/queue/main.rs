@@ -290,9 +290,40 @@ fn fsync_limit(c: &mut Criterion) {
 /// `cycle_batch_100` body on one side (`leaseq`, `leaseq_live_reads`, `leaseq_no_metrics`, `redb_floor` or `sqlite`) and exits, without
 /// criterion: for profilers that count instructions (`valgrind --tool=callgrind`), where two
 /// iteration counts apart give the cost of one iteration without the set-up.
+/// `<side>:<iterations>:<producers>x<consumers>` runs that many iterations of a concurrent
+/// group's body instead (`/usr/bin/time -v` around it gives the CPU time and context switches
+/// of the whole run, every thread included).
 fn profile(spec: &str) {
-    let (side, iterations) = spec.split_once(':').expect("<side>:<iterations>");
+    let mut parts = spec.split(':');
+    let (side, iterations) = (
+        parts.next().expect("<side>"),
+        parts.next().expect("<side>:<iterations>"),
+    );
     let iterations: usize = iterations.parse().expect("a number of iterations");
+    if let Some(shape) = parts.next() {
+        let (p, c) = shape.split_once('x').expect("<producers>x<consumers>");
+        let (p, c): (usize, usize) = (p.parse().expect("producers"), c.parse().expect("consumers"));
+        fn concurrent<Q: QueueUnderTest>(iterations: usize, p: usize, c: usize) {
+            let instance = Instance::<Q>::new();
+            let payload = common::payload();
+            let took: Duration = (0..iterations)
+                .map(|_| concurrent_run(&instance.queue, &payload, p, c))
+                .sum();
+            let jobs = (iterations * CONCURRENT_JOBS) as f64;
+            eprintln!(
+                "{}: {iterations} runs of {p}x{c}, {:.0} jobs/s",
+                Q::NAME,
+                jobs / took.as_secs_f64()
+            );
+        }
+        match side {
+            "leaseq" => concurrent::<leaseq_side::LeaseqQueue>(iterations, p, c),
+            "redb_floor" => concurrent::<redb_floor::FloorQueue>(iterations, p, c),
+            "sqlite" => concurrent::<SqliteQueue>(iterations, p, c),
+            other => panic!("unknown side {other}"),
+        }
+        return;
+    }
     fn run<Q: QueueUnderTest>(iterations: usize) {
         let instance = Instance::<Q>::new();
         let payloads = vec![common::payload(); BATCH];
