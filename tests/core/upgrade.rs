@@ -639,24 +639,7 @@ fn assert_fixture7(q: &Queue) {
     assert!(q.history().unwrap().is_off());
     let job = |id: u64| q.job(JobId(id)).unwrap().unwrap();
     // A record of version 5: the nack's error with its time.
-    let nacked = job(2);
-    assert_eq!(
-        (
-            nacked.state,
-            nacked.run_at_ms,
-            nacked.attempts,
-            nacked.priority
-        ),
-        (JobState::Scheduled, T0_MS + 30_000, 1, -1)
-    );
-    assert_eq!(
-        nacked.errors,
-        vec![leaseq::AttemptError {
-            attempt: 1,
-            at_ms: Some(T0_MS),
-            message: "later".into()
-        }]
-    );
+    assert_nacked_once_at_t0(&job(2));
     let dead = job(3);
     assert_eq!(
         (dead.state, dead.attempts, dead.last_error.as_deref()),
@@ -939,24 +922,7 @@ fn assert_fixture9(q: &Queue) {
     let job = |id: u64| q.job(JobId(id)).unwrap().unwrap();
     assert_eq!(q.job(JobId(1)).unwrap(), None, "acked without a history");
     assert!(q.is_applied("A1").unwrap());
-    let nacked = job(2);
-    assert_eq!(
-        (
-            nacked.state,
-            nacked.run_at_ms,
-            nacked.attempts,
-            nacked.priority
-        ),
-        (JobState::Scheduled, T0_MS + 30_000, 1, -1)
-    );
-    assert_eq!(
-        nacked.errors,
-        vec![leaseq::AttemptError {
-            attempt: 1,
-            at_ms: Some(T0_MS),
-            message: "later".into()
-        }]
-    );
+    assert_nacked_once_at_t0(&job(2));
     let dead = job(3);
     assert_eq!(
         (dead.state, dead.attempts, dead.max_attempts, dead.priority),
@@ -1147,4 +1113,26 @@ fn format9_file_upgrades_to_10_and_rewrites_records_as_jobs_change() {
 #[test]
 fn a_power_loss_anywhere_in_the_9_to_10_upgrade_leaves_a_file_that_opens_the_same() {
     power_loss_at_every_write_of_the_upgrade(FIXTURE9, 9, 131, assert_fixture9);
+}
+
+/// Job 2 of the format-8 and format-9 fixtures: nacked once at `T0_MS` ("later", 30 s of
+/// backoff), priority -1, its error kept with its time.
+fn assert_nacked_once_at_t0(nacked: &leaseq::JobInfo) {
+    assert_eq!(
+        (
+            nacked.state,
+            nacked.run_at_ms,
+            nacked.attempts,
+            nacked.priority
+        ),
+        (JobState::Scheduled, T0_MS + 30_000, 1, -1)
+    );
+    assert_eq!(
+        nacked.errors,
+        vec![leaseq::AttemptError {
+            attempt: 1,
+            at_ms: Some(T0_MS),
+            message: "later".into()
+        }]
+    );
 }
