@@ -267,7 +267,7 @@ pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
     })
 }
 
-fn bad(what: String) -> Error {
+pub(super) fn bad(what: String) -> Error {
     Error::corrupted(format!("job record decode: {what}"))
 }
 
@@ -283,13 +283,15 @@ fn short(out: &mut Vec<u8>, v: &[u8]) -> Result<()> {
     Ok(())
 }
 
-struct Reader<'a> {
-    rest: &'a [u8],
+/// A bounded reader over a record's body: every read checks the bytes left first. Version 6's
+/// reader (`v6.rs`) adds its own field shapes to it.
+pub(super) struct Reader<'a> {
+    pub(super) rest: &'a [u8],
 }
 
 impl<'a> Reader<'a> {
     #[inline]
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.rest.len() < n {
             return Err(bad(format!("{n} bytes wanted, {} left", self.rest.len())));
         }
@@ -299,22 +301,22 @@ impl<'a> Reader<'a> {
     }
 
     #[inline]
-    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+    pub(super) fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
         Ok(self.take(N)?.try_into().expect("took N bytes"))
     }
 
     #[inline]
-    fn u8(&mut self) -> Result<u8> {
+    pub(super) fn u8(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
 
     #[inline]
-    fn u32(&mut self) -> Result<u32> {
+    pub(super) fn u32(&mut self) -> Result<u32> {
         Ok(u32::from_le_bytes(self.array()?))
     }
 
     #[inline]
-    fn u64(&mut self) -> Result<u64> {
+    pub(super) fn u64(&mut self) -> Result<u64> {
         Ok(u64::from_le_bytes(self.array()?))
     }
 

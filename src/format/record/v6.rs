@@ -9,6 +9,7 @@
 //! Reading never trusts a length: every length is checked against the bytes left before
 //! anything is allocated, so a damaged length is an error, not an allocation.
 
+use super::layout::{Reader, bad};
 use super::{
     JobRecord, PayloadRef, PayloadSum, StoredError, StoredProgress, StoredRetry, StoredState,
 };
@@ -93,10 +94,10 @@ pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
         },
         3 => StoredState::Dead,
         4 => StoredState::Completed {
-            result: r.opt(Reader::bytes)?,
+            result: r.tagged(Reader::long_bytes)?,
         },
         5 => StoredState::Cancelled {
-            reason: r.text()?,
+            reason: r.long_text()?,
             fenced_until_ms: r.u64()?,
         },
         v => return Err(bad(format!("state variant {v}"))),
@@ -107,14 +108,14 @@ pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
         run_at_ms: r.u64()?,
         attempts: r.u32()?,
         max_attempts: r.u32()?,
-        lease_ms: r.opt(Reader::u64)?,
+        lease_ms: r.tagged(Reader::u64)?,
         created_ms: r.u64()?,
         seq: r.u64()?,
-        idempotency_key: r.opt(Reader::bytes)?,
-        dedup_key: r.opt(Reader::bytes)?,
-        errors: r.errors()?,
-        payload: r.bytes()?,
-        retry: r.opt(|r| {
+        idempotency_key: r.tagged(Reader::long_bytes)?,
+        dedup_key: r.tagged(Reader::long_bytes)?,
+        errors: r.long_errors()?,
+        payload: r.long_bytes()?,
+        retry: r.tagged(|r| {
             Ok(StoredRetry {
                 kind: r.u8()?,
                 base_ms: r.u64()?,
@@ -122,8 +123,8 @@ pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
                 jitter_percent: r.u8()?,
             })
         })?,
-        dedup_window_ms: r.opt(Reader::u64)?,
-        payload_apart: r.opt(|r| {
+        dedup_window_ms: r.tagged(Reader::u64)?,
+        payload_apart: r.tagged(|r| {
             Ok(PayloadRef {
                 len: r.u64()?,
                 checksum: r.u64()?,
@@ -131,25 +132,25 @@ pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
             })
         })?,
         snoozes: r.u32()?,
-        encoding: r.opt(Reader::u8)?,
-        status: r.opt(Reader::text)?,
+        encoding: r.tagged(Reader::u8)?,
+        status: r.tagged(Reader::long_text)?,
         dedup_until_started: match r.u8()? {
             0 => false,
             1 => true,
             b => return Err(bad(format!("bool {b}"))),
         },
         progress: if version >= 6 {
-            r.opt(|r| {
+            r.tagged(|r| {
                 Ok(StoredProgress {
                     at_ms: r.u64()?,
-                    value: r.bytes()?,
+                    value: r.long_bytes()?,
                 })
             })?
         } else {
             None
         },
         group: if version >= 6 {
-            r.opt(Reader::bytes)?
+            r.tagged(Reader::long_bytes)?
         } else {
             None
         },
@@ -159,10 +160,6 @@ pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
         return Err(Error::corrupted("job record: trailing bytes"));
     }
     Ok(record)
-}
-
-fn bad(what: String) -> Error {
-    Error::corrupted(format!("job record decode: {what}"))
 }
 
 #[cfg(test)]
@@ -192,38 +189,11 @@ fn opt<T>(out: &mut Vec<u8>, v: Option<&T>, f: impl FnOnce(&mut Vec<u8>, &T)) {
     }
 }
 
-struct Reader<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        if self.rest.len() < n {
-            return Err(bad(format!("{n} bytes wanted, {} left", self.rest.len())));
-        }
-        let (head, tail) = self.rest.split_at(n);
-        self.rest = tail;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
-        Ok(self.take(N)?.try_into().expect("took N bytes"))
-    }
-
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-
+/// Version 6's fields, bincode-shaped (64-bit lengths and counts, tagged options), read with
+/// version 7's primitives.
+impl Reader<'_> {
     /// A length-prefixed byte string, its length checked against the bytes left first.
-    fn bytes(&mut self) -> Result<Vec<u8>> {
+    fn long_bytes(&mut self) -> Result<Vec<u8>> {
         let len = self.u64()?;
         let len = usize::try_from(len)
             .ok()
@@ -232,13 +202,13 @@ impl<'a> Reader<'a> {
         Ok(self.take(len)?.to_vec())
     }
 
-    fn text(&mut self) -> Result<String> {
-        String::from_utf8(self.bytes()?).map_err(|_| bad("text that is not UTF-8".into()))
+    fn long_text(&mut self) -> Result<String> {
+        String::from_utf8(self.long_bytes()?).map_err(|_| bad("text that is not UTF-8".into()))
     }
 
     /// The error history: a count, checked against the bytes left (an entry takes at least
     /// 13) before anything is allocated, then the entries.
-    fn errors(&mut self) -> Result<Vec<StoredError>> {
+    fn long_errors(&mut self) -> Result<Vec<StoredError>> {
         let n = self.u64()?;
         let n = usize::try_from(n)
             .ok()
@@ -248,14 +218,14 @@ impl<'a> Reader<'a> {
         for _ in 0..n {
             errors.push(StoredError {
                 attempt: self.u32()?,
-                at_ms: self.opt(Reader::u64)?,
-                message: self.text()?,
+                at_ms: self.tagged(Reader::u64)?,
+                message: self.long_text()?,
             });
         }
         Ok(errors)
     }
 
-    fn opt<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<Option<T>> {
+    fn tagged<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<Option<T>> {
         match self.u8()? {
             0 => Ok(None),
             1 => f(self).map(Some),
