@@ -285,13 +285,33 @@ impl Error {
         )
     }
 
+    /// Whether the disk or the storage engine failed under a call, rather than the call
+    /// being refused.
+    pub(crate) fn is_storage_failure(&self) -> bool {
+        matches!(
+            self,
+            Error::Storage(_) | Error::Io(_) | Error::CommitFailed { .. }
+        )
+    }
+
     /// The error a caller's closure passed on, when it is one of leaseq's input refusals
     /// (an enqueue inside `write` or `ack_with` refused): that error itself rather than
     /// `Effect` around it, so it names the setting to change.
     pub(crate) fn surfaced(self) -> Error {
+        self.surfaced_if(Error::is_input_refusal)
+    }
+
+    /// [`Error::surfaced`], and also a storage failure of an enqueue inside `Queue::write`
+    /// that the closure passed on: the caller sees the disk's error (`Storage`), not its
+    /// own closure failing. (Not for `ack_with`, where `Effect` says the attempt ended.)
+    pub(crate) fn surfaced_in_write(self) -> Error {
+        self.surfaced_if(|e| e.is_input_refusal() || e.is_storage_failure())
+    }
+
+    fn surfaced_if(self, surfaces: fn(&Error) -> bool) -> Error {
         match self {
             Error::Effect(boxed) => match boxed.downcast::<Error>() {
-                Ok(inner) if inner.is_input_refusal() => *inner,
+                Ok(inner) if surfaces(&inner) => *inner,
                 Ok(inner) => Error::Effect(inner),
                 Err(other) => Error::Effect(other),
             },

@@ -436,7 +436,9 @@ impl Queue {
     /// it and go on, the refused job written nothing); `Effect` with any other error or
     /// panic message of `f` (nothing of it commits; the other calls
     /// sharing the transaction run again without it); `Closed` after [`Queue::close`];
-    /// `CommitFailed`, `Storage` or `Reentrant` otherwise.
+    /// `Storage` or `Io` also when an enqueue inside `f` failed on the disk and `f` passed
+    /// that error on (nothing of `f` commits); `CommitFailed`, `Storage` or `Reentrant`
+    /// otherwise.
     pub fn write<T, F>(&self, mut f: F) -> Result<T>
     where
         F: FnMut(&crate::tx::Tx<'_>) -> std::result::Result<T, crate::error::BoxError>,
@@ -444,7 +446,7 @@ impl Queue {
         self.check_open()?;
         let (now_ms, config) = (self.now_ms(), self.config);
         self.run(&mut |ctx| store::write(ctx, &config, now_ms, &mut f).map(Ok))
-            .map_err(Error::surfaced)
+            .map_err(Error::surfaced_in_write)
     }
 
     /// Takes the next job if one is available now, or returns `None` at once.
@@ -1822,7 +1824,9 @@ impl Queue {
     /// [`Durability::None`](crate::Durability::None), or for metrics a reader must see now.
     ///
     /// # Errors
-    /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` or `Storage`.
+    /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` when this commit failed
+    /// (the handle then refuses every later write, as after any failed commit) or an earlier
+    /// one did; `Storage` for other storage errors.
     pub fn flush(&self) -> Result<()> {
         flush_file(&self.inner)
     }
@@ -1832,6 +1836,7 @@ impl Queue {
 /// written yet.
 pub(crate) fn flush_file(file: &OpenFile) -> Result<()> {
     file.committer.check_reentrant()?;
+    file.committer.check_not_poisoned()?;
     let rows = file.committer.take_pending_metrics();
     let flushed = catch_engine_panic(|| {
         let tx = file.db.get().begin_write()?;
@@ -1839,8 +1844,12 @@ pub(crate) fn flush_file(file: &OpenFile) -> Result<()> {
         tx.commit()?;
         Ok(())
     });
-    if flushed.is_err() {
+    if let Err(e) = &flushed {
         file.committer.metrics_not_written(&rows);
+        if let Error::CommitFailed { detail } = e {
+            // As for a group's failed commit: its outcome is unknown, redb refuses writes.
+            file.committer.poison(detail.clone());
+        }
     }
     flushed
 }

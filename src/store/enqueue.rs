@@ -212,14 +212,17 @@ impl TablesSink<'_, '_, '_> {
         Ok(())
     }
 
-    /// The closure's result, unless an enqueue inside it broke the transaction.
+    /// The closure's result, unless an enqueue inside it broke the transaction: then the
+    /// error the closure passed on if it is leaseq's (that enqueue's, surfaced by the
+    /// caller), else `Effect` saying so.
     pub(super) fn into_result<T>(self, ran: Result<T, BoxError>) -> Result<T> {
-        if let Some(why) = self.broken {
-            return Err(Error::Effect(
+        match (self.broken, ran) {
+            (Some(_), Err(e)) if e.downcast_ref::<Error>().is_some() => Err(Error::Effect(e)),
+            (Some(why), _) => Err(Error::Effect(
                 format!("an enqueue inside the transaction failed: {why}").into(),
-            ));
+            )),
+            (None, ran) => ran.map_err(Error::Effect),
         }
-        ran.map_err(Error::Effect)
     }
 }
 

@@ -26,6 +26,7 @@ mod flow;
 mod group_commit;
 mod groups;
 mod import;
+mod io_faults;
 mod lease;
 mod lifecycle;
 mod lifecycle_adversarial;

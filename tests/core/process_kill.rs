@@ -22,6 +22,7 @@
 
 use crate::common;
 use crate::common::{ChildProc, child_scenario, ms, say};
+use crate::io_faults::Injector;
 use leaseq::{Applied, EnqueueOptions, Enqueued, Error, JobId, JobInfo, JobState, Lease, Queue};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -118,16 +119,47 @@ fn child_entry_process_kill() {
     let mut words = scenario.split(' ').map(|w| w.parse::<u64>().unwrap());
     let (seed, round) = (words.next().unwrap(), words.next().unwrap());
     let p = plan(seed, round);
-    let q = match Queue::builder()
-        .retry(leaseq::RetryPolicy::immediate())
-        .lease(ms(p.lease_ms))
-        .max_attempts(p.max_attempts)
-        .live_reads(p.live_reads)
-        .open(&path)
-    {
-        Ok(q) => q,
-        Err(e) => fatal(format!("open: {e:?}")),
+    if faults_expected() {
+        // The parent switches the faults on now (io_faults.rs), then lets the child go.
+        say("HELLO");
+        let go = go_file(&path);
+        let started = Instant::now();
+        while !go.exists() {
+            if started.elapsed() > Duration::from_secs(10) {
+                fatal("the parent never said go".to_string());
+            }
+            std::thread::sleep(ms(1));
+        }
+    }
+    let open = || {
+        Queue::builder()
+            .retry(leaseq::RetryPolicy::immediate())
+            .lease(ms(p.lease_ms))
+            .max_attempts(p.max_attempts)
+            .live_reads(p.live_reads)
+            .open(&path)
     };
+    let mut q = match open() {
+        Ok(q) => q,
+        Err(e) => io_failure("open", e),
+    };
+    let mut start = fastrand::Rng::with_seed(mix(seed, round << 8 | 0xFF));
+    if faults_expected() && start.u32(0..100) < 20 {
+        // Under faults, what needs the only handle: a compaction, or a close and a reopen.
+        if start.bool() {
+            match q.compact() {
+                Ok(_) => say("COMPACT"),
+                Err(e) => io_failure("compact", e),
+            }
+        } else {
+            drop(q);
+            q = match open() {
+                Ok(q) => q,
+                Err(e) => io_failure("reopen", e),
+            };
+            say("REOPEN");
+        }
+    }
     say("OPEN");
     let workers: Vec<_> = (0..p.threads)
         .map(|t| {
@@ -155,6 +187,40 @@ fn child_entry_process_kill() {
         let _ = w.join();
     }
     fatal("a worker ended".to_string());
+}
+
+/// Set in a child that runs under injected I/O faults (io_faults.rs): I/O errors are then
+/// expected outcomes, reported with `IOERR` instead of failing the run.
+pub(crate) const FAULTS_ENV: &str = "LEASEQ_CHILD_FAULTS";
+
+fn faults_expected() -> bool {
+    std::env::var_os(FAULTS_ENV).is_some()
+}
+
+/// The file whose creation lets a fault-injected child open its queue (faults armed).
+pub(crate) fn go_file(path: &Path) -> std::path::PathBuf {
+    path.with_extension("go")
+}
+
+/// Whether `e` is what a failing disk gives (an I/O error from redb or from leaseq's own file
+/// calls, a commit whose outcome is unknown), as opposed to a refusal or a broken promise.
+fn is_io(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Io(_) | Error::Storage(_) | Error::CommitFailed { .. }
+    )
+}
+
+/// A call failed with `e`. Under injected faults an I/O error is an outcome: the call is in
+/// doubt (the model treats it as unreported), the child says so and exits (see
+/// [`Worker::failed`]); anything else is fatal.
+fn io_failure(what: &str, e: Error) -> ! {
+    if faults_expected() && is_io(&e) {
+        say(format!("IOERR {what} {}", e.to_string().replace('\n', " ")));
+        say("DONE");
+        std::process::exit(0);
+    }
+    fatal(format!("{what}: {e:?}"))
 }
 
 /// Reports an unexpected outcome and stops this thread (the parent fails the run).
@@ -202,9 +268,26 @@ fn report_lease(l: &Lease) {
 }
 
 impl Worker {
+    /// A call failed with `e`: fatal, unless it is an I/O error under injected faults. Then
+    /// the handle must stay failed (redb fails every later call after an I/O error, and
+    /// leaseq every write after a failed commit: no later `Ok` may claim durability the disk
+    /// did not give, the fsyncgate lesson), which one more enqueue checks; the child exits.
+    fn failed(&self, what: impl std::fmt::Display, e: Error) -> ! {
+        if faults_expected() && is_io(&e) {
+            match self.q.enqueue(&b"after/-/-"[..], EnqueueOptions::default()) {
+                Ok(id) => fatal(format!(
+                    "{what} failed ({e}), then an enqueue on the same handle returned Ok ({id:?})"
+                )),
+                Err(after) if is_io(&after) => {}
+                Err(after) => fatal(format!("{what} failed ({e}), then an enqueue: {after:?}")),
+            }
+        }
+        io_failure(&what.to_string(), e)
+    }
+
     fn run(&mut self) {
         loop {
-            match self.rng.u32(0..100) {
+            match self.rng.u32(0..112) {
                 0..=21 => self.enqueue(),
                 22..=25 => self.enqueue_batch(),
                 26..=45 => self.dequeue(),
@@ -219,6 +302,9 @@ impl Worker {
                 85..=87 => self.fail(),
                 88..=89 => self.abandon(),
                 90..=93 => self.requeue_dead(),
+                94..=98 => self.snooze(),
+                99..=103 => self.outbox(),
+                104..=105 => self.prune(),
                 _ => std::thread::sleep(ms(self.rng.u64(1..20))),
             }
         }
@@ -274,7 +360,7 @@ impl Worker {
         let (payload, opts) = self.job_spec();
         match self.q.enqueue(payload.as_bytes(), opts) {
             Ok(e) => Self::report_enqueued(e, &payload),
-            Err(e) => fatal(format!("enqueue: {e:?}")),
+            Err(e) => self.failed("enqueue", e),
         }
     }
 
@@ -288,7 +374,7 @@ impl Worker {
                     Self::report_enqueued(e, payload);
                 }
             }
-            Err(e) => fatal(format!("enqueue_batch: {e:?}")),
+            Err(e) => self.failed("enqueue_batch", e),
         }
     }
 
@@ -311,7 +397,7 @@ impl Worker {
                     self.held.push(l);
                 }
             }
-            Err(e) => fatal(format!("dequeue: {e:?}")),
+            Err(e) => self.failed("dequeue", e),
         }
     }
 
@@ -338,7 +424,7 @@ impl Worker {
         match l.ack() {
             Ok(()) => say(format!("ACK {id} {tok}")),
             Err(Error::LeaseLost { .. }) => say(format!("LOST {id} {tok}")),
-            Err(e) => fatal(format!("ack {id}: {e:?}")),
+            Err(e) => self.failed(format!("ack {id}"), e),
         }
     }
 
@@ -358,7 +444,7 @@ impl Worker {
             Ok(a) => say(format!("ACKW {id} {tok} {key} {}", applied_word(a))),
             Err(Error::Effect(_)) if inject => say(format!("EFFERR {id} {tok}")),
             Err(Error::LeaseLost { .. }) => say(format!("LOST {id} {tok}")),
-            Err(e) => fatal(format!("ack_with {id}: {e:?}")),
+            Err(e) => self.failed(format!("ack_with {id}"), e),
         }
     }
 
@@ -375,7 +461,7 @@ impl Worker {
                 }
             }
             Err(Error::LeaseLost { .. }) => say(format!("LOST {id} {tok}")),
-            Err(e) => fatal(format!("ack_and_next {id}: {e:?}")),
+            Err(e) => self.failed(format!("ack_and_next {id}"), e),
         }
     }
 
@@ -392,7 +478,7 @@ impl Worker {
                 }
             }
             Err(Error::LeaseLost { .. }) => say(format!("LOST {id} {tok}")),
-            Err(e) => fatal(format!("ack_with_and_next {id}: {e:?}")),
+            Err(e) => self.failed(format!("ack_with_and_next {id}"), e),
         }
     }
 
@@ -411,11 +497,11 @@ impl Worker {
                     match r {
                         Ok(()) => say(format!("ACK {i} {t}")),
                         Err(Error::LeaseLost { .. }) => say(format!("LOST {i} {t}")),
-                        Err(e) => fatal(format!("ack_batch {i}: {e:?}")),
+                        Err(e) => self.failed(format!("ack_batch {i}"), e),
                     }
                 }
             }
-            Err(e) => fatal(format!("ack_batch {ids:?}: {e:?}")),
+            Err(e) => self.failed(format!("ack_batch {ids:?}"), e),
         }
     }
 
@@ -437,11 +523,11 @@ impl Worker {
                     match r {
                         Ok(a) => say(format!("ACKW {id} {tok} {key} {}", applied_word(a))),
                         Err(Error::LeaseLost { .. }) => say(format!("LOST {id} {tok}")),
-                        Err(e) => fatal(format!("ack_with_batch {id}: {e:?}")),
+                        Err(e) => self.failed(format!("ack_with_batch {id}"), e),
                     }
                 }
             }
-            Err(e) => fatal(format!("ack_with_batch {ids:?}: {e:?}")),
+            Err(e) => self.failed(format!("ack_with_batch {ids:?}"), e),
         }
     }
 
@@ -461,7 +547,7 @@ impl Worker {
                 }
             }
             Err(Error::LeaseLost { .. }) => say(format!("NLOST {id} {tok}")),
-            Err(e) => fatal(format!("nack {id}: {e:?}")),
+            Err(e) => self.failed(format!("nack {id}"), e),
         }
     }
 
@@ -474,7 +560,7 @@ impl Worker {
                 self.held.push(l);
             }
             Err(Error::LeaseLost { .. }) => say(format!("XLOST {id} {tok}")),
-            Err(e) => fatal(format!("extend {id}: {e:?}")),
+            Err(e) => self.failed(format!("extend {id}"), e),
         }
     }
 
@@ -487,7 +573,7 @@ impl Worker {
                 self.dead.push(id);
             }
             Err(Error::LeaseLost { .. }) => say(format!("FLOST {id} {tok}")),
-            Err(e) => fatal(format!("fail {id}: {e:?}")),
+            Err(e) => self.failed(format!("fail {id}"), e),
         }
     }
 
@@ -495,6 +581,44 @@ impl Worker {
     fn abandon(&mut self) {
         let Some(l) = self.take() else { return };
         say(format!("DROP {} {}", l.id(), l.token()));
+    }
+
+    /// Gives the job back for later without charging the attempt (Oban's snooze): its
+    /// attempts may go back by one, which `TRYSNZ` tells the model before the call.
+    fn snooze(&mut self) {
+        let Some(l) = self.take() else { return };
+        let (id, tok) = (l.id(), l.token());
+        say(format!("TRYSNZ {id}"));
+        match l.snooze(ms(self.rng.u64(1..30))) {
+            Ok(()) => say(format!("SNZ {id} {tok}")),
+            Err(Error::LeaseLost { .. }) => say(format!("SLOST {id} {tok}")),
+            Err(e) => self.failed(format!("snooze {id}"), e),
+        }
+    }
+
+    /// The outbox: an effect in the caller's table and an enqueue in one transaction. The
+    /// effect's key (`w:` and the payload's unique name) is reported with the job.
+    fn outbox(&mut self) {
+        let (payload, opts) = self.job_spec();
+        let key = format!("w:{}", payload.split('/').next().unwrap());
+        let r = self.q.write(|tx| {
+            bump(tx.transaction(), &key)?;
+            Ok(tx.enqueue(payload.as_bytes(), opts.clone())?)
+        });
+        match r {
+            Ok(e) => {
+                Self::report_enqueued(e, &payload);
+                say(format!("WRITE {key}"));
+            }
+            Err(e) => self.failed("write", e),
+        }
+    }
+
+    fn prune(&mut self) {
+        match self.q.prune() {
+            Ok(_) => say("PRUNE"),
+            Err(e) => self.failed("prune", e),
+        }
     }
 
     fn requeue_dead(&mut self) {
@@ -505,7 +629,7 @@ impl Worker {
         say(format!("TRYRQ {id}"));
         match self.q.requeue_dead(id) {
             Ok(()) => say(format!("RQ {id}")),
-            Err(e) => fatal(format!("requeue_dead {id}: {e:?}")),
+            Err(e) => self.failed(format!("requeue_dead {id}"), e),
         }
     }
 }
@@ -535,31 +659,38 @@ struct JobModel {
 
 /// Counts of what the runs exercised, summed over all runs.
 #[derive(Debug, Clone, Default)]
-struct Tally {
-    rounds: u64,
-    early_kills: u64,
-    checks: u64,
-    messages: u64,
-    enqueued: u64,
-    duplicates: u64,
-    deliveries: u64,
-    redeliveries: u64,
-    acks: u64,
-    effects_now: u64,
-    effects_already: u64,
-    lost_tokens: u64,
-    effect_failures: u64,
-    dead_reported: u64,
-    requeues: u64,
+pub(crate) struct Tally {
+    pub(crate) rounds: u64,
+    pub(crate) early_kills: u64,
+    pub(crate) checks: u64,
+    pub(crate) messages: u64,
+    pub(crate) enqueued: u64,
+    pub(crate) duplicates: u64,
+    pub(crate) deliveries: u64,
+    pub(crate) redeliveries: u64,
+    pub(crate) acks: u64,
+    pub(crate) effects_now: u64,
+    pub(crate) effects_already: u64,
+    pub(crate) lost_tokens: u64,
+    pub(crate) effect_failures: u64,
+    pub(crate) dead_reported: u64,
+    pub(crate) requeues: u64,
     /// An ack started but unreported whose commit landed before the kill (job gone).
-    inflight_ack_committed: u64,
+    pub(crate) inflight_ack_committed: u64,
     /// An ack started but unreported that never committed (job still there).
-    inflight_ack_not_committed: u64,
+    pub(crate) inflight_ack_not_committed: u64,
     /// Jobs found at a check that no report mentioned (enqueue committed, report killed).
-    unreported_jobs_found: u64,
-    leases_recovered: u64,
+    pub(crate) unreported_jobs_found: u64,
+    pub(crate) leases_recovered: u64,
     /// Reads beside a live child (live-read rounds): a `Reader` opened, checked clean.
-    live_reads_checked: u64,
+    pub(crate) live_reads_checked: u64,
+    pub(crate) snoozes: u64,
+    pub(crate) outbox_writes: u64,
+    /// Calls that failed with an I/O error under injected faults (io_faults.rs).
+    pub(crate) io_errors: u64,
+    /// Rounds run with faults armed, and those whose child stopped on an I/O error.
+    pub(crate) fault_rounds: u64,
+    pub(crate) fault_stops: u64,
 }
 
 impl Tally {
@@ -588,6 +719,11 @@ impl Tally {
             (&mut self.unreported_jobs_found, o.unreported_jobs_found),
             (&mut self.leases_recovered, o.leases_recovered),
             (&mut self.live_reads_checked, o.live_reads_checked),
+            (&mut self.snoozes, o.snoozes),
+            (&mut self.outbox_writes, o.outbox_writes),
+            (&mut self.io_errors, o.io_errors),
+            (&mut self.fault_rounds, o.fault_rounds),
+            (&mut self.fault_stops, o.fault_stops),
         ];
         for (a, b) in pairs {
             *a += b;
@@ -606,8 +742,11 @@ struct Model {
     pending: HashMap<(u64, u64), u32>,
     /// Jobs with an ack started and never reported back before a kill: may be gone.
     maybe_acked: BTreeSet<u64>,
-    /// Jobs with a requeue_dead started since the last check (attempts may have reset).
+    /// Jobs with a requeue_dead or a snooze started since the last check (attempts may have
+    /// gone back).
     requeue_started: BTreeSet<u64>,
+    /// Effect keys of every reported outbox `write`: their effect is 1.
+    outbox_keys: BTreeSet<String>,
     /// `Applied::Now` reports per effect key: at most one, ever.
     now_reports: BTreeMap<String, u32>,
     /// Effect keys of every reported ack_with (Now or AlreadyApplied): their effect is 1.
@@ -662,7 +801,18 @@ impl Model {
                 .unwrap_or_else(|| panic!("malformed message {msg:?}"))
         };
         match w[0] {
-            "OPEN" | "RQ" | "EXT" | "DROP" => {}
+            "OPEN" | "RQ" | "EXT" | "DROP" | "SNZ" | "PRUNE" | "COMPACT" | "REOPEN" | "HELLO"
+            | "DONE" => {}
+            "IOERR" => self.tally.io_errors += 1,
+            "WRITE" => {
+                self.tally.outbox_writes += 1;
+                self.outbox_keys.insert(w[1].to_string());
+            }
+            "TRYSNZ" => {
+                self.tally.snoozes += 1;
+                self.requeue_started.insert(num(1));
+            }
+            "SLOST" => self.tally.lost_tokens += 1,
             "ENQ" => {
                 let id = num(1);
                 self.tally.enqueued += 1;
@@ -941,7 +1091,7 @@ impl Model {
                 v.push(format!("effect {k} committed but job {id} was not acked"));
             }
         }
-        for k in &self.ackw_keys {
+        for k in self.ackw_keys.iter().chain(&self.outbox_keys) {
             if counts.get(k) != Some(&1) {
                 v.push(format!(
                     "ack_with of {k} reported Ok, effect count {:?}",
@@ -953,7 +1103,12 @@ impl Model {
             .jobs
             .values()
             .filter_map(|j| j.idem.clone())
-            .chain(counts.keys().filter(|k| !k.starts_with('#')).cloned())
+            .chain(
+                counts
+                    .keys()
+                    .filter(|k| !k.starts_with('#') && !k.starts_with("w:"))
+                    .cloned(),
+            )
             .collect();
         for k in idem_keys {
             match q.is_applied(&k) {
@@ -976,11 +1131,12 @@ impl Model {
 // ------------------------------------------------------------------------------------------
 
 /// Reads the file beside the running child: a live `Reader` whose `check()` is clean and
-/// whose counts add up. Never disturbs the child (it writes nothing, takes no lease).
-fn read_beside(path: &Path, model: &mut Model) {
+/// whose counts add up (a snapshot instead of live reads only when `child_may_be_gone`: it
+/// stopped on an injected fault). Never disturbs the child (it writes nothing, takes no lease).
+fn read_beside(path: &Path, model: &mut Model, child_may_be_gone: bool) {
     match leaseq::Reader::open(path) {
         Ok(r) => {
-            if !r.is_live() {
+            if !r.is_live() && !child_may_be_gone {
                 model.violation("a reader beside a live-read child read a snapshot".into());
             }
             match (r.check(), r.stats()) {
@@ -994,8 +1150,10 @@ fn read_beside(path: &Path, model: &mut Model) {
     }
 }
 
-/// One seeded run: 2 or 3 rounds of spawn, kill, reopen, check on one file.
-fn run_one(seed: u64) -> Result<Tally, String> {
+/// One seeded run: 2 or 3 rounds of spawn, kill, reopen, check on one file; with the I/O faults `faults` arms in each child (io_faults.rs) when given:
+/// the child then waits after `HELLO` until the first faults are armed, and may stop on its
+/// own after an I/O error (`IOERR`, `DONE`, exit status 0), which is the only way it may exit.
+pub(crate) fn run_rounds(seed: u64, faults: Option<&Injector>) -> Result<Tally, String> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.leaseq");
     let mut rng = fastrand::Rng::with_seed(mix(seed, 7));
@@ -1005,7 +1163,31 @@ fn run_one(seed: u64) -> Result<Tally, String> {
     for round in 0..rounds {
         model.tally.rounds += 1;
         log.push(format!("--- round {round}: {:?}", plan(seed, round)));
-        let mut child = ChildProc::spawn(ENTRY, &format!("{seed} {round}"), &path);
+        let scenario = format!("{seed} {round}");
+        let fault_plan = faults.map(|f| f.plan(&mut rng));
+        let mut child = match (faults, &fault_plan) {
+            (Some(f), Some(fp)) => {
+                model.tally.fault_rounds += 1;
+                log.push(format!("--- faults: {fp}"));
+                let env = f.env(dir.path());
+                let env: Vec<(&str, &str)> =
+                    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let mut child = ChildProc::spawn_env(ENTRY, &scenario, &path, &env);
+                match child.next_message().as_deref() {
+                    Some("HELLO") => {}
+                    other => model.violation(format!("a fault child began with {other:?}")),
+                }
+                if fp.at == 0
+                    && let Err(e) = f.arm(fp, child.pid(), dir.path())
+                    && child.exited().is_none()
+                {
+                    model.violation(e);
+                }
+                std::fs::write(go_file(&path), b"").unwrap();
+                child
+            }
+            _ => ChildProc::spawn(ENTRY, &scenario, &path),
+        };
         let mut said = Vec::new();
         if rng.u32(0..100) < 12 {
             // Killed while starting, opening, repairing or recovering leases.
@@ -1017,7 +1199,17 @@ fn run_one(seed: u64) -> Result<Tally, String> {
             let read_at = plan(seed, round).live_reads.then(|| rng.usize(1..=k));
             while said.len() < k {
                 if read_at == Some(said.len()) && said.iter().any(|m| m == "OPEN") {
-                    read_beside(&path, &mut model);
+                    // Under faults the child may have stopped on an I/O error already.
+                    read_beside(&path, &mut model, faults.is_some());
+                }
+                if let (Some(f), Some(fp)) = (faults, &fault_plan)
+                    && fp.at > 0
+                    && fp.at == said.len()
+                    && child.exited().is_none()
+                    && let Err(e) = f.arm(fp, child.pid(), dir.path())
+                    && child.exited().is_none()
+                {
+                    model.violation(e);
                 }
                 match child.next_message() {
                     Some(m) => {
@@ -1035,8 +1227,16 @@ fn run_one(seed: u64) -> Result<Tally, String> {
         }
         let exited = child.exited();
         said.extend(child.kill_and_collect());
-        if let Some(status) = exited {
-            model.violation(format!("the child exited on its own ({status})"));
+        let _ = std::fs::remove_file(go_file(&path));
+        match exited {
+            None => {}
+            // Under faults, the one way out: an I/O error reported, the handle found failed.
+            Some(status)
+                if faults.is_some() && status.success() && said.iter().any(|m| m == "DONE") =>
+            {
+                model.tally.fault_stops += 1;
+            }
+            Some(status) => model.violation(format!("the child exited on its own ({status})")),
         }
         for m in &said {
             model.apply(m);
@@ -1064,6 +1264,52 @@ fn run_one(seed: u64) -> Result<Tally, String> {
     Ok(model.tally)
 }
 
+/// Runs seeds `base..base + runs`, `parallel` at a time, with `faults` if given; prints the
+/// tally under `name` and fails the test with every failed run's report (at most 3: the
+/// runs stop after them) and `rerun`, how to rerun one.
+pub(crate) fn run_many(
+    name: &str,
+    rerun: &str,
+    runs: u64,
+    base: u64,
+    parallel: u64,
+    faults: Option<&Injector>,
+) -> Tally {
+    let next = AtomicU64::new(0);
+    let failures = Mutex::new(Vec::new());
+    let total = Mutex::new(Tally::default());
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..parallel {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= runs || failures.lock().unwrap().len() >= 3 {
+                        break;
+                    }
+                    match run_rounds(base + i, faults) {
+                        Ok(t) => total.lock().unwrap().add(&t),
+                        Err(e) => failures.lock().unwrap().push(e),
+                    }
+                }
+            });
+        }
+    });
+    let t = total.into_inner().unwrap();
+    eprintln!(
+        "{name}: {runs} runs in {:.1?} (base seed {base:#x}, {parallel} at a time)\n{t:#?}",
+        started.elapsed()
+    );
+    let failures = failures.into_inner().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} run(s) failed; rerun one with {rerun}\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+    t
+}
+
 // C08: at least 200 seeded runs of random enq/deq/ack/ack_with/nack/extend/fail workloads
 // SIGKILLed at random points; after each reopen: every job in exactly one state, indexes and
 // jobs agree both ways (check()), no acknowledged job reappears, every enqueue that returned
@@ -1077,37 +1323,13 @@ fn sigkilled_workloads_keep_every_reported_promise() {
     let runs = env_u64("LEASEQ_KILL_RUNS", RUNS_DEFAULT);
     let base = env_u64("LEASEQ_KILL_SEED", BASE_SEED_DEFAULT);
     let parallel = env_u64("LEASEQ_KILL_PARALLEL", 2).max(1);
-    let next = AtomicU64::new(0);
-    let failures = Mutex::new(Vec::new());
-    let total = Mutex::new(Tally::default());
-    let started = Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..parallel {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    if i >= runs || failures.lock().unwrap().len() >= 3 {
-                        break;
-                    }
-                    match run_one(base + i) {
-                        Ok(t) => total.lock().unwrap().add(&t),
-                        Err(e) => failures.lock().unwrap().push(e),
-                    }
-                }
-            });
-        }
-    });
-    let t = total.into_inner().unwrap();
-    eprintln!(
-        "C08: {runs} runs in {:.1?} (base seed {base:#x}, {parallel} at a time)\n{t:#?}",
-        started.elapsed()
-    );
-    let failures = failures.into_inner().unwrap();
-    assert!(
-        failures.is_empty(),
-        "{} run(s) failed; rerun one with LEASEQ_KILL_SEED=<seed> LEASEQ_KILL_RUNS=1\n\n{}",
-        failures.len(),
-        failures.join("\n\n")
+    let t = run_many(
+        "C08",
+        "LEASEQ_KILL_SEED=<seed> LEASEQ_KILL_RUNS=1",
+        runs,
+        base,
+        parallel,
+        None,
     );
     if runs >= RUNS_DEFAULT {
         // The kills must land where the model is put to the test, or the runs prove little.

@@ -1,0 +1,583 @@
+//! C40 (real I/O faults): the operating system failing underneath a real process on a real
+//! file. The workload of C08 (process_kill.rs: enqueues, batches, dequeues, acks, `ack_with`
+//! effects, nacks, snoozes, outbox writes, prunes, compactions, reopens) runs in a child
+//! process under libfiu (`fiu_posix_preload.so`, preloaded as `fiu-run -x` does), and the
+//! parent arms faults in it through libfiu's control FIFO (what `fiu-ctrl` writes), scoped to
+//! the calls the queue file's I/O makes and the child's reports to the parent do not
+//! (`write` on stdout): `pwrite`, `pread`, `fdatasync`, `fsync`, `open`, `ftruncate`, failing
+//! with EIO, ENOSPC or EINTR at a rate (every call from then on, down to one in 500), armed
+//! before the open or after a random number of reports; sometimes with short reads and
+//! writes as well. After each round the parent reopens the file without faults and checks
+//! C08's model of everything the child's `Ok`s promised.
+//!
+//! What the child must do under faults: a call fails with a typed I/O error
+//! (`Error::Io`, `Error::Storage`, `Error::CommitFailed`), never a panic, an abort or another
+//! error; the failed call is in doubt (the model treats it as unreported: an enqueue may or
+//! may not be there, an ack may or may not have landed); and the handle stays failed: one
+//! more enqueue on it must fail too (after an fsync error the kernel may have dropped the
+//! dirty pages, so no later commit on that handle may be reported durable). Then the child
+//! reports `DONE` and exits 0, the only way it may exit by itself. EINTR and short transfers
+//! must never surface at all (the standard library retries and completes them).
+//!
+//! Linux only (LD_PRELOAD), native runs only (not under a cargo runner such as qemu), and
+//! only where libfiu is installed (`apt-get install fiu-utils`): elsewhere the test says why
+//! it skips, unless `LEASEQ_REQUIRE_FIU=1` (as in `.ci/run`) makes that a failure.
+//! Knobs: `LEASEQ_FAULT_RUNS` (default 60), `LEASEQ_FAULT_SEED`, `LEASEQ_FAULT_PARALLEL`
+//! (default 2). A longer run: `LEASEQ_FAULT_RUNS=1000 cargo test --release --test core
+//! io_faults`.
+
+use crate::common::{ChildProc, child_scenario, say};
+use crate::process_kill::{FAULTS_ENV, Tally, run_many};
+use leaseq::{EnqueueOptions, Error, Queue};
+use std::fmt;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::Duration;
+
+const RUNS_DEFAULT: u64 = 60;
+
+const BASE_SEED_DEFAULT: u64 = 0xC40_0000;
+
+/// Where Debian's libfiu0 puts its preload libraries.
+const FIU_DIR: &str = "/usr/lib/fiu";
+
+/// The calls a fault can hit, by libfiu's failure point names. `pwrite` and `pread` cover
+/// their 64-bit forms (what the standard library calls); `fsync` is what leaseq's own flushes
+/// of new files and directories use, `fdatasync` redb's commits.
+const POINTS: [&str; 6] = [
+    "posix/io/rw/pwrite",
+    "posix/io/rw/pread",
+    "posix/io/sync/fdatasync",
+    "posix/io/sync/fsync",
+    "posix/io/oc/open",
+    "posix/io/rw/ftruncate",
+];
+
+/// errno values (the same on every Linux architecture): EINTR, EIO, ENOSPC.
+const EINTR: i32 = 4;
+const ERRNOS: [(&str, i32); 3] = [("EINTR", EINTR), ("EIO", 5), ("ENOSPC", 28)];
+
+/// Failure rates: every call from the moment the faults are armed, down to one in 500.
+const RATES: [f64; 4] = [1.0, 0.2, 0.02, 0.002];
+
+/// libfiu in a child: its preload libraries and control FIFOs.
+pub(crate) struct Injector {
+    preload: String,
+}
+
+/// The faults of one round.
+#[derive(Debug, Clone)]
+pub(crate) struct FaultPlan {
+    /// libfiu control commands, one per line of the FIFO.
+    commands: Vec<String>,
+    /// Armed before the child opens the queue (0) or after this many of its reports.
+    pub(crate) at: usize,
+    what: String,
+}
+
+impl fmt::Display for FaultPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}, armed ", self.what)?;
+        match self.at {
+            0 => write!(f, "before the open"),
+            n => write!(f, "after {n} reports"),
+        }
+    }
+}
+
+impl Injector {
+    /// libfiu, when this run can use it: `Err` says why not.
+    fn find() -> Result<Injector, String> {
+        if !cfg!(target_os = "linux") {
+            return Err("libfiu preloading needs Linux".into());
+        }
+        if std::env::vars().any(|(k, _)| k.starts_with("CARGO_TARGET_") && k.ends_with("_RUNNER")) {
+            return Err("a cargo runner is set (an emulated target): libfiu is native".into());
+        }
+        let libs = ["fiu_run_preload.so", "fiu_posix_preload.so"].map(|l| format!("{FIU_DIR}/{l}"));
+        if let Some(missing) = libs.iter().find(|l| !Path::new(l).exists()) {
+            return Err(format!("{missing} is missing (apt-get install fiu-utils)"));
+        }
+        Ok(Injector {
+            preload: libs.join(" "),
+        })
+    }
+
+    /// The child's environment: the preload libraries, its control FIFOs in `dir`, and the
+    /// flag that makes I/O errors expected outcomes.
+    pub(crate) fn env(&self, dir: &Path) -> Vec<(String, String)> {
+        vec![
+            ("LD_PRELOAD".into(), self.preload.clone()),
+            ("FIU_CTRL_FIFO".into(), fifo_prefix(dir)),
+            (FAULTS_ENV.into(), "1".into()),
+        ]
+    }
+
+    /// A random plan: one or two failure points (or all), an errno, a rate, a moment; a
+    /// quarter of the plans add short reads and writes.
+    pub(crate) fn plan(&self, rng: &mut fastrand::Rng) -> FaultPlan {
+        let points: Vec<&str> = match rng.u32(0..10) {
+            0 => POINTS.to_vec(),
+            1..=3 => {
+                let a = rng.usize(0..POINTS.len());
+                let b = (a + rng.usize(1..POINTS.len())) % POINTS.len();
+                vec![POINTS[a], POINTS[b]]
+            }
+            // The commit's two calls most often.
+            4..=6 => vec![POINTS[rng.usize(0..2) * 2]],
+            _ => vec![POINTS[rng.usize(0..POINTS.len())]],
+        };
+        let (errno_name, errno) = ERRNOS[rng.usize(0..ERRNOS.len())];
+        // A call interrupted every time would be retried forever (the standard library
+        // retries EINTR, as it must): interruptions come at a rate below 1.
+        let rates = if errno == EINTR {
+            &RATES[1..]
+        } else {
+            &RATES[..]
+        };
+        let rate = rates[rng.usize(0..rates.len())];
+        let mut commands: Vec<String> = points
+            .iter()
+            .map(|p| format!("enable_random name={p},probability={rate},failinfo={errno}"))
+            .collect();
+        let short = rng.u32(0..4) == 0;
+        if short {
+            for p in ["posix/io/rw/pwrite/reduce", "posix/io/rw/pread/reduce"] {
+                commands.push(format!("enable_random name={p},probability=0.3"));
+            }
+        }
+        let short = if short {
+            ", short reads and writes"
+        } else {
+            ""
+        };
+        FaultPlan {
+            commands,
+            at: if rng.u32(0..10) < 3 {
+                0
+            } else {
+                rng.usize(1..=40)
+            },
+            what: format!("{points:?} fail with {errno_name} at rate {rate}{short}"),
+        }
+    }
+
+    /// Arms `plan` in the child `pid` through its control FIFOs in `dir` (libfiu's remote
+    /// control: a command line into `<prefix>-<pid>.in`, its answer, 0 for done, out of
+    /// `.out`). A child that went away meanwhile leaves the FIFO unanswered: given up after
+    /// 5 s (the caller looks whether the child still runs).
+    pub(crate) fn arm(&self, plan: &FaultPlan, pid: u32, dir: &Path) -> Result<(), String> {
+        plan.commands
+            .iter()
+            .try_for_each(|c| self.send(pid, dir, c))
+    }
+
+    /// Sends one libfiu control command (`enable ...`, `enable_random ...`, `disable ...`) to
+    /// the child `pid` whose FIFOs are in `dir`.
+    fn send(&self, pid: u32, dir: &Path, command: &str) -> Result<(), String> {
+        let prefix = format!("{}-{pid}", fifo_prefix(dir));
+        let (cmd, fifo) = (command.to_string(), prefix.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Opening a FIFO blocks until the other side opens it: on a thread of its own.
+        std::thread::spawn(move || {
+            let answer = (|| -> std::io::Result<String> {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(format!("{fifo}.in"))?
+                    .write_all(format!("{cmd}\n").as_bytes())?;
+                let mut answer = String::new();
+                std::fs::File::open(format!("{fifo}.out"))?.read_to_string(&mut answer)?;
+                Ok(answer)
+            })();
+            let _ = tx.send(answer);
+        });
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(Ok(a)) if a.trim() == "0" => Ok(()),
+            // libfiu removes its FIFOs when the process exits: the child is gone (the caller
+            // judges how it ended by its reports and exit status).
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            // An answer cut off: the child exited while reading the command.
+            Ok(Ok(a)) if a.is_empty() => Ok(()),
+            Ok(Ok(a)) => Err(format!("libfiu refused {command:?}: {a:?}")),
+            Ok(Err(e)) => Err(format!("libfiu's FIFO {prefix}: {e}")),
+            Err(_) => Err(format!("libfiu's FIFO {prefix} did not answer {command:?}")),
+        }
+    }
+}
+
+/// libfiu, or `None` after saying why the test `name` checks nothing here (a failure instead
+/// when `LEASEQ_REQUIRE_FIU` is set).
+fn injector_or_skip(name: &str) -> Option<Injector> {
+    match Injector::find() {
+        Ok(i) => Some(i),
+        Err(why) if std::env::var_os("LEASEQ_REQUIRE_FIU").is_some() => {
+            panic!("LEASEQ_REQUIRE_FIU is set and libfiu cannot be used: {why}")
+        }
+        Err(why) => {
+            eprintln!("{name} skipped, it checks nothing here: {why}");
+            None
+        }
+    }
+}
+
+fn fifo_prefix(dir: &Path) -> String {
+    dir.join("fiu").display().to_string()
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}={v} is not a number"))
+        })
+        .unwrap_or(default)
+}
+
+// C40: seeded rounds of the C08 workload under injected I/O errors; after each, a reopen
+// without faults finds every promise of a reported `Ok` kept (check() clean, no lost or
+// reappearing job, each effect exactly once per reported ack_with or outbox write), the
+// child stopped only through a typed I/O error with its handle failed for good, and nothing
+// panicked or aborted.
+#[test]
+fn injected_io_errors_keep_every_reported_promise() {
+    if child_scenario().is_some() {
+        return;
+    }
+    let Some(injector) = injector_or_skip("C40") else {
+        return;
+    };
+    let runs = env_u64("LEASEQ_FAULT_RUNS", RUNS_DEFAULT);
+    let t: Tally = run_many(
+        "C40",
+        "LEASEQ_FAULT_SEED=<seed> LEASEQ_FAULT_RUNS=1",
+        runs,
+        env_u64("LEASEQ_FAULT_SEED", BASE_SEED_DEFAULT),
+        env_u64("LEASEQ_FAULT_PARALLEL", 2).max(1),
+        Some(&injector),
+    );
+    assert_eq!(t.fault_rounds, t.rounds, "a round ran without faults armed");
+    if runs >= RUNS_DEFAULT {
+        // The faults must land where the model is put to the test.
+        assert!(
+            t.io_errors > 0 && t.fault_stops > 0,
+            "no fault surfaced: {t:?}"
+        );
+        assert!(
+            t.inflight_ack_committed + t.inflight_ack_not_committed > 0,
+            "no ack was left in doubt: {t:?}"
+        );
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// fsync failure is final for its handle
+// ------------------------------------------------------------------------------------------
+
+/// The child side of the fail-once fsync test's steps: waits until the parent created
+/// `<path>.go<n>` (it armed or disarmed a fault meanwhile).
+fn wait_for_go(path: &Path, n: u32) {
+    let go = path.with_extension(format!("go{n}"));
+    let started = std::time::Instant::now();
+    while !go.exists() {
+        assert!(started.elapsed() < Duration::from_secs(10), "no go{n}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// What a call returned, in one word for the parent: `ok`, or the error's variant.
+fn outcome<T>(r: &leaseq::Result<T>) -> &'static str {
+    match r {
+        Ok(_) => "ok",
+        Err(Error::CommitFailed { .. }) => "CommitFailed",
+        Err(Error::Storage(_)) => "Storage",
+        Err(Error::Io(_)) => "Io",
+        Err(_) => "other",
+    }
+}
+
+/// The child of [`a_failed_fsync_is_final_for_its_handle`]: job `a` durable; `b` while every
+/// `fdatasync` fails; `c` and a flush on the same handle after the fault is gone; the handle
+/// dropped and the file reopened in the same process; `d`.
+#[test]
+fn child_entry_fsync_once() {
+    let Some((_, path)) = child_scenario() else {
+        return;
+    };
+    let enqueue = |q: &Queue, p: &str| q.enqueue(p.as_bytes(), EnqueueOptions::default());
+    let q = Queue::open(&path).unwrap();
+    say(format!("A {}", outcome(&enqueue(&q, "a"))));
+    wait_for_go(&path, 1);
+    say(format!("B {}", outcome(&enqueue(&q, "b"))));
+    wait_for_go(&path, 2);
+    say(format!("C {}", outcome(&enqueue(&q, "c"))));
+    say(format!("FLUSH {}", outcome(&q.flush())));
+    drop(q);
+    match Queue::open(&path) {
+        Ok(q) => say(format!("D {}", outcome(&enqueue(&q, "d")))),
+        Err(e) => say(format!("REOPEN {e}")),
+    }
+    say("END");
+}
+
+// C40: fsyncgate. Once a commit's fsync failed, the kernel may have dropped the dirty pages,
+// so a later fsync that succeeds proves nothing about them: no call on that handle may be
+// answered `Ok` again. With libfiu failing every fdatasync for one enqueue, then none: that
+// enqueue is `CommitFailed`; the next enqueue and a flush on the same handle fail too (redb
+// fails every call after an I/O error, `PreviousIo`, and leaseq every write after a failed
+// commit); a reopen in the same process works; the parent then finds the jobs acknowledged
+// `Ok` (a, d), never c, and b only as the in-doubt outcome its error announced.
+#[test]
+fn a_failed_fsync_is_final_for_its_handle() {
+    if child_scenario().is_some() {
+        return;
+    }
+    let Some(injector) = injector_or_skip("fail-once fsync") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.leaseq");
+    let env = injector.env(dir.path());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut child = ChildProc::spawn_env(
+        "io_faults::child_entry_fsync_once",
+        "fsync-once",
+        &path,
+        &env,
+    );
+    let mut said = Vec::new();
+    let mut next = |child: &mut ChildProc| {
+        let m = child.next_message().expect("the child ended early");
+        said.push(m.clone());
+        m
+    };
+    assert_eq!(next(&mut child), "A ok");
+    let fdatasync = "posix/io/sync/fdatasync";
+    injector
+        .send(
+            child.pid(),
+            dir.path(),
+            &format!("enable name={fdatasync},failinfo=5"),
+        )
+        .unwrap();
+    std::fs::write(path.with_extension("go1"), b"").unwrap();
+    assert_eq!(next(&mut child), "B CommitFailed");
+    injector
+        .send(
+            child.pid(),
+            dir.path(),
+            &format!("disable name={fdatasync}"),
+        )
+        .unwrap();
+    std::fs::write(path.with_extension("go2"), b"").unwrap();
+    let rest: Vec<String> = (0..4).map(|_| next(&mut child)).collect();
+    assert_eq!(
+        rest,
+        ["C CommitFailed", "FLUSH CommitFailed", "D ok", "END"],
+        "after a failed fsync, the same handle answered Ok, or a reopen failed"
+    );
+    child.kill();
+    let q = Queue::open(&path).unwrap();
+    assert_eq!(q.check().unwrap(), vec![]);
+    let mut payloads = Vec::new();
+    while let Some(l) = q.dequeue().unwrap() {
+        payloads.push(String::from_utf8(l.payload().to_vec()).unwrap());
+        l.ack().unwrap();
+    }
+    // b's commit wrote its pages and only the fsync failed: the file may hold it.
+    assert!(
+        payloads == ["a", "d"] || payloads == ["a", "b", "d"],
+        "jobs after the failed fsync: {payloads:?} ({said:?})"
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// A disk that fills up: a real tmpfs of a few megabytes
+// ------------------------------------------------------------------------------------------
+
+/// A tmpfs mounted on a fresh directory, unmounted on drop.
+struct Tmpfs {
+    mnt: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// A tmpfs of `size` (as `mount -o size=` takes it: `4m`), or why this process cannot
+    /// mount one (not root, no permission in this container, not Linux).
+    fn mount(size: &str) -> Result<Tmpfs, String> {
+        if !cfg!(target_os = "linux") {
+            return Err("tmpfs is Linux's".into());
+        }
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).map_err(|e| e.to_string())?;
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&mnt)
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "mount -t tmpfs: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(Tmpfs { mnt, _dir: dir })
+    }
+
+    /// Bytes free on it.
+    fn free(&self) -> u64 {
+        let out = std::process::Command::new("df")
+            .args(["--output=avail", "-B1"])
+            .arg(&self.mnt)
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.lines().nth(1).unwrap().trim().parse().unwrap()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.mnt).status();
+    }
+}
+
+/// A tmpfs of `size`, or `None` after saying why the test `name` checks nothing here (a
+/// failure instead when `LEASEQ_REQUIRE_MOUNT` is set).
+fn tmpfs_or_skip(name: &str, size: &str) -> Option<Tmpfs> {
+    match Tmpfs::mount(size) {
+        Ok(t) => Some(t),
+        Err(why) if std::env::var_os("LEASEQ_REQUIRE_MOUNT").is_some() => {
+            panic!("LEASEQ_REQUIRE_MOUNT is set and no tmpfs can be mounted: {why}")
+        }
+        Err(why) => {
+            eprintln!("{name} skipped, it checks nothing here: {why}");
+            None
+        }
+    }
+}
+
+/// Whether `e` is the typed error of a full disk: an I/O error whose cause is ENOSPC.
+fn is_disk_full(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Io(_) | Error::Storage(_) | Error::CommitFailed { .. }
+    ) && e.to_string().contains("No space left on device")
+}
+
+/// A 1 KiB payload naming job `i`.
+fn kib(i: u32) -> Vec<u8> {
+    format!("{i:08}").repeat(128).into_bytes()
+}
+
+// C41: a disk that fills up. On a 4 MiB tmpfs, enqueues of 1 KiB run until the file system is
+// full: the failing one is a typed error naming ENOSPC, the handle then refuses every call,
+// and nothing is lost: a reopen on the still full disk finds every job enqueued `Ok` and
+// drains them with `ack_with` (a commit reuses the file's own free pages), or says clearly
+// why not; once space is freed (a ballast file removed) the queue takes new jobs again;
+// every effect is applied once and check() is clean throughout.
+#[test]
+fn a_full_disk_is_a_typed_error_that_loses_nothing() {
+    let Some(fs) = tmpfs_or_skip("full disk", "4m") else {
+        return;
+    };
+    let path = fs.mnt.join("q.leaseq");
+    let ballast = fs.mnt.join("ballast");
+    std::fs::write(&ballast, vec![7u8; 256 * 1024]).unwrap();
+    let q = Queue::open(&path).unwrap();
+    let mut enqueued = Vec::new();
+    let full = loop {
+        let i = enqueued.len() as u32;
+        assert!(i < 20_000, "4 MiB never filled up");
+        match q.enqueue(&kib(i)[..], EnqueueOptions::default()) {
+            Ok(e) => enqueued.push(e.id()),
+            Err(e) => break e,
+        }
+    };
+    assert!(is_disk_full(&full), "the full disk's error: {full:?}");
+    assert!(enqueued.len() > 100, "only {} jobs fit", enqueued.len());
+    let after = q.enqueue(&b"x"[..], EnqueueOptions::default());
+    assert!(
+        matches!(after, Err(Error::CommitFailed { .. })),
+        "an enqueue on the failed handle: {after:?}"
+    );
+    drop(q);
+    eprintln!(
+        "full disk: {} jobs of 1 KiB enqueued, then {full}; {} bytes free",
+        enqueued.len(),
+        fs.free()
+    );
+
+    // Still full: the reopen and a drain either work or fail with the full disk's error.
+    let mut acked = 0u32;
+    match Queue::open(&path) {
+        Ok(q) => {
+            // Reads need no space.
+            assert_eq!(q.check().unwrap(), vec![]);
+            assert!(q.stats().unwrap().total >= enqueued.len() as u64);
+            assert!(q.job(enqueued[0]).unwrap().is_some());
+            loop {
+                let lease = match q.dequeue() {
+                    Ok(Some(l)) => l,
+                    Ok(None) => break,
+                    Err(e) => {
+                        assert!(is_disk_full(&e), "a dequeue on the full disk: {e:?}");
+                        eprintln!("full disk: a dequeue while full: {e}");
+                        break;
+                    }
+                };
+                let id = lease.id().0;
+                match lease.ack_with(|tx| crate::common::bump(tx, id)) {
+                    Ok(_) => acked += 1,
+                    Err(e) => {
+                        assert!(is_disk_full(&e), "an ack_with on the full disk: {e:?}");
+                        break;
+                    }
+                }
+                if acked == 50 {
+                    break;
+                }
+            }
+            eprintln!("full disk: reopened while full, {acked} jobs drained with ack_with");
+        }
+        Err(e) => {
+            assert!(is_disk_full(&e), "the reopen on the full disk: {e:?}");
+            eprintln!("full disk: the reopen while full failed: {e}");
+        }
+    }
+
+    // Space freed: every job is there, new ones go in, everything drains once.
+    std::fs::remove_file(&ballast).unwrap();
+    let q = Queue::open(&path).unwrap();
+    assert_eq!(q.check().unwrap(), vec![]);
+    let extra = q
+        .enqueue(&kib(99_999)[..], EnqueueOptions::default())
+        .unwrap()
+        .id();
+    let mut left: std::collections::BTreeSet<u64> = enqueued.iter().map(|id| id.0).collect();
+    let effects_before = crate::common::effects(&q);
+    // Every ack_with answered Ok, and perhaps the one that failed (its commit in doubt).
+    let n = effects_before.len() as u32;
+    assert!(n == acked || n == acked + 1, "{n} effects, {acked} acked");
+    for id in effects_before.keys() {
+        assert!(
+            left.remove(id),
+            "effect of job {id}, which was not enqueued"
+        );
+        assert!(
+            q.job(leaseq::JobId(*id)).unwrap().is_none(),
+            "job {id} acked and still there"
+        );
+    }
+    left.insert(extra.0);
+    while let Some(l) = q.dequeue().unwrap() {
+        let id = l.id().0;
+        l.ack_with(|tx| crate::common::bump(tx, id)).unwrap();
+        // The in-doubt enqueue (the one that hit the full disk) may be there: not in `left`.
+        left.remove(&id);
+    }
+    assert!(left.is_empty(), "jobs enqueued Ok and lost: {left:?}");
+    assert!(crate::common::effects(&q).values().all(|&n| n == 1));
+    assert_eq!(q.check().unwrap(), vec![]);
+}
