@@ -446,6 +446,7 @@ pub(super) fn fire_due(
         };
         if fire {
             let id = enqueue_instance(tx_tables, ctx, &record.template, now_ms)?;
+            tx_tables.instances_changed();
             let mut instances = tx_tables.tx.open_table(SCHEDULE_INSTANCES)?;
             if let Some((previous, _)) = record.last_job {
                 instances.remove((queue_number, previous))?;

@@ -2,7 +2,7 @@
 //! keys, payloads stored apart, quarantine and the repair of stray entries.
 
 use crate::events::Event;
-use redb::{ReadableTable, Table};
+use redb::{ReadableTable, ReadableTableMetadata, Table};
 
 use crate::commit::{Ctx, WriteMark};
 use crate::error::{Error, Result};
@@ -73,6 +73,10 @@ pub(super) struct Tables<'t> {
     cancelled: Option<Table<'t, (u64, u64), ()>>,
     groups: Option<Table<'t, (&'static [u8], u64), u64>>,
     held: Option<Table<'t, (&'static [u8], u64), ()>>,
+    /// Whether `leaseq_schedule_instances` is empty (no schedule has a live last instance in
+    /// the file), read on the first job that ends: then no ending job needs a lookup in it.
+    /// `None` again after a schedule fires ([`Tables::instances_changed`]).
+    instances_empty: Option<bool>,
     /// The queue's history setting, read on first use.
     history: Option<crate::job::History>,
     /// Where a group's next job becoming deliverable wakes the queue's consumers.
@@ -181,6 +185,7 @@ impl<'t> Tables<'t> {
             cancelled: None,
             groups: None,
             held: None,
+            instances_empty: None,
             history: None,
             wake,
         })
@@ -225,15 +230,29 @@ impl<'t> Tables<'t> {
     /// for the schedule's next due time ([`Overlap::Skip`](crate::Overlap::Skip)). A lookup in
     /// a table of at most one entry per schedule.
     pub(super) fn note_instance_end(&mut self, id: u64, ended_ms: u64) -> Result<()> {
+        if self.instances_empty == Some(true) {
+            return Ok(());
+        }
         let mut instances = self
             .tx
             .open_table(crate::format::schema::SCHEDULE_INSTANCES)?;
+        if instances.is_empty()? {
+            self.instances_empty = Some(true);
+            return Ok(());
+        }
+        self.instances_empty = Some(false);
         let key = (self.tables.queue_number, id);
         if instances.get(key)?.is_some() {
             self.mark.set();
             instances.insert(key, ended_ms)?;
         }
         Ok(())
+    }
+
+    /// A schedule fired in this operation and wrote `leaseq_schedule_instances` (through the
+    /// transaction): the next ending job looks at the table again.
+    pub(super) fn instances_changed(&mut self) {
+        self.instances_empty = None;
     }
 
     /// Marks the group written, for a write beside these tables straight through the
