@@ -60,9 +60,11 @@ const ERRNOS: [(&str, i32); 3] = [("EINTR", EINTR), ("EIO", 5), ("ENOSPC", 28)];
 /// Failure rates: every call from the moment the faults are armed, down to one in 500.
 const RATES: [f64; 4] = [1.0, 0.2, 0.02, 0.002];
 
-/// libfiu in a child: its preload libraries and control FIFOs.
+/// Faults in a child: libfiu's preload libraries and control FIFOs, or none (a small
+/// file system that fills up is fault enough); and where the runs' files live.
 pub(crate) struct Injector {
-    preload: String,
+    preload: Option<String>,
+    root: Option<std::path::PathBuf>,
 }
 
 /// The faults of one round.
@@ -99,23 +101,64 @@ impl Injector {
             return Err(format!("{missing} is missing (apt-get install fiu-utils)"));
         }
         Ok(Injector {
-            preload: libs.join(" "),
+            preload: Some(libs.join(" ")),
+            root: None,
         })
+    }
+
+    /// No injected faults, the runs' files in `root` (a small tmpfs): the child only expects
+    /// I/O errors, which the full file system gives.
+    fn disk_only(root: &Path) -> Injector {
+        Injector {
+            preload: None,
+            root: Some(root.to_path_buf()),
+        }
+    }
+
+    /// After the parent's reopen in `dir` failed with `e`: whether that was the full file
+    /// system of a disk-only run (its error naming ENOSPC), which is then relieved of its
+    /// ballast for the next try.
+    pub(crate) fn relieve(&self, dir: &Path, e: &Error) -> bool {
+        if self.preload.is_some() || !is_disk_full(e) {
+            return false;
+        }
+        std::fs::remove_file(dir.join("ballast")).is_ok()
+    }
+
+    /// Where the runs' files live, if not in the system's temporary directory.
+    pub(crate) fn root(&self) -> Option<&Path> {
+        self.root.as_deref()
     }
 
     /// The child's environment: the preload libraries, its control FIFOs in `dir`, and the
     /// flag that makes I/O errors expected outcomes.
     pub(crate) fn env(&self, dir: &Path) -> Vec<(String, String)> {
-        vec![
-            ("LD_PRELOAD".into(), self.preload.clone()),
-            ("FIU_CTRL_FIFO".into(), fifo_prefix(dir)),
-            (FAULTS_ENV.into(), "1".into()),
-        ]
+        let mut env = vec![(FAULTS_ENV.to_string(), "1".to_string())];
+        if let Some(preload) = &self.preload {
+            env.push(("LD_PRELOAD".into(), preload.clone()));
+            env.push(("FIU_CTRL_FIFO".into(), fifo_prefix(dir)));
+        }
+        env
     }
 
     /// A random plan: one or two failure points (or all), an errno, a rate, a moment; a
     /// quarter of the plans add short reads and writes.
-    pub(crate) fn plan(&self, rng: &mut fastrand::Rng) -> FaultPlan {
+    /// Without libfiu: a ballast file in `dir` leaves 8-200 KiB free on the file system (the
+    /// runs there go one at a time), so the queue file fills it up in many rounds.
+    pub(crate) fn plan(&self, rng: &mut fastrand::Rng, dir: &Path) -> FaultPlan {
+        if self.preload.is_none() {
+            let ballast = dir.join("ballast");
+            let had = std::fs::metadata(&ballast).map_or(0, |m| m.len());
+            let leave = rng.u64(8..=200) * 1024;
+            let size = (had + free_bytes(dir)).saturating_sub(leave);
+            let _ = std::fs::remove_file(&ballast);
+            std::fs::write(&ballast, vec![0xA5; size as usize]).unwrap();
+            return FaultPlan {
+                commands: Vec::new(),
+                at: 0,
+                what: format!("no injected faults, {} KiB left free", leave / 1024),
+            };
+        }
         let points: Vec<&str> = match rng.u32(0..10) {
             0 => POINTS.to_vec(),
             1..=3 => {
@@ -424,17 +467,17 @@ impl Tmpfs {
         }
         Ok(Tmpfs { mnt, _dir: dir })
     }
+}
 
-    /// Bytes free on it.
-    fn free(&self) -> u64 {
-        let out = std::process::Command::new("df")
-            .args(["--output=avail", "-B1"])
-            .arg(&self.mnt)
-            .output()
-            .unwrap();
-        let text = String::from_utf8(out.stdout).unwrap();
-        text.lines().nth(1).unwrap().trim().parse().unwrap()
-    }
+/// Bytes free on the file system holding `path` (as `df` counts them).
+fn free_bytes(path: &Path) -> u64 {
+    let out = std::process::Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines().nth(1).unwrap().trim().parse().unwrap()
 }
 
 impl Drop for Tmpfs {
@@ -473,10 +516,11 @@ fn kib(i: u32) -> Vec<u8> {
 
 // C41: a disk that fills up. On a 4 MiB tmpfs, enqueues of 1 KiB run until the file system is
 // full: the failing one is a typed error naming ENOSPC, the handle then refuses every call,
-// and nothing is lost: a reopen on the still full disk finds every job enqueued `Ok` and
-// drains them with `ack_with` (a commit reuses the file's own free pages), or says clearly
-// why not; once space is freed (a ballast file removed) the queue takes new jobs again;
-// every effect is applied once and check() is clean throughout.
+// and nothing is lost: a reopen on the still full disk reads every job enqueued `Ok`, and a
+// drain with `ack_with` either makes progress or fails with the same typed error (redb writes
+// new pages for every change: on a full tmpfs it fails); once space is freed (a ballast file
+// removed) the queue takes new jobs again; every effect is applied once and check() is clean
+// throughout. Then `compact` with 16 KiB free: done or refused with that error, nothing lost.
 #[test]
 fn a_full_disk_is_a_typed_error_that_loses_nothing() {
     let Some(fs) = tmpfs_or_skip("full disk", "4m") else {
@@ -506,7 +550,7 @@ fn a_full_disk_is_a_typed_error_that_loses_nothing() {
     eprintln!(
         "full disk: {} jobs of 1 KiB enqueued, then {full}; {} bytes free",
         enqueued.len(),
-        fs.free()
+        free_bytes(&fs.mnt)
     );
 
     // Still full: the reopen and a drain either work or fail with the full disk's error.
@@ -580,4 +624,55 @@ fn a_full_disk_is_a_typed_error_that_loses_nothing() {
     assert!(left.is_empty(), "jobs enqueued Ok and lost: {left:?}");
     assert!(crate::common::effects(&q).values().all(|&n| n == 1));
     assert_eq!(q.check().unwrap(), vec![]);
+
+    // Compaction with 16 KiB left: done, or refused with the full disk's error; either way
+    // the 200 jobs kept are all there after a reopen.
+    let mut q = q;
+    for i in 0..200 {
+        q.enqueue(&kib(i)[..], EnqueueOptions::default()).unwrap();
+    }
+    let leave = 16 * 1024;
+    let ballast_len = free_bytes(&fs.mnt).saturating_sub(leave);
+    std::fs::write(&ballast, vec![7u8; ballast_len as usize]).unwrap();
+    match q.compact() {
+        Ok(done) => eprintln!("full disk: compact with 16 KiB free: Ok({done})"),
+        Err(e) => {
+            assert!(is_disk_full(&e), "compact on a nearly full disk: {e:?}");
+            eprintln!("full disk: compact with 16 KiB free: {e}");
+        }
+    }
+    drop(q);
+    std::fs::remove_file(&ballast).unwrap();
+    let q = Queue::open(&path).unwrap();
+    assert_eq!(q.check().unwrap(), vec![]);
+    assert_eq!(q.stats().unwrap().total, 200);
+}
+
+// C41: C08's SIGKILLed workloads on a small tmpfs that fills up: before every round a ballast
+// leaves 8-200 KiB free, so the queue file runs out of room in many rounds (the child reports
+// the typed error and stops, its handle failed) and the next child opens the full disk. After
+// each round, every promise of C08's model holds.
+#[test]
+fn sigkilled_workloads_on_a_small_tmpfs_keep_every_reported_promise() {
+    if child_scenario().is_some() {
+        return;
+    }
+    let Some(fs) = tmpfs_or_skip("kills on a small tmpfs", "2m") else {
+        return;
+    };
+    let runs = env_u64("LEASEQ_FULL_DISK_RUNS", 30);
+    let t = run_many(
+        "C41 (kills on a small tmpfs)",
+        "LEASEQ_FULL_DISK_SEED=<seed> LEASEQ_FULL_DISK_RUNS=1",
+        runs,
+        env_u64("LEASEQ_FULL_DISK_SEED", BASE_SEED_DEFAULT + 0x1_0000),
+        1,
+        Some(&Injector::disk_only(&fs.mnt)),
+    );
+    if runs >= 30 {
+        assert!(
+            t.io_errors > 0 && t.full_disk_opens > 0,
+            "the file system never filled up: {t:?}"
+        );
+    }
 }

@@ -691,6 +691,8 @@ pub(crate) struct Tally {
     /// Rounds run with faults armed, and those whose child stopped on an I/O error.
     pub(crate) fault_rounds: u64,
     pub(crate) fault_stops: u64,
+    /// Reopens refused by a full file system, then done once space was freed.
+    pub(crate) full_disk_opens: u64,
 }
 
 impl Tally {
@@ -724,6 +726,7 @@ impl Tally {
             (&mut self.io_errors, o.io_errors),
             (&mut self.fault_rounds, o.fault_rounds),
             (&mut self.fault_stops, o.fault_stops),
+            (&mut self.full_disk_opens, o.full_disk_opens),
         ];
         for (a, b) in pairs {
             *a += b;
@@ -1154,7 +1157,10 @@ fn read_beside(path: &Path, model: &mut Model, child_may_be_gone: bool) {
 /// the child then waits after `HELLO` until the first faults are armed, and may stop on its
 /// own after an I/O error (`IOERR`, `DONE`, exit status 0), which is the only way it may exit.
 pub(crate) fn run_rounds(seed: u64, faults: Option<&Injector>) -> Result<Tally, String> {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = match faults.and_then(Injector::root) {
+        Some(root) => tempfile::tempdir_in(root).unwrap(),
+        None => tempfile::tempdir().unwrap(),
+    };
     let path = dir.path().join("q.leaseq");
     let mut rng = fastrand::Rng::with_seed(mix(seed, 7));
     let mut model = Model::default();
@@ -1164,7 +1170,7 @@ pub(crate) fn run_rounds(seed: u64, faults: Option<&Injector>) -> Result<Tally, 
         model.tally.rounds += 1;
         log.push(format!("--- round {round}: {:?}", plan(seed, round)));
         let scenario = format!("{seed} {round}");
-        let fault_plan = faults.map(|f| f.plan(&mut rng));
+        let fault_plan = faults.map(|f| f.plan(&mut rng, dir.path()));
         let mut child = match (faults, &fault_plan) {
             (Some(f), Some(fp)) => {
                 model.tally.fault_rounds += 1;
@@ -1245,7 +1251,16 @@ pub(crate) fn run_rounds(seed: u64, faults: Option<&Injector>) -> Result<Tally, 
         model.end_round();
         let last = round + 1 == rounds;
         if last || rng.u32(0..100) >= 25 {
-            match Queue::open(&path) {
+            let mut reopened = Queue::open(&path);
+            // A full disk may refuse the reopen (its repair and lease recovery write): with a
+            // typed error naming it, and the file opens once space is freed.
+            if let (Err(e), Some(f)) = (&reopened, faults)
+                && f.relieve(dir.path(), e)
+            {
+                model.tally.full_disk_opens += 1;
+                reopened = Queue::open(&path);
+            }
+            match reopened {
                 Ok(q) => model.check(&q),
                 Err(e) => model.violation(format!("reopen failed: {e:?}")),
             }
