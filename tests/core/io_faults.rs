@@ -676,3 +676,145 @@ fn sigkilled_workloads_on_a_small_tmpfs_keep_every_reported_promise() {
         );
     }
 }
+
+// ------------------------------------------------------------------------------------------
+// Bad files from real tools
+// ------------------------------------------------------------------------------------------
+
+/// What opening a file some tool left behind gave: a consistent queue (its jobs), or a typed
+/// refusal. Anything else (a panic, a queue whose `check()` finds violations) fails the test.
+fn open_left_behind(path: &Path, what: &str) -> Result<u64, String> {
+    let opened = std::panic::catch_unwind(|| Queue::open(path))
+        .unwrap_or_else(|_| panic!("{what}: opening it panicked"));
+    match opened {
+        Ok(q) => {
+            assert_eq!(q.check().unwrap(), vec![], "{what}: check()");
+            let s = q.stats().unwrap();
+            assert_eq!(s.leased, 0, "{what}: leases survived the open");
+            Ok(s.total)
+        }
+        Err(
+            e @ (Error::Truncated { .. }
+            | Error::Corrupted { .. }
+            | Error::NotLeaseq { .. }
+            | Error::UnsupportedVersion { .. }),
+        ) => Err(e.to_string()),
+        Err(e) => panic!("{what}: opening it gave {e:?}, not a typed refusal of the file"),
+    }
+}
+
+// A copy that ran out of space: `cp` of a 1,000-job queue onto a 512 KiB tmpfs stops with
+// ENOSPC and leaves a truncated file. Opening it is a typed refusal that leaves it
+// byte-identical (never a panic, never an empty queue made in its place).
+#[test]
+fn a_copy_cut_short_by_a_full_disk_is_refused_unchanged() {
+    if child_scenario().is_some() {
+        return;
+    }
+    let Some(fs) = tmpfs_or_skip("a copy cut short", "512k") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.leaseq");
+    {
+        let q = Queue::open(&path).unwrap();
+        let jobs = (0..1000).map(|i| (kib(i), EnqueueOptions::default()));
+        let jobs: Vec<_> = jobs.collect();
+        q.enqueue_batch(jobs.iter().map(|(p, o)| (&p[..], o.clone())))
+            .unwrap();
+    }
+    let copy = fs.mnt.join("q.leaseq");
+    let cp = std::process::Command::new("cp")
+        .arg(&path)
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(
+        !cp.status.success(),
+        "the copy fit: the test proves nothing"
+    );
+    assert!(String::from_utf8_lossy(&cp.stderr).contains("No space left"));
+    let before = std::fs::read(&copy).unwrap();
+    assert!(before.len() < std::fs::metadata(&path).unwrap().len() as usize);
+    let refused = open_left_behind(&copy, "a copy cut short");
+    assert!(refused.is_err(), "a truncated copy opened: {refused:?}");
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        before,
+        "the refused open changed the file"
+    );
+}
+
+// What a backup tool does: `cp` of the file while an app writes it (C08's busy child), 20
+// times at random moments. Each copy opens as a consistent queue (the last commit wholly in
+// the copy, repaired, its leases returned) or is refused with a typed error; never a panic.
+#[test]
+fn copies_taken_while_the_app_writes_open_consistent_or_are_refused() {
+    if child_scenario().is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.leaseq");
+    let mut child = ChildProc::spawn(crate::process_kill::ENTRY, "1234 0", &path);
+    assert_eq!(child.next_message().as_deref(), Some("OPEN"));
+    let mut rng = fastrand::Rng::with_seed(0xC0_91E5);
+    let (mut opened, mut refused) = (0, Vec::new());
+    for i in 0..20 {
+        std::thread::sleep(Duration::from_millis(rng.u64(1..40)));
+        let copy = dir.path().join(format!("copy{i}.leaseq"));
+        let cp = std::process::Command::new("cp")
+            .arg(&path)
+            .arg(&copy)
+            .status()
+            .unwrap();
+        assert!(cp.success());
+        match open_left_behind(&copy, &format!("copy {i}")) {
+            Ok(_) => opened += 1,
+            Err(e) => refused.push(e),
+        }
+        if child.exited().is_some() {
+            break;
+        }
+    }
+    let said = child.kill_and_collect();
+    assert!(!said.iter().any(|m| m.starts_with("ERR")), "{said:?}");
+    eprintln!("copies while writing: {opened} opened, refused: {refused:?}");
+    assert!(opened > 0, "no copy opened: {refused:?}");
+}
+
+// A file whose directory entry was replaced while the app had it open (an editor's save, a
+// sync tool, `mv`): the app goes on writing to the file it opened, which is no longer at the
+// path. A new open of the path gets what is there now: a foreign file is `NotLeaseq` and stays
+// as it is, another queue file opens with its own jobs; never a panic.
+#[test]
+fn a_replaced_directory_entry_opens_what_is_there_now() {
+    if child_scenario().is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.leaseq");
+    let other = dir.path().join("other.leaseq");
+    {
+        let q = Queue::open(&other).unwrap();
+        q.enqueue(&b"the other queue's"[..], EnqueueOptions::default())
+            .unwrap();
+    }
+    let app = Queue::open(&path).unwrap();
+    for _ in 0..3 {
+        app.enqueue(&b"the app's"[..], EnqueueOptions::default())
+            .unwrap();
+    }
+    std::fs::rename(&other, &path).unwrap();
+    // The app still works on the file it opened.
+    app.enqueue(&b"the app's, after"[..], EnqueueOptions::default())
+        .unwrap();
+    assert_eq!(app.stats().unwrap().total, 4);
+    assert_eq!(open_left_behind(&path, "a queue moved over it"), Ok(1));
+
+    let foreign = dir.path().join("notes.txt");
+    std::fs::write(&foreign, b"not a queue").unwrap();
+    std::fs::rename(&foreign, &path).unwrap();
+    assert!(open_left_behind(&path, "a text file moved over it").is_err());
+    assert_eq!(std::fs::read(&path).unwrap(), b"not a queue");
+    drop(app);
+}

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The child side's test name.
-const ENTRY: &str = "process_kill::child_entry_process_kill";
+pub(crate) const ENTRY: &str = "process_kill::child_entry_process_kill";
 
 /// The caller's own table that `ack_with` effects increment: one counter per effect key.
 const EFFECTS: TableDefinition<&str, u64> = TableDefinition::new("kill_effects");
