@@ -301,11 +301,26 @@ impl Error {
         self.surfaced_if(Error::is_input_refusal)
     }
 
-    /// [`Error::surfaced`], and also a storage failure of an enqueue inside `Queue::write`
-    /// that the closure passed on: the caller sees the disk's error (`Storage`), not its
-    /// own closure failing. (Not for `ack_with`, where `Effect` says the attempt ended.)
+    /// [`Error::surfaced`], and also a storage failure the closure of `Queue::write` passed
+    /// on, from an enqueue inside it or from its own table writes (redb's `StorageError`,
+    /// or a `TableError` holding one): the caller sees the disk's error (`Storage`, `Io`,
+    /// `Corrupted`), not its own closure failing. (Not for `ack_with`, where `Effect` says
+    /// the attempt ended.)
     pub(crate) fn surfaced_in_write(self) -> Error {
-        self.surfaced_if(|e| e.is_input_refusal() || e.is_storage_failure())
+        let e = match self {
+            Error::Effect(boxed) => match boxed.downcast::<redb::StorageError>() {
+                Ok(storage) => return Error::from(*storage),
+                Err(boxed) => match boxed.downcast::<redb::TableError>() {
+                    Ok(table) => match *table {
+                        redb::TableError::Storage(storage) => return Error::from(storage),
+                        other => Error::Effect(Box::new(other)),
+                    },
+                    Err(boxed) => Error::Effect(boxed),
+                },
+            },
+            e => e,
+        };
+        e.surfaced_if(|e| e.is_input_refusal() || e.is_storage_failure())
     }
 
     fn surfaced_if(self, surfaces: fn(&Error) -> bool) -> Error {

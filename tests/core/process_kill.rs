@@ -205,10 +205,13 @@ pub(crate) fn go_file(path: &Path) -> std::path::PathBuf {
 /// Whether `e` is what a failing disk gives (an I/O error from redb or from leaseq's own file
 /// calls, a commit whose outcome is unknown), as opposed to a refusal or a broken promise.
 fn is_io(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Io(_) | Error::Storage(_) | Error::CommitFailed { .. }
-    )
+    match e {
+        Error::Io(_) | Error::Storage(_) | Error::CommitFailed { .. } => true,
+        // An `ack_with` closure whose own table write failed on the disk: leaseq reports the
+        // closure's error, which is the storage engine's.
+        Error::Effect(inner) => inner.downcast_ref::<redb::StorageError>().is_some(),
+        _ => false,
+    }
 }
 
 /// A call failed with `e`. Under injected faults an I/O error is an outcome: the call is in
@@ -216,6 +219,8 @@ fn is_io(e: &Error) -> bool {
 /// [`Worker::failed`]); anything else is fatal.
 fn io_failure(what: &str, e: Error) -> ! {
     if faults_expected() && is_io(&e) {
+        // Held to the exit, so no other thread leaves half a line behind.
+        let _stdout = std::io::stdout().lock();
         say(format!("IOERR {what} {}", e.to_string().replace('\n', " ")));
         say("DONE");
         std::process::exit(0);
