@@ -547,6 +547,11 @@ fn a_full_disk_is_a_typed_error_that_loses_nothing() {
         "an enqueue on the failed handle: {after:?}"
     );
     drop(q);
+    // A reader needs no space: it reads every job enqueued Ok (repairing in memory if needed).
+    let reader = leaseq::Reader::open(&path).unwrap();
+    assert!(reader.stats().unwrap().total >= enqueued.len() as u64);
+    assert_eq!(reader.check().unwrap(), vec![]);
+    drop(reader);
     eprintln!(
         "full disk: {} jobs of 1 KiB enqueued, then {full}; {} bytes free",
         enqueued.len(),
