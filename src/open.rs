@@ -906,7 +906,11 @@ fn verify_format(rtx: &redb::ReadTransaction, path: &Path) -> Result<u64> {
         rtx.open_table(DEFAULT_TABLES.applied()).map(drop),
     ];
     for t in tables {
-        t.map_err(|e| Error::corrupted(format!("leaseq table: {e}")))?;
+        t.map_err(|e| match e {
+            // The disk failing under the read is not the file's damage.
+            redb::TableError::Storage(storage) => Error::from(storage),
+            e => Error::corrupted(format!("leaseq table: {e}")),
+        })?;
     }
     Ok(version)
 }

@@ -236,9 +236,17 @@ impl Injector {
         });
         match rx.recv_timeout(Duration::from_secs(5)) {
             Ok(Ok(a)) if a.trim() == "0" => Ok(()),
-            // libfiu removes its FIFOs when the process exits: the child is gone (the caller
-            // judges how it ended by its reports and exit status).
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            // libfiu removes its FIFOs when the process exits, and a FIFO whose reader exited
+            // breaks: the child is gone (the caller judges how it ended by its reports and
+            // exit status).
+            Ok(Err(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::BrokenPipe
+                ) =>
+            {
+                Ok(())
+            }
             // An answer cut off: the child exited while reading the command.
             Ok(Ok(a)) if a.is_empty() => Ok(()),
             Ok(Ok(a)) => Err(format!("libfiu refused {command:?}: {a:?}")),
