@@ -27,7 +27,7 @@
 //! io_faults`.
 
 use crate::common::{ChildProc, child_scenario, say};
-use crate::process_kill::{FAULTS_ENV, Tally, run_many};
+use crate::process_kill::{FAULTS_ENV, Tally, env_u64, run_many};
 use leaseq::{EnqueueOptions, Error, Queue};
 use std::fmt;
 use std::io::{Read, Write};
@@ -259,10 +259,16 @@ impl Injector {
 /// libfiu, or `None` after saying why the test `name` checks nothing here (a failure instead
 /// when `LEASEQ_REQUIRE_FIU` is set).
 fn injector_or_skip(name: &str) -> Option<Injector> {
-    match Injector::find() {
-        Ok(i) => Some(i),
-        Err(why) if std::env::var_os("LEASEQ_REQUIRE_FIU").is_some() => {
-            panic!("LEASEQ_REQUIRE_FIU is set and libfiu cannot be used: {why}")
+    found_or_skip(name, "LEASEQ_REQUIRE_FIU", Injector::find())
+}
+
+/// What a test needs from the machine, or `None` after saying why the test `name` checks
+/// nothing here; a failure instead when the environment variable `require` is set (CI).
+fn found_or_skip<T>(name: &str, require: &str, found: Result<T, String>) -> Option<T> {
+    match found {
+        Ok(t) => Some(t),
+        Err(why) if std::env::var_os(require).is_some() => {
+            panic!("{require} is set and {name} cannot run: {why}")
         }
         Err(why) => {
             eprintln!("{name} skipped, it checks nothing here: {why}");
@@ -273,16 +279,6 @@ fn injector_or_skip(name: &str) -> Option<Injector> {
 
 fn fifo_prefix(dir: &Path) -> String {
     dir.join("fiu").display().to_string()
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name}={v} is not a number"))
-        })
-        .unwrap_or(default)
 }
 
 // C40: seeded rounds of the C08 workload under injected I/O errors; after each, a reopen
@@ -497,16 +493,7 @@ impl Drop for Tmpfs {
 /// A tmpfs of `size`, or `None` after saying why the test `name` checks nothing here (a
 /// failure instead when `LEASEQ_REQUIRE_MOUNT` is set).
 fn tmpfs_or_skip(name: &str, size: &str) -> Option<Tmpfs> {
-    match Tmpfs::mount(size) {
-        Ok(t) => Some(t),
-        Err(why) if std::env::var_os("LEASEQ_REQUIRE_MOUNT").is_some() => {
-            panic!("LEASEQ_REQUIRE_MOUNT is set and no tmpfs can be mounted: {why}")
-        }
-        Err(why) => {
-            eprintln!("{name} skipped, it checks nothing here: {why}");
-            None
-        }
-    }
+    found_or_skip(name, "LEASEQ_REQUIRE_MOUNT", Tmpfs::mount(size))
 }
 
 /// Whether `e` is the typed error of a full disk: an I/O error whose cause is ENOSPC.

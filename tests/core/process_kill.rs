@@ -50,7 +50,8 @@ const SHARED_DEDUP_KEYS: u32 = 6;
 /// A child still alive after this long is stuck (a deadlock): it says so and exits.
 const CHILD_WATCHDOG: Duration = Duration::from_secs(30);
 
-fn env_u64(name: &str, default: u64) -> u64 {
+/// The number in the environment variable `name`, or `default` when it is not set.
+pub(crate) fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
         .map(|v| {
