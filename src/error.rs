@@ -301,18 +301,28 @@ impl Error {
         self.surfaced_if(Error::is_input_refusal)
     }
 
-    /// [`Error::surfaced`], and also a storage failure the closure of `Queue::write` passed
-    /// on, from an enqueue inside it or from its own table writes (redb's `StorageError`,
-    /// or a `TableError` holding one): the caller sees the disk's error (`Storage`, `Io`,
-    /// `Corrupted`), not its own closure failing. (Not for `ack_with`, where `Effect` says
-    /// the attempt ended.)
+    /// [`Error::surfaced`], and also a failing disk under the closure of `Queue::write`: an
+    /// enqueue inside it that failed on storage, or its own table writes failing with redb's
+    /// `StorageError::Io` or `PreviousIo` (bare or in a `TableError`), passed on by the
+    /// closure. The caller sees `Storage`, not its own closure failing; any other error of
+    /// its own (a value too large for redb, a table of other types) stays `Effect`. (Not for
+    /// `ack_with`, where `Effect` says the attempt ended.)
     pub(crate) fn surfaced_in_write(self) -> Error {
+        fn disk(e: &redb::StorageError) -> bool {
+            matches!(
+                e,
+                redb::StorageError::Io(_) | redb::StorageError::PreviousIo
+            )
+        }
         let e = match self {
             Error::Effect(boxed) => match boxed.downcast::<redb::StorageError>() {
-                Ok(storage) => return Error::from(*storage),
+                Ok(storage) if disk(&storage) => return Error::from(*storage),
+                Ok(storage) => Error::Effect(storage),
                 Err(boxed) => match boxed.downcast::<redb::TableError>() {
                     Ok(table) => match *table {
-                        redb::TableError::Storage(storage) => return Error::from(storage),
+                        redb::TableError::Storage(storage) if disk(&storage) => {
+                            return Error::from(storage);
+                        }
                         other => Error::Effect(Box::new(other)),
                     },
                     Err(boxed) => Error::Effect(boxed),

@@ -436,9 +436,9 @@ impl Queue {
     /// it and go on, the refused job written nothing); `Effect` with any other error or
     /// panic message of `f` (nothing of it commits; the other calls
     /// sharing the transaction run again without it); `Closed` after [`Queue::close`];
-    /// `Storage` (or `Io`, `Corrupted`) also when an enqueue inside `f`, or `f`'s own table
-    /// writes, failed on the disk and `f` passed that error on (redb's `StorageError`, or a
-    /// `TableError` holding one; nothing of `f` commits); `CommitFailed`, `Storage` or
+    /// `Storage` (or `Io`) also when an enqueue inside `f`, or `f`'s own table writes, failed
+    /// on the disk and `f` passed that error on (redb's `StorageError::Io` or `PreviousIo`,
+    /// bare or in a `TableError`; nothing of `f` commits); `CommitFailed`, `Storage` or
     /// `Reentrant` otherwise.
     pub fn write<T, F>(&self, mut f: F) -> Result<T>
     where

@@ -22,7 +22,7 @@
 
 use crate::common;
 use crate::common::{ChildProc, child_scenario, ms, say};
-use crate::io_faults::Injector;
+use crate::io_faults::{FaultPlan, Injector};
 use leaseq::{Applied, EnqueueOptions, Enqueued, Error, JobId, JobInfo, JobState, Lease, Queue};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -207,10 +207,15 @@ pub(crate) fn go_file(path: &Path) -> std::path::PathBuf {
 /// calls, a commit whose outcome is unknown), as opposed to a refusal or a broken promise.
 fn is_io(e: &Error) -> bool {
     match e {
-        Error::Io(_) | Error::Storage(_) | Error::CommitFailed { .. } => true,
+        Error::Io(_) | Error::CommitFailed { .. } => true,
+        // Only redb's I/O errors: any other storage error is a finding.
+        Error::Storage(redb::Error::Io(_) | redb::Error::PreviousIo) => true,
         // An `ack_with` closure whose own table write failed on the disk: leaseq reports the
         // closure's error, which is the storage engine's.
-        Error::Effect(inner) => inner.downcast_ref::<redb::StorageError>().is_some(),
+        Error::Effect(inner) => matches!(
+            inner.downcast_ref::<redb::StorageError>(),
+            Some(redb::StorageError::Io(_) | redb::StorageError::PreviousIo)
+        ),
         _ => false,
     }
 }
@@ -694,7 +699,8 @@ pub(crate) struct Tally {
     pub(crate) outbox_writes: u64,
     /// Calls that failed with an I/O error under injected faults (io_faults.rs).
     pub(crate) io_errors: u64,
-    /// Rounds run with faults armed, and those whose child stopped on an I/O error.
+    /// Rounds whose faults were armed in a running child, and those whose child stopped on
+    /// an I/O error.
     pub(crate) fault_rounds: u64,
     pub(crate) fault_stops: u64,
     /// Reopens refused by a full file system, then done once space was freed.
@@ -1179,7 +1185,6 @@ pub(crate) fn run_rounds(seed: u64, faults: Option<&Injector>) -> Result<Tally, 
         let fault_plan = faults.map(|f| f.plan(&mut rng, dir.path()));
         let mut child = match (faults, &fault_plan) {
             (Some(f), Some(fp)) => {
-                model.tally.fault_rounds += 1;
                 log.push(format!("--- faults: {fp}"));
                 let env = f.env(dir.path());
                 let env: Vec<(&str, &str)> =
@@ -1189,11 +1194,8 @@ pub(crate) fn run_rounds(seed: u64, faults: Option<&Injector>) -> Result<Tally, 
                     Some("HELLO") => {}
                     other => model.violation(format!("a fault child began with {other:?}")),
                 }
-                if fp.at == 0
-                    && let Err(e) = f.arm(fp, child.pid(), dir.path())
-                    && child.exited().is_none()
-                {
-                    model.violation(e);
+                if fp.at == 0 {
+                    arm(f, fp, &mut child, dir.path(), &mut model);
                 }
                 std::fs::write(go_file(&path), b"").unwrap();
                 child
@@ -1206,7 +1208,11 @@ pub(crate) fn run_rounds(seed: u64, faults: Option<&Injector>) -> Result<Tally, 
             model.tally.early_kills += 1;
             std::thread::sleep(ms(rng.u64(0..60)));
         } else {
-            let k = rng.usize(1..=60);
+            let mut k = rng.usize(1..=60);
+            if let Some(fp) = &fault_plan {
+                // Past the moment the faults are armed, so that every such round arms them.
+                k = k.max(fp.at + rng.usize(1..=20));
+            }
             // In a live-read round, a reader beside the child once, after this many messages.
             let read_at = plan(seed, round).live_reads.then(|| rng.usize(1..=k));
             while said.len() < k {
@@ -1217,11 +1223,8 @@ pub(crate) fn run_rounds(seed: u64, faults: Option<&Injector>) -> Result<Tally, 
                 if let (Some(f), Some(fp)) = (faults, &fault_plan)
                     && fp.at > 0
                     && fp.at == said.len()
-                    && child.exited().is_none()
-                    && let Err(e) = f.arm(fp, child.pid(), dir.path())
-                    && child.exited().is_none()
                 {
-                    model.violation(e);
+                    arm(f, fp, &mut child, dir.path(), &mut model);
                 }
                 match child.next_message() {
                     Some(m) => {
@@ -1283,6 +1286,28 @@ pub(crate) fn run_rounds(seed: u64, faults: Option<&Injector>) -> Result<Tally, 
         }
     }
     Ok(model.tally)
+}
+
+/// Arms `plan` in `child`: counted in `fault_rounds` when done; a child that is gone by then
+/// (it stopped on an I/O error, or exited otherwise, which the round judges) arms nothing;
+/// a failure while it still runs is a violation.
+fn arm(f: &Injector, plan: &FaultPlan, child: &mut ChildProc, dir: &Path, model: &mut Model) {
+    if child.exited().is_some() {
+        return;
+    }
+    match f.arm(plan, child.pid(), dir) {
+        Ok(()) => model.tally.fault_rounds += 1,
+        Err(e) => {
+            // libfiu removes its FIFOs as the child exits: wait a moment for its end.
+            let gone = (0..100).any(|_| {
+                std::thread::sleep(ms(10));
+                child.exited().is_some()
+            });
+            if !gone {
+                model.violation(format!("arming the faults failed: {e}"));
+            }
+        }
+    }
 }
 
 /// Runs seeds `base..base + runs`, `parallel` at a time, with `faults` if given; prints the
