@@ -17,14 +17,20 @@
 //! more enqueue on it must fail too (after an fsync error the kernel may have dropped the
 //! dirty pages, so no later commit on that handle may be reported durable). Then the child
 //! reports `DONE` and exits 0, the only way it may exit by itself. EINTR and short transfers
-//! must never surface at all (the standard library retries and completes them).
+//! must never surface at all (the standard library retries and completes them; an EINTR
+//! reported is fatal in the child).
+//!
+//! Beside it: a failed fsync is final for its handle (libfiu failing every `fdatasync` for
+//! one enqueue); a disk that fills up (C41: a real tmpfs of a few MiB, and C08's kill runs on
+//! one); bad files from real tools (C42: `cp` cut short by a full disk, copies taken while an
+//! app writes, a directory entry replaced under a running app).
 //!
 //! Linux only (LD_PRELOAD), native runs only (not under a cargo runner such as qemu), and
 //! only where libfiu is installed (`apt-get install fiu-utils`): elsewhere the test says why
 //! it skips, unless `LEASEQ_REQUIRE_FIU=1` (as in `.ci/run`) makes that a failure.
 //! Knobs: `LEASEQ_FAULT_RUNS` (default 60), `LEASEQ_FAULT_SEED`, `LEASEQ_FAULT_PARALLEL`
-//! (default 2). A longer run: `LEASEQ_FAULT_RUNS=1000 cargo test --release --test core
-//! io_faults`.
+//! (default 2). A longer run (about 5 minutes on 2 cores): `LEASEQ_FAULT_RUNS=3000 cargo
+//! test --release --test core -- io_faults::injected --nocapture`.
 
 use crate::common::{ChildProc, child_scenario, say};
 use crate::process_kill::{FAULTS_ENV, Tally, env_u64, run_many};

@@ -206,6 +206,10 @@ pub(crate) fn go_file(path: &Path) -> std::path::PathBuf {
 /// Whether `e` is what a failing disk gives (an I/O error from redb or from leaseq's own file
 /// calls, a commit whose outcome is unknown), as opposed to a refusal or a broken promise.
 fn is_io(e: &Error) -> bool {
+    // EINTR must never surface (the standard library retries it): a finding if it does.
+    if e.to_string().contains("(os error 4)") {
+        return false;
+    }
     match e {
         Error::Io(_) | Error::CommitFailed { .. } => true,
         // Only redb's I/O errors: any other storage error is a finding.
