@@ -188,6 +188,41 @@ fn a_failed_write_leaves_nothing_and_its_ids_and_keys_are_not_lost() {
     assert_consistent(&q);
 }
 
+// A write whose closure passes on the disk's error from its own table writes (redb's
+// StorageError::Io or PreviousIo, bare or in a TableError) is `Storage`, telling the caller the
+// disk failed; any other error of its own stays `Effect`, a value too large for redb included
+// (it is not leaseq's payload limit). Nothing commits either way.
+#[test]
+fn a_write_passes_on_the_disks_error_and_keeps_its_own_as_effect() {
+    let f = Fixture::new();
+    let q = f.open();
+    // The closure may run again (a replay), so it makes its error each time.
+    let fail = |make: &dyn Fn() -> leaseq::BoxError| {
+        q.write(|tx| -> Result<(), leaseq::BoxError> {
+            bump(tx, 1)?;
+            tx.enqueue(b"y", EnqueueOptions::default())?;
+            Err(make())
+        })
+    };
+    let r = fail(&|| Box::new(redb::StorageError::Io(std::io::Error::other("the disk"))));
+    assert!(
+        matches!(r, Err(Error::Storage(redb::Error::Io(_)))),
+        "{r:?}"
+    );
+    let r = fail(&|| Box::new(redb::TableError::Storage(redb::StorageError::PreviousIo)));
+    assert!(
+        matches!(r, Err(Error::Storage(redb::Error::PreviousIo))),
+        "{r:?}"
+    );
+    let r = fail(&|| Box::new(redb::StorageError::ValueTooLarge(1 << 33)));
+    assert!(matches!(r, Err(Error::Effect(_))), "{r:?}");
+    let r = fail(&|| "the caller's own reason".into());
+    assert!(matches!(r, Err(Error::Effect(_))), "{r:?}");
+    assert!(effects(&q).is_empty());
+    assert_eq!(q.len().unwrap(), 0);
+    assert_consistent(&q);
+}
+
 #[test]
 fn a_dedup_key_held_in_the_same_transaction_is_a_duplicate() {
     let f = Fixture::new();
