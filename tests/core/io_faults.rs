@@ -224,6 +224,21 @@ impl Injector {
     /// Sends one libfiu control command (`enable ...`, `enable_random ...`, `disable ...`) to
     /// the child `pid` whose FIFOs are in `dir`.
     fn send(&self, pid: u32, dir: &Path, command: &str) -> Result<(), String> {
+        // libfiu's control loop now and then answers a command sent right after another with
+        // nothing (once in a 3,000-run batch of C40): sent again, which is harmless (enabling
+        // a failure point twice is enabling it).
+        let mut last = Ok(());
+        for _ in 0..3 {
+            last = self.send_once(pid, dir, command);
+            if last.is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        last
+    }
+
+    fn send_once(&self, pid: u32, dir: &Path, command: &str) -> Result<(), String> {
         let prefix = format!("{}-{pid}", fifo_prefix(dir));
         let (cmd, fifo) = (command.to_string(), prefix.clone());
         let (tx, rx) = std::sync::mpsc::channel();
@@ -240,7 +255,7 @@ impl Injector {
             })();
             let _ = tx.send(answer);
         });
-        match rx.recv_timeout(Duration::from_secs(5)) {
+        match rx.recv_timeout(Duration::from_secs(3)) {
             Ok(Ok(a)) if a.trim() == "0" => Ok(()),
             // A missing FIFO (libfiu removes them as the process exits), a broken one or an
             // answer cut off are errors here too: the caller forgives them only if the child
