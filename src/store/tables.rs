@@ -73,10 +73,10 @@ pub(super) struct Tables<'t> {
     cancelled: Option<Table<'t, (u64, u64), ()>>,
     groups: Option<Table<'t, (&'static [u8], u64), u64>>,
     held: Option<Table<'t, (&'static [u8], u64), ()>>,
-    /// Whether `leaseq_schedule_instances` is empty (no schedule has a live last instance in
-    /// the file), read on the first job that ends: then no ending job needs a lookup in it.
-    /// `None` again after a schedule fires ([`Tables::instances_changed`]).
-    instances_empty: Option<bool>,
+    /// `leaseq_schedule_instances` was found empty (no schedule has a live last instance in
+    /// the file) by a job that ended: later ending jobs need no lookup in it. Forgotten when a
+    /// schedule fires ([`Tables::instances_changed`]).
+    instances_empty: bool,
     /// The queue's history setting, read on first use.
     history: Option<crate::job::History>,
     /// Where a group's next job becoming deliverable wakes the queue's consumers.
@@ -185,7 +185,7 @@ impl<'t> Tables<'t> {
             cancelled: None,
             groups: None,
             held: None,
-            instances_empty: None,
+            instances_empty: false,
             history: None,
             wake,
         })
@@ -230,17 +230,16 @@ impl<'t> Tables<'t> {
     /// for the schedule's next due time ([`Overlap::Skip`](crate::Overlap::Skip)). A lookup in
     /// a table of at most one entry per schedule.
     pub(super) fn note_instance_end(&mut self, id: u64, ended_ms: u64) -> Result<()> {
-        if self.instances_empty == Some(true) {
+        if self.instances_empty {
             return Ok(());
         }
         let mut instances = self
             .tx
             .open_table(crate::format::schema::SCHEDULE_INSTANCES)?;
         if instances.is_empty()? {
-            self.instances_empty = Some(true);
+            self.instances_empty = true;
             return Ok(());
         }
-        self.instances_empty = Some(false);
         let key = (self.tables.queue_number, id);
         if instances.get(key)?.is_some() {
             self.mark.set();
@@ -252,7 +251,7 @@ impl<'t> Tables<'t> {
     /// A schedule fired in this operation and wrote `leaseq_schedule_instances` (through the
     /// transaction): the next ending job looks at the table again.
     pub(super) fn instances_changed(&mut self) {
-        self.instances_empty = None;
+        self.instances_empty = false;
     }
 
     /// Marks the group written, for a write beside these tables straight through the
