@@ -32,6 +32,39 @@ const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0
 const REDB_GOD_BYTE_OFFSET: u64 = REDB_MAGIC.len() as u64;
 const REDB_RECOVERY_REQUIRED: u8 = 2;
 
+/// How many times a writable open refused right after a look found the file free is tried
+/// again (after 2, 4 and 8 ms): long enough for another process's look to end.
+const OPEN_RETRIES: u32 = 3;
+
+/// The files this process's threads are opening right now, so that they open one file in
+/// turn (see [`Builder::open`]); as many entries as threads opening at once.
+static OPENING: parking_lot::Mutex<Vec<PathBuf>> = parking_lot::Mutex::new(Vec::new());
+static OPENING_ENDED: parking_lot::Condvar = parking_lot::Condvar::new();
+
+/// This thread's turn to open a file: taken by waiting while another thread opens the same
+/// file (its canonical path; the path as given where it has none), given up when dropped.
+struct OpenTurn(PathBuf);
+
+impl OpenTurn {
+    fn take(path: &Path) -> OpenTurn {
+        let key = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let mut opening = OPENING.lock();
+        while opening.contains(&key) {
+            OPENING_ENDED.wait(&mut opening);
+        }
+        opening.push(key.clone());
+        OpenTurn(key)
+    }
+}
+
+impl Drop for OpenTurn {
+    fn drop(&mut self) {
+        let mut opening = OPENING.lock();
+        opening.retain(|p| *p != self.0);
+        OPENING_ENDED.notify_all();
+    }
+}
+
 /// Settings for opening a queue. Start from [`Queue::builder`].
 ///
 /// ```no_run
@@ -396,7 +429,11 @@ impl Builder {
     ///
     /// # Errors
     /// - `InvalidOption` for a builder setting out of range (nothing is opened);
-    /// - `AlreadyOpen` if this or another process has the file open (no recovery runs);
+    /// - `AlreadyOpen` if this or another process has the file open (no recovery runs).
+    ///   Threads of one process opening a file at once open it in turn: one gets the queue,
+    ///   the others `AlreadyOpen` once it has it (each waits for the open before it, a
+    ///   verified open of a large file included). Two processes opening at once: one gets
+    ///   the queue, the other `AlreadyOpen`;
     /// - `Truncated` for a file shorter than a redb header (0 bytes included);
     /// - `NotLeaseq` for a file that is not a redb database, or a redb database without
     ///   leaseq's tables (use [`Builder::attach`]); the file is left byte-identical;
@@ -441,10 +478,39 @@ impl Builder {
             Ok(_) => {}
         }
         let repaired = check_header(path)?;
+        // A look holds the file's locks only while it looks, so an opener's writable open can
+        // meet a racer's look and be refused though nobody keeps the file: threads of this
+        // process open one file in turn, and a refusal right after a look that found the file
+        // free (another process's look, most likely) is tried again a few times.
+        let _turn = OpenTurn::take(path);
+        let mut retries = 0;
+        loop {
+            match self.look_and_open(path, config, repaired, created) {
+                Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) if retries < OPEN_RETRIES => {
+                    std::thread::sleep(Duration::from_millis(2 << retries));
+                    retries += 1;
+                }
+                Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
+                    return Err(Error::AlreadyOpen {
+                        path: path.to_path_buf(),
+                    });
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The look at the file (which never writes it), then its writable open: `AlreadyOpen`
+    /// when the look is refused, redb's `DatabaseAlreadyOpen` (so the caller may retry) when
+    /// only the writable open is.
+    fn look_and_open(
+        &self,
+        path: &Path,
+        config: QueueConfig,
+        repaired: bool,
+        created: bool,
+    ) -> Result<Queue> {
         let builder = self.redb_builder();
-        let already_open = || Error::AlreadyOpen {
-            path: path.to_path_buf(),
-        };
         // A look first that never writes the file, so a foreign, newer or damaged file stays
         // byte-identical. With the integrity check on, the look is a verified open of a
         // scratch copy (writes kept in memory): every page is checked against its parent's
@@ -465,7 +531,9 @@ impl Builder {
                     catch_engine_panic(|| store::read_leased_rows(&rtx))?;
                 }
                 Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
-                    return Err(already_open());
+                    return Err(Error::AlreadyOpen {
+                        path: path.to_path_buf(),
+                    });
                 }
                 Err(Error::Storage(redb::Error::RepairAborted)) => {
                     self.look_on_scratch(path, false, self.concurrency_mode())?;
@@ -473,16 +541,12 @@ impl Builder {
                 Err(e) => return Err(e),
             }
         }
-        let opened =
-            catch_engine_panic(|| builder.open(path).map_err(Error::from)).and_then(|db| {
-                let db = GuardedDb::new(db);
-                verify_format(&db.get().begin_read()?, path)?;
-                self.finish(db, config, Some(path.to_path_buf()), repaired, created)
-            });
-        match opened {
-            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => Err(already_open()),
-            other => other,
-        }
+        // A refusal here is passed on as redb's: the look found the file free a moment ago.
+        catch_engine_panic(|| builder.open(path).map_err(Error::from)).and_then(|db| {
+            let db = GuardedDb::new(db);
+            verify_format(&db.get().begin_read()?, path)?;
+            self.finish(db, config, Some(path.to_path_buf()), repaired, created)
+        })
     }
 
     /// Opens the file at `path` for reading only: see [`Reader::open`](crate::Reader::open),
