@@ -72,6 +72,13 @@ impl InboundBuilder {
         self
     }
 
+    /// TLS and credentials for the servers ([`Connection`](super::Connection): none, and
+    /// TLS only where a URL or the server asks for it, by default).
+    pub fn connection(mut self, connection: super::Connection) -> InboundBuilder {
+        self.common.connection = connection;
+        self
+    }
+
     /// How long one connection attempt may take (above 0; 5 s by default).
     pub fn connect_timeout(mut self, timeout: Duration) -> InboundBuilder {
         self.common.connect_timeout = timeout;
@@ -179,9 +186,10 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    /// A relay of the stream `stream` on the server at `url` into `queue` (the default queue
-    /// or a named one), through the durable pull consumer `consumer`. Nothing is checked until
-    /// [`InboundBuilder::start`].
+    /// A relay of the stream `stream` on the server at `url` (several servers of a cluster
+    /// separated by commas, as [the module docs](crate::relay#several-servers) say) into
+    /// `queue` (the default queue or a named one), through the durable pull consumer
+    /// `consumer`. Nothing is checked until [`InboundBuilder::start`].
     pub fn builder(queue: &Queue, url: &str, stream: &str, consumer: &str) -> InboundBuilder {
         InboundBuilder {
             queue: queue.clone(),

@@ -106,10 +106,44 @@
 //! ([`Queue::close`](crate::Queue::close)); jobs it still held go back then at no cost, behind
 //! the jobs waiting (as [`Lease::snooze`](crate::Lease::snooze)).
 //!
-//! **Limits.** One server URL, no credentials or TLS options yet. async-nats drops its
+//! **Limits.** async-nats drops its
 //! connection on a message header that is not UTF-8, at each delivery of that message: an
 //! [`Inbound`] relay then reports it (a pinned [`RelayError::Server`] naming the consumer) and
 //! cannot pass it; it stays in the stream for an operator to remove.
+//!
+//! # TLS and credentials
+//!
+//! [`Connection`] sets them, as the official clients' connection options do: the CA to trust
+//! (a PEM file or bytes; the platform's roots by default), a client certificate for mutual
+//! TLS, "TLS required", and one of user and password, token, NKey seed or `.creds` file. A
+//! refused certificate is [`RelayError::Tls`], refused credentials [`RelayError::Auth`]; both
+//! are kept as the last error and tried again with the backoff, and the jobs stay in the file.
+//! No secret is kept in the queue file, shown by `Debug`, or put in an error or a `tracing`
+//! event (async-nats's own trace of its `CONNECT` redacts them too).
+//!
+//! ```no_run
+//! use leaseq::relay::{Connection, Inbound};
+//! use leaseq::Queue;
+//! let file = Queue::open("edge.leaseq")?;
+//! let commands = file.named("commands")?;
+//! let nats = Connection::new()
+//!     .root_certificates_file("/etc/fleet/ca.pem")
+//!     .user_password("edge-7", &std::env::var("FLEET_PASSWORD")?);
+//! let inbound = Inbound::builder(&commands, "tls://nats.fleet:4222", "COMMANDS", "edge-7")
+//!     .connection(nats)
+//!     .start()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Several servers
+//!
+//! The `url` of [`Outbound::builder`] and [`Inbound::builder`] may list the servers of a
+//! cluster separated by commas (`nats://a:4222,nats://b:4222`), as the official clients and
+//! the `nats` tool take them; the servers a cluster advertises are added to the list. The
+//! client connects to one of them and moves to another when it is lost; the promises stay
+//! the same on any member: a job leaves the file only after a `PubAck`, a message is acked
+//! only after its local commit, and message ids do not change. A password in a URL
+//! (`nats://user:pass@host`) is shown as `nats://***@host` in errors and logs.
 //!
 //! # Tested against a real `nats-server`
 //!
@@ -118,11 +152,18 @@
 //! each kill timed while jobs are in flight: every job in the stream exactly once (by message
 //! id and by payload), none left locally. 10,000 messages in, with the same kills of the
 //! worker's process: every message applied exactly once through `ack_with`. Both fail when the
-//! message ids or keys are made unstable across restarts.
+//! message ids or keys are made unstable across restarts. `secure.rs`: TLS with certificates
+//! made in the test (the CA as a file or bytes, mutual TLS from files or bytes; an unknown CA,
+//! another host's name, an expired certificate and TLS required from a plain server each
+//! refused as `Tls`), user and password, token and NKey (each wrong one refused as `Auth`,
+//! retried a handful of times in 3 s, its secret in no error), and a list whose first server
+//! is down.
 
+mod connection;
 mod inbound;
 mod outbound;
 
+pub use connection::{CONNECTION_FILE_BYTES_MAX, Connection};
 pub use inbound::{Inbound, InboundBuilder};
 pub use outbound::{Outbound, OutboundBuilder};
 
@@ -172,16 +213,38 @@ pub enum RelayError {
     /// The server URL does not parse; returned by `start`.
     #[error("invalid NATS server URL {url:?}: {reason}")]
     BadUrl {
-        /// The URL given.
+        /// The URL given (user information shown as `***`).
         url: String,
         /// The client's reason.
+        reason: String,
+    },
+    /// TLS could not be set up with the server: its certificate does not chain to a trusted
+    /// root, has expired or names another host; it asked for a client certificate that was
+    /// not given or not accepted; or TLS is required and the server does not offer it. Jobs
+    /// wait in the local queue; the relay tries again with its backoff (a renewed certificate
+    /// is used from the next try).
+    #[error("TLS with NATS server {url} failed: {reason}")]
+    Tls {
+        /// The URL given (user information shown as `***`).
+        url: String,
+        /// The client's reason.
+        reason: String,
+    },
+    /// The server refused the credentials (wrong, missing, expired, or not allowed), or they
+    /// could not sign its challenge. Jobs wait in the local queue; the relay tries again with
+    /// its backoff, without a busy loop.
+    #[error("NATS server {url} refused the credentials: {reason}")]
+    Auth {
+        /// The URL given (user information shown as `***`).
+        url: String,
+        /// The server's or client's reason (never the secret).
         reason: String,
     },
     /// No connection to the server (refused, timed out, or lost and not back yet). Jobs wait
     /// in the local queue; the relay keeps trying.
     #[error("NATS server {url} unreachable: {reason}")]
     Unreachable {
-        /// The URL given.
+        /// The URL given (user information shown as `***`).
         url: String,
         /// The client's reason.
         reason: String,
@@ -449,21 +512,27 @@ impl Backoff {
 /// The options both relays share.
 #[derive(Clone)]
 struct RelayConfig {
+    /// The server URLs as given, for display: user information replaced by `***`.
     url: String,
+    /// The server URLs as given (comma-separated), secrets included: only parsed.
+    servers: String,
     stream: String,
     connect_timeout: Duration,
     max_backoff: Duration,
     name: String,
+    connection: Connection,
 }
 
 impl RelayConfig {
     fn new(url: &str, stream: &str, name: &str) -> RelayConfig {
         RelayConfig {
-            url: url.to_string(),
+            url: connection::redact_url(url),
+            servers: url.to_string(),
             stream: stream.to_string(),
             connect_timeout: Duration::from_secs(5),
             max_backoff: Duration::from_secs(5),
             name: name.to_string(),
+            connection: Connection::new(),
         }
     }
 
@@ -471,18 +540,13 @@ impl RelayConfig {
         if queue.is_closed() {
             return Err(crate::Error::Closed.into());
         }
-        if self.url.trim().is_empty() {
+        if let Err(reason) = connection::server_addrs(&self.servers) {
             return Err(RelayError::BadUrl {
                 url: self.url.clone(),
-                reason: "empty: give the server's address, as nats://host:4222".into(),
+                reason,
             });
         }
-        if let Err(e) = self.url.parse::<async_nats::ServerAddr>() {
-            return Err(RelayError::BadUrl {
-                url: self.url.clone(),
-                reason: e.to_string(),
-            });
-        }
+        self.connection.validate()?;
         if !valid_stream_name(&self.stream) {
             return Err(RelayError::InvalidOption(format!(
                 "stream name {:?}: 1 to 255 printable ASCII bytes, none of ` . * > / \\`",
@@ -515,13 +579,32 @@ impl RelayConfig {
     async fn connect(&self, shared: &Arc<RelayState>) -> Result<async_nats::Client, RelayError> {
         let events = Arc::clone(shared);
         let url = self.url.clone();
-        let connect = async_nats::ConnectOptions::new()
+        let servers =
+            connection::server_addrs(&self.servers).map_err(|reason| RelayError::BadUrl {
+                url: url.clone(),
+                reason,
+            })?;
+        let tls_url = servers.iter().any(|s| s.tls_required());
+        let base = self
+            .connection
+            .options(async_nats::ConnectOptions::new(), tls_url)
+            .map_err(RelayError::InvalidOption)?;
+        let connect = base
             .name(&self.name)
             .connection_timeout(self.connect_timeout)
             .event_callback(move |event| {
                 let (events, url) = (Arc::clone(&events), url.clone());
                 async move {
-                    if matches!(event, async_nats::Event::Disconnected) {
+                    if let async_nats::Event::ServerError(
+                        async_nats::ServerError::AuthorizationViolation,
+                    ) = event
+                    {
+                        // A reconnect refused: the credentials changed on the server.
+                        events.fail(RelayError::Auth {
+                            url,
+                            reason: "authorization violation while reconnecting".into(),
+                        });
+                    } else if matches!(event, async_nats::Event::Disconnected) {
                         events.disconnects.fetch_add(1, Ordering::AcqRel);
                         // Seen at once, not at the end of a batch's publish timeout.
                         events.fail(RelayError::Unreachable {
@@ -531,7 +614,7 @@ impl RelayConfig {
                     }
                 }
             })
-            .connect(self.url.as_str());
+            .connect(servers);
         let stopped = async {
             while !shared.stopping() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -539,12 +622,19 @@ impl RelayConfig {
         };
         let (connect, stopped) = (std::pin::pin!(connect), std::pin::pin!(stopped));
         match futures_util::future::select(connect, stopped).await {
-            futures_util::future::Either::Left((connected, _)) => {
-                connected.map_err(|e| RelayError::Unreachable {
-                    url: self.url.clone(),
-                    reason: e.to_string(),
-                })
-            }
+            futures_util::future::Either::Left((connected, _)) => connected.map_err(|e| {
+                use async_nats::ConnectErrorKind as K;
+                let (url, reason) = (self.url.clone(), e.to_string());
+                match e.kind() {
+                    K::Tls => RelayError::Tls { url, reason },
+                    // A refused certificate comes as an I/O error holding rustls's.
+                    _ if connection::is_tls_failure(&e) => RelayError::Tls { url, reason },
+                    K::Authentication | K::AuthorizationViolation => {
+                        RelayError::Auth { url, reason }
+                    }
+                    _ => RelayError::Unreachable { url, reason },
+                }
+            }),
             futures_util::future::Either::Right(_) => Err(RelayError::Unreachable {
                 url: self.url.clone(),
                 reason: "stopped while connecting".into(),

@@ -52,6 +52,13 @@ impl OutboundBuilder {
         self
     }
 
+    /// TLS and credentials for the servers ([`Connection`](super::Connection): none, and
+    /// TLS only where a URL or the server asks for it, by default).
+    pub fn connection(mut self, connection: super::Connection) -> OutboundBuilder {
+        self.common.connection = connection;
+        self
+    }
+
     /// How long one connection attempt may take (above 0; 5 s by default).
     pub fn connect_timeout(mut self, timeout: Duration) -> OutboundBuilder {
         self.common.connect_timeout = timeout;
@@ -147,7 +154,9 @@ pub struct Outbound {
 impl Outbound {
     /// A relay of `queue`'s jobs (the default queue or a named one) to `subject` (a literal
     /// subject: no wildcards) of the JetStream stream `stream` on the server at `url` (such
-    /// as `nats://127.0.0.1:4222`). Nothing is checked until [`OutboundBuilder::start`].
+    /// as `nats://127.0.0.1:4222`; several servers of a cluster separated by commas, as
+    /// [the module docs](crate::relay#several-servers) say). Nothing is checked until
+    /// [`OutboundBuilder::start`].
     pub fn builder(queue: &Queue, url: &str, stream: &str, subject: &str) -> OutboundBuilder {
         OutboundBuilder {
             queue: queue.clone(),

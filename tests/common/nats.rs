@@ -73,7 +73,7 @@ impl NatsServer {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
-    fn log(&self) -> PathBuf {
+    pub fn log(&self) -> PathBuf {
         self.dir.path().join("server.log")
     }
 
@@ -159,12 +159,17 @@ pub struct Js {
 
 impl Js {
     pub fn connect(url: &str) -> Js {
+        Js::connect_with(url, async_nats::ConnectOptions::new())
+    }
+
+    /// [`Js::connect`] with the client's own options (TLS, credentials).
+    pub fn connect_with(url: &str, options: async_nats::ConnectOptions) -> Js {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .unwrap();
-        let client = rt.block_on(async_nats::connect(url)).unwrap();
+        let client = rt.block_on(options.connect(url)).unwrap();
         let js = {
             let _runtime = rt.enter();
             jetstream::new(client.clone())

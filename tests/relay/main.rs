@@ -12,6 +12,7 @@ mod nats;
 
 mod contract;
 mod kills;
+mod secure;
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 

@@ -1,0 +1,457 @@
+//! How a relay reaches its servers: TLS and credentials ([`Connection`]), and the server list.
+
+use super::RelayError;
+use async_nats::rustls;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The most bytes a PEM or `.creds` file given to a [`Connection`] may hold (1 MiB): a CA
+/// bundle of the system's size fits; a wrong path to a large file is refused, not read whole.
+pub const CONNECTION_FILE_BYTES_MAX: u64 = 1 << 20;
+
+/// How a relay connects to its NATS servers: TLS and credentials, as the official NATS
+/// clients' connection options (`nats.go`'s `RootCAs`, `ClientCert`, `UserInfo`, `Token`,
+/// `Nkey`, `UserCredentials`). Give it to [`OutboundBuilder::connection`](super::OutboundBuilder::connection) or
+/// [`InboundBuilder::connection`](super::InboundBuilder::connection); one value can serve both relays of an app.
+///
+/// ```no_run
+/// use leaseq::relay::{Connection, Outbound};
+/// use leaseq::Queue;
+///
+/// let file = Queue::open("edge.leaseq")?;
+/// let events = file.named("events")?;
+/// let nats = Connection::new()
+///     .root_certificates_file("/etc/fleet/ca.pem")            // the fleet's CA
+///     .client_certificate_files("/etc/fleet/edge-7.pem", "/etc/fleet/edge-7.key")
+///     .credentials_file("/etc/fleet/edge-7.creds");           // JWT + NKey seed
+/// let out = Outbound::builder(&events, "tls://nats-1.fleet:4222,tls://nats-2.fleet:4222",
+///                             "EVENTS", "events.edge-7")
+///     .connection(nats)
+///     .start()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// **TLS** is used when a URL says `tls://`, when [`Connection::tls_required`] is set, or when
+/// the server requires it. The server's certificate must chain to one of the roots given
+/// ([`Connection::root_certificates_file`], [`Connection::root_certificates_pem`]), or to the
+/// platform's roots when none is given, and name the host the URL names (an IP address in a
+/// URL must be among the certificate's IP addresses). A refused certificate (unknown CA,
+/// expired, another name) is [`RelayError::Tls`]; wrong or missing credentials are
+/// [`RelayError::Auth`]. Both are kept as the relay's last error while it tries again with
+/// its backoff (up to [`OutboundBuilder::max_backoff`](super::OutboundBuilder::max_backoff)); the jobs stay in the file.
+///
+/// **Secrets** (password, token, NKey seed, a `.creds` file's seed, a private key) stay in
+/// memory: they are never written to the queue file, and neither this type's `Debug`, the
+/// relay's errors nor its `tracing` events show them (a password in a URL, as
+/// `nats://user:pass@host`, is shown as `nats://***@host`). Files are read at every
+/// connection attempt, so a renewed certificate or `.creds` file is used from the next one.
+#[derive(Clone, Default)]
+pub struct Connection {
+    tls_required: bool,
+    roots: Vec<Source>,
+    client: Option<(Source, Source)>,
+    auth: Option<Auth>,
+}
+
+/// A PEM document or a `.creds` file: on disk, or given as bytes.
+#[derive(Clone)]
+enum Source {
+    File(PathBuf),
+    Bytes(Arc<[u8]>),
+}
+
+#[derive(Clone)]
+enum Auth {
+    UserPassword { user: String, password: Arc<str> },
+    Token(Arc<str>),
+    NKeySeed(Arc<str>),
+    Credentials(Source),
+}
+
+impl Connection {
+    /// No TLS unless a URL or the server asks for it, the platform's roots, no credentials.
+    pub fn new() -> Connection {
+        Connection::default()
+    }
+
+    /// Refuses to connect without TLS (as `nats.go`'s `Secure()`), whatever the URL says and
+    /// even if the server does not ask for it: a server that does not offer TLS is refused
+    /// with [`RelayError::Tls`].
+    pub fn tls_required(mut self, required: bool) -> Connection {
+        self.tls_required = required;
+        self
+    }
+
+    /// Trusts the CA certificates of a PEM file (one or more `CERTIFICATE` blocks) instead
+    /// of the platform's roots; may be called again to add more. Read at every connection
+    /// attempt (at most [`CONNECTION_FILE_BYTES_MAX`] bytes); a missing or unreadable file is
+    /// refused by the relay's `start` ([`RelayError::InvalidOption`]).
+    pub fn root_certificates_file(mut self, path: impl AsRef<Path>) -> Connection {
+        self.roots.push(Source::File(path.as_ref().to_path_buf()));
+        self
+    }
+
+    /// [`Connection::root_certificates_file`] from PEM bytes held by the app.
+    pub fn root_certificates_pem(mut self, pem: impl AsRef<[u8]>) -> Connection {
+        self.roots.push(Source::Bytes(pem.as_ref().into()));
+        self
+    }
+
+    /// Presents a client certificate (mutual TLS): a PEM file with the certificate chain
+    /// (leaf first) and one with its private key (PKCS#8, PKCS#1 or SEC1). Read as
+    /// [`Connection::root_certificates_file`].
+    pub fn client_certificate_files(
+        mut self,
+        certificate: impl AsRef<Path>,
+        key: impl AsRef<Path>,
+    ) -> Connection {
+        self.client = Some((
+            Source::File(certificate.as_ref().to_path_buf()),
+            Source::File(key.as_ref().to_path_buf()),
+        ));
+        self
+    }
+
+    /// [`Connection::client_certificate_files`] from PEM bytes held by the app.
+    pub fn client_certificate_pem(
+        mut self,
+        certificate: impl AsRef<[u8]>,
+        key: impl AsRef<[u8]>,
+    ) -> Connection {
+        self.client = Some((
+            Source::Bytes(certificate.as_ref().into()),
+            Source::Bytes(key.as_ref().into()),
+        ));
+        self
+    }
+
+    /// Authenticates with a user name and password (a server's `authorization { users }`).
+    /// Replaces any credentials set before.
+    pub fn user_password(mut self, user: &str, password: &str) -> Connection {
+        self.auth = Some(Auth::UserPassword {
+            user: user.to_string(),
+            password: password.into(),
+        });
+        self
+    }
+
+    /// Authenticates with a token (a server's `authorization { token }`). Replaces any
+    /// credentials set before.
+    pub fn token(mut self, token: &str) -> Connection {
+        self.auth = Some(Auth::Token(token.into()));
+        self
+    }
+
+    /// Authenticates with an NKey: the user's seed (`SU…`), which signs the server's nonce;
+    /// only its public key is sent. Replaces any credentials set before. A seed that does not
+    /// decode is refused by `start` ([`RelayError::InvalidOption`], without the seed).
+    pub fn nkey_seed(mut self, seed: &str) -> Connection {
+        self.auth = Some(Auth::NKeySeed(seed.into()));
+        self
+    }
+
+    /// Authenticates with a `.creds` file (a user JWT and its NKey seed, as `nsc` writes them
+    /// for NATS accounts). Read at every connection attempt; a missing, oversized or malformed
+    /// file is refused by `start` ([`RelayError::InvalidOption`]). Replaces any credentials
+    /// set before.
+    pub fn credentials_file(mut self, path: impl AsRef<Path>) -> Connection {
+        self.auth = Some(Auth::Credentials(Source::File(path.as_ref().to_path_buf())));
+        self
+    }
+
+    /// [`Connection::credentials_file`] from the file's text held by the app.
+    pub fn credentials(mut self, creds: &str) -> Connection {
+        self.auth = Some(Auth::Credentials(Source::Bytes(creds.as_bytes().into())));
+        self
+    }
+
+    /// Checks that every file can be read and every document parses, so that `start` refuses
+    /// a bad setting at once. Errors name the file, never a secret.
+    pub(super) fn validate(&self) -> Result<(), RelayError> {
+        self.options(async_nats::ConnectOptions::new(), false)
+            .map(drop)
+            .map_err(RelayError::InvalidOption)
+    }
+
+    /// `base` with this connection's TLS and credentials (`tls_url`: a server URL says
+    /// `tls://`); the reason (naming a file, never a secret) when a file cannot be read or a
+    /// document does not parse.
+    pub(super) fn options(
+        &self,
+        mut base: async_nats::ConnectOptions,
+        tls_url: bool,
+    ) -> Result<async_nats::ConnectOptions, String> {
+        if self.tls_required {
+            base = base.require_tls(true);
+        }
+        // Built here whenever TLS is known to be wanted, with rustls's ring provider named
+        // (never the process default, which another crate may have made ambiguous).
+        if self.tls_required || tls_url || !self.roots.is_empty() || self.client.is_some() {
+            base = base.tls_client_config(self.tls_config()?);
+        }
+        Ok(match &self.auth {
+            None => base,
+            Some(Auth::UserPassword { user, password }) => {
+                base.user_and_password(user.clone(), password.to_string())
+            }
+            Some(Auth::Token(t)) => base.token(t.to_string()),
+            Some(Auth::NKeySeed(seed)) => {
+                if nkeys::KeyPair::from_seed(seed).is_err() {
+                    return Err("the NKey seed does not decode (a user seed starts with SU)".into());
+                }
+                base.nkey(seed.to_string())
+            }
+            Some(Auth::Credentials(src)) => {
+                let text = src.read("credentials")?;
+                let text = std::str::from_utf8(&text)
+                    .map_err(|_| format!("{}: not UTF-8 text", src.name("credentials")))?;
+                base.credentials(text).map_err(|e| {
+                    // async-nats's reason names what is missing, never the seed.
+                    format!("{}: {e}", src.name("credentials"))
+                })?
+            }
+        })
+    }
+
+    /// The TLS client configuration: the given roots (or the platform's), and the client
+    /// certificate if any.
+    fn tls_config(&self) -> Result<rustls::ClientConfig, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        if self.roots.is_empty() {
+            let native = rustls_native_certs::load_native_certs();
+            let (added, _) = roots.add_parsable_certificates(native.certs);
+            if added == 0 {
+                return Err(format!(
+                    "no root certificates: the platform's could not be loaded ({} errors); \
+                     give the CA with root_certificates_file",
+                    native.errors.len()
+                ));
+            }
+        }
+        for src in &self.roots {
+            let certs = certificates(src, "root certificates")?;
+            for cert in certs {
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("{}: {e}", src.name("root certificates")))?;
+            }
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS: {e}"))?
+            .with_root_certificates(roots);
+        match &self.client {
+            None => Ok(builder.with_no_client_auth()),
+            Some((cert, key)) => {
+                let chain = certificates(cert, "client certificate")?;
+                let bytes = key.read("client key")?;
+                let key_der = PrivateKeyDer::from_pem_slice(&bytes)
+                    .map_err(|_| format!("{}: no private key in PEM", key.name("client key")))?;
+                builder
+                    .with_client_auth_cert(chain, key_der)
+                    .map_err(|e| format!("client certificate and key: {e}"))
+            }
+        }
+    }
+}
+
+/// The certificates of a PEM document, at least one.
+fn certificates(src: &Source, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let bytes = src.read(what)?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: {e}", src.name(what)))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no CERTIFICATE in PEM", src.name(what)));
+    }
+    Ok(certs)
+}
+
+impl Source {
+    /// Says which document: the file's path, or that the app gave the bytes.
+    fn name(&self, what: &str) -> String {
+        match self {
+            Source::File(p) => format!("{what} file {}", p.display()),
+            Source::Bytes(_) => format!("{what} given as bytes"),
+        }
+    }
+
+    /// The document's bytes (a file of at most [`CONNECTION_FILE_BYTES_MAX`]).
+    fn read(&self, what: &str) -> Result<Vec<u8>, String> {
+        match self {
+            Source::Bytes(b) => Ok(b.to_vec()),
+            Source::File(p) => {
+                use std::io::Read;
+                let f = std::fs::File::open(p).map_err(|e| format!("{}: {e}", self.name(what)))?;
+                let mut bytes = Vec::new();
+                f.take(CONNECTION_FILE_BYTES_MAX + 1)
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| format!("{}: {e}", self.name(what)))?;
+                if bytes.len() as u64 > CONNECTION_FILE_BYTES_MAX {
+                    return Err(format!(
+                        "{}: larger than {CONNECTION_FILE_BYTES_MAX} bytes",
+                        self.name(what)
+                    ));
+                }
+                Ok(bytes)
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::File(p) => write!(f, "{}", p.display()),
+            Source::Bytes(b) => write!(f, "<{} bytes>", b.len()),
+        }
+    }
+}
+
+/// Shows the settings, never a secret: the user name and the files' paths, not the password,
+/// token, seed or the bytes of a key.
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let auth = match &self.auth {
+            None => "none".to_string(),
+            Some(Auth::UserPassword { user, .. }) => format!("user {user:?}, password <redacted>"),
+            Some(Auth::Token(_)) => "token <redacted>".into(),
+            Some(Auth::NKeySeed(_)) => "nkey seed <redacted>".into(),
+            Some(Auth::Credentials(src)) => format!("credentials {src:?}"),
+        };
+        f.debug_struct("Connection")
+            .field("tls_required", &self.tls_required)
+            .field("roots", &self.roots)
+            .field("client_certificate", &self.client.as_ref().map(|(c, _)| c))
+            .field("auth", &format_args!("{auth}"))
+            .finish()
+    }
+}
+
+/// Whether `e` or an error under it is rustls's (a certificate refused, a handshake failed).
+pub(super) fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.is::<rustls::Error>() {
+            return true;
+        }
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            && inner.is::<rustls::Error>()
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// The server URLs of a comma-separated list (as the official clients take them), each
+/// trimmed; the reason when one does not parse or the list is empty.
+pub(super) fn server_addrs(urls: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
+    let parts: Vec<&str> = urls.split(',').map(str::trim).collect();
+    if parts.iter().all(|p| p.is_empty()) {
+        return Err("empty: give the server's address, as nats://host:4222".into());
+    }
+    parts
+        .iter()
+        .map(|p| {
+            if p.is_empty() {
+                return Err("an empty URL in the list".to_string());
+            }
+            p.parse::<async_nats::ServerAddr>()
+                .map_err(|e| format!("{}: {e}", redact_url(p)))
+        })
+        .collect()
+}
+
+/// `urls` with any user information (`user:password@`, `token@`) replaced by `***`, for
+/// errors and logs.
+pub(super) fn redact_url(urls: &str) -> String {
+    urls.split(',')
+        .map(|part| {
+            let (scheme, rest) = match part.find("://") {
+                Some(i) => part.split_at(i + 3),
+                None => ("", part),
+            };
+            let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            match rest[..authority_end].rfind('@') {
+                Some(at) => format!("{scheme}***{}", &rest[at..]),
+                None => part.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_lose_their_user_information_and_lists_parse() {
+        assert_eq!(
+            redact_url("nats://alice:s3cret@a:4222, tls://tok@b:4222,nats://c:4222"),
+            "nats://***@a:4222, tls://***@b:4222,nats://c:4222"
+        );
+        assert_eq!(redact_url("a:4222"), "a:4222");
+        assert_eq!(redact_url("nats://a:4222/x@y"), "nats://a:4222/x@y");
+        assert_eq!(server_addrs("nats://a:1, tls://b:2").unwrap().len(), 2);
+        assert!(server_addrs(" , ").is_err());
+        assert!(server_addrs("nats://a:1,,nats://b:2").is_err());
+        let e = server_addrs("nats://u:s3cret@a:99999").unwrap_err();
+        assert!(!e.contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn debug_shows_no_secret() {
+        for c in [
+            Connection::new().user_password("alice", "s3cret"),
+            Connection::new().token("s3cret"),
+            Connection::new().nkey_seed("s3cret"),
+            Connection::new().credentials("s3cret"),
+            Connection::new().client_certificate_pem("cert", "s3cret"),
+        ] {
+            let text = format!("{c:?}");
+            assert!(!text.contains("s3cret"), "{text}");
+        }
+    }
+
+    #[test]
+    fn bad_documents_are_refused_naming_the_file_not_the_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.pem");
+        let e = Connection::new()
+            .root_certificates_file(&missing)
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("missing.pem"), "{e}");
+        let e = Connection::new()
+            .root_certificates_pem("not a pem")
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("no CERTIFICATE"), "{e}");
+        let big = dir.path().join("big.pem");
+        std::fs::write(&big, vec![b'a'; CONNECTION_FILE_BYTES_MAX as usize + 1]).unwrap();
+        let e = Connection::new()
+            .root_certificates_file(&big)
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("larger than"), "{e}");
+        let e = Connection::new()
+            .nkey_seed("SUs3cret")
+            .validate()
+            .unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        let e = Connection::new()
+            .credentials("s3cret, not a creds file")
+            .validate()
+            .unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+}
