@@ -46,8 +46,10 @@ pub const CONNECTION_FILE_BYTES_MAX: u64 = 1 << 20;
 /// **Secrets** (password, token, NKey seed, a `.creds` file's seed, a private key) stay in
 /// memory: they are never written to the queue file, and neither this type's `Debug`, the
 /// relay's errors nor its `tracing` events show them (a password in a URL, as
-/// `nats://user:pass@host`, is shown as `nats://***@host`). Files are read at every
-/// connection attempt, so a renewed certificate or `.creds` file is used from the next one.
+/// `nats://user:pass@host`, is shown as `nats://***@host`). Files are read at `start` and at
+/// each first connection the relay makes (after a start, or while it has never reached a
+/// server); once connected, the client's own reconnects keep what was read, so a renewed
+/// certificate or `.creds` file is taken by restarting the relay.
 #[derive(Clone, Default)]
 pub struct Connection {
     tls_required: bool,
@@ -86,8 +88,8 @@ impl Connection {
     }
 
     /// Trusts the CA certificates of a PEM file (one or more `CERTIFICATE` blocks) instead
-    /// of the platform's roots; may be called again to add more. Read at every connection
-    /// attempt (at most [`CONNECTION_FILE_BYTES_MAX`] bytes); a missing or unreadable file is
+    /// of the platform's roots; may be called again to add more. Read as the type's docs say
+    /// (at most [`CONNECTION_FILE_BYTES_MAX`] bytes); a missing or unreadable file is
     /// refused by the relay's `start` ([`RelayError::InvalidOption`]).
     pub fn root_certificates_file(mut self, path: impl AsRef<Path>) -> Connection {
         self.roots.push(Source::File(path.as_ref().to_path_buf()));
@@ -154,7 +156,7 @@ impl Connection {
     }
 
     /// Authenticates with a `.creds` file (a user JWT and its NKey seed, as `nsc` writes them
-    /// for NATS accounts). Read at every connection attempt; a missing, oversized or malformed
+    /// for NATS accounts). Read as the type's docs say; a missing, oversized or malformed
     /// file is refused by `start` ([`RelayError::InvalidOption`]). Replaces any credentials
     /// set before.
     pub fn credentials_file(mut self, path: impl AsRef<Path>) -> Connection {

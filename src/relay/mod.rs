@@ -221,8 +221,7 @@ pub enum RelayError {
     /// TLS could not be set up with the server: its certificate does not chain to a trusted
     /// root, has expired or names another host; it asked for a client certificate that was
     /// not given or not accepted; or TLS is required and the server does not offer it. Jobs
-    /// wait in the local queue; the relay tries again with its backoff (a renewed certificate
-    /// is used from the next try).
+    /// wait in the local queue; the relay tries again with its backoff.
     #[error("TLS with NATS server {url} failed: {reason}")]
     Tls {
         /// The URL given (user information shown as `***`).
