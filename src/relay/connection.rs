@@ -226,11 +226,13 @@ impl Connection {
             let native = rustls_native_certs::load_native_certs();
             let (added, _) = roots.add_parsable_certificates(native.certs);
             if added == 0 {
-                return Err(format!(
-                    "no root certificates: the platform's could not be loaded ({} errors); \
-                     give the CA with root_certificates_file",
-                    native.errors.len()
-                ));
+                // No server can be trusted then: each is refused as `Tls` (UnknownIssuer).
+                tracing::warn!(
+                    target: "leaseq::relay",
+                    errors = native.errors.len(),
+                    "the platform's root certificates could not be loaded: \
+                     give the CA with root_certificates_file"
+                );
             }
         }
         for src in &self.roots {
