@@ -432,8 +432,10 @@ impl Builder {
     /// - `AlreadyOpen` if this or another process has the file open (no recovery runs).
     ///   Threads of one process opening a file at once open it in turn: one gets the queue,
     ///   the others `AlreadyOpen` once it has it (each waits for the open before it, a
-    ///   verified open of a large file included). Two processes opening at once: one gets
-    ///   the queue, the other `AlreadyOpen`;
+    ///   verified open of a large file included). Two processes opening at once: a writable
+    ///   open refused right after its look found the file free is tried again 3 times (2, 4,
+    ///   8 ms), so that both being refused takes a run of unlucky timings (not tested across
+    ///   processes; the threads' case is);
     /// - `Truncated` for a file shorter than a redb header (0 bytes included);
     /// - `NotLeaseq` for a file that is not a redb database, or a redb database without
     ///   leaseq's tables (use [`Builder::attach`]); the file is left byte-identical;
