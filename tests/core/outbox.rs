@@ -214,7 +214,7 @@ fn a_write_passes_on_the_disks_error_and_keeps_its_own_as_effect() {
         matches!(r, Err(Error::Storage(redb::Error::PreviousIo))),
         "{r:?}"
     );
-    let r = fail(&|| Box::new(redb::StorageError::ValueTooLarge(1 << 33)));
+    let r = fail(&|| Box::new(redb::StorageError::ValueTooLarge(usize::MAX)));
     assert!(matches!(r, Err(Error::Effect(_))), "{r:?}");
     let r = fail(&|| "the caller's own reason".into());
     assert!(matches!(r, Err(Error::Effect(_))), "{r:?}");
