@@ -392,3 +392,186 @@ fn a_list_of_servers_reaches_the_one_that_answers_and_a_password_in_a_url_is_not
         .unwrap();
     assert!(matches!(e, RelayError::BadUrl { .. }), "{e:?}");
 }
+
+/// A NATS operator made for the test (as `nsc` would): it signs an account, whose key signs
+/// its users' JWTs. The server trusts the operator and preloads the account (a memory
+/// resolver), as a fleet's decentralised-auth servers do.
+struct Operator {
+    key: nkeys::KeyPair,
+    account: nkeys::KeyPair,
+    system: nkeys::KeyPair,
+}
+
+impl Operator {
+    fn new() -> Operator {
+        Operator {
+            key: nkeys::KeyPair::new_operator(),
+            account: nkeys::KeyPair::new_account(),
+            system: nkeys::KeyPair::new_account(),
+        }
+    }
+
+    /// The server's configuration lines: the operator's JWT, and the account's and the system
+    /// account's (which JetStream needs), preloaded.
+    fn server_conf(&self) -> String {
+        let limits = serde_json::json!({
+            "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+            "wildcards": true, "conn": -1, "leaf": -1,
+            "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1,
+        });
+        let operator = jwt(
+            &self.key,
+            &self.key.public_key(),
+            serde_json::json!({"type": "operator", "version": 2}),
+        );
+        let account = jwt(
+            &self.key,
+            &self.account.public_key(),
+            serde_json::json!({
+                "limits": limits,
+                "default_permissions": {"pub": {}, "sub": {}},
+                "type": "account", "version": 2,
+            }),
+        );
+        let system = jwt(
+            &self.key,
+            &self.system.public_key(),
+            serde_json::json!({"type": "account", "version": 2}),
+        );
+        format!(
+            "operator: {operator}\nsystem_account: {sys}\nresolver: MEMORY\n\
+             resolver_preload: {{\n  {account_key}: {account}\n  {sys}: {system}\n}}",
+            sys = self.system.public_key(),
+            account_key = self.account.public_key(),
+        )
+    }
+
+    /// A `.creds` document for a new user of the account, its JWT signed by `signer` (the
+    /// account's key for a real user), expiring at `expires` (Unix seconds) if given.
+    fn creds(&self, signer: &nkeys::KeyPair, expires: Option<i64>) -> (String, String) {
+        let user = nkeys::KeyPair::new_user();
+        let mut claims = serde_json::json!({
+            "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1,
+            "type": "user", "version": 2,
+        });
+        if signer.public_key() != self.account.public_key() {
+            // A stranger's user still names the fleet's account as its issuer account.
+            claims["issuer_account"] = self.account.public_key().into();
+        }
+        let token = jwt_expiring(signer, &user.public_key(), claims, expires);
+        let seed = user.seed().unwrap();
+        let text = format!(
+            "-----BEGIN NATS USER JWT-----\n{token}\n------END NATS USER JWT------\n\n\
+             ************************* IMPORTANT *************************\n\
+             NKEY Seed printed below can be used to sign and prove identity.\n\
+             NKEYs are sensitive and should be treated as secrets.\n\n\
+             -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n\n\
+             *************************************************************\n"
+        );
+        (text, seed)
+    }
+}
+
+fn jwt(signer: &nkeys::KeyPair, subject: &str, nats: serde_json::Value) -> String {
+    jwt_expiring(signer, subject, nats, None)
+}
+
+/// A NATS JWT (v2): `{"typ":"JWT","alg":"ed25519-nkey"}`, the claims, the issuer's ed25519
+/// signature over the first two parts; each part base64url without padding.
+fn jwt_expiring(
+    signer: &nkeys::KeyPair,
+    subject: &str,
+    nats: serde_json::Value,
+    expires: Option<i64>,
+) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let mut claims = serde_json::json!({
+        "jti": format!("{:032X}", fastrand::u128(..)),
+        "iat": now - 60,
+        "iss": signer.public_key(),
+        "name": "leaseq-test",
+        "sub": subject,
+        "nats": nats,
+    });
+    if let Some(exp) = expires {
+        claims["exp"] = exp.into();
+    }
+    let head = b64.encode(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let body = b64.encode(claims.to_string());
+    let signature = signer.sign(format!("{head}.{body}").as_bytes()).unwrap();
+    format!("{head}.{body}.{}", b64.encode(signature))
+}
+
+#[test]
+fn a_creds_file_of_the_fleets_account_authenticates_and_a_strangers_or_expired_one_is_auth() {
+    let _g = shared();
+    let operator = Operator::new();
+    let server = NatsServer::start_with(&operator.server_conf());
+    let dir = tempfile::tempdir().unwrap();
+    let (device, _) = operator.creds(&operator.account, None);
+    let js = Js::connect_with(
+        &server.url(),
+        async_nats::ConnectOptions::with_credentials(&device).unwrap(),
+    );
+    js.create_stream("EVENTS", &["events.>"], None);
+    let (_qdir, q) = queue_with_jobs(30);
+
+    // Refused, typed, the seed in no error: a user the account never signed (a stranger's
+    // key), a user whose JWT expired, and a file that is not a .creds document.
+    let stranger = nkeys::KeyPair::new_account();
+    let past = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+        - 30;
+    for (what, (text, seed)) in [
+        ("a stranger's user", operator.creds(&stranger, None)),
+        (
+            "an expired user",
+            operator.creds(&operator.account, Some(past)),
+        ),
+    ] {
+        let before = violations(&server);
+        let file = write(dir.path(), "wrong.creds", &text);
+        let e = refused(&q, &server.url(), Connection::new().credentials_file(&file));
+        assert!(matches!(e, RelayError::Auth { .. }), "{what}: {e:?}");
+        assert!(!format!("{e} {e:?}").contains(&seed), "{what}: {e}");
+        let tries = violations(&server) - before;
+        assert!(
+            (1..=12).contains(&tries),
+            "{what}: {tries} refused logins in 3 s"
+        );
+    }
+    let garbage = write(dir.path(), "garbage.creds", "not a creds file");
+    let e = Outbound::builder(&q, &server.url(), "EVENTS", "events.edge")
+        .connection(Connection::new().credentials_file(&garbage))
+        .start()
+        .err()
+        .unwrap();
+    assert!(matches!(e, RelayError::InvalidOption(_)), "{e:?}");
+
+    // The device's own .creds file, then its text: every job goes once.
+    let file = write(dir.path(), "edge-7.creds", &device);
+    relays_all(
+        &q,
+        &server.url(),
+        Connection::new().credentials_file(&file),
+        &js,
+    );
+    for i in 0..10u32 {
+        q.enqueue(format!("more {i}").as_bytes(), EnqueueOptions::default())
+            .unwrap();
+    }
+    relays_all(
+        &q,
+        &server.url(),
+        Connection::new().credentials(&device),
+        &js,
+    );
+    assert_eq!(js.count("EVENTS"), 40);
+}
