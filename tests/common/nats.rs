@@ -44,6 +44,8 @@ pub struct NatsServer {
     pub port: u16,
     pub dir: tempfile::TempDir,
     extra: String,
+    /// Its `server_name` in a cluster ([`NatsServer::start_cluster`]).
+    pub name: Option<String>,
 }
 
 impl NatsServer {
@@ -61,12 +63,37 @@ impl NatsServer {
                 port,
                 dir: tempfile::tempdir().unwrap(),
                 extra: extra.to_string(),
+                name: None,
             };
             if s.launch() {
                 return s;
             }
         }
         panic!("nats-server did not start in 5 tries");
+    }
+
+    /// `n` servers with JetStream forming one cluster (`leaseq-test`, members `n0`, `n1`…,
+    /// routes to every member), started in turn. Each is ready for clients at once; the
+    /// cluster's JetStream needs a moment more to elect its leader (see
+    /// [`Js::create_replicated_stream`]). A member killed and restarted rejoins.
+    pub fn start_cluster(n: usize) -> Vec<NatsServer> {
+        let routes: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let all = routes
+            .iter()
+            .map(|p| format!("nats-route://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        (0..n)
+            .map(|i| {
+                let mut s = NatsServer::start_with(&format!(
+                    "server_name: n{i}\ncluster {{\n  name: leaseq-test\n  \
+                     listen: 127.0.0.1:{}\n  routes: [{all}]\n}}",
+                    routes[i]
+                ));
+                s.name = Some(format!("n{i}"));
+                s
+            })
+            .collect()
     }
 
     pub fn url(&self) -> String {
@@ -162,14 +189,18 @@ impl Js {
         Js::connect_with(url, async_nats::ConnectOptions::new())
     }
 
-    /// [`Js::connect`] with the client's own options (TLS, credentials).
+    /// [`Js::connect`] with the client's own options (TLS, credentials). `url` may list
+    /// several servers, separated by commas.
     pub fn connect_with(url: &str, options: async_nats::ConnectOptions) -> Js {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .unwrap();
-        let client = rt.block_on(options.connect(url)).unwrap();
+        // One URL, or a comma-separated list of a cluster's members.
+        let servers: Vec<async_nats::ServerAddr> =
+            url.split(',').map(|u| u.trim().parse().unwrap()).collect();
+        let client = rt.block_on(options.connect(servers)).unwrap();
         let js = {
             let _runtime = rt.enter();
             jetstream::new(client.clone())
@@ -191,6 +222,73 @@ impl Js {
             ..Default::default()
         };
         self.block_on(self.js.create_stream(config)).unwrap();
+    }
+
+    /// A file-stored stream over `subjects` kept by `replicas` members of a cluster, tried
+    /// again for up to 30 s while the cluster's JetStream has no leader yet.
+    pub fn create_replicated_stream(&self, name: &str, subjects: &[&str], replicas: usize) {
+        let config = jetstream::stream::Config {
+            name: name.to_string(),
+            subjects: subjects.iter().map(|s| s.to_string()).collect(),
+            num_replicas: replicas,
+            ..Default::default()
+        };
+        // Asked every second, not at the client's 5 s timeout.
+        let mut js = self.js.clone();
+        js.set_timeout(Duration::from_secs(1));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.block_on(js.create_stream(config.clone())) {
+                Ok(_) => return,
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("creating {name}: {e}; trying again");
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                Err(e) => panic!("creating {name}: {e}"),
+            }
+        }
+    }
+
+    /// The name of the cluster member leading `stream` (or, given `consumer`, that consumer),
+    /// if it has a leader now.
+    pub fn leader(&self, stream: &str, consumer: Option<&str>) -> Option<String> {
+        self.block_on(async {
+            let s = self.js.get_stream(stream).await.ok()?;
+            let cluster = match consumer {
+                None => s.cached_info().cluster.clone(),
+                Some(name) => {
+                    let c: jetstream::consumer::Consumer<jetstream::consumer::pull::Config> =
+                        s.get_consumer(name).await.ok()?;
+                    c.cached_info().cluster.clone()
+                }
+            };
+            cluster?.leader
+        })
+    }
+
+    /// [`Js::publish_many`] that reports a failed publish (a member killed under it) instead
+    /// of panicking; the caller publishes the same ids again.
+    pub fn try_publish_many(
+        &self,
+        subject: &str,
+        messages: impl IntoIterator<Item = (String, Vec<u8>)>,
+    ) -> Result<(), String> {
+        self.block_on(async {
+            let mut acks = Vec::new();
+            for (id, payload) in messages {
+                let mut h = async_nats::HeaderMap::new();
+                h.insert("Nats-Msg-Id", id.as_str());
+                let sent = self
+                    .js
+                    .publish_with_headers(subject.to_string(), h, payload.into())
+                    .await;
+                acks.push(sent.map_err(|e| e.to_string())?);
+            }
+            for a in acks {
+                a.await.map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        })
     }
 
     /// Publishes and waits for the `PubAck`; `msg_id` as `Nats-Msg-Id` if given.
@@ -240,23 +338,46 @@ impl Js {
         });
     }
 
+    /// The stream, asked again for up to 30 s while the server does not answer (a cluster
+    /// electing the stream's leader after a member's restart).
+    async fn stream(&self, stream: &str) -> jetstream::stream::Stream {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.js.get_stream(stream).await {
+                Ok(s) => return s,
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("stream {stream}: {e}; asking again");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => panic!("stream {stream}: {e}"),
+            }
+        }
+    }
+
     /// Every message of the stream, in order: (stream sequence, `Nats-Msg-Id`, payload).
     pub fn messages(&self, stream: &str) -> Vec<(u64, Option<String>, Vec<u8>)> {
         self.block_on(async {
-            let mut s = self.js.get_stream(stream).await.unwrap();
-            let info = s.info().await.unwrap().state.clone();
+            let s = self.stream(stream).await;
+            let info = s.cached_info().state.clone();
             let mut out = Vec::new();
             for seq in info.first_sequence..=info.last_sequence {
                 if info.messages == 0 {
                     break;
                 }
-                match s.get_raw_message(seq).await {
-                    Ok(m) => {
-                        let id = m.headers.get("Nats-Msg-Id").map(|v| v.as_str().to_string());
-                        out.push((seq, id, m.payload.to_vec()));
+                let mut tries = 0;
+                let m = loop {
+                    match s.get_raw_message(seq).await {
+                        Ok(m) => break m,
+                        Err(e) if tries < 20 => {
+                            eprintln!("message {seq} of {stream}: {e}; asking again");
+                            tries += 1;
+                            tokio::time::sleep(Duration::from_millis(250)).await;
+                        }
+                        Err(e) => panic!("message {seq} of {stream}: {e}"),
                     }
-                    Err(e) => panic!("message {seq} of {stream}: {e}"),
-                }
+                };
+                let id = m.headers.get("Nats-Msg-Id").map(|v| v.as_str().to_string());
+                out.push((seq, id, m.payload.to_vec()));
             }
             out
         })
@@ -266,27 +387,39 @@ impl Js {
     /// an `Inbound` relay gives a message without an id (`{stream}:{created}:{sequence}`).
     pub fn stream_created_ns(&self, stream: &str) -> i128 {
         self.block_on(async {
-            let mut s = self.js.get_stream(stream).await.unwrap();
-            s.info().await.unwrap().created.unix_timestamp_nanos()
+            let s = self.stream(stream).await;
+            s.cached_info().created.unix_timestamp_nanos()
         })
     }
 
     /// The number of messages in the stream.
     pub fn count(&self, stream: &str) -> u64 {
         self.block_on(async {
-            let mut s = self.js.get_stream(stream).await.unwrap();
-            s.info().await.unwrap().state.messages
+            let s = self.stream(stream).await;
+            s.cached_info().state.messages
         })
     }
 
     /// (pending, ack pending) of a consumer.
     pub fn consumer_pending(&self, stream: &str, consumer: &str) -> (u64, usize) {
         self.block_on(async {
-            let s = self.js.get_stream(stream).await.unwrap();
-            let mut c: jetstream::consumer::Consumer<jetstream::consumer::pull::Config> =
-                s.get_consumer(consumer).await.unwrap();
-            let info = c.info().await.unwrap();
-            (info.num_pending, info.num_ack_pending)
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let s = self.stream(stream).await;
+                let c: Result<jetstream::consumer::Consumer<jetstream::consumer::pull::Config>, _> =
+                    s.get_consumer(consumer).await;
+                match c {
+                    Ok(c) => {
+                        let info = c.cached_info();
+                        return (info.num_pending, info.num_ack_pending);
+                    }
+                    Err(e) if Instant::now() < deadline => {
+                        eprintln!("consumer {consumer}: {e}; asking again");
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                    Err(e) => panic!("consumer {consumer}: {e}"),
+                }
+            }
         })
     }
 }

@@ -10,6 +10,7 @@ mod common;
 #[path = "../common/nats.rs"]
 mod nats;
 
+mod cluster;
 mod contract;
 mod kills;
 mod secure;
