@@ -2,12 +2,18 @@
 //! for a snooze), pruning, and a refused open reach an installed subscriber; with none
 //! installed nothing is printed (the `tracing` default).
 //!
+//! With the `nats` feature: no secret a relay is given (password, token, NKey seed, a password
+//! in a URL) appears in any event, leaseq's or the NATS client's, at every level.
+//!
 //! A test binary of its own: `tracing` caches per call site, for the whole process, whether
 //! anyone listens, and tests of other subjects hitting leaseq's call sites beside these with
 //! no subscriber race that cache (in the `core` binary the DEBUG event of an open went
 //! missing from a capture).
 
 mod common;
+#[cfg(feature = "nats")]
+#[path = "common/nats.rs"]
+mod nats;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -176,4 +182,105 @@ fn snoozes_are_not_dead_letterings_and_the_upgrade_is_reported() {
     assert!(log.contains("upgraded_from=4"), "{log}");
     assert!(log.contains("leases_returned=1"), "{log}");
     assert_consistent(&q);
+}
+
+/// The relay's secrets in no event, at TRACE and from every crate (async-nats traces its
+/// connections too): logins right and wrong, with a password, a token, an NKey seed and a
+/// password in the URL. The relay runs on threads of its own, so this subscriber is the
+/// process's global one (the other tests' thread-local captures take precedence over it).
+#[cfg(feature = "nats")]
+#[test]
+fn no_secret_of_a_relay_reaches_a_tracing_event() {
+    use leaseq::relay::{Connection, Outbound, RelayError};
+    use nats::{Js, NatsServer};
+
+    let out = Captured::default();
+    let writer = out.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+    tracing::callsite::rebuild_interest_cache();
+
+    let seed = nkeys::KeyPair::new_user();
+    let stranger = nkeys::KeyPair::new_user().seed().unwrap();
+    let users = NatsServer::start_with(&format!(
+        "authorization {{ users: [ {{user: edge, password: \"Pa55-secret-1\"}}, {{nkey: {}}} ] }}",
+        seed.public_key()
+    ));
+    let token = NatsServer::start_with("authorization { token: \"T0ken-secret-2\" }");
+    let seed = seed.seed().unwrap();
+    Js::connect_with(
+        &users.url(),
+        async_nats::ConnectOptions::with_user_and_password("edge".into(), "Pa55-secret-1".into()),
+    )
+    .create_stream("EVENTS", &["events.>"], None);
+    Js::connect_with(
+        &token.url(),
+        async_nats::ConnectOptions::with_token("T0ken-secret-2".into()),
+    )
+    .create_stream("EVENTS", &["events.>"], None);
+    let secrets = [
+        "Pa55-secret-1",
+        "Wr0ng-secret-3",
+        "T0ken-secret-2",
+        "T0ken-guess-4",
+        seed.as_str(),
+        stranger.as_str(),
+    ];
+    let in_url = |server: &NatsServer, password: &str| {
+        format!("nats://edge:{password}@127.0.0.1:{}", server.port)
+    };
+    let cases = [
+        (
+            users.url(),
+            Connection::new().user_password("edge", "Pa55-secret-1"),
+            true,
+        ),
+        (
+            users.url(),
+            Connection::new().user_password("edge", "Wr0ng-secret-3"),
+            false,
+        ),
+        (in_url(&users, "Pa55-secret-1"), Connection::new(), true),
+        (in_url(&users, "Wr0ng-secret-3"), Connection::new(), false),
+        (users.url(), Connection::new().nkey_seed(&seed), true),
+        (users.url(), Connection::new().nkey_seed(&stranger), false),
+        (token.url(), Connection::new().token("T0ken-secret-2"), true),
+        (token.url(), Connection::new().token("T0ken-guess-4"), false),
+    ];
+    let f = Fixture::new();
+    let q = f.open();
+    for (url, connection, right) in cases {
+        q.enqueue(b"event", EnqueueOptions::default()).unwrap();
+        let relay = Outbound::builder(&q, &url, "EVENTS", "events.edge")
+            .connection(connection)
+            .connect_timeout(Duration::from_secs(2))
+            .max_backoff(Duration::from_millis(200))
+            .start()
+            .unwrap();
+        let ready = relay.wait_ready(Duration::from_secs(if right { 20 } else { 2 }));
+        if right {
+            ready.unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while q.len().unwrap() > 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert_eq!(q.len().unwrap(), 0, "{url}");
+        } else {
+            let e = ready.unwrap_err();
+            assert!(matches!(e, RelayError::Auth { .. }), "{e:?}");
+        }
+        relay.shutdown();
+    }
+    let log = out.text();
+    // The capture saw the relay's and the client's events: refusals and connections.
+    assert!(log.contains("leaseq::relay"), "{log}");
+    assert!(log.contains("authorization violation"), "{log}");
+    assert!(log.contains("async_nats"), "{log}");
+    for secret in secrets {
+        assert!(!log.contains(secret), "{secret} in the events:\n{log}");
+    }
 }

@@ -43,6 +43,11 @@ pub const CONNECTION_FILE_BYTES_MAX: u64 = 1 << 20;
 /// [`RelayError::Auth`]. Both are kept as the relay's last error while it tries again with
 /// its backoff (up to [`OutboundBuilder::max_backoff`](super::OutboundBuilder::max_backoff)); the jobs stay in the file.
 ///
+/// **Credentials** are one of user and password, token, NKey seed or `.creds`; the last one
+/// set wins. With none set here, a URL's user information is used as the official clients
+/// use it (`nats://user:password@host`, `nats://token@host`, percent-encoded); credentials
+/// both here and in the URL are refused by `start` ([`RelayError::InvalidOption`]).
+///
 /// **Secrets** (password, token, NKey seed, a `.creds` file's seed, a private key) stay in
 /// memory: they are never written to the queue file, and neither this type's `Debug`, the
 /// relay's errors nor its `tracing` events show them (a password in a URL, as
@@ -172,8 +177,8 @@ impl Connection {
 
     /// Checks that every file can be read and every document parses, so that `start` refuses
     /// a bad setting at once. Errors name the file, never a secret.
-    pub(super) fn validate(&self) -> Result<(), RelayError> {
-        self.options(async_nats::ConnectOptions::new(), false)
+    pub(super) fn validate(&self, servers: &Servers) -> Result<(), RelayError> {
+        self.options(async_nats::ConnectOptions::new(), servers)
             .map(drop)
             .map_err(RelayError::InvalidOption)
     }
@@ -181,11 +186,15 @@ impl Connection {
     /// `base` with this connection's TLS and credentials (`tls_url`: a server URL says
     /// `tls://`); the reason (naming a file, never a secret) when a file cannot be read or a
     /// document does not parse.
+    ///
+    /// `servers` are the parsed URLs: their credentials (user information) are used when this
+    /// connection sets none; set in both places, they are refused.
     pub(super) fn options(
         &self,
         mut base: async_nats::ConnectOptions,
-        tls_url: bool,
+        servers: &Servers,
     ) -> Result<async_nats::ConnectOptions, String> {
+        let tls_url = servers.addrs.iter().any(|s| s.tls_required());
         if self.tls_required {
             base = base.require_tls(true);
         }
@@ -194,19 +203,27 @@ impl Connection {
         if self.tls_required || tls_url || !self.roots.is_empty() || self.client.is_some() {
             base = base.tls_client_config(self.tls_config()?);
         }
-        Ok(match &self.auth {
-            None => base,
-            Some(Auth::UserPassword { user, password }) => {
+        let auth = match (&self.auth, &servers.auth) {
+            (Some(_), Some(_)) => {
+                return Err("credentials given both in the URL and by the Connection: \
+                            give them once"
+                    .into());
+            }
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => return Ok(base),
+        };
+        Ok(match auth {
+            Auth::UserPassword { user, password } => {
                 base.user_and_password(user.clone(), password.to_string())
             }
-            Some(Auth::Token(t)) => base.token(t.to_string()),
-            Some(Auth::NKeySeed(seed)) => {
+            Auth::Token(t) => base.token(t.to_string()),
+            Auth::NKeySeed(seed) => {
                 if nkeys::KeyPair::from_seed(seed).is_err() {
                     return Err("the NKey seed does not decode (a user seed starts with SU)".into());
                 }
                 base.nkey(seed.to_string())
             }
-            Some(Auth::Credentials(src)) => {
+            Auth::Credentials(src) => {
                 let text = src.read("credentials")?;
                 let text = std::str::from_utf8(&text)
                     .map_err(|_| format!("{}: not UTF-8 text", src.name("credentials")))?;
@@ -336,6 +353,25 @@ impl fmt::Debug for Connection {
     }
 }
 
+/// Why the client's own reconnect was refused for its credentials, if `event` says so: the
+/// server's `-ERR 'Authorization Violation'`, or (as async-nats reports a failed reconnect)
+/// a client error naming the connect error's kind.
+pub(super) fn refused_reconnect(event: &async_nats::Event) -> Option<String> {
+    use async_nats::{ClientError, ConnectErrorKind, Event, ServerError};
+    match event {
+        Event::ServerError(ServerError::AuthorizationViolation) => {
+            Some("authorization violation while reconnecting".into())
+        }
+        Event::ClientError(ClientError::Other(kind))
+            if *kind == ConnectErrorKind::AuthorizationViolation.to_string()
+                || *kind == ConnectErrorKind::Authentication.to_string() =>
+        {
+            Some(format!("{kind} while reconnecting"))
+        }
+        _ => None,
+    }
+}
+
 /// Whether `e` or an error under it is rustls's (a certificate refused, a handshake failed).
 pub(super) fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(e);
@@ -355,39 +391,83 @@ pub(super) fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// The servers of a relay's URL, and the credentials its user information carries (no
+/// `Debug`: it holds them).
+pub(super) struct Servers {
+    /// Each URL without its user information (so that no secret reaches the client's logs).
+    pub(super) addrs: Vec<async_nats::ServerAddr>,
+    /// `user:password@` or `token@`, as the official clients read a URL.
+    auth: Option<Auth>,
+}
+
 /// The server URLs of a comma-separated list (as the official clients take them), each
-/// trimmed; the reason when one does not parse or the list is empty.
-pub(super) fn server_addrs(urls: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
+/// trimmed; the reason when one does not parse, the list is empty, or two URLs carry
+/// different user information (the client logs in to every server the same way).
+pub(super) fn server_addrs(urls: &str) -> Result<Servers, String> {
     let parts: Vec<&str> = urls.split(',').map(str::trim).collect();
     if parts.iter().all(|p| p.is_empty()) {
         return Err("empty: give the server's address, as nats://host:4222".into());
     }
-    parts
-        .iter()
-        .map(|p| {
-            if p.is_empty() {
-                return Err("an empty URL in the list".to_string());
+    let mut addrs = Vec::with_capacity(parts.len());
+    let mut userinfo: Option<&str> = None;
+    for p in parts {
+        if p.is_empty() {
+            return Err("an empty URL in the list".to_string());
+        }
+        let (info, bare) = split_userinfo(p);
+        if let Some(info) = info {
+            if userinfo.is_some_and(|seen| seen != info) {
+                return Err(format!(
+                    "{}: the URLs carry different user information; give one login",
+                    redact_url(urls)
+                ));
             }
-            p.parse::<async_nats::ServerAddr>()
-                .map_err(|e| format!("{}: {e}", redact_url(p)))
-        })
-        .collect()
+            userinfo = Some(info);
+        }
+        let addr = bare
+            .parse::<async_nats::ServerAddr>()
+            .map_err(|e| format!("{}: {e}", redact_url(p)))?;
+        addrs.push(addr);
+    }
+    let decode = |text: &str| {
+        percent_encoding::percent_decode_str(text)
+            .decode_utf8()
+            .map(|t| t.into_owned())
+            .map_err(|_| format!("{}: user information not UTF-8", redact_url(urls)))
+    };
+    let auth = match userinfo {
+        None => None,
+        Some(info) => Some(match info.split_once(':') {
+            Some((user, password)) => Auth::UserPassword {
+                user: decode(user)?,
+                password: decode(password)?.into(),
+            },
+            None => Auth::Token(decode(info)?.into()),
+        }),
+    };
+    Ok(Servers { addrs, auth })
+}
+
+/// A URL's user information (before the last `@` of its authority) and the URL without it.
+fn split_userinfo(url: &str) -> (Option<&str>, String) {
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => ("", url),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => (Some(&rest[..at]), format!("{scheme}{}", &rest[at + 1..])),
+        None => (None, url.to_string()),
+    }
 }
 
 /// `urls` with any user information (`user:password@`, `token@`) replaced by `***`, for
 /// errors and logs.
 pub(super) fn redact_url(urls: &str) -> String {
     urls.split(',')
-        .map(|part| {
-            let (scheme, rest) = match part.find("://") {
-                Some(i) => part.split_at(i + 3),
-                None => ("", part),
-            };
-            let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-            match rest[..authority_end].rfind('@') {
-                Some(at) => format!("{scheme}***{}", &rest[at..]),
-                None => part.to_string(),
-            }
+        .map(|part| match split_userinfo(part) {
+            (Some(info), _) => part.replacen(info, "***", 1),
+            (None, _) => part.to_string(),
         })
         .collect::<Vec<_>>()
         .join(",")
@@ -405,11 +485,47 @@ mod tests {
         );
         assert_eq!(redact_url("a:4222"), "a:4222");
         assert_eq!(redact_url("nats://a:4222/x@y"), "nats://a:4222/x@y");
-        assert_eq!(server_addrs("nats://a:1, tls://b:2").unwrap().len(), 2);
+        let servers = server_addrs("nats://a:1, tls://b:2").unwrap();
+        assert_eq!(servers.addrs.len(), 2);
+        assert!(servers.auth.is_none());
         assert!(server_addrs(" , ").is_err());
         assert!(server_addrs("nats://a:1,,nats://b:2").is_err());
-        let e = server_addrs("nats://u:s3cret@a:99999").unwrap_err();
+        let e = server_addrs("nats://u:s3cret@a:99999").err().unwrap();
         assert!(!e.contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn credentials_in_urls_are_taken_out_of_them_and_decoded() {
+        let s = server_addrs("nats://al%40ce:s3c%3Aret@a:1,nats://b:2").unwrap();
+        assert!(
+            matches!(&s.auth, Some(Auth::UserPassword { user, password })
+                if user == "al@ce" && &**password == "s3c:ret"),
+            "{:?}",
+            s.auth.is_some()
+        );
+        for addr in &s.addrs {
+            assert!(!addr.has_user_pass(), "{addr:?}");
+            assert!(!format!("{addr:?}").contains("s3c"), "{addr:?}");
+        }
+        let s = server_addrs("tls://t0k@a:1, tls://t0k@b:2").unwrap();
+        assert!(matches!(&s.auth, Some(Auth::Token(t)) if &**t == "t0k"));
+        let e = server_addrs("nats://u:pw-1@a:1,nats://u:pw-2@b:2")
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("different user information") && !e.contains("pw-"),
+            "{e}"
+        );
+        // Given twice: in the URL and by the Connection.
+        let e = Connection::new()
+            .token("t0k")
+            .validate(&server_addrs("nats://u:p@a:1").unwrap())
+            .unwrap_err();
+        assert!(e.to_string().contains("both in the URL"), "{e}");
+    }
+
+    fn none() -> Servers {
+        server_addrs("nats://a:1").unwrap()
     }
 
     #[test]
@@ -432,29 +548,29 @@ mod tests {
         let missing = dir.path().join("missing.pem");
         let e = Connection::new()
             .root_certificates_file(&missing)
-            .validate()
+            .validate(&none())
             .unwrap_err();
         assert!(e.to_string().contains("missing.pem"), "{e}");
         let e = Connection::new()
             .root_certificates_pem("not a pem")
-            .validate()
+            .validate(&none())
             .unwrap_err();
         assert!(e.to_string().contains("no CERTIFICATE"), "{e}");
         let big = dir.path().join("big.pem");
         std::fs::write(&big, vec![b'a'; CONNECTION_FILE_BYTES_MAX as usize + 1]).unwrap();
         let e = Connection::new()
             .root_certificates_file(&big)
-            .validate()
+            .validate(&none())
             .unwrap_err();
         assert!(e.to_string().contains("larger than"), "{e}");
         let e = Connection::new()
             .nkey_seed("SUs3cret")
-            .validate()
+            .validate(&none())
             .unwrap_err();
         assert!(!e.to_string().contains("s3cret"), "{e}");
         let e = Connection::new()
             .credentials("s3cret, not a creds file")
-            .validate()
+            .validate(&none())
             .unwrap_err();
         assert!(!e.to_string().contains("s3cret"), "{e}");
     }

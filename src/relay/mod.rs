@@ -115,11 +115,16 @@
 //!
 //! [`Connection`] sets them, as the official clients' connection options do: the CA to trust
 //! (a PEM file or bytes; the platform's roots by default), a client certificate for mutual
-//! TLS, "TLS required", and one of user and password, token, NKey seed or `.creds` file. A
-//! refused certificate is [`RelayError::Tls`], refused credentials [`RelayError::Auth`]; both
-//! are kept as the last error and tried again with the backoff, and the jobs stay in the file.
-//! No secret is kept in the queue file, shown by `Debug`, or put in an error or a `tracing`
-//! event (async-nats's own trace of its `CONNECT` redacts them too).
+//! TLS, "TLS required", and one of user and password, token, NKey seed or `.creds` file.
+//! Credentials may instead be given in the URL, as the official clients read it
+//! (`nats://user:password@host`, `nats://token@host`, percent-encoded); given in both places,
+//! or as two logins in one server list, they are refused by `start` ([`RelayError::InvalidOption`],
+//! [`RelayError::BadUrl`]). A refused certificate is [`RelayError::Tls`], refused credentials
+//! [`RelayError::Auth`], also when a reconnect is refused because the server's credentials
+//! changed; both are kept as the last error and tried again with the backoff, and the jobs
+//! stay in the file. No secret is kept in the queue file, shown by `Debug`, or put in an
+//! error or a `tracing` event, leaseq's or async-nats's (the client is given the URLs
+//! without their user information; tested at TRACE level).
 //!
 //! ```no_run
 //! use leaseq::relay::{Connection, Inbound};
@@ -139,11 +144,13 @@
 //!
 //! The `url` of [`Outbound::builder`] and [`Inbound::builder`] may list the servers of a
 //! cluster separated by commas (`nats://a:4222,nats://b:4222`), as the official clients and
-//! the `nats` tool take them; the servers a cluster advertises are added to the list. The
-//! client connects to one of them and moves to another when it is lost; the promises stay
-//! the same on any member: a job leaves the file only after a `PubAck`, a message is acked
-//! only after its local commit, and message ids do not change. A password in a URL
-//! (`nats://user:pass@host`) is shown as `nats://***@host` in errors and logs.
+//! the `nats` tool take them; the servers a cluster advertises are added to the list, so one
+//! member's URL is enough to reach the others once it has answered. The client connects to one
+//! of them and moves to another when it is lost; the promises stay the same on any member: a
+//! job leaves the file only after a `PubAck`, a message is acked only after its local commit,
+//! and message ids do not change, so a publish whose `PubAck` a dying leader never sent is
+//! dropped as a copy by the next one (within the stream's duplicate window). A password in a
+//! URL (`nats://user:pass@host`) is shown as `nats://***@host` in errors and logs.
 //!
 //! # Tested against a real `nats-server`
 //!
@@ -156,8 +163,14 @@
 //! made in the test (the CA as a file or bytes, mutual TLS from files or bytes; an unknown CA,
 //! another host's name, an expired certificate and TLS required from a plain server each
 //! refused as `Tls`), user and password, token and NKey (each wrong one refused as `Auth`,
-//! retried a handful of times in 3 s, its secret in no error), and a list whose first server
-//! is down.
+//! retried a handful of times in 3 s, its secret in no error), a `.creds` file against a
+//! server run by an operator with a memory resolver (JWTs signed in the test: a stranger's
+//! user and an expired one refused as `Auth`), a password withdrawn while connected (`Auth`
+//! at the reconnect, the jobs kept, then relayed once it is accepted again), and a list whose
+//! first server is down. `cluster.rs`: a three-server cluster with replicated streams, each
+//! relay given one member's URL; that member SIGKILLed mid-relay, then the stream's (or the
+//! consumer's) leader: 10,000 jobs out, each in the stream once; 10,000 messages in, each
+//! applied once.
 
 mod connection;
 mod inbound;
@@ -539,13 +552,12 @@ impl RelayConfig {
         if queue.is_closed() {
             return Err(crate::Error::Closed.into());
         }
-        if let Err(reason) = connection::server_addrs(&self.servers) {
-            return Err(RelayError::BadUrl {
+        let servers =
+            connection::server_addrs(&self.servers).map_err(|reason| RelayError::BadUrl {
                 url: self.url.clone(),
                 reason,
-            });
-        }
-        self.connection.validate()?;
+            })?;
+        self.connection.validate(&servers)?;
         if !valid_stream_name(&self.stream) {
             return Err(RelayError::InvalidOption(format!(
                 "stream name {:?}: 1 to 255 printable ASCII bytes, none of ` . * > / \\`",
@@ -583,10 +595,9 @@ impl RelayConfig {
                 url: url.clone(),
                 reason,
             })?;
-        let tls_url = servers.iter().any(|s| s.tls_required());
         let base = self
             .connection
-            .options(async_nats::ConnectOptions::new(), tls_url)
+            .options(async_nats::ConnectOptions::new(), &servers)
             .map_err(RelayError::InvalidOption)?;
         let connect = base
             .name(&self.name)
@@ -594,15 +605,9 @@ impl RelayConfig {
             .event_callback(move |event| {
                 let (events, url) = (Arc::clone(&events), url.clone());
                 async move {
-                    if let async_nats::Event::ServerError(
-                        async_nats::ServerError::AuthorizationViolation,
-                    ) = event
-                    {
+                    if let Some(reason) = connection::refused_reconnect(&event) {
                         // A reconnect refused: the credentials changed on the server.
-                        events.fail(RelayError::Auth {
-                            url,
-                            reason: "authorization violation while reconnecting".into(),
-                        });
+                        events.fail(RelayError::Auth { url, reason });
                     } else if matches!(event, async_nats::Event::Disconnected) {
                         events.disconnects.fetch_add(1, Ordering::AcqRel);
                         // Seen at once, not at the end of a batch's publish timeout.
@@ -613,7 +618,7 @@ impl RelayConfig {
                     }
                 }
             })
-            .connect(servers);
+            .connect(servers.addrs);
         let stopped = async {
             while !shared.stopping() {
                 tokio::time::sleep(Duration::from_millis(50)).await;

@@ -145,6 +145,12 @@ impl NatsServer {
         );
     }
 
+    /// Replaces the extra configuration lines, taken at the next [`NatsServer::restart`]
+    /// (such as other credentials).
+    pub fn set_extra(&mut self, extra: &str) {
+        self.extra = extra.to_string();
+    }
+
     /// SIGKILLs the server (no clean shutdown) and reaps it.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

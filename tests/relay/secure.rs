@@ -346,7 +346,7 @@ fn options_of(server: &NatsServer, users: &NatsServer, seed: &str) -> async_nats
 }
 
 #[test]
-fn a_list_of_servers_reaches_the_one_that_answers_and_a_password_in_a_url_is_not_shown() {
+fn a_list_of_servers_reaches_the_one_that_answers_and_a_password_in_a_url_is_used_not_shown() {
     let _g = shared();
     let server = NatsServer::start_with(
         "authorization { users: [ {user: edge, password: \"pa55-word\"} ] }",
@@ -368,13 +368,11 @@ fn a_list_of_servers_reaches_the_one_that_answers_and_a_password_in_a_url_is_not
         server.port
     );
     let e = refused(&q, &url, Connection::new());
-    assert!(
-        matches!(e, RelayError::Auth { .. } | RelayError::Unreachable { .. }),
-        "{e:?}"
-    );
+    assert!(matches!(e, RelayError::Auth { .. }), "{e:?}");
     assert!(!e.to_string().contains("wr0ng"), "{e}");
     assert!(e.to_string().contains("***@127.0.0.1"), "{e}");
-    // The first server down, the second up: every job goes.
+    // The first server down, the second up: every job goes, with the credentials given by
+    // the Connection, then (more jobs) by the URL, as the official clients read it.
     let url = format!(
         "nats://127.0.0.1:{dead_port},nats://127.0.0.1:{}",
         server.port
@@ -385,6 +383,41 @@ fn a_list_of_servers_reaches_the_one_that_answers_and_a_password_in_a_url_is_not
         Connection::new().user_password("edge", "pa55-word"),
         &js,
     );
+    for i in 0..5u32 {
+        q.enqueue(format!("more {i}").as_bytes(), EnqueueOptions::default())
+            .unwrap();
+    }
+    let url = format!(
+        "nats://127.0.0.1:{dead_port},nats://edge:pa55-word@127.0.0.1:{}",
+        server.port
+    );
+    relays_all(&q, &url, Connection::new(), &js);
+    assert_eq!(js.count("EVENTS"), 30);
+    // Given twice (the URL and the Connection), or two logins in one list: refused at start.
+    for (url, connection) in [
+        (
+            url.as_str(),
+            Connection::new().user_password("edge", "pa55-word"),
+        ),
+        (
+            "nats://a:pw-1@127.0.0.1:1,nats://b:pw-2@127.0.0.1:2",
+            Connection::new(),
+        ),
+    ] {
+        let e = Outbound::builder(&q, url, "EVENTS", "events.edge")
+            .connection(connection)
+            .start()
+            .err()
+            .unwrap();
+        assert!(
+            matches!(e, RelayError::InvalidOption(_) | RelayError::BadUrl { .. }),
+            "{e:?}"
+        );
+        assert!(
+            !e.to_string().contains("pa55") && !e.to_string().contains("pw-"),
+            "{e}"
+        );
+    }
     // A bad list is refused at start.
     let e = Outbound::builder(&q, "nats://127.0.0.1:1,,", "EVENTS", "events.edge")
         .start()
@@ -574,4 +607,66 @@ fn a_creds_file_of_the_fleets_account_authenticates_and_a_strangers_or_expired_o
         &js,
     );
     assert_eq!(js.count("EVENTS"), 40);
+}
+
+#[test]
+fn credentials_withdrawn_while_connected_are_an_auth_error_and_the_jobs_wait() {
+    let _g = shared();
+    let users = |password: &str| {
+        format!("authorization {{ users: [ {{user: edge, password: \"{password}\"}} ] }}")
+    };
+    let mut server = NatsServer::start_with(&users("pa55-word"));
+    let login =
+        || async_nats::ConnectOptions::with_user_and_password("edge".into(), "pa55-word".into());
+    let js = Js::connect_with(&server.url(), login());
+    js.create_stream("EVENTS", &["events.>"], None);
+    drop(js);
+    let (_dir, q) = queue_with_jobs(10);
+    let relay = Outbound::builder(&q, &server.url(), "EVENTS", "events.edge")
+        .connection(Connection::new().user_password("edge", "pa55-word"))
+        .max_backoff(Duration::from_millis(400))
+        .start()
+        .unwrap();
+    relay.wait_ready(READY).unwrap();
+    let wait = |what: &str, f: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !f() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: {:?}",
+                relay.stats()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait("the first jobs out", &|| q.stats().unwrap().total == 0);
+
+    // The fleet rotates the device's password; the server restarts with the new one. The
+    // relay's reconnects are refused: Auth, as its last error; new jobs wait in the file.
+    server.set_extra(&users("rotated-pa55"));
+    server.restart();
+    for i in 0..10u32 {
+        q.enqueue(format!("later {i}").as_bytes(), EnqueueOptions::default())
+            .unwrap();
+    }
+    wait("an Auth error", &|| {
+        matches!(relay.stats().last_error, Some(RelayError::Auth { .. }))
+    });
+    let e = relay.stats().last_error.unwrap();
+    assert!(!format!("{e} {e:?}").contains("pa55"), "{e}");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(q.stats().unwrap().total, 10, "{:?}", relay.stats());
+    let before = violations(&server);
+    std::thread::sleep(Duration::from_secs(3));
+    let tries = violations(&server) - before;
+    assert!(tries <= 12, "{tries} refused logins in 3 s");
+
+    // The old password is accepted again: the relay goes on by itself.
+    server.set_extra(&users("pa55-word"));
+    server.restart();
+    wait("the later jobs out", &|| q.stats().unwrap().total == 0);
+    let stats = relay.shutdown();
+    assert_eq!(stats.moved, 20, "{stats:?}");
+    let js = Js::connect_with(&server.url(), login());
+    assert_eq!(js.count("EVENTS"), 20);
 }
