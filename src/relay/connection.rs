@@ -178,7 +178,7 @@ impl Connection {
     /// Checks that every file can be read and every document parses, so that `start` refuses
     /// a bad setting at once. Errors name the file, never a secret.
     pub(super) fn validate(&self, servers: &Servers) -> Result<(), RelayError> {
-        self.options(async_nats::ConnectOptions::new(), servers)
+        self.options(servers)
             .map(drop)
             .map_err(RelayError::InvalidOption)
     }
@@ -189,11 +189,29 @@ impl Connection {
     ///
     /// `servers` are the parsed URLs: their credentials (user information) are used when this
     /// connection sets none; set in both places, they are refused.
-    pub(super) fn options(
-        &self,
-        mut base: async_nats::ConnectOptions,
-        servers: &Servers,
-    ) -> Result<async_nats::ConnectOptions, String> {
+    pub(super) fn options(&self, servers: &Servers) -> Result<async_nats::ConnectOptions, String> {
+        let mut base = match &self.auth {
+            // Read again at every connection, reconnects included, as nats.go's
+            // UserCredentials: a renewed file (a new JWT before the old one expires) is taken
+            // without a restart. Checked once here too, so that `start` refuses a bad file.
+            Some(Auth::Credentials(src @ Source::File(_))) => {
+                creds_of(src)?;
+                let src = src.clone();
+                async_nats::ConnectOptions::with_auth_callback(move |nonce| {
+                    let src = src.clone();
+                    async move {
+                        let (jwt, key) = creds_of(&src).map_err(async_nats::AuthError::new)?;
+                        let mut auth = async_nats::Auth::new();
+                        auth.signature = Some(key.sign(&nonce).map_err(|_| {
+                            async_nats::AuthError::new("the .creds seed cannot sign")
+                        })?);
+                        auth.jwt = Some(jwt);
+                        Ok(auth)
+                    }
+                })
+            }
+            _ => async_nats::ConnectOptions::new(),
+        };
         let tls_url = servers.addrs.iter().any(|s| s.tls_required());
         if self.tls_required {
             base = base.require_tls(true);
@@ -223,14 +241,18 @@ impl Connection {
                 }
                 base.nkey(seed.to_string())
             }
+            // Set up above, with the callback.
+            Auth::Credentials(Source::File(_)) => base,
             Auth::Credentials(src) => {
-                let text = src.read("credentials")?;
-                let text = std::str::from_utf8(&text)
-                    .map_err(|_| format!("{}: not UTF-8 text", src.name("credentials")))?;
-                base.credentials(text).map_err(|e| {
-                    // async-nats's reason names what is missing, never the seed.
-                    format!("{}: {e}", src.name("credentials"))
-                })?
+                let (jwt, key) = creds_of(src)?;
+                let key = Arc::new(key);
+                base.jwt(jwt, move |nonce| {
+                    let key = Arc::clone(&key);
+                    async move {
+                        key.sign(&nonce)
+                            .map_err(|_| async_nats::AuthError::new("the .creds seed cannot sign"))
+                    }
+                })
             }
         })
     }
@@ -278,6 +300,34 @@ impl Connection {
             }
         }
     }
+}
+
+/// The user JWT and NKey of a `.creds` document (as `nsc` writes it: the JWT, then the seed,
+/// each on the line after a `-----BEGIN …-----` line); the reason names the document, never
+/// the seed.
+fn creds_of(src: &Source) -> Result<(String, nkeys::KeyPair), String> {
+    let bytes = src.read("credentials")?;
+    let name = || src.name("credentials");
+    let text = std::str::from_utf8(&bytes).map_err(|_| format!("{}: not UTF-8 text", name()))?;
+    let mut blocks = Vec::with_capacity(2);
+    let mut lines = text.lines().map(str::trim);
+    while let Some(line) = lines.next() {
+        if line.starts_with("---") && line.ends_with("---") && line.contains("BEGIN") {
+            blocks.push(lines.find(|l| !l.is_empty()).unwrap_or(""));
+            if blocks.len() == 2 {
+                break;
+            }
+        }
+    }
+    let [jwt, seed] = blocks[..] else {
+        return Err(format!("{}: no user JWT and NKey seed", name()));
+    };
+    if jwt.split('.').count() != 3 {
+        return Err(format!("{}: the user JWT is not a JWT", name()));
+    }
+    let key = nkeys::KeyPair::from_seed(seed)
+        .map_err(|_| format!("{}: the NKey seed does not decode", name()))?;
+    Ok((jwt.to_string(), key))
 }
 
 /// The certificates of a PEM document, at least one.

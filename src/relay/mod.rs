@@ -597,7 +597,7 @@ impl RelayConfig {
             })?;
         let base = self
             .connection
-            .options(async_nats::ConnectOptions::new(), &servers)
+            .options(&servers)
             .map_err(RelayError::InvalidOption)?;
         let connect = base
             .name(&self.name)

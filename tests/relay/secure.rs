@@ -670,3 +670,61 @@ fn credentials_withdrawn_while_connected_are_an_auth_error_and_the_jobs_wait() {
     let js = Js::connect_with(&server.url(), login());
     assert_eq!(js.count("EVENTS"), 20);
 }
+
+#[test]
+fn a_renewed_creds_file_is_read_at_the_reconnect_its_expiry_forces() {
+    let _g = shared();
+    let operator = Operator::new();
+    // `debug` logs why a client's connection closed.
+    let server = NatsServer::start_with(&format!("{}\ndebug: true", operator.server_conf()));
+    let (admin, _) = operator.creds(&operator.account, None);
+    let js = Js::connect_with(
+        &server.url(),
+        async_nats::ConnectOptions::with_credentials(&admin).unwrap(),
+    );
+    js.create_stream("EVENTS", &["events.>"], None);
+    let (_qdir, q) = queue_with_jobs(10);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    // The device's file holds a JWT that expires in 4 s; the relay starts with it.
+    let dir = tempfile::tempdir().unwrap();
+    let (short, _) = operator.creds(&operator.account, Some(now + 4));
+    let file = write(dir.path(), "edge-7.creds", &short);
+    let relay = Outbound::builder(&q, &server.url(), "EVENTS", "events.edge")
+        .connection(Connection::new().credentials_file(&file))
+        .max_backoff(Duration::from_millis(400))
+        .start()
+        .unwrap();
+    relay.wait_ready(READY).unwrap();
+    let wait = |what: &str, f: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !f() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: {:?}",
+                relay.stats()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait("the first jobs out", &|| q.stats().unwrap().total == 0);
+    // The fleet renews the file before the JWT expires (as a credentials agent does).
+    let (renewed, _) = operator.creds(&operator.account, None);
+    write(dir.path(), "edge-7.creds", &renewed);
+    // The server drops the connection at the expiry; the relay reconnects with the file's
+    // new JWT and goes on.
+    wait("the server to drop the expired login", &|| {
+        let log = std::fs::read_to_string(server.log()).unwrap_or_default();
+        log.contains("Authentication Expired")
+    });
+    for i in 0..10u32 {
+        q.enqueue(format!("later {i}").as_bytes(), EnqueueOptions::default())
+            .unwrap();
+    }
+    wait("the later jobs out", &|| q.stats().unwrap().total == 0);
+    let stats = relay.shutdown();
+    assert_eq!(stats.moved, 20, "{stats:?}");
+    assert_eq!(js.count("EVENTS"), 20);
+}
