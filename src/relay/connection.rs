@@ -51,10 +51,14 @@ pub const CONNECTION_FILE_BYTES_MAX: u64 = 1 << 20;
 /// **Secrets** (password, token, NKey seed, a `.creds` file's seed, a private key) stay in
 /// memory: they are never written to the queue file, and neither this type's `Debug`, the
 /// relay's errors nor its `tracing` events show them (a password in a URL, as
-/// `nats://user:pass@host`, is shown as `nats://***@host`). Files are read at `start` and at
-/// each first connection the relay makes (after a start, or while it has never reached a
-/// server); once connected, the client's own reconnects keep what was read, so a renewed
-/// certificate or `.creds` file is taken by restarting the relay.
+/// `nats://user:pass@host`, is shown as `nats://***@host`).
+///
+/// **Files** are read at `start`, which refuses a bad one. A `.creds` file is then read again
+/// at every connection, reconnects included, as nats.go's `UserCredentials` reads it: a file
+/// renewed before its JWT expires is taken at the reconnect the expiry forces. Certificate
+/// files are read at the relay's first connections (after a start, or while it has never
+/// reached a server), as the official clients load them once: a renewed certificate is taken
+/// by restarting the relay.
 #[derive(Clone, Default)]
 pub struct Connection {
     tls_required: bool,
@@ -161,9 +165,10 @@ impl Connection {
     }
 
     /// Authenticates with a `.creds` file (a user JWT and its NKey seed, as `nsc` writes them
-    /// for NATS accounts). Read as the type's docs say; a missing, oversized or malformed
-    /// file is refused by `start` ([`RelayError::InvalidOption`]). Replaces any credentials
-    /// set before.
+    /// for NATS accounts), read at every connection (the type's docs). A missing, oversized
+    /// or malformed file is refused by `start` ([`RelayError::InvalidOption`]); one that turns
+    /// bad later is [`RelayError::Auth`] at that connection. Replaces any credentials set
+    /// before.
     pub fn credentials_file(mut self, path: impl AsRef<Path>) -> Connection {
         self.auth = Some(Auth::Credentials(Source::File(path.as_ref().to_path_buf())));
         self

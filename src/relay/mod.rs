@@ -165,7 +165,8 @@
 //! refused as `Tls`), user and password, token and NKey (each wrong one refused as `Auth`,
 //! retried a handful of times in 3 s, its secret in no error), a `.creds` file against a
 //! server run by an operator with a memory resolver (JWTs signed in the test: a stranger's
-//! user and an expired one refused as `Auth`), a password withdrawn while connected (`Auth`
+//! user and an expired one refused as `Auth`; a file renewed before its JWT expires taken at
+//! the reconnect the expiry forces), a password withdrawn while connected (`Auth`
 //! at the reconnect, the jobs kept, then relayed once it is accepted again), and a list whose
 //! first server is down. `cluster.rs`: a three-server cluster with replicated streams, each
 //! relay given one member's URL; that member SIGKILLed mid-relay, then the stream's (or the
