@@ -185,7 +185,7 @@ fn snoozes_are_not_dead_letterings_and_the_upgrade_is_reported() {
 }
 
 /// The relay's secrets in no event, at TRACE and from every crate (async-nats traces its
-/// connections too): logins right and wrong, with a password, a token, an NKey seed and a
+/// connections too), nor in the queue file: logins right and wrong, with a password, a token, an NKey seed and a
 /// password in the URL. The relay runs on threads of its own, so this subscriber is the
 /// process's global one (the other tests' thread-local captures take precedence over it).
 #[cfg(feature = "nats")]
@@ -282,5 +282,13 @@ fn no_secret_of_a_relay_reaches_a_tracing_event() {
     assert!(log.contains("async_nats"), "{log}");
     for secret in secrets {
         assert!(!log.contains(secret), "{secret} in the events:\n{log}");
+    }
+    // Nor in the queue file the relays worked on.
+    q.flush().unwrap();
+    let bytes = std::fs::read(&f.path).unwrap();
+    assert!(bytes.len() > 4096, "the file was read");
+    for secret in secrets {
+        let found = bytes.windows(secret.len()).any(|w| w == secret.as_bytes());
+        assert!(!found, "{secret} in the queue file");
     }
 }
