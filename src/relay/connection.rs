@@ -183,29 +183,41 @@ impl Connection {
     /// Checks that every file can be read and every document parses, so that `start` refuses
     /// a bad setting at once. Errors name the file, never a secret.
     pub(super) fn validate(&self, servers: &Servers) -> Result<(), RelayError> {
-        self.options(servers)
+        self.options(servers, true)
             .map(drop)
             .map_err(RelayError::InvalidOption)
     }
 
-    /// `base` with this connection's TLS and credentials (`tls_url`: a server URL says
-    /// `tls://`); the reason (naming a file, never a secret) when a file cannot be read or a
-    /// document does not parse.
+    /// The client's options with this connection's TLS and credentials; the reason (naming a
+    /// file, never a secret) when a file cannot be read or a document does not parse.
     ///
     /// `servers` are the parsed URLs: their credentials (user information) are used when this
-    /// connection sets none; set in both places, they are refused.
-    pub(super) fn options(&self, servers: &Servers) -> Result<async_nats::ConnectOptions, String> {
+    /// connection sets none; set in both places, they are refused. `at_start`: `start`'s
+    /// check, which also reads a `.creds` file (later, its callback reads it, and a bad one
+    /// is then refused as credentials are).
+    pub(super) fn options(
+        &self,
+        servers: &Servers,
+        at_start: bool,
+    ) -> Result<async_nats::ConnectOptions, String> {
         let mut base = match &self.auth {
             // Read again at every connection, reconnects included, as nats.go's
             // UserCredentials: a renewed file (a new JWT before the old one expires) is taken
-            // without a restart. Checked once here too, so that `start` refuses a bad file.
+            // without a restart. Read off the runtime's thread: a hung mount then waits no
+            // longer than the connection timeout, which bounds the callback.
             Some(Auth::Credentials(src @ Source::File(_))) => {
-                creds_of(src)?;
+                if at_start {
+                    creds_of(src)?;
+                }
                 let src = src.clone();
                 async_nats::ConnectOptions::with_auth_callback(move |nonce| {
                     let src = src.clone();
                     async move {
-                        let (jwt, key) = creds_of(&src).map_err(async_nats::AuthError::new)?;
+                        let read = tokio::task::spawn_blocking(move || creds_of(&src));
+                        let (jwt, key) = read
+                            .await
+                            .map_err(|_| async_nats::AuthError::new("reading the .creds file"))?
+                            .map_err(async_nats::AuthError::new)?;
                         let mut auth = async_nats::Auth::new();
                         auth.signature = Some(key.sign(&nonce).map_err(|_| {
                             async_nats::AuthError::new("the .creds seed cannot sign")
@@ -221,11 +233,12 @@ impl Connection {
         if self.tls_required {
             base = base.require_tls(true);
         }
-        // Built here whenever TLS is known to be wanted, with rustls's ring provider named
-        // (never the process default, which another crate may have made ambiguous).
-        if self.tls_required || tls_url || !self.roots.is_empty() || self.client.is_some() {
-            base = base.tls_client_config(self.tls_config()?);
-        }
+        // Always built here, with rustls's ring provider named: a server that asks for TLS
+        // when nothing here did would otherwise make the client use the process default,
+        // which another crate may have made ambiguous (a panic in rustls).
+        let wanted =
+            self.tls_required || tls_url || !self.roots.is_empty() || self.client.is_some();
+        base = base.tls_client_config(self.tls_config(wanted)?);
         let auth = match (&self.auth, &servers.auth) {
             (Some(_), Some(_)) => {
                 return Err("credentials given both in the URL and by the Connection: \
@@ -264,12 +277,13 @@ impl Connection {
 
     /// The TLS client configuration: the given roots (or the platform's), and the client
     /// certificate if any.
-    fn tls_config(&self) -> Result<rustls::ClientConfig, String> {
+    /// `wanted`: TLS is known to be used (else no warning for a platform without roots).
+    fn tls_config(&self, wanted: bool) -> Result<rustls::ClientConfig, String> {
         let mut roots = rustls::RootCertStore::empty();
         if self.roots.is_empty() {
             let native = rustls_native_certs::load_native_certs();
             let (added, _) = roots.add_parsable_certificates(native.certs);
-            if added == 0 {
+            if added == 0 && wanted {
                 // No server can be trusted then: each is refused as `Tls` (UnknownIssuer).
                 tracing::warn!(
                     target: "leaseq::relay",
@@ -408,20 +422,34 @@ impl fmt::Debug for Connection {
     }
 }
 
-/// Why the client's own reconnect was refused for its credentials, if `event` says so: the
-/// server's `-ERR 'Authorization Violation'`, or (as async-nats reports a failed reconnect)
-/// a client error naming the connect error's kind.
-pub(super) fn refused_reconnect(event: &async_nats::Event) -> Option<String> {
+/// The error of a reconnect the client's own loop saw refused, if `event` says so: for its
+/// credentials (the server's `-ERR 'Authorization Violation'`, or a client error naming the
+/// connect error's kind, as async-nats reports a failed reconnect), or for TLS (its `Tls`
+/// kind; a certificate refused then arrives as an I/O error and is not told apart).
+pub(super) fn refused_reconnect(event: &async_nats::Event, url: &str) -> Option<RelayError> {
     use async_nats::{ClientError, ConnectErrorKind, Event, ServerError};
+    let url = url.to_string();
     match event {
-        Event::ServerError(ServerError::AuthorizationViolation) => {
-            Some("authorization violation while reconnecting".into())
-        }
+        Event::ServerError(ServerError::AuthorizationViolation) => Some(RelayError::Auth {
+            url,
+            reason: "authorization violation while reconnecting".into(),
+        }),
         Event::ClientError(ClientError::Other(kind))
             if *kind == ConnectErrorKind::AuthorizationViolation.to_string()
                 || *kind == ConnectErrorKind::Authentication.to_string() =>
         {
-            Some(format!("{kind} while reconnecting"))
+            Some(RelayError::Auth {
+                url,
+                reason: format!("{kind} while reconnecting"),
+            })
+        }
+        Event::ClientError(ClientError::Other(kind))
+            if *kind == ConnectErrorKind::Tls.to_string() =>
+        {
+            Some(RelayError::Tls {
+                url,
+                reason: format!("{kind} while reconnecting"),
+            })
         }
         _ => None,
     }
@@ -464,12 +492,21 @@ pub(super) fn server_addrs(urls: &str) -> Result<Servers, String> {
         return Err("empty: give the server's address, as nats://host:4222".into());
     }
     let mut addrs = Vec::with_capacity(parts.len());
+    let schemes = parts.iter().filter(|p| p.contains("://")).count();
+    if schemes != 0 && schemes != parts.len() {
+        // Most likely a password holding an unencoded comma, split into two URLs.
+        return Err(format!(
+            "{}: some URLs have a scheme and some not; give each its scheme \
+             (a comma in a password is written %2C)",
+            redact_url(urls)
+        ));
+    }
     let mut userinfo: Option<&str> = None;
     for p in parts {
         if p.is_empty() {
             return Err("an empty URL in the list".to_string());
         }
-        let (info, bare) = split_userinfo(p);
+        let (scheme, info, host) = split_userinfo(p);
         if let Some(info) = info {
             if userinfo.is_some_and(|seen| seen != info) {
                 return Err(format!(
@@ -479,9 +516,11 @@ pub(super) fn server_addrs(urls: &str) -> Result<Servers, String> {
             }
             userinfo = Some(info);
         }
-        let addr = bare
+        // Errors show the whole list redacted: a part alone may be a piece of a password
+        // holding an unencoded comma.
+        let addr = format!("{scheme}{host}")
             .parse::<async_nats::ServerAddr>()
-            .map_err(|e| format!("{}: {e}", redact_url(p)))?;
+            .map_err(|e| format!("{}: {e}", redact_url(urls)))?;
         addrs.push(addr);
     }
     let decode = |text: &str| {
@@ -503,26 +542,44 @@ pub(super) fn server_addrs(urls: &str) -> Result<Servers, String> {
     Ok(Servers { addrs, auth })
 }
 
-/// A URL's user information (before the last `@` of its authority) and the URL without it.
-fn split_userinfo(url: &str) -> (Option<&str>, String) {
+/// A URL's scheme (with `://`, or empty), user information and the rest. The user information
+/// ends at the URL's last `@`: a NATS URL has no path, so an `@` after a `/`, `?` or `#` (which
+/// a password should have percent-encoded) still ends it. Empty user information is none.
+fn split_userinfo(url: &str) -> (&str, Option<&str>, &str) {
     let (scheme, rest) = match url.find("://") {
         Some(i) => url.split_at(i + 3),
         None => ("", url),
     };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => (Some(&rest[..at]), format!("{scheme}{}", &rest[at + 1..])),
-        None => (None, url.to_string()),
+    match rest.rfind('@') {
+        Some(at) => (
+            scheme,
+            Some(&rest[..at]).filter(|i| !i.is_empty()),
+            &rest[at + 1..],
+        ),
+        None => (scheme, None, rest),
     }
 }
 
 /// `urls` with any user information (`user:password@`, `token@`) replaced by `***`, for
-/// errors and logs.
+/// errors and logs. A comma-separated piece without a scheme is taken with the piece before
+/// it (it may be the rest of a password holding an unencoded comma): hiding a server's
+/// address too is the price of never showing part of a secret.
 pub(super) fn redact_url(urls: &str) -> String {
-    urls.split(',')
-        .map(|part| match split_userinfo(part) {
-            (Some(info), _) => part.replacen(info, "***", 1),
-            (None, _) => part.to_string(),
+    let mut groups: Vec<String> = Vec::new();
+    for part in urls.split(',') {
+        match groups.last_mut() {
+            Some(group) if !part.contains("://") => {
+                group.push(',');
+                group.push_str(part);
+            }
+            _ => groups.push(part.to_string()),
+        }
+    }
+    groups
+        .iter()
+        .map(|g| match split_userinfo(g) {
+            (scheme, _, host) if g.contains('@') => format!("{scheme}***@{host}"),
+            _ => g.clone(),
         })
         .collect::<Vec<_>>()
         .join(",")
@@ -539,7 +596,27 @@ mod tests {
             "nats://***@a:4222, tls://***@b:4222,nats://c:4222"
         );
         assert_eq!(redact_url("a:4222"), "a:4222");
-        assert_eq!(redact_url("nats://a:4222/x@y"), "nats://a:4222/x@y");
+        assert_eq!(redact_url("nats://a:4222, b:4222"), "nats://a:4222, b:4222");
+        // The secret may look like a scheme, hold unencoded `/ ? # , @`, or be empty.
+        for (url, shown) in [
+            ("nats://nats@h:4222", "nats://***@h:4222"),
+            ("tls://t@h", "tls://***@h"),
+            ("nats://@h", "nats://***@h"),
+            ("nats://Q9/Z7@h", "nats://***@h"),
+            ("nats://u:Q9?Z7#X5@h:1", "nats://***@h:1"),
+            ("nats://u:Q9@Z7@h", "nats://***@h"),
+            ("nats://u:Q9,Z7@h", "nats://***@h"),
+            ("nats://u:Q9,Z7,X5@h,nats://b:2", "nats://***@h,nats://b:2"),
+            ("u:Q9@h:4222", "***@h:4222"),
+            ("nats://u:Q9@[::1]:4222", "nats://***@[::1]:4222"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            if let Err(e) = server_addrs(url).map(drop) {
+                for secret in ["nats@", "t@", "Q9", "Z7", "X5"] {
+                    assert!(!e.contains(secret), "{url}: {e}");
+                }
+            }
+        }
         let servers = server_addrs("nats://a:1, tls://b:2").unwrap();
         assert_eq!(servers.addrs.len(), 2);
         assert!(servers.auth.is_none());
@@ -564,6 +641,12 @@ mod tests {
         }
         let s = server_addrs("tls://t0k@a:1, tls://t0k@b:2").unwrap();
         assert!(matches!(&s.auth, Some(Auth::Token(t)) if &**t == "t0k"));
+        let s = server_addrs("nats://tok/en@a:1").unwrap();
+        assert!(matches!(&s.auth, Some(Auth::Token(t)) if &**t == "tok/en"));
+        assert!(!format!("{:?}", s.addrs).contains("tok"));
+        assert!(server_addrs("nats://@a:1").unwrap().auth.is_none());
+        let e = server_addrs("nats://u:1234,ss@a:1").err().unwrap();
+        assert!(e.contains("%2C") && !e.contains("1234"), "{e}");
         let e = server_addrs("nats://u:pw-1@a:1,nats://u:pw-2@b:2")
             .err()
             .unwrap();

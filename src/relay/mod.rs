@@ -109,7 +109,15 @@
 //! **Limits.** async-nats drops its
 //! connection on a message header that is not UTF-8, at each delivery of that message: an
 //! [`Inbound`] relay then reports it (a pinned [`RelayError::Server`] naming the consumer) and
-//! cannot pass it; it stays in the stream for an operator to remove.
+//! cannot pass it; it stays in the stream for an operator to remove. A certificate refused at
+//! a reconnect (after the relay's first connection: say the server's certificate was replaced
+//! by one the relay does not trust) reaches leaseq from async-nats as an I/O error only, so
+//! the last error stays [`RelayError::Unreachable`] ("connection lost; reconnecting") while
+//! the client tries again; at a first connection it is [`RelayError::Tls`]. async-nats 0.51
+//! also loads the platform's root certificates at every TLS connection, even when a CA is
+//! given, and refuses to connect if any of them fails to load (a broken link among them):
+//! every connection is then refused as [`RelayError::Tls`] ("could not load platform certs").
+//! Both are async-nats's behaviour, kept until it changes.
 //!
 //! # TLS and credentials
 //!
@@ -520,6 +528,17 @@ impl Backoff {
     fn reset(&mut self) {
         self.next = BACKOFF_MIN;
     }
+
+    /// The client's own wait before its reconnect attempt `attempts` (counted from 1 since
+    /// the last connection): none for the first, then 100 ms doubling to `cap`, as a
+    /// [`Backoff`]'s steps (async-nats's default doubles from 2 ms to 4 s whatever the cap).
+    fn reconnect_delay(attempts: usize, cap: Duration) -> Duration {
+        if attempts <= 1 {
+            return Duration::ZERO;
+        }
+        let doublings = u32::try_from(attempts - 2).unwrap_or(u32::MAX).min(16);
+        BACKOFF_MIN.saturating_mul(1 << doublings).min(cap)
+    }
 }
 
 /// The options both relays share.
@@ -598,17 +617,23 @@ impl RelayConfig {
             })?;
         let base = self
             .connection
-            .options(&servers)
-            .map_err(RelayError::InvalidOption)?;
+            .options(&servers, false)
+            // `start` checked the rest: what fails now is a certificate file gone bad.
+            .map_err(|reason| RelayError::Tls {
+                url: self.url.clone(),
+                reason,
+            })?;
+        let cap = self.max_backoff;
         let connect = base
             .name(&self.name)
             .connection_timeout(self.connect_timeout)
+            .reconnect_delay_callback(move |attempts| Backoff::reconnect_delay(attempts, cap))
             .event_callback(move |event| {
                 let (events, url) = (Arc::clone(&events), url.clone());
                 async move {
-                    if let Some(reason) = connection::refused_reconnect(&event) {
-                        // A reconnect refused: the credentials changed on the server.
-                        events.fail(RelayError::Auth { url, reason });
+                    if let Some(refused) = connection::refused_reconnect(&event, &url) {
+                        // A reconnect refused: the credentials changed on the server, or TLS.
+                        events.fail(refused);
                     } else if matches!(event, async_nats::Event::Disconnected) {
                         events.disconnects.fetch_add(1, Ordering::AcqRel);
                         // Seen at once, not at the end of a batch's publish timeout.
@@ -813,6 +838,16 @@ pub fn message_key(id: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_clients_reconnects_wait_as_the_relays_backoff() {
+        let cap = Duration::from_millis(700);
+        let waits: Vec<u128> = (0..8)
+            .map(|a| Backoff::reconnect_delay(a, cap).as_millis())
+            .collect();
+        assert_eq!(waits, [0, 0, 100, 200, 400, 700, 700, 700]);
+        assert_eq!(Backoff::reconnect_delay(usize::MAX, cap), cap);
+    }
 
     #[test]
     fn subjects_match_by_nats_rules() {
