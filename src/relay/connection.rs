@@ -37,11 +37,13 @@ pub const CONNECTION_FILE_BYTES_MAX: u64 = 1 << 20;
 /// **TLS** is used when a URL says `tls://`, when [`Connection::tls_required`] is set, or when
 /// the server requires it. The server's certificate must chain to one of the roots given
 /// ([`Connection::root_certificates_file`], [`Connection::root_certificates_pem`]), or to the
-/// platform's roots when none is given, and name the host the URL names (an IP address in a
-/// URL must be among the certificate's IP addresses). A refused certificate (unknown CA,
-/// expired, another name) is [`RelayError::Tls`]; wrong or missing credentials are
-/// [`RelayError::Auth`]. Both are kept as the relay's last error while it tries again with
-/// its backoff (up to [`OutboundBuilder::max_backoff`](super::OutboundBuilder::max_backoff)); the jobs stay in the file.
+/// platform's roots when none is given (loaded once per process, as Go's system pool), and
+/// name the host the URL names (an IP address in a URL must be among the certificate's IP
+/// addresses). A refused certificate (unknown CA, expired, another name) is
+/// [`RelayError::Tls`]; wrong or missing credentials are [`RelayError::Auth`]. Both are kept
+/// as the relay's last error while it tries again with its backoff (up to
+/// [`OutboundBuilder::max_backoff`](super::OutboundBuilder::max_backoff), reconnects
+/// included); the jobs stay in the file.
 ///
 /// **Credentials** are one of user and password, token, NKey seed or `.creds`; the last one
 /// set wins. With none set here, a URL's user information is used as the official clients
@@ -281,13 +283,13 @@ impl Connection {
     fn tls_config(&self, wanted: bool) -> Result<rustls::ClientConfig, String> {
         let mut roots = rustls::RootCertStore::empty();
         if self.roots.is_empty() {
-            let native = rustls_native_certs::load_native_certs();
-            let (added, _) = roots.add_parsable_certificates(native.certs);
-            if added == 0 && wanted {
+            let (platform, errors) = platform_roots();
+            roots = platform.clone();
+            if roots.is_empty() && wanted {
                 // No server can be trusted then: each is refused as `Tls` (UnknownIssuer).
                 tracing::warn!(
                     target: "leaseq::relay",
-                    errors = native.errors.len(),
+                    errors,
                     "the platform's root certificates could not be loaded: \
                      give the CA with root_certificates_file"
                 );
@@ -319,6 +321,19 @@ impl Connection {
             }
         }
     }
+}
+
+/// The platform's root certificates and how many failed to load, loaded once per process
+/// (as Go's `x509.SystemCertPool`, which nats.go uses): every relay's every connection
+/// attempt needs them, and parsing the system's bundle costs milliseconds.
+fn platform_roots() -> &'static (rustls::RootCertStore, usize) {
+    static ROOTS: std::sync::OnceLock<(rustls::RootCertStore, usize)> = std::sync::OnceLock::new();
+    ROOTS.get_or_init(|| {
+        let native = rustls_native_certs::load_native_certs();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add_parsable_certificates(native.certs);
+        (roots, native.errors.len())
+    })
 }
 
 /// The user JWT and NKey of a `.creds` document (as `nsc` writes it: the JWT, then the seed,

@@ -452,3 +452,27 @@ pub fn thread_cpu_ticks(prefix: &str) -> u64 {
     }
     total
 }
+
+/// The inbound apps' effects, in the queue's file: message key -> times applied.
+pub const APPLIED: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("applied_effects");
+
+/// The inbound apps' effect: counts one application of `key` in the ack's transaction.
+pub fn apply(tx: &leaseq::Tx<'_>, key: &str) -> Result<(), leaseq::BoxError> {
+    use redb::ReadableTable;
+    let mut t = tx.open_table(APPLIED)?;
+    let n = t.get(key)?.map_or(0, |v| v.value());
+    t.insert(key, n + 1)?;
+    Ok(())
+}
+
+/// The inbound relay the kill and cluster tests' apps run: stream `IN`, durable consumer
+/// `edge`, batches of 100, a 2 s ack wait, backoff up to 200 ms.
+pub fn app_inbound(inbox: &leaseq::Queue, url: &str) -> leaseq::relay::Inbound {
+    leaseq::relay::Inbound::builder(inbox, url, "IN", "edge")
+        .batch(100)
+        .fetch_wait(Duration::from_millis(200))
+        .ack_wait(Duration::from_secs(2))
+        .max_backoff(Duration::from_millis(200))
+        .start()
+        .unwrap()
+}

@@ -5,11 +5,11 @@
 //! is killed while jobs are in flight. Every job is in the replicated stream exactly once;
 //! every message is applied once locally.
 
-use crate::nats::{Js, NatsServer};
+use crate::nats::{APPLIED, Js, NatsServer, app_inbound, apply};
 use crate::shared;
-use leaseq::relay::{Inbound, Outbound, RelayStats};
+use leaseq::relay::{Outbound, RelayStats};
 use leaseq::{EnqueueOptions, Queue};
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{ReadableDatabase, ReadableTableMetadata};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,9 +20,6 @@ const JOBS: u64 = 10_000;
 /// Jobs (outbound) or messages (inbound) made per 100 ms by the app or the fleet: the relay
 /// is busy for about 10 s, through both kills.
 const BATCH: u64 = 100;
-
-/// The inbound app's effects, in the queue's file: payload -> times applied.
-const APPLIED: TableDefinition<&[u8], u64> = TableDefinition::new("applied_effects");
 
 /// Waits up to 90 s for `f`; panics naming `what` (with the relay's stats) otherwise.
 fn wait_for(what: &str, stats: impl Fn() -> RelayStats, f: impl Fn() -> bool) {
@@ -185,13 +182,7 @@ fn a_relay_in_from_a_cluster_losing_members_applies_every_message_once() {
     let dir = tempfile::tempdir().unwrap();
     let q = Queue::open(dir.path().join("edge.leaseq")).unwrap();
     let inbox = q.named("inbox").unwrap();
-    let relay = Inbound::builder(&inbox, &servers[1].url(), "IN", "edge")
-        .batch(100)
-        .fetch_wait(Duration::from_millis(200))
-        .ack_wait(Duration::from_secs(2))
-        .max_backoff(Duration::from_millis(200))
-        .start()
-        .unwrap();
+    let relay = app_inbound(&inbox, &servers[1].url());
     relay.wait_ready(Duration::from_secs(20)).unwrap();
     // The app's worker applies each job: its effect (a count per message, in the file)
     // commits with the ack. `done` counts the effects committed, for the test's pacing.
@@ -204,15 +195,8 @@ fn a_relay_in_from_a_cluster_losing_members_applies_every_message_once() {
                 let Some(lease) = inbox.dequeue_timeout(Duration::from_millis(100)).unwrap() else {
                     continue;
                 };
-                let payload = lease.payload().to_vec();
-                let outcome = lease
-                    .ack_with(|tx| {
-                        let mut t = tx.open_table(APPLIED)?;
-                        let n = t.get(payload.as_slice())?.map_or(0, |v| v.value());
-                        t.insert(payload.as_slice(), n + 1)?;
-                        Ok(())
-                    })
-                    .unwrap();
+                let payload = String::from_utf8(lease.payload().to_vec()).unwrap();
+                let outcome = lease.ack_with(|tx| apply(tx, &payload)).unwrap();
                 // A message enqueued twice would meet its own idempotency key here.
                 assert_eq!(outcome, leaseq::Applied::Now);
                 done.fetch_add(1, Ordering::AcqRel);
@@ -243,7 +227,7 @@ fn a_relay_in_from_a_cluster_losing_members_applies_every_message_once() {
     assert_eq!(table.len().unwrap(), JOBS, "{stats:?}");
     for i in 0..JOBS {
         let n = table
-            .get(format!("msg-{i}").as_bytes())
+            .get(format!("msg-{i}").as_str())
             .unwrap()
             .map(|v| v.value());
         assert_eq!(n, Some(1), "msg-{i}");

@@ -7,8 +7,8 @@
 //! `LEASEQ_RELAY_KILL_ROUNDS=N` runs more rounds of kills.
 
 use crate::common::{ChildProc, child_scenario, say};
-use crate::nats::{Js, NatsServer};
-use leaseq::relay::{Inbound, Outbound};
+use crate::nats::{APPLIED, Js, NatsServer, app_inbound, apply};
+use leaseq::relay::Outbound;
 use leaseq::{EnqueueOptions, Queue};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use std::collections::{HashMap, HashSet};
@@ -19,9 +19,6 @@ const JOBS: u64 = 10_000;
 /// The app's own bookkeeping, in the queue's file: how many jobs it has enqueued (written in
 /// the same transaction as the jobs: an outbox).
 const PRODUCED: TableDefinition<&str, u64> = TableDefinition::new("produced");
-
-/// The inbound app's effects: message key -> times applied.
-const APPLIED: TableDefinition<&str, u64> = TableDefinition::new("applied_effects");
 
 fn rounds() -> u64 {
     std::env::var("LEASEQ_RELAY_KILL_ROUNDS")
@@ -118,25 +115,12 @@ fn run_outbound_app(file: &Queue, url: &str) -> ! {
 /// DRAINED once every message is applied and the inbox is empty.
 fn run_inbound_app(file: &Queue, url: &str) -> ! {
     let inbox = file.named("inbox").unwrap();
-    let _relay = Inbound::builder(&inbox, url, "IN", "edge")
-        .batch(100)
-        .fetch_wait(Duration::from_millis(200))
-        .ack_wait(Duration::from_secs(2))
-        .max_backoff(Duration::from_millis(200))
-        .start()
-        .unwrap();
+    let _relay = app_inbound(&inbox, url);
     report_busy(&inbox, false);
     loop {
         if let Some(lease) = inbox.dequeue_timeout(Duration::from_millis(200)).unwrap() {
             let key = String::from_utf8(lease.idempotency_key().unwrap().to_vec()).unwrap();
-            lease
-                .ack_with(|tx| {
-                    let mut t = tx.open_table(APPLIED)?;
-                    let n = t.get(key.as_str())?.map_or(0, |v| v.value());
-                    t.insert(key.as_str(), n + 1)?;
-                    Ok(())
-                })
-                .unwrap();
+            lease.ack_with(|tx| apply(tx, &key)).unwrap();
         } else if inbox.stats().unwrap().total == 0 && applied(file).len() as u64 == JOBS {
             say("DRAINED");
         }

@@ -519,10 +519,7 @@ fn jwt_expiring(
 ) -> String {
     use base64::Engine;
     let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
+    let now = unix_now();
     let mut claims = serde_json::json!({
         "jti": format!("{:032X}", fastrand::u128(..)),
         "iat": now - 60,
@@ -557,11 +554,7 @@ fn a_creds_file_of_the_fleets_account_authenticates_and_a_strangers_or_expired_o
     // Refused, typed, the seed in no error: a user the account never signed (a stranger's
     // key), a user whose JWT expired, and a file that is not a .creds document.
     let stranger = nkeys::KeyPair::new_account();
-    let past = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-        - 30;
+    let past = unix_now() - 30;
     for (what, (text, seed)) in [
         ("a stranger's user", operator.creds(&stranger, None)),
         (
@@ -622,23 +615,12 @@ fn credentials_withdrawn_while_connected_are_an_auth_error_and_the_jobs_wait() {
     js.create_stream("EVENTS", &["events.>"], None);
     drop(js);
     let (_dir, q) = queue_with_jobs(10);
-    let relay = Outbound::builder(&q, &server.url(), "EVENTS", "events.edge")
-        .connection(Connection::new().user_password("edge", "pa55-word"))
-        .max_backoff(Duration::from_millis(400))
-        .start()
-        .unwrap();
-    relay.wait_ready(READY).unwrap();
-    let wait = |what: &str, f: &dyn Fn() -> bool| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while !f() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{what}: {:?}",
-                relay.stats()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
+    let relay = running(
+        &q,
+        &server.url(),
+        Connection::new().user_password("edge", "pa55-word"),
+    );
+    let wait = |what: &str, f: &dyn Fn() -> bool| wait_relay(&relay, what, f);
     wait("the first jobs out", &|| q.stats().unwrap().total == 0);
 
     // The fleet rotates the device's password; the server restarts with the new one. The
@@ -684,31 +666,13 @@ fn a_renewed_creds_file_is_read_at_the_reconnect_its_expiry_forces() {
     );
     js.create_stream("EVENTS", &["events.>"], None);
     let (_qdir, q) = queue_with_jobs(10);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
+    let now = unix_now();
     // The device's file holds a JWT that expires in 4 s; the relay starts with it.
     let dir = tempfile::tempdir().unwrap();
     let (short, _) = operator.creds(&operator.account, Some(now + 4));
     let file = write(dir.path(), "edge-7.creds", &short);
-    let relay = Outbound::builder(&q, &server.url(), "EVENTS", "events.edge")
-        .connection(Connection::new().credentials_file(&file))
-        .max_backoff(Duration::from_millis(400))
-        .start()
-        .unwrap();
-    relay.wait_ready(READY).unwrap();
-    let wait = |what: &str, f: &dyn Fn() -> bool| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while !f() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{what}: {:?}",
-                relay.stats()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
+    let relay = running(&q, &server.url(), Connection::new().credentials_file(&file));
+    let wait = |what: &str, f: &dyn Fn() -> bool| wait_relay(&relay, what, f);
     wait("the first jobs out", &|| q.stats().unwrap().total == 0);
     // The fleet renews the file before the JWT expires (as a credentials agent does).
     let (renewed, _) = operator.creds(&operator.account, None);
@@ -727,4 +691,36 @@ fn a_renewed_creds_file_is_read_at_the_reconnect_its_expiry_forces() {
     let stats = relay.shutdown();
     assert_eq!(stats.moved, 20, "{stats:?}");
     assert_eq!(js.count("EVENTS"), 20);
+}
+
+/// An outbound relay of `q` to `url` with `connection`, ready (max backoff 400 ms).
+fn running(q: &Queue, url: &str, connection: Connection) -> Outbound {
+    let relay = Outbound::builder(q, url, "EVENTS", "events.edge")
+        .connection(connection)
+        .max_backoff(Duration::from_millis(400))
+        .start()
+        .unwrap();
+    relay.wait_ready(READY).unwrap();
+    relay
+}
+
+/// Waits up to 30 s for `f`, else panics naming `what` with the relay's stats.
+fn wait_relay(relay: &Outbound, what: &str, f: &dyn Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {:?}",
+            relay.stats()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Seconds since the Unix epoch, as JWTs count time.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
 }
