@@ -507,6 +507,15 @@ pub(super) fn server_addrs(urls: &str) -> Result<Servers, String> {
         return Err("empty: give the server's address, as nats://host:4222".into());
     }
     let mut addrs = Vec::with_capacity(parts.len());
+    if let Some(p) = parts
+        .iter()
+        .find(|p| !p.contains("://") && p.contains("//"))
+    {
+        return Err(format!(
+            "{}: a scheme is written nats:// or tls:// (as in nats://host:4222)",
+            redact_url(p)
+        ));
+    }
     let schemes = parts.iter().filter(|p| p.contains("://")).count();
     if schemes != 0 && schemes != parts.len() {
         // Most likely a password holding an unencoded comma, split into two URLs.
@@ -660,6 +669,8 @@ mod tests {
         assert!(matches!(&s.auth, Some(Auth::Token(t)) if &**t == "tok/en"));
         assert!(!format!("{:?}", s.addrs).contains("tok"));
         assert!(server_addrs("nats://@a:1").unwrap().auth.is_none());
+        let e = server_addrs("tls//u:Q9@a:1").err().unwrap();
+        assert!(e.contains("nats:// or tls://") && !e.contains("Q9"), "{e}");
         let e = server_addrs("nats://u:1234,ss@a:1").err().unwrap();
         assert!(e.contains("%2C") && !e.contains("1234"), "{e}");
         let e = server_addrs("nats://u:pw-1@a:1,nats://u:pw-2@b:2")

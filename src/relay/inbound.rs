@@ -97,8 +97,9 @@ impl InboundBuilder {
     /// pull, explicit acks, from the stream's first message) if it does not exist.
     ///
     /// # Errors
-    /// `BadUrl` for a URL that does not parse; `InvalidOption` for an option out of range or
-    /// a bad stream or consumer name.
+    /// `BadUrl` for a URL that does not parse; `InvalidOption` for an option out of range, a
+    /// bad stream or consumer name, a [`Connection`](super::Connection) whose file cannot be
+    /// read or does not parse, credentials given twice.
     pub fn start(self) -> Result<Inbound, RelayError> {
         self.common.validate_for(&self.queue)?;
         if let Some(f) = &self.filter_subject
@@ -206,8 +207,10 @@ impl Inbound {
     /// Waits until the relay is connected and has its consumer, at most `timeout`.
     ///
     /// # Errors
-    /// The relay's last error if it is not ready in time: `Unreachable`, `MissingStream`,
-    /// `Server` (the consumer could not be made), `Queue`.
+    /// The relay's last error if it is not ready in time: `Unreachable`, `Tls` (a refused
+    /// certificate), `Auth` (refused credentials, or a `.creds` file gone bad), `MissingStream`
+    /// (the relay does not create streams), `Server` (the consumer could not be made),
+    /// `Queue`.
     pub fn wait_ready(&self, timeout: Duration) -> Result<(), RelayError> {
         self.handle.wait_ready(timeout)
     }
@@ -272,6 +275,8 @@ impl Worker {
             let Some(c) = &client else {
                 match rt.block_on(self.common.connect(&self.shared)) {
                     Ok(c) => client = Some(c),
+                    // A shutdown during the attempt keeps the error met before it.
+                    Err(_) if self.shared.stopping() => {}
                     Err(e) => {
                         self.shared.fail(e);
                         self.shared.sleep(backoff.step());

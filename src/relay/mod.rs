@@ -17,6 +17,11 @@
 //! While the server is unreachable the jobs wait in the file and the app keeps enqueueing;
 //! they go out in queue order (priority, then age) when it returns.
 //!
+//! A relay does not create streams (their replicas, limits and duplicate window are the
+//! fleet's choice): make the stream first, with the `nats` tool or a client; until it exists
+//! the relay reports [`RelayError::MissingStream`] and checks again. An [`Inbound`] relay makes
+//! its durable consumer itself.
+//!
 //! ```no_run
 //! use leaseq::relay::{Inbound, Outbound};
 //! use leaseq::{EnqueueOptions, Queue};
@@ -87,7 +92,8 @@
 //!
 //! | failure | the job |
 //! |---|---|
-//! | the connection lost or never made; no `PubAck` for a whole batch while the connection stays open (a stopped server, a link dropping packets) | kept leased, in its place, renewed, and published again first when the server answers: no attempt counted, the queue's order kept ([`RelayError::Unreachable`]) |
+//! | the connection never made (no server answers; TLS or credentials refused) | not taken: it stays ready in the file, no attempt counted ([`RelayError::Unreachable`], [`RelayError::Tls`], [`RelayError::Auth`]) |
+//! | the connection lost; no `PubAck` for a whole batch while the connection stays open (a stopped server, a link dropping packets) | kept leased, in its place, renewed, and published again first when the server answers: no attempt counted, the queue's order kept ([`RelayError::Unreachable`]) |
 //! | no stream takes the subject any more | the same, while the relay checks the stream again ([`RelayError::MissingStream`]) |
 //! | an error the server returned (the stream's `max_msg_size`, a full stream with `discard: new`); no `PubAck` in time for some jobs of a batch while others got theirs | nacked: an attempt counted, retried after its backoff, dead after its last attempt with the server's reason ([`RelayError::Server`]) |
 //! | larger than the server's `max_payload` (payload and headers: about 100 bytes of headers) | dead at once, with the server's limit ([`RelayError::TooLarge`]): requeue it when the limit is raised |

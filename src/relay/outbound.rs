@@ -78,8 +78,10 @@ impl OutboundBuilder {
     ///
     /// # Errors
     /// `BadUrl` for a URL that does not parse; `InvalidOption` for an option out of range, a
-    /// subject with wildcards or empty tokens, a bad stream name; `Queue` if the file id
-    /// cannot be had (a closed file without one, a storage error).
+    /// subject with wildcards or empty tokens, a bad stream name, a
+    /// [`Connection`](super::Connection) whose file cannot be read or does not parse,
+    /// credentials given twice; `Queue` if the file id cannot be had (a closed file without
+    /// one, a storage error).
     pub fn start(self) -> Result<Outbound, RelayError> {
         self.common.validate_for(&self.queue)?;
         if !valid_subject(&self.subject) {
@@ -172,9 +174,10 @@ impl Outbound {
     /// `timeout`.
     ///
     /// # Errors
-    /// The relay's last error if it is not ready in time: `Unreachable`, `MissingStream`,
-    /// `SubjectNotCovered`, `InvalidOption` (the stream's duplicate window is too short for
-    /// the lease), `Queue`.
+    /// The relay's last error if it is not ready in time: `Unreachable`, `Tls` (a refused
+    /// certificate), `Auth` (refused credentials, or a `.creds` file gone bad), `MissingStream`
+    /// (the relay does not create streams), `SubjectNotCovered`, `InvalidOption` (the
+    /// stream's duplicate window is too short for the lease), `Queue`.
     pub fn wait_ready(&self, timeout: Duration) -> Result<(), RelayError> {
         self.handle.wait_ready(timeout)
     }
@@ -237,6 +240,8 @@ impl Worker {
                             .build(client.clone());
                         conn = Some((client, js));
                     }
+                    // A shutdown during the attempt keeps the error met before it.
+                    Err(_) if self.shared.stopping() => {}
                     Err(e) => {
                         self.shared.fail(e);
                         self.shared.sleep(backoff.step());

@@ -136,6 +136,13 @@ fn refused(q: &Queue, url: &str, connection: Connection) -> RelayError {
     let err = relay.wait_ready(Duration::from_secs(3)).unwrap_err();
     let stats = relay.shutdown();
     assert!(!stats.ready, "{stats:?}");
+    // A shutdown during a connection attempt keeps the refusal, not "stopped".
+    let last = stats.last_error.as_ref().expect("the last error");
+    assert_eq!(
+        std::mem::discriminant(last),
+        std::mem::discriminant(&err),
+        "{last:?} after {err:?}"
+    );
     assert_eq!(stats.moved, 0, "{stats:?}");
     let s = q.stats().unwrap();
     assert_eq!((s.ready, s.leased, s.dead), (s.total, 0, 0), "{s:?}");
