@@ -77,7 +77,8 @@ impl NatsServer {
     /// cluster's JetStream needs a moment more to elect its leader (see
     /// [`Js::create_replicated_stream`]). A member killed and restarted rejoins.
     pub fn start_cluster(n: usize) -> Vec<NatsServer> {
-        let routes: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let routes: Vec<u16> = (0..n).map(|_| route_port()).collect();
+        // A name of its own: two clusters of one name whose route lists met would merge.
         let all = routes
             .iter()
             .map(|p| format!("nats-route://127.0.0.1:{p}"))
@@ -86,9 +87,9 @@ impl NatsServer {
         (0..n)
             .map(|i| {
                 let mut s = NatsServer::start_with(&format!(
-                    "server_name: n{i}\ncluster {{\n  name: leaseq-test\n  \
+                    "server_name: n{i}\ncluster {{\n  name: leaseq-test-{}\n  \
                      listen: 127.0.0.1:{}\n  routes: [{all}]\n}}",
-                    routes[i]
+                    routes[0], routes[i]
                 ));
                 s.name = Some(format!("n{i}"));
                 s
@@ -179,6 +180,28 @@ impl Drop for NatsServer {
     }
 }
 
+/// A port for a cluster's routes, free now: from a counter of this process (no two clusters
+/// of the tests running beside each other get one port, as two `free_port` calls can once the
+/// first port is released) below Linux's ephemeral range (32768 and up), which no outgoing
+/// connection takes.
+fn route_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let _ = NEXT.compare_exchange(
+        0,
+        20_000 + (std::process::id() % 4_000) as u16 * 2,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+    loop {
+        let port = NEXT.fetch_add(1, Ordering::AcqRel);
+        assert!(port < 32_000, "no route port left");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
@@ -231,7 +254,7 @@ impl Js {
     }
 
     /// A file-stored stream over `subjects` kept by `replicas` members of a cluster, tried
-    /// again for up to 30 s while the cluster's JetStream has no leader yet.
+    /// again for up to 60 s while the cluster's JetStream has no leader yet.
     pub fn create_replicated_stream(&self, name: &str, subjects: &[&str], replicas: usize) {
         let config = jetstream::stream::Config {
             name: name.to_string(),
@@ -242,7 +265,7 @@ impl Js {
         // Asked every second, not at the client's 5 s timeout.
         let mut js = self.js.clone();
         js.set_timeout(Duration::from_secs(1));
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             match self.block_on(js.create_stream(config.clone())) {
                 Ok(_) => return,

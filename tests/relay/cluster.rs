@@ -196,10 +196,13 @@ fn a_relay_in_from_a_cluster_losing_members_applies_every_message_once() {
                     continue;
                 };
                 let payload = String::from_utf8(lease.payload().to_vec()).unwrap();
-                let outcome = lease.ack_with(|tx| apply(tx, &payload)).unwrap();
-                // A message enqueued twice would meet its own idempotency key here.
-                assert_eq!(outcome, leaseq::Applied::Now);
-                done.fetch_add(1, Ordering::AcqRel);
+                // A message delivered again after its job ended (its JetStream ack lost with a
+                // leader) is a new job that meets its applied marker: AlreadyApplied, the
+                // effect not run again (the module docs' table). The file's counts below
+                // check that each effect ran once.
+                if lease.ack_with(|tx| apply(tx, &payload)).unwrap() == leaseq::Applied::Now {
+                    done.fetch_add(1, Ordering::AcqRel);
+                }
             }
         })
     };
