@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::clock::duration_ms;
 use crate::error::{Error, Result};
-use crate::job::JobId;
+use crate::job::state::JobId;
 
 /// How long a job waits before its next attempt after an attempt that ended without an ack:
 /// a [`Lease::nack`](crate::Lease::nack) (without an explicit backoff), a lease that expired,
