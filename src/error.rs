@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::job::{JobId, JobState};
+use crate::job::state::{JobId, JobState};
 
 /// A boxed error from caller code (the closure given to [`Lease::ack_with`](crate::Lease::ack_with)).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -272,6 +272,15 @@ impl Error {
             field,
             reason: reason.into(),
         }
+    }
+
+    /// `InvalidOption` for a batch or page `field` out of 1 to
+    /// [`BATCH_MAX`](crate::limits::BATCH_MAX) items.
+    pub(crate) fn batch_too_large(field: &'static str) -> Error {
+        Error::invalid_option(
+            field,
+            format!("a batch holds 1 to {} items", crate::limits::BATCH_MAX),
+        )
     }
 }
 

@@ -74,7 +74,7 @@ impl Drop for OpenFile {
         if !self.committer.pending_metrics().is_empty()
             && self.committer.check_not_poisoned().is_ok()
         {
-            let _ = crate::queue::flush_file(self);
+            let _ = crate::queue::lifecycle::flush_file(self);
         }
     }
 }

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use crate::commit::refuse;
 use crate::error::{BoxError, Error, Result};
 use crate::job::{Applied, JobId, JobState};
-use crate::queue::{AckThen, Queue};
+use crate::queue::Queue;
 use crate::store;
 
 /// A job handed to a consumer, leased until [`deadline_ms`](Lease::deadline_ms), under a
@@ -886,4 +886,13 @@ impl Heartbeat {
         let q = self.current_queue()?;
         q.is_delivery_cancelled(JobId(self.id), self.token)
     }
+}
+
+/// What an `ack_with` does after its acks, in the same commit ([`Queue::ack_with_keys`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AckThen {
+    /// Nothing: [`Lease::ack_with`](crate::Lease::ack_with), [`Queue::ack_with_batch`], [`Queue::ack_with_all`].
+    Stop,
+    /// Leases the next job: [`Lease::ack_with_and_next`](crate::Lease::ack_with_and_next).
+    LeaseNext,
 }

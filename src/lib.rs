@@ -163,7 +163,8 @@ pub use limits::{
 };
 pub use metrics::MinuteCounts;
 pub use open::Builder;
-pub use queue::{FileShutdown, Queue};
+pub use queue::Queue;
+pub use queue::lifecycle::FileShutdown;
 pub use reader::Reader;
 pub use retry::RetryPolicy;
 pub use schedule::{Missed, Overlap, Schedule, ScheduleInfo, Timing};

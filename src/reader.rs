@@ -7,9 +7,10 @@ use std::sync::Arc;
 use redb::ReadableDatabase;
 
 use crate::error::{Error, Result, catch_engine_panic};
-use crate::file::GuardedDb;
+use crate::file::{GuardedDb, OpenFile};
 use crate::format::schema::{DEFAULT_TABLES, QueueTables};
 use crate::job::{JobCursor, JobId, JobInfo, JobPage, JobState, Quarantined, Stats, Violation};
+use crate::metrics::MinuteCounts;
 use crate::scratch::Retire;
 use crate::store;
 
@@ -60,7 +61,7 @@ use crate::store;
 pub struct Reader {
     inner: Arc<ReadFile>,
     tables: &'static QueueTables,
-    name: Option<String>,
+    name: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Reader {
@@ -81,6 +82,9 @@ struct ReadFile {
 
 /// Where a reader reads.
 pub(crate) enum Source {
+    /// The writer's own database, through [`Queue::reader`](crate::queue::Queue::reader):
+    /// every call reads the latest commit of this process.
+    Writer(Arc<OpenFile>),
     /// The file, read-only, in redb's shared mode.
     Live(GuardedRo),
     /// A scratch copy (reads from the file, writes in memory), repaired and upgraded.
@@ -90,6 +94,7 @@ pub(crate) enum Source {
 impl Source {
     pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction> {
         Ok(match self {
+            Source::Writer(file) => file.db.get().begin_read()?,
             Source::Live(ro) => ro.get().begin_read()?,
             Source::Snapshot { db, .. } => db.get().begin_read()?,
         })
@@ -135,6 +140,23 @@ impl Reader {
         }
     }
 
+    /// A reader of queue `tables` (named `name`) over the writer's own open `file`.
+    pub(crate) fn of_writer(
+        file: Arc<OpenFile>,
+        tables: &'static QueueTables,
+        name: Option<Arc<str>>,
+    ) -> Reader {
+        let path = file.path.clone().unwrap_or_default();
+        Reader {
+            inner: Arc::new(ReadFile {
+                source: Source::Writer(file),
+                path,
+            }),
+            tables,
+            name,
+        }
+    }
+
     /// Opens the queue file at `path` for reading only, with the default settings
     /// ([`Builder::open_reader`](crate::Builder::open_reader) takes a cache size and the
     /// integrity check), and returns its default queue ([`Reader::existing`] reaches the
@@ -156,7 +178,7 @@ impl Reader {
     /// Whether this reader follows the file (live: every call reads the latest commit) or
     /// reads a snapshot repaired or upgraded in memory at open (see [`Reader`]).
     pub fn is_live(&self) -> bool {
-        matches!(self.inner.source, Source::Live(_))
+        matches!(self.inner.source, Source::Live(_) | Source::Writer(_))
     }
 
     /// The path the reader was opened from.
@@ -176,11 +198,11 @@ impl Reader {
     /// `Corrupted` for a damaged registry; `Storage`.
     pub fn existing(&self, name: &str) -> Result<Reader> {
         QueueTables::check_name(name)?;
-        match catch_engine_panic(|| store::find_queue(&self.rtx()?, name))? {
+        match self.read(|rtx, _| store::find_queue(rtx, name))? {
             Some(queue_number) => Ok(Reader {
                 inner: self.inner.clone(),
                 tables: QueueTables::named(queue_number),
-                name: Some(name.to_string()),
+                name: Some(Arc::from(name)),
             }),
             None => Err(Error::QueueNotFound {
                 name: name.to_string(),
@@ -204,7 +226,7 @@ impl Reader {
     /// # Errors
     /// `Storage`, or `Corrupted` for a damaged registry.
     pub fn queue_names(&self) -> Result<Vec<String>> {
-        let named = catch_engine_panic(|| store::named_queues(&self.rtx()?))?;
+        let named = self.read(|rtx, _| store::named_queues(rtx))?;
         Ok(named.into_iter().map(|(name, _)| name).collect())
     }
 
@@ -213,7 +235,7 @@ impl Reader {
     /// # Errors
     /// `Storage`.
     pub fn stats(&self) -> Result<Stats> {
-        catch_engine_panic(|| store::stats(&self.rtx()?, self.tables))
+        self.read(store::stats)
     }
 
     /// A job, or `None` if no job has this id, as [`Queue::job`](crate::Queue::job).
@@ -221,7 +243,7 @@ impl Reader {
     /// # Errors
     /// `Corrupted` if its record does not decode; `Storage`.
     pub fn job(&self, id: JobId) -> Result<Option<JobInfo>> {
-        catch_engine_panic(|| store::job(&self.rtx()?, self.tables, id.0))
+        self.read(|rtx, tables| store::job(rtx, tables, id.0))
     }
 
     /// A page of the jobs in `state`, as [`Queue::jobs`](crate::Queue::jobs) (same order,
@@ -231,17 +253,16 @@ impl Reader {
     /// `InvalidOption` for `limit` of 0 or above [`BATCH_MAX`](crate::BATCH_MAX), or a cursor
     /// of another state; `Storage`.
     pub fn jobs(&self, state: JobState, after: Option<JobCursor>, limit: usize) -> Result<JobPage> {
-        crate::queue::check_page(state, after, limit)?;
-        let (jobs, last) = catch_engine_panic(|| {
-            store::list(
-                &self.rtx()?,
-                self.tables,
-                state,
-                after.map(|c| c.key),
-                limit,
-            )
-        })?;
-        Ok(crate::queue::page(state, jobs, last))
+        if limit == 0 || limit > crate::limits::BATCH_MAX {
+            return Err(Error::batch_too_large("limit"));
+        }
+        if after.is_some_and(|c| c.state != state) {
+            return Err(Error::invalid_option("after", "a cursor of another state"));
+        }
+        let (jobs, last) =
+            self.read(|rtx, tables| store::list(rtx, tables, state, after.map(|c| c.key), limit))?;
+        let next = last.map(|key| JobCursor { state, key });
+        Ok(JobPage { jobs, next })
     }
 
     /// Up to `limit` dead jobs, the most recently dead first, as
@@ -251,9 +272,9 @@ impl Reader {
     /// `InvalidOption` for `limit` of 0 or above [`BATCH_MAX`](crate::BATCH_MAX); `Storage`.
     pub fn latest_dead(&self, limit: usize) -> Result<Vec<JobInfo>> {
         if limit == 0 || limit > crate::limits::BATCH_MAX {
-            return Err(crate::queue::batch_too_large("limit"));
+            return Err(Error::batch_too_large("limit"));
         }
-        catch_engine_panic(|| store::latest_dead(&self.rtx()?, self.tables, limit))
+        self.read(|rtx, tables| store::latest_dead(rtx, tables, limit))
     }
 
     /// The payload of job `id` as enqueued, or `None`, as
@@ -262,7 +283,7 @@ impl Reader {
     /// # Errors
     /// `Corrupted` if its row is damaged or quarantined; `Storage`.
     pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        catch_engine_panic(|| store::payload(&self.rtx()?, self.tables, id.0))
+        self.read(|rtx, tables| store::payload(rtx, tables, id.0))
     }
 
     /// This queue's schedules, as [`Queue::schedules`](crate::Queue::schedules).
@@ -270,7 +291,7 @@ impl Reader {
     /// # Errors
     /// `Storage`.
     pub fn schedules(&self) -> Result<Vec<crate::schedule::ScheduleInfo>> {
-        catch_engine_panic(|| store::schedules_of(&self.rtx()?, self.tables.queue_number))
+        self.read(|rtx, tables| store::schedules_of(rtx, tables.queue_number))
     }
 
     /// Schedule `name` of this queue, if it exists, as
@@ -279,7 +300,7 @@ impl Reader {
     /// # Errors
     /// `Corrupted` if its row fails its checks; `Storage`.
     pub fn schedule(&self, name: &str) -> Result<Option<crate::schedule::ScheduleInfo>> {
-        catch_engine_panic(|| store::schedule_of(&self.rtx()?, self.tables.queue_number, name))
+        self.read(|rtx, tables| store::schedule_of(rtx, tables.queue_number, name))
     }
 
     /// This queue's rate limit, if it has one, as
@@ -288,7 +309,7 @@ impl Reader {
     /// # Errors
     /// `Corrupted` for a damaged row; `Storage`.
     pub fn rate_limit(&self) -> Result<Option<crate::flow::RateLimit>> {
-        catch_engine_panic(|| store::rate_limit_of(&self.rtx()?, self.tables.queue_number))
+        self.read(|rtx, tables| store::rate_limit_of(rtx, tables.queue_number))
     }
 
     /// What this queue keeps of its completed jobs, as
@@ -297,7 +318,7 @@ impl Reader {
     /// # Errors
     /// `Storage`.
     pub fn history(&self) -> Result<crate::job::History> {
-        catch_engine_panic(|| store::history_of(&self.rtx()?, self.tables.queue_number))
+        self.read(|rtx, tables| store::history_of(rtx, tables.queue_number))
     }
 
     /// Whether an effect with this idempotency key was applied, as
@@ -306,9 +327,7 @@ impl Reader {
     /// # Errors
     /// `Storage`.
     pub fn is_applied(&self, idempotency_key: impl AsRef<[u8]>) -> Result<bool> {
-        catch_engine_panic(|| {
-            store::is_applied(&self.rtx()?, self.tables, idempotency_key.as_ref())
-        })
+        self.read(|rtx, tables| store::is_applied(rtx, tables, idempotency_key.as_ref()))
     }
 
     /// Quarantined job rows, as [`Queue::quarantined`](crate::Queue::quarantined).
@@ -317,21 +336,57 @@ impl Reader {
     /// `InvalidOption` for `max` of 0 or above [`BATCH_MAX`](crate::BATCH_MAX); `Storage`.
     pub fn quarantined(&self, after: Option<JobId>, max: usize) -> Result<Vec<Quarantined>> {
         if max == 0 || max > crate::limits::BATCH_MAX {
-            return Err(crate::queue::batch_too_large("max"));
+            return Err(Error::batch_too_large("max"));
         }
-        catch_engine_panic(|| {
-            store::quarantined(&self.rtx()?, self.tables, after.map(|id| id.0), max)
-        })
+        self.read(|rtx, tables| store::quarantined(rtx, tables, after.map(|id| id.0), max))
+    }
+
+    /// The stored bytes of quarantined job `id` (for a look at what went wrong), or `None`,
+    /// as [`Queue::quarantined_record`](crate::Queue::quarantined_record).
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn quarantined_record(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        self.read(|rtx, tables| store::quarantined_record(rtx, tables, id.0))
     }
 
     /// What this queue did per minute since `since_ms`, as
     /// [`Queue::metrics`](crate::Queue::metrics): beside a live writer, the minutes its commits
-    /// counted so far.
+    /// wrote so far; from [`Queue::reader`](crate::Queue::reader), also this process's counts
+    /// not written yet.
     ///
     /// # Errors
     /// `Storage`.
-    pub fn metrics(&self, since_ms: u64) -> Result<Vec<crate::metrics::MinuteCounts>> {
-        catch_engine_panic(|| store::metrics_of(&self.rtx()?, self.tables.queue_number, since_ms))
+    pub fn metrics(&self, since_ms: u64) -> Result<Vec<MinuteCounts>> {
+        let queue_number = self.tables.queue_number;
+        let mut stored = self.read(|rtx, _| store::metrics_of(rtx, queue_number, since_ms))?;
+        let Source::Writer(file) = &self.inner.source else {
+            return Ok(stored);
+        };
+        // This process's counts not written yet (at most a second's).
+        let first_minute = since_ms / 60_000;
+        for (q, kind, minute, n) in file.committer.pending_metrics() {
+            if q != queue_number || minute < first_minute {
+                continue;
+            }
+            let at = stored.partition_point(|c| c.minute_ms / 60_000 < minute);
+            if stored
+                .get(at)
+                .is_none_or(|c| c.minute_ms / 60_000 != minute)
+            {
+                stored.insert(
+                    at,
+                    MinuteCounts {
+                        minute_ms: minute.saturating_mul(60_000),
+                        ..MinuteCounts::default()
+                    },
+                );
+            }
+            if let Some(slot) = stored[at].slot(usize::from(kind)) {
+                *slot = slot.saturating_add(n);
+            }
+        }
+        Ok(stored)
     }
 
     /// Every invariant of the file, over one snapshot, as [`Queue::check`](crate::Queue::check):
@@ -342,7 +397,7 @@ impl Reader {
     /// `Storage`, or `Corrupted` if redb cannot read the tables or the registry of named
     /// queues is damaged.
     pub fn check(&self) -> Result<Vec<Violation>> {
-        catch_engine_panic(|| store::check_file(&self.rtx()?))
+        self.read(|rtx, _| store::check_file(rtx))
     }
 
     /// The file's random id, or `None` if no call drew one yet (a reader never does), as
@@ -351,10 +406,19 @@ impl Reader {
     /// # Errors
     /// `Storage`.
     pub fn file_id(&self) -> Result<Option<u64>> {
-        catch_engine_panic(|| store::file_id(&self.rtx()?))
+        self.read(|rtx, _| store::file_id(rtx))
     }
 
     fn rtx(&self) -> Result<redb::ReadTransaction> {
         self.inner.source.begin_read()
+    }
+
+    /// Runs `read` over a new read transaction of this reader's file and its queue's tables,
+    /// under the engine's panic guard: the one way every read call reads.
+    fn read<T>(
+        &self,
+        read: impl FnOnce(&redb::ReadTransaction, &'static QueueTables) -> Result<T>,
+    ) -> Result<T> {
+        catch_engine_panic(|| read(&self.rtx()?, self.tables))
     }
 }

@@ -60,7 +60,8 @@ use std::time::{Duration, Instant};
 use crate::error::{BoxError, Result};
 use crate::job::{Applied, EnqueueOptions, Enqueued, JobState};
 use crate::lease::Lease;
-use crate::queue::{FileShutdown, Queue};
+use crate::queue::Queue;
+use crate::queue::lifecycle::FileShutdown;
 use crate::stop::StopSignal;
 use crate::tx::Tx;
 

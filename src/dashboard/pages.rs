@@ -5,8 +5,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::http::{App, Asked, status_of};
 use super::invalid;
-use super::view::View;
-use crate::{Error, JobCursor, JobId, JobInfo, JobState, MinuteCounts, Result, Stats, Timing};
+use super::view::queue_of;
+use crate::{
+    Error, JobCursor, JobId, JobInfo, JobState, MinuteCounts, Reader, Result, Stats, Timing,
+};
 
 /// Jobs per page of a list.
 pub(super) const PAGE_JOBS: usize = 50;
@@ -215,7 +217,7 @@ fn button(
 }
 
 /// The queues of the file: the default one, then the named ones by name.
-fn queues(view: &View) -> Result<Vec<Option<String>>> {
+fn queues(view: &Reader) -> Result<Vec<Option<String>>> {
     let mut all = vec![None];
     all.extend(view.queue_names()?.into_iter().map(Some));
     Ok(all)
@@ -236,7 +238,7 @@ fn per_state(stats: &Stats) -> [(JobState, u64); 6] {
 }
 
 /// The snapshot warning, for a file read from a repaired copy.
-fn snapshot_note(view: &View) -> &'static str {
+fn snapshot_note(view: &Reader) -> &'static str {
     if view.is_live() {
         ""
     } else {
@@ -253,7 +255,7 @@ pub(super) fn overview(app: &App, asked: &Asked) -> Result<Page> {
     let mut body = String::from(snapshot_note(&view));
     for q in queues(&view)? {
         let q = q.as_deref();
-        let v = view.queue(q)?;
+        let v = queue_of(&view, q)?;
         let stats = v.stats()?;
         let since = (now / 60_000).saturating_sub(CHART_MINUTES - 1) * 60_000;
         let minutes = v.metrics(since)?;
@@ -635,7 +637,7 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
 /// [`SEARCH_SCAN_MAX`] were read. Returns the matches, where to read on, and how many were
 /// read.
 fn search_jobs(
-    view: &View,
+    view: &Reader,
     state: JobState,
     mut after: Option<JobCursor>,
     text: &str,
@@ -920,7 +922,7 @@ pub(super) fn overview_json(app: &App) -> Result<String> {
     let since = (now / 60_000).saturating_sub(CHART_MINUTES - 1) * 60_000;
     let mut out = Vec::new();
     for q in queues(&view)? {
-        let v = view.queue(q.as_deref())?;
+        let v = queue_of(&view, q.as_deref())?;
         let s = v.stats()?;
         let minutes: Vec<_> = v
             .metrics(since)?

@@ -1,15 +1,25 @@
-//! What a page reads and what an action changes: the app's own [`Queue`], or a file read with
-//! a [`Reader`] opened per request and written with a [`Queue`] opened per action.
+//! What a page reads and what an action changes: every page reads a [`Reader`] (the app's
+//! own queue's, [`Queue::reader`], or one opened on a file per request); an action writes
+//! with the app's [`Queue`], or one opened on the file for that action.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::RwLock;
 
-use crate::{
-    Error, JobCursor, JobId, JobInfo, JobPage, JobState, MinuteCounts, Queue, Reader, Result,
-    ScheduleInfo, Stats,
-};
+use crate::{Error, Queue, Reader, Result};
+
+/// The reader of queue `name` (`None`: the default queue) on `reader`'s open: one page reads
+/// all its queues from one open of the file.
+///
+/// # Errors
+/// `QueueNotFound` for a name the file does not have.
+pub(crate) fn queue_of(reader: &Reader, name: Option<&str>) -> Result<Reader> {
+    match name {
+        Some(name) => reader.existing(name),
+        None => Ok(reader.default_queue()),
+    }
+}
 
 /// Where the dashboard reads and writes.
 pub(crate) enum Target {
@@ -30,12 +40,6 @@ pub(crate) enum Target {
 
 /// A request's turn on a file ([`Target::turn`]), held while it is answered.
 pub(crate) struct Turn<'a>(#[allow(dead_code)] parking_lot::MutexGuard<'a, ()>);
-
-/// One request's handle on the queue it names.
-pub(crate) enum View {
-    Queue(Queue),
-    Reader(Reader),
-}
 
 impl Target {
     /// The turn of a request on a file: one at a time, pages and actions alike (nothing for
@@ -93,17 +97,17 @@ impl Target {
     /// # Errors
     /// `QueueNotFound` for a name the file does not have; a file target's open errors
     /// ([`Reader::open`]).
-    pub(crate) fn view(&self, name: Option<&str>) -> Result<View> {
-        let view = match self {
-            Target::App(lock) => View::Queue(Target::app_queue(lock)?),
+    pub(crate) fn view(&self, name: Option<&str>) -> Result<Reader> {
+        let reader = match self {
+            Target::App(lock) => Target::app_queue(lock)?.reader(),
             Target::File { path, verified, .. } => {
                 let verify = !verified.load(Ordering::Relaxed);
                 let reader = Queue::builder().check_integrity(verify).open_reader(path)?;
                 verified.store(true, Ordering::Relaxed);
-                View::Reader(reader)
+                reader
             }
         };
-        view.queue(name)
+        queue_of(&reader, name)
     }
 
     /// Runs `action` on a handle that may write: the app's queue, or the file opened for
@@ -137,91 +141,6 @@ impl Target {
         match name {
             None => action(&queue.default_queue()),
             Some(name) => action(&queue.existing(name)?),
-        }
-    }
-}
-
-impl View {
-    /// The handle of another queue of the same file (`None`: the default queue), on the
-    /// same open: one page reads all its queues from one open of the file.
-    ///
-    /// # Errors
-    /// `QueueNotFound` for a name the file does not have.
-    pub(crate) fn queue(&self, name: Option<&str>) -> Result<View> {
-        Ok(match (self, name) {
-            (View::Queue(q), Some(name)) => View::Queue(q.existing(name)?),
-            (View::Reader(r), Some(name)) => View::Reader(r.existing(name)?),
-            (View::Queue(q), None) => View::Queue(q.default_queue()),
-            (View::Reader(r), None) => View::Reader(r.default_queue()),
-        })
-    }
-
-    /// Whether the reads follow the file's commits (false: a copy of a file left by a crash).
-    pub(crate) fn is_live(&self) -> bool {
-        match self {
-            View::Queue(_) => true,
-            View::Reader(r) => r.is_live(),
-        }
-    }
-
-    pub(crate) fn queue_names(&self) -> Result<Vec<String>> {
-        match self {
-            View::Queue(q) => q.queue_names(),
-            View::Reader(r) => r.queue_names(),
-        }
-    }
-
-    pub(crate) fn stats(&self) -> Result<Stats> {
-        match self {
-            View::Queue(q) => q.stats(),
-            View::Reader(r) => r.stats(),
-        }
-    }
-
-    pub(crate) fn job(&self, id: JobId) -> Result<Option<JobInfo>> {
-        match self {
-            View::Queue(q) => q.job(id),
-            View::Reader(r) => r.job(id),
-        }
-    }
-
-    pub(crate) fn jobs(
-        &self,
-        state: JobState,
-        after: Option<JobCursor>,
-        limit: usize,
-    ) -> Result<JobPage> {
-        match self {
-            View::Queue(q) => q.jobs(state, after, limit),
-            View::Reader(r) => r.jobs(state, after, limit),
-        }
-    }
-
-    pub(crate) fn latest_dead(&self, limit: usize) -> Result<Vec<JobInfo>> {
-        match self {
-            View::Queue(q) => q.latest_dead(limit),
-            View::Reader(r) => r.latest_dead(limit),
-        }
-    }
-
-    pub(crate) fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        match self {
-            View::Queue(q) => q.payload(id),
-            View::Reader(r) => r.payload(id),
-        }
-    }
-
-    pub(crate) fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
-        match self {
-            View::Queue(q) => q.schedules(),
-            View::Reader(r) => r.schedules(),
-        }
-    }
-
-    pub(crate) fn metrics(&self, since_ms: u64) -> Result<Vec<MinuteCounts>> {
-        match self {
-            View::Queue(q) => q.metrics(since_ms),
-            View::Reader(r) => r.metrics(since_ms),
         }
     }
 }

@@ -3,8 +3,6 @@
 //! with the queue ([`Queue::set_rate_limit`](crate::Queue::set_rate_limit)). `handle.rs` holds
 //! the `Queue` calls; the engine's side is `store/flow.rs`.
 
-pub(crate) mod handle;
-
 /// At most `max` deliveries in any window of `per_ms`, counted over every consumer of the
 /// queue (every handle, thread, pool and async task of the process), as BullMQ's limiter
 /// (`{ max, duration }`): a fixed window that starts at the first delivery after the last

@@ -4,8 +4,6 @@
 //! [`Queue::metrics`](crate::Queue::metrics) or [`Reader::metrics`](crate::Reader::metrics):
 //! what `leaseq watch` shows as rates.
 
-pub(crate) mod handle;
-
 /// What one queue did in one minute (Unix time, UTC): counts of the changes committed in it,
 /// as the change [`Event`](crate::Event)s of the same names count them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

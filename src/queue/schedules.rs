@@ -1,10 +1,9 @@
 //! The `Queue` calls of periodic jobs.
 
 use crate::commit::refuse;
-use redb::ReadableDatabase;
 
-use crate::error::{Result, catch_engine_panic};
-use crate::queue::Queue;
+use super::Queue;
+use crate::error::Result;
 use crate::schedule::{Schedule, ScheduleInfo};
 use crate::store;
 
@@ -139,12 +138,7 @@ impl Queue {
     /// # Errors
     /// `Storage`.
     pub fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
-        catch_engine_panic(|| {
-            store::schedules_of(
-                &self.inner.db.get().begin_read()?,
-                self.config.tables.queue_number,
-            )
-        })
+        self.reader().schedules()
     }
 
     /// Schedule `name` of this queue, if it exists. A read.
@@ -152,12 +146,6 @@ impl Queue {
     /// # Errors
     /// `Corrupted` if its row fails its checks; `Storage`.
     pub fn schedule(&self, name: &str) -> Result<Option<ScheduleInfo>> {
-        catch_engine_panic(|| {
-            store::schedule_of(
-                &self.inner.db.get().begin_read()?,
-                self.config.tables.queue_number,
-                name,
-            )
-        })
+        self.reader().schedule(name)
     }
 }

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use crate::job::{EnqueueOptions, JobId};
 
-pub(crate) mod handle;
 pub(crate) mod timing;
 
 /// When a schedule is due, as [`ScheduleInfo`] reports it.

@@ -1,0 +1,231 @@
+//! Settings of a queue stored in the file (pause, history) and its change events.
+
+use super::Queue;
+use crate::error::{Error, Result};
+use crate::flow::RateLimit;
+use crate::store;
+
+impl Queue {
+    /// Pauses this queue, as BullMQ's `queue.pause()`, Oban's `pause_queue` and River's
+    /// `QueuePause`: for an app gone offline, whose sync jobs would only fail (and use up their
+    /// attempts) until it is back. The pause is stored in the file (a reopen finds the queue
+    /// paused) until [`Queue::resume`]. A paused queue delivers nothing: [`Queue::dequeue`]
+    /// and [`Queue::dequeue_batch`] return nothing at once; [`Queue::dequeue_timeout`] and
+    /// [`Queue::dequeue_until`] wait for a resume (or their timeout or stop);
+    /// [`Lease::ack_and_next`](crate::Lease::ack_and_next) and [`Lease::ack_with_and_next`](crate::Lease::ack_with_and_next) ack and take nothing; a
+    /// [`WorkerPool`](crate::worker::WorkerPool) idles, and a relay takes nothing new (jobs it
+    /// already leased still go out).
+    ///
+    /// Everything else goes on: enqueues, every call on a lease already held (a lease can
+    /// still run out: the first dequeue after the resume takes it back, as usual), the reads,
+    /// maintenance. Only this queue is paused; the file's other queues keep running. A call
+    /// racing the pause from another thread may still deliver; none does once `pause`
+    /// returned. Returns whether the queue was running (pausing a paused queue changes
+    /// nothing). One commit, even after [`Queue::close`].
+    ///
+    /// # Errors
+    /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` or `Storage`.
+    pub fn pause(&self) -> Result<bool> {
+        let (queue_number, now_ms) = (self.config.tables.queue_number, self.now_ms());
+        let _in_commit_order = self.inner.pausing.lock();
+        let paused = self.run(&mut |ctx| store::pause(ctx, queue_number, now_ms).map(Ok))?;
+        self.inner.paused.write().insert(queue_number);
+        if paused {
+            tracing::info!(queue = queue_number, "leaseq: queue paused");
+        }
+        Ok(paused)
+    }
+
+    /// Resumes a paused queue ([`Queue::pause`]): its blocked consumers wake at once and
+    /// deliveries go on where they stopped (jobs due meanwhile are served in their order).
+    /// Returns whether the queue was paused. One commit.
+    ///
+    /// # Errors
+    /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` or `Storage`.
+    pub fn resume(&self) -> Result<bool> {
+        let queue_number = self.config.tables.queue_number;
+        let _in_commit_order = self.inner.pausing.lock();
+        let resumed = self.run(&mut |ctx| store::resume(ctx, queue_number).map(Ok))?;
+        self.inner.paused.write().remove(&queue_number);
+        // After the flag: a consumer woken here finds the queue running.
+        self.inner.committer.work().notify(queue_number);
+        if resumed {
+            tracing::info!(queue = queue_number, "leaseq: queue resumed");
+        }
+        Ok(resumed)
+    }
+
+    /// Subscribes to this queue's change events ([`Event`](crate::Event)): what each commit
+    /// did (jobs enqueued, completed, retried, snoozed, dead, cancelled, requeued; the queue
+    /// paused, resumed, drained), published after the commit, for a UI's live counts and
+    /// lists without polling (as BullMQ's `QueueEvents`). Holds up to
+    /// [`EVENTS_CAPACITY_DEFAULT`](crate::EVENTS_CAPACITY_DEFAULT) unread events, then counts
+    /// the ones it drops ([`Events::missed`](crate::Events::missed)). Events before the call
+    /// are not replayed: subscribe, read [`Queue::stats`] once, then follow the events (a
+    /// call that started before `events` returned, on another thread, may be missing from
+    /// both: subscribe before the app's work starts, or read the stats again when in doubt).
+    /// An event is published before its call returns. Recording costs nothing while no one
+    /// subscribes.
+    ///
+    /// Not evented (read the stats after them): `remove`, `purge`, `prune` and the history's
+    /// retention, quarantine, `promote`, `reschedule`, `set_priority`, `update_payload`, and
+    /// a duplicate that replaced or debounced a waiting job.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// use leaseq::Event;
+    ///
+    /// let events = queue.events()?;
+    /// let id = queue.enqueue(b"x", Default::default())?.id();
+    /// queue.dequeue()?.expect("a job").ack()?;
+    /// assert_eq!(events.try_recv(), Some(Event::Enqueued { id }));
+    /// assert_eq!(events.try_recv(), Some(Event::Completed { id }));
+    /// assert_eq!(events.try_recv(), Some(Event::Drained));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `InvalidOption` when [`SUBSCRIBERS_MAX`](crate::SUBSCRIBERS_MAX) subscriptions of the
+    /// file are alive.
+    pub fn events(&self) -> Result<crate::events::Events> {
+        self.events_with_capacity(crate::limits::EVENTS_CAPACITY_DEFAULT)
+    }
+
+    /// [`Queue::events`] holding up to `capacity` unread events (1 to
+    /// [`EVENTS_CAPACITY_MAX`](crate::EVENTS_CAPACITY_MAX)).
+    ///
+    /// # Errors
+    /// `InvalidOption` for a capacity out of range, or as [`Queue::events`].
+    pub fn events_with_capacity(&self, capacity: usize) -> Result<crate::events::Events> {
+        if !(1..=crate::limits::EVENTS_CAPACITY_MAX).contains(&capacity) {
+            return Err(Error::invalid_option(
+                "capacity",
+                format!("1 to {} events", crate::limits::EVENTS_CAPACITY_MAX),
+            ));
+        }
+        self.inner
+            .committer
+            .hub()
+            .subscribe(self.config.tables.queue_number, capacity)
+            .ok_or_else(|| {
+                Error::invalid_option(
+                    "events",
+                    format!(
+                        "{} subscriptions of this file are alive",
+                        crate::limits::SUBSCRIBERS_MAX
+                    ),
+                )
+            })
+    }
+
+    /// Whether this queue is paused ([`Queue::pause`]). No I/O: the file's pause state is kept
+    /// in memory from the open on.
+    pub fn is_paused(&self) -> bool {
+        self.inner
+            .paused
+            .read()
+            .contains(&self.config.tables.queue_number)
+    }
+
+    /// Sets what this queue keeps of its completed jobs: its completed history (see
+    /// [`History`](crate::History)). Stored in the file, for this queue only (the file's other
+    /// queues keep their own), so every handle and every later open keeps the same history,
+    /// and the `leaseq` tool's writes never prune what the app keeps. Off by default: an ack
+    /// deletes its job. Turning it off (or lowering a bound) lets the next operations delete
+    /// what the new bound no longer keeps, a few per operation ([`Queue::prune`] does the rest
+    /// at once). Returns whether the setting changed. One commit.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// use leaseq::{History, JobState};
+    /// use std::time::Duration;
+    ///
+    /// queue.set_history(History::off().keep_jobs(1000).keep_for(Duration::from_secs(86_400)))?;
+    /// let id = queue.enqueue(b"resize photo 7", Default::default())?.id();
+    /// queue.dequeue()?.expect("a job").ack_with_result(b"640x480")?;
+    /// let job = queue.job(id)?.expect("kept");
+    /// assert_eq!(job.state, JobState::Completed);
+    /// assert_eq!(job.result.as_deref(), Some(&b"640x480"[..]));
+    /// assert_eq!(queue.stats()?.completed, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `InvalidOption` for a `keep_jobs` of 0 or above
+    /// [`HISTORY_JOBS_MAX`](crate::HISTORY_JOBS_MAX), or a `keep_for` of 0 or above
+    /// [`DELAY_MAX`](crate::DELAY_MAX) (nothing written); `Reentrant`; `CommitFailed` or
+    /// `Storage`.
+    pub fn set_history(&self, history: crate::job::History) -> Result<bool> {
+        store::validate_history(&history)?;
+        let queue_number = self.config.tables.queue_number;
+        self.run(&mut |ctx| store::set_history(ctx, queue_number, history).map(Ok))
+    }
+
+    /// What this queue keeps of its completed jobs ([`Queue::set_history`]).
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn history(&self) -> Result<crate::job::History> {
+        self.reader().history()
+    }
+
+    /// Sets this queue's rate limit (`None` removes it): at most `limit.max` deliveries per
+    /// window of `limit.per_ms`, over all of its consumers, as BullMQ's limiter. Returns
+    /// whether the setting changed. Stored in the file with the queue: every handle and
+    /// every later open keeps it, and the `leaseq` tool's `stats` shows it. One commit.
+    ///
+    /// - **What counts.** Each job a dequeue hands out (a batch dequeue takes at most what
+    ///   the window has left; an `ack_and_next` takes its next job only if the window
+    ///   allows). Retries and redeliveries count as deliveries, and so does a lease given
+    ///   back unseen (an async dequeue's dropped future, a pool's job taken as it stopped);
+    ///   acks, enqueues and the leases already held do not.
+    /// - **Waiting consumers sleep until the next window.** A
+    ///   [`dequeue_timeout`](Queue::dequeue_timeout), a
+    ///   [`WorkerPool`](crate::worker::WorkerPool)'s workers and the async face wait for the
+    ///   window's end (or new work, or a stop) with no polling; [`Queue::dequeue`] returns
+    ///   `None` at once.
+    /// - **The window is stored**, in the dequeue's own commit: a restart neither forgets the
+    ///   deliveries made in it nor grants a fresh burst. Setting a different limit starts a
+    ///   fresh window; setting the same one again keeps it.
+    /// - While the window is used up, nothing else a dequeue does happens either: due
+    ///   schedules fire, delayed jobs become ready and expired leases come back at the
+    ///   window's end.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// use leaseq::RateLimit;
+    /// use std::time::Duration;
+    ///
+    /// // An API that allows 10 calls a second.
+    /// queue.set_rate_limit(Some(RateLimit::new(10, Duration::from_secs(1))))?;
+    /// for i in 0..12u8 {
+    ///     queue.enqueue(&[i], Default::default())?;
+    /// }
+    /// assert_eq!(queue.dequeue_batch(100)?.len(), 10);
+    /// assert!(queue.dequeue()?.is_none(), "the window is used up");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `InvalidOption` (field `rate_limit`) for a `max` of 0 (pause the queue instead) or a
+    /// window of 0 ms or above `DELAY_MAX`, with nothing written; `Reentrant`,
+    /// `CommitFailed` or `Storage`.
+    pub fn set_rate_limit(&self, limit: Option<RateLimit>) -> Result<bool> {
+        if let Some(l) = &limit {
+            store::validate_rate_limit(l)?;
+        }
+        let queue_number = self.config.tables.queue_number;
+        self.run(&mut |ctx| store::set_rate_limit(ctx, queue_number, limit).map(Ok))
+    }
+
+    /// This queue's rate limit ([`Queue::set_rate_limit`]), if it has one. A read.
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn rate_limit(&self) -> Result<Option<RateLimit>> {
+        self.reader().rate_limit()
+    }
+}
