@@ -17,10 +17,17 @@
 //! branch lost, a `tokio::time::timeout` ran out, the task aborted) and no job is stranded:
 //! a lease it took but never handed out goes back right after the drop (a commit on a helper
 //! thread, a few ms: until it lands the job still shows as leased), ready in the place it had, its
-//! attempt not charged. Other calls cannot be taken back once started: a dropped
+//! attempt not charged; so does the next lease of a dropped [`AsyncLease::ack_and_next`]
+//! (its ack stands). Other calls cannot be taken back once started: a dropped
 //! `enqueue` or `ack` future still completes on its helper (the job is enqueued or acked, or
 //! not, as if the answer had been read), as a database driver's dropped query may still
 //! commit.
+//!
+//! **No blocking call a dot away.** [`AsyncQueue`] and [`AsyncLease`] do not deref to the
+//! blocking [`Queue`] and [`Lease`]: their calls are futures, or reads of memory (a lease's
+//! `payload`, `decode`, `attempt`, ...). The blocking handle is one explicit step away
+//! ([`AsyncQueue::blocking`], [`AsyncLease::blocking`]), for a call this face does not
+//! repeat, made where a thread may block.
 //!
 //! **Transactions stay synchronous.** The closures of [`AsyncQueue::write`] and
 //! [`AsyncLease::ack_with`] run on a helper inside the write transaction; they cannot await
@@ -53,12 +60,12 @@ mod offload;
 mod wait;
 
 use std::fmt;
-use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{BoxError, Result};
-use crate::job::{Applied, EnqueueOptions, Enqueued, JobState};
+use crate::format::payload::Encoding;
+use crate::job::{Applied, EnqueueOptions, Enqueued, JobId, JobState};
 use crate::lease::Lease;
 use crate::queue::Queue;
 use crate::queue::lifecycle::FileShutdown;
@@ -352,15 +359,49 @@ fn give_back_unseen(answer: Result<(Vec<Lease>, Option<u64>)>) {
     }
 }
 
-/// A [`Lease`] with async calls: each that commits runs on a helper thread. Everything a
-/// lease tells (`payload`, `decode`, `id`, `attempt`, `deadline_ms`, `set_result`,
-/// `heartbeat`, ...) is there through `Deref`. So are the blocking calls this type does not
-/// repeat (`ack_and_next`, `ack_with_and_next`, a `Heartbeat`'s `extend`): they block the
-/// caller's thread on a commit; in async code use the ones below. Dropping it is dropping the lease: the job
-/// stays leased until its deadline, then comes back (the attempt counted), as SQS's
-/// visibility timeout; end it with a call.
+/// What an `ack_and_next`'s commit leased when no one will read it: back, unseen.
+fn give_back_next(answer: Result<Option<Lease>>) {
+    give_back_unseen(answer.map(|next| (next.into_iter().collect(), None)));
+}
+
+/// A [`Lease`] for async code: the calls that commit or read the file are futures, run on a
+/// helper thread; what the lease holds in memory (`id`, `payload`, `decode`, `attempt`,
+/// `deadline_ms`, ...) is read at once; [`AsyncLease::set_result`] only stores in memory.
+/// Dropping it is dropping the lease: the job stays leased until its deadline, then comes
+/// back (the attempt counted), as SQS's visibility timeout; end it with a call.
 ///
-/// Cloning it is cheap and shares the one delivery (an async pool's handler gets a clone).
+/// **No `Deref` to [`Lease`]**: most of a `Lease`'s calls wait for a commit on the caller's
+/// thread, which on a runtime thread stalls every task it runs (on a current-thread
+/// runtime, the whole app). Deref coercion would put them all a dot away, compiling without
+/// a warning (`lease.ack_and_next()` was the blocking one until this type had its own,
+/// `lease.heartbeat().extend(..)`, `Lease::ack(&lease)`). So this type offers only what is
+/// safe there; the blocking lease is one explicit step away, [`AsyncLease::blocking`], for
+/// a call this type does not repeat ([`Lease::heartbeat`]'s handle, whose calls block),
+/// from a thread that may block (`tokio::task::spawn_blocking`, a thread of the app's own).
+///
+/// Cloning it is cheap and shares the one delivery (an async pool's handler gets a clone):
+/// a clone's [`extend`](AsyncLease::extend) is the async form of a heartbeat, and its
+/// [`nack`](AsyncLease::nack) or [`fail`](AsyncLease::fail) of a watchdog's
+/// [`Heartbeat`](crate::Heartbeat) calls.
+///
+/// ```
+/// use leaseq::Queue;
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let queue = Queue::open(dir.path().join("app.leaseq"))?.to_async();
+/// queue.enqueue_value(&String::from("resize photo 12"), Default::default()).await?;
+/// let lease = queue.dequeue().await?.expect("a job");
+/// let task: String = lease.decode()?; // reads memory: no await
+/// assert_eq!((task.as_str(), lease.attempt()), ("resize photo 12", 1));
+/// lease.extend(Duration::from_secs(60)).await?; // commits on a helper
+/// lease.set_result(b"done")?; // kept in memory for the ack
+/// lease.ack().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "a lease that is not acked is delivered again when it expires"]
 #[derive(Clone)]
 pub struct AsyncLease {
@@ -373,19 +414,87 @@ impl fmt::Debug for AsyncLease {
     }
 }
 
-impl Deref for AsyncLease {
-    type Target = Lease;
-
-    fn deref(&self) -> &Lease {
-        &self.lease
-    }
-}
-
 impl AsyncLease {
     fn new(lease: Lease) -> AsyncLease {
         AsyncLease {
             lease: Arc::new(lease),
         }
+    }
+
+    /// The blocking lease of the same delivery, for a call this type does not repeat.
+    /// **Its calls that commit or read the file block the calling thread** (a commit is an
+    /// fsync): make them where a thread may block, as `tokio::task::spawn_blocking` (move a
+    /// clone of this `AsyncLease` in), not on a runtime thread.
+    pub fn blocking(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// [`Lease::id`].
+    pub fn id(&self) -> JobId {
+        self.lease.id()
+    }
+
+    /// [`Lease::payload`].
+    pub fn payload(&self) -> &[u8] {
+        self.lease.payload()
+    }
+
+    /// [`Lease::decode`] (on the caller's thread: decoding reads memory only).
+    ///
+    /// # Errors
+    /// As [`Lease::decode`].
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        self.lease.decode()
+    }
+
+    /// [`Lease::encoding`].
+    pub fn encoding(&self) -> Encoding {
+        self.lease.encoding()
+    }
+
+    /// [`Lease::attempt`].
+    pub fn attempt(&self) -> u32 {
+        self.lease.attempt()
+    }
+
+    /// [`Lease::snoozes`].
+    pub fn snoozes(&self) -> u32 {
+        self.lease.snoozes()
+    }
+
+    /// [`Lease::token`].
+    pub fn token(&self) -> u64 {
+        self.lease.token()
+    }
+
+    /// [`Lease::max_attempts`].
+    pub fn max_attempts(&self) -> u32 {
+        self.lease.max_attempts()
+    }
+
+    /// [`Lease::idempotency_key`].
+    pub fn idempotency_key(&self) -> Option<&[u8]> {
+        self.lease.idempotency_key()
+    }
+
+    /// [`Lease::deadline_ms`]: as this delivery began or as [`AsyncLease::extend`] (of this
+    /// value or a clone) last set it.
+    pub fn deadline_ms(&self) -> u64 {
+        self.lease.deadline_ms()
+    }
+
+    /// [`Lease::lease_ms`].
+    pub fn lease_ms(&self) -> u64 {
+        self.lease.lease_ms()
+    }
+
+    /// [`Lease::set_result`]: kept in memory for the ack that ends this delivery (nothing is
+    /// written now, so it does not wait).
+    ///
+    /// # Errors
+    /// As [`Lease::set_result`].
+    pub fn set_result(&self, result: &[u8]) -> Result<()> {
+        self.lease.set_result(result)
     }
 
     async fn on_helper<T, F>(&self, f: F) -> Result<T>
@@ -427,6 +536,40 @@ impl AsyncLease {
         F: FnMut(&Tx<'_>) -> std::result::Result<(), BoxError> + Send + 'static,
     {
         self.on_helper(move |l| l.ack_with(&mut effect)).await
+    }
+
+    /// [`Lease::ack_and_next`]: acks this job and leases the next available one (`None` if
+    /// nothing is available now) in one commit, on a helper. Dropped before it answered, the
+    /// ack still completes (as [`AsyncLease::ack`]) and a lease it took goes back unseen, as
+    /// a dropped [`AsyncQueue::dequeue`]'s.
+    ///
+    /// # Errors
+    /// As [`Lease::ack_and_next`].
+    pub async fn ack_and_next(&self) -> Result<Option<AsyncLease>> {
+        let lease = Arc::clone(&self.lease);
+        let next = call_or_abandon(move || lease.ack_and_next(), give_back_next).await?;
+        Ok(next.map(AsyncLease::new))
+    }
+
+    /// [`Lease::ack_with_and_next`]: [`AsyncLease::ack_with`] and the next dequeue in one
+    /// commit, on a helper (`effect` as there: it may run more than once; it cannot await).
+    /// Dropped before it answered, as [`AsyncLease::ack_and_next`].
+    ///
+    /// # Errors
+    /// As [`Lease::ack_with_and_next`].
+    pub async fn ack_with_and_next<F>(&self, mut effect: F) -> Result<(Applied, Option<AsyncLease>)>
+    where
+        F: FnMut(&Tx<'_>) -> std::result::Result<(), BoxError> + Send + 'static,
+    {
+        let lease = Arc::clone(&self.lease);
+        let (applied, next) = call_or_abandon(
+            move || lease.ack_with_and_next(&mut effect),
+            |answer: Result<(Applied, Option<Lease>)>| {
+                give_back_next(answer.map(|(_, next)| next));
+            },
+        )
+        .await?;
+        Ok((applied, next.map(AsyncLease::new)))
     }
 
     /// [`Lease::nack`]: given back through the retry policy with `reason`.

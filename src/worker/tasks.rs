@@ -336,8 +336,11 @@ async fn run_job(
             abort: task.abort_handle(),
         },
     );
-    let (extend, every) =
-        super::heartbeat::timing(&lease, shared.heartbeat_every, shared.heartbeat_extend);
+    let (extend, every) = super::heartbeat::timing(
+        lease.blocking(),
+        shared.heartbeat_every,
+        shared.heartbeat_extend,
+    );
     let mut beating = true;
     let deadline = shared
         .job_timeout
@@ -400,7 +403,7 @@ async fn run_job(
     let ended = queue
         .run(move |_| {
             // The sync pool's ending, on a helper thread; no next job (this task dequeues).
-            drop(end_job(&shared.counters, false, &held, ran));
+            drop(end_job(&shared.counters, false, held.blocking(), ran));
             Ok(())
         })
         .await;

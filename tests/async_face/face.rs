@@ -1,7 +1,7 @@
 //! `AsyncQueue` and `AsyncLease`: each test checks the queue's state afterwards (stats, the
 //! jobs' attempts, `check()`), not only the answers.
 
-use crate::common::{Fixture, assert_consistent, plain};
+use crate::common::{Fixture, assert_consistent, keyed, ms, plain};
 use leaseq::{AsyncQueue, EnqueueOptions, Error, JobState, Queue, StopSignal};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -289,6 +289,140 @@ fn a_lease_taken_for_a_dropped_future_goes_back_in_its_place() {
     assert_eq!(first.attempt(), 1, "the dropped delivery was not charged");
     assert_eq!(q.blocking().job(ids[0]).unwrap().unwrap().snoozes, 0);
     first.ack().unwrap();
+    assert_consistent(q.blocking());
+}
+
+/// What an `AsyncLease` offers without `Deref` to `Lease`: the lease's data, read from
+/// memory on the caller's thread (so at once even while every commit of the file is held),
+/// equal to the blocking lease's; `set_result` kept for the ack; `extend` through a future,
+/// seen by every clone; and the blocking lease one explicit step away, for a thread that may
+/// block (its heartbeat here).
+#[test]
+fn an_async_lease_reads_memory_and_commits_through_futures() {
+    let f = Fixture::new();
+    let q = f.open().to_async();
+    q.blocking()
+        .set_history(leaseq::History::off().keep_jobs(10))
+        .unwrap();
+    let rt = runtime();
+    let id = rt
+        .block_on(q.enqueue_value(&"resize 12".to_string(), keyed("photo-12").max_attempts(4)))
+        .unwrap()
+        .id();
+    let lease = rt.block_on(q.dequeue()).unwrap().expect("the job");
+    let held = crate::support::hold_commits(q.blocking());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = {
+        let lease = lease.clone();
+        std::thread::spawn(move || {
+            let task: String = lease.decode().unwrap();
+            lease.set_result(b"resized").unwrap();
+            tx.send((
+                lease.id(),
+                task,
+                lease.payload().to_vec(),
+                lease.encoding(),
+                (lease.attempt(), lease.max_attempts(), lease.snoozes()),
+                lease.idempotency_key().map(<[u8]>::to_vec),
+                (lease.token(), lease.deadline_ms(), lease.lease_ms()),
+            ))
+            .unwrap();
+        })
+    };
+    let (got_id, task, payload, encoding, counts, key, timing) = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the reads did not wait for the held commit");
+    drop(held);
+    reader.join().unwrap();
+    let b = lease.blocking();
+    assert_eq!((got_id, task.as_str()), (id, "resize 12"));
+    assert_eq!((payload.as_slice(), encoding), (b.payload(), b.encoding()));
+    assert_eq!(counts, (1, 4, 0));
+    assert_eq!(key.as_deref(), Some(&b"photo-12"[..]));
+    assert_eq!(timing, (b.token(), b.deadline_ms(), b.lease_ms()));
+    assert_eq!(timing.1, f.clock_now() + timing.2);
+    rt.block_on(async {
+        // A clone is the same delivery: its extend moves this value's deadline too.
+        lease.clone().extend(Duration::from_secs(90)).await.unwrap();
+        assert_eq!(lease.deadline_ms(), f.clock_now() + 90_000);
+        // The escape hatch, where blocking is fine.
+        let beat = {
+            let lease = lease.clone();
+            tokio::task::spawn_blocking(move || lease.blocking().heartbeat().extend(ms(5_000)))
+        };
+        assert_eq!(beat.await.unwrap().unwrap(), f.clock_now() + 5_000);
+        lease.ack().await.unwrap();
+    });
+    let job = q.blocking().job(id).unwrap().expect("kept in the history");
+    assert_eq!(job.state, JobState::Completed);
+    assert_eq!(
+        job.result.as_deref(),
+        Some(&b"resized"[..]),
+        "set_result reached the ack"
+    );
+    assert_consistent(q.blocking());
+}
+
+/// The async `ack_and_next` and `ack_with_and_next`: the ack (and effect) and the next lease
+/// in one commit on a helper; `None` once nothing is ready.
+#[test]
+fn ack_and_next_hands_the_next_lease_on() {
+    let f = Fixture::new();
+    let q = f.open().to_async();
+    let ids = crate::common::enqueue_n(q.blocking(), 3, plain());
+    runtime().block_on(async {
+        let first = q.dequeue().await.unwrap().expect("a job");
+        let second = first.ack_and_next().await.unwrap().expect("the next job");
+        assert_eq!((first.id(), second.id()), (ids[0], ids[1]));
+        assert!(matches!(first.ack().await, Err(Error::LeaseLost { .. })));
+        let (applied, third) = second
+            .ack_with_and_next(|tx| {
+                crate::common::bump(tx.transaction(), 7)?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(applied, leaseq::Applied::Now);
+        let third = third.expect("the last job");
+        assert_eq!(third.id(), ids[2]);
+        assert!(third.ack_and_next().await.unwrap().is_none());
+    });
+    let s = q.blocking().stats().unwrap();
+    assert_eq!((s.ready, s.leased), (0, 0), "{s:?}");
+    assert_eq!(crate::common::effects(q.blocking()).get(&7), Some(&1));
+    assert_consistent(q.blocking());
+}
+
+/// An `ack_and_next` future dropped after its commit: the ack stands, the next lease it took
+/// goes back unseen, uncharged, as a dropped dequeue's.
+#[test]
+fn a_dropped_ack_and_next_gives_the_next_lease_back() {
+    use crate::support::{counting_waker, hold_commits, poll_once};
+    let f = Fixture::new();
+    let q = f.open().to_async();
+    let ids = crate::common::enqueue_n(q.blocking(), 2, plain());
+    let first = runtime().block_on(q.dequeue()).unwrap().expect("a job");
+    let (_c, waker) = counting_waker();
+    let mut fut = Box::pin(first.ack_and_next());
+    let held = hold_commits(q.blocking());
+    assert!(poll_once(fut.as_mut(), &waker).is_none());
+    drop(held);
+    // Committed: the first job acked, the second leased for the future.
+    assert!(crate::common::eventually(|| {
+        let s = q.blocking().stats().unwrap();
+        (s.ready, s.leased) == (0, 1)
+    }));
+    drop(fut);
+    assert!(crate::common::eventually(|| {
+        q.blocking().stats().unwrap().ready == 1
+    }));
+    assert!(
+        q.blocking().job(ids[0]).unwrap().is_none(),
+        "the ack stands"
+    );
+    let again = q.blocking().dequeue().unwrap().expect("back");
+    assert_eq!((again.id(), again.attempt()), (ids[1], 1), "uncharged");
+    again.ack().unwrap();
     assert_consistent(q.blocking());
 }
 
