@@ -59,7 +59,7 @@ impl Queue {
     /// # Errors
     /// `Closed` once the file is closed to deliveries; `Reentrant`; `Storage`.
     pub(crate) fn peek_work(&self) -> Result<(bool, Option<u64>)> {
-        self.check_delivering()?;
+        self.ensure_delivering()?;
         // Before the probe: from inside an `ack_with` closure, "nothing ready" must not
         // pass for an answer (and `dequeue_timeout` must not wait for a commit this very
         // thread is holding up).
@@ -451,7 +451,7 @@ impl Queue {
 
     /// `Err(Closed)` once the file was closed to new deliveries (a close, or a shutdown
     /// under way).
-    pub(crate) fn check_delivering(&self) -> Result<()> {
+    pub(crate) fn ensure_delivering(&self) -> Result<()> {
         if self.is_closed() {
             return Err(Error::Closed);
         }

@@ -176,7 +176,7 @@ impl Queue {
     }
 
     /// `Err(Closed)` once the file was closed to new work.
-    pub(crate) fn check_open(&self) -> Result<()> {
+    pub(crate) fn ensure_open(&self) -> Result<()> {
         if self.inner.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::Closed);
         }

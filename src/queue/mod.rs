@@ -100,7 +100,7 @@ impl Queue {
     /// with [`Queue::existing`] then).
     pub fn named(&self, name: &str) -> Result<Queue> {
         crate::format::schema::QueueTables::check_name(name)?;
-        self.check_open()?;
+        self.ensure_open()?;
         let found =
             catch_engine_panic(|| store::find_queue(&self.inner.db.get().begin_read()?, name))?;
         let queue_number = match found {

@@ -134,7 +134,7 @@ impl Queue {
         if let Some(id) = self.reader().file_id()? {
             return Ok(id);
         }
-        self.check_open()?;
+        self.ensure_open()?;
         self.run(&mut |ctx| store::make_file_id(ctx).map(Ok))
     }
 

@@ -64,7 +64,7 @@ impl Queue {
         &self,
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
     ) -> Result<Vec<Enqueued>> {
-        self.check_open()?;
+        self.ensure_open()?;
         let records = store::new_records(&self.config, self.now_ms(), jobs)?;
         self.run(&mut |ctx| store::enqueue(ctx, self.config.tables, &records).map(Ok))
     }
@@ -133,7 +133,7 @@ impl Queue {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn import_batch(&self, jobs: &[crate::job::ImportJob]) -> Result<Vec<Enqueued>> {
-        self.check_open()?;
+        self.ensure_open()?;
         if jobs.is_empty() || jobs.len() > crate::limits::BATCH_MAX {
             return Err(Error::batch_too_large("jobs"));
         }
@@ -210,7 +210,7 @@ impl Queue {
     where
         F: FnMut(&crate::tx::Tx<'_>) -> std::result::Result<T, crate::error::BoxError>,
     {
-        self.check_open()?;
+        self.ensure_open()?;
         let (now_ms, config) = (self.now_ms(), self.config);
         self.run(&mut |ctx| store::write(ctx, &config, now_ms, &mut f).map(Ok))
             .map_err(Error::surfaced_in_write)

@@ -108,7 +108,7 @@ impl Queue {
         schedule: &Schedule,
         mode: store::SetMode,
     ) -> Result<ScheduleInfo> {
-        self.check_open()?;
+        self.ensure_open()?;
         let now_ms = self.now_ms();
         let new = store::build_schedule(&self.config, now_ms, name, schedule)?;
         let queue_number = self.config.tables.queue_number;
@@ -126,7 +126,7 @@ impl Queue {
     /// # Errors
     /// `Closed`, `Reentrant`, `CommitFailed` or `Storage`.
     pub fn remove_schedule(&self, name: &str) -> Result<bool> {
-        self.check_open()?;
+        self.ensure_open()?;
         let queue_number = self.config.tables.queue_number;
         self.run(&mut |ctx| store::remove_schedule(ctx, queue_number, name).map(Ok))
     }

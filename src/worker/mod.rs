@@ -118,6 +118,12 @@
 //! summary. Measured throughput: `docs/performance.md` in the source repository.
 
 mod heartbeat;
+
+/// A worker's first wait after a failed dequeue (plain and async pools); doubled after each
+/// failure in a row.
+const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
+/// The longest wait between two dequeues that fail.
+const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
 mod run;
 #[cfg(feature = "tokio")]
 mod tasks;

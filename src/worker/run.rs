@@ -5,13 +5,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Effect, Handler, Outcome, PoolCounters, PoolState, WorkerSlot};
+use super::{
+    ERROR_BACKOFF_MAX, ERROR_BACKOFF_MIN, Effect, Handler, Outcome, PoolCounters, PoolState,
+    WorkerSlot,
+};
 use crate::{Applied, BoxError, Error, JobState, Lease, Result};
-
-/// The first wait after a failed dequeue; doubled after each failure in a row.
-const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
-/// The longest wait between two dequeues that fail.
-const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// What a worker holds of its own, and drops before it says it exited: a pool whose workers
 /// all exited holds no handle to the file (not even through its handler's captures).

@@ -37,7 +37,8 @@ struct Running {
     abort: tokio::task::AbortHandle,
 }
 
-struct Shared {
+/// What the worker tasks of one [`AsyncPool`] share with it.
+struct TaskState {
     stop: StopSignal,
     counters: PoolCounters,
     /// Handlers running now, by the token of their delivery. The worker that removes its
@@ -49,7 +50,7 @@ struct Shared {
     job_timeout: Option<(Duration, super::OnTimeout)>,
 }
 
-impl Shared {
+impl TaskState {
     fn in_flight(&self) -> u64 {
         self.running.lock().len() as u64
     }
@@ -64,7 +65,7 @@ impl Shared {
 /// Dropping it stops taking jobs (its stop signal) and leaves running handlers to finish on
 /// their own; [`AsyncPool::shutdown`] waits for them.
 pub struct AsyncPool {
-    shared: Arc<Shared>,
+    shared: Arc<TaskState>,
     workers: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -153,7 +154,7 @@ impl PoolBuilder {
                 "an async pool starts inside a tokio runtime: {e}"
             )))
         })?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(TaskState {
             stop: self.stop.clone().unwrap_or_default(),
             counters: PoolCounters::default(),
             running: Mutex::new(HashMap::new()),
@@ -258,18 +259,16 @@ async fn wait_until(
 }
 
 /// The first wait after a failed dequeue; doubled after each failure in a row, up to 2 s.
-const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
-const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// One worker task: take a job, run its handler task, end the job; until the stop or the
 /// file's close.
-async fn worker(shared: Arc<Shared>, queue: AsyncQueue, handler: Arc<AsyncHandler>) {
-    let mut backoff = ERROR_BACKOFF_MIN;
+async fn worker(shared: Arc<TaskState>, queue: AsyncQueue, handler: Arc<AsyncHandler>) {
+    let mut backoff = super::ERROR_BACKOFF_MIN;
     while !shared.stop.is_stopped() {
         PoolCounters::add(&shared.counters.polls);
         match queue.dequeue_until(shared.idle_timeout, &shared.stop).await {
             Ok(Some(lease)) => {
-                backoff = ERROR_BACKOFF_MIN;
+                backoff = super::ERROR_BACKOFF_MIN;
                 if shared.stop.is_stopped() {
                     // Taken as the stop came: never started, so uncharged.
                     match lease.snooze(Duration::ZERO).await {
@@ -286,7 +285,7 @@ async fn worker(shared: Arc<Shared>, queue: AsyncQueue, handler: Arc<AsyncHandle
                 PoolCounters::add(&shared.counters.errors);
                 tracing::warn!(error = %e, "leaseq async pool: dequeue failed");
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(ERROR_BACKOFF_MAX);
+                backoff = (backoff * 2).min(super::ERROR_BACKOFF_MAX);
             }
         }
     }
@@ -304,7 +303,7 @@ fn note(c: &PoolCounters, lease: &AsyncLease, e: &Error) {
 /// One job: the handler as a task of its own, heartbeats while it runs, then the ending
 /// commit on a helper thread.
 async fn run_job(
-    shared: &Arc<Shared>,
+    shared: &Arc<TaskState>,
     queue: &AsyncQueue,
     handler: &AsyncHandler,
     lease: AsyncLease,

@@ -164,7 +164,7 @@ pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) -> Result<()> {
 
 /// Reads a body written by [`write()`]; the payload is whatever follows the last field.
 pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
-    let mut r = Reader { rest: body };
+    let mut r = Bytes { rest: body };
     let tag = r.u8()?;
     let flags = u16::from_le_bytes(r.array()?);
     if flags & !KNOWN_FLAGS != 0 {
@@ -191,9 +191,9 @@ pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
     if on(PAYLOAD_SUM_FNV) && !on(PAYLOAD_APART) {
         return Err(bad("a payload checksum kind without a payload apart".into()));
     }
-    let lease_ms = r.opt(on(LEASE_MS), Reader::u64)?;
-    let idempotency_key = r.opt(on(IDEMPOTENCY_KEY), Reader::short)?;
-    let dedup_key = r.opt(on(DEDUP_KEY), Reader::short)?;
+    let lease_ms = r.opt(on(LEASE_MS), Bytes::u64)?;
+    let idempotency_key = r.opt(on(IDEMPOTENCY_KEY), Bytes::short)?;
+    let dedup_key = r.opt(on(DEDUP_KEY), Bytes::short)?;
     let retry = r.opt(on(RETRY), |r| {
         Ok(StoredRetry {
             kind: r.u8()?,
@@ -202,7 +202,7 @@ pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
             jitter_percent: r.u8()?,
         })
     })?;
-    let dedup_window_ms = r.opt(on(DEDUP_WINDOW), Reader::u64)?;
+    let dedup_window_ms = r.opt(on(DEDUP_WINDOW), Bytes::u64)?;
     let payload_apart = r.opt(on(PAYLOAD_APART), |r| {
         Ok(PayloadRef {
             len: r.u64()?,
@@ -214,8 +214,8 @@ pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
             },
         })
     })?;
-    let encoding = r.opt(on(ENCODING), Reader::u8)?;
-    let status = r.opt(on(STATUS), Reader::text)?;
+    let encoding = r.opt(on(ENCODING), Bytes::u8)?;
+    let status = r.opt(on(STATUS), Bytes::text)?;
     let progress = r.opt(on(PROGRESS), |r| {
         Ok(StoredProgress {
             at_ms: r.u64()?,
@@ -233,7 +233,7 @@ pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
         2 => StoredState::Leased { token, deadline_ms },
         3 => StoredState::Dead,
         4 => StoredState::Completed {
-            result: r.opt(on(RESULT), Reader::short)?,
+            result: r.opt(on(RESULT), Bytes::short)?,
         },
         5 => StoredState::Cancelled {
             reason: r.text()?,
@@ -285,11 +285,11 @@ fn short(out: &mut Vec<u8>, v: &[u8]) -> Result<()> {
 
 /// A bounded reader over a record's body: every read checks the bytes left first. Version 6's
 /// reader (`v6.rs`) adds its own field shapes to it.
-pub(super) struct Reader<'a> {
+pub(super) struct Bytes<'a> {
     pub(super) rest: &'a [u8],
 }
 
-impl<'a> Reader<'a> {
+impl<'a> Bytes<'a> {
     #[inline]
     pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.rest.len() < n {

@@ -9,7 +9,7 @@
 //! Reading never trusts a length: every length is checked against the bytes left before
 //! anything is allocated, so a damaged length is an error, not an allocation.
 
-use super::layout::{Reader, bad};
+use super::layout::{Bytes, bad};
 use super::{
     JobRecord, PayloadRef, PayloadSum, StoredError, StoredProgress, StoredRetry, StoredState,
 };
@@ -84,7 +84,7 @@ pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) {
 /// group and its order.
 pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
     debug_assert!(version == 5 || version == 6);
-    let mut r = Reader { rest: body };
+    let mut r = Bytes { rest: body };
     let state = match r.u32()? {
         0 => StoredState::Scheduled,
         1 => StoredState::Ready,
@@ -94,7 +94,7 @@ pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
         },
         3 => StoredState::Dead,
         4 => StoredState::Completed {
-            result: r.tagged(Reader::long_bytes)?,
+            result: r.tagged(Bytes::long_bytes)?,
         },
         5 => StoredState::Cancelled {
             reason: r.long_text()?,
@@ -108,11 +108,11 @@ pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
         run_at_ms: r.u64()?,
         attempts: r.u32()?,
         max_attempts: r.u32()?,
-        lease_ms: r.tagged(Reader::u64)?,
+        lease_ms: r.tagged(Bytes::u64)?,
         created_ms: r.u64()?,
         seq: r.u64()?,
-        idempotency_key: r.tagged(Reader::long_bytes)?,
-        dedup_key: r.tagged(Reader::long_bytes)?,
+        idempotency_key: r.tagged(Bytes::long_bytes)?,
+        dedup_key: r.tagged(Bytes::long_bytes)?,
         errors: r.long_errors()?,
         payload: r.long_bytes()?,
         retry: r.tagged(|r| {
@@ -123,7 +123,7 @@ pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
                 jitter_percent: r.u8()?,
             })
         })?,
-        dedup_window_ms: r.tagged(Reader::u64)?,
+        dedup_window_ms: r.tagged(Bytes::u64)?,
         payload_apart: r.tagged(|r| {
             Ok(PayloadRef {
                 len: r.u64()?,
@@ -132,8 +132,8 @@ pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
             })
         })?,
         snoozes: r.u32()?,
-        encoding: r.tagged(Reader::u8)?,
-        status: r.tagged(Reader::long_text)?,
+        encoding: r.tagged(Bytes::u8)?,
+        status: r.tagged(Bytes::long_text)?,
         dedup_until_started: match r.u8()? {
             0 => false,
             1 => true,
@@ -150,7 +150,7 @@ pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
             None
         },
         group: if version >= 6 {
-            r.tagged(Reader::long_bytes)?
+            r.tagged(Bytes::long_bytes)?
         } else {
             None
         },
@@ -191,7 +191,7 @@ fn opt<T>(out: &mut Vec<u8>, v: Option<&T>, f: impl FnOnce(&mut Vec<u8>, &T)) {
 
 /// Version 6's fields, bincode-shaped (64-bit lengths and counts, tagged options), read with
 /// version 7's primitives.
-impl Reader<'_> {
+impl Bytes<'_> {
     /// A length-prefixed byte string, its length checked against the bytes left first.
     fn long_bytes(&mut self) -> Result<Vec<u8>> {
         let len = self.u64()?;
@@ -218,7 +218,7 @@ impl Reader<'_> {
         for _ in 0..n {
             errors.push(StoredError {
                 attempt: self.u32()?,
-                at_ms: self.tagged(Reader::u64)?,
+                at_ms: self.tagged(Bytes::u64)?,
                 message: self.long_text()?,
             });
         }
