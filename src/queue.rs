@@ -1836,23 +1836,7 @@ impl Queue {
 /// One `Immediate` commit: every earlier commit of the file durable, with the metrics not
 /// written yet.
 pub(crate) fn flush_file(file: &OpenFile) -> Result<()> {
-    file.committer.check_reentrant()?;
-    file.committer.check_not_poisoned()?;
-    let rows = file.committer.take_pending_metrics();
-    let flushed = catch_engine_panic(|| {
-        let tx = file.db.get().begin_write()?;
-        file.committer.write_metric_rows(&tx, &rows)?;
-        tx.commit()?;
-        Ok(())
-    });
-    if let Err(e) = &flushed {
-        file.committer.metrics_not_written(&rows);
-        if let Error::CommitFailed { detail } = e {
-            // As for a group's failed commit: its outcome is unknown, redb refuses writes.
-            file.committer.poison(detail.clone());
-        }
-    }
-    flushed
+    file.flush()
 }
 
 /// What [`Queue::shutdown`] did.

@@ -30,7 +30,7 @@ impl Queue {
         })?;
         // This process's counts not written yet (at most a second's).
         let first_minute = since_ms / 60_000;
-        for (q, kind, minute, n) in self.inner.committer.pending_metrics() {
+        for (q, kind, minute, n) in self.inner.pending_metrics() {
             if q != queue_number || minute < first_minute {
                 continue;
             }
