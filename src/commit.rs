@@ -1007,8 +1007,12 @@ fn commit_group_inner(
 
 #[cfg(test)]
 mod tests {
-    //! The contract between the committer and the operations it runs: who commits, who
-    //! aborts, what a refusal after a write does.
+    //! The contract between the committer and the operations it runs: a write through the
+    //! one path marks the group and commits it; a group that wrote nothing is aborted; a
+    //! failure or a refusal after a write aborts the group; what a refused call or an aborted
+    //! group logged (events, wake-ups, tally) is neither published nor counted. A write that
+    //! does not mark cannot be written: every leaseq table is a [`GroupTable`] (see
+    //! [`GroupLog`]), so no test of one.
 
     use super::*;
     use redb::{ReadableDatabase, TableDefinition};
