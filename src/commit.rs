@@ -21,12 +21,19 @@
 //!
 //! Operations validate before they write, so a refused call (stale token, bad option) leaves
 //! the transaction clean and just reports its error after the commit: it answers a
-//! [`Refusal`] (see [`Verdict`]), and its [`WriteMark`] must be unset (checked: a refusal
+//! [`Refusal`] (see [`Verdict`]), and its write mark must be unset (checked: a refusal
 //! after a write aborts the group). An operation that fails (an `ack_with` closure error, a
 //! storage error) aborts the whole group:
 //! its caller gets the error at once, and every other member runs its operation again in a
 //! fresh group (`Replay`). A group that wrote nothing is aborted instead of committed, so a
 //! refused call costs no fsync.
+//!
+//! The one write path: an operation reaches its transaction only through [`GroupTx`]. Every
+//! leaseq table is a [`GroupTable`], whose writes (insert, remove, retain) mark the group and
+//! are where a journal would record each change; a caller's closure gets the raw transaction
+//! from [`GroupTx::caller_transaction`], which marks the group too. What a group did besides
+//! its writes (wake-ups, events, the metrics tally) is one record, filled through a
+//! [`GroupLog`] and taken whole by the seal; a [`SealWriter`] writes the tally's metrics.
 
 use std::cell::{Cell, RefCell};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -36,12 +43,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use redb::{Database, ReadableTable, WriteTransaction};
+use redb::{
+    AccessGuard, Database, Key, ReadableTable, Table, TableDefinition, Value, WriteTransaction,
+};
 
 use crate::error::{Error, Result, catch_engine_panic};
-use crate::events::{Event, EventHub, EventSink};
+use crate::events::{Event, EventHub};
 use crate::format::schema::{META, META_NEXT_ID, META_NEXT_TOKEN};
 use crate::limits::{COUNTER_BLOCK, GATHER_MAX, GROUP_MEMBERS_MAX, NON_DURABLE_COMMITS_MAX};
+use crate::metrics::Tally;
 use crate::signal::QueueSignals;
 
 /// Source of committer ids (0 means "none" in the thread-locals below). An id, not the
@@ -88,8 +98,8 @@ impl IdBlocks {
         })
     }
 
-    fn write(&self, tx: &WriteTransaction) -> Result<()> {
-        let mut meta = tx.open_table(META)?;
+    fn write(&self, tx: GroupTx<'_>) -> Result<()> {
+        let mut meta = tx.table(META)?;
         meta.insert(META_NEXT_ID, self.id_end)?;
         meta.insert(META_NEXT_TOKEN, self.token_end)?;
         Ok(())
@@ -111,33 +121,14 @@ impl IdBlocks {
     }
 }
 
-/// What an operation sees of its group: the transaction, the counters, the mark it leaves
-/// when it writes, and the queues in which it made work available.
+/// What an operation sees of its group: its transaction through the one write path
+/// ([`Ctx::table`]), the counters, and the group's log ([`GroupLog`]).
 pub(crate) struct Ctx<'g> {
-    /// For reads and for opening `store::Tables`, whose write accessors mark the group
-    /// themselves. A write straight through the transaction (the file's meta, the queue
-    /// registry, the applied markers, a caller's closure) calls [`Ctx::mark_written`].
-    pub tx: &'g WriteTransaction,
+    /// Private: every leaseq table is opened through [`GroupTx`], whose writes mark the
+    /// group; a caller's own writes get the transaction from [`GroupTx::caller_transaction`].
+    tx: &'g WriteTransaction,
     pub counters: &'g mut IdBlocks,
-    written: WriteMark<'g>,
-    /// The queues (numbers) in which an operation made or scheduled work: their blocked
-    /// consumers wake on commit.
-    wake: WakeList<'g>,
-    /// What the operations did, for the queues' subscribers (published on commit).
-    pub events: EventSink<'g>,
-}
-
-/// Set by every write of one operation: the group must commit. A group no operation marked
-/// is aborted (it wrote nothing), so a write that does not mark is lost although its caller
-/// was answered `Ok`; that is why writes mark themselves (the `store::Tables` write
-/// accessors hold a copy). A refusal ([`Refusal`]) must leave it unset.
-#[derive(Clone, Copy)]
-pub(crate) struct WriteMark<'g>(&'g Cell<bool>);
-
-impl WriteMark<'_> {
-    pub(crate) fn set(self) {
-        self.0.set(true);
-    }
+    log: GroupLog<'g>,
 }
 
 /// An operation's answer that it refused and wrote nothing (a stale lease, a missing job, an
@@ -156,48 +147,262 @@ pub(crate) fn refuse<T>(e: Error) -> Verdict<T> {
     Ok(Err(Refusal(e)))
 }
 
-impl<'g> Ctx<'g> {
-    /// Marks the group written: it must commit.
-    pub(crate) fn mark_written(&self) {
-        self.written.set();
-    }
+/// What a group did besides its table writes, filled in by its operations through their
+/// [`GroupLog`] and taken whole by the seal: the queues to wake, the change events, the
+/// metrics tally. Published (woken, sent, counted) only if the group commits.
+#[derive(Default)]
+struct GroupRecord {
+    /// The queues (numbers) in which an operation made or scheduled work: their blocked
+    /// consumers wake on commit.
+    wake: RefCell<Vec<u32>>,
+    /// The change events, for the queues' subscribers (only while someone listens).
+    events: RefCell<Vec<(u32, Event)>>,
+    /// What the group's operations count in the queues' metrics (only with a
+    /// [`SealWriter`]).
+    tally: RefCell<Tally>,
+}
 
-    /// The mark, for tables that write on this operation's behalf.
-    pub(crate) fn write_mark(&self) -> WriteMark<'g> {
-        self.written
+/// The one record of what an operation does in its group, beside its writes: the write mark
+/// (set by [`GroupTable`]'s writes only), the wake-ups, the events and the metrics tally. One
+/// `Copy` handle: `store::Tables` holds a copy, and the committer takes the record it fills
+/// at the seal.
+///
+/// The mark is the operation's: a group nobody marked is aborted (it wrote nothing), and a
+/// refusal ([`Refusal`]) must leave it unset. It cannot be set by hand: writing around it is
+/// impossible by construction, every leaseq table being a [`GroupTable`].
+#[derive(Clone, Copy)]
+pub(crate) struct GroupLog<'g> {
+    written: &'g Cell<bool>,
+    record: &'g GroupRecord,
+    /// Whether anyone listens to the file's events (they are recorded only then).
+    listening: bool,
+    /// Whether the group's changes are counted (the committer has a [`SealWriter`]).
+    counting: bool,
+}
+
+impl GroupLog<'_> {
+    /// Marks the group written: it must commit. Only the write path calls it.
+    fn mark(self) {
+        self.written.set(true);
     }
 
     /// Whether this operation has written so far.
-    pub(crate) fn written(&self) -> bool {
-        self.written.0.get()
+    pub(crate) fn written(self) -> bool {
+        self.written.get()
     }
-}
 
-/// The queues whose blocked consumers wake when the group commits; a copy goes to the
-/// `store::Tables` of each operation, whose index changes can make work available (a
-/// group's next job).
-#[derive(Clone, Copy)]
-pub(crate) struct WakeList<'g>(&'g RefCell<Vec<u32>>);
-
-impl WakeList<'_> {
     /// Marks queue `queue_number` as having new work once this group commits.
     pub(crate) fn wake(self, queue_number: u32) {
-        let mut list = self.0.borrow_mut();
+        let mut list = self.record.wake.borrow_mut();
         if !list.contains(&queue_number) {
             list.push(queue_number);
         }
     }
+
+    /// Whether anyone listens: events are recorded (an event costing a lookup can be skipped
+    /// otherwise).
+    pub(crate) fn listening(self) -> bool {
+        self.listening
+    }
+
+    /// Records `event` of queue `queue_number`: counted in the tally if it is a metric,
+    /// kept for the subscribers if anyone listens. Published once the group commits.
+    pub(crate) fn event(self, queue_number: u32, event: Event) {
+        if self.counting
+            && let Some(kind) = crate::events::metric_kind(&event)
+        {
+            self.record.tally.borrow_mut().add(queue_number, kind);
+        }
+        if self.listening {
+            self.record.events.borrow_mut().push((queue_number, event));
+        }
+    }
+}
+
+/// The group's transaction as the engine uses it: the one write path. Every leaseq table is
+/// opened through it as a [`GroupTable`], whose writes mark the group; the raw transaction
+/// is handed out only for a caller's own writes ([`GroupTx::caller_transaction`]).
+#[derive(Clone, Copy)]
+pub(crate) struct GroupTx<'g> {
+    tx: &'g WriteTransaction,
+    log: GroupLog<'g>,
+}
+
+impl<'g> GroupTx<'g> {
+    /// Leaseq table `def` in the group's transaction: read it through `Deref`, write it
+    /// through the [`GroupTable`]'s own methods.
+    pub(crate) fn table<K: Key + 'static, V: Value + 'static>(
+        self,
+        def: TableDefinition<K, V>,
+    ) -> Result<GroupTable<'g, K, V>> {
+        Ok(GroupTable {
+            table: self.tx.open_table(def)?,
+            log: self.log,
+        })
+    }
+
+    /// Creates table `def` if it does not exist (an upgrade's or a new queue's empty
+    /// table): a write, so it marks the group.
+    pub(crate) fn create<K: Key + 'static, V: Value + 'static>(
+        self,
+        def: TableDefinition<K, V>,
+    ) -> Result<()> {
+        self.log.mark();
+        self.tx.open_table(def)?;
+        Ok(())
+    }
+
+    /// The names of the tables in the file.
+    pub(crate) fn list_tables(self) -> Result<impl Iterator<Item = redb::UntypedTableHandle>> {
+        Ok(self.tx.list_tables()?)
+    }
+
+    /// The raw transaction, for a caller's own writes (the closure of
+    /// [`Queue::write`](crate::Queue::write) or of an `ack_with`, through a
+    /// [`Tx`](crate::tx::Tx)): it marks the group, since leaseq cannot see those writes. The
+    /// one raw use: a journal cannot record writes of the caller's own tables, so a group
+    /// that ran a caller's closure is written whole (a checkpoint), not journaled.
+    pub(crate) fn caller_transaction(self) -> &'g WriteTransaction {
+        self.log.mark();
+        self.tx
+    }
+
+    /// The group's log.
+    pub(crate) fn log(self) -> GroupLog<'g> {
+        self.log
+    }
+}
+
+impl crate::format::schema::CreateTables for GroupTx<'_> {
+    fn create_table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<K, V>,
+    ) -> std::result::Result<(), redb::TableError> {
+        self.log.mark();
+        self.tx.open_table(def).map(drop)
+    }
+}
+
+/// A leaseq table opened in a group's transaction ([`GroupTx::table`]): reads through
+/// `Deref` to the redb table; writes only through the methods below, each of which marks
+/// the group, and where a write-ahead journal would record the change (table, key, value or
+/// delete). No `DerefMut`: no write can go around them.
+pub(crate) struct GroupTable<'g, K: Key + 'static, V: Value + 'static> {
+    table: Table<'g, K, V>,
+    log: GroupLog<'g>,
+}
+
+impl<'g, K: Key + 'static, V: Value + 'static> std::ops::Deref for GroupTable<'g, K, V> {
+    type Target = Table<'g, K, V>;
+
+    fn deref(&self) -> &Table<'g, K, V> {
+        &self.table
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> GroupTable<'_, K, V> {
+    /// Inserts `key` → `value`, as redb's `Table::insert`.
+    pub(crate) fn insert<'k, 'v>(
+        &mut self,
+        key: impl std::borrow::Borrow<K::SelfType<'k>>,
+        value: impl std::borrow::Borrow<V::SelfType<'v>>,
+    ) -> Result<Option<AccessGuard<'_, V>>> {
+        self.log.mark();
+        Ok(self.table.insert(key, value)?)
+    }
+
+    /// Removes `key`, as redb's `Table::remove`.
+    pub(crate) fn remove<'a>(
+        &mut self,
+        key: impl std::borrow::Borrow<K::SelfType<'a>>,
+    ) -> Result<Option<AccessGuard<'_, V>>> {
+        self.log.mark();
+        Ok(self.table.remove(key)?)
+    }
+
+    /// The value of `key` for rewriting in place, as redb's `Table::get_mut` (which copies
+    /// its page for writing, found or not): a write of `key`.
+    pub(crate) fn get_mut<'k>(
+        &mut self,
+        key: impl std::borrow::Borrow<K::SelfType<'k>>,
+    ) -> Result<Option<redb::AccessGuardMut<'_, V>>> {
+        self.log.mark();
+        Ok(self.table.get_mut(key)?)
+    }
+
+    /// Removes every entry for which `keep` is false, as redb's `Table::retain`.
+    pub(crate) fn retain<F: for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool>(
+        &mut self,
+        keep: F,
+    ) -> Result<()> {
+        self.log.mark();
+        Ok(self.table.retain(keep)?)
+    }
+
+    /// Removes the entries of `range` for which `keep` is false, as redb's
+    /// `Table::retain_in`.
+    pub(crate) fn retain_in<'a, KR, F: for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool>(
+        &mut self,
+        range: impl std::ops::RangeBounds<KR> + 'a,
+        keep: F,
+    ) -> Result<()>
+    where
+        KR: std::borrow::Borrow<K::SelfType<'a>> + 'a,
+    {
+        self.log.mark();
+        Ok(self.table.retain_in(range, keep)?)
+    }
+}
+
+/// Runs `f` over `tx` through the same write path, with a record of its own that is dropped
+/// (such a write counts, wakes and tells nothing): the committer's own writes at a seal (the
+/// counters, the metrics) and a flush's.
+pub(crate) fn write_unlogged<T>(
+    tx: &WriteTransaction,
+    f: impl FnOnce(GroupTx<'_>) -> Result<T>,
+) -> Result<T> {
+    let (written, record) = (Cell::new(false), GroupRecord::default());
+    f(GroupTx {
+        tx,
+        log: GroupLog {
+            written: &written,
+            record: &record,
+            listening: false,
+            counting: false,
+        },
+    })
 }
 
 impl<'g> Ctx<'g> {
-    /// Marks queue `queue_number` as having new work once this group commits.
-    pub(crate) fn wake(&mut self, queue_number: u32) {
-        self.wake.wake(queue_number);
+    /// The group's transaction, through the one write path.
+    pub(crate) fn group(&self) -> GroupTx<'g> {
+        GroupTx {
+            tx: self.tx,
+            log: self.log,
+        }
     }
 
-    /// The group's wake list, for tables that make work available on the operation's behalf.
-    pub(crate) fn wake_list(&self) -> WakeList<'g> {
-        self.wake
+    /// Leaseq table `def` in the group's transaction ([`GroupTx::table`]).
+    pub(crate) fn table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<K, V>,
+    ) -> Result<GroupTable<'g, K, V>> {
+        self.group().table(def)
+    }
+
+    /// The group's log: events, wake-ups, the mark.
+    pub(crate) fn log(&self) -> GroupLog<'g> {
+        self.log
+    }
+
+    /// Whether this operation has written so far.
+    pub(crate) fn written(&self) -> bool {
+        self.log.written()
+    }
+
+    /// Marks queue `queue_number` as having new work once this group commits.
+    pub(crate) fn wake(&mut self, queue_number: u32) {
+        self.log.wake(queue_number);
     }
 
     pub(crate) fn alloc_id(&mut self) -> u64 {
@@ -228,10 +433,8 @@ struct OpenGroup {
     counters: IdBlocks,
     counters_at_start: IdBlocks,
     dirty: bool,
-    wake: RefCell<Vec<u32>>,
-    events: std::cell::RefCell<Vec<(u32, Event)>>,
-    /// What the group's operations count in the queues' metrics (written by its commit).
-    tally: RefCell<crate::metrics::Tally>,
+    /// What the group's operations did besides their writes (see [`GroupLog`]).
+    record: GroupRecord,
     members: usize,
     /// Members other than the leader, parked until the result is set (woken one by one
     /// with `unpark`: no condvar, so they never queue on the group mutex to read it).
@@ -261,36 +464,6 @@ struct State {
     returning_seq: u64,
     /// How long the last commit took: a group waits at most twice that for its members.
     last_commit: Duration,
-    /// Metrics counted by committed groups and not yet written (see [`PendingMetrics`]).
-    pending_metrics: PendingMetrics,
-}
-
-/// A metric row: (queue number, kind, minute since the Unix epoch, count).
-pub(crate) type MetricRow = (u32, u8, u64, u64);
-
-/// Metrics of committed groups not yet in the file: a group's counts are written with the
-/// group that commits at least [`METRICS_FLUSH_INTERVAL`](crate::limits::METRICS_FLUSH_INTERVAL)
-/// after the last write of them (or the first to commit), so the metrics cost at most one
-/// small write per second; [`Queue::flush`](crate::Queue::flush), shutdown and the close
-/// write the rest.
-#[derive(Default)]
-struct PendingMetrics {
-    rows: Vec<MetricRow>,
-    /// When they were last written (the clock's Unix ms); `None` before the first write.
-    written_ms: Option<u64>,
-}
-
-/// Adds `rows` into `into`, summing the counts of equal (queue, kind, minute).
-fn merge_rows(into: &mut Vec<MetricRow>, rows: &[MetricRow]) {
-    for &(q, k, m, n) in rows {
-        match into
-            .iter_mut()
-            .find(|(q2, k2, m2, _)| (*q2, *k2, *m2) == (q, k, m))
-        {
-            Some(row) => row.3 = row.3.saturating_add(n),
-            None => into.push((q, k, m, n)),
-        }
-    }
 }
 
 /// Group-commit counters of one queue handle since it was opened, from
@@ -348,16 +521,20 @@ pub(crate) struct Committer {
     work: Arc<QueueSignals>,
     /// The subscribers of the file's change events.
     hub: EventHub,
-    /// Writes a group's metrics tally into its transaction before the commit, at the time the
-    /// clock gives; `None` counts nothing (a committer that is not a queue's).
-    metrics: Option<MetricsWriter>,
+    /// Writes what a group's commit adds besides its operations' writes (the metrics, from
+    /// its tally); `None` counts nothing (a committer that is not a queue's).
+    seal_writer: Option<Arc<dyn SealWriter>>,
 }
 
-/// How a committer writes metrics: the engine's writer (rows into a transaction, pruning
-/// what expired) and the queue's clock.
-pub(crate) struct MetricsWriter {
-    pub(crate) write: fn(&WriteTransaction, &[MetricRow]) -> Result<()>,
-    pub(crate) clock: Arc<dyn crate::clock::Clock>,
+/// What a group's commit writes besides its operations' writes: a file's metrics, from the
+/// group's tally (`file::FileMetrics`, so the committer names no engine code). Given the
+/// tally of a group that wrote, in its transaction before its commit; then told whether the
+/// commit landed (what it took out of a buffer for the write goes back if not).
+pub(crate) trait SealWriter: Send + Sync {
+    /// Writes what is due with this group, whose operations counted `tally`.
+    fn write(&self, tally: Tally, tx: GroupTx<'_>) -> Result<()>;
+    /// The group's commit landed (`true`) or not, after [`SealWriter::write`] ran or not.
+    fn settle(&self, landed: bool);
 }
 
 impl Committer {
@@ -372,13 +549,14 @@ impl Committer {
             quick_repair,
             work: Arc::new(QueueSignals::default()),
             hub: EventHub::default(),
-            metrics: None,
+            seal_writer: None,
         }
     }
 
-    /// This committer with its groups' metrics written by `metrics` (a queue's committer).
-    pub(crate) fn with_metrics(mut self, metrics: MetricsWriter) -> Committer {
-        self.metrics = Some(metrics);
+    /// This committer with its groups' tallies counted and written by `writer` (a queue's
+    /// committer: the file's metrics).
+    pub(crate) fn with_seal_writer(mut self, writer: Arc<dyn SealWriter>) -> Committer {
+        self.seal_writer = Some(writer);
         self
     }
 
@@ -471,14 +649,14 @@ impl Committer {
             let mut ctx = Ctx {
                 tx: &g.tx,
                 counters: &mut g.counters,
-                written: WriteMark(&written),
-                wake: WakeList(&g.wake),
-                // Looked at per operation: a call made after a subscription returned is
-                // recorded whatever group it joins.
-                events: EventSink::new(
-                    self.hub.listening().then_some(&g.events),
-                    self.metrics.is_some().then_some(&g.tally),
-                ),
+                log: GroupLog {
+                    written: &written,
+                    record: &g.record,
+                    // Looked at per operation: a call made after a subscription returned is
+                    // recorded whatever group it joins.
+                    listening: self.hub.listening(),
+                    counting: self.seal_writer.is_some(),
+                },
             };
             op(&mut ctx)
         });
@@ -549,9 +727,7 @@ impl Committer {
             counters,
             counters_at_start: counters,
             dirty: false,
-            wake: RefCell::new(Vec::new()),
-            events: std::cell::RefCell::new(Vec::new()),
-            tally: RefCell::new(crate::metrics::Tally::default()),
+            record: GroupRecord::default(),
             members: 0,
             waiters: Vec::new(),
             seq: 0,
@@ -657,36 +833,30 @@ impl Committer {
         debug_assert!(g.counters.next_id >= g.counters_at_start.next_id);
         debug_assert!(g.counters.next_token >= g.counters_at_start.next_token);
         st.sealing = true;
-        let wake = g.wake.take();
-        let events = std::mem::take(g.events.get_mut());
+        // What the group did, taken whole: published below if it committed, its tally
+        // written with its commit.
+        let GroupRecord {
+            wake,
+            events,
+            tally,
+        } = std::mem::take(&mut g.record);
         let counters = g.counters;
         let (members, dirty, seq, durable) = (g.members, g.dirty, g.seq, g.durable);
         let result_cell = g.result.clone();
         let started = Instant::now();
         st.stats.gather_micros += u64::try_from((started - g.opened_at).as_micros()).unwrap_or(0);
-        // The group's counts, and whether this commit writes them with those pending.
-        let metrics = self.metrics.as_ref().map(|m| {
-            let now_ms = m.clock.now_ms();
-            let group_rows = std::mem::take(g.tally.get_mut()).rows(now_ms);
-            let due = st.pending_metrics.written_ms.is_none_or(|t| {
-                now_ms < t || now_ms - t >= crate::limits::METRICS_FLUSH_INTERVAL.as_millis() as u64
-            });
-            // Taken out while this commit writes them, so a flush in between cannot write
-            // them again; put back if the commit does not land.
-            let mut write_rows = Vec::new();
-            if due {
-                write_rows = std::mem::take(&mut st.pending_metrics.rows);
-                merge_rows(&mut write_rows, &group_rows);
-            }
-            (m.write, write_rows, group_rows, now_ms)
-        });
-        let to_write = metrics
-            .as_ref()
-            .filter(|(_, rows, _, _)| !rows.is_empty())
-            .map(|(write, rows, _, _)| (*write, rows.clone()));
+        let writer = self.seal_writer.as_deref();
         let outcome = parking_lot::MutexGuard::unlocked(st, || {
-            catch_unwind(AssertUnwindSafe(|| commit_group(g, to_write)))
-                .unwrap_or_else(|_| Err("storage engine panicked during commit".to_string()))
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                commit_group(g, tally.into_inner(), writer)
+            }))
+            .unwrap_or_else(|_| Err("storage engine panicked during commit".to_string()));
+            if let Some(writer) = writer
+                && dirty
+            {
+                writer.settle(outcome.is_ok());
+            }
+            outcome
         });
         st.sealing = false;
         st.last_commit = started.elapsed();
@@ -699,29 +869,6 @@ impl Committer {
         } else {
             0
         };
-        if let Some((_, written, group_rows, now_ms)) = metrics {
-            let pending = &mut st.pending_metrics;
-            match (&outcome, dirty, written.is_empty()) {
-                // Committed, counts written: they are in the file.
-                (Ok(()), true, false) => pending.written_ms = Some(now_ms),
-                // Committed, counts not due: the group's wait for a later write.
-                (Ok(()), true, true) => merge_rows(&mut pending.rows, &group_rows),
-                // Nothing committed: the pending rows taken out go back (the group's own
-                // changes did not land, so neither do its counts).
-                _ => {
-                    let group_part = &group_rows;
-                    for &(q, k, m, n) in &written {
-                        let own = group_part
-                            .iter()
-                            .find(|(q2, k2, m2, _)| (*q2, *k2, *m2) == (q, k, m))
-                            .map_or(0, |r| r.3);
-                        if n > own {
-                            merge_rows(&mut pending.rows, &[(q, k, m, n - own)]);
-                        }
-                    }
-                }
-            }
-        }
         let result = match outcome {
             Ok(()) => {
                 st.counters = Some(counters);
@@ -748,13 +895,13 @@ impl Committer {
         let committed = matches!(result, GroupResult::Committed);
         // Published before anyone is answered: a call that returned finds its events there.
         if committed && dirty {
-            self.hub.publish(events);
+            self.hub.publish(events.into_inner());
         }
         let _ = result_cell.set(result);
         waiters.iter().for_each(std::thread::Thread::unpark);
         self.enter_cv.notify_all();
         if committed {
-            for queue_number in wake {
+            for queue_number in wake.into_inner() {
                 self.work.notify(queue_number);
             }
         }
@@ -809,49 +956,13 @@ impl Committer {
     pub(crate) fn hub(&self) -> &EventHub {
         &self.hub
     }
-
-    /// The metric rows counted by committed groups and not yet written to the file.
-    pub(crate) fn pending_metrics(&self) -> Vec<MetricRow> {
-        self.state.lock().pending_metrics.rows.clone()
-    }
-
-    /// Takes the pending metric rows out for a flush (a commit outside the groups), which
-    /// writes them with [`Committer::write_metric_rows`] and gives them back with
-    /// [`Committer::metrics_not_written`] if its commit does not land. Taken before the
-    /// flush's transaction begins: the group mutex is never waited for while holding redb's
-    /// write slot (a group opening its transaction holds the mutex).
-    pub(crate) fn take_pending_metrics(&self) -> Vec<MetricRow> {
-        if self.metrics.is_none() {
-            return Vec::new();
-        }
-        std::mem::take(&mut self.state.lock().pending_metrics.rows)
-    }
-
-    /// Writes metric rows in `tx` (a flush's), without touching the group mutex.
-    pub(crate) fn write_metric_rows(
-        &self,
-        tx: &WriteTransaction,
-        rows: &[MetricRow],
-    ) -> Result<()> {
-        match &self.metrics {
-            Some(m) if !rows.is_empty() => (m.write)(tx, rows),
-            _ => Ok(()),
-        }
-    }
-
-    /// Rows a flush took out and did not commit: pending again.
-    pub(crate) fn metrics_not_written(&self, rows: &[MetricRow]) {
-        merge_rows(&mut self.state.lock().pending_metrics.rows, rows);
-    }
 }
 
-/// The metrics writer and the rows a group's commit writes.
-type GroupMetrics = Option<(
-    fn(&WriteTransaction, &[MetricRow]) -> Result<()>,
-    Vec<MetricRow>,
-)>;
-
-fn commit_group(g: OpenGroup, metrics: GroupMetrics) -> std::result::Result<(), String> {
+fn commit_group(
+    g: OpenGroup,
+    tally: Tally,
+    writer: Option<&dyn SealWriter>,
+) -> std::result::Result<(), String> {
     let _span = tracing::debug_span!(
         "leaseq.commit",
         members = g.members,
@@ -860,14 +971,18 @@ fn commit_group(g: OpenGroup, metrics: GroupMetrics) -> std::result::Result<(), 
     )
     .entered();
     let members = g.members;
-    let r = commit_group_inner(g, metrics);
+    let r = commit_group_inner(g, tally, writer);
     if let Err(e) = &r {
         tracing::error!(members, error = %e, "leaseq: group commit failed");
     }
     r
 }
 
-fn commit_group_inner(g: OpenGroup, metrics: GroupMetrics) -> std::result::Result<(), String> {
+fn commit_group_inner(
+    g: OpenGroup,
+    tally: Tally,
+    writer: Option<&dyn SealWriter>,
+) -> std::result::Result<(), String> {
     if !g.dirty {
         debug_assert_eq!(
             g.counters, g.counters_at_start,
@@ -876,19 +991,28 @@ fn commit_group_inner(g: OpenGroup, metrics: GroupMetrics) -> std::result::Resul
         // Nothing was written: no fsync needed, and every member read committed state.
         return g.tx.abort().map_err(|e| e.to_string());
     }
-    if g.counters.reserved_moved(&g.counters_at_start) {
-        g.counters.write(&g.tx).map_err(|e| e.to_string())?;
-    }
-    if let Some((write, rows)) = metrics {
-        write(&g.tx, &rows).map_err(|e| e.to_string())?;
-    }
+    // The committer's own writes, through the write path too.
+    write_unlogged(&g.tx, |tx| {
+        if g.counters.reserved_moved(&g.counters_at_start) {
+            g.counters.write(tx)?;
+        }
+        match writer {
+            Some(writer) => writer.write(tally, tx),
+            None => Ok(()),
+        }
+    })
+    .map_err(|e| e.to_string())?;
     g.tx.commit().map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
-    //! The contract between the committer and the operations it runs: who commits, who
-    //! aborts, what a refusal after a write does.
+    //! The contract between the committer and the operations it runs: a write through the
+    //! one path marks the group and commits it; a group that wrote nothing is aborted; a
+    //! failure or a refusal after a write aborts the group; what a refused call or an aborted
+    //! group logged (events, wake-ups, tally) is neither published nor counted. A write that
+    //! does not mark cannot be written: every leaseq table is a [`GroupTable`] (see
+    //! [`GroupLog`]), so no test of one.
 
     use super::*;
     use redb::{ReadableDatabase, TableDefinition};
@@ -909,17 +1033,83 @@ mod tests {
         (dir, db, Committer::new(Durability::Immediate, false))
     }
 
+    /// Row `k` as committed; `None` also when no commit ever created the table (a group
+    /// that aborted, as every group of a test may have).
     fn row(db: &Database, k: u64) -> Option<u64> {
         let rtx = db.begin_read().unwrap();
-        let t = rtx.open_table(ROWS).unwrap();
+        let t = match rtx.open_table(ROWS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return None,
+            Err(e) => panic!("{e}"),
+        };
         t.get(k).unwrap().map(|v| v.value())
     }
 
-    /// Writes row `k` and marks the group, as the engine's writes do.
+    /// Writes row `k` through the one write path, as the engine's writes do.
     fn put(ctx: &mut Ctx<'_>, k: u64) -> Result<()> {
-        ctx.mark_written();
-        ctx.tx.open_table(ROWS)?.insert(k, k)?;
+        ctx.table(ROWS)?.insert(k, k)?;
         Ok(())
+    }
+
+    /// A writer that counts what it is given and how the commits it wrote with settled.
+    #[derive(Default)]
+    struct Counting {
+        /// The rows of each tally given, at minute 1.
+        tallies: Mutex<Vec<Vec<crate::metrics::MetricRow>>>,
+        settled: Mutex<Vec<bool>>,
+    }
+
+    impl SealWriter for Counting {
+        fn write(&self, tally: Tally, _tx: GroupTx<'_>) -> Result<()> {
+            self.tallies.lock().push(tally.rows(60_000));
+            Ok(())
+        }
+
+        fn settle(&self, landed: bool) {
+            self.settled.lock().push(landed);
+        }
+    }
+
+    #[test]
+    fn a_write_through_the_one_path_marks_the_group_and_commits_it() {
+        let (_dir, db, c) = setup();
+        let marked = c
+            .run(&db, &mut |ctx| {
+                assert!(!ctx.written());
+                put(ctx, 1)?;
+                Ok(Ok(ctx.written()))
+            })
+            .unwrap();
+        assert!(marked);
+        assert_eq!((c.stats().commits, c.stats().aborted_clean), (1, 0));
+        assert_eq!(row(&db, 1), Some(1));
+    }
+
+    #[test]
+    fn a_read_marks_nothing_and_a_group_that_wrote_nothing_is_aborted() {
+        let (_dir, db, c) = setup();
+        c.run(&db, &mut |ctx| {
+            let meta = ctx.table(META)?;
+            assert!(meta.get(META_NEXT_ID)?.is_some());
+            Ok(Ok(()))
+        })
+        .unwrap();
+        let stats = c.stats();
+        assert_eq!((stats.commits, stats.aborted_clean), (0, 1));
+    }
+
+    #[test]
+    fn a_caller_transaction_marks_the_group() {
+        // A caller's closure writes tables leaseq cannot see: handing it the transaction
+        // marks the group, so its writes commit.
+        let (_dir, db, c) = setup();
+        c.run(&db, &mut |ctx| {
+            let tx = ctx.group().caller_transaction();
+            tx.open_table(ROWS)?.insert(5, 5)?;
+            Ok(Ok(()))
+        })
+        .unwrap();
+        assert_eq!(row(&db, 5), Some(5));
     }
 
     #[test]
@@ -941,20 +1131,55 @@ mod tests {
     }
 
     #[test]
-    fn an_unmarked_group_is_aborted_so_a_write_that_does_not_mark_is_lost() {
-        // Why writes must mark: the committer trusts the mark, not the transaction.
+    fn the_log_of_a_committed_group_is_published_and_of_an_aborted_one_dropped() {
         let (_dir, db, c) = setup();
-        c.run(&db, &mut |ctx| {
-            ctx.tx.open_table(ROWS)?.insert(7, 7)?;
-            Ok(Ok(()))
-        })
-        .unwrap();
-        assert_eq!(c.stats().aborted_clean, 1);
-        let rtx = db.begin_read().unwrap();
+        let writer = Arc::new(Counting::default());
+        let c = c.with_seal_writer(writer.clone());
+        let events = c.hub().subscribe(1, 16).expect("a subscription");
+        let signal = c.work().of(1);
+        let done = |ctx: &mut Ctx<'_>, k: u64| -> Result<()> {
+            put(ctx, k)?;
+            ctx.log().event(
+                1,
+                Event::Enqueued {
+                    id: crate::job::JobId(k),
+                },
+            );
+            ctx.wake(1);
+            Ok(())
+        };
+        // A failure after the log was written: nothing of it is published or counted.
+        let e = c
+            .run(&db, &mut |ctx| {
+                done(ctx, 2)?;
+                Err::<std::result::Result<(), Refusal>, _>(Error::corrupted("boom"))
+            })
+            .unwrap_err();
+        assert!(matches!(e, Error::Corrupted { .. }), "{e:?}");
+        assert!(events.try_recv().is_none());
         assert!(
-            rtx.open_table(ROWS).is_err(),
-            "nothing of the write was committed"
+            writer.tallies.lock().is_empty(),
+            "an aborted group counts nothing"
         );
+        assert_eq!(signal.epoch(), 0, "an aborted group wakes no one");
+        // A refused call records nothing; the group's other member commits and publishes.
+        let e = c
+            .run(&db, &mut |_ctx| {
+                refuse::<()>(Error::invalid_option("x", "no"))
+            })
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidOption { .. }), "{e:?}");
+        c.run(&db, &mut |ctx| done(ctx, 3).map(Ok)).unwrap();
+        assert_eq!(
+            events.try_recv(),
+            Some(Event::Enqueued {
+                id: crate::job::JobId(3)
+            })
+        );
+        assert!(events.try_recv().is_none());
+        assert_eq!(*writer.tallies.lock(), vec![vec![(1, 0, 1, 1)]]);
+        assert_eq!(*writer.settled.lock(), vec![true]);
+        assert_eq!(signal.epoch(), 1, "a committed group wakes its queues once");
     }
 
     #[test]

@@ -1,9 +1,8 @@
 //! Change events: what happened in a queue, pushed to subscribers after the commit that did
-//! it ([`Queue::events`](crate::Queue::events)). A leaf: the engine records events into the
-//! group's buffer ([`EventSink`]); the committer publishes them once the group committed
+//! it ([`Queue::events`](crate::Queue::events)). A leaf: the engine records events in the
+//! group's log (`commit::GroupLog`); the committer publishes them once the group committed
 //! ([`EventHub::publish`]); an aborted group's events are dropped with it.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -82,42 +81,9 @@ pub enum Event {
     Drained,
 }
 
-/// The events of one group, by queue number (`None` when no one listens: nothing recorded),
-/// and the group's metrics tally (every countable event counted, listened to or not).
-#[derive(Clone, Copy)]
-pub(crate) struct EventSink<'g> {
-    buffer: Option<&'g RefCell<Vec<(u32, Event)>>>,
-    tally: Option<&'g RefCell<crate::metrics::Tally>>,
-}
-
-impl<'g> EventSink<'g> {
-    pub(crate) fn new(
-        buffer: Option<&'g RefCell<Vec<(u32, Event)>>>,
-        tally: Option<&'g RefCell<crate::metrics::Tally>>,
-    ) -> EventSink<'g> {
-        EventSink { buffer, tally }
-    }
-
-    /// Whether anyone listens (events are recorded).
-    pub(crate) fn on(self) -> bool {
-        self.buffer.is_some()
-    }
-
-    pub(crate) fn push(self, queue_number: u32, event: Event) {
-        if let Some(tally) = self.tally
-            && let Some(kind) = metric_kind(&event)
-        {
-            tally.borrow_mut().add(queue_number, kind);
-        }
-        if let Some(buffer) = self.buffer {
-            buffer.borrow_mut().push((queue_number, event));
-        }
-    }
-}
-
 /// The metric an event counts in ([`MinuteCounts`](crate::MinuteCounts)' kinds: 0 enqueued,
 /// 1 completed, 2 retried, 3 dead, 4 cancelled), if any.
-fn metric_kind(event: &Event) -> Option<usize> {
+pub(crate) fn metric_kind(event: &Event) -> Option<usize> {
     Some(match event {
         Event::Enqueued { .. } => 0,
         Event::Completed { .. } => 1,

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use redb::Database;
 
 use crate::clock::Clock;
-use crate::commit::Committer;
-use crate::store::QueueConfig;
+use crate::commit::{Committer, GroupTx, SealWriter, write_unlogged};
+use crate::error::{Error, Result, catch_engine_panic};
+use crate::metrics::{MetricRow, PendingMetrics, Tally};
+use crate::store::{self, QueueConfig};
 
 /// What the open found and did before returning the queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -71,11 +73,81 @@ impl Drop for OpenFile {
     /// The close writes the metrics not written yet (best effort: a handle whose commits
     /// failed writes nothing).
     fn drop(&mut self) {
-        if !self.committer.pending_metrics().is_empty()
-            && self.committer.check_not_poisoned().is_ok()
-        {
-            let _ = crate::queue::lifecycle::flush_file(self);
+        if !self.pending_metrics().is_empty() && self.committer.check_not_poisoned().is_ok() {
+            let _ = self.flush();
         }
+    }
+}
+
+/// The metrics of a file's committed groups not yet written (at most a second's) and the
+/// clock that dates them: the committer's [`SealWriter`], written with a group's commit at
+/// most once per second, and by [`OpenFile::flush`] (a flush, shutdown, the close).
+pub(crate) struct FileMetrics {
+    pending: parking_lot::Mutex<PendingMetrics>,
+    clock: Arc<dyn Clock>,
+}
+
+impl FileMetrics {
+    pub(crate) fn new(clock: Arc<dyn Clock>) -> FileMetrics {
+        FileMetrics {
+            pending: parking_lot::Mutex::default(),
+            clock,
+        }
+    }
+}
+
+impl SealWriter for FileMetrics {
+    fn write(&self, tally: Tally, tx: GroupTx<'_>) -> Result<()> {
+        let rows = self.pending.lock().seal(tally, self.clock.now_ms());
+        if rows.is_empty() {
+            return Ok(());
+        }
+        store::write_metrics(tx, &rows)
+    }
+
+    fn settle(&self, landed: bool) {
+        self.pending.lock().settle(landed);
+    }
+}
+
+impl OpenFile {
+    /// The metric rows counted by committed groups and not yet written to the file.
+    pub(crate) fn pending_metrics(&self) -> Vec<MetricRow> {
+        self.metrics
+            .as_ref()
+            .map(|m| m.pending.lock().rows().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// One `Immediate` commit: every earlier commit of the file durable, with the metrics
+    /// not written yet. They are taken out before the flush's transaction begins (a
+    /// group's seal writing them meanwhile finds none), and go back if its commit fails.
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.committer.check_reentrant()?;
+        self.committer.check_not_poisoned()?;
+        let rows = self
+            .metrics
+            .as_ref()
+            .map(|m| m.pending.lock().take())
+            .unwrap_or_default();
+        let flushed = catch_engine_panic(|| {
+            let tx = self.db.get().begin_write()?;
+            if !rows.is_empty() {
+                write_unlogged(&tx, |tx| store::write_metrics(tx, &rows))?;
+            }
+            tx.commit()?;
+            Ok(())
+        });
+        if let Err(e) = &flushed {
+            if let Some(m) = &self.metrics {
+                m.pending.lock().put_back(&rows);
+            }
+            if let Error::CommitFailed { detail } = e {
+                // As for a group's failed commit: its outcome is unknown, redb refuses writes.
+                self.committer.poison(detail.clone());
+            }
+        }
+        flushed
     }
 }
 
@@ -86,6 +158,9 @@ pub(crate) struct OpenFile {
     // database.
     pub(crate) committer: Committer,
     pub(crate) db: GuardedDb,
+    /// The metrics not written yet (`None`: not counted, `Builder::metrics(false)`); the
+    /// committer holds it too, as its [`SealWriter`].
+    pub(crate) metrics: Option<Arc<FileMetrics>>,
     pub(crate) config: QueueConfig,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) path: Option<PathBuf>,

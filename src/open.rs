@@ -805,11 +805,11 @@ impl Builder {
         created: bool,
     ) -> Result<Queue> {
         let mut committer = Committer::new(self.durability, self.quick_repair);
-        if self.metrics {
-            committer = committer.with_metrics(crate::commit::MetricsWriter {
-                write: store::write_metrics,
-                clock: self.clock.clone(),
-            });
+        let metrics = self
+            .metrics
+            .then(|| Arc::new(crate::file::FileMetrics::new(self.clock.clone())));
+        if let Some(m) = &metrics {
+            committer = committer.with_seal_writer(m.clone());
         }
         let config = QueueConfig {
             committer_id: committer.id(),
@@ -818,6 +818,7 @@ impl Builder {
         let mut inner = OpenFile {
             db,
             committer,
+            metrics,
             config,
             clock: self.clock.clone(),
             path,

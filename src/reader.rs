@@ -365,7 +365,7 @@ impl Reader {
         };
         // This process's counts not written yet (at most a second's).
         let first_minute = since_ms / 60_000;
-        for (q, kind, minute, n) in file.committer.pending_metrics() {
+        for (q, kind, minute, n) in file.pending_metrics() {
             if q != queue_number || minute < first_minute {
                 continue;
             }

@@ -142,24 +142,24 @@ impl QueueTables {
 
     /// Creates every table of this queue that does not exist yet (`leaseq_quarantine` is
     /// made on first use).
-    pub(crate) fn create(&self, tx: &redb::WriteTransaction) -> Result<(), redb::TableError> {
-        tx.open_table(self.jobs())?;
-        tx.open_table(self.ready())?;
-        tx.open_table(self.scheduled())?;
-        tx.open_table(self.leases())?;
-        tx.open_table(self.dead())?;
-        tx.open_table(self.dead_by_time())?;
-        tx.open_table(self.dedup())?;
-        tx.open_table(self.dedup_windows())?;
-        tx.open_table(self.dedup_expiry())?;
-        tx.open_table(self.applied())?;
-        tx.open_table(self.applied_by_time())?;
-        tx.open_table(self.idem_jobs())?;
-        tx.open_table(self.payloads())?;
-        tx.open_table(self.completed())?;
-        tx.open_table(self.cancelled())?;
-        tx.open_table(self.groups())?;
-        tx.open_table(self.held())?;
+    pub(crate) fn create(&self, tx: &impl CreateTables) -> Result<(), redb::TableError> {
+        tx.create_table(self.jobs())?;
+        tx.create_table(self.ready())?;
+        tx.create_table(self.scheduled())?;
+        tx.create_table(self.leases())?;
+        tx.create_table(self.dead())?;
+        tx.create_table(self.dead_by_time())?;
+        tx.create_table(self.dedup())?;
+        tx.create_table(self.dedup_windows())?;
+        tx.create_table(self.dedup_expiry())?;
+        tx.create_table(self.applied())?;
+        tx.create_table(self.applied_by_time())?;
+        tx.create_table(self.idem_jobs())?;
+        tx.create_table(self.payloads())?;
+        tx.create_table(self.completed())?;
+        tx.create_table(self.cancelled())?;
+        tx.create_table(self.groups())?;
+        tx.create_table(self.held())?;
         Ok(())
     }
 
@@ -285,6 +285,25 @@ pub(crate) fn marker_key(idempotency_key: &[u8]) -> Vec<u8> {
     v.push(MARKER_TAG_KEY);
     v.extend_from_slice(idempotency_key);
     v
+}
+
+/// What creates a table that does not exist: a write transaction (a new file's), or a
+/// group's (`commit::GroupTx`, which marks the group).
+pub(crate) trait CreateTables {
+    /// Creates table `def` unless it exists.
+    fn create_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &self,
+        def: redb::TableDefinition<K, V>,
+    ) -> Result<(), redb::TableError>;
+}
+
+impl CreateTables for redb::WriteTransaction {
+    fn create_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &self,
+        def: redb::TableDefinition<K, V>,
+    ) -> Result<(), redb::TableError> {
+        self.open_table(def).map(drop)
+    }
 }
 
 #[cfg(test)]

@@ -63,7 +63,7 @@ impl Tally {
 
     /// The rows of this tally at the minute of `now_ms`: (queue, kind, minute, count), none
     /// of count 0.
-    pub(crate) fn rows(self, now_ms: u64) -> Vec<crate::commit::MetricRow> {
+    pub(crate) fn rows(self, now_ms: u64) -> Vec<MetricRow> {
         let minute = now_ms / 60_000;
         let mut out = Vec::new();
         for (queue_number, counts) in self.0 {
@@ -74,5 +74,141 @@ impl Tally {
             }
         }
         out
+    }
+}
+
+/// A metric row: (queue number, kind, minute since the Unix epoch, count).
+pub(crate) type MetricRow = (u32, u8, u64, u64);
+
+/// Adds `rows` into `into`, summing the counts of equal (queue, kind, minute).
+fn merge_rows(into: &mut Vec<MetricRow>, rows: &[MetricRow]) {
+    for &(q, k, m, n) in rows {
+        match into
+            .iter_mut()
+            .find(|(q2, k2, m2, _)| (*q2, *k2, *m2) == (q, k, m))
+        {
+            Some(row) => row.3 = row.3.saturating_add(n),
+            None => into.push((q, k, m, n)),
+        }
+    }
+}
+
+/// Metrics of committed groups not yet in the file: a group's counts are written with the
+/// group that commits at least [`METRICS_FLUSH_INTERVAL`](crate::limits::METRICS_FLUSH_INTERVAL)
+/// after the last write of them (or the first to commit), so the metrics cost at most one
+/// small write per second; [`Queue::flush`](crate::Queue::flush), shutdown and the close
+/// write the rest. Only the buffer: the file's `FileMetrics` writes it.
+#[derive(Debug, Default)]
+pub(crate) struct PendingMetrics {
+    rows: Vec<MetricRow>,
+    /// When they were last written (the clock's Unix ms); `None` before the first write.
+    written_ms: Option<u64>,
+    /// The commit on its way ([`PendingMetrics::seal`] to [`PendingMetrics::settle`]).
+    sealing: Option<Sealing>,
+}
+
+/// What a sealing group's commit carries of the metrics.
+#[derive(Debug)]
+struct Sealing {
+    /// Pending rows taken out for its write (so a flush meanwhile cannot write them again).
+    taken: Vec<MetricRow>,
+    /// The group's own counts.
+    own: Vec<MetricRow>,
+    now_ms: u64,
+    /// Whether its commit writes them (they were due).
+    writes: bool,
+}
+
+impl PendingMetrics {
+    /// A group that wrote is sealing at `now_ms` with `tally`: the rows its commit writes
+    /// (none when the last write is less than a second old), then
+    /// [`PendingMetrics::settle`] once it landed or not.
+    pub(crate) fn seal(&mut self, tally: Tally, now_ms: u64) -> Vec<MetricRow> {
+        // A seal never settled (not expected: the committer settles every one) gives its
+        // rows back first.
+        self.settle(false);
+        let own = tally.rows(now_ms);
+        let due = self.written_ms.is_none_or(|t| {
+            now_ms < t || now_ms - t >= crate::limits::METRICS_FLUSH_INTERVAL.as_millis() as u64
+        });
+        let mut write = Vec::new();
+        let taken = if due {
+            write = std::mem::take(&mut self.rows);
+            let taken = write.clone();
+            merge_rows(&mut write, &own);
+            taken
+        } else {
+            Vec::new()
+        };
+        self.sealing = Some(Sealing {
+            taken,
+            own,
+            now_ms,
+            writes: due && !write.is_empty(),
+        });
+        write
+    }
+
+    /// The sealing group's commit landed (its counts are in the file, or wait for a later
+    /// write) or not (its own counts are dropped with it; the pending rows it took go back).
+    pub(crate) fn settle(&mut self, landed: bool) {
+        let Some(s) = self.sealing.take() else {
+            return;
+        };
+        match (landed, s.writes) {
+            (true, true) => self.written_ms = Some(s.now_ms),
+            (true, false) => merge_rows(&mut self.rows, &s.own),
+            (false, _) => merge_rows(&mut self.rows, &s.taken),
+        }
+    }
+
+    /// The rows not written yet.
+    pub(crate) fn rows(&self) -> &[MetricRow] {
+        &self.rows
+    }
+
+    /// Takes the rows out for a flush, which gives them back with
+    /// [`PendingMetrics::put_back`] if its commit does not land.
+    pub(crate) fn take(&mut self) -> Vec<MetricRow> {
+        std::mem::take(&mut self.rows)
+    }
+
+    /// Rows a flush took out and did not commit: pending again.
+    pub(crate) fn put_back(&mut self, rows: &[MetricRow]) {
+        merge_rows(&mut self.rows, rows);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tally(q: u32, kind: usize) -> Tally {
+        let mut t = Tally::default();
+        t.add(q, kind);
+        t
+    }
+
+    #[test]
+    fn a_group_writes_its_counts_at_most_once_a_second_and_an_aborted_one_counts_nothing() {
+        let mut p = PendingMetrics::default();
+        // The first commit writes its counts.
+        assert_eq!(p.seal(tally(1, 0), 60_000), vec![(1, 0, 1, 1)]);
+        p.settle(true);
+        // Within the second: kept for later.
+        assert!(p.seal(tally(1, 0), 60_500).is_empty());
+        p.settle(true);
+        assert_eq!(p.rows(), &[(1, 0, 1, 1)]);
+        // An aborted group's counts are dropped; the pending ones it took go back.
+        assert_eq!(
+            p.seal(tally(1, 1), 61_500),
+            vec![(1, 0, 1, 1), (1, 1, 1, 1)]
+        );
+        p.settle(false);
+        assert_eq!(p.rows(), &[(1, 0, 1, 1)]);
+        // A flush takes them, and gives them back when its commit fails.
+        let rows = p.take();
+        p.put_back(&rows);
+        assert_eq!(p.rows(), &[(1, 0, 1, 1)]);
     }
 }

@@ -9,7 +9,7 @@ use redb::Database;
 use super::Queue;
 use crate::error::catch_engine_panic;
 use crate::error::{Error, Result};
-use crate::file::{OpenFile, Recovery};
+use crate::file::Recovery;
 
 impl Queue {
     /// Closes the file to new work, for every handle of it (every named queue too): blocked
@@ -143,7 +143,7 @@ impl Queue {
         self.close();
         // Even with handles left (another shutdown at once, say): what committed so far is
         // durable whoever closes the file.
-        if let Err(e) = flush_file(&self.inner) {
+        if let Err(e) = self.inner.flush() {
             tracing::warn!(error = %e, "leaseq: the flush at shutdown failed");
         }
         let handles_left = self.other_handles();
@@ -279,30 +279,8 @@ impl Queue {
     /// (the handle then refuses every later write, as after any failed commit) or an earlier
     /// one did; `Storage` for other storage errors.
     pub fn flush(&self) -> Result<()> {
-        flush_file(&self.inner)
+        self.inner.flush()
     }
-}
-
-/// One `Immediate` commit: every earlier commit of the file durable, with the metrics not
-/// written yet.
-pub(crate) fn flush_file(file: &OpenFile) -> Result<()> {
-    file.committer.check_reentrant()?;
-    file.committer.check_not_poisoned()?;
-    let rows = file.committer.take_pending_metrics();
-    let flushed = catch_engine_panic(|| {
-        let tx = file.db.get().begin_write()?;
-        file.committer.write_metric_rows(&tx, &rows)?;
-        tx.commit()?;
-        Ok(())
-    });
-    if let Err(e) = &flushed {
-        file.committer.metrics_not_written(&rows);
-        if let Error::CommitFailed { detail } = e {
-            // As for a group's failed commit: its outcome is unknown, redb refuses writes.
-            file.committer.poison(detail.clone());
-        }
-    }
-    flushed
 }
 
 /// What [`Queue::shutdown`] did.

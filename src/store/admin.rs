@@ -75,7 +75,7 @@ pub(crate) fn cancel(
     tx_tables.end_job(id, record, end, now_ms, keep)?;
     super::retention::prune_history(&mut tx_tables, now_ms, crate::limits::PRUNE_PER_ACK_MAX)?;
     let q = tx_tables.tables.queue_number;
-    tx_tables.events.push(q, Event::Cancelled { id: JobId(id) });
+    tx_tables.log().event(q, Event::Cancelled { id: JobId(id) });
     if was == JobState::Leased {
         tx_tables.note_drained(now_ms)?;
     }
@@ -164,7 +164,7 @@ pub(crate) fn retry(
     }
     tx_tables.put(id, &record)?;
     let q = tx_tables.tables.queue_number;
-    tx_tables.events.push(q, Event::Requeued { id: JobId(id) });
+    tx_tables.log().event(q, Event::Requeued { id: JobId(id) });
     Ok(Ok(()))
 }
 
@@ -296,7 +296,7 @@ fn requeue_record(
     }
     tx_tables.put(id, &record)?;
     let q = tx_tables.tables.queue_number;
-    tx_tables.events.push(q, Event::Requeued { id: JobId(id) });
+    tx_tables.log().event(q, Event::Requeued { id: JobId(id) });
     Ok(())
 }
 
@@ -343,11 +343,11 @@ pub(crate) fn remove(
         Row::Missing => {
             // Looked up before anything is written: a refusal writes nothing (opening
             // `leaseq_quarantine` in a write transaction would create it).
-            let quarantine_exists = ctx.tx.list_tables()?.any(|t| {
+            let quarantine_exists = ctx.group().list_tables()?.any(|t| {
                 redb::TableHandle::name(&t) == redb::TableHandle::name(&tables.quarantine())
             });
             let quarantined =
-                quarantine_exists && ctx.tx.open_table(tables.quarantine())?.get(id)?.is_some();
+                quarantine_exists && ctx.table(tables.quarantine())?.get(id)?.is_some();
             // A dead-letter entry naming no job is found by its id alone (the other indexes
             // are keyed by time or place: a pass that meets such an entry drops it).
             let stray_dead = tx_tables.dead()?.get(id)?.is_some();
@@ -355,8 +355,7 @@ pub(crate) fn remove(
                 return refuse(Error::JobNotFound { job_id: JobId(id) });
             }
             if quarantined {
-                ctx.mark_written();
-                ctx.tx.open_table(tables.quarantine())?.remove(id)?;
+                ctx.table(tables.quarantine())?.remove(id)?;
                 tx_tables.drop_keys_of(id)?;
                 tx_tables.payloads_mut()?.remove(id)?;
             }

@@ -47,7 +47,7 @@ pub(crate) fn history_from_stored(jobs: u64, ms: u64) -> Option<History> {
 /// Sets queue `queue_number`'s history (validated by the caller); whether it changed.
 pub(crate) fn set_history(ctx: &mut Ctx<'_>, queue_number: u32, history: History) -> Result<bool> {
     debug_assert!(validate_history(&history).is_ok());
-    let mut limits = ctx.tx.open_table(HISTORY_LIMITS)?;
+    let mut limits = ctx.table(HISTORY_LIMITS)?;
     let stored = (
         history.keep_jobs.unwrap_or(0),
         history.keep_for_ms.unwrap_or(0),
@@ -57,13 +57,11 @@ pub(crate) fn set_history(ctx: &mut Ctx<'_>, queue_number: u32, history: History
         if current.is_none() {
             return Ok(false);
         }
-        ctx.mark_written();
         limits.remove(queue_number)?;
     } else {
         if current == Some(stored) {
             return Ok(false);
         }
-        ctx.mark_written();
         limits.insert(queue_number, stored)?;
     }
     Ok(true)
@@ -96,26 +94,24 @@ pub(crate) fn history_of(rtx: &ReadTransaction, queue_number: u32) -> Result<His
 /// Pauses queue `queue_number` at `now_ms`; whether it was running (a second pause changes
 /// nothing and keeps the first time).
 pub(crate) fn pause(ctx: &mut Ctx<'_>, queue_number: u32, now_ms: u64) -> Result<bool> {
-    let mut paused = ctx.tx.open_table(PAUSED)?;
+    let mut paused = ctx.table(PAUSED)?;
     if paused.get(queue_number)?.is_some() {
         return Ok(false);
     }
-    ctx.mark_written();
     paused.insert(queue_number, now_ms)?;
-    ctx.events.push(queue_number, crate::events::Event::Paused);
+    ctx.log().event(queue_number, crate::events::Event::Paused);
     Ok(true)
 }
 
 /// Resumes queue `queue_number`; whether it was paused. Its blocked consumers wake on commit.
 pub(crate) fn resume(ctx: &mut Ctx<'_>, queue_number: u32) -> Result<bool> {
-    let mut paused = ctx.tx.open_table(PAUSED)?;
+    let mut paused = ctx.table(PAUSED)?;
     if paused.get(queue_number)?.is_none() {
         return Ok(false);
     }
-    ctx.mark_written();
     paused.remove(queue_number)?;
     ctx.wake(queue_number);
-    ctx.events.push(queue_number, crate::events::Event::Resumed);
+    ctx.log().event(queue_number, crate::events::Event::Resumed);
     Ok(true)
 }
 

@@ -112,7 +112,7 @@ pub(super) fn enqueue_into(
             }
         }
         tx_tables.carry_key(id, &record)?;
-        tx_tables.events.push(
+        tx_tables.log().event(
             tx_tables.tables.queue_number,
             Event::Enqueued { id: JobId(id) },
         );
@@ -236,9 +236,9 @@ pub(crate) fn write<T>(
     f: &mut dyn FnMut(&crate::tx::Tx<'_>) -> Result<T, BoxError>,
 ) -> Result<T> {
     let tables = config.tables;
-    let tx = ctx.tx;
-    // The caller's writes are unknown to leaseq: the group commits.
-    ctx.mark_written();
+    // The caller's writes are unknown to leaseq: the group commits (the transaction handed
+    // to the caller marks it).
+    let tx = ctx.group().caller_transaction();
     let mut tx_tables = Tables::open(ctx, tables)?;
     let mut sink = TablesSink {
         tx_tables: &mut tx_tables,

@@ -146,18 +146,18 @@ pub(crate) fn ack_with(
 ) -> Result<Vec<Result<Applied>>> {
     let tables = config.tables;
     debug_assert_eq!(leases.len(), failed.len());
-    let tx = ctx.tx;
+    let group = ctx.group();
     let mut tx_tables = Tables::open(ctx, tables)?;
     // Every leaseq table is held open while closures run, so redb refuses a closure that
     // opens one (lazy opening would leave the unused index tables open to it).
     tx_tables.open_all()?;
-    let mut applied = tx.open_table(tables.applied())?;
+    let mut applied = group.table(tables.applied())?;
     // Held open (unused) so a closure that opens `leaseq_meta` is refused by redb as well.
-    let _meta = tx.open_table(META)?;
+    let _meta = group.table(META)?;
     let mut out = Vec::with_capacity(leases.len());
     let (mut keys, mut records, mut kept) = (Vec::new(), Vec::new(), Vec::new());
     // Held open (as every leaseq table) while closures run.
-    let mut by_time = tx.open_table(tables.applied_by_time())?;
+    let mut by_time = group.table(tables.applied_by_time())?;
     let mut new_markers = 0;
     // With `EffectCall::All`, the leases whose effect runs (once, after the loop).
     let mut pending = Vec::new();
@@ -229,6 +229,7 @@ pub(crate) fn ack_with(
                 // through them. A panic in it becomes an error like any other, so the group
                 // aborts cleanly.
                 EffectCall::Each(f) => {
+                    let tx = group.caller_transaction();
                     let mut sink = TablesSink {
                         tx_tables: &mut tx_tables,
                         ctx,
@@ -243,7 +244,6 @@ pub(crate) fn ack_with(
                 EffectCall::All(_) => pending.push(i),
             }
             if let Some(k) = &key {
-                tx_tables.mark_written();
                 applied.insert(k.as_slice(), now_ms)?;
                 by_time.insert((now_ms, k.as_slice()), ())?;
                 new_markers += 1;
@@ -257,6 +257,7 @@ pub(crate) fn ack_with(
     if let EffectCall::All(f) = effect
         && !pending.is_empty()
     {
+        let tx = group.caller_transaction();
         let mut sink = TablesSink {
             tx_tables: &mut tx_tables,
             ctx,
@@ -408,7 +409,7 @@ pub(crate) fn set_progress(
     tx_tables
         .jobs_mut()
         .insert(id, record.encode()?.as_slice())?;
-    tx_tables.events.push(
+    tx_tables.log().event(
         tables.queue_number,
         crate::events::Event::Progress {
             id: crate::job::JobId(id),

@@ -8,7 +8,7 @@
 
 use redb::{ReadTransaction, ReadableTable};
 
-use crate::commit::Ctx;
+use crate::commit::{Ctx, GroupTx};
 use crate::error::{Error, Result};
 use crate::flow::RateLimit;
 use crate::format::schema::RATE_LIMITS;
@@ -40,12 +40,11 @@ pub(crate) fn set_rate_limit(
     queue_number: u32,
     limit: Option<RateLimit>,
 ) -> Result<bool> {
-    let mut rows = ctx.tx.open_table(RATE_LIMITS)?;
+    let mut rows = ctx.table(RATE_LIMITS)?;
     let current = rows.get(queue_number)?.map(|v| v.value());
     match limit {
         None if current.is_none() => Ok(false),
         None => {
-            ctx.mark_written();
             rows.remove(queue_number)?;
             // Consumers waiting for the window wake and take what is ready.
             ctx.wake(queue_number);
@@ -56,7 +55,6 @@ pub(crate) fn set_rate_limit(
             if current.is_some_and(|(max, per, ..)| max == u64::from(l.max) && per == l.per_ms) {
                 return Ok(false);
             }
-            ctx.mark_written();
             rows.insert(queue_number, (u64::from(l.max), l.per_ms, 0, 0))?;
             ctx.wake(queue_number);
             Ok(true)
@@ -79,12 +77,8 @@ fn current_window(row: (u64, u64, u64, u64), now_ms: u64) -> (u64, u64, u64, u64
 
 /// How many deliveries queue `queue_number` may make now (`None`: not limited), read in the
 /// dequeue's transaction.
-pub(super) fn allowed_now(
-    tx: &redb::WriteTransaction,
-    queue_number: u32,
-    now_ms: u64,
-) -> Result<Option<u64>> {
-    let rows = tx.open_table(RATE_LIMITS)?;
+pub(super) fn allowed_now(tx: GroupTx<'_>, queue_number: u32, now_ms: u64) -> Result<Option<u64>> {
+    let rows = tx.table(RATE_LIMITS)?;
     Ok(rows.get(queue_number)?.map(|v| {
         let (max, _, _, count) = current_window(v.value(), now_ms);
         max.saturating_sub(count)
@@ -96,13 +90,12 @@ pub(super) fn charge(ctx: &Ctx<'_>, queue_number: u32, now_ms: u64, taken: u64) 
     if taken == 0 {
         return Ok(());
     }
-    let mut rows = ctx.tx.open_table(RATE_LIMITS)?;
+    let mut rows = ctx.table(RATE_LIMITS)?;
     let Some(row) = rows.get(queue_number)?.map(|v| v.value()) else {
         return Ok(());
     };
     let (max, per, start, count) = current_window(row, now_ms);
     debug_assert!(count + taken <= max, "charged past the limit");
-    ctx.mark_written();
     rows.insert(queue_number, (max, per, start, count.saturating_add(taken)))?;
     Ok(())
 }

@@ -1,14 +1,14 @@
 //! The queues' per-minute metrics (`leaseq_metrics`): written by each group commit from its
 //! tally, read per queue, checked.
 
-use redb::{ReadTransaction, ReadableTable, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable};
 
-use crate::commit::MetricRow;
+use crate::commit::GroupTx;
 use crate::error::Result;
 use crate::format::schema::{METRIC_KINDS, METRICS};
 use crate::job::Violation;
 use crate::limits::{METRICS_MINUTES_KEPT, METRICS_PRUNED_PER_WRITE, VIOLATIONS_MAX};
-use crate::metrics::MinuteCounts;
+use crate::metrics::{MetricRow, MinuteCounts};
 
 const MINUTE_MS: u64 = 60_000;
 
@@ -16,8 +16,8 @@ const MINUTE_MS: u64 = 60_000;
 /// [`METRICS_PRUNED_PER_WRITE`] rows older than [`METRICS_MINUTES_KEPT`] minutes (before the
 /// newest minute written) of each kind of each queue written. Run in a group's commit, or a
 /// flush's.
-pub(crate) fn write_metrics(tx: &WriteTransaction, rows: &[MetricRow]) -> Result<()> {
-    let mut table = tx.open_table(METRICS)?;
+pub(crate) fn write_metrics(tx: GroupTx<'_>, rows: &[MetricRow]) -> Result<()> {
+    let mut table = tx.table(METRICS)?;
     let mut newest: Vec<(u32, u64)> = Vec::new();
     for &(queue_number, kind, minute, n) in rows {
         debug_assert!(kind < METRIC_KINDS && n > 0);

@@ -2,7 +2,7 @@
 
 use redb::ReadableTable;
 
-use crate::commit::Ctx;
+use crate::commit::{Ctx, GroupTx};
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, PayloadRef, StoredState};
 use crate::format::schema::{
@@ -22,7 +22,7 @@ pub(crate) fn file_id(rtx: &redb::ReadTransaction) -> Result<Option<u64>> {
 
 /// The file's random id, drawn and written now if it has none (a commit only then).
 pub(crate) fn make_file_id(ctx: &mut Ctx<'_>) -> Result<u64> {
-    let mut meta = ctx.tx.open_table(META)?;
+    let mut meta = ctx.table(META)?;
     if let Some(id) = meta
         .get(META_FILE_ID)?
         .map(|v| v.value())
@@ -31,7 +31,6 @@ pub(crate) fn make_file_id(ctx: &mut Ctx<'_>) -> Result<u64> {
         return Ok(id);
     }
     let id = random_u64();
-    ctx.mark_written();
     meta.insert(META_FILE_ID, id)?;
     Ok(id)
 }
@@ -65,8 +64,8 @@ fn random_u64() -> u64 {
 ///
 /// A row that fails its checks is skipped here: the pass that meets it quarantines it.
 pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
-    let tx = ctx.tx;
-    let mut meta = tx.open_table(META)?;
+    let tx = ctx.group();
+    let mut meta = tx.table(META)?;
     let version = meta
         .get(META_FORMAT_VERSION)?
         .map(|v| v.value())
@@ -81,7 +80,6 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
             });
         }
     }
-    ctx.mark_written();
     if version == 1 {
         upgrade_1_to_2(tx)?;
     }
@@ -89,38 +87,36 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
         upgrade_2_to_3(tx)?;
     }
     // 3 to 4: the registry of named queues, empty.
-    tx.open_table(QUEUES)?;
+    tx.create(QUEUES)?;
     // 4 to 5: nothing to rewrite (version-4 records are written from now on).
     // 5 to 6: the table of paused queues, empty.
-    tx.open_table(PAUSED)?;
+    tx.create(PAUSED)?;
     // 6 to 7: the history settings, and every queue's history indexes, empty.
-    tx.open_table(HISTORY_LIMITS)?;
+    tx.create(HISTORY_LIMITS)?;
     if version <= 6 {
         upgrade_6_to_7(tx)?;
     }
     // 7 to 8: the schedules and their due-time index, empty.
-    tx.open_table(SCHEDULES)?;
-    tx.open_table(SCHEDULE_DUE)?;
-    tx.open_table(SCHEDULE_INSTANCES)?;
+    tx.create(SCHEDULES)?;
+    tx.create(SCHEDULE_DUE)?;
+    tx.create(SCHEDULE_INSTANCES)?;
     // 7 to 8: the rate limits, none; every queue's group tables, empty.
-    tx.open_table(RATE_LIMITS)?;
+    tx.create(RATE_LIMITS)?;
     for tables in all_queues(tx)? {
-        tx.open_table(tables.groups())?;
-        tx.open_table(tables.held())?;
+        tx.create(tables.groups())?;
+        tx.create(tables.held())?;
     }
     // 8 to 9: the queues' metrics, none counted yet.
-    tx.open_table(crate::format::schema::METRICS)?;
+    tx.create(crate::format::schema::METRICS)?;
     // 9 to 10: nothing to rewrite (version-7 records are written from now on).
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
     Ok(Some(version))
 }
 
 /// The tables of the default queue and of every registered named queue.
-fn all_queues(
-    tx: &redb::WriteTransaction,
-) -> Result<Vec<&'static crate::format::schema::QueueTables>> {
+fn all_queues(tx: GroupTx<'_>) -> Result<Vec<&'static crate::format::schema::QueueTables>> {
     let mut queues = vec![&crate::format::schema::DEFAULT_TABLES];
-    let registry = tx.open_table(QUEUES)?;
+    let registry = tx.table(QUEUES)?;
     for e in registry.iter()?.take(crate::limits::QUEUES_MAX as usize) {
         let number = e?.1.value();
         if (1..=crate::limits::QUEUES_MAX).contains(&number) {
@@ -131,27 +127,27 @@ fn all_queues(
 }
 
 /// Format 6 to 7: the completed and cancelled indexes of every queue.
-fn upgrade_6_to_7(tx: &redb::WriteTransaction) -> Result<()> {
+fn upgrade_6_to_7(tx: GroupTx<'_>) -> Result<()> {
     for tables in all_queues(tx)? {
-        tx.open_table(tables.completed())?;
-        tx.open_table(tables.cancelled())?;
+        tx.create(tables.completed())?;
+        tx.create(tables.cancelled())?;
     }
     Ok(())
 }
 
 /// Format 1 to 2: the time index of applied markers (markers of jobs' own ids dropped), the
 /// carriers of caller keys, the dedup-window tables, the dead jobs by when they died.
-fn upgrade_1_to_2(tx: &redb::WriteTransaction) -> Result<()> {
+fn upgrade_1_to_2(tx: GroupTx<'_>) -> Result<()> {
     let tables = &crate::format::schema::DEFAULT_TABLES;
-    let mut applied = tx.open_table(tables.applied())?;
+    let mut applied = tx.table(tables.applied())?;
     applied.retain(|k, _| k.first() != Some(&MARKER_TAG_ID))?;
-    let mut by_time = tx.open_table(tables.applied_by_time())?;
+    let mut by_time = tx.table(tables.applied_by_time())?;
     for e in applied.iter()? {
         let (k, at) = e?;
         by_time.insert((at.value(), k.value()), ())?;
     }
-    let jobs = tx.open_table(tables.jobs())?;
-    let mut idem = tx.open_table(tables.idem_jobs())?;
+    let jobs = tx.table(tables.jobs())?;
+    let mut idem = tx.table(tables.idem_jobs())?;
     for e in jobs.iter()? {
         let (id, row) = e?;
         if let Ok(record) = JobRecord::decode(row.value())
@@ -161,10 +157,10 @@ fn upgrade_1_to_2(tx: &redb::WriteTransaction) -> Result<()> {
             idem.insert((key.as_slice(), id.value()), ())?;
         }
     }
-    tx.open_table(tables.dedup_windows())?;
-    tx.open_table(tables.dedup_expiry())?;
-    let mut dead_by_time = tx.open_table(tables.dead_by_time())?;
-    for e in tx.open_table(tables.dead())?.iter()? {
+    tx.create(tables.dedup_windows())?;
+    tx.create(tables.dedup_expiry())?;
+    let mut dead_by_time = tx.table(tables.dead_by_time())?;
+    for e in tx.table(tables.dead())?.iter()? {
         let id = e?.0.value();
         if let Some(row) = jobs.get(id)?
             && let Ok(record) = JobRecord::decode(row.value())
@@ -179,10 +175,10 @@ fn upgrade_1_to_2(tx: &redb::WriteTransaction) -> Result<()> {
 /// Format 2 to 3: every inline payload larger than `PAYLOAD_INLINE_MAX` moves to
 /// `leaseq_payloads` (one job at a time, so memory holds one payload). A row that does not
 /// decode is left for the passes that quarantine it.
-fn upgrade_2_to_3(tx: &redb::WriteTransaction) -> Result<()> {
+fn upgrade_2_to_3(tx: GroupTx<'_>) -> Result<()> {
     let tables = &crate::format::schema::DEFAULT_TABLES;
-    let mut jobs = tx.open_table(tables.jobs())?;
-    let mut payloads = tx.open_table(tables.payloads())?;
+    let mut jobs = tx.table(tables.jobs())?;
+    let mut payloads = tx.table(tables.payloads())?;
     let mut large = Vec::new();
     for e in jobs.iter()? {
         let (id, row) = e?;

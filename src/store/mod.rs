@@ -4,10 +4,11 @@
 //! Each mutating function validates everything it can before its first write, so a refusal
 //! (`LeaseLost`, `InvalidOption`, ...) leaves the transaction untouched and the rest of the
 //! group can still commit: a function that can refuse answers a
-//! [`Verdict`](crate::commit::Verdict), the refusal on its own channel. Writes mark the group
-//! themselves: through [`Tables`](tables::Tables)' writing accessors, or
-//! [`Ctx::mark_written`](crate::commit::Ctx::mark_written) for a write straight through the
-//! transaction. Each function keeps the first invariant of ARCHITECTURE.md: a job is in
+//! [`Verdict`](crate::commit::Verdict), the refusal on its own channel. Every write goes
+//! through one path, which marks the group: a [`GroupTable`](crate::commit::GroupTable), from
+//! [`Tables`](tables::Tables)' writing accessors or [`Ctx::table`](crate::commit::Ctx::table)
+//! for the file-wide tables; events and wake-ups go to the group's
+//! [`GroupLog`](crate::commit::GroupLog). Each function keeps the first invariant of ARCHITECTURE.md: a job is in
 //! exactly one state, and the state's index holds exactly the job's entry.
 //!
 //! The files, in the order a job meets them (callers outside `store` use the re-exports

@@ -24,7 +24,7 @@ pub(crate) struct LeaseRecovery {
 /// quarantined and the rest are recovered.
 pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<LeaseRecovery> {
     let named: Vec<u32> = {
-        let queues = ctx.tx.open_table(QUEUES)?;
+        let queues = ctx.table(QUEUES)?;
         let mut v = Vec::new();
         for e in queues.iter()? {
             v.push(e?.1.value());

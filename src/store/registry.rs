@@ -3,7 +3,7 @@
 use redb::ReadableTableMetadata;
 use redb::{ReadTransaction, ReadableTable};
 
-use crate::commit::{Ctx, Verdict, refuse};
+use crate::commit::{Ctx, GroupTx, Verdict, refuse};
 use crate::error::{Error, Result};
 use crate::format::schema::{QUEUES, QueueTables};
 
@@ -13,7 +13,7 @@ pub(crate) fn create_queue(ctx: &mut Ctx<'_>, name: &str) -> Verdict<u32> {
     if let Err(e) = QueueTables::check_name(name) {
         return refuse(e);
     }
-    let mut queues = ctx.tx.open_table(QUEUES)?;
+    let mut queues = ctx.table(QUEUES)?;
     if let Some(queue_number) = queues.get(name)?.map(|v| v.value()) {
         if !(1..=crate::limits::QUEUES_MAX).contains(&queue_number) {
             return Err(Error::corrupted(format!(
@@ -47,9 +47,8 @@ pub(crate) fn create_queue(ctx: &mut Ctx<'_>, name: &str) -> Verdict<u32> {
             ),
         ));
     }
-    ctx.mark_written();
     queues.insert(name, queue_number)?;
-    QueueTables::named(queue_number).create(ctx.tx)?;
+    QueueTables::named(queue_number).create(&ctx.group())?;
     Ok(Ok(queue_number))
 }
 
@@ -126,11 +125,11 @@ pub(crate) fn find_queue(rtx: &ReadTransaction, name: &str) -> Result<Option<u32
 }
 
 /// Whether named queue number `queue_number` is registered in this transaction's file.
-pub(crate) fn is_registered(tx: &redb::WriteTransaction, queue_number: u32) -> Result<bool> {
+pub(crate) fn is_registered(tx: GroupTx<'_>, queue_number: u32) -> Result<bool> {
     if !(1..=crate::limits::QUEUES_MAX).contains(&queue_number) {
         return Ok(false);
     }
-    let queues = tx.open_table(QUEUES)?;
+    let queues = tx.table(QUEUES)?;
     for e in queues.iter()?.take(crate::limits::QUEUES_MAX as usize + 1) {
         if e?.1.value() == queue_number {
             return Ok(true);

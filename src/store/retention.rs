@@ -3,7 +3,7 @@
 
 use redb::{ReadableTable, ReadableTableMetadata, Table};
 
-use crate::commit::Ctx;
+use crate::commit::{Ctx, GroupTable};
 use crate::error::Result;
 use crate::format::record::StoredState;
 use crate::format::schema::QueueTables;
@@ -17,8 +17,8 @@ use super::tables::{Row, Tables};
 /// whether expired ones may remain.
 pub(super) fn prune_applied(
     tx_tables: &mut Tables<'_>,
-    applied: &mut Table<'_, &'static [u8], u64>,
-    by_time: &mut Table<'_, (u64, &'static [u8]), ()>,
+    applied: &mut GroupTable<'_, &'static [u8], u64>,
+    by_time: &mut GroupTable<'_, (u64, &'static [u8]), ()>,
     now_ms: u64,
     retention_ms: u64,
     max: usize,
@@ -28,10 +28,6 @@ pub(super) fn prune_applied(
     };
     let (expired, more) = due_entries(by_time, cutoff_ms, max)?;
     let looked = expired.len();
-    if looked > 0 {
-        // Each marker looked at is written (removed, or kept with a new time).
-        tx_tables.mark_written();
-    }
     let mut removed = 0;
     for (at, key) in expired {
         by_time.remove((at, key.as_slice()))?;
@@ -262,8 +258,8 @@ pub(crate) fn prune(
         return Ok((0, false));
     };
     let mut tx_tables = Tables::open(ctx, tables)?;
-    let mut applied = ctx.tx.open_table(tables.applied())?;
-    let mut by_time = ctx.tx.open_table(tables.applied_by_time())?;
+    let mut applied = ctx.table(tables.applied())?;
+    let mut by_time = ctx.table(tables.applied_by_time())?;
     let (removed, _looked, more) = prune_applied(
         &mut tx_tables,
         &mut applied,

@@ -9,7 +9,7 @@
 
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 
-use crate::commit::{Ctx, Verdict, refuse};
+use crate::commit::{Ctx, GroupTable, GroupTx, Verdict, refuse};
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, StoredState};
 use crate::format::schedule::{
@@ -183,7 +183,7 @@ pub(crate) fn set(
     mode: SetMode,
     now_ms: u64,
 ) -> Verdict<ScheduleInfo> {
-    let mut rows = ctx.tx.open_table(SCHEDULES)?;
+    let mut rows = ctx.table(SCHEDULES)?;
     let key = (queue_number, new.name.as_str());
     let old = rows.get(key)?.map(|v| ScheduleRecord::decode(v.value()));
     match (&old, mode) {
@@ -236,15 +236,14 @@ pub(crate) fn set(
         created_ms: old.as_ref().map_or(now_ms, |o| o.created_ms),
         updated_ms: now_ms,
     };
-    ctx.mark_written();
-    let mut due = ctx.tx.open_table(SCHEDULE_DUE)?;
+    let mut due = ctx.table(SCHEDULE_DUE)?;
     unindex_due(&mut due, queue_number, &new.name)?;
     if next_due_ms != NO_DUE_MS {
         due.insert((queue_number, next_due_ms, new.name.as_str()), ())?;
     }
     rows.insert(key, record.encode()?.as_slice())?;
     if was_damaged {
-        drop_unnamed_instances(ctx.tx, &rows, queue_number)?;
+        drop_unnamed_instances(ctx.group(), &rows, queue_number)?;
     }
     ctx.wake(queue_number);
     Ok(Ok(info(&new.name, &record)))
@@ -253,7 +252,7 @@ pub(crate) fn set(
 /// Removes queue `queue_number`'s entries of `leaseq_schedule_instances` that no schedule
 /// row names as its last instance (left by a damaged row). Bounded by the file's schedules.
 fn drop_unnamed_instances(
-    tx: &redb::WriteTransaction,
+    tx: GroupTx<'_>,
     rows: &redb::Table<'_, (u32, &'static str), &'static [u8]>,
     queue_number: u32,
 ) -> Result<()> {
@@ -271,7 +270,7 @@ fn drop_unnamed_instances(
             named.insert(id);
         }
     }
-    let mut instances = tx.open_table(SCHEDULE_INSTANCES)?;
+    let mut instances = tx.table(SCHEDULE_INSTANCES)?;
     let mut unnamed = Vec::new();
     for e in instances
         .range((queue_number, 0)..=(queue_number, u64::MAX))?
@@ -300,7 +299,7 @@ fn first_due(timing: &StoredTiming, now_ms: u64) -> Result<u64> {
 /// Removes every due entry of schedule `name` of queue `queue_number` (at most one is
 /// expected; a stray one `check()` reported goes too). Bounded by the file's schedules.
 fn unindex_due(
-    due: &mut redb::Table<'_, (u32, u64, &'static str), ()>,
+    due: &mut GroupTable<'_, (u32, u64, &'static str), ()>,
     queue_number: u32,
     name: &str,
 ) -> Result<()> {
@@ -324,11 +323,10 @@ fn unindex_due(
 /// Removes schedule `name` of queue `queue_number`; whether it existed. Its last instance,
 /// if still live, stays and runs as any job.
 pub(crate) fn remove(ctx: &mut Ctx<'_>, queue_number: u32, name: &str) -> Result<bool> {
-    let mut rows = ctx.tx.open_table(SCHEDULES)?;
+    let mut rows = ctx.table(SCHEDULES)?;
     if rows.get((queue_number, name))?.is_none() {
         return Ok(false);
     }
-    ctx.mark_written();
     let old = rows
         .remove((queue_number, name))?
         .map(|v| ScheduleRecord::decode(v.value()));
@@ -337,15 +335,13 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, queue_number: u32, name: &str) -> Result
             last_job: Some((id, _)),
             ..
         })) => {
-            ctx.tx
-                .open_table(SCHEDULE_INSTANCES)?
-                .remove((queue_number, id))?;
+            ctx.table(SCHEDULE_INSTANCES)?.remove((queue_number, id))?;
         }
         // A damaged row names no instance: drop the entries no row names.
-        Some(Err(_)) => drop_unnamed_instances(ctx.tx, &rows, queue_number)?,
+        Some(Err(_)) => drop_unnamed_instances(ctx.group(), &rows, queue_number)?,
         _ => {}
     }
-    let mut due = ctx.tx.open_table(SCHEDULE_DUE)?;
+    let mut due = ctx.table(SCHEDULE_DUE)?;
     unindex_due(&mut due, queue_number, name)?;
     Ok(true)
 }
@@ -361,7 +357,7 @@ pub(super) fn fire_due(
 ) -> Result<(u64, u64)> {
     let queue_number = tx_tables.tables.queue_number;
     let (mut fired, mut skipped) = (0, 0);
-    let mut due = tx_tables.tx.open_table(SCHEDULE_DUE)?;
+    let mut due = tx_tables.gtx.table(SCHEDULE_DUE)?;
     // A build without cron support passes over the cron schedules' entries and leaves them
     // in place, so it looks at up to every schedule of the file to find `SWEEP_MAX` others.
     let looked_at = if CRON_SUPPORTED {
@@ -382,7 +378,7 @@ pub(super) fn fire_due(
     if entries.is_empty() {
         return Ok((0, 0));
     }
-    let mut rows = tx_tables.tx.open_table(SCHEDULES)?;
+    let mut rows = tx_tables.gtx.table(SCHEDULES)?;
     let mut handled = 0;
     for (at, name) in entries {
         if handled == SWEEP_MAX {
@@ -403,7 +399,6 @@ pub(super) fn fire_due(
             continue;
         }
         handled += 1;
-        tx_tables.mark_written();
         due.remove((queue_number, at, name.as_str()))?;
         let mut record = match record {
             Ok(r) => r,
@@ -447,7 +442,7 @@ pub(super) fn fire_due(
         if fire {
             let id = enqueue_instance(tx_tables, ctx, &record.template, now_ms)?;
             tx_tables.instances_changed();
-            let mut instances = tx_tables.tx.open_table(SCHEDULE_INSTANCES)?;
+            let mut instances = tx_tables.gtx.table(SCHEDULE_INSTANCES)?;
             if let Some((previous, _)) = record.last_job {
                 instances.remove((queue_number, previous))?;
             }
@@ -499,8 +494,8 @@ fn instance_state(tx_tables: &Tables<'_>, queue_number: u32, id: Option<u64>) ->
         }
     }
     let ended_ms = tx_tables
-        .tx
-        .open_table(SCHEDULE_INSTANCES)?
+        .gtx
+        .table(SCHEDULE_INSTANCES)?
         .get((queue_number, id))?
         .map(|v| v.value())
         .filter(|&ms| ms != INSTANCE_LIVE);
@@ -559,7 +554,7 @@ pub(crate) fn fire_at_open(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<(u64, u64)>
     let (mut fired, mut skipped) = (0, 0);
     let mut queues: Vec<u32> = Vec::new();
     {
-        let due = ctx.tx.open_table(SCHEDULE_DUE)?;
+        let due = ctx.table(SCHEDULE_DUE)?;
         for e in due.iter()?.take(SCHEDULES_MAX + 1) {
             let (k, _) = e?;
             let (q, at, _) = k.value();
@@ -571,7 +566,7 @@ pub(crate) fn fire_at_open(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<(u64, u64)>
     for q in queues {
         let tables = match q {
             0 => &crate::format::schema::DEFAULT_TABLES,
-            n if super::registry::is_registered(ctx.tx, n)? => QueueTables::named(n),
+            n if super::registry::is_registered(ctx.group(), n)? => QueueTables::named(n),
             // A schedule of no queue: `check()` reports it; nothing fires into nowhere.
             _ => continue,
         };

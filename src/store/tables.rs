@@ -4,7 +4,7 @@
 use crate::events::Event;
 use redb::{ReadableTable, ReadableTableMetadata, Table};
 
-use crate::commit::{Ctx, WriteMark};
+use crate::commit::{Ctx, GroupLog, GroupTable, GroupTx};
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, PayloadRef, StoredState};
 use crate::format::schema::{QuarantineValue, QueueTables, marker_key, priority_rank};
@@ -17,7 +17,7 @@ use super::validate::{damaged, truncate_reason};
 /// in one pass. An entry that is missing (index damage) is logged, not an error: the rows it
 /// stood for are deleted all the same.
 fn remove_dense<K, V>(
-    table: &mut Table<'_, K, V>,
+    table: &mut GroupTable<'_, K, V>,
     range: std::ops::RangeInclusive<K>,
     sorted: &[K],
     name: &str,
@@ -48,39 +48,36 @@ where
 /// first used: every table opened in a transaction costs an open, a close and a root check
 /// at commit (about a fifth of an operation's CPU when all six were opened every time).
 ///
-/// Each table has a reading accessor (`jobs()`, `ready()`, ...: a shared reference, which
-/// cannot write) and a writing one (`jobs_mut()`, `ready_mut()`, ...), and only the writing
-/// one marks the group written ([`WriteMark`]): no write through `Tables` can forget to.
+/// Each table has a reading accessor (`jobs()`, `ready()`, ...: a shared reference to the
+/// redb table, which cannot write) and a writing one (`jobs_mut()`, `ready_mut()`, ...: the
+/// group's [`GroupTable`], whose writes mark the group): the one write path, as for the
+/// file-wide tables ([`GroupTx::table`]).
 pub(super) struct Tables<'t> {
-    pub(super) tx: &'t redb::WriteTransaction,
+    /// The group's transaction, for the file-wide tables an operation writes beside these.
+    pub(super) gtx: GroupTx<'t>,
     pub(super) tables: &'static QueueTables,
-    mark: WriteMark<'t>,
-    /// Where the group's change events go (nowhere when no one listens).
-    pub(super) events: crate::events::EventSink<'t>,
-    jobs: Table<'t, u64, &'static [u8]>,
-    ready: Option<Table<'t, (u32, u64, u64), ()>>,
-    scheduled: Option<Table<'t, (u64, u64), ()>>,
-    leases: Option<Table<'t, (u64, u64), ()>>,
-    dead: Option<Table<'t, u64, ()>>,
-    dedup: Option<Table<'t, &'static [u8], u64>>,
-    quarantine: Option<Table<'t, u64, QuarantineValue>>,
-    idem: Option<Table<'t, (&'static [u8], u64), ()>>,
-    windows: Option<Table<'t, &'static [u8], u64>>,
-    expiry: Option<Table<'t, (u64, &'static [u8]), ()>>,
-    dead_by_time: Option<Table<'t, (u64, u64), ()>>,
-    payloads: Option<Table<'t, u64, &'static [u8]>>,
-    completed: Option<Table<'t, (u64, u64), ()>>,
-    cancelled: Option<Table<'t, (u64, u64), ()>>,
-    groups: Option<Table<'t, (&'static [u8], u64), u64>>,
-    held: Option<Table<'t, (&'static [u8], u64), ()>>,
+    jobs: GroupTable<'t, u64, &'static [u8]>,
+    ready: Option<GroupTable<'t, (u32, u64, u64), ()>>,
+    scheduled: Option<GroupTable<'t, (u64, u64), ()>>,
+    leases: Option<GroupTable<'t, (u64, u64), ()>>,
+    dead: Option<GroupTable<'t, u64, ()>>,
+    dedup: Option<GroupTable<'t, &'static [u8], u64>>,
+    quarantine: Option<GroupTable<'t, u64, QuarantineValue>>,
+    idem: Option<GroupTable<'t, (&'static [u8], u64), ()>>,
+    windows: Option<GroupTable<'t, &'static [u8], u64>>,
+    expiry: Option<GroupTable<'t, (u64, &'static [u8]), ()>>,
+    dead_by_time: Option<GroupTable<'t, (u64, u64), ()>>,
+    payloads: Option<GroupTable<'t, u64, &'static [u8]>>,
+    completed: Option<GroupTable<'t, (u64, u64), ()>>,
+    cancelled: Option<GroupTable<'t, (u64, u64), ()>>,
+    groups: Option<GroupTable<'t, (&'static [u8], u64), u64>>,
+    held: Option<GroupTable<'t, (&'static [u8], u64), ()>>,
     /// `leaseq_schedule_instances` was found empty (no schedule has a live last instance in
     /// the file) by a job that ended: later ending jobs need no lookup in it. Forgotten when a
     /// schedule fires ([`Tables::instances_changed`]).
     instances_empty: bool,
     /// The queue's history setting, read on first use.
     history: Option<crate::job::History>,
-    /// Where a group's next job becoming deliverable wakes the queue's consumers.
-    wake: crate::commit::WakeList<'t>,
 }
 
 /// A job row as read: absent, present but failing its checks (the reason), or good.
@@ -95,27 +92,26 @@ pub(super) enum Row {
 
 /// The table in `slot`, opened from `tx` on first use.
 fn lazy<'a, 't, K: redb::Key + 'static, V: redb::Value + 'static>(
-    slot: &'a mut Option<Table<'t, K, V>>,
-    tx: &'t redb::WriteTransaction,
+    slot: &'a mut Option<GroupTable<'t, K, V>>,
+    tx: GroupTx<'t>,
     def: redb::TableDefinition<K, V>,
-) -> Result<&'a mut Table<'t, K, V>> {
+) -> Result<&'a mut GroupTable<'t, K, V>> {
     if slot.is_none() {
-        *slot = Some(tx.open_table(def)?);
+        *slot = Some(tx.table(def)?);
     }
     Ok(slot.as_mut().expect("opened above"))
 }
 
-/// The two accessors of each lazily opened table: `$read` (a shared reference: reads only)
-/// and `$write` (marks the group written, then gives the table for writing).
+/// The two accessors of each lazily opened table: `$read` (a shared reference to the redb
+/// table: reads only) and `$write` (the [`GroupTable`], whose writes mark the group).
 macro_rules! table_accessors {
     ($($read:ident, $write:ident: $field:ident = $def:ident: $k:ty => $v:ty;)*) => {$(
         pub(super) fn $read(&mut self) -> Result<&Table<'t, $k, $v>> {
-            lazy(&mut self.$field, self.tx, self.tables.$def()).map(|table| &*table)
+            lazy(&mut self.$field, self.gtx, self.tables.$def()).map(|table| &**table)
         }
 
-        pub(super) fn $write(&mut self) -> Result<&mut Table<'t, $k, $v>> {
-            self.mark.set();
-            lazy(&mut self.$field, self.tx, self.tables.$def())
+        pub(super) fn $write(&mut self) -> Result<&mut GroupTable<'t, $k, $v>> {
+            lazy(&mut self.$field, self.gtx, self.tables.$def())
         }
     )*};
 }
@@ -142,34 +138,20 @@ impl<'t> Tables<'t> {
     /// The tables of queue `tables` in the operation's transaction, marking its group when they
     /// write.
     pub(super) fn open(ctx: &Ctx<'t>, tables: &'static QueueTables) -> Result<Tables<'t>> {
-        Tables::open_with(
-            ctx.tx,
-            ctx.write_mark(),
-            ctx.events,
-            ctx.wake_list(),
-            tables,
-        )
+        Tables::open_with(ctx.group(), tables)
     }
 
     /// The tables of another queue `tables` of the file, in the same transaction and marking
     /// the same group.
     pub(super) fn open_other(&self, tables: &'static QueueTables) -> Result<Tables<'t>> {
-        Tables::open_with(self.tx, self.mark, self.events, self.wake, tables)
+        Tables::open_with(self.gtx, tables)
     }
 
-    fn open_with(
-        tx: &'t redb::WriteTransaction,
-        mark: WriteMark<'t>,
-        events: crate::events::EventSink<'t>,
-        wake: crate::commit::WakeList<'t>,
-        tables: &'static QueueTables,
-    ) -> Result<Tables<'t>> {
+    fn open_with(gtx: GroupTx<'t>, tables: &'static QueueTables) -> Result<Tables<'t>> {
         Ok(Tables {
-            tx,
+            gtx,
             tables,
-            mark,
-            events,
-            jobs: tx.open_table(tables.jobs())?,
+            jobs: gtx.table(tables.jobs())?,
             ready: None,
             scheduled: None,
             leases: None,
@@ -187,8 +169,12 @@ impl<'t> Tables<'t> {
             held: None,
             instances_empty: false,
             history: None,
-            wake,
         })
+    }
+
+    /// The group's log: events, wake-ups.
+    pub(super) fn log(&self) -> GroupLog<'t> {
+        self.gtx.log()
     }
 
     /// Opens every index table now (and `leaseq_quarantine`, creating it if needed).
@@ -208,7 +194,7 @@ impl<'t> Tables<'t> {
         self.groups()?;
         self.held()?;
         self.history()?;
-        lazy(&mut self.quarantine, self.tx, self.tables.quarantine())?;
+        lazy(&mut self.quarantine, self.gtx, self.tables.quarantine())?;
         Ok(())
     }
 
@@ -218,8 +204,8 @@ impl<'t> Tables<'t> {
         if let Some(h) = self.history {
             return Ok(h);
         }
-        let limits = self.tx.open_table(crate::format::schema::HISTORY_LIMITS)?;
-        let h = super::control::history_in(&limits, self.tables.queue_number)?;
+        let limits = self.gtx.table(crate::format::schema::HISTORY_LIMITS)?;
+        let h = super::control::history_in(&*limits, self.tables.queue_number)?;
         self.history = Some(h);
         Ok(h)
     }
@@ -233,39 +219,29 @@ impl<'t> Tables<'t> {
         if self.instances_empty {
             return Ok(());
         }
-        let mut instances = self
-            .tx
-            .open_table(crate::format::schema::SCHEDULE_INSTANCES)?;
+        let mut instances = self.gtx.table(crate::format::schema::SCHEDULE_INSTANCES)?;
         if instances.is_empty()? {
             self.instances_empty = true;
             return Ok(());
         }
         let key = (self.tables.queue_number, id);
         if instances.get(key)?.is_some() {
-            self.mark.set();
             instances.insert(key, ended_ms)?;
         }
         Ok(())
     }
 
-    /// A schedule fired in this operation and wrote `leaseq_schedule_instances` (through the
-    /// transaction): the next ending job looks at the table again.
+    /// A schedule fired in this operation and wrote `leaseq_schedule_instances`: the next
+    /// ending job looks at the table again.
     pub(super) fn instances_changed(&mut self) {
         self.instances_empty = false;
-    }
-
-    /// Marks the group written, for a write beside these tables straight through the
-    /// transaction (the applied markers).
-    pub(super) fn mark_written(&self) {
-        self.mark.set();
     }
 
     pub(super) fn jobs(&self) -> &Table<'t, u64, &'static [u8]> {
         &self.jobs
     }
 
-    pub(super) fn jobs_mut(&mut self) -> &mut Table<'t, u64, &'static [u8]> {
-        self.mark.set();
+    pub(super) fn jobs_mut(&mut self) -> &mut GroupTable<'t, u64, &'static [u8]> {
         &mut self.jobs
     }
 
@@ -385,14 +361,13 @@ impl<'t> Tables<'t> {
     /// the index entry that led to it. A dedup key the job held stays held by it until
     /// [`remove`](super::admin::remove) deletes the quarantined row.
     pub(super) fn quarantine(&mut self, id: u64, reason: &str, now_ms: u64) -> Result<()> {
-        self.mark.set();
         let raw = self
             .jobs
             .remove(id)?
             .ok_or_else(|| Error::corrupted(format!("job {id}: no row to quarantine")))?;
         let reason = truncate_reason(reason);
         tracing::warn!(job_id = id, %reason, "leaseq: job record quarantined");
-        lazy(&mut self.quarantine, self.tx, self.tables.quarantine())?
+        lazy(&mut self.quarantine, self.gtx, self.tables.quarantine())?
             .insert(id, (now_ms, reason.as_str(), raw.value()))?;
         Ok(())
     }
@@ -550,7 +525,7 @@ impl<'t> Tables<'t> {
             self.held_mut()?.remove((g, next))?;
             self.ready_mut()?
                 .insert((priority_rank(r.priority), r.seq, next), ())?;
-            self.wake.wake(self.tables.queue_number);
+            self.log().wake(self.tables.queue_number);
         }
         Ok(())
     }
@@ -766,7 +741,7 @@ impl<'t> Tables<'t> {
         );
         for &(id, _) in leases {
             let q = self.tables.queue_number;
-            self.events.push(q, Event::Completed { id: JobId(id) });
+            self.log().event(q, Event::Completed { id: JobId(id) });
         }
         if self.history()?.is_off() {
             self.delete_leased(leases, &records, now_ms)?;
@@ -784,7 +759,7 @@ impl<'t> Tables<'t> {
     /// After a leased job ended at `now_ms`: [`Event::Drained`] if no job is ready, due or
     /// leased now (only when someone listens: three lookups).
     pub(super) fn note_drained(&mut self, now_ms: u64) -> Result<()> {
-        if !self.events.on()
+        if !self.log().listening()
             || self.ready()?.first()?.is_some()
             || self.leases()?.first()?.is_some()
         {
@@ -795,7 +770,7 @@ impl<'t> Tables<'t> {
             None => false,
         };
         if !due {
-            self.events.push(self.tables.queue_number, Event::Drained);
+            self.log().event(self.tables.queue_number, Event::Drained);
         }
         Ok(())
     }

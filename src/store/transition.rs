@@ -199,7 +199,7 @@ impl Tables<'_> {
         };
         self.put(id, &record)?;
         let q = self.tables.queue_number;
-        self.events.push(q, Event::Snoozed { id: JobId(id) });
+        self.log().event(q, Event::Snoozed { id: JobId(id) });
         self.note_drained(now_ms)
     }
 
@@ -250,7 +250,7 @@ impl Tables<'_> {
         self.put(id, &record)?;
         self.note_instance_end(id, now_ms)?;
         let q = self.tables.queue_number;
-        self.events.push(q, Event::Dead { id: JobId(id) });
+        self.log().event(q, Event::Dead { id: JobId(id) });
         self.note_drained(now_ms)
     }
 
@@ -320,7 +320,7 @@ impl Tables<'_> {
         }
         self.put(id, &record)?;
         let q = self.tables.queue_number;
-        self.events.push(
+        self.log().event(
             q,
             match record.state {
                 StoredState::Dead => Event::Dead { id: JobId(id) },
