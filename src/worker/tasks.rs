@@ -258,8 +258,6 @@ async fn wait_until(
     }
 }
 
-/// The first wait after a failed dequeue; doubled after each failure in a row, up to 2 s.
-
 /// One worker task: take a job, run its handler task, end the job; until the stop or the
 /// file's close.
 async fn worker(shared: Arc<TaskState>, queue: AsyncQueue, handler: Arc<AsyncHandler>) {
