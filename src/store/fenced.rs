@@ -107,7 +107,7 @@ pub(crate) fn ack(
         }
     }
     if !keys.is_empty() {
-        tx_tables.complete_leased(&keys, records, kept, now_ms)?;
+        super::transition::complete_leased(&mut tx_tables, &keys, records, kept, now_ms)?;
     }
     Ok(out)
 }
@@ -273,7 +273,7 @@ pub(crate) fn ack_with(
         sink.into_result(ran)?;
     }
     if !keys.is_empty() {
-        tx_tables.complete_leased(&keys, records, kept, now_ms)?;
+        super::transition::complete_leased(&mut tx_tables, &keys, records, kept, now_ms)?;
     }
     // Markers past their retention go as new ones come, a bounded few per new one.
     if new_markers > 0

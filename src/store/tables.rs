@@ -722,40 +722,6 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// Ends the acked leased jobs `leases[i].0` (records `records[i]`): kept as completed
-    /// (with `results[i]`, each at most `RESULT_BYTES_MAX`) in a queue that keeps a history,
-    /// deleted otherwise; then prunes the history a bounded few per job.
-    pub(super) fn complete_leased(
-        &mut self,
-        leases: &[(u64, u64)],
-        records: Vec<JobRecord>,
-        results: Vec<Option<Vec<u8>>>,
-        now_ms: u64,
-    ) -> Result<()> {
-        debug_assert_eq!(leases.len(), results.len());
-        debug_assert!(
-            results
-                .iter()
-                .flatten()
-                .all(|r| r.len() <= crate::limits::RESULT_BYTES_MAX)
-        );
-        for &(id, _) in leases {
-            let q = self.tables.queue_number;
-            self.log().event(q, Event::Completed { id: JobId(id) });
-        }
-        if self.history()?.is_off() {
-            self.delete_leased(leases, &records, now_ms)?;
-        } else {
-            for ((&(id, _), record), result) in leases.iter().zip(records).zip(results) {
-                let end = StoredState::Completed { result };
-                self.end_job(id, record, end, now_ms, true)?;
-            }
-        }
-        let max = (crate::limits::PRUNE_PER_ACK_MAX * leases.len()).min(crate::limits::SWEEP_MAX);
-        super::retention::prune_history(self, now_ms, max)?;
-        self.note_drained(now_ms)
-    }
-
     /// After a leased job ended at `now_ms`: [`Event::Drained`] if no job is ready, due or
     /// leased now (only when someone listens: three lookups).
     pub(super) fn note_drained(&mut self, now_ms: u64) -> Result<()> {

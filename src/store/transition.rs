@@ -8,12 +8,10 @@ use crate::format::record::{JobRecord, StoredState};
 use crate::job::{JobId, JobState};
 
 use super::tables::{Row, Tables};
-use super::validate::truncate_reason;
+use super::validate::{REASON_ABANDONED, truncate_reason};
 use super::{Delivery, QueueConfig};
 
 pub(crate) const REASON_EXPIRED: &str = "lease expired";
-pub(crate) const REASON_ABANDONED: &str =
-    "lease abandoned: still held when the file was closed or its process exited";
 
 /// When a job whose attempt `rec.attempts` just ended without an ack is due again: now plus
 /// the retry policy's delay.
@@ -333,4 +331,38 @@ impl Tables<'_> {
         self.note_drained(now_ms)?;
         Ok(record.state.job_state())
     }
+}
+
+/// Ends the acked leased jobs `leases[i].0` (records `records[i]`): kept as completed
+/// (with `results[i]`, each at most `RESULT_BYTES_MAX`) in a queue that keeps a history,
+/// deleted otherwise; then prunes the history a bounded few per job.
+pub(super) fn complete_leased(
+    tables: &mut Tables<'_>,
+    leases: &[(u64, u64)],
+    records: Vec<JobRecord>,
+    results: Vec<Option<Vec<u8>>>,
+    now_ms: u64,
+) -> Result<()> {
+    debug_assert_eq!(leases.len(), results.len());
+    debug_assert!(
+        results
+            .iter()
+            .flatten()
+            .all(|r| r.len() <= crate::limits::RESULT_BYTES_MAX)
+    );
+    for &(id, _) in leases {
+        let q = tables.tables.queue_number;
+        tables.log().event(q, Event::Completed { id: JobId(id) });
+    }
+    if tables.history()?.is_off() {
+        tables.delete_leased(leases, &records, now_ms)?;
+    } else {
+        for ((&(id, _), record), result) in leases.iter().zip(records).zip(results) {
+            let end = StoredState::Completed { result };
+            tables.end_job(id, record, end, now_ms, true)?;
+        }
+    }
+    let max = (crate::limits::PRUNE_PER_ACK_MAX * leases.len()).min(crate::limits::SWEEP_MAX);
+    super::retention::prune_history(tables, now_ms, max)?;
+    tables.note_drained(now_ms)
 }

@@ -7,7 +7,10 @@ use crate::job::{EnqueueOptions, JobState, OnDuplicate};
 use crate::limits::REASON_BYTES_MAX;
 
 use super::QueueConfig;
-use super::transition::REASON_ABANDONED;
+
+/// The error a lease returned at open records: its process died holding it.
+pub(crate) const REASON_ABANDONED: &str =
+    "lease abandoned: still held when the file was closed or its process exited";
 
 pub(crate) fn truncate_reason(reason: &str) -> String {
     if reason.len() <= REASON_BYTES_MAX {
