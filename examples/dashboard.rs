@@ -2,7 +2,7 @@
 //! dead-letter state, and the dashboard served beside them.
 //!
 //! ```text
-//! cargo run --example dashboard [-- SECONDS]
+//! cargo run --features dashboard --example dashboard [-- SECONDS]
 //! ```
 //!
 //! Prints the dashboard's URL (it carries the access token), then for `SECONDS` (default: until

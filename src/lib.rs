@@ -91,7 +91,8 @@
 //! - **Built on the public API**: [`worker`] ([`WorkerPool`]: threads, heartbeats, shutdown);
 //!   with feature `nats`, `relay`: store-and-forward between a queue and a NATS JetStream
 //!   stream; with feature `sim`, `sim`: a power-loss simulator for testing your own effects;
-//!   with feature `cli`, the `leaseq` tool (`docs/cli.md` in the source repository).
+//!   and the `leaseq` command-line tool, the `leaseq-cli` crate of the source repository
+//!   (`docs/cli.md` there).
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use leaseq::{Durability, Encoding, EnqueueOptions, JobInfo, JobState, Queue, RetryPolicy};
 use serde_json::Value;
 
-#[path = "../common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 mod schedules;
 
@@ -1102,7 +1102,7 @@ fn an_older_format_is_read_as_it_is_and_upgraded_by_a_write_command() {
     std::fs::copy(
         concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/format4-crashed.leaseq"
+            "/../tests/fixtures/format4-crashed.leaseq"
         ),
         &path,
     )
