@@ -28,52 +28,6 @@ pub fn builder() -> Builder {
     Queue::builder().payload_bytes_max(leaseq::PAYLOAD_BYTES_MAX_CAP)
 }
 
-/// What the tool's queue helpers need of a handle: a writable [`Queue`] (write commands) or a
-/// [`Reader`] (read commands).
-pub trait Handle: Clone {
-    fn name(&self) -> Option<&str>;
-    fn existing(&self, name: &str) -> leaseq::Result<Self>;
-    fn queue_names(&self) -> leaseq::Result<Vec<String>>;
-    fn file(&self) -> &Path;
-    fn job(&self, id: JobId) -> leaseq::Result<Option<JobInfo>>;
-}
-
-impl Handle for Queue {
-    fn name(&self) -> Option<&str> {
-        Queue::name(self)
-    }
-    fn existing(&self, name: &str) -> leaseq::Result<Queue> {
-        Queue::existing(self, name)
-    }
-    fn queue_names(&self) -> leaseq::Result<Vec<String>> {
-        Queue::queue_names(self)
-    }
-    fn file(&self) -> &Path {
-        self.path().unwrap_or(Path::new("?"))
-    }
-    fn job(&self, id: JobId) -> leaseq::Result<Option<JobInfo>> {
-        Queue::job(self, id)
-    }
-}
-
-impl Handle for Reader {
-    fn name(&self) -> Option<&str> {
-        Reader::name(self)
-    }
-    fn existing(&self, name: &str) -> leaseq::Result<Reader> {
-        Reader::existing(self, name)
-    }
-    fn queue_names(&self) -> leaseq::Result<Vec<String>> {
-        Reader::queue_names(self)
-    }
-    fn file(&self) -> &Path {
-        self.path()
-    }
-    fn job(&self, id: JobId) -> leaseq::Result<Option<JobInfo>> {
-        Reader::job(self, id)
-    }
-}
-
 /// Makes sure a file is at `path`: "no such file" otherwise (never created).
 pub fn must_exist(path: &Path) -> CliResult {
     match std::fs::metadata(path) {
@@ -190,20 +144,31 @@ pub fn open(path: &Path, missing: Missing) -> CliResult<Queue> {
     open_with(path, missing, builder())
 }
 
-/// The display name of a queue.
-pub fn queue_label(q: &impl Handle) -> &str {
-    q.name().unwrap_or(DEFAULT_QUEUE)
+/// The display name of a queue named `name` (`None`: the default queue).
+pub fn queue_label(name: Option<&str>) -> &str {
+    name.unwrap_or(DEFAULT_QUEUE)
 }
 
-/// The queue `--queue NAME` names, if it exists (never made); the default queue for
-/// `(default)`.
-pub fn existing<H: Handle>(queue: &H, name: &str) -> CliResult<H> {
+/// The reader of the queue `--queue NAME` names, if it exists (never made); the default
+/// queue for `(default)`.
+pub fn existing(reader: &Reader, name: &str) -> CliResult<Reader> {
     if name == DEFAULT_QUEUE {
-        return Ok(queue.clone());
+        return Ok(reader.default_queue());
     }
-    queue
+    reader
         .existing(name)
-        .map_err(|e| Fail::leaseq(queue.file(), e))
+        .map_err(|e| Fail::leaseq(reader.path(), e))
+}
+
+/// The writable handle of the queue `reader` reads, on `queue`'s open (it exists: a reader
+/// found it).
+pub fn writable(queue: &Queue, reader: &Reader) -> CliResult<Queue> {
+    match reader.name() {
+        None => Ok(queue.default_queue()),
+        Some(name) => queue
+            .existing(name)
+            .map_err(|e| Fail::leaseq(path_of(queue), e)),
+    }
 }
 
 /// The queue `--queue NAME` names, made if missing; the default queue for `(default)` or
@@ -219,38 +184,59 @@ pub fn named_or_default(queue: &Queue, name: Option<&str>) -> CliResult<Queue> {
 
 /// The queues a command covers: the one `--queue` names, or every queue of the file (the
 /// default one first, then the named ones by name).
-pub fn selected<H: Handle>(queue: &H, name: Option<&str>) -> CliResult<Vec<H>> {
+pub fn selected(reader: &Reader, name: Option<&str>) -> CliResult<Vec<Reader>> {
     if let Some(name) = name {
-        return Ok(vec![existing(queue, name)?]);
+        return Ok(vec![existing(reader, name)?]);
     }
-    let path = queue.file();
-    let names = queue.queue_names().map_err(|e| Fail::leaseq(path, e))?;
+    let path = reader.path();
+    let names = reader.queue_names().map_err(|e| Fail::leaseq(path, e))?;
     let mut out = Vec::with_capacity(names.len() + 1);
-    out.push(queue.clone());
+    out.push(reader.default_queue());
     for name in names {
-        out.push(queue.existing(&name).map_err(|e| Fail::leaseq(path, e))?);
+        out.push(reader.existing(&name).map_err(|e| Fail::leaseq(path, e))?);
     }
     Ok(out)
 }
 
+/// The writable handles of the queues a write command covers ([`selected`], read through
+/// the queue's own [`Queue::reader`]).
+pub fn selected_queues(queue: &Queue, name: Option<&str>) -> CliResult<Vec<Queue>> {
+    selected(&queue.reader(), name)?
+        .iter()
+        .map(|r| writable(queue, r))
+        .collect()
+}
+
 /// The path a queue was opened from (for messages).
-pub fn path_of(queue: &impl Handle) -> &Path {
-    queue.file()
+pub fn path_of(queue: &Queue) -> &Path {
+    queue.path().unwrap_or(Path::new("?"))
 }
 
 /// Finds job `id` in the queues `--queue` selects (ids are unique in a file).
-pub fn find_job<H: Handle>(
-    queue: &H,
+pub fn find_job(
+    reader: &Reader,
     name: Option<&str>,
     id: u64,
-) -> CliResult<Option<(H, JobInfo)>> {
-    let path = path_of(queue);
-    for q in selected(queue, name)? {
+) -> CliResult<Option<(Reader, JobInfo)>> {
+    let path = reader.path();
+    for q in selected(reader, name)? {
         if let Some(info) = q.job(JobId(id)).map_err(|e| Fail::leaseq(path, e))? {
             return Ok(Some((q, info)));
         }
     }
     Ok(None)
+}
+
+/// Finds job `id` as [`find_job`], with the writable handle of its queue.
+pub fn find_job_to_write(
+    queue: &Queue,
+    name: Option<&str>,
+    id: u64,
+) -> CliResult<Option<(Queue, JobInfo)>> {
+    match find_job(&queue.reader(), name, id)? {
+        Some((reader, info)) => Ok(Some((writable(queue, &reader)?, info))),
+        None => Ok(None),
+    }
 }
 
 /// A bar of a fraction (positions 0 to 1000) on stderr when stderr is a terminal.

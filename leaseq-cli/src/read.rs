@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::args::{CheckArgs, LsArgs, QueuesArgs, SchedulesArgs, ShowArgs, StatsArgs};
 use crate::duration::format_ms;
 use crate::fail::{CliResult, Fail};
-use crate::files::{self, Handle, find_job, path_of, queue_label};
+use crate::files::{self, find_job, queue_label};
 use crate::jsonl::JobView;
 use crate::output::{Out, short, state_name, utc};
 
@@ -52,7 +52,7 @@ struct RateLimitJson {
 /// `leaseq stats`.
 pub fn stats(a: &StatsArgs) -> CliResult {
     let queue = files::open_reader(&a.file)?;
-    let path = path_of(&queue);
+    let path = queue.path();
     type Row = (
         String,
         Option<String>,
@@ -66,7 +66,7 @@ pub fn stats(a: &StatsArgs) -> CliResult {
         let schedules = q.schedules().map_err(|e| Fail::leaseq(path, e))?.len() as u64;
         let limit = q.rate_limit().map_err(|e| Fail::leaseq(path, e))?;
         rows.push((
-            queue_label(&q).to_string(),
+            queue_label(q.name()).to_string(),
             q.name().map(str::to_string),
             s,
             schedules,
@@ -180,7 +180,7 @@ fn table(out: &mut Out, header: &[&str], right: &[bool], rows: &[Vec<String>]) -
 /// `leaseq ls`.
 pub fn ls(a: &LsArgs) -> CliResult {
     let queue = files::open_reader(&a.file)?;
-    let path = path_of(&queue);
+    let path = queue.path();
     let queues = files::selected(&queue, a.queue.queue.as_deref())?;
     let states: Vec<JobState> = match a.state {
         Some(s) => vec![s.into()],
@@ -188,7 +188,7 @@ pub fn ls(a: &LsArgs) -> CliResult {
     };
     let queue_width = queues
         .iter()
-        .map(|q| queue_label(q).len())
+        .map(|q| queue_label(q.name()).len())
         .max()
         .unwrap_or(0)
         .max("QUEUE".len());
@@ -236,7 +236,7 @@ pub fn ls(a: &LsArgs) -> CliResult {
                         out.line(format!(
                             "{:>10}  {:<queue_width$}  {:<9}  {:>8}  {:>6}  {:<24}  {:>9}  {:<24}  {}",
                             info.id.0,
-                            queue_label(q),
+                            queue_label(q.name()),
                             state_name(info.state),
                             attempts,
                             info.priority,
@@ -263,8 +263,8 @@ fn one_line(text: &str) -> String {
     text.replace('\r', "\\r").replace('\n', "\\n")
 }
 
-fn no_job(queue: &impl Handle, name: Option<&str>, id: u64) -> Fail {
-    let path = path_of(queue).display();
+fn no_job(queue: &Reader, name: Option<&str>, id: u64) -> Fail {
+    let path = queue.path().display();
     match name {
         Some(name) => Fail::problem(format!("{path}: no job {id} in queue {name}")),
         None => Fail::problem(format!("{path}: no job {id}")),
@@ -274,7 +274,7 @@ fn no_job(queue: &impl Handle, name: Option<&str>, id: u64) -> Fail {
 /// `leaseq show`.
 pub fn show(a: &ShowArgs) -> CliResult {
     let queue = files::open_reader(&a.file)?;
-    let path = path_of(&queue);
+    let path = queue.path();
     let name = a.queue.queue.as_deref();
     let Some((q, info)) = find_job(&queue, name, a.id)? else {
         return Err(no_job(&queue, name, a.id));
@@ -318,7 +318,7 @@ pub fn show(a: &ShowArgs) -> CliResult {
     let time = |ms: u64| format!("{} ({ms})", utc(ms));
     let fields: Vec<(&str, String)> = vec![
         ("id", info.id.to_string()),
-        ("queue", queue_label(&q).to_string()),
+        ("queue", queue_label(q.name()).to_string()),
         ("state", state_name(info.state).to_string()),
         (
             "attempts",
@@ -410,7 +410,7 @@ pub fn queues(a: &QueuesArgs) -> CliResult {
     let queue = files::open_reader(&a.file)?;
     let names = queue
         .queue_names()
-        .map_err(|e| Fail::leaseq(path_of(&queue), e))?;
+        .map_err(|e| Fail::leaseq(queue.path(), e))?;
     let mut out = Out::new();
     if a.json {
         #[derive(Serialize)]
@@ -527,7 +527,7 @@ fn timing_text(t: &Timing) -> String {
 /// `leaseq schedules`: the schedules of the selected queues, each queue's by name.
 pub fn schedules(a: &SchedulesArgs) -> CliResult {
     let queue = files::open_reader(&a.file)?;
-    let path = path_of(&queue);
+    let path = queue.path();
     let mut rows: Vec<(Reader, Vec<ScheduleInfo>)> = Vec::new();
     for q in files::selected(&queue, a.queue.queue.as_deref())? {
         let list = q.schedules().map_err(|e| Fail::leaseq(path, e))?;
@@ -555,7 +555,7 @@ pub fn schedules(a: &SchedulesArgs) -> CliResult {
     ];
     let cells: Vec<Vec<String>> = rows
         .iter()
-        .flat_map(|(q, list)| list.iter().map(move |s| (queue_label(q), s)))
+        .flat_map(|(q, list)| list.iter().map(move |s| (queue_label(q.name()), s)))
         .map(|(label, s)| {
             vec![
                 label.to_string(),
@@ -609,7 +609,7 @@ pub fn check(a: &CheckArgs) -> CliResult {
         }
         Err(f) => return Err(f),
     };
-    let path = path_of(&queue);
+    let path = queue.path();
     let violations = match queue.check() {
         Ok(v) => v,
         Err(e @ leaseq::Error::Corrupted { .. }) => vec![leaseq::Violation {

@@ -28,7 +28,7 @@ const EXPORT_STATES: [JobState; 4] = [
 /// `leaseq export`: every job of the selected queues, one JSON object per line.
 pub fn export(a: &ExportArgs) -> CliResult {
     let queue = files::open_reader(&a.file)?;
-    let path = path_of(&queue);
+    let path = queue.path();
     let queues = files::selected(&queue, a.queue.queue.as_deref())?;
     let mut total = 0;
     for q in &queues {

@@ -140,7 +140,7 @@ pub fn requeue_dead(a: &RequeueDeadArgs) -> CliResult {
     let name = a.queue.queue.as_deref();
     let mut out = Out::new();
     if let Some(id) = a.id {
-        let Some((q, info)) = files::find_job(&queue, name, id)? else {
+        let Some((q, info)) = files::find_job_to_write(&queue, name, id)? else {
             return Err(Fail::problem(format!("{}: no job {id}", path.display())));
         };
         if info.state != JobState::Dead {
@@ -155,9 +155,9 @@ pub fn requeue_dead(a: &RequeueDeadArgs) -> CliResult {
         out.line(format!("requeued {id}"))?;
         return out.flush();
     }
-    for q in files::selected(&queue, name)? {
+    for q in files::selected_queues(&queue, name)? {
         let n = q.requeue_dead_all().map_err(|e| Fail::leaseq(path, e))?;
-        out.line(format!("{}: requeued {n} dead jobs", queue_label(&q)))?;
+        out.line(format!("{}: requeued {n} dead jobs", queue_label(q.name())))?;
     }
     out.flush()
 }
@@ -193,7 +193,7 @@ fn on_job(
 ) -> CliResult {
     let queue = files::open(file, Missing::Refuse)?;
     let path = path_of(&queue);
-    let Some((q, _)) = files::find_job(&queue, name, id)? else {
+    let Some((q, _)) = files::find_job_to_write(&queue, name, id)? else {
         return Err(Fail::problem(format!("{}: no job {id}", path.display())));
     };
     let said = f(&q, JobId(id)).map_err(|e| Fail::leaseq(path, e))?;
@@ -222,10 +222,10 @@ fn control(
     let queue = files::open(&a.file, Missing::Refuse)?;
     let path = path_of(&queue);
     let mut out = Out::new();
-    for q in files::selected(&queue, a.queue.queue.as_deref())? {
+    for q in files::selected_queues(&queue, a.queue.queue.as_deref())? {
         let did = f(&q).map_err(|e| Fail::leaseq(path, e))?;
         let what = if did { changed } else { unchanged };
-        out.line(format!("{}: {what}", queue_label(&q)))?;
+        out.line(format!("{}: {what}", queue_label(q.name())))?;
     }
     out.flush()
 }
@@ -236,7 +236,7 @@ pub fn schedule_remove(a: &ScheduleRemoveArgs) -> CliResult {
     let queue = files::open(&a.file, Missing::Refuse)?;
     let path = path_of(&queue);
     let q = match a.queue.as_deref() {
-        Some(name) => files::existing(&queue, name)?,
+        Some(name) => files::writable(&queue, &files::existing(&queue.reader(), name)?)?,
         None => queue.clone(),
     };
     let removed = q
@@ -247,13 +247,13 @@ pub fn schedule_remove(a: &ScheduleRemoveArgs) -> CliResult {
             "{}: no schedule named {:?} in queue {}",
             path.display(),
             a.name,
-            queue_label(&q)
+            queue_label(q.name())
         )));
     }
     let mut out = Out::new();
     out.line(format!(
         "{}: removed schedule {:?}",
-        queue_label(&q),
+        queue_label(q.name()),
         a.name
     ))?;
     out.flush()
@@ -270,11 +270,11 @@ pub fn purge(a: &PurgeArgs) -> CliResult {
     let queue = files::open(&a.file, Missing::Refuse)?;
     let path = path_of(&queue);
     let mut out = Out::new();
-    for q in files::selected(&queue, a.queue.queue.as_deref())? {
+    for q in files::selected_queues(&queue, a.queue.queue.as_deref())? {
         let n = q.purge(state).map_err(|e| Fail::leaseq(path, e))?;
         out.line(format!(
             "{}: purged {n} {} jobs",
-            queue_label(&q),
+            queue_label(q.name()),
             state_name(state)
         ))?;
     }
@@ -289,11 +289,11 @@ pub fn prune(a: &PruneArgs) -> CliResult {
     let queue = files::open_with(&a.file, Missing::Refuse, builder)?;
     let path = path_of(&queue);
     let mut out = Out::new();
-    for q in files::selected(&queue, None)? {
+    for q in files::selected_queues(&queue, None)? {
         let p = q.prune().map_err(|e| Fail::leaseq(path, e))?;
         out.line(format!(
             "{}: removed {} applied markers, {} dead jobs, released {} dedup windows",
-            queue_label(&q),
+            queue_label(q.name()),
             p.applied,
             p.dead,
             p.dedup_windows
