@@ -6,9 +6,10 @@
 use std::cell::RefCell;
 use std::ops::Deref;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::format::schema::QueueTables;
 use crate::job::{EnqueueOptions, Enqueued};
-use crate::store::{self, QueueConfig, Sink};
+use crate::store::{self, NewJob, QueueConfig};
 
 /// A redb write transaction (it dereferences to [`redb::WriteTransaction`], so
 /// `tx.open_table(..)` works as on redb's own) in which leaseq can also enqueue jobs.
@@ -26,7 +27,7 @@ use crate::store::{self, QueueConfig, Sink};
 pub struct Tx<'a> {
     tx: &'a redb::WriteTransaction,
     /// The queue the transaction's call came from (`enqueue` adds to it).
-    config: QueueConfig,
+    pub(crate) config: QueueConfig,
 
     now_ms: u64,
     sink: RefCell<&'a mut (dyn Sink + 'a)>,
@@ -106,29 +107,7 @@ impl<'a> Tx<'a> {
         self.enqueue_batch_with(&self.config, jobs)
     }
 
-    /// Enqueues a job in another queue of the same file (a [`Queue::named`](crate::Queue::named)
-    /// handle, or the default one) in this transaction: the next step of a pipeline, handed to
-    /// that queue's workers if and only if this transaction commits. As [`Tx::enqueue`], with
-    /// `queue`'s defaults.
-    ///
-    /// # Errors
-    /// As [`Tx::enqueue`]; `InvalidOption` for a queue of another file.
-    pub fn enqueue_to(
-        &self,
-        queue: &crate::queue::Queue,
-        payload: &[u8],
-        opts: EnqueueOptions,
-    ) -> Result<Enqueued> {
-        let config = queue.config();
-        if config.committer_id != self.config.committer_id {
-            return Err(Error::invalid_option("queue", "a queue of another file"));
-        }
-        let mut out = self.enqueue_batch_with(&config, [(payload, opts)])?;
-        debug_assert_eq!(out.len(), 1);
-        Ok(out.remove(0))
-    }
-
-    fn enqueue_batch_with<'p>(
+    pub(crate) fn enqueue_batch_with<'p>(
         &self,
         config: &QueueConfig,
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
@@ -144,4 +123,12 @@ impl Deref for Tx<'_> {
     fn deref(&self) -> &redb::WriteTransaction {
         self.tx
     }
+}
+
+/// Where a caller's closure inside a group transaction enqueues ([`Tx::enqueue`]): on
+/// the tables the running operation holds open (`ack_with`) or opens for it
+/// (`store::write`).
+pub(crate) trait Sink {
+    /// Adds validated jobs in order to queue `tables`, as the engine's enqueue.
+    fn put(&mut self, tables: &'static QueueTables, jobs: &[NewJob]) -> Result<Vec<Enqueued>>;
 }

@@ -4,6 +4,7 @@ use super::Queue;
 use crate::error::{Error, Result};
 use crate::job::{EnqueueOptions, Enqueued};
 use crate::store;
+use crate::tx::Tx;
 
 impl Queue {
     /// Enqueues a job with `payload` (at most the builder's `payload_bytes_max` bytes) and
@@ -214,5 +215,31 @@ impl Queue {
         let (now_ms, config) = (self.now_ms(), self.config);
         self.run(&mut |ctx| store::write(ctx, &config, now_ms, &mut f).map(Ok))
             .map_err(Error::surfaced_in_write)
+    }
+}
+
+/// [`Tx::enqueue_to`] sits with the handles: it takes a [`Queue`], which `tx.rs` (below the
+/// handles: the engine builds a `Tx`) does not name.
+impl Tx<'_> {
+    /// Enqueues a job in another queue of the same file (a [`Queue::named`](crate::Queue::named)
+    /// handle, or the default one) in this transaction: the next step of a pipeline, handed to
+    /// that queue's workers if and only if this transaction commits. As [`Tx::enqueue`], with
+    /// `queue`'s defaults.
+    ///
+    /// # Errors
+    /// As [`Tx::enqueue`]; `InvalidOption` for a queue of another file.
+    pub fn enqueue_to(
+        &self,
+        queue: &Queue,
+        payload: &[u8],
+        opts: EnqueueOptions,
+    ) -> Result<Enqueued> {
+        let config = queue.config();
+        if config.committer_id != self.config.committer_id {
+            return Err(Error::invalid_option("queue", "a queue of another file"));
+        }
+        let mut out = self.enqueue_batch_with(&config, [(payload, opts)])?;
+        debug_assert_eq!(out.len(), 1);
+        Ok(out.remove(0))
     }
 }

@@ -10,6 +10,7 @@ use crate::format::record::{JobRecord, StoredState};
 use crate::format::schema::QueueTables;
 use crate::job::{Enqueued, JobId, OnDuplicate};
 use crate::limits::PRUNE_PER_ACK_MAX;
+use crate::tx::Sink;
 
 use super::QueueConfig;
 use super::retention::prune_windows;
@@ -145,14 +146,6 @@ fn replace_waiting(
     }
     tx_tables.put(id, &holder)?;
     Ok(true)
-}
-
-/// Where a caller's closure inside a group transaction enqueues ([`crate::Tx::enqueue`]): on
-/// the tables the running operation holds open (`ack_with`) or opens for it
-/// ([`write()`]).
-pub(crate) trait Sink {
-    /// Adds validated jobs in order to queue `tables`, as [`enqueue`].
-    fn put(&mut self, tables: &'static QueueTables, jobs: &[NewJob]) -> Result<Vec<Enqueued>>;
 }
 
 /// The [`Sink`] of one closure run. A storage error part-way through an enqueue leaves its

@@ -60,7 +60,7 @@ pub(crate) use admin::{
 pub(crate) use check::check_file;
 pub(crate) use control::{history_of, pause, paused_queues, resume, set_history, validate_history};
 pub(crate) use dequeue::dequeue;
-pub(crate) use enqueue::{Sink, enqueue, enqueue_imported, write};
+pub(crate) use enqueue::{enqueue, enqueue_imported, write};
 pub(crate) use fenced::{
     ClosureFailure, EffectCall, ack, ack_with, extend, fail, nack, release_unseen, set_progress,
     snooze,
@@ -79,7 +79,7 @@ pub(crate) use schedule::{
     remove as remove_schedule, set as set_schedule,
 };
 pub(crate) use validate::{
-    check_key, import_record, lease_ms_checked, new_records, truncate_reason,
+    NewJob, check_key, import_record, lease_ms_checked, new_records, truncate_reason,
 };
 
 /// Queue-wide settings an operation needs.
