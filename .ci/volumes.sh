@@ -59,7 +59,7 @@ mount_test_volumes() {
     fi
     VOLUMES_UNDO+=("umount '$base/ro'")
     # The read-only volume's queue file, made with the leaseq tool while it is writable.
-    cargo run -q -- enqueue "$base/ro/q.leaseq" --data "kept" >/dev/null
+    cargo run -q -p leaseq-cli -- enqueue "$base/ro/q.leaseq" --data "kept" >/dev/null
     umount "$base/ro"
     mount.exfat-fuse -o ro "$ro_loop" "$base/ro"
     export LEASEQ_TEST_NO_LINK_DIR="$base/rw" LEASEQ_TEST_READ_ONLY_DIR="$base/ro"
