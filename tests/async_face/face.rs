@@ -426,6 +426,56 @@ fn a_dropped_ack_and_next_gives_the_next_lease_back() {
     assert_consistent(q.blocking());
 }
 
+/// As `a_dropped_ack_and_next_gives_the_next_lease_back`, through `ack_with_and_next`, whose
+/// answer also carries the effect: the effect and the ack stand (the caller's row written
+/// once, the key applied), the next lease goes back unseen and uncharged.
+#[test]
+fn a_dropped_ack_with_and_next_keeps_the_effect_and_gives_the_next_lease_back() {
+    use crate::support::{counting_waker, hold_commits, poll_once};
+    const DONE: leaseq::redb::TableDefinition<u64, u64> =
+        leaseq::redb::TableDefinition::new("done");
+    let f = Fixture::new();
+    let q = f.open().to_async();
+    let first_id = q.blocking().enqueue(b"a", keyed("effect-a")).unwrap().id();
+    let second_id = q.blocking().enqueue(b"b", plain()).unwrap().id();
+    let first = runtime().block_on(q.dequeue()).unwrap().expect("a job");
+    assert_eq!(first.id(), first_id);
+    let (_c, waker) = counting_waker();
+    let mut fut = Box::pin(first.ack_with_and_next(move |tx| {
+        let mut done = tx.open_table(DONE)?;
+        let n = leaseq::redb::ReadableTable::get(&done, first_id.0)?.map_or(0, |v| v.value());
+        done.insert(first_id.0, n + 1)?;
+        Ok(())
+    }));
+    let held = hold_commits(q.blocking());
+    assert!(poll_once(fut.as_mut(), &waker).is_none());
+    drop(held);
+    assert!(crate::common::eventually(|| {
+        let s = q.blocking().stats().unwrap();
+        (s.ready, s.leased) == (0, 1)
+    }));
+    drop(fut);
+    assert!(crate::common::eventually(|| {
+        q.blocking().stats().unwrap().ready == 1
+    }));
+    assert!(
+        q.blocking().is_applied("effect-a").unwrap(),
+        "the effect stands"
+    );
+    let rtx = leaseq::redb::ReadableDatabase::begin_read(q.blocking().database()).unwrap();
+    let done = rtx.open_table(DONE).unwrap();
+    assert_eq!(
+        done.get(first_id.0).unwrap().map(|v| v.value()),
+        Some(1),
+        "once"
+    );
+    drop((done, rtx));
+    let again = q.blocking().dequeue().unwrap().expect("back");
+    assert_eq!((again.id(), again.attempt()), (second_id, 1), "uncharged");
+    again.ack().unwrap();
+    assert_consistent(q.blocking());
+}
+
 /// `AsyncQueue::shutdown` from async code: waiting tasks end with `Closed`, their handles
 /// go, and the file is released: a reopen succeeds at once and reports no repair.
 #[test]
