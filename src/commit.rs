@@ -572,7 +572,7 @@ impl Committer {
         db: &Database,
         op: &mut dyn FnMut(&mut Ctx<'_>) -> Verdict<T>,
     ) -> Result<T> {
-        self.check_reentrant()?;
+        self.ensure_not_reentrant()?;
         loop {
             self.arrivals.fetch_add(1, Ordering::SeqCst);
             let mut st = self.state.lock();
@@ -916,7 +916,7 @@ impl Committer {
 
     /// `Reentrant` when called from inside one of this committer's operations (an
     /// `ack_with` closure): the group mutex and redb's write slot are held there.
-    pub(crate) fn check_reentrant(&self) -> Result<()> {
+    pub(crate) fn ensure_not_reentrant(&self) -> Result<()> {
         if IN_GROUP.with(|c| c.borrow().contains(&self.id)) {
             return Err(Error::Reentrant);
         }
@@ -933,7 +933,7 @@ impl Committer {
     }
 
     /// `CommitFailed` if a commit failed on this handle (redb refuses writes until reopened).
-    pub(crate) fn check_not_poisoned(&self) -> Result<()> {
+    pub(crate) fn ensure_not_poisoned(&self) -> Result<()> {
         match &self.state.lock().poisoned {
             Some(detail) => Err(Error::CommitFailed {
                 detail: detail.clone(),

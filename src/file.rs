@@ -73,7 +73,7 @@ impl Drop for OpenFile {
     /// The close writes the metrics not written yet (best effort: a handle whose commits
     /// failed writes nothing).
     fn drop(&mut self) {
-        if !self.pending_metrics().is_empty() && self.committer.check_not_poisoned().is_ok() {
+        if !self.pending_metrics().is_empty() && self.committer.ensure_not_poisoned().is_ok() {
             let _ = self.flush();
         }
     }
@@ -123,8 +123,8 @@ impl OpenFile {
     /// not written yet. They are taken out before the flush's transaction begins (a
     /// group's seal writing them meanwhile finds none), and go back if its commit fails.
     pub(crate) fn flush(&self) -> Result<()> {
-        self.committer.check_reentrant()?;
-        self.committer.check_not_poisoned()?;
+        self.committer.ensure_not_reentrant()?;
+        self.committer.ensure_not_poisoned()?;
         let rows = self
             .metrics
             .as_ref()

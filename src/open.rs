@@ -479,7 +479,7 @@ impl Builder {
             }
             Ok(_) => {}
         }
-        let repaired = check_header(path)?;
+        let repaired = validate_header(path)?;
         // A look holds the file's locks only while it looks, so an opener's writable open can
         // meet a racer's look and be refused though nobody keeps the file: threads of this
         // process open one file in turn, and a refusal right after a look that found the file
@@ -580,7 +580,7 @@ impl Builder {
         }
         // The recovery-required flag is set while a writer has the file open, and left set by
         // one that crashed.
-        let writer_flag = check_header(path)?;
+        let writer_flag = validate_header(path)?;
         if !writer_flag && self.verifies() {
             // No writer: verify the file as a writable open would, on a scratch copy that
             // takes no lock, so an app may open the file meanwhile (its own open verifies it
@@ -589,7 +589,7 @@ impl Builder {
             let scratch = ScratchBackend::new(fs::File::open(path)?)?;
             match self.look_on(scratch, path, true, redb::ConcurrencyMode::ExclusiveWriter) {
                 Ok(()) => {}
-                Err(_) if check_header(path)? => {}
+                Err(_) if validate_header(path)? => {}
                 Err(e) => return Err(e),
             }
         }
@@ -901,7 +901,7 @@ fn scratch_for_reading(path: &Path) -> Result<ScratchBackend> {
 
 /// Refuses files that cannot be redb databases before redb sees them. Returns whether the
 /// file was left open by a writer (redb's recovery-required flag: not closed cleanly).
-fn check_header(path: &Path) -> Result<bool> {
+fn validate_header(path: &Path) -> Result<bool> {
     let mut file = fs::File::open(path)?;
     let len_bytes = file.metadata()?.len();
     // The magic number and the god byte.

@@ -197,7 +197,7 @@ impl Reader {
     /// `QueueNotFound` if the file has no queue of that name; `InvalidOption` for a bad name;
     /// `Corrupted` for a damaged registry; `Storage`.
     pub fn existing(&self, name: &str) -> Result<Reader> {
-        QueueTables::check_name(name)?;
+        QueueTables::validate_queue_name(name)?;
         match self.read(|rtx, _| store::find_queue(rtx, name))? {
             Some(queue_number) => Ok(Reader {
                 inner: self.inner.clone(),

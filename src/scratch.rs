@@ -102,7 +102,7 @@ impl ScratchBackend {
         Retire(self.retired.clone())
     }
 
-    fn check_live(&self) -> io::Result<()> {
+    fn ensure_live(&self) -> io::Result<()> {
         if self.retired.load(Ordering::SeqCst) {
             return Err(io::Error::other("scratch copy retired"));
         }
@@ -209,7 +209,7 @@ impl redb::StorageBackend for ScratchBackend {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.check_live()?;
+        self.ensure_live()?;
         let mut st = self.state.lock();
         if len < st.len {
             // Bytes past the new end must read as zeros if the file grows again.
@@ -236,11 +236,11 @@ impl redb::StorageBackend for ScratchBackend {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        self.check_live()
+        self.ensure_live()
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.check_live()?;
+        self.ensure_live()?;
         let mut guard = self.state.lock();
         let st = &mut *guard;
         for_each_page(offset, data.len(), st.len, |n, in_page, at, take| {

@@ -353,7 +353,7 @@ impl State {
             .finish()
     }
 
-    fn check_power(&self) -> io::Result<()> {
+    fn ensure_powered(&self) -> io::Result<()> {
         if self.crashed {
             Err(power_lost())
         } else {
@@ -363,7 +363,7 @@ impl State {
 
     // Counts a mutating call, failing it (and the power) if it is the planned crash point
     fn begin_mutation(&mut self) -> io::Result<()> {
-        self.check_power()?;
+        self.ensure_powered()?;
         let index = self.mutating_ops;
         self.mutating_ops += 1;
         if self.crash_at.is_some_and(|at| index >= at) {
@@ -554,13 +554,13 @@ impl redb::StorageBackend for SimBackend {
 
     fn len(&self) -> Result<u64, io::Error> {
         let state = lock(&self.state);
-        state.check_power()?;
+        state.ensure_powered()?;
         Ok(state.live.len() as u64)
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
         let state = lock(&self.state);
-        state.check_power()?;
+        state.ensure_powered()?;
         let range = range_in(state.live.len(), offset, out.len()).ok_or_else(out_of_range)?;
         out.copy_from_slice(&state.live[range]);
         Ok(())

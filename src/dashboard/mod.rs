@@ -202,7 +202,7 @@ impl Dashboard {
             ));
         }
         let token = match self.token {
-            Some(token) => check_token(token)?,
+            Some(token) => validate_token(token)?,
             None => random_token()?,
         };
         if let view::Target::File { .. } = self.target {
@@ -302,7 +302,7 @@ pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
     }
 }
 
-fn check_token(token: String) -> Result<String> {
+fn validate_token(token: String) -> Result<String> {
     let ok_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
     if !(TOKEN_BYTES_MIN..=TOKEN_BYTES_MAX).contains(&token.len()) || !token.chars().all(ok_char) {
         return Err(invalid(

@@ -173,9 +173,9 @@ impl QueueTables {
         digits.parse().ok()
     }
 
-    /// Checks a queue name: 1 to `QUEUE_NAME_BYTES_MAX` bytes of ASCII letters, digits, `_`,
+    /// Validates a queue name: 1 to `QUEUE_NAME_BYTES_MAX` bytes of ASCII letters, digits, `_`,
     /// `-` and `.`.
-    pub(crate) fn check_name(name: &str) -> crate::error::Result<()> {
+    pub(crate) fn validate_queue_name(name: &str) -> crate::error::Result<()> {
         let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
         if name.is_empty()
             || name.len() > crate::limits::QUEUE_NAME_BYTES_MAX

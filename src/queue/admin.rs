@@ -142,7 +142,7 @@ impl Queue {
     /// empty key (nothing written); `Reentrant`; `CommitFailed` or `Storage`.
     pub fn release_dedup_key(&self, key: impl AsRef<[u8]>) -> Result<Option<JobId>> {
         let key = key.as_ref().to_vec();
-        store::check_key("dedup_key", Some(&key))?;
+        store::validate_key("dedup_key", Some(&key))?;
         self.run(&mut |ctx| store::release_key(ctx, self.config.tables, &key).map(Ok))
             .map(|holder| holder.map(JobId))
     }

@@ -63,7 +63,7 @@ impl Queue {
         // Before the probe: from inside an `ack_with` closure, "nothing ready" must not
         // pass for an answer (and `dequeue_timeout` must not wait for a commit this very
         // thread is holding up).
-        self.inner.committer.check_reentrant()?;
+        self.inner.committer.ensure_not_reentrant()?;
         if self.is_paused() {
             return Ok((false, None));
         }
@@ -412,7 +412,7 @@ impl Queue {
         timeout: Duration,
         stop: Option<&StopSignal>,
     ) -> Result<Option<Lease>> {
-        self.inner.committer.check_reentrant()?;
+        self.inner.committer.ensure_not_reentrant()?;
         // A timeout too long to add to the monotonic clock waits without end.
         let deadline = Instant::now().checked_add(timeout);
         let work = self.work_signal();

@@ -234,8 +234,8 @@ impl Queue {
                 detail: "other handles or leases of this queue are alive".into(),
             });
         };
-        inner.committer.check_reentrant()?;
-        inner.committer.check_not_poisoned()?;
+        inner.committer.ensure_not_reentrant()?;
+        inner.committer.ensure_not_poisoned()?;
         let db = inner.db.get_mut();
         let _span = tracing::info_span!("leaseq.compact").entered();
         let started = std::time::Instant::now();

@@ -79,7 +79,7 @@ pub(crate) use schedule::{
     remove as remove_schedule, set as set_schedule,
 };
 pub(crate) use validate::{
-    NewJob, check_key, import_record, lease_ms_checked, new_records, truncate_reason,
+    NewJob, import_record, lease_ms_checked, new_records, truncate_reason, validate_key,
 };
 
 /// Queue-wide settings an operation needs.

@@ -10,7 +10,7 @@ use crate::format::schema::{QUEUES, QueueTables};
 /// The number of the queue named `name`, creating the queue (its registry entry and tables)
 /// if it does not exist. Refusals: `InvalidOption` (a bad name, or `QUEUES_MAX` reached).
 pub(crate) fn create_queue(ctx: &mut Ctx<'_>, name: &str) -> Verdict<u32> {
-    if let Err(e) = QueueTables::check_name(name) {
+    if let Err(e) = QueueTables::validate_queue_name(name) {
         return refuse(e);
     }
     let mut queues = ctx.table(QUEUES)?;

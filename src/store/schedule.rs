@@ -41,8 +41,8 @@ pub(crate) struct NewSchedule {
     missed: u8,
 }
 
-/// Checks a schedule name: 1 to `SCHEDULE_NAME_BYTES_MAX` bytes, no control characters.
-pub(crate) fn check_name(name: &str) -> Result<()> {
+/// Validates a schedule name: 1 to `SCHEDULE_NAME_BYTES_MAX` bytes, no control characters.
+pub(crate) fn validate_schedule_name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > SCHEDULE_NAME_BYTES_MAX || name.chars().any(char::is_control)
     {
         return Err(Error::invalid_option(
@@ -60,7 +60,7 @@ pub(crate) fn build(
     name: &str,
     schedule: &Schedule,
 ) -> Result<NewSchedule> {
-    check_name(name)?;
+    validate_schedule_name(name)?;
     let timing = match (&schedule.every, &schedule.cron) {
         (Some(every), None) => {
             let every_ms = crate::clock::duration_ms(*every);
@@ -733,7 +733,7 @@ pub(crate) fn check_schedules(
                 "schedule {name:?} of queue number {q}, which is not registered"
             ));
         }
-        if check_name(name).is_err() {
+        if validate_schedule_name(name).is_err() {
             out.push(format!("schedule name {name:?} out of range"));
         }
         match ScheduleRecord::decode(v.value()) {

@@ -49,7 +49,7 @@ pub(crate) fn lease_ms_checked(field: &'static str, d: std::time::Duration) -> R
     Ok(ms)
 }
 
-pub(crate) fn check_key(field: &'static str, key: Option<&Vec<u8>>) -> Result<()> {
+pub(crate) fn validate_key(field: &'static str, key: Option<&Vec<u8>>) -> Result<()> {
     match key {
         Some(k) if k.len() > crate::limits::KEY_BYTES_MAX => Err(Error::KeyTooLong {
             field,
@@ -167,9 +167,9 @@ pub(crate) fn new_record(
             limit_bytes: config.payload_bytes_max,
         });
     }
-    check_key("idempotency_key", opts.idempotency_key.as_ref())?;
-    check_key("dedup_key", opts.dedup_key.as_ref())?;
-    check_key("group", opts.group.as_ref())?;
+    validate_key("idempotency_key", opts.idempotency_key.as_ref())?;
+    validate_key("dedup_key", opts.dedup_key.as_ref())?;
+    validate_key("group", opts.group.as_ref())?;
     let max_attempts = opts.max_attempts.unwrap_or(config.max_attempts);
     if max_attempts == 0 || max_attempts > crate::limits::MAX_ATTEMPTS_CAP {
         return Err(Error::invalid_option(

@@ -115,7 +115,7 @@ impl<'b> Lengths<'b> {
     /// Fails if the varint at the read position holds a `u64` that does not fit a `usize`.
     /// Anything else (a short or malformed varint included) is left for bincode to read and
     /// judge, so on a 64-bit target this never fails where bincode would not.
-    fn check_next(&self) -> Result<(), String> {
+    fn validate_next_length(&self) -> Result<(), String> {
         let rest = self.bytes.get(self.pos.get()..).unwrap_or_default();
         if let [VARINT_U64, tail @ ..] = rest
             && let Some(le) = tail.first_chunk::<8>()
@@ -253,13 +253,13 @@ impl<'de, 'g, D: Deserializer<'de>> Deserializer<'de> for Limited<'g, D> {
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.check_length()?;
+        self.validate_length()?;
         let visitor = self.same(visitor);
         self.inner.deserialize_seq(visitor)
     }
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.check_length()?;
+        self.validate_length()?;
         let visitor = self.same(visitor);
         self.inner.deserialize_map(visitor)
     }
@@ -271,9 +271,9 @@ impl<'de, 'g, D: Deserializer<'de>> Deserializer<'de> for Limited<'g, D> {
 
 impl<X> Limited<'_, X> {
     /// With [`Lengths`]: fails if the length bincode reads next does not fit a `usize`.
-    fn check_length<E: de::Error>(&self) -> Result<(), E> {
+    fn validate_length<E: de::Error>(&self) -> Result<(), E> {
         match self.lengths {
-            Some(lengths) => lengths.check_next().map_err(E::custom),
+            Some(lengths) => lengths.validate_next_length().map_err(E::custom),
             None => Ok(()),
         }
     }
