@@ -143,14 +143,14 @@ fn extend_with_progress(
 ) -> Result<u64> {
     let progress = slot.take_pending();
     let now_ms = q.now_ms();
-    let tables = q.config().tables;
+    let schema = q.config().schema;
     let r = q.run(&mut |ctx| {
-        let deadline = match store::extend(ctx, tables, id, token, now_ms, by)? {
+        let deadline = match store::extend(ctx, schema, id, token, now_ms, by)? {
             Ok(deadline) => deadline,
             Err(refusal) => return Ok(Err(refusal)),
         };
         if let Some(value) = &progress
-            && let Err(refusal) = store::set_progress(ctx, tables, (id, token), now_ms, value)?
+            && let Err(refusal) = store::set_progress(ctx, schema, (id, token), now_ms, value)?
         {
             return Ok(Err(refusal));
         }
@@ -379,7 +379,7 @@ impl Lease {
         let (now_ms, results) = (q.now_ms(), [self.result()]);
         let r =
             single(q.run(&mut |ctx| {
-                store::ack(ctx, q.config().tables, &key, &results, now_ms).map(Ok)
+                store::ack(ctx, q.config().schema, &key, &results, now_ms).map(Ok)
             })?);
         self.release_if_ended(&r);
         r
@@ -431,8 +431,8 @@ impl Lease {
         let Some(value) = self.progress.offer(value) else {
             return Ok(());
         };
-        let (key, now_ms, tables) = ((self.id, self.token), q.now_ms(), q.config().tables);
-        let r = q.run(&mut |ctx| store::set_progress(ctx, tables, key, now_ms, &value));
+        let (key, now_ms, schema) = ((self.id, self.token), q.now_ms(), q.config().schema);
+        let r = q.run(&mut |ctx| store::set_progress(ctx, schema, key, now_ms, &value));
         match &r {
             Err(Error::LeaseLost { .. } | Error::Cancelled { .. }) => self.release_if_ended(&r),
             Err(_) => self.progress.restore(value),
@@ -496,7 +496,7 @@ impl Lease {
         // After `close`, during a `shutdown`, or while the queue is paused, the ack alone.
         let more = !q.is_closed() && !q.is_paused();
         let next = q.run(&mut |ctx| {
-            if let Err(e) = single(store::ack(ctx, q.config().tables, &key, &results, now_ms)?) {
+            if let Err(e) = single(store::ack(ctx, q.config().schema, &key, &results, now_ms)?) {
                 return refuse(e);
             }
             if !more || q.is_paused() {
@@ -696,7 +696,7 @@ impl Lease {
         let (key, q) = (self.key()[0], self.queue()?);
         let now_ms = q.now_ms();
         let r = q
-            .run(&mut |ctx| store::release_unseen(ctx, q.config().tables, key, &self.undo, now_ms));
+            .run(&mut |ctx| store::release_unseen(ctx, q.config().schema, key, &self.undo, now_ms));
         self.release_if_ended(&r);
         r
     }
@@ -711,7 +711,7 @@ impl Lease {
         let (key, q) = (self.key()[0], self.queue()?);
         let (now_ms, delay_ms) = (q.now_ms(), crate::clock::duration_ms(delay));
         let r =
-            q.run(&mut |ctx| store::snooze(ctx, q.config().tables, key, now_ms, delay_ms, reason));
+            q.run(&mut |ctx| store::snooze(ctx, q.config().schema, key, now_ms, delay_ms, reason));
         self.release_if_ended(&r);
         r
     }
@@ -724,7 +724,7 @@ impl Lease {
     pub fn fail(&self, reason: &str) -> Result<()> {
         let (key, q) = (self.key()[0], self.queue()?);
         let now_ms = q.now_ms();
-        let r = q.run(&mut |ctx| store::fail(ctx, q.config().tables, key, now_ms, reason));
+        let r = q.run(&mut |ctx| store::fail(ctx, q.config().schema, key, now_ms, reason));
         self.release_if_ended(&r);
         r
     }
@@ -867,7 +867,7 @@ impl Heartbeat {
     pub fn fail(&self, reason: &str) -> Result<()> {
         let q = self.current_queue()?;
         let (key, now_ms) = ((self.id, self.token), q.now_ms());
-        q.run(&mut |ctx| store::fail(ctx, q.config().tables, key, now_ms, reason))
+        q.run(&mut |ctx| store::fail(ctx, q.config().schema, key, now_ms, reason))
     }
 
     fn current_queue(&self) -> Result<&Queue> {

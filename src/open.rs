@@ -15,7 +15,7 @@ use crate::commit::{Committer, Durability};
 use crate::error::{Error, Result, catch_engine_panic};
 use crate::file::{GuardedDb, OpenFile, Recovery};
 use crate::format::schema::{
-    DEFAULT_TABLES, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN,
+    DEFAULT_SCHEMA, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN,
 };
 use crate::limits::{APPLIED_RETENTION_DEFAULT, DEQUEUE_BATCH_BYTES_DEFAULT};
 use crate::platform;
@@ -376,7 +376,7 @@ impl Builder {
             payload_bytes_max: self.payload_bytes_max,
             dequeue_batch_bytes: self.dequeue_batch_bytes,
             retry: self.retry,
-            tables: &crate::format::schema::DEFAULT_TABLES,
+            schema: &crate::format::schema::DEFAULT_SCHEMA,
             committer_id: 0,
             encoding: self.encoding,
         })
@@ -964,13 +964,13 @@ fn verify_format(rtx: &redb::ReadTransaction, path: &Path) -> Result<u64> {
     }
     // Every table must be there with its types.
     let tables = [
-        rtx.open_table(DEFAULT_TABLES.jobs()).map(drop),
-        rtx.open_table(DEFAULT_TABLES.ready()).map(drop),
-        rtx.open_table(DEFAULT_TABLES.scheduled()).map(drop),
-        rtx.open_table(DEFAULT_TABLES.leases()).map(drop),
-        rtx.open_table(DEFAULT_TABLES.dead()).map(drop),
-        rtx.open_table(DEFAULT_TABLES.dedup()).map(drop),
-        rtx.open_table(DEFAULT_TABLES.applied()).map(drop),
+        rtx.open_table(DEFAULT_SCHEMA.jobs()).map(drop),
+        rtx.open_table(DEFAULT_SCHEMA.ready()).map(drop),
+        rtx.open_table(DEFAULT_SCHEMA.scheduled()).map(drop),
+        rtx.open_table(DEFAULT_SCHEMA.leases()).map(drop),
+        rtx.open_table(DEFAULT_SCHEMA.dead()).map(drop),
+        rtx.open_table(DEFAULT_SCHEMA.dedup()).map(drop),
+        rtx.open_table(DEFAULT_SCHEMA.applied()).map(drop),
     ];
     for t in tables {
         t.map_err(|e| match e {
@@ -993,18 +993,18 @@ fn init_tables(db: &Database) -> Result<()> {
             },
             e => e.into(),
         };
-        tx.open_table(DEFAULT_TABLES.jobs()).map_err(foreign)?;
-        tx.open_table(DEFAULT_TABLES.ready()).map_err(foreign)?;
-        tx.open_table(DEFAULT_TABLES.scheduled()).map_err(foreign)?;
-        tx.open_table(DEFAULT_TABLES.leases()).map_err(foreign)?;
-        tx.open_table(DEFAULT_TABLES.dead()).map_err(foreign)?;
-        tx.open_table(DEFAULT_TABLES.dedup()).map_err(foreign)?;
-        tx.open_table(DEFAULT_TABLES.applied()).map_err(foreign)?;
+        tx.open_table(DEFAULT_SCHEMA.jobs()).map_err(foreign)?;
+        tx.open_table(DEFAULT_SCHEMA.ready()).map_err(foreign)?;
+        tx.open_table(DEFAULT_SCHEMA.scheduled()).map_err(foreign)?;
+        tx.open_table(DEFAULT_SCHEMA.leases()).map_err(foreign)?;
+        tx.open_table(DEFAULT_SCHEMA.dead()).map_err(foreign)?;
+        tx.open_table(DEFAULT_SCHEMA.dedup()).map_err(foreign)?;
+        tx.open_table(DEFAULT_SCHEMA.applied()).map_err(foreign)?;
         let mut meta = tx.open_table(META).map_err(foreign)?;
         // A new file is made at the current version, with every table of it; an existing one
         // keeps its version (the open upgrades it).
         if meta.get(META_FORMAT_VERSION)?.is_none() {
-            DEFAULT_TABLES.create(&tx).map_err(foreign)?;
+            DEFAULT_SCHEMA.create(&tx).map_err(foreign)?;
             tx.open_table(crate::format::schema::QUEUES)
                 .map_err(foreign)?;
             tx.open_table(crate::format::schema::PAUSED)
@@ -1053,13 +1053,13 @@ fn precheck_attach(rtx: &redb::ReadTransaction) -> Result<()> {
             Err(e) => Err(e.into()),
         }
     }
-    refuse_other_types(rtx, DEFAULT_TABLES.jobs())?;
-    refuse_other_types(rtx, DEFAULT_TABLES.ready())?;
-    refuse_other_types(rtx, DEFAULT_TABLES.scheduled())?;
-    refuse_other_types(rtx, DEFAULT_TABLES.leases())?;
-    refuse_other_types(rtx, DEFAULT_TABLES.dead())?;
-    refuse_other_types(rtx, DEFAULT_TABLES.dedup())?;
-    refuse_other_types(rtx, DEFAULT_TABLES.applied())?;
+    refuse_other_types(rtx, DEFAULT_SCHEMA.jobs())?;
+    refuse_other_types(rtx, DEFAULT_SCHEMA.ready())?;
+    refuse_other_types(rtx, DEFAULT_SCHEMA.scheduled())?;
+    refuse_other_types(rtx, DEFAULT_SCHEMA.leases())?;
+    refuse_other_types(rtx, DEFAULT_SCHEMA.dead())?;
+    refuse_other_types(rtx, DEFAULT_SCHEMA.dedup())?;
+    refuse_other_types(rtx, DEFAULT_SCHEMA.applied())?;
     refuse_other_types(rtx, META)?;
     refuse_other_types(rtx, crate::format::schema::QUEUES)?;
     refuse_other_types(rtx, crate::format::schema::PAUSED)?;

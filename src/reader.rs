@@ -8,7 +8,7 @@ use redb::ReadableDatabase;
 
 use crate::error::{Error, Result, catch_engine_panic};
 use crate::file::{GuardedDb, OpenFile};
-use crate::format::schema::{DEFAULT_TABLES, QueueTables};
+use crate::format::schema::{DEFAULT_SCHEMA, QueueSchema};
 use crate::job::{JobCursor, JobId, JobInfo, JobPage, JobState, Quarantined, Stats, Violation};
 use crate::metrics::MinuteCounts;
 use crate::scratch::Retire;
@@ -60,7 +60,7 @@ use crate::store;
 #[derive(Clone)]
 pub struct Reader {
     inner: Arc<ReadFile>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     name: Option<Arc<str>>,
 }
 
@@ -135,15 +135,15 @@ impl Reader {
     pub(crate) fn new(source: Source, path: PathBuf) -> Reader {
         Reader {
             inner: Arc::new(ReadFile { source, path }),
-            tables: &DEFAULT_TABLES,
+            schema: &DEFAULT_SCHEMA,
             name: None,
         }
     }
 
-    /// A reader of queue `tables` (named `name`) over the writer's own open `file`.
+    /// A reader of queue `schema` (named `name`) over the writer's own open `file`.
     pub(crate) fn of_writer(
         file: Arc<OpenFile>,
-        tables: &'static QueueTables,
+        schema: &'static QueueSchema,
         name: Option<Arc<str>>,
     ) -> Reader {
         let path = file.path.clone().unwrap_or_default();
@@ -152,7 +152,7 @@ impl Reader {
                 source: Source::Writer(file),
                 path,
             }),
-            tables,
+            schema,
             name,
         }
     }
@@ -197,11 +197,11 @@ impl Reader {
     /// `QueueNotFound` if the file has no queue of that name; `InvalidOption` for a bad name;
     /// `Corrupted` for a damaged registry; `Storage`.
     pub fn existing(&self, name: &str) -> Result<Reader> {
-        QueueTables::validate_queue_name(name)?;
+        QueueSchema::validate_queue_name(name)?;
         match self.read(|rtx, _| store::find_queue(rtx, name))? {
             Some(queue_number) => Ok(Reader {
                 inner: self.inner.clone(),
-                tables: QueueTables::named(queue_number),
+                schema: QueueSchema::named(queue_number),
                 name: Some(Arc::from(name)),
             }),
             None => Err(Error::QueueNotFound {
@@ -215,7 +215,7 @@ impl Reader {
     pub fn default_queue(&self) -> Reader {
         Reader {
             inner: self.inner.clone(),
-            tables: &DEFAULT_TABLES,
+            schema: &DEFAULT_SCHEMA,
             name: None,
         }
     }
@@ -243,7 +243,7 @@ impl Reader {
     /// # Errors
     /// `Corrupted` if its record does not decode; `Storage`.
     pub fn job(&self, id: JobId) -> Result<Option<JobInfo>> {
-        self.read(|rtx, tables| store::job(rtx, tables, id.0))
+        self.read(|rtx, schema| store::job(rtx, schema, id.0))
     }
 
     /// A page of the jobs in `state`, as [`Queue::jobs`](crate::Queue::jobs) (same order,
@@ -260,7 +260,7 @@ impl Reader {
             return Err(Error::invalid_option("after", "a cursor of another state"));
         }
         let (jobs, last) =
-            self.read(|rtx, tables| store::list(rtx, tables, state, after.map(|c| c.key), limit))?;
+            self.read(|rtx, schema| store::list(rtx, schema, state, after.map(|c| c.key), limit))?;
         let next = last.map(|key| JobCursor { state, key });
         Ok(JobPage { jobs, next })
     }
@@ -274,7 +274,7 @@ impl Reader {
         if limit == 0 || limit > crate::limits::BATCH_MAX {
             return Err(Error::batch_too_large("limit"));
         }
-        self.read(|rtx, tables| store::latest_dead(rtx, tables, limit))
+        self.read(|rtx, schema| store::latest_dead(rtx, schema, limit))
     }
 
     /// The payload of job `id` as enqueued, or `None`, as
@@ -283,7 +283,7 @@ impl Reader {
     /// # Errors
     /// `Corrupted` if its row is damaged or quarantined; `Storage`.
     pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        self.read(|rtx, tables| store::payload(rtx, tables, id.0))
+        self.read(|rtx, schema| store::payload(rtx, schema, id.0))
     }
 
     /// This queue's schedules, as [`Queue::schedules`](crate::Queue::schedules).
@@ -291,7 +291,7 @@ impl Reader {
     /// # Errors
     /// `Storage`.
     pub fn schedules(&self) -> Result<Vec<crate::schedule::ScheduleInfo>> {
-        self.read(|rtx, tables| store::schedules_of(rtx, tables.queue_number))
+        self.read(|rtx, schema| store::schedules_of(rtx, schema.queue_number))
     }
 
     /// Schedule `name` of this queue, if it exists, as
@@ -300,7 +300,7 @@ impl Reader {
     /// # Errors
     /// `Corrupted` if its row fails its checks; `Storage`.
     pub fn schedule(&self, name: &str) -> Result<Option<crate::schedule::ScheduleInfo>> {
-        self.read(|rtx, tables| store::schedule_of(rtx, tables.queue_number, name))
+        self.read(|rtx, schema| store::schedule_of(rtx, schema.queue_number, name))
     }
 
     /// This queue's rate limit, if it has one, as
@@ -309,7 +309,7 @@ impl Reader {
     /// # Errors
     /// `Corrupted` for a damaged row; `Storage`.
     pub fn rate_limit(&self) -> Result<Option<crate::flow::RateLimit>> {
-        self.read(|rtx, tables| store::rate_limit_of(rtx, tables.queue_number))
+        self.read(|rtx, schema| store::rate_limit_of(rtx, schema.queue_number))
     }
 
     /// What this queue keeps of its completed jobs, as
@@ -318,7 +318,7 @@ impl Reader {
     /// # Errors
     /// `Storage`.
     pub fn history(&self) -> Result<crate::job::History> {
-        self.read(|rtx, tables| store::history_of(rtx, tables.queue_number))
+        self.read(|rtx, schema| store::history_of(rtx, schema.queue_number))
     }
 
     /// Whether an effect with this idempotency key was applied, as
@@ -327,7 +327,7 @@ impl Reader {
     /// # Errors
     /// `Storage`.
     pub fn is_applied(&self, idempotency_key: impl AsRef<[u8]>) -> Result<bool> {
-        self.read(|rtx, tables| store::is_applied(rtx, tables, idempotency_key.as_ref()))
+        self.read(|rtx, schema| store::is_applied(rtx, schema, idempotency_key.as_ref()))
     }
 
     /// Quarantined job rows, as [`Queue::quarantined`](crate::Queue::quarantined).
@@ -338,7 +338,7 @@ impl Reader {
         if max == 0 || max > crate::limits::BATCH_MAX {
             return Err(Error::batch_too_large("max"));
         }
-        self.read(|rtx, tables| store::quarantined(rtx, tables, after.map(|id| id.0), max))
+        self.read(|rtx, schema| store::quarantined(rtx, schema, after.map(|id| id.0), max))
     }
 
     /// The stored bytes of quarantined job `id` (for a look at what went wrong), or `None`,
@@ -347,7 +347,7 @@ impl Reader {
     /// # Errors
     /// `Storage`.
     pub fn quarantined_record(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        self.read(|rtx, tables| store::quarantined_record(rtx, tables, id.0))
+        self.read(|rtx, schema| store::quarantined_record(rtx, schema, id.0))
     }
 
     /// What this queue did per minute since `since_ms`, as
@@ -358,7 +358,7 @@ impl Reader {
     /// # Errors
     /// `Storage`.
     pub fn metrics(&self, since_ms: u64) -> Result<Vec<MinuteCounts>> {
-        let queue_number = self.tables.queue_number;
+        let queue_number = self.schema.queue_number;
         let mut stored = self.read(|rtx, _| store::metrics_of(rtx, queue_number, since_ms))?;
         let Source::Writer(file) = &self.inner.source else {
             return Ok(stored);
@@ -417,8 +417,8 @@ impl Reader {
     /// under the engine's panic guard: the one way every read call reads.
     fn read<T>(
         &self,
-        read: impl FnOnce(&redb::ReadTransaction, &'static QueueTables) -> Result<T>,
+        read: impl FnOnce(&redb::ReadTransaction, &'static QueueSchema) -> Result<T>,
     ) -> Result<T> {
-        catch_engine_panic(|| read(&self.rtx()?, self.tables))
+        catch_engine_panic(|| read(&self.rtx()?, self.schema))
     }
 }

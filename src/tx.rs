@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::ops::Deref;
 
 use crate::error::Result;
-use crate::format::schema::QueueTables;
+use crate::format::schema::QueueSchema;
 use crate::job::{EnqueueOptions, Enqueued};
 use crate::store::{self, NewJob, QueueConfig};
 
@@ -113,7 +113,7 @@ impl<'a> Tx<'a> {
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
     ) -> Result<Vec<Enqueued>> {
         let records = store::new_records(config, self.now_ms, jobs)?;
-        self.sink.borrow_mut().put(config.tables, &records)
+        self.sink.borrow_mut().put(config.schema, &records)
     }
 }
 
@@ -129,6 +129,6 @@ impl Deref for Tx<'_> {
 /// the tables the running operation holds open (`ack_with`) or opens for it
 /// (`store::write`).
 pub(crate) trait Sink {
-    /// Adds validated jobs in order to queue `tables`, as the engine's enqueue.
-    fn put(&mut self, tables: &'static QueueTables, jobs: &[NewJob]) -> Result<Vec<Enqueued>>;
+    /// Adds validated jobs in order to queue `schema`, as the engine's enqueue.
+    fn put(&mut self, schema: &'static QueueSchema, jobs: &[NewJob]) -> Result<Vec<Enqueued>>;
 }

@@ -48,10 +48,11 @@ pub(crate) const METRIC_KINDS: u8 = crate::metrics::METRIC_KINDS as u8;
 /// A quarantined row: when it was moved aside (Unix ms), why, and its bytes as they were found.
 pub(crate) type QuarantineValue = (u64, &'static str, &'static [u8]);
 
-/// The names of one queue's tables. The default queue's are the names in the table above;
-/// a named queue's carry its number (`leaseq_q7_jobs`, ...). `leaseq_meta` is the file's, shared.
+/// One queue's schema: the names of its tables. The default queue's are the names in the
+/// table above; a named queue's carry its number (`leaseq_q7_jobs`, ...). `leaseq_meta` is the
+/// file's, shared.
 #[derive(Debug)]
-pub(crate) struct QueueTables {
+pub(crate) struct QueueSchema {
     /// The queue's number: 0 for the default queue.
     pub queue_number: u32,
     jobs: &'static str,
@@ -75,7 +76,7 @@ pub(crate) struct QueueTables {
 }
 
 /// The default queue's tables.
-pub(crate) static DEFAULT_TABLES: QueueTables = QueueTables {
+pub(crate) static DEFAULT_SCHEMA: QueueSchema = QueueSchema {
     queue_number: 0,
     jobs: "leaseq_jobs",
     ready: "leaseq_ready",
@@ -97,13 +98,13 @@ pub(crate) static DEFAULT_TABLES: QueueTables = QueueTables {
     held: "leaseq_held",
 };
 
-impl QueueTables {
+impl QueueSchema {
     /// The tables of named queue number `queue_number` (at least 1). Their names are made once per
     /// number and kept for the life of the process (at most `QUEUES_MAX` sets).
-    pub(crate) fn named(queue_number: u32) -> &'static QueueTables {
+    pub(crate) fn named(queue_number: u32) -> &'static QueueSchema {
         use std::collections::HashMap;
         use std::sync::{Mutex, OnceLock};
-        static NAMED: OnceLock<Mutex<HashMap<u32, &'static QueueTables>>> = OnceLock::new();
+        static NAMED: OnceLock<Mutex<HashMap<u32, &'static QueueSchema>>> = OnceLock::new();
         debug_assert!(
             (1..=crate::limits::QUEUES_MAX).contains(&queue_number),
             "queue number {queue_number}"
@@ -116,7 +117,7 @@ impl QueueTables {
             let name = |suffix: &str| -> &'static str {
                 Box::leak(format!("leaseq_q{queue_number}_{suffix}").into_boxed_str())
             };
-            Box::leak(Box::new(QueueTables {
+            Box::leak(Box::new(QueueSchema {
                 queue_number,
                 jobs: name("jobs"),
                 ready: name("ready"),

@@ -47,7 +47,7 @@ impl Queue {
     pub fn cancel(&self, id: JobId, reason: &str) -> Result<JobState> {
         let now_ms = self.now_ms();
         let reason = store::truncate_reason(reason);
-        self.run(&mut |ctx| store::cancel(ctx, self.config.tables, id.0, &reason, now_ms))
+        self.run(&mut |ctx| store::cancel(ctx, self.config.schema, id.0, &reason, now_ms))
     }
 
     /// Runs a dead, completed or cancelled job again, as River's `JobRetry` and BullMQ's
@@ -64,7 +64,7 @@ impl Queue {
     /// `CommitFailed` or `Storage`. Nothing is written on an error.
     pub fn retry(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
-        self.run(&mut |ctx| store::retry(ctx, self.config.tables, id.0, now_ms))
+        self.run(&mut |ctx| store::retry(ctx, self.config.schema, id.0, now_ms))
     }
 
     /// Runs a scheduled job now, as BullMQ's `job.promote()`: ready at once, at the back of
@@ -128,7 +128,7 @@ impl Queue {
 
     pub(super) fn update(&self, id: JobId, change: store::Change<'_>) -> Result<()> {
         let now_ms = self.now_ms();
-        self.run(&mut |ctx| store::update(ctx, self.config.tables, id.0, change, now_ms))
+        self.run(&mut |ctx| store::update(ctx, self.config.schema, id.0, change, now_ms))
     }
 
     /// Releases a dedup key by hand, as BullMQ's `removeDeduplicationKey`: the next enqueue
@@ -143,7 +143,7 @@ impl Queue {
     pub fn release_dedup_key(&self, key: impl AsRef<[u8]>) -> Result<Option<JobId>> {
         let key = key.as_ref().to_vec();
         store::validate_key("dedup_key", Some(&key))?;
-        self.run(&mut |ctx| store::release_key(ctx, self.config.tables, &key).map(Ok))
+        self.run(&mut |ctx| store::release_key(ctx, self.config.schema, &key).map(Ok))
             .map(|holder| holder.map(JobId))
     }
 
@@ -191,9 +191,9 @@ impl Queue {
             JobState::Completed => stats.completed,
             JobState::Cancelled => stats.cancelled,
         };
-        let tables = self.config.tables;
+        let schema = self.config.schema;
         self.in_batches(at_start, &mut |ctx, now_ms| {
-            store::bulk_by_state(ctx, tables, state, action, now_ms, BATCH_MAX)
+            store::bulk_by_state(ctx, schema, state, action, now_ms, BATCH_MAX)
         })
     }
 
@@ -222,7 +222,7 @@ impl Queue {
     /// `JobNotFound`; `InvalidState` if the job is not dead; `CommitFailed` or `Storage`.
     pub fn requeue_dead(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
-        self.run(&mut |ctx| store::requeue_dead(ctx, self.config.tables, id.0, now_ms))
+        self.run(&mut |ctx| store::requeue_dead(ctx, self.config.schema, id.0, now_ms))
     }
 
     /// Deletes a job that is not leased (scheduled, ready, dead, completed or cancelled) and
@@ -240,7 +240,7 @@ impl Queue {
     /// `JobNotFound`; `InvalidState` if the job is leased; `CommitFailed` or `Storage`.
     pub fn remove(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
-        self.run(&mut |ctx| store::remove(ctx, self.config.tables, id.0, now_ms))
+        self.run(&mut |ctx| store::remove(ctx, self.config.schema, id.0, now_ms))
     }
 
     /// Removes every applied-ids marker past its retention
@@ -265,7 +265,7 @@ impl Queue {
         // carried can then go in this same call.
         let s = self.stats()?;
         out.history = self.in_batches(s.completed + s.cancelled, &mut |ctx, now_ms| {
-            store::prune_history_jobs(ctx, config.tables, now_ms, BATCH_MAX)
+            store::prune_history_jobs(ctx, config.schema, now_ms, BATCH_MAX)
         })?;
         out.applied = self.in_batches(self.stats()?.applied, &mut |ctx, now_ms| {
             store::prune(ctx, &config, now_ms, BATCH_MAX)
@@ -276,10 +276,10 @@ impl Queue {
         })?;
         // Dedup windows that ended: as many batches as there are keys at most.
         out.dedup_windows = self.in_batches(self.stats()?.dedup_keys, &mut |ctx, now_ms| {
-            store::prune_dedup_windows(ctx, config.tables, now_ms, BATCH_MAX)
+            store::prune_dedup_windows(ctx, config.schema, now_ms, BATCH_MAX)
         })?;
         tracing::info!(
-            queue = self.config.tables.queue_number,
+            queue = self.config.schema.queue_number,
             applied = out.applied,
             dedup_windows = out.dedup_windows,
             dead = out.dead,

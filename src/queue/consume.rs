@@ -70,7 +70,7 @@ impl Queue {
         let now_ms = self.now_ms();
         catch_engine_panic(|| {
             let rtx = self.inner.db.get().begin_read()?;
-            store::peek_due(&rtx, self.config.tables, now_ms)
+            store::peek_due(&rtx, self.config.schema, now_ms)
         })
     }
 
@@ -129,13 +129,13 @@ impl Queue {
         self.inner
             .committer
             .work()
-            .of(self.config().tables.queue_number)
+            .of(self.config().schema.queue_number)
     }
 
     /// Which queue a lease of this handle is from: the file's committer id and the queue's
     /// number in the file.
     pub(crate) fn lease_owner(&self) -> (u64, u32) {
-        (self.inner.committer.id(), self.config.tables.queue_number)
+        (self.inner.committer.id(), self.config.schema.queue_number)
     }
 
     /// Takes up to `max` jobs available now (at most [`BATCH_MAX`](crate::BATCH_MAX)) in one
@@ -165,7 +165,7 @@ impl Queue {
         let results: Vec<Option<Vec<u8>>> = leases.iter().map(Lease::result).collect();
         let now_ms = self.now_ms();
         let out = self
-            .run(&mut |ctx| store::ack(ctx, self.config.tables, &keys, &results, now_ms).map(Ok))?;
+            .run(&mut |ctx| store::ack(ctx, self.config.schema, &keys, &results, now_ms).map(Ok))?;
         leases
             .iter()
             .zip(&out)

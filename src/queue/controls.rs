@@ -26,7 +26,7 @@ impl Queue {
     /// # Errors
     /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` or `Storage`.
     pub fn pause(&self) -> Result<bool> {
-        let (queue_number, now_ms) = (self.config.tables.queue_number, self.now_ms());
+        let (queue_number, now_ms) = (self.config.schema.queue_number, self.now_ms());
         let _in_commit_order = self.inner.pausing.lock();
         let paused = self.run(&mut |ctx| store::pause(ctx, queue_number, now_ms).map(Ok))?;
         self.inner.paused.write().insert(queue_number);
@@ -43,7 +43,7 @@ impl Queue {
     /// # Errors
     /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` or `Storage`.
     pub fn resume(&self) -> Result<bool> {
-        let queue_number = self.config.tables.queue_number;
+        let queue_number = self.config.schema.queue_number;
         let _in_commit_order = self.inner.pausing.lock();
         let resumed = self.run(&mut |ctx| store::resume(ctx, queue_number).map(Ok))?;
         self.inner.paused.write().remove(&queue_number);
@@ -107,7 +107,7 @@ impl Queue {
         self.inner
             .committer
             .hub()
-            .subscribe(self.config.tables.queue_number, capacity)
+            .subscribe(self.config.schema.queue_number, capacity)
             .ok_or_else(|| {
                 Error::invalid_option(
                     "events",
@@ -125,7 +125,7 @@ impl Queue {
         self.inner
             .paused
             .read()
-            .contains(&self.config.tables.queue_number)
+            .contains(&self.config.schema.queue_number)
     }
 
     /// Sets what this queue keeps of its completed jobs: its completed history (see
@@ -159,7 +159,7 @@ impl Queue {
     /// `Storage`.
     pub fn set_history(&self, history: crate::job::History) -> Result<bool> {
         store::validate_history(&history)?;
-        let queue_number = self.config.tables.queue_number;
+        let queue_number = self.config.schema.queue_number;
         self.run(&mut |ctx| store::set_history(ctx, queue_number, history).map(Ok))
     }
 
@@ -217,7 +217,7 @@ impl Queue {
         if let Some(l) = &limit {
             store::validate_rate_limit(l)?;
         }
-        let queue_number = self.config.tables.queue_number;
+        let queue_number = self.config.schema.queue_number;
         self.run(&mut |ctx| store::set_rate_limit(ctx, queue_number, limit).map(Ok))
     }
 

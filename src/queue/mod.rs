@@ -99,7 +99,7 @@ impl Queue {
     /// `Reentrant`; `Closed` after [`Queue::close`] (even for a queue that exists: reach it
     /// with [`Queue::existing`] then).
     pub fn named(&self, name: &str) -> Result<Queue> {
-        crate::format::schema::QueueTables::validate_queue_name(name)?;
+        crate::format::schema::QueueSchema::validate_queue_name(name)?;
         self.ensure_open()?;
         let found =
             catch_engine_panic(|| store::find_queue(&self.inner.db.get().begin_read()?, name))?;
@@ -116,7 +116,7 @@ impl Queue {
     /// `QueueNotFound` if the file has no queue of that name; `InvalidOption` for a bad name;
     /// `Corrupted` for a damaged registry; `Storage`.
     pub fn existing(&self, name: &str) -> Result<Queue> {
-        crate::format::schema::QueueTables::validate_queue_name(name)?;
+        crate::format::schema::QueueSchema::validate_queue_name(name)?;
         match catch_engine_panic(|| store::find_queue(&self.inner.db.get().begin_read()?, name))? {
             Some(queue_number) => Ok(self.handle_of(name, queue_number)),
             None => Err(Error::QueueNotFound {
@@ -132,7 +132,7 @@ impl Queue {
         Queue {
             inner: self.inner.clone(),
             config: QueueConfig {
-                tables: &crate::format::schema::DEFAULT_TABLES,
+                schema: &crate::format::schema::DEFAULT_SCHEMA,
                 ..self.config
             },
             name: None,
@@ -156,7 +156,7 @@ impl Queue {
         Queue {
             inner: self.inner.clone(),
             config: QueueConfig {
-                tables: crate::format::schema::QueueTables::named(queue_number),
+                schema: crate::format::schema::QueueSchema::named(queue_number),
                 ..self.inner.config
             },
             name: Some(name.into()),

@@ -14,7 +14,7 @@ impl Queue {
     /// ([`Queue::stats`], [`Queue::jobs`], ...) are the reader's. Like any handle, a reader
     /// keeps the file open while it lives: [`Queue::shutdown`] waits for it.
     pub fn reader(&self) -> Reader {
-        Reader::of_writer(self.inner.clone(), self.config.tables, self.name.clone())
+        Reader::of_writer(self.inner.clone(), self.config.schema, self.name.clone())
     }
 
     /// A snapshot of one job, or `None` if no job has this id (never enqueued, or acked).

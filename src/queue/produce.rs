@@ -67,7 +67,7 @@ impl Queue {
     ) -> Result<Vec<Enqueued>> {
         self.ensure_open()?;
         let records = store::new_records(&self.config, self.now_ms(), jobs)?;
-        self.run(&mut |ctx| store::enqueue(ctx, self.config.tables, &records).map(Ok))
+        self.run(&mut |ctx| store::enqueue(ctx, self.config.schema, &records).map(Ok))
     }
 
     /// Adds up to [`BATCH_MAX`](crate::BATCH_MAX) jobs with their state and history (attempts,
@@ -144,7 +144,7 @@ impl Queue {
             .map(|j| store::import_record(&self.config, now_ms, j))
             .collect::<Result<Vec<_>>>()?;
         self.run(&mut |ctx| {
-            store::enqueue_imported(ctx, self.config.tables, &records, now_ms).map(Ok)
+            store::enqueue_imported(ctx, self.config.schema, &records, now_ms).map(Ok)
         })
     }
 

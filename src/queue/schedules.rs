@@ -111,7 +111,7 @@ impl Queue {
         self.ensure_open()?;
         let now_ms = self.now_ms();
         let new = store::build_schedule(&self.config, now_ms, name, schedule)?;
-        let queue_number = self.config.tables.queue_number;
+        let queue_number = self.config.schema.queue_number;
         self.run(&mut |ctx| {
             if self.is_closed() {
                 return refuse(crate::error::Error::Closed);
@@ -127,7 +127,7 @@ impl Queue {
     /// `Closed`, `Reentrant`, `CommitFailed` or `Storage`.
     pub fn remove_schedule(&self, name: &str) -> Result<bool> {
         self.ensure_open()?;
-        let queue_number = self.config.tables.queue_number;
+        let queue_number = self.config.schema.queue_number;
         self.run(&mut |ctx| store::remove_schedule(ctx, queue_number, name).map(Ok))
     }
 

@@ -7,7 +7,7 @@ use redb::ReadableTable;
 use crate::commit::{Ctx, Verdict, refuse};
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, StoredState};
-use crate::format::schema::QueueTables;
+use crate::format::schema::QueueSchema;
 use crate::job::{JobId, JobState};
 
 use super::read::IndexKey;
@@ -17,12 +17,12 @@ use super::validate::damaged;
 
 pub(crate) fn requeue_dead(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     id: u64,
     now_ms: u64,
 ) -> Verdict<()> {
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    let record = match good_row(&tx_tables, id)? {
+    let mut tables = Tables::open(ctx, schema)?;
+    let record = match good_row(&tables, id)? {
         Ok(record) => record,
         Err(refusal) => return refuse(refusal),
     };
@@ -33,7 +33,7 @@ pub(crate) fn requeue_dead(
             expected: "Dead",
         });
     }
-    requeue_record(&mut tx_tables, ctx, id, record, now_ms).map(Ok)
+    requeue_record(&mut tables, ctx, id, record, now_ms).map(Ok)
 }
 
 /// Cancels job `id` with `reason` (already cut to `REASON_BYTES_MAX`): a scheduled, ready or
@@ -44,13 +44,13 @@ pub(crate) fn requeue_dead(
 /// `Corrupted` for a damaged row.
 pub(crate) fn cancel(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     id: u64,
     reason: &str,
     now_ms: u64,
 ) -> Verdict<JobState> {
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    let record = match good_row(&tx_tables, id)? {
+    let mut tables = Tables::open(ctx, schema)?;
+    let record = match good_row(&tables, id)? {
         Ok(record) => record,
         Err(refusal) => return refuse(refusal),
     };
@@ -66,25 +66,25 @@ pub(crate) fn cancel(
         StoredState::Leased { deadline_ms, .. } => deadline_ms.max(now_ms),
         _ => now_ms,
     };
-    let keep = !tx_tables.history()?.is_off();
-    tracing::info!(queue = tables.queue_number, job_id = id, %reason, "leaseq: job cancelled");
+    let keep = !tables.history()?.is_off();
+    tracing::info!(queue = schema.queue_number, job_id = id, %reason, "leaseq: job cancelled");
     let end = StoredState::Cancelled {
         reason: reason.to_string(),
         fenced_until_ms,
     };
-    tx_tables.end_job(id, record, end, now_ms, keep)?;
-    super::retention::prune_history(&mut tx_tables, now_ms, crate::limits::PRUNE_PER_ACK_MAX)?;
-    let q = tx_tables.tables.queue_number;
-    tx_tables.log().event(q, Event::Cancelled { id: JobId(id) });
+    tables.end_job(id, record, end, now_ms, keep)?;
+    super::retention::prune_history(&mut tables, now_ms, crate::limits::PRUNE_PER_ACK_MAX)?;
+    let q = tables.schema.queue_number;
+    tables.log().event(q, Event::Cancelled { id: JobId(id) });
     if was == JobState::Leased {
-        tx_tables.note_drained(now_ms)?;
+        tables.note_drained(now_ms)?;
     }
     Ok(Ok(was))
 }
 
 /// Job `id`'s good record, or the refusal (`JobNotFound`, `Corrupted`).
-fn good_row(tx_tables: &Tables<'_>, id: u64) -> Result<Result<JobRecord>> {
-    Ok(match tx_tables.row(id)? {
+fn good_row(tables: &Tables<'_>, id: u64) -> Result<Result<JobRecord>> {
+    Ok(match tables.row(id)? {
         Row::Good(record) => Ok(record),
         Row::Damaged(why) => Err(damaged(id, &why)),
         Row::Missing => Err(Error::JobNotFound { job_id: JobId(id) }),
@@ -99,18 +99,18 @@ fn good_row(tx_tables: &Tables<'_>, id: u64) -> Result<Result<JobRecord>> {
 /// `JobNotFound`, `InvalidState` for a live job that is not dead, `Corrupted`.
 pub(crate) fn retry(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     id: u64,
     now_ms: u64,
 ) -> Verdict<()> {
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    let mut record = match good_row(&tx_tables, id)? {
+    let mut tables = Tables::open(ctx, schema)?;
+    let mut record = match good_row(&tables, id)? {
         Ok(record) => record,
         Err(refusal) => return refuse(refusal),
     };
     match record.state {
         StoredState::Dead => {
-            return requeue_record(&mut tx_tables, ctx, id, record, now_ms).map(Ok);
+            return requeue_record(&mut tables, ctx, id, record, now_ms).map(Ok);
         }
         StoredState::Completed { .. } | StoredState::Cancelled { .. } => {}
         _ => {
@@ -124,13 +124,13 @@ pub(crate) fn retry(
     // Who holds the dedup key now, read without writing (a refusal writes nothing).
     let mut window_ended = None;
     let holder = match record.dedup_key.as_deref() {
-        Some(k) => tx_tables.dedup()?.get(k)?.map(|v| v.value()),
+        Some(k) => tables.dedup()?.get(k)?.map(|v| v.value()),
         None => None,
     };
     if let Some(k) = record.dedup_key.as_deref()
         && let Some(holder) = holder
     {
-        let window_end_ms = tx_tables.dedup_windows()?.get(k)?.map(|v| v.value());
+        let window_end_ms = tables.dedup_windows()?.get(k)?.map(|v| v.value());
         match window_end_ms {
             Some(end_ms) if end_ms <= now_ms => window_ended = Some(end_ms),
             _ if holder == id => {}
@@ -143,15 +143,15 @@ pub(crate) fn retry(
         }
     }
     if let (Some(k), Some(end_ms)) = (record.dedup_key.clone(), window_ended) {
-        tx_tables.end_window(&k, end_ms)?;
+        tables.end_window(&k, end_ms)?;
     }
-    ctx.wake(tables.queue_number);
-    tx_tables.unindex(id, &record)?;
+    ctx.wake(schema.queue_number);
+    tables.unindex(id, &record)?;
     if let Some(k) = record.dedup_key.clone()
-        && tx_tables.dedup()?.get(k.as_slice())?.is_none()
+        && tables.dedup()?.get(k.as_slice())?.is_none()
     {
         // Taken again while the job is live: a window that ended does not run again.
-        tx_tables.dedup_mut()?.insert(k.as_slice(), id)?;
+        tables.dedup_mut()?.insert(k.as_slice(), id)?;
         record.dedup_window_ms = None;
     }
     record.attempts = 0;
@@ -162,9 +162,9 @@ pub(crate) fn retry(
         // Back at the end of its group, as SQS's redrive of a dead letter.
         record.group_order = ctx.alloc_seq();
     }
-    tx_tables.put(id, &record)?;
-    let q = tx_tables.tables.queue_number;
-    tx_tables.log().event(q, Event::Requeued { id: JobId(id) });
+    tables.put(id, &record)?;
+    let q = tables.schema.queue_number;
+    tables.log().event(q, Event::Requeued { id: JobId(id) });
     Ok(Ok(()))
 }
 
@@ -172,21 +172,21 @@ pub(crate) fn retry(
 /// no longer does (its record forgets the key). Returns the job the entry named, if any.
 pub(crate) fn release_key(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     key: &[u8],
 ) -> Result<Option<u64>> {
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    let Some(holder) = tx_tables.dedup()?.get(key)?.map(|v| v.value()) else {
+    let mut tables = Tables::open(ctx, schema)?;
+    let Some(holder) = tables.dedup()?.get(key)?.map(|v| v.value()) else {
         return Ok(None);
     };
-    let window_end_ms = tx_tables.dedup_windows()?.get(key)?.map(|v| v.value());
+    let window_end_ms = tables.dedup_windows()?.get(key)?.map(|v| v.value());
     match window_end_ms {
-        Some(end_ms) => tx_tables.end_window(key, end_ms)?,
+        Some(end_ms) => tables.end_window(key, end_ms)?,
         None => {
-            tx_tables.dedup_mut()?.remove(key)?;
+            tables.dedup_mut()?.remove(key)?;
         }
     }
-    if let Row::Good(mut record) = tx_tables.row(holder)?
+    if let Row::Good(mut record) = tables.row(holder)?
         && !record.state.is_ended()
         && record.dedup_key.as_deref() == Some(key)
     {
@@ -195,7 +195,7 @@ pub(crate) fn release_key(
         record.dedup_until_started = false;
         // Its state, and so its index entry, is unchanged.
         record.validate()?;
-        tx_tables
+        tables
             .jobs_mut()
             .insert(holder, record.encode()?.as_slice())?;
     }
@@ -223,13 +223,13 @@ pub(crate) enum Change<'a> {
 /// due time that overflows.
 pub(crate) fn update(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     id: u64,
     change: Change<'_>,
     now_ms: u64,
 ) -> Verdict<()> {
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    let mut record = match good_row(&tx_tables, id)? {
+    let mut tables = Tables::open(ctx, schema)?;
+    let mut record = match good_row(&tables, id)? {
         Ok(record) => record,
         Err(refusal) => return refuse(refusal),
     };
@@ -261,31 +261,31 @@ pub(crate) fn update(
     }) else {
         return refuse(Error::invalid_option("delay", "due time overflows"));
     };
-    tx_tables.unindex(id, &record)?;
+    tables.unindex(id, &record)?;
     match change {
         Change::DueIn(_) | Change::Promote => {
-            set_due(ctx, tables.queue_number, &mut record, due_ms, now_ms);
+            set_due(ctx, schema.queue_number, &mut record, due_ms, now_ms);
         }
         Change::Priority(priority) => record.priority = priority,
         Change::Payload(payload) => {
-            tx_tables.replace_payload(id, &mut record, payload)?;
+            tables.replace_payload(id, &mut record, payload)?;
             record.encoding = None;
         }
     }
-    tx_tables.put(id, &record).map(Ok)
+    tables.put(id, &record).map(Ok)
 }
 
 /// Moves job `id` (its good `record`, whose index entry is still in place) back to ready
 /// with its attempts reset to 0, as a fresh job at the back of its priority.
 fn requeue_record(
-    tx_tables: &mut Tables<'_>,
+    tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     id: u64,
     mut record: JobRecord,
     now_ms: u64,
 ) -> Result<()> {
-    ctx.wake(tx_tables.tables.queue_number);
-    tx_tables.unindex(id, &record)?;
+    ctx.wake(tables.schema.queue_number);
+    tables.unindex(id, &record)?;
     record.attempts = 0;
     record.run_at_ms = now_ms;
     record.seq = ctx.alloc_seq();
@@ -294,9 +294,9 @@ fn requeue_record(
         // Back at the end of its group, as SQS's redrive of a dead letter.
         record.group_order = ctx.alloc_seq();
     }
-    tx_tables.put(id, &record)?;
-    let q = tx_tables.tables.queue_number;
-    tx_tables.log().event(q, Event::Requeued { id: JobId(id) });
+    tables.put(id, &record)?;
+    let q = tables.schema.queue_number;
+    tables.log().event(q, Event::Requeued { id: JobId(id) });
     Ok(())
 }
 
@@ -307,15 +307,15 @@ fn requeue_record(
 /// can find it), and a dead-letter entry naming no job.
 pub(crate) fn remove(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     id: u64,
     now_ms: u64,
 ) -> Verdict<()> {
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    match tx_tables.row(id)? {
+    let mut tables = Tables::open(ctx, schema)?;
+    match tables.row(id)? {
         Row::Good(record) => {
             if let StoredState::Leased { deadline_ms, .. } = record.state
-                && tx_tables.leases()?.get((deadline_ms, id))?.is_some()
+                && tables.leases()?.get((deadline_ms, id))?.is_some()
             {
                 return refuse(Error::InvalidState {
                     job_id: JobId(id),
@@ -323,45 +323,45 @@ pub(crate) fn remove(
                     expected: "Scheduled, Ready or Dead",
                 });
             }
-            tx_tables.delete_removed(id, &record, now_ms).map(Ok)
+            tables.delete_removed(id, &record, now_ms).map(Ok)
         }
         Row::Damaged(_) => {
-            tx_tables.ready_mut()?.retain(|(_, _, j), ()| j != id)?;
-            tx_tables.held_mut()?.retain(|(_, j), ()| j != id)?;
-            tx_tables.groups_mut()?.retain(|_, j| j != id)?;
-            tx_tables.scheduled_mut()?.retain(|(_, j), ()| j != id)?;
-            tx_tables.leases_mut()?.retain(|(_, j), ()| j != id)?;
-            tx_tables.dead_mut()?.remove(id)?;
-            tx_tables.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
-            tx_tables.completed_mut()?.retain(|(_, j), ()| j != id)?;
-            tx_tables.cancelled_mut()?.retain(|(_, j), ()| j != id)?;
-            tx_tables.drop_keys_of(id)?;
-            tx_tables.jobs_mut().remove(id)?;
-            tx_tables.payloads_mut()?.remove(id)?;
+            tables.ready_mut()?.retain(|(_, _, j), ()| j != id)?;
+            tables.held_mut()?.retain(|(_, j), ()| j != id)?;
+            tables.groups_mut()?.retain(|_, j| j != id)?;
+            tables.scheduled_mut()?.retain(|(_, j), ()| j != id)?;
+            tables.leases_mut()?.retain(|(_, j), ()| j != id)?;
+            tables.dead_mut()?.remove(id)?;
+            tables.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
+            tables.completed_mut()?.retain(|(_, j), ()| j != id)?;
+            tables.cancelled_mut()?.retain(|(_, j), ()| j != id)?;
+            tables.drop_keys_of(id)?;
+            tables.jobs_mut().remove(id)?;
+            tables.payloads_mut()?.remove(id)?;
             Ok(Ok(()))
         }
         Row::Missing => {
             // Looked up before anything is written: a refusal writes nothing (opening
             // `leaseq_quarantine` in a write transaction would create it).
             let quarantine_exists = ctx.group().list_tables()?.any(|t| {
-                redb::TableHandle::name(&t) == redb::TableHandle::name(&tables.quarantine())
+                redb::TableHandle::name(&t) == redb::TableHandle::name(&schema.quarantine())
             });
             let quarantined =
-                quarantine_exists && ctx.table(tables.quarantine())?.get(id)?.is_some();
+                quarantine_exists && ctx.table(schema.quarantine())?.get(id)?.is_some();
             // A dead-letter entry naming no job is found by its id alone (the other indexes
             // are keyed by time or place: a pass that meets such an entry drops it).
-            let stray_dead = tx_tables.dead()?.get(id)?.is_some();
+            let stray_dead = tables.dead()?.get(id)?.is_some();
             if !quarantined && !stray_dead {
                 return refuse(Error::JobNotFound { job_id: JobId(id) });
             }
             if quarantined {
-                ctx.table(tables.quarantine())?.remove(id)?;
-                tx_tables.drop_keys_of(id)?;
-                tx_tables.payloads_mut()?.remove(id)?;
+                ctx.table(schema.quarantine())?.remove(id)?;
+                tables.drop_keys_of(id)?;
+                tables.payloads_mut()?.remove(id)?;
             }
             if stray_dead {
-                tx_tables.dead_mut()?.remove(id)?;
-                tx_tables.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
+                tables.dead_mut()?.remove(id)?;
+                tables.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
             }
             Ok(Ok(()))
         }
@@ -378,7 +378,7 @@ const HELD_KEY: u64 = u64::MAX;
 /// Returns how many jobs were purged or requeued, and whether entries are left.
 pub(crate) fn bulk_by_state(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     state: JobState,
     action: BulkAction,
     now_ms: u64,
@@ -386,12 +386,12 @@ pub(crate) fn bulk_by_state(
 ) -> Result<(u64, bool)> {
     debug_assert!(state != JobState::Leased);
     debug_assert!(action == BulkAction::Purge || state == JobState::Dead);
-    let mut tx_tables = Tables::open(ctx, tables)?;
+    let mut tables = Tables::open(ctx, schema)?;
     // (job id, its index key) of the first `max + 1` entries (one more tells if more are left).
     let ids: Vec<(u64, IndexKey)> = match state {
         JobState::Ready => {
             // The deliverable ones, then those held behind their group's head.
-            let mut ids: Vec<(u64, IndexKey)> = tx_tables
+            let mut ids: Vec<(u64, IndexKey)> = tables
                 .ready()?
                 .iter()?
                 .take(max + 1)
@@ -403,16 +403,16 @@ pub(crate) fn bulk_by_state(
                 })
                 .collect::<Result<_, _>>()?;
             let room = (max + 1).saturating_sub(ids.len());
-            for e in tx_tables.held()?.iter()?.take(room) {
+            for e in tables.held()?.iter()?.take(room) {
                 let id = e?.0.value().1;
                 ids.push((id, (HELD_KEY, 0, id)));
             }
             ids
         }
-        JobState::Scheduled => first_timed(tx_tables.scheduled()?, max + 1)?,
-        JobState::Completed => first_timed(tx_tables.completed()?, max + 1)?,
-        JobState::Cancelled => first_timed(tx_tables.cancelled()?, max + 1)?,
-        JobState::Dead => tx_tables
+        JobState::Scheduled => first_timed(tables.scheduled()?, max + 1)?,
+        JobState::Completed => first_timed(tables.completed()?, max + 1)?,
+        JobState::Cancelled => first_timed(tables.cancelled()?, max + 1)?,
+        JobState::Dead => tables
             .dead()?
             .iter()?
             .take(max + 1)
@@ -423,12 +423,12 @@ pub(crate) fn bulk_by_state(
     let more = ids.len() > max;
     let mut done = 0;
     for &(id, key) in ids.iter().take(max) {
-        match tx_tables.row(id)? {
+        match tables.row(id)? {
             Row::Good(record) if record.state.job_state() == state => {
                 match action {
-                    BulkAction::Purge => tx_tables.delete_removed(id, &record, now_ms)?,
+                    BulkAction::Purge => tables.delete_removed(id, &record, now_ms)?,
                     BulkAction::Requeue => {
-                        requeue_record(&mut tx_tables, ctx, id, record, now_ms)?;
+                        requeue_record(&mut tables, ctx, id, record, now_ms)?;
                     }
                 }
                 done += 1;
@@ -437,28 +437,26 @@ pub(crate) fn bulk_by_state(
                 // The entry does not match its row: drop it, then settle the row.
                 match state {
                     JobState::Ready if key.0 == HELD_KEY => {
-                        tx_tables.held_mut()?.retain(|(_, j), ()| j != id)?;
+                        tables.held_mut()?.retain(|(_, j), ()| j != id)?;
                     }
                     JobState::Ready => {
-                        tx_tables
-                            .ready_mut()?
-                            .remove((key.0 as u32, key.1, key.2))?;
+                        tables.ready_mut()?.remove((key.0 as u32, key.1, key.2))?;
                     }
                     JobState::Scheduled => {
-                        tx_tables.scheduled_mut()?.remove((key.0, key.1))?;
+                        tables.scheduled_mut()?.remove((key.0, key.1))?;
                     }
                     JobState::Completed => {
-                        tx_tables.completed_mut()?.remove((key.0, key.1))?;
+                        tables.completed_mut()?.remove((key.0, key.1))?;
                     }
                     JobState::Cancelled => {
-                        tx_tables.cancelled_mut()?.remove((key.0, key.1))?;
+                        tables.cancelled_mut()?.remove((key.0, key.1))?;
                     }
                     _ => {
-                        tx_tables.dead_mut()?.remove(id)?;
-                        tx_tables.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
+                        tables.dead_mut()?.remove(id)?;
+                        tables.dead_by_time_mut()?.retain(|(_, j), ()| j != id)?;
                     }
                 }
-                tx_tables.repair_stray_entry(id, row, now_ms)?;
+                tables.repair_stray_entry(id, row, now_ms)?;
             }
         }
     }

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::format::record::{JobRecord, StoredState};
 use crate::format::schema::{
     FORMAT_VERSION, MARKER_TAG_KEY, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN,
-    QuarantineValue, QueueTables, marker_key, priority_rank,
+    QuarantineValue, QueueSchema, marker_key, priority_rank,
 };
 use crate::job::{JobId, Violation};
 use crate::limits::{PAYLOAD_INLINE_MAX, VIOLATIONS_MAX};
@@ -19,12 +19,12 @@ use super::registry::{named_queues, named_tables_present};
 /// [`check`] over every queue of the file, in one snapshot: the default queue, then each
 /// named one (its violations' details prefixed with the queue's name).
 pub(crate) fn check_file(rtx: &ReadTransaction) -> Result<Vec<Violation>> {
-    let mut out = check(rtx, &crate::format::schema::DEFAULT_TABLES)?;
+    let mut out = check(rtx, &crate::format::schema::DEFAULT_SCHEMA)?;
     let named = named_queues(rtx)?;
     // Reverse: every queue's tables belong to a registered queue.
     for table in rtx.list_tables()? {
         let name = table.name().to_string();
-        if let Some(queue_number) = QueueTables::number_in(&name)
+        if let Some(queue_number) = QueueSchema::number_in(&name)
             && !named.iter().any(|(_, n)| *n == queue_number)
             && out.len() < VIOLATIONS_MAX
         {
@@ -37,14 +37,14 @@ pub(crate) fn check_file(rtx: &ReadTransaction) -> Result<Vec<Violation>> {
         }
     }
     for (name, queue_number) in &named {
-        named_tables_present(rtx, name, QueueTables::named(*queue_number))?;
+        named_tables_present(rtx, name, QueueSchema::named(*queue_number))?;
     }
     check_paused(rtx, &named, &mut out)?;
     check_history_limits(rtx, &named, &mut out)?;
     check_schedule_tables(rtx, &named, &mut out)?;
     super::metrics::check_metrics(rtx, &named, format_version(rtx)?, &mut out)?;
     for (name, queue_number) in named {
-        for mut v in check(rtx, QueueTables::named(queue_number))? {
+        for mut v in check(rtx, QueueSchema::named(queue_number))? {
             if out.len() >= VIOLATIONS_MAX {
                 return Ok(out);
             }
@@ -232,26 +232,26 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    fn open(rtx: &ReadTransaction, tables: &'static QueueTables) -> Result<Snapshot> {
+    fn open(rtx: &ReadTransaction, schema: &'static QueueSchema) -> Result<Snapshot> {
         Ok(Snapshot {
-            jobs: rtx.open_table(tables.jobs())?,
-            ready: rtx.open_table(tables.ready())?,
-            scheduled: rtx.open_table(tables.scheduled())?,
-            leases: rtx.open_table(tables.leases())?,
-            dead: rtx.open_table(tables.dead())?,
-            dead_by_time: rtx.open_table(tables.dead_by_time())?,
-            dedup: rtx.open_table(tables.dedup())?,
-            dedup_windows: rtx.open_table(tables.dedup_windows())?,
-            dedup_expiry: rtx.open_table(tables.dedup_expiry())?,
-            applied: rtx.open_table(tables.applied())?,
-            applied_by_time: rtx.open_table(tables.applied_by_time())?,
-            carriers: rtx.open_table(tables.idem_jobs())?,
-            payloads: rtx.open_table(tables.payloads())?,
-            completed: rtx.open_table(tables.completed())?,
-            cancelled: rtx.open_table(tables.cancelled())?,
-            groups: rtx.open_table(tables.groups())?,
-            held: rtx.open_table(tables.held())?,
-            quarantine: quarantine_table(rtx, tables)?,
+            jobs: rtx.open_table(schema.jobs())?,
+            ready: rtx.open_table(schema.ready())?,
+            scheduled: rtx.open_table(schema.scheduled())?,
+            leases: rtx.open_table(schema.leases())?,
+            dead: rtx.open_table(schema.dead())?,
+            dead_by_time: rtx.open_table(schema.dead_by_time())?,
+            dedup: rtx.open_table(schema.dedup())?,
+            dedup_windows: rtx.open_table(schema.dedup_windows())?,
+            dedup_expiry: rtx.open_table(schema.dedup_expiry())?,
+            applied: rtx.open_table(schema.applied())?,
+            applied_by_time: rtx.open_table(schema.applied_by_time())?,
+            carriers: rtx.open_table(schema.idem_jobs())?,
+            payloads: rtx.open_table(schema.payloads())?,
+            completed: rtx.open_table(schema.completed())?,
+            cancelled: rtx.open_table(schema.cancelled())?,
+            groups: rtx.open_table(schema.groups())?,
+            held: rtx.open_table(schema.held())?,
+            quarantine: quarantine_table(rtx, schema)?,
         })
     }
 
@@ -282,10 +282,10 @@ struct StoredCounters {
 /// ways; dedup entries point at the job that holds the key; counters are ahead of every id and
 /// token. Memory stays bounded: reverse checks look each index entry up instead of collecting
 /// ids.
-pub(crate) fn check(rtx: &ReadTransaction, tables: &'static QueueTables) -> Result<Vec<Violation>> {
+pub(crate) fn check(rtx: &ReadTransaction, schema: &'static QueueSchema) -> Result<Vec<Violation>> {
     let mut found = Found::default();
     let counters = check_meta(rtx, &mut found)?;
-    let snap = Snapshot::open(rtx, tables)?;
+    let snap = Snapshot::open(rtx, schema)?;
     let counts = check_rows(&snap, &counters, &mut found)?;
     check_index_sizes(&snap, counts, &mut found)?;
     check_payload_rows(&snap, &mut found)?;

@@ -20,48 +20,48 @@ use super::{Delivery, QueueConfig};
 /// entry whose row is damaged or disagrees is settled (quarantined, dropped) and the sweep
 /// goes on.
 fn sweep(
-    tx_tables: &mut Tables<'_>,
+    tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     config: &QueueConfig,
     now_ms: u64,
 ) -> Result<()> {
     if let Some(retention_ms) = config.dead_retention_ms {
-        prune_dead(tx_tables, now_ms, retention_ms, PRUNE_PER_ACK_MAX)?;
+        prune_dead(tables, now_ms, retention_ms, PRUNE_PER_ACK_MAX)?;
     }
-    prune_history(tx_tables, now_ms, PRUNE_PER_ACK_MAX)?;
-    let due: Vec<(u64, u64)> = tx_tables
+    prune_history(tables, now_ms, PRUNE_PER_ACK_MAX)?;
+    let due: Vec<(u64, u64)> = tables
         .scheduled()?
         .range(..=(now_ms, u64::MAX))?
         .take(SWEEP_MAX)
         .map(|e| e.map(|(k, _)| k.value()))
         .collect::<Result<_, _>>()?;
     for (run_at_ms, id) in due {
-        ctx.wake(tx_tables.tables.queue_number);
-        match tx_tables.row(id)? {
+        ctx.wake(tables.schema.queue_number);
+        match tables.row(id)? {
             Row::Good(mut record)
                 if record.state == StoredState::Scheduled && record.run_at_ms == run_at_ms =>
             {
-                tx_tables.unindex(id, &record)?;
+                tables.unindex(id, &record)?;
                 record.seq = ctx.alloc_seq();
                 record.state = StoredState::Ready;
-                tx_tables.put(id, &record)?;
+                tables.put(id, &record)?;
             }
             row => {
-                tx_tables.scheduled_mut()?.remove((run_at_ms, id))?;
-                tx_tables.repair_stray_entry(id, row, now_ms)?;
+                tables.scheduled_mut()?.remove((run_at_ms, id))?;
+                tables.repair_stray_entry(id, row, now_ms)?;
             }
         }
     }
-    let expired: Vec<(u64, u64)> = tx_tables
+    let expired: Vec<(u64, u64)> = tables
         .leases()?
         .range(..=(now_ms, u64::MAX))?
         .take(SWEEP_MAX)
         .map(|e| e.map(|(k, _)| k.value()))
         .collect::<Result<_, _>>()?;
     for (deadline_ms, id) in expired {
-        ctx.wake(tx_tables.tables.queue_number);
+        ctx.wake(tables.schema.queue_number);
         end_lease_entry(
-            tx_tables,
+            tables,
             ctx,
             (deadline_ms, id),
             LeaseEnd::Expired(config),
@@ -71,7 +71,7 @@ fn sweep(
     // Due schedules last: each sees its last instance as it now is (an expired lease just
     // given back is pending, not running), and an instance enqueued now is ready for this
     // very dequeue.
-    super::schedule::fire_due(tx_tables, ctx, now_ms, false)?;
+    super::schedule::fire_due(tables, ctx, now_ms, false)?;
     Ok(())
 }
 
@@ -82,11 +82,11 @@ pub(crate) fn dequeue(
     now_ms: u64,
     max: usize,
 ) -> Result<Vec<Delivery>> {
-    let tables = config.tables;
+    let schema = config.schema;
     debug_assert!((1..=crate::limits::BATCH_MAX).contains(&max));
     // A rate-limited queue delivers what its window has left; with nothing left it does
     // nothing else either (no sweep) until the window ends, as a waiting consumer does.
-    let limited = super::flow::allowed_now(ctx.group(), tables.queue_number, now_ms)?;
+    let limited = super::flow::allowed_now(ctx.group(), schema.queue_number, now_ms)?;
     let max = match limited {
         Some(allowed) => max.min(usize::try_from(allowed).unwrap_or(usize::MAX)),
         None => max,
@@ -94,8 +94,8 @@ pub(crate) fn dequeue(
     if max == 0 {
         return Ok(Vec::new());
     }
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    sweep(&mut tx_tables, ctx, config, now_ms)?;
+    let mut tables = Tables::open(ctx, schema)?;
+    sweep(&mut tables, ctx, config, now_ms)?;
     let mut out = Vec::with_capacity(max);
     // Entries whose row is damaged or does not match: settled below. Each is settled once (its
     // entry removed), so however much damage lies ahead of the first good job, the loop ends,
@@ -109,7 +109,7 @@ pub(crate) fn dequeue(
     let mut started = Vec::new();
     while out.len() < max && !budget_reached {
         // The first entries still wanted, in queue order.
-        let mut firsts: Vec<(u32, u64, u64)> = tx_tables
+        let mut firsts: Vec<(u32, u64, u64)> = tables
             .ready()?
             .iter()?
             .take(max - out.len())
@@ -125,7 +125,7 @@ pub(crate) fn dequeue(
         // `get_mut` copies the row's page for writing, whether or not the row is leased.
         let mut slots = Vec::with_capacity(firsts.len());
         for (i, &(rank, seq, id)) in firsts.iter().enumerate() {
-            let Some(mut row) = tx_tables.jobs_mut().get_mut(id)? else {
+            let Some(mut row) = tables.jobs_mut().get_mut(id)? else {
                 slots.push(Taken::Stray);
                 continue;
             };
@@ -165,7 +165,7 @@ pub(crate) fn dequeue(
             record.validate()?;
             row.insert(record.encode()?.as_slice())?;
             drop(row);
-            if !tx_tables.index(id, &record)? {
+            if !tables.index(id, &record)? {
                 tracing::warn!(job_id = id, "leaseq: index entry was already present");
             }
             leased.idempotency_key = record.idempotency_key;
@@ -178,11 +178,11 @@ pub(crate) fn dequeue(
             // The budget cuts before the first row only when something was taken already.
             [] => break,
             [one] => {
-                tx_tables.ready_mut()?.remove(*one)?;
+                tables.ready_mut()?.remove(*one)?;
             }
             [.., last] => {
                 let mut removed = 0;
-                tx_tables.ready_mut()?.retain_in(..=*last, |_, ()| {
+                tables.ready_mut()?.retain_in(..=*last, |_, ()| {
                     removed += 1;
                     false
                 })?;
@@ -204,16 +204,16 @@ pub(crate) fn dequeue(
                     let Some(r) = &record.payload_apart else {
                         unreachable!("an apart slot has its payload apart")
                     };
-                    let payload = match tx_tables.apart_payload(id, r)? {
+                    let payload = match tables.apart_payload(id, r)? {
                         Ok(p) => p,
                         Err(why) => {
                             // Its ready entry is gone: the job moves aside whole, the batch
                             // goes on.
-                            tx_tables.quarantine(id, &why, now_ms)?;
+                            tables.quarantine(id, &why, now_ms)?;
                             continue;
                         }
                     };
-                    tx_tables.put(id, &record)?;
+                    tables.put(id, &record)?;
                     leased.idempotency_key = record.idempotency_key;
                     leased.payload = payload;
                     out.push(leased);
@@ -224,18 +224,18 @@ pub(crate) fn dequeue(
     // A key held until its job started is released (if the job still holds it): an enqueue
     // from now on makes a new job.
     for (id, k) in started {
-        if tx_tables.dedup()?.get(k.as_slice())?.map(|v| v.value()) == Some(id) {
-            tx_tables.dedup_mut()?.remove(k.as_slice())?;
+        if tables.dedup()?.get(k.as_slice())?.map(|v| v.value()) == Some(id) {
+            tables.dedup_mut()?.remove(k.as_slice())?;
         }
     }
     // Settled after the leases, from the rows as they are now: a stray entry's job may be one
     // this dequeue just leased through its own entry.
     for id in strays {
-        let row = tx_tables.row(id)?;
-        tx_tables.repair_stray_entry(id, row, now_ms)?;
+        let row = tables.row(id)?;
+        tables.repair_stray_entry(id, row, now_ms)?;
     }
     if limited.is_some() {
-        super::flow::charge(ctx, tables.queue_number, now_ms, out.len() as u64)?;
+        super::flow::charge(ctx, schema.queue_number, now_ms, out.len() as u64)?;
     }
     Ok(out)
 }

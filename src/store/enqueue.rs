@@ -7,7 +7,7 @@ use crate::commit::Ctx;
 use crate::error::{BoxError, Error, Result};
 use crate::events::Event;
 use crate::format::record::{JobRecord, StoredState};
-use crate::format::schema::QueueTables;
+use crate::format::schema::QueueSchema;
 use crate::job::{Enqueued, JobId, OnDuplicate};
 use crate::limits::PRUNE_PER_ACK_MAX;
 use crate::tx::Sink;
@@ -24,11 +24,11 @@ use super::validate::NewJob;
 /// (now).
 pub(crate) fn enqueue(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     jobs: &[NewJob],
 ) -> Result<Vec<Enqueued>> {
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    enqueue_into(&mut tx_tables, ctx, jobs, None)
+    let mut tables = Tables::open(ctx, schema)?;
+    enqueue_into(&mut tables, ctx, jobs, None)
 }
 
 /// [`enqueue`] for imported records (from
@@ -36,11 +36,11 @@ pub(crate) fn enqueue(
 /// key holders and windows are judged at `now_ms`, the time of the import.
 pub(crate) fn enqueue_imported(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     records: &[JobRecord],
     now_ms: u64,
 ) -> Result<Vec<Enqueued>> {
-    let mut tx_tables = Tables::open(ctx, tables)?;
+    let mut tables = Tables::open(ctx, schema)?;
     let jobs: Vec<NewJob> = records
         .iter()
         .map(|record| NewJob {
@@ -48,13 +48,13 @@ pub(crate) fn enqueue_imported(
             on_duplicate: OnDuplicate::Keep,
         })
         .collect();
-    enqueue_into(&mut tx_tables, ctx, &jobs, Some(now_ms))
+    enqueue_into(&mut tables, ctx, &jobs, Some(now_ms))
 }
 
 /// [`enqueue`] (`judged_at_ms: None`) or [`enqueue_imported`] on tables the running
 /// operation holds open.
 pub(super) fn enqueue_into(
-    tx_tables: &mut Tables<'_>,
+    tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     jobs: &[NewJob],
     judged_at_ms: Option<u64>,
@@ -64,16 +64,16 @@ pub(super) fn enqueue_into(
         let record = &job.record;
         let now_ms = judged_at_ms.unwrap_or(record.created_ms);
         if let Some(k) = &record.dedup_key
-            && let Some((owner, by_window)) = tx_tables.key_holder(k, now_ms)?
+            && let Some((owner, by_window)) = tables.key_holder(k, now_ms)?
         {
             if job.on_duplicate != OnDuplicate::Keep
-                && replace_waiting(tx_tables, ctx, owner, job, now_ms)?
+                && replace_waiting(tables, ctx, owner, job, now_ms)?
             {
                 out.push(Enqueued::Replaced(JobId(owner)));
                 continue;
             }
             // A lookup that found a window ended wrote (it released the key); this did not.
-            let dead = !by_window && tx_tables.dead()?.get(owner)?.is_some();
+            let dead = !by_window && tables.dead()?.get(owner)?.is_some();
             out.push(if dead {
                 Enqueued::DuplicateDead(JobId(owner))
             } else {
@@ -82,7 +82,7 @@ pub(super) fn enqueue_into(
             continue;
         }
         let id = ctx.alloc_id();
-        ctx.wake(tx_tables.tables.queue_number);
+        ctx.wake(tables.schema.queue_number);
         let mut record = record.clone();
         if record.state == StoredState::Ready {
             record.seq = ctx.alloc_seq();
@@ -90,31 +90,29 @@ pub(super) fn enqueue_into(
         if record.group.is_some() {
             record.group_order = ctx.alloc_seq();
         }
-        tx_tables.store_payload(id, &mut record)?;
+        tables.store_payload(id, &mut record)?;
         // An id in use is damage to the counters: the error aborts the whole transaction, so
         // what this wrote over is never committed.
-        tx_tables.put_new(id, &record)?;
+        tables.put_new(id, &record)?;
         if let Some(k) = &record.dedup_key {
             // Dedup windows past their end go as new keys come, a bounded few per key.
-            prune_windows(tx_tables, now_ms, PRUNE_PER_ACK_MAX)?;
-            tx_tables.dedup_mut()?.insert(k.as_slice(), id)?;
+            prune_windows(tables, now_ms, PRUNE_PER_ACK_MAX)?;
+            tables.dedup_mut()?.insert(k.as_slice(), id)?;
             // A window runs from the job's creation (an imported job's may be past: a window
             // that already ended holds nothing beyond the live job).
             if let Some(w) = record.dedup_window_ms
                 && let end_ms = record.created_ms.saturating_add(w)
                 && end_ms > now_ms
             {
-                tx_tables
-                    .dedup_windows_mut()?
-                    .insert(k.as_slice(), end_ms)?;
-                tx_tables
+                tables.dedup_windows_mut()?.insert(k.as_slice(), end_ms)?;
+                tables
                     .dedup_expiry_mut()?
                     .insert((end_ms, k.as_slice()), ())?;
             }
         }
-        tx_tables.carry_key(id, &record)?;
-        tx_tables.log().event(
-            tx_tables.tables.queue_number,
+        tables.carry_key(id, &record)?;
+        tables.log().event(
+            tables.schema.queue_number,
             Event::Enqueued { id: JobId(id) },
         );
         out.push(Enqueued::New(JobId(id)));
@@ -125,33 +123,33 @@ pub(super) fn enqueue_into(
 /// Replaces the payload (and, debounced, the due time) of job `id`, the holder of `job`'s
 /// dedup key, if it is still waiting (ready or scheduled); whether it did.
 fn replace_waiting(
-    tx_tables: &mut Tables<'_>,
+    tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     id: u64,
     job: &NewJob,
     now_ms: u64,
 ) -> Result<bool> {
-    let Row::Good(mut holder) = tx_tables.row(id)? else {
+    let Row::Good(mut holder) = tables.row(id)? else {
         return Ok(false);
     };
     if !matches!(holder.state, StoredState::Ready | StoredState::Scheduled) {
         return Ok(false);
     }
-    tx_tables.unindex(id, &holder)?;
-    tx_tables.replace_payload(id, &mut holder, &job.record.payload)?;
+    tables.unindex(id, &holder)?;
+    tables.replace_payload(id, &mut holder, &job.record.payload)?;
     holder.encoding = job.record.encoding;
     if job.on_duplicate == OnDuplicate::Debounce {
-        let queue_number = tx_tables.tables.queue_number;
+        let queue_number = tables.schema.queue_number;
         set_due(ctx, queue_number, &mut holder, job.record.run_at_ms, now_ms);
     }
-    tx_tables.put(id, &holder)?;
+    tables.put(id, &holder)?;
     Ok(true)
 }
 
 /// The [`Sink`] of one closure run. A storage error part-way through an enqueue leaves its
 /// writes half done: `broken` then makes the operation fail whatever the closure returns.
 pub(crate) struct TablesSink<'s, 't, 'c> {
-    pub(super) tx_tables: &'s mut Tables<'t>,
+    pub(super) tables: &'s mut Tables<'t>,
     pub(super) ctx: &'s mut Ctx<'c>,
     /// The jobs the running operation acks (deletes) when it commits: a dedup key one of them
     /// holds only while live is free for a job enqueued here.
@@ -160,19 +158,19 @@ pub(crate) struct TablesSink<'s, 't, 'c> {
 }
 
 impl Sink for TablesSink<'_, '_, '_> {
-    fn put(&mut self, tables: &'static QueueTables, records: &[NewJob]) -> Result<Vec<Enqueued>> {
+    fn put(&mut self, schema: &'static QueueSchema, records: &[NewJob]) -> Result<Vec<Enqueued>> {
         if let Some(why) = &self.broken {
             return Err(Error::Effect(
                 format!("an earlier enqueue in this transaction failed: {why}").into(),
             ));
         }
-        let r = if tables.queue_number == self.tx_tables.tables.queue_number {
+        let r = if schema.queue_number == self.tables.schema.queue_number {
             self.release_acked_keys(records)
-                .and_then(|()| enqueue_into(self.tx_tables, self.ctx, records, None))
+                .and_then(|()| enqueue_into(self.tables, self.ctx, records, None))
         } else {
             // Another queue of the file: its tables, opened for this enqueue only.
-            self.tx_tables
-                .open_other(tables)
+            self.tables
+                .open_other(schema)
                 .and_then(|mut other| enqueue_into(&mut other, self.ctx, records, None))
         };
         // A refusal wrote nothing (validation comes first): the transaction is whole, and
@@ -196,10 +194,10 @@ impl TablesSink<'_, '_, '_> {
         }
         for NewJob { record, .. } in jobs {
             if let Some(k) = &record.dedup_key
-                && let Some((owner, false)) = self.tx_tables.key_holder(k, record.created_ms)?
+                && let Some((owner, false)) = self.tables.key_holder(k, record.created_ms)?
                 && self.acked.contains(&owner)
             {
-                self.tx_tables.dedup_mut()?.remove(k.as_slice())?;
+                self.tables.dedup_mut()?.remove(k.as_slice())?;
             }
         }
         Ok(())
@@ -228,13 +226,13 @@ pub(crate) fn write<T>(
     now_ms: u64,
     f: &mut dyn FnMut(&crate::tx::Tx<'_>) -> Result<T, BoxError>,
 ) -> Result<T> {
-    let tables = config.tables;
+    let schema = config.schema;
     // The caller's writes are unknown to leaseq: the group commits (the transaction handed
     // to the caller marks it).
     let tx = ctx.group().caller_transaction();
-    let mut tx_tables = Tables::open(ctx, tables)?;
+    let mut tables = Tables::open(ctx, schema)?;
     let mut sink = TablesSink {
-        tx_tables: &mut tx_tables,
+        tables: &mut tables,
         ctx,
         acked: &[],
         broken: None,

@@ -6,7 +6,7 @@ use redb::ReadableTable;
 use crate::commit::{Ctx, Verdict, refuse};
 use crate::error::{BoxError, Error, Result};
 use crate::format::record::{JobRecord, StoredState};
-use crate::format::schema::{META, QueueTables, marker_key};
+use crate::format::schema::{META, QueueSchema, marker_key};
 use crate::job::{Applied, JobState};
 use crate::limits::PRUNE_PER_ACK_MAX;
 
@@ -86,17 +86,17 @@ impl ClosureFailure {
 /// keeps a history.
 pub(crate) fn ack(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     leases: &[(u64, u64)],
     results: &[Option<Vec<u8>>],
     now_ms: u64,
 ) -> Result<Vec<Result<()>>> {
     debug_assert_eq!(leases.len(), results.len());
-    let mut tx_tables = Tables::open(ctx, tables)?;
+    let mut tables = Tables::open(ctx, schema)?;
     let mut out = Vec::with_capacity(leases.len());
     let (mut keys, mut records, mut kept) = (Vec::new(), Vec::new(), Vec::new());
     for (&(id, token), result) in leases.iter().zip(results) {
-        match tx_tables.lease_of(id, token)? {
+        match tables.lease_of(id, token)? {
             Ok(record) => {
                 keys.push((id, token));
                 records.push(record);
@@ -107,7 +107,7 @@ pub(crate) fn ack(
         }
     }
     if !keys.is_empty() {
-        super::transition::complete_leased(&mut tx_tables, &keys, records, kept, now_ms)?;
+        super::transition::complete_leased(&mut tables, &keys, records, kept, now_ms)?;
     }
     Ok(out)
 }
@@ -144,20 +144,20 @@ pub(crate) fn ack_with(
     failed: &[Option<ClosureFailure>],
     effect: &mut EffectCall<'_, '_>,
 ) -> Result<Vec<Result<Applied>>> {
-    let tables = config.tables;
+    let schema = config.schema;
     debug_assert_eq!(leases.len(), failed.len());
     let group = ctx.group();
-    let mut tx_tables = Tables::open(ctx, tables)?;
+    let mut tables = Tables::open(ctx, schema)?;
     // Every leaseq table is held open while closures run, so redb refuses a closure that
     // opens one (lazy opening would leave the unused index tables open to it).
-    tx_tables.open_all()?;
-    let mut applied = group.table(tables.applied())?;
+    tables.open_all()?;
+    let mut applied = group.table(schema.applied())?;
     // Held open (unused) so a closure that opens `leaseq_meta` is refused by redb as well.
     let _meta = group.table(META)?;
     let mut out = Vec::with_capacity(leases.len());
     let (mut keys, mut records, mut kept) = (Vec::new(), Vec::new(), Vec::new());
     // Held open (as every leaseq table) while closures run.
-    let mut by_time = group.table(tables.applied_by_time())?;
+    let mut by_time = group.table(schema.applied_by_time())?;
     let mut new_markers = 0;
     // With `EffectCall::All`, the leases whose effect runs (once, after the loop).
     let mut pending = Vec::new();
@@ -169,7 +169,7 @@ pub(crate) fn ack_with(
     // new ids). A job named by two leases of the batch is read again at each.
     let mut read: Vec<Option<Result<JobRecord>>> = Vec::with_capacity(leases.len());
     for (i, &(id, token)) in leases.iter().enumerate() {
-        let found = tx_tables.lease_of(id, token)?;
+        let found = tables.lease_of(id, token)?;
         if failed[i].is_none() && found.is_ok() {
             acked.push(id);
         }
@@ -185,7 +185,7 @@ pub(crate) fn ack_with(
     for (i, &(id, token)) in leases.iter().enumerate() {
         let found = match read[i].take() {
             Some(found) => found,
-            None => tx_tables.lease_of(id, token)?,
+            None => tables.lease_of(id, token)?,
         };
         let record = match found {
             Ok(record) => record,
@@ -195,19 +195,19 @@ pub(crate) fn ack_with(
             }
         };
         if let Some(f) = &failed[i] {
-            ctx.wake(tx_tables.tables.queue_number);
+            ctx.wake(tables.schema.queue_number);
             match f.how {
                 GiveBack::Retry(backoff_ms) => {
                     let at_ms = match backoff_ms {
                         Some(b) => now_ms.saturating_add(b),
                         None => retry_at_ms(config, id, &record, now_ms),
                     };
-                    tx_tables.end_attempt(ctx, id, record, &f.reason, now_ms, at_ms)?;
+                    tables.end_attempt(ctx, id, record, &f.reason, now_ms, at_ms)?;
                 }
                 GiveBack::Snooze(delay_ms) => {
-                    tx_tables.snooze_leased(ctx, id, record, now_ms, delay_ms, None)?
+                    tables.snooze_leased(ctx, id, record, now_ms, delay_ms, None)?
                 }
-                GiveBack::Fail => tx_tables.fail_leased(id, record, &f.reason, now_ms)?,
+                GiveBack::Fail => tables.fail_leased(id, record, &f.reason, now_ms)?,
             }
             out.push(Err(Error::Effect(f.reason.clone().into())));
             continue;
@@ -231,7 +231,7 @@ pub(crate) fn ack_with(
                 EffectCall::Each(f) => {
                     let tx = group.caller_transaction();
                     let mut sink = TablesSink {
-                        tx_tables: &mut tx_tables,
+                        tables: &mut tables,
                         ctx,
                         acked: &acked,
                         broken: None,
@@ -259,7 +259,7 @@ pub(crate) fn ack_with(
     {
         let tx = group.caller_transaction();
         let mut sink = TablesSink {
-            tx_tables: &mut tx_tables,
+            tables: &mut tables,
             ctx,
             acked: &acked,
             broken: None,
@@ -273,7 +273,7 @@ pub(crate) fn ack_with(
         sink.into_result(ran)?;
     }
     if !keys.is_empty() {
-        super::transition::complete_leased(&mut tx_tables, &keys, records, kept, now_ms)?;
+        super::transition::complete_leased(&mut tables, &keys, records, kept, now_ms)?;
     }
     // Markers past their retention go as new ones come, a bounded few per new one.
     if new_markers > 0
@@ -281,7 +281,7 @@ pub(crate) fn ack_with(
     {
         let max = PRUNE_PER_ACK_MAX * new_markers;
         prune_applied(
-            &mut tx_tables,
+            &mut tables,
             &mut applied,
             &mut by_time,
             now_ms,
@@ -300,8 +300,8 @@ pub(crate) fn ack_with(
 
 /// The record of lease `(id, token)`, or the refusal, as the first step of a call on it.
 macro_rules! lease_or_refuse {
-    ($tx_tables:expr, $id:expr, $token:expr) => {
-        match $tx_tables.lease_of($id, $token)? {
+    ($tables:expr, $id:expr, $token:expr) => {
+        match $tables.lease_of($id, $token)? {
             Ok(record) => record,
             Err(refusal) => return refuse(refusal),
         }
@@ -318,9 +318,9 @@ pub(crate) fn nack(
     backoff_ms: Option<u64>,
     reason: &str,
 ) -> Verdict<JobState> {
-    let tables = config.tables;
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    let record = lease_or_refuse!(tx_tables, id, token);
+    let schema = config.schema;
+    let mut tables = Tables::open(ctx, schema)?;
+    let record = lease_or_refuse!(tables, id, token);
     let at = match backoff_ms {
         Some(b) => match now_ms.checked_add(b) {
             Some(at) => at,
@@ -328,8 +328,8 @@ pub(crate) fn nack(
         },
         None => retry_at_ms(config, id, &record, now_ms),
     };
-    ctx.wake(tx_tables.tables.queue_number);
-    tx_tables
+    ctx.wake(tables.schema.queue_number);
+    tables
         .end_attempt(ctx, id, record, reason, now_ms, at)
         .map(Ok)
 }
@@ -339,18 +339,18 @@ pub(crate) fn nack(
 /// dead-letters; the last error is kept as it was.
 pub(crate) fn snooze(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     (id, token): (u64, u64),
     now_ms: u64,
     delay_ms: u64,
     reason: Option<&str>,
 ) -> Verdict<()> {
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    let record = lease_or_refuse!(tx_tables, id, token);
+    let mut tables = Tables::open(ctx, schema)?;
+    let record = lease_or_refuse!(tables, id, token);
     if now_ms.checked_add(delay_ms).is_none() {
         return refuse(Error::invalid_option("delay", "due time overflows"));
     }
-    tx_tables
+    tables
         .snooze_leased(ctx, id, record, now_ms, delay_ms, reason)
         .map(Ok)
 }
@@ -359,42 +359,40 @@ pub(crate) fn snooze(
 /// [`Tables::release_unseen`]): for a delivery the async face took but could not hand out.
 pub(crate) fn release_unseen(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     (id, token): (u64, u64),
     undo: &super::Undo,
     now_ms: u64,
 ) -> Verdict<()> {
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    let record = lease_or_refuse!(tx_tables, id, token);
-    tx_tables
-        .release_unseen(ctx, id, record, undo, now_ms)
-        .map(Ok)
+    let mut tables = Tables::open(ctx, schema)?;
+    let record = lease_or_refuse!(tables, id, token);
+    tables.release_unseen(ctx, id, record, undo, now_ms).map(Ok)
 }
 
 pub(crate) fn fail(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     (id, token): (u64, u64),
     now_ms: u64,
     reason: &str,
 ) -> Verdict<()> {
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    let record = lease_or_refuse!(tx_tables, id, token);
-    tx_tables.fail_leased(id, record, reason, now_ms).map(Ok)
+    let mut tables = Tables::open(ctx, schema)?;
+    let record = lease_or_refuse!(tables, id, token);
+    tables.fail_leased(id, record, reason, now_ms).map(Ok)
 }
 
 /// Records `value` as the progress of lease `(id, token)` at `now_ms` (checked by the caller:
 /// at most `PROGRESS_BYTES_MAX` bytes). The job stays leased as it was.
 pub(crate) fn set_progress(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     (id, token): (u64, u64),
     now_ms: u64,
     value: &[u8],
 ) -> Verdict<()> {
     debug_assert!(value.len() <= crate::limits::PROGRESS_BYTES_MAX);
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    let mut record = lease_or_refuse!(tx_tables, id, token);
+    let mut tables = Tables::open(ctx, schema)?;
+    let mut record = lease_or_refuse!(tables, id, token);
     // Updates of one delivery from several threads (a heartbeat carrying a pending one, a
     // direct one) may commit out of order: an older one never replaces a newer one.
     if record.progress.as_ref().is_some_and(|p| p.at_ms > now_ms) {
@@ -406,11 +404,9 @@ pub(crate) fn set_progress(
     });
     // Same state, same deadline: the row only (its lease entry stays as it is).
     record.validate()?;
-    tx_tables
-        .jobs_mut()
-        .insert(id, record.encode()?.as_slice())?;
-    tx_tables.log().event(
-        tables.queue_number,
+    tables.jobs_mut().insert(id, record.encode()?.as_slice())?;
+    tables.log().event(
+        schema.queue_number,
         crate::events::Event::Progress {
             id: crate::job::JobId(id),
         },
@@ -420,7 +416,7 @@ pub(crate) fn set_progress(
 
 pub(crate) fn extend(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     id: u64,
     token: u64,
     now_ms: u64,
@@ -430,13 +426,13 @@ pub(crate) fn extend(
         Ok(ms) => ms,
         Err(e) => return refuse(e),
     };
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    let mut record = lease_or_refuse!(tx_tables, id, token);
+    let mut tables = Tables::open(ctx, schema)?;
+    let mut record = lease_or_refuse!(tables, id, token);
     let Some(deadline_ms) = now_ms.checked_add(lease_ms) else {
         return refuse(Error::invalid_option("extend", "deadline overflows"));
     };
-    tx_tables.unindex(id, &record)?;
+    tables.unindex(id, &record)?;
     record.state = StoredState::Leased { token, deadline_ms };
-    tx_tables.put(id, &record)?;
+    tables.put(id, &record)?;
     Ok(Ok(deadline_ms))
 }

@@ -102,9 +102,9 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     tx.create(SCHEDULE_INSTANCES)?;
     // 7 to 8: the rate limits, none; every queue's group tables, empty.
     tx.create(RATE_LIMITS)?;
-    for tables in all_queues(tx)? {
-        tx.create(tables.groups())?;
-        tx.create(tables.held())?;
+    for schema in all_queues(tx)? {
+        tx.create(schema.groups())?;
+        tx.create(schema.held())?;
     }
     // 8 to 9: the queues' metrics, none counted yet.
     tx.create(crate::format::schema::METRICS)?;
@@ -114,13 +114,13 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
 }
 
 /// The tables of the default queue and of every registered named queue.
-fn all_queues(tx: GroupTx<'_>) -> Result<Vec<&'static crate::format::schema::QueueTables>> {
-    let mut queues = vec![&crate::format::schema::DEFAULT_TABLES];
+fn all_queues(tx: GroupTx<'_>) -> Result<Vec<&'static crate::format::schema::QueueSchema>> {
+    let mut queues = vec![&crate::format::schema::DEFAULT_SCHEMA];
     let registry = tx.table(QUEUES)?;
     for e in registry.iter()?.take(crate::limits::QUEUES_MAX as usize) {
         let number = e?.1.value();
         if (1..=crate::limits::QUEUES_MAX).contains(&number) {
-            queues.push(crate::format::schema::QueueTables::named(number));
+            queues.push(crate::format::schema::QueueSchema::named(number));
         }
     }
     Ok(queues)
@@ -128,9 +128,9 @@ fn all_queues(tx: GroupTx<'_>) -> Result<Vec<&'static crate::format::schema::Que
 
 /// Format 6 to 7: the completed and cancelled indexes of every queue.
 fn upgrade_6_to_7(tx: GroupTx<'_>) -> Result<()> {
-    for tables in all_queues(tx)? {
-        tx.create(tables.completed())?;
-        tx.create(tables.cancelled())?;
+    for schema in all_queues(tx)? {
+        tx.create(schema.completed())?;
+        tx.create(schema.cancelled())?;
     }
     Ok(())
 }
@@ -138,16 +138,16 @@ fn upgrade_6_to_7(tx: GroupTx<'_>) -> Result<()> {
 /// Format 1 to 2: the time index of applied markers (markers of jobs' own ids dropped), the
 /// carriers of caller keys, the dedup-window tables, the dead jobs by when they died.
 fn upgrade_1_to_2(tx: GroupTx<'_>) -> Result<()> {
-    let tables = &crate::format::schema::DEFAULT_TABLES;
-    let mut applied = tx.table(tables.applied())?;
+    let schema = &crate::format::schema::DEFAULT_SCHEMA;
+    let mut applied = tx.table(schema.applied())?;
     applied.retain(|k, _| k.first() != Some(&MARKER_TAG_ID))?;
-    let mut by_time = tx.table(tables.applied_by_time())?;
+    let mut by_time = tx.table(schema.applied_by_time())?;
     for e in applied.iter()? {
         let (k, at) = e?;
         by_time.insert((at.value(), k.value()), ())?;
     }
-    let jobs = tx.table(tables.jobs())?;
-    let mut idem = tx.table(tables.idem_jobs())?;
+    let jobs = tx.table(schema.jobs())?;
+    let mut idem = tx.table(schema.idem_jobs())?;
     for e in jobs.iter()? {
         let (id, row) = e?;
         if let Ok(record) = JobRecord::decode(row.value())
@@ -157,10 +157,10 @@ fn upgrade_1_to_2(tx: GroupTx<'_>) -> Result<()> {
             idem.insert((key.as_slice(), id.value()), ())?;
         }
     }
-    tx.create(tables.dedup_windows())?;
-    tx.create(tables.dedup_expiry())?;
-    let mut dead_by_time = tx.table(tables.dead_by_time())?;
-    for e in tx.table(tables.dead())?.iter()? {
+    tx.create(schema.dedup_windows())?;
+    tx.create(schema.dedup_expiry())?;
+    let mut dead_by_time = tx.table(schema.dead_by_time())?;
+    for e in tx.table(schema.dead())?.iter()? {
         let id = e?.0.value();
         if let Some(row) = jobs.get(id)?
             && let Ok(record) = JobRecord::decode(row.value())
@@ -176,9 +176,9 @@ fn upgrade_1_to_2(tx: GroupTx<'_>) -> Result<()> {
 /// `leaseq_payloads` (one job at a time, so memory holds one payload). A row that does not
 /// decode is left for the passes that quarantine it.
 fn upgrade_2_to_3(tx: GroupTx<'_>) -> Result<()> {
-    let tables = &crate::format::schema::DEFAULT_TABLES;
-    let mut jobs = tx.table(tables.jobs())?;
-    let mut payloads = tx.table(tables.payloads())?;
+    let schema = &crate::format::schema::DEFAULT_SCHEMA;
+    let mut jobs = tx.table(schema.jobs())?;
+    let mut payloads = tx.table(schema.payloads())?;
     let mut large = Vec::new();
     for e in jobs.iter()? {
         let (id, row) = e?;

@@ -34,7 +34,7 @@
 //! | `read.rs` | read-only views: peek, stats, one job, lists |
 //! | `check.rs` | the invariant checker behind `Queue::check` |
 
-use crate::format::schema::QueueTables;
+use crate::format::schema::QueueSchema;
 
 mod admin;
 mod check;
@@ -96,7 +96,7 @@ pub(crate) struct QueueConfig {
     /// How long a dead job is kept (`None`: until removed).
     pub dead_retention_ms: Option<u64>,
     /// The queue's tables.
-    pub tables: &'static QueueTables,
+    pub schema: &'static QueueSchema,
     /// The file's committer id (set once the file is open): which file the queue is in.
     pub committer_id: u64,
     /// How `enqueue_value` encodes, and how `Lease::decode` reads a job that recorded none.

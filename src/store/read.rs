@@ -6,7 +6,7 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableTable};
 
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, StoredState};
-use crate::format::schema::{QuarantineValue, QueueTables, ReadyKey, marker_key};
+use crate::format::schema::{QuarantineValue, QueueSchema, ReadyKey, marker_key};
 use crate::job::{JobId, JobInfo, JobState, Quarantined, Stats};
 
 use super::validate::damaged;
@@ -16,14 +16,14 @@ use super::validate::damaged;
 /// future due time or lease deadline.
 pub(crate) fn peek_due(
     rtx: &ReadTransaction,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     now_ms: u64,
 ) -> Result<(bool, Option<u64>)> {
     // A rate-limited queue whose window is used up has nothing to do until the window ends.
-    if let Some(window_end_ms) = super::flow::limited_until(rtx, tables.queue_number, now_ms)? {
+    if let Some(window_end_ms) = super::flow::limited_until(rtx, schema.queue_number, now_ms)? {
         return Ok((false, Some(window_end_ms)));
     }
-    let ready = rtx.open_table(tables.ready())?;
+    let ready = rtx.open_table(schema.ready())?;
     if !ready.is_empty()? {
         return Ok((true, None));
     }
@@ -32,9 +32,9 @@ pub(crate) fn peek_due(
         let first = table.first()?;
         Ok(first.map(|(k, _)| k.value().0))
     };
-    let next_run = first_key(tables.scheduled())?;
-    let next_deadline = first_key(tables.leases())?;
-    let next_schedule = super::schedule::next_due(rtx, tables.queue_number)?;
+    let next_run = first_key(schema.scheduled())?;
+    let next_deadline = first_key(schema.leases())?;
+    let next_schedule = super::schedule::next_due(rtx, schema.queue_number)?;
     let next = [next_run, next_deadline, next_schedule]
         .into_iter()
         .flatten()
@@ -43,32 +43,32 @@ pub(crate) fn peek_due(
     Ok((work, next))
 }
 
-pub(crate) fn stats(rtx: &ReadTransaction, tables: &'static QueueTables) -> Result<Stats> {
-    let completed = rtx.open_table(tables.completed())?.len()?;
-    let cancelled = rtx.open_table(tables.cancelled())?.len()?;
+pub(crate) fn stats(rtx: &ReadTransaction, schema: &'static QueueSchema) -> Result<Stats> {
+    let completed = rtx.open_table(schema.completed())?.len()?;
+    let cancelled = rtx.open_table(schema.cancelled())?.len()?;
     Ok(Stats {
         total: rtx
-            .open_table(tables.jobs())?
+            .open_table(schema.jobs())?
             .len()?
             .saturating_sub(completed + cancelled),
-        scheduled: rtx.open_table(tables.scheduled())?.len()?,
-        ready: rtx.open_table(tables.ready())?.len()?
-            + match rtx.open_table(tables.held()) {
+        scheduled: rtx.open_table(schema.scheduled())?.len()?,
+        ready: rtx.open_table(schema.ready())?.len()?
+            + match rtx.open_table(schema.held()) {
                 Ok(held) => held.len()?,
                 Err(redb::TableError::TableDoesNotExist(_)) => 0,
                 Err(e) => return Err(e.into()),
             },
-        leased: rtx.open_table(tables.leases())?.len()?,
-        dead: rtx.open_table(tables.dead())?.len()?,
-        applied: rtx.open_table(tables.applied())?.len()?,
-        dedup_keys: rtx.open_table(tables.dedup())?.len()?,
-        quarantined: match quarantine_table(rtx, tables)? {
+        leased: rtx.open_table(schema.leases())?.len()?,
+        dead: rtx.open_table(schema.dead())?.len()?,
+        applied: rtx.open_table(schema.applied())?.len()?,
+        dedup_keys: rtx.open_table(schema.dedup())?.len()?,
+        quarantined: match quarantine_table(rtx, schema)? {
             Some(q) => q.len()?,
             None => 0,
         },
         paused: super::control::paused_queues(rtx)?
             .iter()
-            .any(|&(n, _)| n == tables.queue_number),
+            .any(|&(n, _)| n == schema.queue_number),
         completed,
         cancelled,
     })
@@ -77,9 +77,9 @@ pub(crate) fn stats(rtx: &ReadTransaction, tables: &'static QueueTables) -> Resu
 /// `leaseq_quarantine` in a snapshot, or `None` if nothing was ever quarantined in the file.
 pub(super) fn quarantine_table(
     rtx: &ReadTransaction,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
 ) -> Result<Option<ReadOnlyTable<u64, QuarantineValue>>> {
-    match rtx.open_table(tables.quarantine()) {
+    match rtx.open_table(schema.quarantine()) {
         Ok(table) => Ok(Some(table)),
         Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
         Err(e) => Err(e.into()),
@@ -89,11 +89,11 @@ pub(super) fn quarantine_table(
 /// Up to `max` quarantined rows, by job id, from `after` (exclusive) on.
 pub(crate) fn quarantined(
     rtx: &ReadTransaction,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     after: Option<u64>,
     max: usize,
 ) -> Result<Vec<Quarantined>> {
-    let Some(q) = quarantine_table(rtx, tables)? else {
+    let Some(q) = quarantine_table(rtx, schema)? else {
         return Ok(Vec::new());
     };
     let start = after.map_or(0, |a| a.saturating_add(1));
@@ -117,10 +117,10 @@ pub(crate) fn quarantined(
 /// The bytes of a quarantined row as they were found, or `None` if `id` is not quarantined.
 pub(crate) fn quarantined_record(
     rtx: &ReadTransaction,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     id: u64,
 ) -> Result<Option<Vec<u8>>> {
-    let Some(q) = quarantine_table(rtx, tables)? else {
+    let Some(q) = quarantine_table(rtx, schema)? else {
         return Ok(None);
     };
     Ok(q.get(id)?.map(|v| v.value().2.to_vec()))
@@ -128,20 +128,20 @@ pub(crate) fn quarantined_record(
 
 pub(crate) fn job(
     rtx: &ReadTransaction,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     id: u64,
 ) -> Result<Option<JobInfo>> {
-    let jobs = rtx.open_table(tables.jobs())?;
+    let jobs = rtx.open_table(schema.jobs())?;
     let Some(v) = jobs.get(id)? else {
-        return quarantined_error(rtx, tables, id).map(|()| None);
+        return quarantined_error(rtx, schema, id).map(|()| None);
     };
     let record = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
     Ok(Some(info(id, record)))
 }
 
 /// `Corrupted` if job `id` (not in `leaseq_jobs`) is quarantined.
-fn quarantined_error(rtx: &ReadTransaction, tables: &'static QueueTables, id: u64) -> Result<()> {
-    if let Some(q) = quarantine_table(rtx, tables)?
+fn quarantined_error(rtx: &ReadTransaction, schema: &'static QueueSchema, id: u64) -> Result<()> {
+    if let Some(q) = quarantine_table(rtx, schema)?
         && let Some(v) = q.get(id)?
     {
         return Err(Error::corrupted(format!(
@@ -210,18 +210,18 @@ pub(super) fn info(id: u64, record: JobRecord) -> JobInfo {
 /// The payload of job `id`, or `None` if no such job.
 pub(crate) fn payload(
     rtx: &ReadTransaction,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     id: u64,
 ) -> Result<Option<Vec<u8>>> {
-    let jobs = rtx.open_table(tables.jobs())?;
+    let jobs = rtx.open_table(schema.jobs())?;
     let Some(v) = jobs.get(id)? else {
-        return quarantined_error(rtx, tables, id).map(|()| None);
+        return quarantined_error(rtx, schema, id).map(|()| None);
     };
     let record = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
     let Some(r) = record.payload_apart else {
         return Ok(Some(record.payload));
     };
-    let payloads = rtx.open_table(tables.payloads())?;
+    let payloads = rtx.open_table(schema.payloads())?;
     let v = payloads
         .get(id)?
         .ok_or_else(|| damaged(id, "payload: stored apart, but its row is missing"))?;
@@ -245,7 +245,7 @@ const HELD: u64 = u64::MAX;
 /// page is full, the key of its last entry, to continue from.
 pub(crate) fn list(
     rtx: &ReadTransaction,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     state: JobState,
     after: Option<IndexKey>,
     limit: usize,
@@ -260,7 +260,7 @@ pub(crate) fn list(
                 _ => None,
             };
             if held_from.is_none() {
-                let index = rtx.open_table(tables.ready())?;
+                let index = rtx.open_table(schema.ready())?;
                 let from = after.map(|(r, s, i)| (r as u32, s, i));
                 let it = match from {
                     Some(k) => {
@@ -277,8 +277,8 @@ pub(crate) fn list(
             // the group's members in join order, those held among them.
             if keys.len() < limit
                 && let (Ok(groups), Ok(held)) = (
-                    rtx.open_table(tables.groups()),
-                    rtx.open_table(tables.held()),
+                    rtx.open_table(schema.groups()),
+                    rtx.open_table(schema.held()),
                 )
             {
                 let skip = held_from.unwrap_or(0);
@@ -317,10 +317,10 @@ pub(crate) fn list(
         }
         JobState::Scheduled | JobState::Leased | JobState::Completed | JobState::Cancelled => {
             let def = match state {
-                JobState::Scheduled => tables.scheduled(),
-                JobState::Leased => tables.leases(),
-                JobState::Completed => tables.completed(),
-                _ => tables.cancelled(),
+                JobState::Scheduled => schema.scheduled(),
+                JobState::Leased => schema.leases(),
+                JobState::Completed => schema.completed(),
+                _ => schema.cancelled(),
             };
             let index = rtx.open_table(def)?;
             let it = match after {
@@ -340,7 +340,7 @@ pub(crate) fn list(
                 .collect::<Result<_, _>>()?
         }
         JobState::Dead => {
-            let index = rtx.open_table(tables.dead())?;
+            let index = rtx.open_table(schema.dead())?;
             let it = match after {
                 Some((id, _, _)) => {
                     index.range((std::ops::Bound::Excluded(id), std::ops::Bound::Unbounded))?
@@ -352,7 +352,7 @@ pub(crate) fn list(
                 .collect::<Result<_, _>>()?
         }
     };
-    let jobs = rtx.open_table(tables.jobs())?;
+    let jobs = rtx.open_table(schema.jobs())?;
     let mut out = Vec::with_capacity(keys.len());
     for &key in &keys {
         let id = match state {
@@ -381,11 +381,11 @@ pub(crate) fn list(
 /// Whether the applied-ids marker for this idempotency key exists.
 pub(crate) fn is_applied(
     rtx: &ReadTransaction,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     key: &[u8],
 ) -> Result<bool> {
     Ok(rtx
-        .open_table(tables.applied())?
+        .open_table(schema.applied())?
         .get(marker_key(key).as_slice())?
         .is_some())
 }
@@ -394,11 +394,11 @@ pub(crate) fn is_applied(
 /// that fails its checks is skipped.
 pub(crate) fn latest_dead(
     rtx: &ReadTransaction,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     limit: usize,
 ) -> Result<Vec<JobInfo>> {
-    let index = rtx.open_table(tables.dead_by_time())?;
-    let jobs = rtx.open_table(tables.jobs())?;
+    let index = rtx.open_table(schema.dead_by_time())?;
+    let jobs = rtx.open_table(schema.jobs())?;
     let mut out = Vec::new();
     for e in index.range::<(u64, u64)>(..)?.rev().take(limit) {
         let (_, id) = e?.0.value();

@@ -5,7 +5,7 @@ use redb::{ReadTransaction, ReadableTable};
 
 use crate::commit::Ctx;
 use crate::error::{Error, Result};
-use crate::format::schema::{QUEUES, QueueTables};
+use crate::format::schema::{QUEUES, QueueSchema};
 
 use super::registry::{named_queues, named_tables_present};
 use super::tables::Tables;
@@ -31,14 +31,14 @@ pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<LeaseReco
         }
         v
     };
-    let mut out = recover_queue_leases(ctx, &crate::format::schema::DEFAULT_TABLES, now_ms)?;
+    let mut out = recover_queue_leases(ctx, &crate::format::schema::DEFAULT_SCHEMA, now_ms)?;
     for queue_number in named {
         if !(1..=crate::limits::QUEUES_MAX).contains(&queue_number) {
             return Err(Error::corrupted(format!(
                 "leaseq_queues: queue number {queue_number}"
             )));
         }
-        let r = recover_queue_leases(ctx, QueueTables::named(queue_number), now_ms)?;
+        let r = recover_queue_leases(ctx, QueueSchema::named(queue_number), now_ms)?;
         out.returned += r.returned;
         out.dead += r.dead;
         out.quarantined += r.quarantined;
@@ -49,19 +49,19 @@ pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<LeaseReco
 /// [`recover_leases`] for one queue.
 fn recover_queue_leases(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     now_ms: u64,
 ) -> Result<LeaseRecovery> {
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    let all: Vec<(u64, u64)> = tx_tables
+    let mut tables = Tables::open(ctx, schema)?;
+    let all: Vec<(u64, u64)> = tables
         .leases()?
         .iter()?
         .map(|e| e.map(|(k, _)| k.value()))
         .collect::<Result<_, _>>()?;
     let mut out = LeaseRecovery::default();
     for entry in all {
-        ctx.wake(tx_tables.tables.queue_number);
-        match end_lease_entry(&mut tx_tables, ctx, entry, LeaseEnd::Abandoned, now_ms)? {
+        ctx.wake(tables.schema.queue_number);
+        match end_lease_entry(&mut tables, ctx, entry, LeaseEnd::Abandoned, now_ms)? {
             Ended::Returned => out.returned += 1,
             Ended::Dead => out.dead += 1,
             Ended::Quarantined => out.quarantined += 1,
@@ -76,15 +76,15 @@ fn recover_queue_leases(
 /// anything is written. A row that redb reads but that fails leaseq's own checks is not an
 /// error here: recovery quarantines it.
 pub(crate) fn read_leased_rows(rtx: &ReadTransaction) -> Result<()> {
-    let mut all = vec![&crate::format::schema::DEFAULT_TABLES];
+    let mut all = vec![&crate::format::schema::DEFAULT_SCHEMA];
     for (name, queue_number) in named_queues(rtx)? {
-        let tables = QueueTables::named(queue_number);
-        named_tables_present(rtx, &name, tables)?;
-        all.push(tables);
+        let schema = QueueSchema::named(queue_number);
+        named_tables_present(rtx, &name, schema)?;
+        all.push(schema);
     }
-    for tables in all {
-        let jobs = rtx.open_table(tables.jobs())?;
-        for e in rtx.open_table(tables.leases())?.iter()? {
+    for schema in all {
+        let jobs = rtx.open_table(schema.jobs())?;
+        for e in rtx.open_table(schema.leases())?.iter()? {
             let (_, id) = e?.0.value();
             jobs.get(id)?;
         }

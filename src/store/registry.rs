@@ -5,12 +5,12 @@ use redb::{ReadTransaction, ReadableTable};
 
 use crate::commit::{Ctx, GroupTx, Verdict, refuse};
 use crate::error::{Error, Result};
-use crate::format::schema::{QUEUES, QueueTables};
+use crate::format::schema::{QUEUES, QueueSchema};
 
 /// The number of the queue named `name`, creating the queue (its registry entry and tables)
 /// if it does not exist. Refusals: `InvalidOption` (a bad name, or `QUEUES_MAX` reached).
 pub(crate) fn create_queue(ctx: &mut Ctx<'_>, name: &str) -> Verdict<u32> {
-    if let Err(e) = QueueTables::validate_queue_name(name) {
+    if let Err(e) = QueueSchema::validate_queue_name(name) {
         return refuse(e);
     }
     let mut queues = ctx.table(QUEUES)?;
@@ -48,7 +48,7 @@ pub(crate) fn create_queue(ctx: &mut Ctx<'_>, name: &str) -> Verdict<u32> {
         ));
     }
     queues.insert(name, queue_number)?;
-    QueueTables::named(queue_number).create(&ctx.group())?;
+    QueueSchema::named(queue_number).create(&ctx.group())?;
     Ok(Ok(queue_number))
 }
 
@@ -86,7 +86,7 @@ pub(crate) fn named_queues(rtx: &ReadTransaction) -> Result<Vec<(String, u32)>> 
 pub(super) fn named_tables_present(
     rtx: &ReadTransaction,
     name: &str,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
 ) -> Result<()> {
     fn present<K: redb::Key + 'static, V: redb::Value + 'static>(
         rtx: &ReadTransaction,
@@ -101,19 +101,19 @@ pub(super) fn named_tables_present(
             Err(e) => Err(e.into()),
         }
     }
-    present(rtx, name, tables.jobs())?;
-    present(rtx, name, tables.ready())?;
-    present(rtx, name, tables.scheduled())?;
-    present(rtx, name, tables.leases())?;
-    present(rtx, name, tables.dead())?;
-    present(rtx, name, tables.dead_by_time())?;
-    present(rtx, name, tables.dedup())?;
-    present(rtx, name, tables.dedup_windows())?;
-    present(rtx, name, tables.dedup_expiry())?;
-    present(rtx, name, tables.applied())?;
-    present(rtx, name, tables.applied_by_time())?;
-    present(rtx, name, tables.idem_jobs())?;
-    present(rtx, name, tables.payloads())
+    present(rtx, name, schema.jobs())?;
+    present(rtx, name, schema.ready())?;
+    present(rtx, name, schema.scheduled())?;
+    present(rtx, name, schema.leases())?;
+    present(rtx, name, schema.dead())?;
+    present(rtx, name, schema.dead_by_time())?;
+    present(rtx, name, schema.dedup())?;
+    present(rtx, name, schema.dedup_windows())?;
+    present(rtx, name, schema.dedup_expiry())?;
+    present(rtx, name, schema.applied())?;
+    present(rtx, name, schema.applied_by_time())?;
+    present(rtx, name, schema.idem_jobs())?;
+    present(rtx, name, schema.payloads())
 }
 
 /// The number of queue `name`, if it exists (a read).

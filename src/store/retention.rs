@@ -6,7 +6,7 @@ use redb::{ReadableTable, ReadableTableMetadata, Table};
 use crate::commit::{Ctx, GroupTable};
 use crate::error::Result;
 use crate::format::record::StoredState;
-use crate::format::schema::QueueTables;
+use crate::format::schema::QueueSchema;
 
 use super::QueueConfig;
 use super::tables::{Row, Tables};
@@ -16,7 +16,7 @@ use super::tables::{Row, Tables};
 /// again from now. Returns how many were removed, how many looked at (each one a write), and
 /// whether expired ones may remain.
 pub(super) fn prune_applied(
-    tx_tables: &mut Tables<'_>,
+    tables: &mut Tables<'_>,
     applied: &mut GroupTable<'_, &'static [u8], u64>,
     by_time: &mut GroupTable<'_, (u64, &'static [u8]), ()>,
     now_ms: u64,
@@ -31,7 +31,7 @@ pub(super) fn prune_applied(
     let mut removed = 0;
     for (at, key) in expired {
         by_time.remove((at, key.as_slice()))?;
-        let carried = tx_tables
+        let carried = tables
             .carriers()?
             .range((key.as_slice(), 0)..=(key.as_slice(), u64::MAX))?
             .next()
@@ -51,7 +51,7 @@ pub(super) fn prune_applied(
 /// first, releasing their keys. An index entry that does not match its row is dropped (the
 /// row settled). Returns how many were deleted and whether more may be left.
 pub(super) fn prune_dead(
-    tx_tables: &mut Tables<'_>,
+    tables: &mut Tables<'_>,
     now_ms: u64,
     retention_ms: u64,
     max: usize,
@@ -59,7 +59,7 @@ pub(super) fn prune_dead(
     let Some(cutoff_ms) = now_ms.checked_sub(retention_ms) else {
         return Ok((0, false));
     };
-    let old: Vec<(u64, u64)> = tx_tables
+    let old: Vec<(u64, u64)> = tables
         .dead_by_time()?
         .range(..=(cutoff_ms, u64::MAX))?
         .take(max + 1)
@@ -68,16 +68,16 @@ pub(super) fn prune_dead(
     let more = old.len() > max;
     let mut deleted = 0;
     for (died_ms, id) in old.into_iter().take(max) {
-        match tx_tables.row(id)? {
+        match tables.row(id)? {
             Row::Good(record)
                 if record.state == StoredState::Dead && record.run_at_ms == died_ms =>
             {
-                tx_tables.delete(id, &record, now_ms)?;
+                tables.delete(id, &record, now_ms)?;
                 deleted += 1;
             }
             row => {
-                tx_tables.dead_by_time_mut()?.remove((died_ms, id))?;
-                tx_tables.repair_stray_entry(id, row, now_ms)?;
+                tables.dead_by_time_mut()?.remove((died_ms, id))?;
+                tables.repair_stray_entry(id, row, now_ms)?;
             }
         }
     }
@@ -91,7 +91,7 @@ pub(super) fn prune_dead(
 /// An entry that does not match its row is dropped. Returns how many were deleted and whether
 /// more may be left.
 pub(super) fn prune_history(
-    tx_tables: &mut Tables<'_>,
+    tables: &mut Tables<'_>,
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
@@ -99,8 +99,8 @@ pub(super) fn prune_history(
     let mut bounds = None;
     let mut deleted = 0;
     for _ in 0..max {
-        let first_completed = tx_tables.completed()?.first()?.map(|(k, _)| k.value());
-        let first_cancelled = tx_tables.cancelled()?.first()?.map(|(k, _)| k.value());
+        let first_completed = tables.completed()?.first()?.map(|(k, _)| k.value());
+        let first_cancelled = tables.cancelled()?.first()?.map(|(k, _)| k.value());
         let (at_ms, id, completed) = match (first_completed, first_cancelled) {
             (Some(a), Some(b)) if b < a => (b.0, b.1, false),
             (Some(a), _) => (a.0, a.1, true),
@@ -115,15 +115,14 @@ pub(super) fn prune_history(
             None => {
                 // Rows still fencing a lease are kept whatever the bounds, and do not count
                 // toward them.
-                let fenced = tx_tables
+                let fenced = tables
                     .cancelled()?
                     .range((now_ms.saturating_add(1), 0)..)?
                     .count() as u64;
-                *bounds.insert((tx_tables.history()?, fenced))
+                *bounds.insert((tables.history()?, fenced))
             }
         };
-        let kept =
-            (tx_tables.completed()?.len()? + tx_tables.cancelled()?.len()?).saturating_sub(fenced);
+        let kept = (tables.completed()?.len()? + tables.cancelled()?.len()?).saturating_sub(fenced);
         let too_many = history.keep_jobs.is_some_and(|n| kept > n);
         let too_old = history
             .keep_for_ms
@@ -131,7 +130,7 @@ pub(super) fn prune_history(
         if !(history.is_off() || too_many || too_old) {
             return Ok((deleted, false));
         }
-        match tx_tables.row(id)? {
+        match tables.row(id)? {
             Row::Good(record)
                 if record.history_ms() == at_ms
                     && matches!(
@@ -140,16 +139,16 @@ pub(super) fn prune_history(
                             | (StoredState::Cancelled { .. }, false)
                     ) =>
             {
-                tx_tables.delete(id, &record, now_ms)?;
+                tables.delete(id, &record, now_ms)?;
                 deleted += 1;
             }
             row => {
                 if completed {
-                    tx_tables.completed_mut()?.remove((at_ms, id))?;
+                    tables.completed_mut()?.remove((at_ms, id))?;
                 } else {
-                    tx_tables.cancelled_mut()?.remove((at_ms, id))?;
+                    tables.cancelled_mut()?.remove((at_ms, id))?;
                 }
-                tx_tables.repair_stray_entry(id, row, now_ms)?;
+                tables.repair_stray_entry(id, row, now_ms)?;
             }
         }
     }
@@ -159,12 +158,12 @@ pub(super) fn prune_history(
 /// [`Queue::prune`](crate::Queue::prune)'s work on the history in one transaction.
 pub(crate) fn prune_history_jobs(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    prune_history(&mut tx_tables, now_ms, max)
+    let mut tables = Tables::open(ctx, schema)?;
+    prune_history(&mut tables, now_ms, max)
 }
 
 /// [`Queue::prune`](crate::Queue::prune)'s work on dead jobs in one transaction.
@@ -174,12 +173,12 @@ pub(crate) fn prune_dead_jobs(
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
-    let tables = config.tables;
+    let schema = config.schema;
     let Some(retention_ms) = config.dead_retention_ms else {
         return Ok((0, false));
     };
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    prune_dead(&mut tx_tables, now_ms, retention_ms, max)
+    let mut tables = Tables::open(ctx, schema)?;
+    prune_dead(&mut tables, now_ms, retention_ms, max)
 }
 
 /// An entry of a time index: (time_ms, key).
@@ -211,22 +210,22 @@ fn due_entries(
 /// Releases up to `max` dedup keys whose window has ended, earliest first (the jobs that
 /// held them are not touched). Returns how many were released and whether more may be left.
 pub(super) fn prune_windows(
-    tx_tables: &mut Tables<'_>,
+    tables: &mut Tables<'_>,
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
-    let (ended, more) = due_entries(tx_tables.dedup_expiry()?, now_ms, max)?;
+    let (ended, more) = due_entries(tables.dedup_expiry()?, now_ms, max)?;
     let mut released = 0;
     for (end_ms, key) in ended {
-        let current = tx_tables
+        let current = tables
             .dedup_windows()?
             .get(key.as_slice())?
             .map(|v| v.value());
         if current == Some(end_ms) {
-            tx_tables.end_window(&key, end_ms)?;
+            tables.end_window(&key, end_ms)?;
             released += 1;
         } else {
-            tx_tables
+            tables
                 .dedup_expiry_mut()?
                 .remove((end_ms, key.as_slice()))?;
         }
@@ -237,12 +236,12 @@ pub(super) fn prune_windows(
 /// [`Queue::prune`](crate::Queue::prune)'s work on dedup windows in one transaction.
 pub(crate) fn prune_dedup_windows(
     ctx: &mut Ctx<'_>,
-    tables: &'static QueueTables,
+    schema: &'static QueueSchema,
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    prune_windows(&mut tx_tables, now_ms, max)
+    let mut tables = Tables::open(ctx, schema)?;
+    prune_windows(&mut tables, now_ms, max)
 }
 
 /// [`Queue::prune`](crate::Queue::prune)'s work in one transaction: up to `max` expired
@@ -253,15 +252,15 @@ pub(crate) fn prune(
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
-    let tables = config.tables;
+    let schema = config.schema;
     let Some(retention_ms) = config.applied_retention_ms else {
         return Ok((0, false));
     };
-    let mut tx_tables = Tables::open(ctx, tables)?;
-    let mut applied = ctx.table(tables.applied())?;
-    let mut by_time = ctx.table(tables.applied_by_time())?;
+    let mut tables = Tables::open(ctx, schema)?;
+    let mut applied = ctx.table(schema.applied())?;
+    let mut by_time = ctx.table(schema.applied_by_time())?;
     let (removed, _looked, more) = prune_applied(
-        &mut tx_tables,
+        &mut tables,
         &mut applied,
         &mut by_time,
         now_ms,

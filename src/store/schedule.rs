@@ -16,7 +16,7 @@ use crate::format::schedule::{
     INSTANCE_LIVE, MISSED_RUN_ONCE, MISSED_SKIP, NO_DUE_MS, OVERLAP_ENQUEUE, OVERLAP_SKIP,
     ScheduleRecord, StoredTemplate, StoredTiming,
 };
-use crate::format::schema::{QueueTables, SCHEDULE_DUE, SCHEDULE_INSTANCES, SCHEDULES};
+use crate::format::schema::{QueueSchema, SCHEDULE_DUE, SCHEDULE_INSTANCES, SCHEDULES};
 use crate::job::{JobId, OnDuplicate};
 use crate::limits::{
     DELAY_MAX, SCHEDULE_NAME_BYTES_MAX, SCHEDULE_PAYLOAD_BYTES_MAX, SCHEDULES_MAX, SWEEP_MAX,
@@ -346,18 +346,18 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, queue_number: u32, name: &str) -> Result
     Ok(true)
 }
 
-/// Fires the due schedules of `tx_tables`' queue at `now_ms`, at most `SWEEP_MAX` of them:
+/// Fires the due schedules of `tables`' queue at `now_ms`, at most `SWEEP_MAX` of them:
 /// for each, one instance or a skip, and its next due time, in this transaction.
 /// `at_open`: the file was closed since the schedule's due time, so [`Missed`] decides.
 pub(super) fn fire_due(
-    tx_tables: &mut Tables<'_>,
+    tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     now_ms: u64,
     at_open: bool,
 ) -> Result<(u64, u64)> {
-    let queue_number = tx_tables.tables.queue_number;
+    let queue_number = tables.schema.queue_number;
     let (mut fired, mut skipped) = (0, 0);
-    let mut due = tx_tables.gtx.table(SCHEDULE_DUE)?;
+    let mut due = tables.gtx.table(SCHEDULE_DUE)?;
     // A build without cron support passes over the cron schedules' entries and leaves them
     // in place, so it looks at up to every schedule of the file to find `SWEEP_MAX` others.
     let looked_at = if CRON_SUPPORTED {
@@ -378,7 +378,7 @@ pub(super) fn fire_due(
     if entries.is_empty() {
         return Ok((0, 0));
     }
-    let mut rows = tx_tables.gtx.table(SCHEDULES)?;
+    let mut rows = tables.gtx.table(SCHEDULES)?;
     let mut handled = 0;
     for (at, name) in entries {
         if handled == SWEEP_MAX {
@@ -423,7 +423,7 @@ pub(super) fn fire_due(
             false
         } else {
             let last = record.last_job.map(|(id, _)| id);
-            match instance_state(tx_tables, queue_number, last)? {
+            match instance_state(tables, queue_number, last)? {
                 Instance::Pending => false,
                 Instance::Running => record.overlap == OVERLAP_ENQUEUE,
                 // Under Skip, the due times that passed while it still ran are skipped, even
@@ -440,9 +440,9 @@ pub(super) fn fire_due(
             }
         };
         if fire {
-            let id = enqueue_instance(tx_tables, ctx, &record.template, now_ms)?;
-            tx_tables.instances_changed();
-            let mut instances = tx_tables.gtx.table(SCHEDULE_INSTANCES)?;
+            let id = enqueue_instance(tables, ctx, &record.template, now_ms)?;
+            tables.instances_changed();
+            let mut instances = tables.gtx.table(SCHEDULE_INSTANCES)?;
             if let Some((previous, _)) = record.last_job {
                 instances.remove((queue_number, previous))?;
             }
@@ -480,20 +480,20 @@ enum Instance {
     Ended(Option<u64>),
 }
 
-fn instance_state(tx_tables: &Tables<'_>, queue_number: u32, id: Option<u64>) -> Result<Instance> {
+fn instance_state(tables: &Tables<'_>, queue_number: u32, id: Option<u64>) -> Result<Instance> {
     let Some(id) = id else {
         return Ok(Instance::Ended(None));
     };
     // Dead, completed or cancelled (kept in the history), deleted or damaged: ended, at the
     // time its entry recorded if it has one.
-    if let Row::Good(r) = tx_tables.row(id)? {
+    if let Row::Good(r) = tables.row(id)? {
         match r.state {
             StoredState::Ready | StoredState::Scheduled => return Ok(Instance::Pending),
             StoredState::Leased { .. } => return Ok(Instance::Running),
             _ => {}
         }
     }
-    let ended_ms = tx_tables
+    let ended_ms = tables
         .gtx
         .table(SCHEDULE_INSTANCES)?
         .get((queue_number, id))?
@@ -504,7 +504,7 @@ fn instance_state(tx_tables: &Tables<'_>, queue_number: u32, id: Option<u64>) ->
 
 /// Enqueues one instance of `template`, ready now; its id.
 fn enqueue_instance(
-    tx_tables: &mut Tables<'_>,
+    tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     template: &StoredTemplate,
     now_ms: u64,
@@ -538,8 +538,7 @@ fn enqueue_instance(
         record,
         on_duplicate: OnDuplicate::Keep,
     };
-    match super::enqueue::enqueue_into(tx_tables, ctx, std::slice::from_ref(&job), None)?.as_slice()
-    {
+    match super::enqueue::enqueue_into(tables, ctx, std::slice::from_ref(&job), None)?.as_slice() {
         [crate::job::Enqueued::New(id)] => Ok(id.0),
         other => Err(Error::corrupted(format!(
             "a schedule's instance carries no key, yet its enqueue gave {other:?}"
@@ -564,17 +563,17 @@ pub(crate) fn fire_at_open(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<(u64, u64)>
         }
     }
     for q in queues {
-        let tables = match q {
-            0 => &crate::format::schema::DEFAULT_TABLES,
-            n if super::registry::is_registered(ctx.group(), n)? => QueueTables::named(n),
+        let schema = match q {
+            0 => &crate::format::schema::DEFAULT_SCHEMA,
+            n if super::registry::is_registered(ctx.group(), n)? => QueueSchema::named(n),
             // A schedule of no queue: `check()` reports it; nothing fires into nowhere.
             _ => continue,
         };
-        let mut tx_tables = Tables::open(ctx, tables)?;
+        let mut tables = Tables::open(ctx, schema)?;
         // Every due schedule of the queue, a sweep's worth at a time: each one fired moves
         // past `now_ms`, so the passes end (a file holds at most SCHEDULES_MAX).
         for _ in 0..=SCHEDULES_MAX / SWEEP_MAX {
-            let (f, s) = fire_due(&mut tx_tables, ctx, now_ms, true)?;
+            let (f, s) = fire_due(&mut tables, ctx, now_ms, true)?;
             fired += f;
             skipped += s;
             if f + s == 0 {

@@ -7,7 +7,7 @@ use redb::{ReadableTable, ReadableTableMetadata, Table};
 use crate::commit::{Ctx, GroupLog, GroupTable, GroupTx};
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, PayloadRef, StoredState};
-use crate::format::schema::{QuarantineValue, QueueTables, marker_key, priority_rank};
+use crate::format::schema::{QuarantineValue, QueueSchema, marker_key, priority_rank};
 use crate::job::JobId;
 use crate::limits::PAYLOAD_INLINE_MAX;
 
@@ -55,7 +55,7 @@ where
 pub(super) struct Tables<'t> {
     /// The group's transaction, for the file-wide tables an operation writes beside these.
     pub(super) gtx: GroupTx<'t>,
-    pub(super) tables: &'static QueueTables,
+    pub(super) schema: &'static QueueSchema,
     jobs: GroupTable<'t, u64, &'static [u8]>,
     ready: Option<GroupTable<'t, (u32, u64, u64), ()>>,
     scheduled: Option<GroupTable<'t, (u64, u64), ()>>,
@@ -107,17 +107,17 @@ fn lazy<'a, 't, K: redb::Key + 'static, V: redb::Value + 'static>(
 macro_rules! table_accessors {
     ($($read:ident, $write:ident: $field:ident = $def:ident: $k:ty => $v:ty;)*) => {$(
         pub(super) fn $read(&mut self) -> Result<&Table<'t, $k, $v>> {
-            lazy(&mut self.$field, self.gtx, self.tables.$def()).map(|table| &**table)
+            lazy(&mut self.$field, self.gtx, self.schema.$def()).map(|table| &**table)
         }
 
         pub(super) fn $write(&mut self) -> Result<&mut GroupTable<'t, $k, $v>> {
-            lazy(&mut self.$field, self.gtx, self.tables.$def())
+            lazy(&mut self.$field, self.gtx, self.schema.$def())
         }
     )*};
 }
 
 impl<'t> Tables<'t> {
-    // reader, writer: field = the `QueueTables` definition: key => value
+    // reader, writer: field = the `QueueSchema` definition: key => value
     table_accessors! {
         ready, ready_mut: ready = ready: (u32, u64, u64) => ();
         scheduled, scheduled_mut: scheduled = scheduled: (u64, u64) => ();
@@ -135,23 +135,23 @@ impl<'t> Tables<'t> {
         held, held_mut: held = held: (&'static [u8], u64) => ();
     }
 
-    /// The tables of queue `tables` in the operation's transaction, marking its group when they
+    /// The tables of queue `schema` in the operation's transaction, marking its group when they
     /// write.
-    pub(super) fn open(ctx: &Ctx<'t>, tables: &'static QueueTables) -> Result<Tables<'t>> {
-        Tables::open_with(ctx.group(), tables)
+    pub(super) fn open(ctx: &Ctx<'t>, schema: &'static QueueSchema) -> Result<Tables<'t>> {
+        Tables::open_with(ctx.group(), schema)
     }
 
-    /// The tables of another queue `tables` of the file, in the same transaction and marking
+    /// The tables of another queue `schema` of the file, in the same transaction and marking
     /// the same group.
-    pub(super) fn open_other(&self, tables: &'static QueueTables) -> Result<Tables<'t>> {
-        Tables::open_with(self.gtx, tables)
+    pub(super) fn open_other(&self, schema: &'static QueueSchema) -> Result<Tables<'t>> {
+        Tables::open_with(self.gtx, schema)
     }
 
-    fn open_with(gtx: GroupTx<'t>, tables: &'static QueueTables) -> Result<Tables<'t>> {
+    fn open_with(gtx: GroupTx<'t>, schema: &'static QueueSchema) -> Result<Tables<'t>> {
         Ok(Tables {
             gtx,
-            tables,
-            jobs: gtx.table(tables.jobs())?,
+            schema,
+            jobs: gtx.table(schema.jobs())?,
             ready: None,
             scheduled: None,
             leases: None,
@@ -194,7 +194,7 @@ impl<'t> Tables<'t> {
         self.groups()?;
         self.held()?;
         self.history()?;
-        lazy(&mut self.quarantine, self.gtx, self.tables.quarantine())?;
+        lazy(&mut self.quarantine, self.gtx, self.schema.quarantine())?;
         Ok(())
     }
 
@@ -205,7 +205,7 @@ impl<'t> Tables<'t> {
             return Ok(h);
         }
         let limits = self.gtx.table(crate::format::schema::HISTORY_LIMITS)?;
-        let h = super::control::history_in(&*limits, self.tables.queue_number)?;
+        let h = super::control::history_in(&*limits, self.schema.queue_number)?;
         self.history = Some(h);
         Ok(h)
     }
@@ -224,7 +224,7 @@ impl<'t> Tables<'t> {
             self.instances_empty = true;
             return Ok(());
         }
-        let key = (self.tables.queue_number, id);
+        let key = (self.schema.queue_number, id);
         if instances.get(key)?.is_some() {
             instances.insert(key, ended_ms)?;
         }
@@ -367,7 +367,7 @@ impl<'t> Tables<'t> {
             .ok_or_else(|| Error::corrupted(format!("job {id}: no row to quarantine")))?;
         let reason = truncate_reason(reason);
         tracing::warn!(job_id = id, %reason, "leaseq: job record quarantined");
-        lazy(&mut self.quarantine, self.gtx, self.tables.quarantine())?
+        lazy(&mut self.quarantine, self.gtx, self.schema.quarantine())?
             .insert(id, (now_ms, reason.as_str(), raw.value()))?;
         Ok(())
     }
@@ -525,7 +525,7 @@ impl<'t> Tables<'t> {
             self.held_mut()?.remove((g, next))?;
             self.ready_mut()?
                 .insert((priority_rank(r.priority), r.seq, next), ())?;
-            self.log().wake(self.tables.queue_number);
+            self.log().wake(self.schema.queue_number);
         }
         Ok(())
     }
@@ -736,7 +736,7 @@ impl<'t> Tables<'t> {
             None => false,
         };
         if !due {
-            self.log().event(self.tables.queue_number, Event::Drained);
+            self.log().event(self.schema.queue_number, Event::Drained);
         }
         Ok(())
     }

@@ -58,13 +58,13 @@ pub(super) enum LeaseEnd<'c> {
 /// quarantined and an entry that does not match its row is dropped, so one bad row never
 /// stops the pass.
 pub(super) fn end_lease_entry(
-    tx_tables: &mut Tables<'_>,
+    tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     (deadline_ms, id): (u64, u64),
     end: LeaseEnd<'_>,
     now_ms: u64,
 ) -> Result<Ended> {
-    match tx_tables.row(id)? {
+    match tables.row(id)? {
         Row::Good(record) if matches!(record.state, StoredState::Leased { deadline_ms: d, .. } if d == deadline_ms) =>
         {
             let (reason, at_ms, place) = match end {
@@ -76,13 +76,13 @@ pub(super) fn end_lease_entry(
                 LeaseEnd::Abandoned => (REASON_ABANDONED, now_ms, ReadyPlace::Kept),
             };
             Ok(
-                match tx_tables.end_attempt_at(ctx, id, record, reason, now_ms, at_ms, place)? {
+                match tables.end_attempt_at(ctx, id, record, reason, now_ms, at_ms, place)? {
                     JobState::Dead => {
                         // An expired delivery stopped at its deadline (a due time after it
                         // finds the instance ended). One abandoned by a closed file is left
                         // unstamped: the due times missed while closed are Missed's to decide.
                         if let LeaseEnd::Expired(_) = end {
-                            tx_tables.note_instance_end(id, deadline_ms.min(now_ms))?;
+                            tables.note_instance_end(id, deadline_ms.min(now_ms))?;
                         }
                         Ended::Dead
                     }
@@ -91,8 +91,8 @@ pub(super) fn end_lease_entry(
             )
         }
         row => {
-            tx_tables.leases_mut()?.remove((deadline_ms, id))?;
-            Ok(if tx_tables.repair_stray_entry(id, row, now_ms)? {
+            tables.leases_mut()?.remove((deadline_ms, id))?;
+            Ok(if tables.repair_stray_entry(id, row, now_ms)? {
                 Ended::Quarantined
             } else {
                 Ended::Stray
@@ -182,7 +182,7 @@ impl Tables<'_> {
     ) -> Result<()> {
         // A leased job's delivery was counted when it was leased.
         debug_assert!(record.attempts >= 1, "leased with no attempt counted");
-        ctx.wake(self.tables.queue_number);
+        ctx.wake(self.schema.queue_number);
         self.unindex(id, &record)?;
         let at = now_ms.saturating_add(delay_ms);
         record.attempts = record.attempts.saturating_sub(1);
@@ -196,7 +196,7 @@ impl Tables<'_> {
             StoredState::Ready
         };
         self.put(id, &record)?;
-        let q = self.tables.queue_number;
+        let q = self.schema.queue_number;
         self.log().event(q, Event::Snoozed { id: JobId(id) });
         self.note_drained(now_ms)
     }
@@ -215,7 +215,7 @@ impl Tables<'_> {
         now_ms: u64,
     ) -> Result<()> {
         debug_assert!(record.attempts >= 1, "leased with no attempt counted");
-        ctx.wake(self.tables.queue_number);
+        ctx.wake(self.schema.queue_number);
         self.unindex(id, &record)?;
         record.attempts = record.attempts.saturating_sub(1);
         record.state = StoredState::Ready;
@@ -242,12 +242,12 @@ impl Tables<'_> {
     ) -> Result<()> {
         self.unindex(id, &record)?;
         record.push_error(record.attempts, Some(now_ms), truncate_reason(reason));
-        tracing::info!(queue = self.tables.queue_number, job_id = id, %reason, "leaseq: job dead-lettered by fail");
+        tracing::info!(queue = self.schema.queue_number, job_id = id, %reason, "leaseq: job dead-lettered by fail");
         record.state = StoredState::Dead;
         record.run_at_ms = now_ms;
         self.put(id, &record)?;
         self.note_instance_end(id, now_ms)?;
-        let q = self.tables.queue_number;
+        let q = self.schema.queue_number;
         self.log().event(q, Event::Dead { id: JobId(id) });
         self.note_drained(now_ms)
     }
@@ -297,7 +297,7 @@ impl Tables<'_> {
         record.push_error(record.attempts, Some(now_ms), truncate_reason(reason));
         if record.attempts >= record.max_attempts {
             tracing::info!(
-                queue = self.tables.queue_number,
+                queue = self.schema.queue_number,
                 job_id = id,
                 attempts = record.attempts,
                 %reason,
@@ -317,7 +317,7 @@ impl Tables<'_> {
             };
         }
         self.put(id, &record)?;
-        let q = self.tables.queue_number;
+        let q = self.schema.queue_number;
         self.log().event(
             q,
             match record.state {
@@ -351,7 +351,7 @@ pub(super) fn complete_leased(
             .all(|r| r.len() <= crate::limits::RESULT_BYTES_MAX)
     );
     for &(id, _) in leases {
-        let q = tables.tables.queue_number;
+        let q = tables.schema.queue_number;
         tables.log().event(q, Event::Completed { id: JobId(id) });
     }
     if tables.history()?.is_off() {
