@@ -90,7 +90,7 @@ impl Queue {
     /// unregistered number; each job in exactly one state; every index and the
     /// jobs table agree both ways; dedup entries name their job or a running window, and the
     /// windows agree with their expiry index; applied markers (caller keys only) agree with
-    /// their time index; the carriers of idempotency keys are exactly the live jobs with one;
+    /// their time index; `leaseq_idem_jobs` lists exactly the live jobs with an idempotency key;
     /// quarantined rows; counters ahead of every id and token) and returns the violations
     /// found, at most 1000. Empty means consistent.
     ///

@@ -221,7 +221,7 @@ struct Snapshot {
     dedup_expiry: ReadOnlyTable<(u64, &'static [u8]), ()>,
     applied: ReadOnlyTable<&'static [u8], u64>,
     applied_by_time: ReadOnlyTable<(u64, &'static [u8]), ()>,
-    carriers: ReadOnlyTable<(&'static [u8], u64), ()>,
+    idem_jobs: ReadOnlyTable<(&'static [u8], u64), ()>,
     payloads: ReadOnlyTable<u64, &'static [u8]>,
     completed: ReadOnlyTable<(u64, u64), ()>,
     cancelled: ReadOnlyTable<(u64, u64), ()>,
@@ -245,7 +245,7 @@ impl Snapshot {
             dedup_expiry: rtx.open_table(schema.dedup_expiry())?,
             applied: rtx.open_table(schema.applied())?,
             applied_by_time: rtx.open_table(schema.applied_by_time())?,
-            carriers: rtx.open_table(schema.idem_jobs())?,
+            idem_jobs: rtx.open_table(schema.idem_jobs())?,
             payloads: rtx.open_table(schema.payloads())?,
             completed: rtx.open_table(schema.completed())?,
             cancelled: rtx.open_table(schema.cancelled())?,
@@ -295,7 +295,7 @@ pub(crate) fn check(rtx: &ReadTransaction, schema: &'static QueueSchema) -> Resu
     check_dead_entries(&snap, &mut found)?;
     check_history_entries(&snap, &mut found)?;
     check_applied_markers(&snap, &mut found)?;
-    check_carriers(&snap, &mut found)?;
+    check_idem_jobs(&snap, &mut found)?;
     check_quarantine(&snap, &mut found)?;
     check_dead_time_index(&snap, &mut found)?;
     check_dedup_windows(&snap, &mut found)?;
@@ -362,9 +362,9 @@ fn check_meta(rtx: &ReadTransaction, found: &mut Found) -> Result<StoredCounters
 }
 
 /// Every row, forward: its id (and token) below the counters, it decodes, its payload is
-/// where its record says, it is in its state's index, its caller key is listed among the
-/// carriers (every job row, live or kept ended), and the dedup key it holds maps to it (a
-/// live job's: an ended one let go of it). Returns how many jobs are ready, scheduled, leased, dead, completed and cancelled.
+/// where its record says, it is in its state's index, it is listed in `idem_jobs`
+/// under its caller key (every job row, live or kept ended), and the dedup key it holds maps to
+/// it (a live job's: an ended one let go of it). Returns how many jobs are ready, scheduled, leased, dead, completed and cancelled.
 fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> Result<[u64; 6]> {
     let StoredCounters {
         next_id,
@@ -465,7 +465,10 @@ fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> 
             );
         }
         if let Some(k) = record.idempotency_key.as_deref()
-            && snap.carriers.get((marker_key(k).as_slice(), id))?.is_none()
+            && snap
+                .idem_jobs
+                .get((marker_key(k).as_slice(), id))?
+                .is_none()
         {
             found.add(
                 Some(id),
@@ -661,9 +664,9 @@ fn check_applied_markers(snap: &Snapshot, found: &mut Found) -> Result<()> {
     )
 }
 
-/// Each carrier entry names a live (or quarantined) job that carries that key.
-fn check_carriers(snap: &Snapshot, found: &mut Found) -> Result<()> {
-    for e in snap.carriers.iter()? {
+/// Each `idem_jobs` entry names a live (or quarantined) job that carries that key.
+fn check_idem_jobs(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    for e in snap.idem_jobs.iter()? {
         let entry = e?.0;
         let (k, id) = entry.value();
         let carried = match snap.record(id)? {

@@ -110,7 +110,7 @@ pub(super) fn enqueue_into(
                     .insert((end_ms, k.as_slice()), ())?;
             }
         }
-        tables.carry_key(id, &record)?;
+        tables.list_idem_job(id, &record)?;
         tables.log().event(
             tables.schema.queue_number,
             Event::Enqueued { id: JobId(id) },

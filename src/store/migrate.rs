@@ -136,7 +136,7 @@ fn upgrade_6_to_7(tx: GroupTx<'_>) -> Result<()> {
 }
 
 /// Format 1 to 2: the time index of applied markers (markers of jobs' own ids dropped), the
-/// carriers of caller keys, the dedup-window tables, the dead jobs by when they died.
+/// jobs of each caller key (`idem_jobs`), the dedup-window tables, the dead jobs by when they died.
 fn upgrade_1_to_2(tx: GroupTx<'_>) -> Result<()> {
     let schema = &crate::format::schema::DEFAULT_SCHEMA;
     let mut applied = tx.table(schema.applied())?;
@@ -147,14 +147,14 @@ fn upgrade_1_to_2(tx: GroupTx<'_>) -> Result<()> {
         by_time.insert((at.value(), k.value()), ())?;
     }
     let jobs = tx.table(schema.jobs())?;
-    let mut idem = tx.table(schema.idem_jobs())?;
+    let mut idem_jobs = tx.table(schema.idem_jobs())?;
     for e in jobs.iter()? {
         let (id, row) = e?;
         if let Ok(record) = JobRecord::decode(row.value())
             && let Some(k) = record.idempotency_key.as_deref()
         {
             let key = marker_key(k);
-            idem.insert((key.as_slice(), id.value()), ())?;
+            idem_jobs.insert((key.as_slice(), id.value()), ())?;
         }
     }
     tx.create(schema.dedup_windows())?;

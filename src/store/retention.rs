@@ -32,7 +32,7 @@ pub(super) fn prune_applied(
     for (at, key) in expired {
         by_time.remove((at, key.as_slice()))?;
         let carried = tables
-            .carriers()?
+            .idem_jobs()?
             .range((key.as_slice(), 0)..=(key.as_slice(), u64::MAX))?
             .next()
             .is_some();

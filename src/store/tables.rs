@@ -63,7 +63,7 @@ pub(super) struct Tables<'t> {
     dead: Option<GroupTable<'t, u64, ()>>,
     dedup: Option<GroupTable<'t, &'static [u8], u64>>,
     quarantine: Option<GroupTable<'t, u64, QuarantineValue>>,
-    idem: Option<GroupTable<'t, (&'static [u8], u64), ()>>,
+    idem_jobs: Option<GroupTable<'t, (&'static [u8], u64), ()>>,
     windows: Option<GroupTable<'t, &'static [u8], u64>>,
     expiry: Option<GroupTable<'t, (u64, &'static [u8]), ()>>,
     dead_by_time: Option<GroupTable<'t, (u64, u64), ()>>,
@@ -124,7 +124,7 @@ impl<'t> Tables<'t> {
         leases, leases_mut: leases = leases: (u64, u64) => ();
         dead, dead_mut: dead = dead: u64 => ();
         dedup, dedup_mut: dedup = dedup: &'static [u8] => u64;
-        carriers, carriers_mut: idem = idem_jobs: (&'static [u8], u64) => ();
+        idem_jobs, idem_jobs_mut: idem_jobs = idem_jobs: (&'static [u8], u64) => ();
         dead_by_time, dead_by_time_mut: dead_by_time = dead_by_time: (u64, u64) => ();
         payloads, payloads_mut: payloads = payloads: u64 => &'static [u8];
         dedup_windows, dedup_windows_mut: windows = dedup_windows: &'static [u8] => u64;
@@ -158,7 +158,7 @@ impl<'t> Tables<'t> {
             dead: None,
             dedup: None,
             quarantine: None,
-            idem: None,
+            idem_jobs: None,
             windows: None,
             expiry: None,
             dead_by_time: None,
@@ -184,7 +184,7 @@ impl<'t> Tables<'t> {
         self.leases()?;
         self.dead()?;
         self.dedup()?;
-        self.carriers()?;
+        self.idem_jobs()?;
         self.dedup_windows()?;
         self.dedup_expiry()?;
         self.dead_by_time()?;
@@ -341,7 +341,7 @@ impl<'t> Tables<'t> {
                 }
             }
         }
-        self.carriers_mut()?.retain(|(_, j), ()| j != id)?;
+        self.idem_jobs_mut()?.retain(|(_, j), ()| j != id)?;
         Ok(())
     }
 
@@ -608,7 +608,7 @@ impl<'t> Tables<'t> {
     }
 
     /// Deletes the job, releases its dedup key if the job still owns it (an ended job let go
-    /// of it when it ended), and drops it from the carriers of its idempotency key.
+    /// of it when it ended), and unlists it from `idem_jobs`.
     pub(super) fn delete(&mut self, id: u64, record: &JobRecord, now_ms: u64) -> Result<()> {
         if record.state.is_live() {
             self.note_instance_end(id, now_ms)?;
@@ -620,7 +620,7 @@ impl<'t> Tables<'t> {
         }
         self.drop_payload(id, record)?;
         if record.state.is_ended() {
-            return self.drop_carrier(id, record);
+            return self.unlist_idem_job(id, record);
         }
         self.release_keys(id, record, now_ms)
     }
@@ -677,21 +677,22 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// Job `id` carries its caller idempotency key (if any): its marker is kept.
-    pub(super) fn carry_key(&mut self, id: u64, record: &JobRecord) -> Result<()> {
+    /// Lists job `id` in `idem_jobs` under its caller idempotency key (if any): its marker is
+    /// kept.
+    pub(super) fn list_idem_job(&mut self, id: u64, record: &JobRecord) -> Result<()> {
         if let Some(k) = record.idempotency_key.as_deref() {
             let key = marker_key(k);
-            self.carriers_mut()?.insert((key.as_slice(), id), ())?;
+            self.idem_jobs_mut()?.insert((key.as_slice(), id), ())?;
         }
         Ok(())
     }
 
     /// After deleting job `id`: releases its dedup key if the job still holds it (unless a
-    /// dedup window still runs: the key outlives the job until then), and drops it from the
-    /// carriers of its idempotency key.
+    /// dedup window still runs: the key outlives the job until then), and unlists it from
+    /// `idem_jobs`.
     fn release_keys(&mut self, id: u64, record: &JobRecord, now_ms: u64) -> Result<()> {
         self.release_dedup_key(id, record, now_ms)?;
-        self.drop_carrier(id, record)
+        self.unlist_idem_job(id, record)
     }
 
     /// Releases job `id`'s dedup key if it still holds it and no running window holds it (a
@@ -708,11 +709,15 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// Drops job `id` from the carriers of its idempotency key, if it has one.
-    fn drop_carrier(&mut self, id: u64, record: &JobRecord) -> Result<()> {
+    /// Unlists job `id` from `idem_jobs` (the jobs of its idempotency key), if it has one.
+    fn unlist_idem_job(&mut self, id: u64, record: &JobRecord) -> Result<()> {
         if let Some(k) = record.idempotency_key.as_deref() {
             let key = marker_key(k);
-            if self.carriers_mut()?.remove((key.as_slice(), id))?.is_none() {
+            if self
+                .idem_jobs_mut()?
+                .remove((key.as_slice(), id))?
+                .is_none()
+            {
                 tracing::warn!(
                     job_id = id,
                     "leaseq: idempotency-key index entry was missing"
