@@ -566,7 +566,7 @@ impl Lease {
         let (applied, _) = q.ack_with_keys(
             &self.key(),
             &[self.result()],
-            &mut store::EffectCall::Each(&mut each),
+            &mut store::AckClosure::Each(&mut each),
             AckThen::Stop,
         )?;
         let r = single(applied);
@@ -590,7 +590,7 @@ impl Lease {
         let (applied, next) = q.ack_with_keys(
             &self.key(),
             &[self.result()],
-            &mut store::EffectCall::Each(&mut each),
+            &mut store::AckClosure::Each(&mut each),
             AckThen::LeaseNext,
         )?;
         let applied = single(applied);

@@ -191,7 +191,7 @@ impl Queue {
         F: FnMut(&crate::tx::Tx<'_>, &Lease) -> std::result::Result<(), crate::error::BoxError>,
     {
         let mut each = |tx: &crate::tx::Tx<'_>, i: usize| effect(tx, &leases[i]);
-        self.ack_with_leases(leases, &mut store::EffectCall::Each(&mut each))
+        self.ack_with_leases(leases, &mut store::AckClosure::Each(&mut each))
     }
 
     /// `ack_with` over a batch of leases (checked first), each ending its lease as its outcome
@@ -199,11 +199,11 @@ impl Queue {
     pub(super) fn ack_with_leases(
         &self,
         leases: &[Lease],
-        effect: &mut store::EffectCall<'_, '_>,
+        closure: &mut store::AckClosure<'_, '_>,
     ) -> Result<Vec<Result<Applied>>> {
         let keys = self.batch_keys(leases)?;
         let results: Vec<Option<Vec<u8>>> = leases.iter().map(Lease::result).collect();
-        let (applied, _) = self.ack_with_keys(&keys, &results, effect, AckThen::Stop)?;
+        let (applied, _) = self.ack_with_keys(&keys, &results, closure, AckThen::Stop)?;
         leases
             .iter()
             .zip(&applied)
@@ -263,7 +263,7 @@ impl Queue {
             let chosen: Vec<&Lease> = at.iter().map(|&i| &leases[i]).collect();
             effect(tx, &chosen)
         };
-        self.ack_with_leases(leases, &mut store::EffectCall::All(&mut all))
+        self.ack_with_leases(leases, &mut store::AckClosure::All(&mut all))
     }
 
     /// Runs `store::ack_with` over `keys` (then, with [`AckThen::LeaseNext`], a dequeue of one)
@@ -276,7 +276,7 @@ impl Queue {
         &self,
         keys: &[(u64, u64)],
         results: &[Option<Vec<u8>>],
-        effect: &mut store::EffectCall<'_, '_>,
+        closure: &mut store::AckClosure<'_, '_>,
         then: AckThen,
     ) -> Result<(Vec<Result<Applied>>, Vec<store::Delivery>)> {
         let (now_ms, config) = (self.now_ms(), self.config);
@@ -293,20 +293,20 @@ impl Queue {
                 // comes from the closure that ran last (its error or panic, or a storage
                 // error inside one of its enqueues that it swallowed).
                 let (mut each, mut all);
-                let mut tracked = match effect {
-                    store::EffectCall::Each(f) => {
+                let mut tracked = match closure {
+                    store::AckClosure::Each(f) => {
                         each = |tx: &crate::tx::Tx<'_>, i: usize| {
                             failing = vec![i];
                             f(tx, i)
                         };
-                        store::EffectCall::Each(&mut each)
+                        store::AckClosure::Each(&mut each)
                     }
-                    store::EffectCall::All(f) => {
+                    store::AckClosure::All(f) => {
                         all = |tx: &crate::tx::Tx<'_>, at: &[usize]| {
                             failing = at.to_vec();
                             f(tx, at)
                         };
-                        store::EffectCall::All(&mut all)
+                        store::AckClosure::All(&mut all)
                     }
                 };
                 let applied =

@@ -112,20 +112,19 @@ pub(crate) fn ack(
     Ok(out)
 }
 
-/// The effect callback of [`ack_with`]: gets the transaction and the index of the lease in
-/// the batch.
-pub(crate) type Effect<'a> = dyn FnMut(&crate::tx::Tx<'_>, usize) -> Result<(), BoxError> + 'a;
+/// The caller's closure of [`ack_with`] run once per lease: gets the transaction and the
+/// index of the lease in the batch.
+pub(crate) type AckEach<'a> = dyn FnMut(&crate::tx::Tx<'_>, usize) -> Result<(), BoxError> + 'a;
 
-/// A caller's effect for the whole batch: called once with the positions of the leases it
-/// covers.
-pub(crate) type EffectAll<'a> =
-    dyn FnMut(&crate::tx::Tx<'_>, &[usize]) -> Result<(), BoxError> + 'a;
+/// The caller's closure of [`ack_with`] run once for the whole batch: gets the transaction and
+/// the positions of the leases it covers.
+pub(crate) type AckAll<'a> = dyn FnMut(&crate::tx::Tx<'_>, &[usize]) -> Result<(), BoxError> + 'a;
 
-/// How [`ack_with`] runs the caller's effect: once per lease that needs it, or once for all
-/// of them (after the checks, before the deletes).
-pub(crate) enum EffectCall<'f, 'e> {
-    Each(&'f mut Effect<'e>),
-    All(&'f mut EffectAll<'e>),
+/// How [`ack_with`] runs the caller's closure (the lease's effect): once per lease that needs
+/// it, or once for all of them (after the checks, before the deletes).
+pub(crate) enum AckClosure<'f, 'e> {
+    Each(&'f mut AckEach<'e>),
+    All(&'f mut AckAll<'e>),
 }
 
 /// Acks every current lease with its effect in this transaction (stale or damaged ones are
@@ -142,7 +141,7 @@ pub(crate) fn ack_with(
     config: &QueueConfig,
     now_ms: u64,
     failed: &[Option<ClosureFailure>],
-    effect: &mut EffectCall<'_, '_>,
+    closure: &mut AckClosure<'_, '_>,
 ) -> Result<Vec<Result<Applied>>> {
     let schema = config.schema;
     debug_assert_eq!(leases.len(), failed.len());
@@ -159,7 +158,7 @@ pub(crate) fn ack_with(
     // Held open (as every leaseq table) while closures run.
     let mut by_time = group.table(schema.applied_by_time())?;
     let mut new_markers = 0;
-    // With `EffectCall::All`, the leases whose effect runs (once, after the loop).
+    // With `AckClosure::All`, the leases whose effect runs (once, after the loop).
     let mut pending = Vec::new();
     // The jobs this call deletes if it commits (current leases whose effect did not fail
     // before): follow-ups enqueued by the closures may take the dedup keys they hold.
@@ -223,12 +222,12 @@ pub(crate) fn ack_with(
         if already {
             out.push(Ok(Applied::AlreadyApplied));
         } else {
-            match effect {
+            match closure {
                 // leaseq's tables stay open: the closure may open any table but `leaseq_*`
                 // ones (redb would refuse those as already open), and enqueue follow-up jobs
                 // through them. A panic in it becomes an error like any other, so the group
                 // aborts cleanly.
-                EffectCall::Each(f) => {
+                AckClosure::Each(f) => {
                     let tx = group.caller_transaction();
                     let mut sink = TablesSink {
                         tables: &mut tables,
@@ -241,7 +240,7 @@ pub(crate) fn ack_with(
                     sink.into_result(ran)?;
                 }
                 // Run once below, for every lease that needs it.
-                EffectCall::All(_) => pending.push(i),
+                AckClosure::All(_) => pending.push(i),
             }
             if let Some(k) = &key {
                 applied.insert(k.as_slice(), now_ms)?;
@@ -254,7 +253,7 @@ pub(crate) fn ack_with(
         records.push(record);
         kept.push(results[i].clone());
     }
-    if let EffectCall::All(f) = effect
+    if let AckClosure::All(f) = closure
         && !pending.is_empty()
     {
         let tx = group.caller_transaction();

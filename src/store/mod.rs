@@ -62,7 +62,7 @@ pub(crate) use control::{history_of, pause, paused_queues, resume, set_history, 
 pub(crate) use dequeue::dequeue;
 pub(crate) use enqueue::{enqueue, enqueue_imported, write};
 pub(crate) use fenced::{
-    ClosureFailure, EffectCall, ack, ack_with, extend, fail, nack, release_unseen, set_progress,
+    AckClosure, ClosureFailure, ack, ack_with, extend, fail, nack, release_unseen, set_progress,
     snooze,
 };
 pub(crate) use flow::{rate_limit_of, set_rate_limit, validate_rate_limit};
