@@ -308,7 +308,7 @@ impl Reader {
     ///
     /// # Errors
     /// `Corrupted` for a damaged row; `Storage`.
-    pub fn rate_limit(&self) -> Result<Option<crate::flow::RateLimit>> {
+    pub fn rate_limit(&self) -> Result<Option<crate::rate_limit::RateLimit>> {
         self.read(|rtx, schema| store::rate_limit_of(rtx, schema.queue_number))
     }
 

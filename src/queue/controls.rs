@@ -2,7 +2,7 @@
 
 use super::Queue;
 use crate::error::{Error, Result};
-use crate::flow::RateLimit;
+use crate::rate_limit::RateLimit;
 use crate::store;
 
 impl Queue {

@@ -179,7 +179,7 @@ fn check_schedule_tables(
         .get(META_NEXT_ID)?
         .map_or(u64::MAX, |v| v.value());
     super::schedule::check_schedules(rtx, named, next_id, &mut details)?;
-    super::flow::check_rate_limits(rtx, named, &mut details)?;
+    super::rate_limit::check_rate_limits(rtx, named, &mut details)?;
     for detail in details {
         if out.len() < VIOLATIONS_MAX {
             out.push(Violation {

@@ -86,7 +86,7 @@ pub(crate) fn dequeue(
     debug_assert!((1..=crate::limits::BATCH_MAX).contains(&max));
     // A rate-limited queue delivers what its window has left; with nothing left it does
     // nothing else either (no sweep) until the window ends, as a waiting consumer does.
-    let limited = super::flow::allowed_now(ctx.group(), schema.queue_number, now_ms)?;
+    let limited = super::rate_limit::allowed_now(ctx.group(), schema.queue_number, now_ms)?;
     let max = match limited {
         Some(allowed) => max.min(usize::try_from(allowed).unwrap_or(usize::MAX)),
         None => max,
@@ -235,7 +235,7 @@ pub(crate) fn dequeue(
         tables.repair_stray_entry(id, row, now_ms)?;
     }
     if limited.is_some() {
-        super::flow::charge(ctx, schema.queue_number, now_ms, out.len() as u64)?;
+        super::rate_limit::charge(ctx, schema.queue_number, now_ms, out.len() as u64)?;
     }
     Ok(out)
 }

@@ -26,7 +26,7 @@
 //! | `admin.rs` | cancel, retry, requeue, remove, purge or requeue by state |
 //! | `registry.rs` | named-queue numbers |
 //! | `control.rs` | queue controls stored in the file: pause, resume, the history setting |
-//! | `flow.rs` | flow control: a queue's rate limit, read and charged by the dequeue |
+//! | `rate_limit.rs` | a queue's rate limit, read and charged by the dequeue |
 //! | `metrics.rs` | the per-minute metrics each group commit adds to, read per queue |
 //! | `schedule.rs` | periodic jobs: set, remove, fire the due ones (in the sweep, and at open) |
 //! | `migrate.rs` | the file id, format upgrades |
@@ -42,9 +42,9 @@ mod control;
 mod dequeue;
 mod enqueue;
 mod fenced;
-mod flow;
 mod metrics;
 mod migrate;
+mod rate_limit;
 mod read;
 mod recover;
 mod registry;
@@ -65,9 +65,9 @@ pub(crate) use fenced::{
     AckClosure, ClosureFailure, ack, ack_with, extend, fail, nack, release_unseen, set_progress,
     snooze,
 };
-pub(crate) use flow::{rate_limit_of, set_rate_limit, validate_rate_limit};
 pub(crate) use metrics::{metrics_of, write_metrics};
 pub(crate) use migrate::{file_id, make_file_id, upgrade};
+pub(crate) use rate_limit::{rate_limit_of, set_rate_limit, validate_rate_limit};
 pub(crate) use read::{
     is_applied, job, latest_dead, list, payload, peek_due, quarantined, quarantined_record, stats,
 };

@@ -20,7 +20,8 @@ pub(crate) fn peek_due(
     now_ms: u64,
 ) -> Result<(bool, Option<u64>)> {
     // A rate-limited queue whose window is used up has nothing to do until the window ends.
-    if let Some(window_end_ms) = super::flow::limited_until(rtx, schema.queue_number, now_ms)? {
+    if let Some(window_end_ms) = super::rate_limit::limited_until(rtx, schema.queue_number, now_ms)?
+    {
         return Ok((false, Some(window_end_ms)));
     }
     let ready = rtx.open_table(schema.ready())?;

@@ -1,7 +1,7 @@
-//! Flow control: how fast, and in what order, a queue delivers. [`RateLimit`] caps a queue's
-//! deliveries per window across all its consumers, as BullMQ's limiter; stored in the file
-//! with the queue ([`Queue::set_rate_limit`](crate::Queue::set_rate_limit)). `handle.rs` holds
-//! the `Queue` calls; the engine's side is `store/flow.rs`.
+//! A queue's rate limit: [`RateLimit`] caps a queue's deliveries per window across all its
+//! consumers, as BullMQ's limiter; stored in the file with the queue
+//! ([`Queue::set_rate_limit`](crate::Queue::set_rate_limit)). The `Queue` calls are
+//! `queue/controls.rs`; the engine's side is `store/rate_limit.rs`.
 
 /// At most `max` deliveries in any window of `per_ms`, counted over every consumer of the
 /// queue (every handle, thread, pool and async task of the process), as BullMQ's limiter

@@ -1,5 +1,5 @@
-//! Flow control in the engine: the rate limit of a queue (`leaseq_rate_limits`, since format
-//! 8), read and charged by the dequeue's own transaction.
+//! The rate limit of a queue in the engine (`leaseq_rate_limits`, since format 8), read and
+//! charged by the dequeue's own transaction.
 //!
 //! A limit is a fixed window, as BullMQ's limiter: at most `max` deliveries in a window of
 //! `per_ms`, the window starting at the first delivery after the last one ended. The window's
@@ -10,9 +10,9 @@ use redb::{ReadTransaction, ReadableTable};
 
 use crate::commit::{Ctx, GroupTx};
 use crate::error::{Error, Result};
-use crate::flow::RateLimit;
 use crate::format::schema::RATE_LIMITS;
 use crate::limits::{DELAY_MAX, QUEUES_MAX};
+use crate::rate_limit::RateLimit;
 
 /// Checks a limit: `InvalidOption` for 0 deliveries, or a window of 0 ms or above
 /// `DELAY_MAX`.
