@@ -24,7 +24,7 @@ pub(crate) fn requeue_dead(
     let mut tables = Tables::open(ctx, schema)?;
     let record = match good_row(&tables, id)? {
         Ok(record) => record,
-        Err(refusal) => return refuse(refusal),
+        Err(refusal) => return Ok(Err(refusal)),
     };
     if record.state != StoredState::Dead {
         return refuse(Error::InvalidState {
@@ -52,7 +52,7 @@ pub(crate) fn cancel(
     let mut tables = Tables::open(ctx, schema)?;
     let record = match good_row(&tables, id)? {
         Ok(record) => record,
-        Err(refusal) => return refuse(refusal),
+        Err(refusal) => return Ok(Err(refusal)),
     };
     if record.state.is_ended() {
         return refuse(Error::InvalidState {
@@ -83,12 +83,12 @@ pub(crate) fn cancel(
 }
 
 /// Job `id`'s good record, or the refusal (`JobNotFound`, `Corrupted`).
-fn good_row(tables: &Tables<'_>, id: u64) -> Result<Result<JobRecord>> {
-    Ok(match tables.row(id)? {
-        Row::Good(record) => Ok(record),
-        Row::Damaged(why) => Err(damaged(id, &why)),
-        Row::Missing => Err(Error::JobNotFound { job_id: JobId(id) }),
-    })
+fn good_row(tables: &Tables<'_>, id: u64) -> Verdict<JobRecord> {
+    match tables.row(id)? {
+        Row::Good(record) => Ok(Ok(record)),
+        Row::Damaged(why) => refuse(damaged(id, &why)),
+        Row::Missing => refuse(Error::JobNotFound { job_id: JobId(id) }),
+    }
 }
 
 /// Runs job `id` again: a dead, completed or cancelled job goes back to ready with its
@@ -106,7 +106,7 @@ pub(crate) fn retry(
     let mut tables = Tables::open(ctx, schema)?;
     let mut record = match good_row(&tables, id)? {
         Ok(record) => record,
-        Err(refusal) => return refuse(refusal),
+        Err(refusal) => return Ok(Err(refusal)),
     };
     match record.state {
         StoredState::Dead => {
@@ -231,7 +231,7 @@ pub(crate) fn update(
     let mut tables = Tables::open(ctx, schema)?;
     let mut record = match good_row(&tables, id)? {
         Ok(record) => record,
-        Err(refusal) => return refuse(refusal),
+        Err(refusal) => return Ok(Err(refusal)),
     };
     let state = record.state.job_state();
     let (applies, expected) = match change {

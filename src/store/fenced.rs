@@ -3,7 +3,7 @@
 
 use redb::ReadableTable;
 
-use crate::commit::{Ctx, Verdict, refuse};
+use crate::commit::{Ctx, Refusal, Verdict, refuse};
 use crate::error::{BoxError, Error, Result};
 use crate::format::record::{JobRecord, StoredState};
 use crate::format::schema::{META, QueueSchema, marker_key};
@@ -103,7 +103,7 @@ pub(crate) fn ack(
                 kept.push(result.clone());
                 out.push(Ok(()));
             }
-            Err(e) => out.push(Err(e)),
+            Err(Refusal(e)) => out.push(Err(e)),
         }
     }
     if !keys.is_empty() {
@@ -166,7 +166,8 @@ pub(crate) fn ack_with(
     // Each row read once: no row changes before the deletes at the end but a failed lease's
     // own (given back below; closures cannot write leaseq's tables, and their enqueues take
     // new ids). A job named by two leases of the batch is read again at each.
-    let mut read: Vec<Option<Result<JobRecord>>> = Vec::with_capacity(leases.len());
+    let mut read: Vec<Option<std::result::Result<JobRecord, Refusal>>> =
+        Vec::with_capacity(leases.len());
     for (i, &(id, token)) in leases.iter().enumerate() {
         let found = tables.lease_of(id, token)?;
         if failed[i].is_none() && found.is_ok() {
@@ -188,7 +189,7 @@ pub(crate) fn ack_with(
         };
         let record = match found {
             Ok(record) => record,
-            Err(e) => {
+            Err(Refusal(e)) => {
                 out.push(Err(e));
                 continue;
             }
@@ -302,7 +303,7 @@ macro_rules! lease_or_refuse {
     ($tables:expr, $id:expr, $token:expr) => {
         match $tables.lease_of($id, $token)? {
             Ok(record) => record,
-            Err(refusal) => return refuse(refusal),
+            Err(refusal) => return Ok(Err(refusal)),
         }
     };
 }

@@ -4,7 +4,7 @@
 use crate::events::Event;
 use redb::{ReadableTable, ReadableTableMetadata, Table};
 
-use crate::commit::{Ctx, GroupLog, GroupTable, GroupTx};
+use crate::commit::{Ctx, GroupLog, GroupTable, GroupTx, Verdict, refuse};
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, PayloadRef, StoredState};
 use crate::format::schema::{QuarantineValue, QueueSchema, marker_key, priority_rank};
@@ -805,24 +805,25 @@ impl<'t> Tables<'t> {
     }
 
     /// Whether `(id, token)` is a current lease: its record, or the refusal for this one lease
-    /// (`LeaseLost`; `Corrupted` for a damaged row). Only storage errors are outside.
-    pub(super) fn lease_of(&self, id: u64, token: u64) -> Result<Result<JobRecord>> {
-        Ok(match self.row(id)? {
+    /// (`LeaseLost`, `Cancelled`; `Corrupted` for a damaged row). Only storage errors are
+    /// outside.
+    pub(super) fn lease_of(&self, id: u64, token: u64) -> Verdict<JobRecord> {
+        match self.row(id)? {
             Row::Good(record) if matches!(record.state, StoredState::Leased { token: current, .. } if current == token) => {
-                Ok(record)
+                Ok(Ok(record))
             }
-            Row::Damaged(why) => Err(damaged(id, &why)),
+            Row::Damaged(why) => refuse(damaged(id, &why)),
             Row::Good(JobRecord {
                 state: StoredState::Cancelled { reason, .. },
                 ..
-            }) => Err(Error::Cancelled {
+            }) => refuse(Error::Cancelled {
                 job_id: JobId(id),
                 reason,
             }),
-            _ => Err(Error::LeaseLost {
+            _ => refuse(Error::LeaseLost {
                 job_id: JobId(id),
                 token,
             }),
-        })
+        }
     }
 }
