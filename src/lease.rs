@@ -772,7 +772,7 @@ impl Lease {
     /// current); otherwise as [`Lease::ack`].
     pub fn extend(&self, by: Duration) -> Result<()> {
         // The option first, as for a lease still held: a bad one is refused the same way.
-        store::lease_ms_checked("extend", by)?;
+        store::validate_lease_ms("extend", by)?;
         let (id, token, q) = (self.id, self.token, self.queue()?);
         let _one_at_a_time = self.extending.lock();
         let r = extend_with_progress(&q, (id, token), by, &self.progress);
@@ -839,7 +839,7 @@ impl Heartbeat {
     /// once the job was cancelled ([`Queue::cancel`]); `InvalidOption` for a zero or too long
     /// `by`; `Corrupted`, `Reentrant`, `CommitFailed` or `Storage` as [`Lease::ack`].
     pub fn extend(&self, by: Duration) -> Result<u64> {
-        store::lease_ms_checked("extend", by)?;
+        store::validate_lease_ms("extend", by)?;
         let q = self.current_queue()?;
         extend_with_progress(q, (self.id, self.token), by, &self.progress)
     }

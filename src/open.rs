@@ -332,7 +332,7 @@ impl Builder {
     }
 
     fn config(&self) -> Result<QueueConfig> {
-        let lease_ms = store::lease_ms_checked("lease", self.lease)?;
+        let lease_ms = store::validate_lease_ms("lease", self.lease)?;
         if self.max_attempts == 0 || self.max_attempts > crate::limits::MAX_ATTEMPTS_CAP {
             return Err(Error::invalid_option(
                 "max_attempts",
@@ -527,7 +527,7 @@ impl Builder {
             match catch_engine_panic(|| builder.open_read_only(path).map_err(Error::from)) {
                 Ok(ro) => {
                     let rtx = ro.begin_read()?;
-                    verify_format(&rtx, path)?;
+                    validate_format(&rtx, path)?;
                     // What recovery will read must decode now, so a damaged lease is refused
                     // before the writable open touches the file.
                     catch_engine_panic(|| store::read_leased_rows(&rtx))?;
@@ -546,7 +546,7 @@ impl Builder {
         // A refusal here is passed on as redb's: the look found the file free a moment ago.
         catch_engine_panic(|| builder.open(path).map_err(Error::from)).and_then(|db| {
             let db = GuardedDb::new(db);
-            verify_format(&db.get().begin_read()?, path)?;
+            validate_format(&db.get().begin_read()?, path)?;
             self.finish(db, config, Some(path.to_path_buf()), repaired, created)
         })
     }
@@ -598,7 +598,7 @@ impl Builder {
         b.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
         match catch_engine_panic(|| b.open_read_only(path).map_err(Error::from)) {
             Ok(ro) => {
-                let version = verify_format(&ro.begin_read()?, path)?;
+                let version = validate_format(&ro.begin_read()?, path)?;
                 if version == FORMAT_VERSION {
                     return Ok(crate::reader::Source::Live(crate::reader::GuardedRo::new(
                         ro,
@@ -634,7 +634,7 @@ impl Builder {
             redb::ConcurrencyMode::ExclusiveWriter,
         )?;
         let snapshot = crate::reader::Source::Snapshot { db, retire };
-        let version = verify_format(&snapshot.begin_read()?, path)?;
+        let version = validate_format(&snapshot.begin_read()?, path)?;
         if version < FORMAT_VERSION
             && let crate::reader::Source::Snapshot { db, .. } = &snapshot
         {
@@ -694,7 +694,7 @@ impl Builder {
         let (db, retire) = self.scratch_db(scratch, path, verify, mode)?;
         let looked = catch_engine_panic(|| {
             let rtx = db.get().begin_read()?;
-            verify_format(&rtx, path)?;
+            validate_format(&rtx, path)?;
             // What recovery will read must decode now, so a damaged lease is refused before
             // the writable open touches the file.
             store::read_leased_rows(&rtx)
@@ -752,7 +752,7 @@ impl Builder {
         if blank {
             init_tables(db.get())?;
         }
-        verify_format(&db.get().begin_read()?, Path::new("<backend>"))?;
+        validate_format(&db.get().begin_read()?, Path::new("<backend>"))?;
         self.finish(db, config, None, repaired && !blank, blank)
     }
 
@@ -790,9 +790,9 @@ impl Builder {
         let repaired = self.verifies() && !db.check_integrity()?;
         let db = GuardedDb::new(db);
         // Refuse a newer format or foreign `leaseq_*` tables before writing anything.
-        precheck_attach(&db.get().begin_read()?)?;
+        validate_attach(&db.get().begin_read()?)?;
         init_tables(db.get())?;
-        verify_format(&db.get().begin_read()?, Path::new("<attached>"))?;
+        validate_format(&db.get().begin_read()?, Path::new("<attached>"))?;
         self.finish(db, config, None, repaired, false)
     }
 
@@ -924,8 +924,8 @@ fn validate_header(path: &Path) -> Result<bool> {
     Ok(head[REDB_GOD_BYTE_OFFSET as usize] & REDB_RECOVERY_REQUIRED != 0)
 }
 
-/// Checks that the snapshot holds leaseq's tables in a format this build reads.
-fn verify_format(rtx: &redb::ReadTransaction, path: &Path) -> Result<u64> {
+/// Validates that the snapshot holds leaseq's tables in a format this build reads.
+fn validate_format(rtx: &redb::ReadTransaction, path: &Path) -> Result<u64> {
     let not_leaseq = |detail: String| Error::NotLeaseq {
         path: path.to_path_buf(),
         detail,
@@ -1039,7 +1039,7 @@ fn init_tables(db: &Database) -> Result<()> {
 
 /// Before `attach` writes: a newer format version, or a `leaseq_*` table with other types,
 /// is refused while the caller's database is still untouched.
-fn precheck_attach(rtx: &redb::ReadTransaction) -> Result<()> {
+fn validate_attach(rtx: &redb::ReadTransaction) -> Result<()> {
     fn refuse_other_types<K: redb::Key + 'static, V: redb::Value + 'static>(
         rtx: &redb::ReadTransaction,
         def: redb::TableDefinition<K, V>,

@@ -170,7 +170,7 @@ impl Queue {
     /// `InvalidOption` for a lease of 0 or above [`LEASE_MAX`](crate::LEASE_MAX).
     pub fn with_lease(&self, lease: Duration) -> Result<Queue> {
         let mut q = self.clone();
-        q.config.lease_ms = store::lease_ms_checked("lease", lease)?;
+        q.config.lease_ms = store::validate_lease_ms("lease", lease)?;
         Ok(q)
     }
 

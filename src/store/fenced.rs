@@ -15,7 +15,7 @@ use super::enqueue::{TablesSink, run_closure};
 use super::retention::prune_applied;
 use super::tables::Tables;
 use super::transition::retry_at_ms;
-use super::validate::lease_ms_checked;
+use super::validate::validate_lease_ms;
 
 /// How a job whose `ack_with` closure failed is given back ([`crate::job::Outcome`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -422,7 +422,7 @@ pub(crate) fn extend(
     now_ms: u64,
     by: std::time::Duration,
 ) -> Verdict<u64> {
-    let lease_ms = match lease_ms_checked("extend", by) {
+    let lease_ms = match validate_lease_ms("extend", by) {
         Ok(ms) => ms,
         Err(e) => return refuse(e),
     };

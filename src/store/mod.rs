@@ -79,7 +79,7 @@ pub(crate) use schedule::{
     remove as remove_schedule, set as set_schedule,
 };
 pub(crate) use validate::{
-    NewJob, import_record, lease_ms_checked, new_records, truncate_reason, validate_key,
+    NewJob, import_record, new_records, truncate_reason, validate_key, validate_lease_ms,
 };
 
 /// Queue-wide settings an operation needs.

@@ -31,8 +31,8 @@ pub(super) fn damaged(id: u64, why: &str) -> Error {
     ))
 }
 
-/// Checks a lease duration option: 1 ms to `LEASE_MAX`, whole milliseconds.
-pub(crate) fn lease_ms_checked(field: &'static str, d: std::time::Duration) -> Result<u64> {
+/// Validates a lease duration option: 1 ms to `LEASE_MAX`, whole milliseconds.
+pub(crate) fn validate_lease_ms(field: &'static str, d: std::time::Duration) -> Result<u64> {
     let ms = crate::clock::duration_ms(d);
     if ms == 0 {
         return Err(Error::invalid_option(field, "must be at least 1 ms"));
@@ -182,7 +182,7 @@ pub(crate) fn new_record(
     }
     let lease_ms = opts
         .lease
-        .map(|d| lease_ms_checked("lease", d))
+        .map(|d| validate_lease_ms("lease", d))
         .transpose()?;
     let delay_ms = match opts.delay {
         Some(d) if d > crate::limits::DELAY_MAX => {

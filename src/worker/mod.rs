@@ -759,7 +759,7 @@ impl PoolBuilder {
         self.spawn(Handler::Staged(Box::new(handler)))
     }
 
-    fn threads_checked(&self) -> Result<usize> {
+    fn validate_threads(&self) -> Result<usize> {
         let threads = self.threads.unwrap_or_else(|| {
             std::thread::available_parallelism()
                 .map_or(1, usize::from)
@@ -775,7 +775,7 @@ impl PoolBuilder {
     }
 
     fn validate(&self) -> Result<usize> {
-        let threads = self.threads_checked()?;
+        let threads = self.validate_threads()?;
         let in_range = |field: &'static str, d: Duration, max: Duration| {
             if d < Duration::from_millis(1) || d > max {
                 Err(invalid(

@@ -186,7 +186,7 @@ fn crash_sim_smoke() {
 /// Found by the `open_corrupt` fuzz target (fuzz/) on the working tree between 85c6ecd and
 /// ac56116 (fixed there: all of `open_backend` now runs under the guard): one flipped bit in the page holding
 /// `leaseq_meta` made redb panic inside `AccessGuard::value` while leaseq read the format
-/// version at open (`verify_format`, not under leaseq's panic guard), and the panic came out of
+/// version at open (`validate_format`, not under leaseq's panic guard), and the panic came out of
 /// `Builder::open_backend`. The fuzzer's input (`[0x24, 0x0f, 0x00, 0x01, 0x10, 0x00, 0x80,
 /// 0x2d]`) depends on the file layout, so this flips every byte of the header and entry
 /// offsets of that page instead (before the fix it failed at byte 2 of the page, the entry count).
