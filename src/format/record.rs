@@ -4,7 +4,7 @@
 //! Records read from disk are checked before use: a version byte, a checksum (redb checks its
 //! pages only when it repairs, so a flipped payload byte would otherwise pass unseen), a decode
 //! limit so no length field can make leaseq allocate more than the record's own size, and the
-//! invariants of [`JobRecord::validate`].
+//! invariants of [`JobRecord::check_invariants`].
 //!
 //! Payloads of more than [`PAYLOAD_INLINE_MAX`] bytes are stored apart from the record, in
 //! `leaseq_payloads` under the job id, with their length and checksum in the record
@@ -509,7 +509,7 @@ impl JobRecord {
     /// The payload's size in bytes, wherever it is stored.
     pub(crate) fn payload_len(&self) -> usize {
         match &self.payload_apart {
-            // `validate` holds it to the payload cap, which fits every target's usize.
+            // `check_invariants` holds it to the payload cap, which fits every target's usize.
             Some(r) => usize::try_from(r.len).unwrap_or(usize::MAX),
             None => self.payload.len(),
         }
@@ -517,7 +517,7 @@ impl JobRecord {
 
     /// Checks the invariants every stored record keeps; used before every write and after
     /// every read.
-    pub(crate) fn validate(&self) -> Result<()> {
+    pub(crate) fn check_invariants(&self) -> Result<()> {
         let fail = |what: &str| Err(Error::corrupted(format!("job record: {what}")));
         if self.max_attempts == 0 {
             return fail("max_attempts is 0");
@@ -621,7 +621,7 @@ impl JobRecord {
 
     pub(crate) fn encode(&self) -> Result<Vec<u8>> {
         debug_assert!(
-            self.validate().is_ok(),
+            self.check_invariants().is_ok(),
             "encoding an invalid record: {self:?}"
         );
         let mut out = Vec::with_capacity(1 + layout::HEAD_BYTES + self.payload.len() + 8);
@@ -690,7 +690,7 @@ impl JobRecord {
         if used != body.len() {
             return Err(Error::corrupted("job record: trailing bytes"));
         }
-        record.validate()?;
+        record.check_invariants()?;
         Ok(record)
     }
 }
@@ -818,12 +818,12 @@ mod tests {
             payload: vec![1],
             ..apart.clone()
         };
-        assert!(both.validate().is_err());
+        assert!(both.check_invariants().is_err());
         let small = JobRecord {
             payload_apart: Some(PayloadRef::of(&[1; 10])),
             ..apart
         };
-        assert!(small.validate().is_err());
+        assert!(small.check_invariants().is_err());
     }
 
     #[test]
@@ -975,7 +975,7 @@ mod tests {
         }
         let mut r = record();
         r.encoding = Some(9);
-        assert!(r.validate().is_err());
+        assert!(r.check_invariants().is_err());
     }
 
     #[test]
@@ -1045,7 +1045,7 @@ mod tests {
         );
         assert_eq!(JobRecord::decode(&r.encode().unwrap()).unwrap(), r);
         r.errors.push(r.errors[0].clone());
-        assert!(r.validate().is_err(), "one more than ERRORS_KEPT");
+        assert!(r.check_invariants().is_err(), "one more than ERRORS_KEPT");
     }
 
     #[test]
@@ -1073,19 +1073,19 @@ mod tests {
             },
             ..record()
         };
-        assert!(big.validate().is_err());
+        assert!(big.check_invariants().is_err());
         let never_ran = JobRecord {
             state: StoredState::Completed { result: None },
             attempts: 0,
             ..record()
         };
-        assert!(never_ran.validate().is_err());
+        assert!(never_ran.check_invariants().is_err());
         let until_started_without_key = JobRecord {
             dedup_until_started: true,
             dedup_key: None,
             ..record()
         };
-        assert!(until_started_without_key.validate().is_err());
+        assert!(until_started_without_key.check_invariants().is_err());
     }
 
     #[test]

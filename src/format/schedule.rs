@@ -3,7 +3,7 @@
 //!
 //! As a job record: a version byte, the bincode body (fixed-width integers, a decode limit so
 //! no length field makes leaseq allocate more than the row's size), an FNV-1a checksum, then
-//! [`ScheduleRecord::validate`].
+//! [`ScheduleRecord::check_invariants`].
 
 use bincode::config::{self, Configuration, Fixint, Limit, LittleEndian};
 use serde::{Deserialize, Serialize};
@@ -89,7 +89,7 @@ pub(crate) struct ScheduleRecord {
 
 impl ScheduleRecord {
     /// The record's invariants: every bound a schedule is created under.
-    pub(crate) fn validate(&self) -> Result<()> {
+    pub(crate) fn check_invariants(&self) -> Result<()> {
         let fail = |what: &str| Err(Error::corrupted(format!("schedule record: {what}")));
         match &self.timing {
             StoredTiming::Interval { every_ms, .. } => {
@@ -143,7 +143,7 @@ impl ScheduleRecord {
 
     pub(crate) fn encode(&self) -> Result<Vec<u8>> {
         debug_assert!(
-            self.validate().is_ok(),
+            self.check_invariants().is_ok(),
             "encoding an invalid schedule: {self:?}"
         );
         let mut out = vec![SCHEDULE_VERSION];
@@ -178,7 +178,7 @@ impl ScheduleRecord {
         if used != body.len() {
             return Err(Error::corrupted("schedule record: trailing bytes"));
         }
-        record.validate()?;
+        record.check_invariants()?;
         Ok(record)
     }
 }
@@ -241,22 +241,22 @@ mod tests {
     fn records_out_of_range_are_refused() {
         let mut r = sample();
         r.overlap = 2;
-        assert!(r.validate().is_err());
+        assert!(r.check_invariants().is_err());
         let mut r = sample();
         r.timing = StoredTiming::Interval {
             every_ms: 0,
             start_ms: 0,
         };
-        assert!(r.validate().is_err());
+        assert!(r.check_invariants().is_err());
         let mut r = sample();
         r.template.max_attempts = 0;
-        assert!(r.validate().is_err());
+        assert!(r.check_invariants().is_err());
         let mut r = sample();
         r.last_job = Some((0, 1));
-        assert!(r.validate().is_err());
+        assert!(r.check_invariants().is_err());
         // A tag no encoding has: refused here, so a firing never builds a job it refuses.
         let mut r = sample();
         r.template.encoding = Some(200);
-        assert!(r.validate().is_err());
+        assert!(r.check_invariants().is_err());
     }
 }

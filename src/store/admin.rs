@@ -194,7 +194,7 @@ pub(crate) fn release_key(
         record.dedup_window_ms = None;
         record.dedup_until_started = false;
         // Its state, and so its index entry, is unchanged.
-        record.validate()?;
+        record.check_invariants()?;
         tables
             .jobs_mut()
             .insert(holder, record.encode()?.as_slice())?;

@@ -162,7 +162,7 @@ pub(crate) fn dequeue(
                 slots.push(Taken::Apart(record, leased));
                 continue;
             }
-            record.validate()?;
+            record.check_invariants()?;
             row.insert(record.encode()?.as_slice())?;
             drop(row);
             if !tables.index(id, &record)? {

@@ -403,7 +403,7 @@ pub(crate) fn set_progress(
         value: value.to_vec(),
     });
     // Same state, same deadline: the row only (its lease entry stays as it is).
-    record.validate()?;
+    record.check_invariants()?;
     tables.jobs_mut().insert(id, record.encode()?.as_slice())?;
     tables.log().event(
         schema.queue_number,

@@ -196,7 +196,7 @@ fn upgrade_2_to_3(tx: GroupTx<'_>) -> Result<()> {
         let payload = std::mem::take(&mut record.payload);
         record.payload_apart = Some(PayloadRef::of(&payload));
         payloads.insert(id, payload.as_slice())?;
-        record.validate()?;
+        record.check_invariants()?;
         jobs.insert(id, record.encode()?.as_slice())?;
     }
     Ok(())

@@ -533,7 +533,7 @@ fn enqueue_instance(
         group: None,
         group_order: 0,
     };
-    record.validate()?;
+    record.check_invariants()?;
     let job = NewJob {
         record,
         on_duplicate: OnDuplicate::Keep,

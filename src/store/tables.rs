@@ -406,7 +406,7 @@ impl<'t> Tables<'t> {
     /// already removed the entry of its previous state. An entry already there (a stray one
     /// with the same key, index damage) is logged and kept: it now names the job rightly.
     pub(super) fn put(&mut self, id: u64, record: &JobRecord) -> Result<()> {
-        record.validate()?;
+        record.check_invariants()?;
         self.jobs_mut().insert(id, record.encode()?.as_slice())?;
         if !self.index(id, record)? {
             tracing::warn!(job_id = id, "leaseq: index entry was already present");
@@ -417,7 +417,7 @@ impl<'t> Tables<'t> {
     /// [`Tables::put`] for a new job: `Corrupted` (the transaction then aborts) if the id is
     /// already in use, found by the insert itself rather than a read before it.
     pub(super) fn put_new(&mut self, id: u64, record: &JobRecord) -> Result<()> {
-        record.validate()?;
+        record.check_invariants()?;
         if self
             .jobs_mut()
             .insert(id, record.encode()?.as_slice())?

@@ -149,7 +149,7 @@ pub(crate) fn import_record(
         }
     };
     record
-        .validate()
+        .check_invariants()
         .map_err(|e| Error::invalid_option("job", e.to_string()))?;
     Ok(record)
 }

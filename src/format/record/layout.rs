@@ -44,7 +44,7 @@ const RESULT: u16 = 1 << 13;
 const KNOWN_FLAGS: u16 = (1 << 14) - 1;
 
 /// Appends the version-7 body of `record` to `out`. Fails only on a field longer than a
-/// 16-bit length can say, which [`JobRecord::validate`] already refuses.
+/// 16-bit length can say, which [`JobRecord::check_invariants`] already refuses.
 pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) -> Result<()> {
     let (tag, token, deadline_ms) = match record.state {
         StoredState::Scheduled => (0u8, 0, 0),
