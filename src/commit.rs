@@ -321,7 +321,10 @@ impl<K: Key + 'static, V: Value + 'static> GroupTable<'_, K, V> {
     }
 
     /// The value of `key` for rewriting in place, as redb's `Table::get_mut` (which copies
-    /// its page for writing, found or not): a write of `key`.
+    /// its page for writing, found or not): a write of `key`. It marks the group, but the
+    /// new value goes through redb's guard, unseen here: a journal recording changes must
+    /// read it back (or this must become a get and an insert). `retain` and `retain_in`
+    /// likewise mark without knowing which keys they delete.
     pub(crate) fn get_mut<'k>(
         &mut self,
         key: impl std::borrow::Borrow<K::SelfType<'k>>,

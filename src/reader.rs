@@ -17,7 +17,10 @@ use crate::store;
 /// A read-only handle on one queue of a file: the inspection calls of [`Queue`](crate::Queue),
 /// never a write. What the `leaseq` tool's read commands use, and what a dashboard or a
 /// monitoring thread in another process should use, as Oban Web, River UI and Bull Board
-/// read the live store.
+/// read the live store. In the app itself, [`Queue::reader`](crate::Queue::reader) gives one
+/// over the app's own open (live, every call on the latest commit; the `Queue`'s own read
+/// calls are its): it holds the file as a handle does, so `Queue::shutdown` waits for it and
+/// `Queue::compact` is `Busy` while it lives.
 ///
 /// [`Reader::open`] opens the file in one of two ways, told by [`Reader::is_live`]:
 /// - **live**: the file itself, read-only, beside the process that has it open with
@@ -181,7 +184,9 @@ impl Reader {
         matches!(self.inner.source, Source::Live(_) | Source::Writer(_))
     }
 
-    /// The path the reader was opened from.
+    /// The path the reader was opened from; for [`Queue::reader`](crate::Queue::reader), its
+    /// queue's path, empty for a queue opened without one
+    /// ([`Builder::open_backend`](crate::Builder::open_backend)).
     pub fn path(&self) -> &Path {
         &self.inner.path
     }

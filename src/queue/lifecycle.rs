@@ -217,7 +217,7 @@ impl Queue {
     /// given back.
     ///
     /// It needs the queue to itself, so it takes `&mut self` and refuses while other handles
-    /// ([`Clone`]s) or [`Lease`](crate::Lease)s of this queue are alive, or a transaction is open on
+    /// ([`Clone`]s, [`Queue::reader`]s) or [`Lease`](crate::Lease)s of this queue are alive, or a transaction is open on
     /// [`Queue::database`]: drop them first. It never waits for them. A crash or power loss
     /// during it loses nothing: redb compacts through its own commits, so the reopened file
     /// holds every job as before (tested on the power-loss simulator, also with a full disk).
@@ -231,7 +231,7 @@ impl Queue {
     pub fn compact(&mut self) -> Result<bool> {
         let Some(inner) = Arc::get_mut(&mut self.inner) else {
             return Err(Error::Busy {
-                detail: "other handles or leases of this queue are alive".into(),
+                detail: "other handles, readers or leases of this queue are alive".into(),
             });
         };
         inner.committer.ensure_not_reentrant()?;

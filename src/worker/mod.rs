@@ -118,12 +118,6 @@
 //! summary. Measured throughput: `docs/performance.md` in the source repository.
 
 mod heartbeat;
-
-/// A worker's first wait after a failed dequeue (plain and async pools); doubled after each
-/// failure in a row.
-const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
-/// The longest wait between two dequeues that fail.
-const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
 mod run;
 #[cfg(feature = "tokio")]
 mod tasks;
@@ -140,6 +134,12 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::{BoxError, Error, LEASE_MAX, Lease, Outcome, Queue, Result, StopSignal, Tx};
+
+/// A worker's first wait after a failed dequeue (plain and async pools); doubled after each
+/// failure in a row.
+const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
+/// The longest wait between two dequeues that fail.
+const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// Most worker threads one pool runs.
 pub const WORKER_THREADS_MAX: usize = 256;

@@ -22,7 +22,7 @@ mod dedup;
 mod effect;
 mod events;
 mod files;
-mod flow;
+mod rate_limit;
 mod group_commit;
 mod groups;
 mod import;
