@@ -397,17 +397,27 @@ fn ack_and_next_hands_the_next_lease_on() {
 /// goes back unseen, uncharged, as a dropped dequeue's.
 #[test]
 fn a_dropped_ack_and_next_gives_the_next_lease_back() {
-    use crate::support::{counting_waker, hold_commits, poll_once};
     let f = Fixture::new();
     let q = f.open().to_async();
     let ids = crate::common::enqueue_n(q.blocking(), 2, plain());
     let first = runtime().block_on(q.dequeue()).unwrap().expect("a job");
+    drop_after_its_commit(&q, Box::pin(first.ack_and_next()));
+    assert!(
+        q.blocking().job(ids[0]).unwrap().is_none(),
+        "the ack stands"
+    );
+    comes_back_uncharged(&q, ids[1]);
+}
+
+/// Polls `fut` (an ack that takes the next lease) once while commits are held, lets its
+/// commit land (the first job acked, the next leased for the future), then drops it: the
+/// next job must be ready again.
+fn drop_after_its_commit<F: std::future::Future>(q: &AsyncQueue, mut fut: std::pin::Pin<Box<F>>) {
+    use crate::support::{counting_waker, hold_commits, poll_once};
     let (_c, waker) = counting_waker();
-    let mut fut = Box::pin(first.ack_and_next());
     let held = hold_commits(q.blocking());
     assert!(poll_once(fut.as_mut(), &waker).is_none());
     drop(held);
-    // Committed: the first job acked, the second leased for the future.
     assert!(crate::common::eventually(|| {
         let s = q.blocking().stats().unwrap();
         (s.ready, s.leased) == (0, 1)
@@ -416,12 +426,12 @@ fn a_dropped_ack_and_next_gives_the_next_lease_back() {
     assert!(crate::common::eventually(|| {
         q.blocking().stats().unwrap().ready == 1
     }));
-    assert!(
-        q.blocking().job(ids[0]).unwrap().is_none(),
-        "the ack stands"
-    );
+}
+
+/// The job given back, `id`, is delivered again with its attempt uncharged.
+fn comes_back_uncharged(q: &AsyncQueue, id: leaseq::JobId) {
     let again = q.blocking().dequeue().unwrap().expect("back");
-    assert_eq!((again.id(), again.attempt()), (ids[1], 1), "uncharged");
+    assert_eq!((again.id(), again.attempt()), (id, 1), "uncharged");
     again.ack().unwrap();
     assert_consistent(q.blocking());
 }
@@ -431,7 +441,6 @@ fn a_dropped_ack_and_next_gives_the_next_lease_back() {
 /// once, the key applied), the next lease goes back unseen and uncharged.
 #[test]
 fn a_dropped_ack_with_and_next_keeps_the_effect_and_gives_the_next_lease_back() {
-    use crate::support::{counting_waker, hold_commits, poll_once};
     const DONE: leaseq::redb::TableDefinition<u64, u64> =
         leaseq::redb::TableDefinition::new("done");
     let f = Fixture::new();
@@ -440,24 +449,15 @@ fn a_dropped_ack_with_and_next_keeps_the_effect_and_gives_the_next_lease_back() 
     let second_id = q.blocking().enqueue(b"b", plain()).unwrap().id();
     let first = runtime().block_on(q.dequeue()).unwrap().expect("a job");
     assert_eq!(first.id(), first_id);
-    let (_c, waker) = counting_waker();
-    let mut fut = Box::pin(first.ack_with_and_next(move |tx| {
-        let mut done = tx.open_table(DONE)?;
-        let n = leaseq::redb::ReadableTable::get(&done, first_id.0)?.map_or(0, |v| v.value());
-        done.insert(first_id.0, n + 1)?;
-        Ok(())
-    }));
-    let held = hold_commits(q.blocking());
-    assert!(poll_once(fut.as_mut(), &waker).is_none());
-    drop(held);
-    assert!(crate::common::eventually(|| {
-        let s = q.blocking().stats().unwrap();
-        (s.ready, s.leased) == (0, 1)
-    }));
-    drop(fut);
-    assert!(crate::common::eventually(|| {
-        q.blocking().stats().unwrap().ready == 1
-    }));
+    drop_after_its_commit(
+        &q,
+        Box::pin(first.ack_with_and_next(move |tx| {
+            let mut done = tx.open_table(DONE)?;
+            let n = leaseq::redb::ReadableTable::get(&done, first_id.0)?.map_or(0, |v| v.value());
+            done.insert(first_id.0, n + 1)?;
+            Ok(())
+        })),
+    );
     assert!(
         q.blocking().is_applied("effect-a").unwrap(),
         "the effect stands"
@@ -470,10 +470,7 @@ fn a_dropped_ack_with_and_next_keeps_the_effect_and_gives_the_next_lease_back() 
         "once"
     );
     drop((done, rtx));
-    let again = q.blocking().dequeue().unwrap().expect("back");
-    assert_eq!((again.id(), again.attempt()), (second_id, 1), "uncharged");
-    again.ack().unwrap();
-    assert_consistent(q.blocking());
+    comes_back_uncharged(&q, second_id);
 }
 
 /// `AsyncQueue::shutdown` from async code: waiting tasks end with `Closed`, their handles
