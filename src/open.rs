@@ -333,16 +333,7 @@ impl Builder {
 
     fn config(&self) -> Result<QueueConfig> {
         let lease_ms = store::validate_lease_ms("lease", self.lease)?;
-        if self.max_attempts == 0 || self.max_attempts > crate::limits::MAX_ATTEMPTS_CAP {
-            return Err(Error::invalid_option(
-                "max_attempts",
-                format!(
-                    "{} is outside 1..={}",
-                    self.max_attempts,
-                    crate::limits::MAX_ATTEMPTS_CAP
-                ),
-            ));
-        }
+        store::validate_max_attempts(self.max_attempts)?;
         if self.payload_bytes_max > crate::limits::PAYLOAD_BYTES_MAX_CAP {
             return Err(Error::invalid_option(
                 "payload_bytes_max",

@@ -180,15 +180,7 @@ impl Queue {
     /// # Errors
     /// `InvalidOption` for 0 or above [`MAX_ATTEMPTS_CAP`](crate::MAX_ATTEMPTS_CAP).
     pub fn with_max_attempts(&self, max_attempts: u32) -> Result<Queue> {
-        if max_attempts == 0 || max_attempts > crate::limits::MAX_ATTEMPTS_CAP {
-            return Err(Error::invalid_option(
-                "max_attempts",
-                format!(
-                    "{max_attempts} is outside 1..={}",
-                    crate::limits::MAX_ATTEMPTS_CAP
-                ),
-            ));
-        }
+        store::validate_max_attempts(max_attempts)?;
         let mut q = self.clone();
         q.config.max_attempts = max_attempts;
         Ok(q)

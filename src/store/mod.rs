@@ -80,6 +80,7 @@ pub(crate) use schedule::{
 };
 pub(crate) use validate::{
     NewJob, import_record, new_records, truncate_reason, validate_key, validate_lease_ms,
+    validate_max_attempts,
 };
 
 /// Queue-wide settings an operation needs.

@@ -31,6 +31,21 @@ pub(super) fn damaged(id: u64, why: &str) -> Error {
     ))
 }
 
+/// Validates a number of attempts (a builder's, a handle's or a job's): 1 to
+/// `MAX_ATTEMPTS_CAP`.
+pub(crate) fn validate_max_attempts(max_attempts: u32) -> Result<u32> {
+    if max_attempts == 0 || max_attempts > crate::limits::MAX_ATTEMPTS_CAP {
+        return Err(Error::invalid_option(
+            "max_attempts",
+            format!(
+                "{max_attempts} is outside 1..={}",
+                crate::limits::MAX_ATTEMPTS_CAP
+            ),
+        ));
+    }
+    Ok(max_attempts)
+}
+
 /// Validates a lease duration option: 1 ms to `LEASE_MAX`, whole milliseconds.
 pub(crate) fn validate_lease_ms(field: &'static str, d: std::time::Duration) -> Result<u64> {
     let ms = crate::clock::duration_ms(d);
@@ -170,16 +185,7 @@ pub(crate) fn new_record(
     validate_key("idempotency_key", opts.idempotency_key.as_ref())?;
     validate_key("dedup_key", opts.dedup_key.as_ref())?;
     validate_key("group", opts.group.as_ref())?;
-    let max_attempts = opts.max_attempts.unwrap_or(config.max_attempts);
-    if max_attempts == 0 || max_attempts > crate::limits::MAX_ATTEMPTS_CAP {
-        return Err(Error::invalid_option(
-            "max_attempts",
-            format!(
-                "{max_attempts} is outside 1..={}",
-                crate::limits::MAX_ATTEMPTS_CAP
-            ),
-        ));
-    }
+    let max_attempts = validate_max_attempts(opts.max_attempts.unwrap_or(config.max_attempts))?;
     let lease_ms = opts
         .lease
         .map(|d| validate_lease_ms("lease", d))
