@@ -410,3 +410,45 @@ fn latest_dead_lists_the_most_recently_dead_first() {
     q.requeue_dead(ids[1]).unwrap();
     assert_eq!(r.latest_dead(10).unwrap().len(), 2);
 }
+
+/// `Queue::reader`: the one read API over the app's own open. It follows the queue's commits
+/// (its counts, named queues and metrics, those not written yet included, as the queue's own
+/// calls), names the queue's file, and holds the file as a handle does: `compact` is `Busy`
+/// while it lives, and succeeds once it is dropped.
+#[test]
+fn a_queue_reader_follows_the_queue_and_holds_the_file() {
+    let f = Fixture::new();
+    let mut q = f.open();
+    let reader = q.reader();
+    assert!(reader.is_live());
+    assert_eq!(reader.path(), f.path.as_path());
+    assert_eq!(reader.name(), None);
+    q.enqueue(b"a", plain()).unwrap();
+    let emails = q.named("emails").unwrap();
+    emails.enqueue(b"b", plain()).unwrap();
+    assert_eq!(reader.stats().unwrap(), q.stats().unwrap());
+    assert_eq!(
+        reader.stats().unwrap().ready,
+        1,
+        "the commit is read at once"
+    );
+    assert_eq!(reader.queue_names().unwrap(), vec!["emails".to_string()]);
+    let named = emails.reader();
+    assert_eq!(
+        (named.name(), named.stats().unwrap().ready),
+        (Some("emails"), 1)
+    );
+    assert_eq!(reader.existing("emails").unwrap().stats().unwrap().ready, 1);
+    // The first commit wrote its counts; the next ones within the second (the manual clock
+    // stands still) are not written yet, and the reader counts them as the queue does.
+    q.enqueue(b"c", plain()).unwrap();
+    let enqueued = |m: Vec<leaseq::MinuteCounts>| m.iter().map(|c| c.enqueued).sum::<u64>();
+    assert_eq!(enqueued(q.metrics(0).unwrap()), 2);
+    assert_eq!(enqueued(reader.metrics(0).unwrap()), 2);
+    drop((emails, named));
+    let err = q.compact().unwrap_err();
+    assert!(matches!(err, Error::Busy { .. }), "{err:?}");
+    drop(reader);
+    q.compact().unwrap();
+    assert_consistent(&q);
+}
