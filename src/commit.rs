@@ -49,7 +49,9 @@ use redb::{
 
 use crate::error::{Error, Result, catch_engine_panic};
 use crate::events::{Event, EventHub};
+use crate::format::journal::{FrameBody, type_code};
 use crate::format::schema::{META, META_NEXT_ID, META_NEXT_TOKEN};
+use crate::journal::Journal;
 use crate::limits::{COUNTER_BLOCK, GATHER_MAX, GROUP_MEMBERS_MAX, NON_DURABLE_COMMITS_MAX};
 use crate::metrics::Tally;
 use crate::signal::QueueSignals;
@@ -162,6 +164,21 @@ struct GroupRecord {
     tally: RefCell<Tally>,
 }
 
+/// Whether a group's commit is a checkpoint: a durable redb commit (recording the journal's
+/// position, with the journal on) instead of a journal frame and a non-durable commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub(crate) enum Checkpoint {
+    /// A frame, with the journal on; per the queue's durability without it.
+    #[default]
+    No,
+    /// A durable commit: a caller's own writes, an upgrade, a flush, a table without a type
+    /// code, or the journal's bounds.
+    Yes,
+    /// The last checkpoint of the file's session: the close (the journal holds nothing the
+    /// file needs after it).
+    Closing,
+}
+
 /// The one record of what an operation does in its group, beside its writes: the write mark
 /// (set by [`GroupTable`]'s writes only), the wake-ups, the events and the metrics tally. One
 /// `Copy` handle: `store::Tables` holds a copy, and the committer takes the record it fills
@@ -174,6 +191,10 @@ struct GroupRecord {
 pub(crate) struct GroupLog<'g> {
     written: &'g Cell<bool>,
     record: &'g GroupRecord,
+    /// The group's frame, with the journal on: every write is recorded in it.
+    frame: Option<&'g RefCell<FrameBody>>,
+    /// Whether the group must be a checkpoint (see [`Checkpoint`]).
+    checkpoint: &'g Cell<Checkpoint>,
     /// Whether anyone listens to the file's events (they are recorded only then).
     listening: bool,
     /// Whether the group's changes are counted (the committer has a [`SealWriter`]).
@@ -184,6 +205,34 @@ impl GroupLog<'_> {
     /// Marks the group written: it must commit. Only the write path calls it.
     fn mark(self) {
         self.written.set(true);
+    }
+
+    /// Records a change of table `name` (type code `code`) in the group's frame, with the
+    /// journal on. A table without a code cannot be journaled: the group becomes a
+    /// checkpoint, and a checkpoint's writes need no frame.
+    fn journal(self, code: Option<u8>, record: impl FnOnce(&mut FrameBody, u8)) {
+        let Some(frame) = self.frame else { return };
+        if self.checkpoint.get() != Checkpoint::No {
+            return;
+        }
+        match code {
+            Some(code) => record(&mut frame.borrow_mut(), code),
+            None => self.checkpoint.set(Checkpoint::Yes),
+        }
+    }
+
+    /// Whether writes are being recorded in a frame (the journal is on and the group is
+    /// not a checkpoint yet): a pass that must know its keys to record them asks.
+    fn recording(self) -> bool {
+        self.frame.is_some() && self.checkpoint.get() == Checkpoint::No
+    }
+
+    /// Makes the group a checkpoint (at least `level`): a durable redb commit.
+    fn require(self, level: Checkpoint) {
+        self.mark();
+        if self.checkpoint.get() < level {
+            self.checkpoint.set(level);
+        }
     }
 
     /// Whether this operation has written so far.
@@ -233,10 +282,12 @@ impl<'g> GroupTx<'g> {
     /// through the [`GroupTable`]'s own methods.
     pub(crate) fn table<K: Key + 'static, V: Value + 'static>(
         self,
-        def: TableDefinition<K, V>,
+        def: TableDefinition<'static, K, V>,
     ) -> Result<GroupTable<'g, K, V>> {
         Ok(GroupTable {
             table: self.tx.open_table(def)?,
+            def,
+            code: self.log.frame.and_then(|_| type_code::<K, V>()),
             log: self.log,
         })
     }
@@ -245,11 +296,25 @@ impl<'g> GroupTx<'g> {
     /// table): a write, so it marks the group.
     pub(crate) fn create<K: Key + 'static, V: Value + 'static>(
         self,
-        def: TableDefinition<K, V>,
+        def: TableDefinition<'static, K, V>,
     ) -> Result<()> {
         self.log.mark();
+        self.log.journal(type_code::<K, V>(), |f, c| {
+            f.create(redb::TableHandle::name(&def), c)
+        });
         self.tx.open_table(def)?;
         Ok(())
+    }
+
+    /// Makes the group a checkpoint: its commit is durable (and records the journal's
+    /// position), whatever the queue's durability. An upgrade, a flush.
+    pub(crate) fn checkpoint(self) {
+        self.log.require(Checkpoint::Yes);
+    }
+
+    /// Makes the group the session's last checkpoint (the close).
+    pub(crate) fn checkpoint_closing(self) {
+        self.log.require(Checkpoint::Closing);
     }
 
     /// The names of the tables in the file.
@@ -263,7 +328,7 @@ impl<'g> GroupTx<'g> {
     /// one raw use: a journal cannot record writes of the caller's own tables, so a group
     /// that ran a caller's closure is written whole (a checkpoint), not journaled.
     pub(crate) fn caller_transaction(self) -> &'g WriteTransaction {
-        self.log.mark();
+        self.log.require(Checkpoint::Yes);
         self.tx
     }
 
@@ -276,19 +341,26 @@ impl<'g> GroupTx<'g> {
 impl crate::format::schema::CreateTables for GroupTx<'_> {
     fn create_table<K: Key + 'static, V: Value + 'static>(
         &self,
-        def: TableDefinition<K, V>,
+        def: TableDefinition<'static, K, V>,
     ) -> std::result::Result<(), redb::TableError> {
         self.log.mark();
+        self.log.journal(type_code::<K, V>(), |f, c| {
+            f.create(redb::TableHandle::name(&def), c)
+        });
         self.tx.open_table(def).map(drop)
     }
 }
 
 /// A leaseq table opened in a group's transaction ([`GroupTx::table`]): reads through
 /// `Deref` to the redb table; writes only through the methods below, each of which marks
-/// the group, and where a write-ahead journal would record the change (table, key, value or
-/// delete). No `DerefMut`: no write can go around them.
+/// the group and, with the journal on, records the change (table, key, value or removal)
+/// in the group's frame. No `DerefMut`: no write can go around them.
 pub(crate) struct GroupTable<'g, K: Key + 'static, V: Value + 'static> {
     table: Table<'g, K, V>,
+    def: TableDefinition<'static, K, V>,
+    /// The table's type code in a frame (`None` with the journal off, or for a table a
+    /// frame cannot name: a write to it makes the group a checkpoint).
+    code: Option<u8>,
     log: GroupLog<'g>,
 }
 
@@ -307,7 +379,16 @@ impl<K: Key + 'static, V: Value + 'static> GroupTable<'_, K, V> {
         key: impl std::borrow::Borrow<K::SelfType<'k>>,
         value: impl std::borrow::Borrow<V::SelfType<'v>>,
     ) -> Result<Option<AccessGuard<'_, V>>> {
+        let (key, value) = (key.borrow(), value.borrow());
         self.log.mark();
+        self.log.journal(self.code, |f, c| {
+            f.put(
+                redb::TableHandle::name(&self.def),
+                c,
+                K::as_bytes(key).as_ref(),
+                V::as_bytes(value).as_ref(),
+            );
+        });
         Ok(self.table.insert(key, value)?)
     }
 
@@ -316,60 +397,149 @@ impl<K: Key + 'static, V: Value + 'static> GroupTable<'_, K, V> {
         &mut self,
         key: impl std::borrow::Borrow<K::SelfType<'a>>,
     ) -> Result<Option<AccessGuard<'_, V>>> {
+        let key = key.borrow();
         self.log.mark();
+        self.log.journal(self.code, |f, c| {
+            f.remove(
+                redb::TableHandle::name(&self.def),
+                c,
+                K::as_bytes(key).as_ref(),
+            );
+        });
         Ok(self.table.remove(key)?)
     }
 
     /// The value of `key` for rewriting in place, as redb's `Table::get_mut` (which copies
-    /// its page for writing, found or not): a write of `key`. It marks the group, but the
-    /// new value goes through redb's guard, unseen here: a journal recording changes must
-    /// read it back (or this must become a get and an insert). `retain` and `retain_in`
-    /// likewise mark without knowing which keys they delete.
+    /// its page for writing, found or not): a write of `key`, marked. The new value goes in
+    /// through [`GroupRowMut::insert`], which records it.
     pub(crate) fn get_mut<'k>(
         &mut self,
         key: impl std::borrow::Borrow<K::SelfType<'k>>,
-    ) -> Result<Option<redb::AccessGuardMut<'_, V>>> {
+    ) -> Result<Option<GroupRowMut<'_, V>>> {
+        let key = key.borrow();
         self.log.mark();
-        Ok(self.table.get_mut(key)?)
+        let recording = self.log.recording();
+        let key_bytes = if recording {
+            K::as_bytes(key).as_ref().to_vec()
+        } else {
+            Vec::new()
+        };
+        let (name, code, log) = (redb::TableHandle::name(&self.def), self.code, self.log);
+        Ok(self.table.get_mut(key)?.map(|guard| GroupRowMut {
+            guard,
+            key: key_bytes,
+            name,
+            code,
+            log,
+        }))
     }
 
-    /// Removes every entry for which `keep` is false, as redb's `Table::retain`.
+    /// Removes every entry for which `keep` is false, as redb's `Table::retain`; with the
+    /// journal on, each removed key is recorded.
     pub(crate) fn retain<F: for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool>(
         &mut self,
-        keep: F,
+        mut keep: F,
     ) -> Result<()> {
         self.log.mark();
-        Ok(self.table.retain(keep)?)
+        if !self.log.recording() {
+            return Ok(self.table.retain(keep)?);
+        }
+        let (log, code, def) = (self.log, self.code, self.def);
+        let mut key = Vec::new();
+        Ok(self.table.retain(|k, v| {
+            key.clear();
+            key.extend_from_slice(K::as_bytes(&k).as_ref());
+            let kept = keep(k, v);
+            if !kept {
+                log.journal(code, |f, c| {
+                    f.remove(redb::TableHandle::name(&def), c, &key)
+                });
+            }
+            kept
+        })?)
     }
 
     /// Removes the entries of `range` for which `keep` is false, as redb's
-    /// `Table::retain_in`.
+    /// `Table::retain_in`; with the journal on, each removed key is recorded.
     pub(crate) fn retain_in<'a, KR, F: for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool>(
         &mut self,
         range: impl std::ops::RangeBounds<KR> + 'a,
-        keep: F,
+        mut keep: F,
     ) -> Result<()>
     where
         KR: std::borrow::Borrow<K::SelfType<'a>> + 'a,
     {
         self.log.mark();
-        Ok(self.table.retain_in(range, keep)?)
+        if !self.log.recording() {
+            return Ok(self.table.retain_in(range, keep)?);
+        }
+        let (log, code, def) = (self.log, self.code, self.def);
+        let mut key = Vec::new();
+        Ok(self.table.retain_in(range, |k, v| {
+            key.clear();
+            key.extend_from_slice(K::as_bytes(&k).as_ref());
+            let kept = keep(k, v);
+            if !kept {
+                log.journal(code, |f, c| {
+                    f.remove(redb::TableHandle::name(&def), c, &key)
+                });
+            }
+            kept
+        })?)
+    }
+}
+
+/// A row of a [`GroupTable`] open for rewriting ([`GroupTable::get_mut`]): read it with
+/// [`GroupRowMut::value`], write it with [`GroupRowMut::insert`], which records the change.
+pub(crate) struct GroupRowMut<'a, V: Value + 'static> {
+    guard: redb::AccessGuardMut<'a, V>,
+    /// The row's key bytes (recorded with the new value; empty when not recording).
+    key: Vec<u8>,
+    name: &'a str,
+    code: Option<u8>,
+    log: GroupLog<'a>,
+}
+
+impl<V: Value + 'static> GroupRowMut<'_, V> {
+    /// The row's value, as redb's `AccessGuardMut::value`.
+    pub(crate) fn value(&self) -> V::SelfType<'_> {
+        self.guard.value()
+    }
+
+    /// Rewrites the row with `value`, as redb's `AccessGuardMut::insert`.
+    pub(crate) fn insert<'v>(
+        &mut self,
+        value: impl std::borrow::Borrow<V::SelfType<'v>>,
+    ) -> Result<()> {
+        let value = value.borrow();
+        let (name, key) = (self.name, &self.key);
+        self.log.journal(self.code, |f, c| {
+            f.put(name, c, key, V::as_bytes(value).as_ref())
+        });
+        Ok(self.guard.insert(value)?)
     }
 }
 
 /// Runs `f` over `tx` through the same write path, with a record of its own that is dropped
 /// (such a write counts, wakes and tells nothing): the committer's own writes at a seal (the
-/// counters, the metrics) and a flush's.
+/// counters, the metrics), recorded in the group's `frame` with the journal on.
 pub(crate) fn write_unlogged<T>(
     tx: &WriteTransaction,
+    frame: Option<&RefCell<FrameBody>>,
     f: impl FnOnce(GroupTx<'_>) -> Result<T>,
 ) -> Result<T> {
-    let (written, record) = (Cell::new(false), GroupRecord::default());
+    let (written, record, checkpoint) = (
+        Cell::new(false),
+        GroupRecord::default(),
+        Cell::new(Checkpoint::No),
+    );
     f(GroupTx {
         tx,
         log: GroupLog {
             written: &written,
             record: &record,
+            frame,
+            checkpoint: &checkpoint,
             listening: false,
             counting: false,
         },
@@ -388,7 +558,7 @@ impl<'g> Ctx<'g> {
     /// Leaseq table `def` in the group's transaction ([`GroupTx::table`]).
     pub(crate) fn table<K: Key + 'static, V: Value + 'static>(
         &self,
-        def: TableDefinition<K, V>,
+        def: TableDefinition<'static, K, V>,
     ) -> Result<GroupTable<'g, K, V>> {
         self.group().table(def)
     }
@@ -438,12 +608,17 @@ struct OpenGroup {
     dirty: bool,
     /// What the group's operations did besides their writes (see [`GroupLog`]).
     record: GroupRecord,
+    /// The group's frame: its changes, with the journal on.
+    frame: Option<RefCell<FrameBody>>,
+    /// Whether the group is a checkpoint.
+    checkpoint: Cell<Checkpoint>,
     members: usize,
     /// Members other than the leader, parked until the result is set (woken one by one
     /// with `unpark`: no condvar, so they never queue on the group mutex to read it).
     waiters: Vec<std::thread::Thread>,
     seq: u64,
-    /// Whether this group commits with `Durability::Immediate`.
+    /// Whether this group commits with `Durability::Immediate` (with the journal on, or if
+    /// it becomes a checkpoint, decided at its seal).
     durable: bool,
     opened_at: Instant,
     result: Arc<OnceLock<GroupResult>>,
@@ -487,6 +662,13 @@ pub struct CommitStats {
     pub commit_micros: u64,
     /// Time groups spent open, from their first operation to their seal, in microseconds.
     pub gather_micros: u64,
+    /// Of `commits`, with the journal on: groups written as a journal frame (one
+    /// `fdatasync` of the journal) and a redb commit without an fsync.
+    pub journal_frames: u64,
+    /// Of `commits`, with the journal on: checkpoints (durable redb commits recording the
+    /// journal's position): groups with a caller's own writes, flushes, the close, and
+    /// the journal's bounds (size, frames, time).
+    pub checkpoints: u64,
     /// Groups sealed because their gathering bound passed (twice the last commit, at most
     /// 2 ms) while callers were still expected, rather than because every expected caller
     /// had joined or the group was full. A lone caller never adds to it.
@@ -527,6 +709,9 @@ pub(crate) struct Committer {
     /// Writes what a group's commit adds besides its operations' writes (the metrics, from
     /// its tally); `None` counts nothing (a committer that is not a queue's).
     seal_writer: Option<Arc<dyn SealWriter>>,
+    /// The file's journal, if it is on: groups write frames into it, and checkpoints. Only
+    /// the sealing leader locks it.
+    journal: Option<Mutex<Journal>>,
 }
 
 /// What a group's commit writes besides its operations' writes: a file's metrics, from the
@@ -553,7 +738,19 @@ impl Committer {
             work: Arc::new(QueueSignals::default()),
             hub: EventHub::default(),
             seal_writer: None,
+            journal: None,
         }
+    }
+
+    /// This committer writing its groups through `journal` (see `crate::journal`).
+    pub(crate) fn with_journal(mut self, journal: Journal) -> Committer {
+        self.journal = Some(Mutex::new(journal));
+        self
+    }
+
+    /// Whether groups are journaled.
+    pub(crate) fn journaling(&self) -> bool {
+        self.journal.is_some()
     }
 
     /// This committer with its groups' tallies counted and written by `writer` (a queue's
@@ -655,6 +852,8 @@ impl Committer {
                 log: GroupLog {
                     written: &written,
                     record: &g.record,
+                    frame: g.frame.as_ref(),
+                    checkpoint: &g.checkpoint,
                     // Looked at per operation: a call made after a subscription returned is
                     // recorded whatever group it joins.
                     listening: self.hub.listening(),
@@ -711,6 +910,9 @@ impl Committer {
     ) -> Result<OpenGroup> {
         let mut tx = db.begin_write()?;
         let durable = match self.durability {
+            // With the journal, the seal decides: a frame and a non-durable commit, or a
+            // checkpoint.
+            _ if self.journal.is_some() => false,
             Durability::Immediate => true,
             Durability::None => non_durable_commits + 1 >= NON_DURABLE_COMMITS_MAX,
         };
@@ -731,6 +933,8 @@ impl Committer {
             counters_at_start: counters,
             dirty: false,
             record: GroupRecord::default(),
+            frame: self.journal.as_ref().map(|_| RefCell::default()),
+            checkpoint: Cell::new(Checkpoint::No),
             members: 0,
             waiters: Vec::new(),
             seq: 0,
@@ -849,9 +1053,10 @@ impl Committer {
         let started = Instant::now();
         st.stats.gather_micros += u64::try_from((started - g.opened_at).as_micros()).unwrap_or(0);
         let writer = self.seal_writer.as_deref();
+        let journal = self.journal.as_ref();
         let outcome = parking_lot::MutexGuard::unlocked(st, || {
             let outcome = catch_unwind(AssertUnwindSafe(|| {
-                commit_group(g, tally.into_inner(), writer)
+                commit_group(g, tally.into_inner(), writer, journal)
             }))
             .unwrap_or_else(|_| Err("storage engine panicked during commit".to_string()));
             if let Some(writer) = writer
@@ -873,8 +1078,15 @@ impl Committer {
             0
         };
         let result = match outcome {
-            Ok(()) => {
+            Ok(sealed) => {
                 st.counters = Some(counters);
+                if dirty {
+                    match sealed {
+                        Sealed::Frame => st.stats.journal_frames += 1,
+                        Sealed::Checkpoint => st.stats.checkpoints += 1,
+                        Sealed::Plain => {}
+                    }
+                }
                 if dirty {
                     // Only a group that really committed counts towards (or is) the periodic
                     // durable commit; a clean group was aborted and made nothing durable.
@@ -965,7 +1177,8 @@ fn commit_group(
     g: OpenGroup,
     tally: Tally,
     writer: Option<&dyn SealWriter>,
-) -> std::result::Result<(), String> {
+    journal: Option<&Mutex<Journal>>,
+) -> std::result::Result<Sealed, String> {
     let _span = tracing::debug_span!(
         "leaseq.commit",
         members = g.members,
@@ -974,7 +1187,7 @@ fn commit_group(
     )
     .entered();
     let members = g.members;
-    let r = commit_group_inner(g, tally, writer);
+    let r = commit_group_inner(g, tally, writer, journal);
     if let Err(e) = &r {
         tracing::error!(members, error = %e, "leaseq: group commit failed");
     }
@@ -985,17 +1198,23 @@ fn commit_group_inner(
     g: OpenGroup,
     tally: Tally,
     writer: Option<&dyn SealWriter>,
-) -> std::result::Result<(), String> {
+    journal: Option<&Mutex<Journal>>,
+) -> std::result::Result<Sealed, String> {
     if !g.dirty {
         debug_assert_eq!(
             g.counters, g.counters_at_start,
             "counters moved without a write"
         );
         // Nothing was written: no fsync needed, and every member read committed state.
-        return g.tx.abort().map_err(|e| e.to_string());
+        return g
+            .tx
+            .abort()
+            .map(|()| Sealed::Plain)
+            .map_err(|e| e.to_string());
     }
-    // The committer's own writes, through the write path too.
-    write_unlogged(&g.tx, |tx| {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    // The committer's own writes, through the write path too (into the frame).
+    write_unlogged(&g.tx, g.frame.as_ref(), |tx| {
         if g.counters.reserved_moved(&g.counters_at_start) {
             g.counters.write(tx)?;
         }
@@ -1004,8 +1223,57 @@ fn commit_group_inner(
             None => Ok(()),
         }
     })
-    .map_err(|e| e.to_string())?;
-    g.tx.commit().map_err(|e| e.to_string())
+    .map_err(|e| err(&e))?;
+    let mut tx = g.tx;
+    let Some(journal) = journal else {
+        if g.checkpoint.get() != Checkpoint::No && !g.durable {
+            tx.set_durability(redb::Durability::Immediate)
+                .map_err(|e| err(&e))?;
+        }
+        return tx.commit().map(|()| Sealed::Plain).map_err(|e| err(&e));
+    };
+    let mut journal = journal.lock();
+    let mut checkpoint = g.checkpoint.get();
+    if checkpoint == Checkpoint::No && journal.checkpoint_due() {
+        checkpoint = Checkpoint::Yes;
+    }
+    let frame = g.frame.as_ref().map(RefCell::borrow);
+    if checkpoint == Checkpoint::No
+        && let Some(frame) = frame.as_deref()
+        && !frame.is_empty()
+    {
+        // The frame durable first: the group is answered once it is, and a crash from here
+        // on replays it at the next open. Then redb's own commit, without an fsync.
+        match journal.append(frame) {
+            Ok(true) => {}
+            Ok(false) => checkpoint = Checkpoint::Yes,
+            Err(e) => return Err(format!("journal: {e}")),
+        }
+    }
+    if checkpoint == Checkpoint::No {
+        return tx.commit().map(|()| Sealed::Frame).map_err(|e| err(&e));
+    }
+    // A checkpoint: a durable commit recording the last frame it holds.
+    journal
+        .state(checkpoint != Checkpoint::Closing)
+        .write(&tx)
+        .map_err(|e| err(&e))?;
+    tx.set_durability(redb::Durability::Immediate)
+        .map_err(|e| err(&e))?;
+    tx.commit().map_err(|e| err(&e))?;
+    journal.checkpointed();
+    Ok(Sealed::Checkpoint)
+}
+
+/// How a group's commit went to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sealed {
+    /// Without the journal: per the queue's durability (or aborted, having written nothing).
+    Plain,
+    /// A journal frame and a non-durable redb commit.
+    Frame,
+    /// A checkpoint (with the journal on).
+    Checkpoint,
 }
 
 #[cfg(test)]

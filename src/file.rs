@@ -7,8 +7,8 @@ use std::sync::Arc;
 use redb::Database;
 
 use crate::clock::Clock;
-use crate::commit::{Committer, GroupTx, SealWriter, write_unlogged};
-use crate::error::{Error, Result, catch_engine_panic};
+use crate::commit::{Committer, GroupTx, SealWriter};
+use crate::error::{Result, catch_engine_panic};
 use crate::metrics::{MetricRow, PendingMetrics, Tally};
 use crate::store::{self, QueueConfig};
 
@@ -41,6 +41,10 @@ pub struct Recovery {
     /// Schedules that came due while the file was closed and enqueued nothing at this open:
     /// [`Missed::Skip`](crate::Missed::Skip), or an instance still pending.
     pub schedules_skipped: u64,
+    /// What the open found in the write-ahead journal beside the file (see
+    /// [`Builder::journal`](crate::Builder::journal)): frames replayed, a journal missing, or
+    /// nothing to do. Replay runs before the upgrade, lease recovery and schedules.
+    pub journal: crate::journal::JournalFound,
 }
 
 /// Owns the database; drops it inside `catch_unwind` so a panic in redb's drop (seen on
@@ -70,11 +74,15 @@ impl Drop for GuardedDb {
 }
 
 impl Drop for OpenFile {
-    /// The close writes the metrics not written yet (best effort: a handle whose commits
-    /// failed writes nothing).
+    /// The close writes the metrics not written yet, and with the journal on makes the
+    /// session's last checkpoint (the queue file then holds everything, alone). Best
+    /// effort: a handle whose commits failed writes nothing (the next open replays).
     fn drop(&mut self) {
-        if !self.pending_metrics().is_empty() && self.committer.ensure_not_poisoned().is_ok() {
-            let _ = self.flush();
+        let journaling = self.committer.journaling();
+        if (journaling || !self.pending_metrics().is_empty())
+            && self.committer.ensure_not_poisoned().is_ok()
+        {
+            let _ = self.checkpoint(journaling);
         }
     }
 }
@@ -119,10 +127,16 @@ impl OpenFile {
             .unwrap_or_default()
     }
 
-    /// One `Immediate` commit: every earlier commit of the file durable, with the metrics
-    /// not written yet. They are taken out before the flush's transaction begins (a
-    /// group's seal writing them meanwhile finds none), and go back if its commit fails.
+    /// One durable commit, a checkpoint with the journal on: every earlier commit of the file
+    /// durable in the queue file itself, with the metrics not written yet. They are taken
+    /// out before the flush's group runs (a group's seal writing them meanwhile finds none),
+    /// and go back if its commit fails.
     pub(crate) fn flush(&self) -> Result<()> {
+        self.checkpoint(false)
+    }
+
+    /// [`OpenFile::flush`]; `closing`: the session's last checkpoint (the close).
+    fn checkpoint(&self, closing: bool) -> Result<()> {
         self.committer.ensure_not_reentrant()?;
         self.committer.ensure_not_poisoned()?;
         let rows = self
@@ -131,21 +145,23 @@ impl OpenFile {
             .map(|m| m.pending.lock().take())
             .unwrap_or_default();
         let flushed = catch_engine_panic(|| {
-            let tx = self.db.get().begin_write()?;
-            if !rows.is_empty() {
-                write_unlogged(&tx, |tx| store::write_metrics(tx, &rows))?;
-            }
-            tx.commit()?;
-            Ok(())
+            self.committer.run(self.db.get(), &mut |ctx| {
+                let group = ctx.group();
+                if !rows.is_empty() {
+                    store::write_metrics(group, &rows)?;
+                }
+                if closing {
+                    group.checkpoint_closing();
+                } else {
+                    group.checkpoint();
+                }
+                Ok(Ok(()))
+            })
         });
-        if let Err(e) = &flushed {
-            if let Some(m) = &self.metrics {
-                m.pending.lock().put_back(&rows);
-            }
-            if let Error::CommitFailed { detail } = e {
-                // As for a group's failed commit: its outcome is unknown, redb refuses writes.
-                self.committer.poison(detail.clone());
-            }
+        if flushed.is_err()
+            && let Some(m) = &self.metrics
+        {
+            m.pending.lock().put_back(&rows);
         }
         flushed
     }

@@ -104,6 +104,7 @@ mod events;
 mod file;
 mod format;
 mod job;
+mod journal;
 mod lease;
 mod limits;
 mod metrics;
@@ -153,6 +154,7 @@ pub use job::{
     Applied, AttemptError, EnqueueOptions, Enqueued, History, ImportJob, JobCursor, JobId, JobInfo,
     JobPage, JobState, OnDuplicate, Outcome, Pruned, Quarantined, Stats, Violation,
 };
+pub use journal::JournalFound;
 pub use lease::{Heartbeat, Lease};
 pub use limits::{
     ASYNC_THREADS_MAX, BATCH_MAX, CRON_TEXT_BYTES_MAX, DELAY_MAX, DUE_RECHECK_MAX, ERRORS_KEPT,

@@ -97,6 +97,17 @@ pub(crate) const GROUP_MEMBERS_MAX: usize = 1024;
 /// With `Durability::None`, every this-many commits is made durable anyway, so redb can
 /// reuse pages (non-durable commits pin them) and the file does not grow without bound.
 pub(crate) const NON_DURABLE_COMMITS_MAX: u64 = 256;
+/// The journal's size in bytes (4 MiB), preallocated and zeroed when it is made, so a
+/// frame's `fdatasync` changes no file size. A group whose frame would not fit before the
+/// end is a checkpoint instead (a durable redb commit), after which frames start again at
+/// the front. As SQLite's `wal_autocheckpoint` default (1000 pages of 4 KiB).
+pub(crate) const JOURNAL_BYTES: u64 = 4 << 20;
+/// The most frames between two checkpoints: each frame's redb commit is non-durable, and
+/// redb keeps what they allocated until the next durable commit.
+pub(crate) const JOURNAL_FRAMES_MAX: u64 = 4096;
+/// The longest time between two checkpoints while groups commit: a copy of the queue file
+/// alone is at most this old (plus the time without commits).
+pub(crate) const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
 /// Ids and lease tokens handed out in blocks: `leaseq_meta` stores the end of the reserved
 /// block (every id or token ever used is below it), so the counter row is written once per
 /// `COUNTER_BLOCK` allocations instead of on every commit. Unused numbers of a block are
@@ -159,6 +170,8 @@ const _: () = {
     // Every bound admits at least one item.
     assert!(GROUP_MEMBERS_MAX >= 1 && SWEEP_MAX >= 1 && VIOLATIONS_MAX >= 1);
     assert!(COUNTER_BLOCK >= 1 && NON_DURABLE_COMMITS_MAX >= 1);
+    // The journal holds a header block and at least one frame of a large group.
+    assert!(JOURNAL_BYTES >= 1 << 20 && JOURNAL_FRAMES_MAX >= 1);
     // A schedule row (payload, name, cron text, template) stays far below a record's cap.
     assert!(SCHEDULE_PAYLOAD_BYTES_MAX + 2 * CRON_TEXT_BYTES_MAX + 1024 <= RECORD_BYTES_MAX);
     assert!(SCHEDULES_MAX >= 1);

@@ -161,7 +161,9 @@ fn no_hard_links(e: &io::Error) -> bool {
 }
 
 /// Makes the new name `path` in `dir` durable (see [`place_new`]).
-fn sync_name(path: &Path, dir: &Path) -> io::Result<()> {
+/// Makes the name `path` (a new file in `dir`) durable: the directory's fsync on Unix, the
+/// file's flush on Windows (which cannot open a directory for it).
+pub(crate) fn sync_name(path: &Path, dir: &Path) -> io::Result<()> {
     #[cfg(windows)]
     {
         let _ = dir;

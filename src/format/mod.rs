@@ -6,6 +6,7 @@
 //! schedule record (periodic jobs). A new on-disk rule lives
 //! here and nowhere else.
 
+pub(crate) mod journal;
 pub(crate) mod payload;
 pub(crate) mod record;
 pub(crate) mod schedule;

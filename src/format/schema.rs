@@ -266,6 +266,18 @@ pub(crate) const META_NEXT_TOKEN: &str = "next_token";
 /// without it is complete, so adding it needs no format version.
 pub(crate) const META_FILE_ID: &str = "file_id";
 
+/// The journal's meta keys (optional: a file that never had a journal has none of them, so
+/// adding them needs no format version; docs/format.md, "The journal"). The id of the
+/// journal session whose frames the file may need (drawn at each writable open with the
+/// journal on; its header and every frame carry it).
+pub(crate) const META_JOURNAL_ID: &str = "journal_id";
+/// The last frame (sequence number) this file holds: replay applies the frames after it.
+/// Written by every checkpoint.
+pub(crate) const META_JOURNAL_SEQ: &str = "journal_seq";
+/// 1 while a session journals into the file's journal, 0 once it closed cleanly (its last
+/// checkpoint holds everything): with 1, a missing journal is reported.
+pub(crate) const META_JOURNAL_OPEN: &str = "journal_open";
+
 /// Ready-queue rank of a priority: lower priority values are served first, as in Oban, River
 /// and BullMQ. The map is order-preserving from `i32` onto `u32`.
 pub(crate) fn priority_rank(priority: i32) -> u32 {
@@ -294,14 +306,14 @@ pub(crate) trait CreateTables {
     /// Creates table `def` unless it exists.
     fn create_table<K: redb::Key + 'static, V: redb::Value + 'static>(
         &self,
-        def: redb::TableDefinition<K, V>,
+        def: redb::TableDefinition<'static, K, V>,
     ) -> Result<(), redb::TableError>;
 }
 
 impl CreateTables for redb::WriteTransaction {
     fn create_table<K: redb::Key + 'static, V: redb::Value + 'static>(
         &self,
-        def: redb::TableDefinition<K, V>,
+        def: redb::TableDefinition<'static, K, V>,
     ) -> Result<(), redb::TableError> {
         self.open_table(def).map(drop)
     }

@@ -36,7 +36,7 @@ pub(crate) fn make_file_id(ctx: &mut Ctx<'_>) -> Result<u64> {
 }
 
 /// 64 random bits, never 0: std's randomly keyed SipHash over the time and process id.
-fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     let nanos = std::time::SystemTime::now()

@@ -94,7 +94,7 @@ pub(super) enum Row {
 fn lazy<'a, 't, K: redb::Key + 'static, V: redb::Value + 'static>(
     slot: &'a mut Option<GroupTable<'t, K, V>>,
     tx: GroupTx<'t>,
-    def: redb::TableDefinition<K, V>,
+    def: redb::TableDefinition<'static, K, V>,
 ) -> Result<&'a mut GroupTable<'t, K, V>> {
     if slot.is_none() {
         *slot = Some(tx.table(def)?);
