@@ -256,23 +256,38 @@ pub(crate) fn start_session(
     };
     let scan = scan(file.as_deref(), state, path)?;
     let last = scan.last_seq(state);
-    // The new session's file made ready (durable) before the file names it.
-    let journal = match (session, file) {
-        (Some(id), Some(file)) => Some(Journal::start(file, id, last)?),
-        _ => None,
-    };
-    if !scan.frames.is_empty() || state.open || journal.is_some() {
+    if !scan.frames.is_empty() || state.open {
+        // The frames applied and durable in the file itself first: from here the journal
+        // holds nothing the file needs.
         let tx = db.begin_write()?;
         scan.apply(&tx)?;
-        let recorded = match &journal {
-            Some(j) => j.state(true),
-            None => MetaState {
-                seq: last,
-                open: false,
-                ..state
-            },
-        };
-        recorded.write(&tx)?;
+        MetaState {
+            seq: last,
+            open: false,
+            ..state
+        }
+        .write(&tx)?;
+        tx.commit()?;
+    }
+    let journal = match (session, file) {
+        (Some(id), Some(file)) => match Journal::prepare(&*file) {
+            Ok(()) => Some(Journal::new(file, id, last)),
+            // No room for the journal: the queue works without it (every commit durable in
+            // redb, as with the journal off) rather than not at all, and the room the
+            // journal took is given back.
+            Err(Error::Io(e)) if is_disk_full(&e) => {
+                tracing::warn!(error = %e, "leaseq: no room for the journal, opened without it");
+                let _ = file.set_len(0);
+                None
+            }
+            Err(e) => return Err(e),
+        },
+        _ => None,
+    };
+    if let Some(j) = &journal {
+        // The session recorded: its frames are the file's from now on.
+        let tx = db.begin_write()?;
+        j.state(true).write(&tx)?;
         tx.commit()?;
     }
     if let JournalFound::Replayed(n) = scan.found {
@@ -282,6 +297,14 @@ pub(crate) fn start_session(
         tracing::warn!(found = ?scan.found, "leaseq: journal not replayed");
     }
     Ok((scan.found, journal))
+}
+
+/// Whether `e` says the disk or the user's quota is full.
+fn is_disk_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
 }
 
 /// The journal of an open file: where the next frame goes and what it is numbered.
@@ -301,20 +324,23 @@ pub(crate) struct Journal {
 }
 
 impl Journal {
-    /// Starts session `id` on `file`: the header written if it is not a journal's yet, the
-    /// file made `JOURNAL_BYTES` of written zeros past the header if it is shorter (so a
-    /// frame's `fdatasync` needs no metadata), all of it durable. Frames are numbered from
-    /// `last_seq + 1`.
+    /// Makes `file` ready for a session: the header written if it is not a journal's yet,
+    /// the file made `JOURNAL_BYTES` of written zeros past the header if it is shorter (so a
+    /// frame's `fdatasync` needs no metadata), all of it durable.
     ///
     /// # Errors
-    /// `Io` from the file.
-    pub(crate) fn start(file: Box<dyn StorageBackend>, id: u64, last_seq: u64) -> Result<Journal> {
+    /// `Io` from the file (a full disk: `StorageFull`).
+    pub(crate) fn prepare(file: &dyn StorageBackend) -> Result<()> {
         let len = file.len()?;
         let full = FRAMES_START + JOURNAL_BYTES;
         let mut head = [0u8; HEADER_BYTES];
         let head_len = len.min(HEADER_BYTES as u64) as usize;
         file.read(0, &mut head[..head_len])?;
         let mut wrote = false;
+        if len < full {
+            // A backend writes only within its length (redb's contract).
+            file.set_len(full)?;
+        }
         if !matches!(decode_header(&head[..head_len]), HeaderFound::Journal) {
             file.write(0, &bytes::encode_header())?;
             wrote = true;
@@ -334,7 +360,12 @@ impl Journal {
         if wrote {
             file.sync_data()?;
         }
-        Ok(Journal {
+        Ok(())
+    }
+
+    /// Session `id` on a prepared `file`, its frames numbered from `last_seq + 1`.
+    pub(crate) fn new(file: Box<dyn StorageBackend>, id: u64, last_seq: u64) -> Journal {
+        Journal {
             file,
             id,
             tail: FRAMES_START,
@@ -342,7 +373,7 @@ impl Journal {
             frames: 0,
             checkpointed_at: Instant::now(),
             buf: Vec::new(),
-        })
+        }
     }
 
     /// Whether the next group must be a checkpoint, before its frame is made: too many

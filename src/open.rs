@@ -661,6 +661,11 @@ impl Builder {
             self.verifies(),
             redb::ConcurrencyMode::ExclusiveWriter,
         )?;
+        // What the journal beside it holds is part of the file: replayed into the copy (in
+        // memory), and the journal left as it is.
+        validate_format(&db.get().begin_read()?, path)?;
+        let journal = crate::journal::open_existing(&crate::journal::path_beside(path))?;
+        crate::journal::start_session(db.get(), journal, None, path)?;
         let snapshot = crate::reader::Source::Snapshot { db, retire };
         let version = validate_format(&snapshot.begin_read()?, path)?;
         if version < FORMAT_VERSION
@@ -877,22 +882,19 @@ impl Builder {
             }
             JournalAt::Path(p) => (crate::journal::open_existing(&p)?, p, None),
         };
-        let session = store::random_u64();
-        let (found, journal) =
-            crate::journal::start_session(db, file, on.then_some(session), &path)?;
         if let Some(p) = made
             && let Some(dir) = p.parent()
         {
-            // The new journal's name durable before a frame depends on it.
-            crate::platform::sync_name(
-                &p,
-                if dir.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    dir
-                },
-            )?;
+            // The new journal's name durable before the file names its session.
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            crate::platform::sync_name(&p, dir)?;
         }
+        let session = on.then(store::random_u64);
+        let (found, journal) = crate::journal::start_session(db, file, session, &path)?;
         Ok((found, journal))
     }
 

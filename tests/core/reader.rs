@@ -135,17 +135,39 @@ fn an_app_without_live_reads_is_said_to_hold_the_file_exclusively() {
     for needed in ["live_reads", "stop that process", "copy"] {
         assert!(text.contains(needed), "{text}");
     }
-    // A copy taken while it runs: read as a snapshot, the lease shown as leased.
+    // A copy of the queue file alone, taken while it runs: the queue as of its last
+    // checkpoint (the app's open), older but consistent.
+    let alone = f.dir.path().join("alone.leaseq");
+    std::fs::copy(&f.path, &alone).unwrap();
+    let r = Reader::open(&alone).unwrap();
+    assert!(!r.is_live(), "a copy of an open file needs a repair");
+    assert_eq!(r.stats().unwrap().total, 0, "{:?}", r.stats());
+    assert_eq!(r.check().unwrap(), vec![]);
+    drop(r);
+    // A copy of both files (the queue file first, then its journal): read as a snapshot
+    // with the journal replayed in memory, the lease shown as leased.
     let copy = f.dir.path().join("copy.leaseq");
     std::fs::copy(&f.path, &copy).unwrap();
-    let before = std::fs::read(&copy).unwrap();
+    let journal = |p: &Path| {
+        let mut s = p.as_os_str().to_owned();
+        s.push("-journal");
+        std::path::PathBuf::from(s)
+    };
+    std::fs::copy(journal(&f.path), journal(&copy)).unwrap();
+    let before = (
+        std::fs::read(&copy).unwrap(),
+        std::fs::read(journal(&copy)).unwrap(),
+    );
     let r = Reader::open(&copy).unwrap();
     assert!(!r.is_live(), "a copy of an open file needs a repair");
     let s = r.stats().unwrap();
     assert_eq!((s.total, s.ready, s.leased), (3, 2, 1), "{s:?}");
     drop(r);
     assert!(
-        std::fs::read(&copy).unwrap() == before,
+        (
+            std::fs::read(&copy).unwrap(),
+            std::fs::read(journal(&copy)).unwrap()
+        ) == before,
         "the copy was written"
     );
     child.kill();

@@ -11,4 +11,5 @@ mod sim_model;
 
 mod crash_model;
 mod durability;
+mod journal;
 mod simulator;
