@@ -5,7 +5,7 @@
 //!
 //! # The model
 //!
-//! A [`SimDisk`] holds two byte images of one file and a log:
+//! A [`SimDisk`] is one file. It holds two byte images of the file and a log:
 //!
 //! * the **live image**: every write and length change made so far. Reads and `len` see it, as a
 //!   running program sees its file through the operating system's page cache;
@@ -14,12 +14,26 @@
 //! * the **unsynced log**: each successful `write` and `set_len` since the last `sync_data`, in
 //!   order.
 //!
+//! Every file is on a **power line**. [`SimDisk::new`] and [`SimDisk::from_image`] make a file on
+//! a line of its own; [`SimDisk::sibling`] and [`SimDisk::sibling_from_image`] make another file
+//! on the same line as an existing one (a queue's redb file and its journal, say: two files of
+//! one machine). Files of a line have their own images, logs, seeds, caps, `sync_data` counts
+//! and byte-range locks; what they share is the power:
+//!
+//! * their mutating calls (`write`, `set_len`, `sync_data`) are counted together, in the order
+//!   they are made: [`SimDisk::mutating_ops`] and [`SimDisk::crash_after`] count the line's calls,
+//!   whichever file of the line they are asked of ([`SimDisk::file_mutating_ops`] counts one
+//!   file's);
+//! * power fails for the whole line at once.
+//!
 //! Power can be made to fail at a chosen mutating call ([`SimDisk::crash_after`]) or at once
 //! ([`SimDisk::crash_now`]). The call at which it fails has no effect, and it and every later
-//! I/O call on the disk (reads and `len` included) return an I/O error.
+//! I/O call on any file of the line (reads and `len` included) return an I/O error. A sync of
+//! one file makes only that file's writes durable: a crash can keep a file's synced data and lose
+//! another file's unsynced writes made before that sync.
 //!
-//! What survives power loss is the **crash image** ([`SimDisk::crash_image`]): the durable image
-//! with the unsynced log replayed in order over it, each entry independently
+//! What survives power loss is each file's **crash image** ([`SimDisk::crash_image`]): the
+//! file's durable image with its unsynced log replayed in order over it, each entry independently
 //!
 //! * a `write`: kept whole (probability 1/3), dropped (1/3), or torn (1/3). A torn write keeps
 //!   each 512-byte sector it touches independently with probability 1/2, so a torn write may also
@@ -31,14 +45,20 @@
 //! Since the log is replayed in order, a later write wins over an earlier one at the same offset
 //! when both are kept. The bytes of a kept write that fall past the crash image's length at that
 //! point of the replay (because the `set_len` that made room for them was dropped) are lost, as
-//! the data past the end of a file whose size change never reached the disk.
+//! the data past the end of a file whose size change never reached the disk. A write into room
+//! that is durable (a file preallocated, zeroed and synced, as a journal's) is never clipped: each
+//! of its sectors holds the write's bytes or what was there before. Each write is drawn on its
+//! own, so the model is harsher than a disk in one way: of two unsynced writes sharing a sector,
+//! the later one can be kept while the earlier one is lost (a disk writes the sector as the page
+//! cache holds it: with neither, with the earlier one alone, or with both).
 //!
-//! The choices are drawn from a [`fastrand::Rng`] seeded with the disk's seed, afresh for every
-//! call of [`SimDisk::crash_image`], so the crash image is a pure function of the seed and the
-//! calls made: the same seed and the same calls give the same image.
+//! The choices are drawn from a [`fastrand::Rng`] seeded with the file's seed, afresh for every
+//! call of [`SimDisk::crash_image`], so a crash image is a pure function of the file's seed and
+//! the calls made on that file: the same seed and the same calls give the same image, whatever
+//! the line's other files did.
 //!
-//! To "reboot", build a new disk from the crash image with [`SimDisk::from_image`] and open the
-//! database on it again.
+//! To "reboot", build a new file from each crash image with [`SimDisk::from_image`] (and
+//! [`SimDisk::sibling_from_image`] for the other files of the line) and open them again.
 //!
 //! The approach follows redb's own fuzzer (`fuzz/fuzz_targets/fuzz_redb.rs` in the redb
 //! repository), whose backend fails every I/O call once a countdown runs out, after which the
@@ -49,13 +69,13 @@
 //!
 //! # Limits
 //!
-//! * Images are `Vec<u8>`s in memory. A `set_len` above the disk's cap
+//! * Images are `Vec<u8>`s in memory. A `set_len` above the file's cap
 //!   ([`DEFAULT_MAX_LEN`], 1 GiB, unless changed by [`SimDisk::set_max_len`]) fails instead of
 //!   allocating. The unsynced log keeps a copy of every byte written since the last sync.
-//! * [`SimBackend`] implements none of the optional lock methods, so redb treats it as a backend
-//!   without locking: only [`redb::ConcurrencyMode::ExclusiveWriter`] (the default) works (the
-//!   other modes fail to open with an "unsupported" error), and nothing stops two databases from
-//!   being opened on one disk at once.
+//! * One lock serializes every call on the files of a line, so concurrent calls never overlap
+//!   in time (each is at one point of the line's count).
+//! * [`SimBackend`]'s byte-range locks are kept per file, in memory: they stand for the locks
+//!   processes take on a real file, not for anything on the disk (see [`SimBackend`]).
 //! * The backend implements the redb 4.x (`std::io::Error`) form of the trait; it does not
 //!   build with redb's `experimental-api-5` feature.
 //!
@@ -92,6 +112,41 @@
 //! assert!(rows.get(2)?.is_none());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Two files on one power line, a database and a journal beside it, where the journal writes
+//! records into room it preallocated and synced:
+//!
+//! ```
+//! use leaseq::sim::SimDisk;
+//! use redb::StorageBackend;
+//!
+//! let db_file = SimDisk::new(1);
+//! let journal = db_file.sibling(2);
+//! let (db, log) = (db_file.backend(), journal.backend());
+//! log.set_len(4096)?; // the line's mutating call 0
+//! log.sync_data()?; // 1
+//! log.write(0, b"record 1")?; // 2
+//! log.sync_data()?; // 3
+//! assert_eq!((db_file.mutating_ops(), journal.file_mutating_ops()), (4, 4));
+//!
+//! // Power fails at the line's second mutating call from now, whichever file makes it
+//! db_file.crash_after(1);
+//! log.write(8, b"record 2")?; // 4: the journal's, not synced
+//! assert!(db.set_len(4096).is_err()); // 5: the database's; power fails for both
+//! assert!(journal.is_crashed());
+//! assert!(log.read(0, &mut [0; 8]).is_err());
+//!
+//! // The synced record survives; the unsynced one may or may not
+//! let journal_image = journal.crash_image();
+//! assert_eq!(&journal_image[..8], b"record 1");
+//! assert!(db_file.crash_image().is_empty());
+//!
+//! // Reboot both files, on one line again
+//! let db_file = SimDisk::from_image(db_file.crash_image(), 3);
+//! let journal = db_file.sibling_from_image(journal_image, 4);
+//! assert_eq!(journal.backend().len()?, 4096);
+//! # Ok::<(), std::io::Error>(())
+//! ```
 
 use std::fmt;
 use std::io;
@@ -107,29 +162,34 @@ pub const SECTOR_SIZE: u64 = 512;
 /// The default cap on a disk's length, in bytes (1 GiB). See [`SimDisk::set_max_len`].
 pub const DEFAULT_MAX_LEN: u64 = 1 << 30;
 
-/// One simulated disk holding one file. Cloning gives another handle to the same disk.
+/// One simulated file, on its disk and on a power line it may share with other files
+/// ([`sibling`](Self::sibling)). Cloning gives another handle to the same file.
 ///
 /// See the [module documentation](self) for the model.
 #[derive(Clone)]
 pub struct SimDisk {
-    state: Arc<Mutex<State>>,
+    line: Arc<Mutex<Line>>,
+    /// This file's index in the line's `files`
+    file: usize,
 }
 
 /// A [`redb::StorageBackend`] on a [`SimDisk`], made by [`SimDisk::backend`].
 ///
-/// Every backend of a disk shares its state: their calls are counted together, and power fails
-/// for all of them at once.
+/// Every backend of a file shares its state, and every backend of every file of a power line
+/// shares the power: their mutating calls are counted together, and power fails for all of them
+/// at once.
 ///
 /// `len` and `read` see the live image. `write` and `set_len` change the live image and are
 /// logged as unsynced; `sync_data` makes the live image durable. Each returns an I/O error:
 ///
-/// * of kind [`io::ErrorKind::Other`] once power has failed (see [`SimDisk::crash_after`]);
+/// * of kind [`io::ErrorKind::Other`] once power has failed on the file's line (see
+///   [`SimDisk::crash_after`]);
 /// * of kind [`io::ErrorKind::InvalidInput`] for a `read` or `write` past the end of the file
 ///   (the file is not changed);
-/// * of kind [`io::ErrorKind::FileTooLarge`] for a `set_len` above the disk's cap (the file is
+/// * of kind [`io::ErrorKind::FileTooLarge`] for a `set_len` above the file's cap (the file is
 ///   not changed).
 ///
-/// Byte-range locks are kept per disk, as open file descriptions hold them (OFD locks): a
+/// Byte-range locks are kept per file, as open file descriptions hold them (OFD locks): a
 /// backend's locks conflict with other backends' where the ranges overlap and either is
 /// exclusive, never with its own; `unlock_range` releases that exact range; `close` releases
 /// every lock of the backend and always succeeds. So redb's shared modes
@@ -139,8 +199,10 @@ pub struct SimDisk {
 /// forever is a bug of the test). Lock calls work after a power failure too: the locks are
 /// the processes', not the disk's.
 pub struct SimBackend {
-    state: Arc<Mutex<State>>,
-    /// Whose locks these are: one id per backend.
+    line: Arc<Mutex<Line>>,
+    /// The backend's file: its index in the line's `files`
+    file: usize,
+    /// Whose locks these are: one id per backend of the file.
     id: u64,
 }
 
@@ -159,121 +221,276 @@ enum Op {
     SetLen(u64),
 }
 
-struct State {
+/// A power line and the files on it, behind one lock: a call on any file is at one point of the
+/// line's count, and a crash is one moment for every file.
+struct Line {
+    /// Mutating calls that reached any file of the line while it had power, the failing one
+    /// included
+    mutating_ops: u64,
+    /// Index (counted like `mutating_ops`, from zero) of the mutating call at which power fails
+    crash_at: Option<u64>,
+    crashed: bool,
+    /// At least one; never shrinks, so a `SimDisk`'s index stays valid
+    files: Vec<File>,
+}
+
+struct File {
     seed: u64,
     live: Vec<u8>,
     durable: Vec<u8>,
     unsynced: Vec<Op>,
-    /// Mutating calls that reached the disk while it had power, the failing one included
+    /// Mutating calls that reached this file while the line had power, the failing one included
     mutating_ops: u64,
     syncs: u64,
-    /// Index (counted like `mutating_ops`, from zero) of the mutating call at which power fails
-    crash_at: Option<u64>,
-    crashed: bool,
     max_len: u64,
-    /// The byte-range locks of every backend of the disk.
+    /// The byte-range locks of every backend of the file.
     locks: Vec<HeldLock>,
     /// The id the next backend gets.
     next_backend: u64,
 }
 
 impl SimDisk {
-    /// An empty disk (length zero) whose crash images are drawn from `seed`.
+    /// An empty file (length zero) on a power line of its own, whose crash images are drawn from
+    /// `seed`.
     pub fn new(seed: u64) -> SimDisk {
         SimDisk::from_image(Vec::new(), seed)
     }
 
-    /// A disk whose durable and live image are both `image`, with nothing unsynced and power on:
-    /// the disk after a reboot, when `image` is another disk's [`crash_image`](Self::crash_image).
-    /// Its crash images are drawn from `seed`.
+    /// A file whose durable and live image are both `image`, with nothing unsynced, on a power
+    /// line of its own with power on: the file after a reboot, when `image` is another file's
+    /// [`crash_image`](Self::crash_image). Its crash images are drawn from `seed`.
     ///
     /// The image is taken as it is, even if it is longer than the cap on `set_len`.
     pub fn from_image(image: Vec<u8>, seed: u64) -> SimDisk {
+        let line = Line {
+            mutating_ops: 0,
+            crash_at: None,
+            crashed: false,
+            files: vec![File::from_image(image, seed)],
+        };
         SimDisk {
-            state: Arc::new(Mutex::new(State {
-                seed,
-                durable: image.clone(),
-                live: image,
-                unsynced: Vec::new(),
-                mutating_ops: 0,
-                syncs: 0,
-                crash_at: None,
-                crashed: false,
-                max_len: DEFAULT_MAX_LEN,
-                locks: Vec::new(),
-                next_backend: 1,
-            })),
+            line: Arc::new(Mutex::new(line)),
+            file: 0,
         }
     }
 
-    /// A new [`redb::StorageBackend`] on this disk, for
-    /// [`redb::Builder::create_with_backend`]. It shares this disk's state.
+    /// Another file on this file's power line: empty (length zero), with its own images, log,
+    /// cap, counts and locks, and crash images drawn from `seed`. Its mutating calls are counted
+    /// with those of every file of the line, and power fails for all of them at once; see the
+    /// [module documentation](self).
+    ///
+    /// A file added after power failed is dead from the start, as the others.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leaseq::sim::SimDisk;
+    /// use redb::StorageBackend;
+    ///
+    /// let db_file = SimDisk::new(1);
+    /// let journal = db_file.sibling(2);
+    /// journal.crash_after(0);
+    /// assert!(db_file.backend().set_len(512).is_err());
+    /// assert!(journal.backend().len().is_err());
+    /// ```
+    pub fn sibling(&self, seed: u64) -> SimDisk {
+        self.sibling_from_image(Vec::new(), seed)
+    }
+
+    /// Another file on this file's power line, whose durable and live image are both `image`,
+    /// with nothing unsynced: with [`from_image`](Self::from_image), a reboot of a line of
+    /// several files. Otherwise as [`sibling`](Self::sibling).
+    pub fn sibling_from_image(&self, image: Vec<u8>, seed: u64) -> SimDisk {
+        let mut line = self.lock();
+        line.files.push(File::from_image(image, seed));
+        SimDisk {
+            line: Arc::clone(&self.line),
+            file: line.files.len() - 1,
+        }
+    }
+
+    /// A new [`redb::StorageBackend`] on this file, for
+    /// [`redb::Builder::create_with_backend`]. It shares this file's state.
     pub fn backend(&self) -> SimBackend {
         let id = {
-            let mut state = self.lock();
-            state.next_backend += 1;
-            state.next_backend - 1
+            let mut line = self.lock();
+            let file = &mut line.files[self.file];
+            file.next_backend += 1;
+            file.next_backend - 1
         };
         SimBackend {
-            state: Arc::clone(&self.state),
+            line: Arc::clone(&self.line),
+            file: self.file,
             id,
         }
     }
 
-    /// Sets the cap on the file's length, in bytes: a later `set_len` above it fails with
+    /// Sets the cap on this file's length, in bytes: a later `set_len` above it fails with
     /// [`io::ErrorKind::FileTooLarge`] and changes nothing. Defaults to [`DEFAULT_MAX_LEN`].
     /// A file already longer than the cap is left as it is.
     pub fn set_max_len(&self, bytes: u64) {
-        self.lock().max_len = bytes;
+        self.lock().files[self.file].max_len = bytes;
     }
 
-    /// Plans a power failure at the mutating call (`write`, `set_len` or `sync_data`, on any of
-    /// the disk's backends) that comes `mutating_ops` such calls from now: `0` is the very next
-    /// one. That call takes no effect; it and every later I/O call on the disk (`len` and `read`
-    /// included) return an I/O error of kind [`io::ErrorKind::Other`].
+    /// Plans a power failure at the mutating call (`write`, `set_len` or `sync_data`, on any
+    /// backend of any file of this file's power line) that comes `mutating_ops` such calls from
+    /// now: `0` is the very next one. That call takes no effect; it and every later I/O call on
+    /// the line's files (`len` and `read` included) return an I/O error of kind
+    /// [`io::ErrorKind::Other`].
     ///
-    /// Replaces an earlier plan. Does nothing once power has failed.
+    /// Replaces an earlier plan of the line. Does nothing once power has failed.
     pub fn crash_after(&self, mutating_ops: u64) {
-        let mut state = self.lock();
-        if !state.crashed {
-            state.crash_at = Some(state.mutating_ops.saturating_add(mutating_ops));
+        let mut line = self.lock();
+        if !line.crashed {
+            line.crash_at = Some(line.mutating_ops.saturating_add(mutating_ops));
         }
     }
 
-    /// Makes power fail now: every later I/O call on the disk returns an I/O error of kind
-    /// [`io::ErrorKind::Other`]. Does nothing if power has already failed.
+    /// Makes power fail now for this file's line: every later I/O call on any of its files
+    /// returns an I/O error of kind [`io::ErrorKind::Other`]. Does nothing if power has already
+    /// failed.
     pub fn crash_now(&self) {
         self.lock().crashed = true;
     }
 
-    /// Whether power has failed.
+    /// Whether power has failed on this file's line.
     pub fn is_crashed(&self) -> bool {
         self.lock().crashed
     }
 
-    /// The number of mutating calls (`write`, `set_len`, `sync_data`) made on this disk while it
-    /// had power, counting failed ones and the one at which power failed, but none after it.
+    /// The number of mutating calls (`write`, `set_len`, `sync_data`) made on the files of this
+    /// file's power line while it had power, counting failed ones and the one at which power
+    /// failed, but none after it. For a file alone on its line, that file's calls.
     ///
-    /// A workload that makes `n` of them on a fresh disk can be crashed at any of them with
+    /// A workload that makes `n` of them on fresh files can be crashed at any of them with
     /// `crash_after(k)` for `k` in `0..n`.
     pub fn mutating_ops(&self) -> u64 {
         self.lock().mutating_ops
     }
 
-    /// The number of `sync_data` calls that succeeded.
-    pub fn syncs(&self) -> u64 {
-        self.lock().syncs
+    /// The number of mutating calls made on this file alone, counted as
+    /// [`mutating_ops`](Self::mutating_ops) counts the line's.
+    pub fn file_mutating_ops(&self) -> u64 {
+        self.lock().files[self.file].mutating_ops
     }
 
-    /// The bytes that would be on the disk if power failed now, or that are on it if power has
-    /// failed: the durable image with each unsynced write kept, dropped or torn, and each
-    /// unsynced `set_len` kept or dropped, as the [module documentation](self) describes. A pure
-    /// function of the seed and the calls made so far: asking again gives the same image.
+    /// The number of this file's `sync_data` calls that succeeded.
+    pub fn syncs(&self) -> u64 {
+        self.lock().files[self.file].syncs
+    }
+
+    /// The bytes of this file that would be on the disk if power failed now, or that are on it if
+    /// power has failed: the durable image with each unsynced write kept, dropped or torn, and
+    /// each unsynced `set_len` kept or dropped, as the [module documentation](self) describes. A
+    /// pure function of the file's seed and the calls made on it so far: asking again gives the
+    /// same image, and the line's other files do not change it.
     pub fn crash_image(&self) -> Vec<u8> {
-        let state = self.lock();
-        let mut rng = Rng::with_seed(state.seed);
-        let mut image = state.durable.clone();
-        for op in &state.unsynced {
+        self.lock().files[self.file].crash_image()
+    }
+
+    /// A copy of the durable image, in bytes: the file as of its last successful `sync_data` (or
+    /// as given to [`from_image`](Self::from_image)).
+    pub fn durable_image(&self) -> Vec<u8> {
+        self.lock().files[self.file].durable.clone()
+    }
+
+    /// A copy of the live image, in bytes: the file as reads see it, with every successful
+    /// `write` and `set_len` so far.
+    pub fn live_image(&self) -> Vec<u8> {
+        self.lock().files[self.file].live.clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Line> {
+        lock(&self.line)
+    }
+}
+
+impl fmt::Debug for SimDisk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        lock(&self.line).fmt_fields("SimDisk", self.file, f)
+    }
+}
+
+impl fmt::Debug for SimBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        lock(&self.line).fmt_fields("SimBackend", self.file, f)
+    }
+}
+
+// A panic while the lock is held leaves the state consistent (every update is a single
+// assignment or a completed copy), so a poisoned lock is read through
+fn lock(line: &Mutex<Line>) -> MutexGuard<'_, Line> {
+    line.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Line {
+    // Hand-written so that no image is printed byte by byte
+    fn fmt_fields(&self, name: &str, file: usize, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let this = &self.files[file];
+        f.debug_struct(name)
+            .field("seed", &this.seed)
+            .field("live_len", &this.live.len())
+            .field("durable_len", &this.durable.len())
+            .field("unsynced_ops", &this.unsynced.len())
+            .field("file_mutating_ops", &this.mutating_ops)
+            .field("syncs", &this.syncs)
+            .field("file", &file)
+            .field("line_files", &self.files.len())
+            .field("mutating_ops", &self.mutating_ops)
+            .field("crash_at", &self.crash_at)
+            .field("crashed", &self.crashed)
+            .finish()
+    }
+
+    fn ensure_powered(&self) -> io::Result<()> {
+        if self.crashed {
+            Err(power_lost())
+        } else {
+            Ok(())
+        }
+    }
+
+    // Counts a mutating call on `file`, failing it (and the line's power) if it is the planned
+    // crash point; on success, hands back the file to change
+    fn begin_mutation(&mut self, file: usize) -> io::Result<&mut File> {
+        self.ensure_powered()?;
+        let index = self.mutating_ops;
+        self.mutating_ops += 1;
+        self.files[file].mutating_ops += 1;
+        if self.crash_at.is_some_and(|at| index >= at) {
+            self.crashed = true;
+            return Err(power_lost());
+        }
+        Ok(&mut self.files[file])
+    }
+
+    // The file a read-only call looks at, if the line has power
+    fn powered_file(&self, file: usize) -> io::Result<&File> {
+        self.ensure_powered()?;
+        Ok(&self.files[file])
+    }
+}
+
+impl File {
+    fn from_image(image: Vec<u8>, seed: u64) -> File {
+        File {
+            seed,
+            durable: image.clone(),
+            live: image,
+            unsynced: Vec::new(),
+            mutating_ops: 0,
+            syncs: 0,
+            max_len: DEFAULT_MAX_LEN,
+            locks: Vec::new(),
+            next_backend: 1,
+        }
+    }
+
+    // See `SimDisk::crash_image`; the draws depend on this file's seed and log alone
+    fn crash_image(&self) -> Vec<u8> {
+        let mut rng = Rng::with_seed(self.seed);
+        let mut image = self.durable.clone();
+        for op in &self.unsynced {
             match op {
                 Op::SetLen(len) => {
                     if rng.bool() {
@@ -301,76 +518,6 @@ impl SimDisk {
             }
         }
         image
-    }
-
-    /// A copy of the durable image, in bytes: the file as of the last successful `sync_data` (or
-    /// as given to [`from_image`](Self::from_image)).
-    pub fn durable_image(&self) -> Vec<u8> {
-        self.lock().durable.clone()
-    }
-
-    /// A copy of the live image, in bytes: the file as reads see it, with every successful
-    /// `write` and `set_len` so far.
-    pub fn live_image(&self) -> Vec<u8> {
-        self.lock().live.clone()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
-    }
-}
-
-impl fmt::Debug for SimDisk {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        lock(&self.state).fmt_fields("SimDisk", f)
-    }
-}
-
-impl fmt::Debug for SimBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        lock(&self.state).fmt_fields("SimBackend", f)
-    }
-}
-
-// A panic while the lock is held leaves the state consistent (every update is a single
-// assignment or a completed copy), so a poisoned lock is read through
-fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    state.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-impl State {
-    // Hand-written so that no image is printed byte by byte
-    fn fmt_fields(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct(name)
-            .field("seed", &self.seed)
-            .field("live_len", &self.live.len())
-            .field("durable_len", &self.durable.len())
-            .field("unsynced_ops", &self.unsynced.len())
-            .field("mutating_ops", &self.mutating_ops)
-            .field("syncs", &self.syncs)
-            .field("crash_at", &self.crash_at)
-            .field("crashed", &self.crashed)
-            .finish()
-    }
-
-    fn ensure_powered(&self) -> io::Result<()> {
-        if self.crashed {
-            Err(power_lost())
-        } else {
-            Ok(())
-        }
-    }
-
-    // Counts a mutating call, failing it (and the power) if it is the planned crash point
-    fn begin_mutation(&mut self) -> io::Result<()> {
-        self.ensure_powered()?;
-        let index = self.mutating_ops;
-        self.mutating_ops += 1;
-        if self.crash_at.is_some_and(|at| index >= at) {
-            self.crashed = true;
-            return Err(power_lost());
-        }
-        Ok(())
     }
 }
 
@@ -445,20 +592,21 @@ fn lock_span(start: Bound<u64>, end: Bound<u64>) -> (u64, u64) {
 
 impl SimBackend {
     /// Whether a lock of this backend over `span` (exclusive or shared) would conflict with
-    /// another backend's.
-    fn conflicts(state: &State, me: u64, span: (u64, u64), exclusive: bool) -> bool {
-        state.locks.iter().any(|l| {
+    /// another backend's of the same file.
+    fn conflicts(file: &File, me: u64, span: (u64, u64), exclusive: bool) -> bool {
+        file.locks.iter().any(|l| {
             l.backend != me && l.start < span.1 && span.0 < l.end && (exclusive || l.exclusive)
         })
     }
 
     fn try_lock(&self, start: Bound<u64>, end: Bound<u64>, exclusive: bool) -> bool {
         let span = lock_span(start, end);
-        let mut state = lock(&self.state);
-        if SimBackend::conflicts(&state, self.id, span, exclusive) {
+        let mut line = lock(&self.line);
+        let file = &mut line.files[self.file];
+        if SimBackend::conflicts(file, self.id, span, exclusive) {
             return false;
         }
-        state.locks.push(HeldLock {
+        file.locks.push(HeldLock {
             backend: self.id,
             start: span.0,
             end: span.1,
@@ -490,7 +638,8 @@ impl Clone for SimBackend {
     /// Another handle with the same locks (the same open file description).
     fn clone(&self) -> SimBackend {
         SimBackend {
-            state: Arc::clone(&self.state),
+            line: Arc::clone(&self.line),
+            file: self.file,
             id: self.id,
         }
     }
@@ -498,7 +647,9 @@ impl Clone for SimBackend {
 
 impl redb::StorageBackend for SimBackend {
     fn close(&self) -> Result<(), io::Error> {
-        lock(&self.state).locks.retain(|l| l.backend != self.id);
+        lock(&self.line).files[self.file]
+            .locks
+            .retain(|l| l.backend != self.id);
         Ok(())
     }
 
@@ -532,7 +683,7 @@ impl redb::StorageBackend for SimBackend {
 
     fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), redb::BackendError> {
         let (s, e) = lock_span(start, end);
-        lock(&self.state)
+        lock(&self.line).files[self.file]
             .locks
             .retain(|l| !(l.backend == self.id && l.start == s && l.end == e));
         Ok(())
@@ -543,9 +694,9 @@ impl redb::StorageBackend for SimBackend {
         start: Bound<u64>,
         end: Bound<u64>,
     ) -> Result<bool, redb::BackendError> {
-        let state = lock(&self.state);
+        let line = lock(&self.line);
         Ok(SimBackend::conflicts(
-            &state,
+            &line.files[self.file],
             self.id,
             lock_span(start, end),
             true,
@@ -553,59 +704,56 @@ impl redb::StorageBackend for SimBackend {
     }
 
     fn len(&self) -> Result<u64, io::Error> {
-        let state = lock(&self.state);
-        state.ensure_powered()?;
-        Ok(state.live.len() as u64)
+        let line = lock(&self.line);
+        let file = line.powered_file(self.file)?;
+        Ok(file.live.len() as u64)
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
-        let state = lock(&self.state);
-        state.ensure_powered()?;
-        let range = range_in(state.live.len(), offset, out.len()).ok_or_else(out_of_range)?;
-        out.copy_from_slice(&state.live[range]);
+        let line = lock(&self.line);
+        let file = line.powered_file(self.file)?;
+        let range = range_in(file.live.len(), offset, out.len()).ok_or_else(out_of_range)?;
+        out.copy_from_slice(&file.live[range]);
         Ok(())
     }
 
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
-        let mut state = lock(&self.state);
-        state.begin_mutation()?;
-        if len > state.max_len || usize::try_from(len).is_err() {
+        let mut line = lock(&self.line);
+        let file = line.begin_mutation(self.file)?;
+        if len > file.max_len || usize::try_from(len).is_err() {
             return Err(io::Error::new(
                 io::ErrorKind::FileTooLarge,
                 format!(
                     "simulated file length {len} is above the cap of {} bytes",
-                    state.max_len
+                    file.max_len
                 ),
             ));
         }
-        set_len(&mut state.live, len);
-        state.unsynced.push(Op::SetLen(len));
+        set_len(&mut file.live, len);
+        file.unsynced.push(Op::SetLen(len));
         Ok(())
     }
 
     fn sync_data(&self) -> Result<(), io::Error> {
-        let mut state = lock(&self.state);
-        state.begin_mutation()?;
-        let State {
-            durable, unsynced, ..
-        } = &mut *state;
+        let mut line = lock(&self.line);
+        let file = line.begin_mutation(self.file)?;
         // Replaying the log keeps the cost to the bytes written, not the file's size
-        for op in unsynced.drain(..) {
+        for op in file.unsynced.drain(..) {
             match op {
-                Op::SetLen(len) => set_len(durable, len),
-                Op::Write { offset, data } => write_clipped(durable, offset, &data),
+                Op::SetLen(len) => set_len(&mut file.durable, len),
+                Op::Write { offset, data } => write_clipped(&mut file.durable, offset, &data),
             }
         }
-        state.syncs += 1;
+        file.syncs += 1;
         Ok(())
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
-        let mut state = lock(&self.state);
-        state.begin_mutation()?;
-        let range = range_in(state.live.len(), offset, data.len()).ok_or_else(out_of_range)?;
-        state.live[range].copy_from_slice(data);
-        state.unsynced.push(Op::Write {
+        let mut line = lock(&self.line);
+        let file = line.begin_mutation(self.file)?;
+        let range = range_in(file.live.len(), offset, data.len()).ok_or_else(out_of_range)?;
+        file.live[range].copy_from_slice(data);
+        file.unsynced.push(Op::Write {
             offset,
             data: data.to_vec(),
         });
