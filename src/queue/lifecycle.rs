@@ -236,6 +236,11 @@ impl Queue {
         };
         inner.committer.ensure_not_reentrant()?;
         inner.committer.ensure_not_poisoned()?;
+        // A checkpoint first: compaction's own commits are durable and write no journal
+        // frame, so the file must hold every frame before them.
+        if inner.committer.journaling() {
+            inner.flush()?;
+        }
         let db = inner.db.get_mut();
         let _span = tracing::info_span!("leaseq.compact").entered();
         let started = std::time::Instant::now();

@@ -61,6 +61,11 @@ pub(crate) fn random_u64() -> u64 {
 /// (records of version 5 are read as they are). 8 → 9: the empty metrics table. 9 → 10: the
 /// version only (records of version 7, fixed-width and checked with XXH3-64, are written from
 /// now on; records of version 6 are read as they are, and rewritten when their job changes).
+/// 10 → 11: the version only (the journal's meta keys are optional); a format-10 build then
+/// refuses the file instead of opening it without replaying its journal.
+///
+/// An upgrade is a checkpoint (a durable commit, never a journal frame): an older build
+/// reading the file finds it upgraded or not, never a journal it cannot replay.
 ///
 /// A row that fails its checks is skipped here: the pass that meets it quarantines it.
 pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
@@ -72,7 +77,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
         .ok_or_else(|| Error::corrupted("leaseq_meta has no format version"))?;
     match version {
         FORMAT_VERSION => return Ok(None),
-        1..=9 => {}
+        1..=10 => {}
         _ => {
             return Err(Error::UnsupportedVersion {
                 found: version,
@@ -109,7 +114,9 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     // 8 to 9: the queues' metrics, none counted yet.
     tx.create(crate::format::schema::METRICS)?;
     // 9 to 10: nothing to rewrite (version-7 records are written from now on).
+    // 10 to 11: nothing to rewrite (the journal's meta keys are optional).
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
+    tx.checkpoint();
     Ok(Some(version))
 }
 

@@ -26,6 +26,7 @@ mod group_commit;
 mod groups;
 mod import;
 mod io_faults;
+mod journal;
 mod lease;
 mod lifecycle;
 mod lifecycle_adversarial;

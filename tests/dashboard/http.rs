@@ -985,8 +985,14 @@ fn a_file_left_by_a_crash_is_shown_to_pages_asked_at_once() {
     app.enqueue(b"b", EnqueueOptions::default())
         .expect("enqueue");
     let _lease = app.dequeue().expect("dequeue").expect("a job");
-    // A copy of a file being written: it needs a repair, read from a copy fixed in memory.
+    // A copy of a file being written (the queue file, then its journal): it needs a repair,
+    // read from a copy fixed in memory with the journal replayed.
     std::fs::copy(&path, &copy).expect("copy");
+    std::fs::copy(
+        dir.path().join("q.leaseq-journal"),
+        dir.path().join("copy.leaseq-journal"),
+    )
+    .expect("copy the journal");
     drop(_lease);
     drop(app);
     let before = std::fs::read(&copy).expect("read");

@@ -273,7 +273,11 @@ struct Runner {
     src: Src,
     seed: u64,
     settings: Settings,
+    /// The queue file.
     disk: SimDisk,
+    /// Its write-ahead journal: a second file on the queue file's power line (a crash or a
+    /// power cut hits both at one call).
+    journal: SimDisk,
     disks_made: u64,
     /// `Queue::write` calls so far: names each one's effect key and side payload.
     side_writes: u64,
@@ -547,11 +551,14 @@ fn check_answer(pred: &MRes, got: &Got, max_id: u64, max_token: u64) -> Result<L
 
 impl Runner {
     fn new(src: Src, seed: u64, settings: Settings) -> Runner {
+        let disk = SimDisk::new(seed);
+        let journal = disk.sibling(seed ^ 0x4a4f);
         Runner {
             src,
             seed,
             settings,
-            disk: SimDisk::new(seed),
+            disk,
+            journal,
             disks_made: 1,
             side_writes: 0,
             clock: ManualClock::new(T0_MS),
@@ -616,7 +623,24 @@ impl Runner {
         if self.small_cache {
             b = b.cache_bytes(256 << 10);
         }
-        b.open_backend(self.disk.backend())
+        b.open_backends(self.disk.backend(), self.journal.backend())
+    }
+
+    /// The queue file and its journal from `images`, on a fresh power line.
+    fn boot(&mut self, images: (Vec<u8>, Vec<u8>)) {
+        let s = self.fresh_disk_seed();
+        self.disk = SimDisk::from_image(images.0, s);
+        self.journal = self.disk.sibling_from_image(images.1, s ^ 0x4a4f);
+    }
+
+    /// Both files as a killed process leaves them (the OS keeps what was written).
+    fn live_images(&self) -> (Vec<u8>, Vec<u8>) {
+        (self.disk.live_image(), self.journal.live_image())
+    }
+
+    /// Both files as a power cut leaves them.
+    fn crash_images(&self) -> (Vec<u8>, Vec<u8>) {
+        (self.disk.crash_image(), self.journal.crash_image())
     }
 
     fn q(&self) -> Queue {
@@ -2061,28 +2085,28 @@ impl Runner {
             }
             Reboot::CleanCopy => {
                 drop(queue);
-                Some(self.disk.live_image())
+                Some(self.live_images())
             }
             Reboot::Kill => {
-                let image = self.disk.live_image();
+                let image = self.live_images();
                 drop(queue); // its close writes to a disk no one reads again
                 Some(image)
             }
             Reboot::PowerCut => {
                 self.disk.crash_now();
                 drop(queue);
-                Some(self.disk.crash_image())
+                Some(self.crash_images())
             }
             Reboot::Crash => {
                 drop(queue);
-                Some(self.disk.crash_image())
+                Some(self.crash_images())
             }
         };
         // A planned crash can also hit the close of a clean reboot.
         let (kind, image) =
             if matches!(kind, Reboot::Clean | Reboot::CleanCopy) && self.disk.is_crashed() {
                 self.log("  ^ the planned crash hit the close".to_string());
-                (Reboot::Crash, Some(self.disk.crash_image()))
+                (Reboot::Crash, Some(self.crash_images()))
             } else {
                 (kind, image)
             };
@@ -2091,9 +2115,8 @@ impl Runner {
         } else {
             self.out.reopens += 1;
         }
-        if let Some(image) = image {
-            let s = self.fresh_disk_seed();
-            self.disk = SimDisk::from_image(image, s);
+        if let Some(images) = image {
+            self.boot(images);
             self.crash_armed = false;
         }
         self.quick_repair = self.src.chance(1, 3);
@@ -2129,9 +2152,8 @@ impl Runner {
                 self.out.crashes += 1;
                 self.out.crashes_in_recovery += 1;
                 two_opens = true;
-                let image = self.disk.crash_image();
-                let s = self.fresh_disk_seed();
-                self.disk = SimDisk::from_image(image, s);
+                let images = self.crash_images();
+                self.boot(images);
                 self.crash_armed = false;
                 self.open().map_err(|e| {
                     format!("reopen after a crash during the recovery open failed: {e}")
