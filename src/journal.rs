@@ -254,6 +254,10 @@ pub(crate) fn start_session(
         let rtx = db.begin_read()?;
         MetaState::read(&rtx.open_table(META)?)?
     };
+    if !state.open && session.is_none() {
+        // Nothing to replay, nothing to write: the journal's file is not looked at.
+        return Ok((JournalFound::Nothing, None));
+    }
     let scan = scan(file.as_deref(), state, path)?;
     let last = scan.last_seq(state);
     if !scan.frames.is_empty() || state.open {
@@ -347,8 +351,10 @@ impl Journal {
         }
         if len < full {
             // Written zeros, not a hole: a write into a hole allocates blocks, which the
-            // frame's `fdatasync` would then have to make durable too.
-            let zeros = vec![0u8; 1 << 20];
+            // frame's `fdatasync` would then have to make durable too. A page at a time: a
+            // large write makes large page-cache folios (2 MiB on Linux 6.x ext4), and a
+            // frame written into one dirties, and is counted as writing, the whole folio.
+            let zeros = vec![0u8; 4096];
             let mut at = len.max(HEADER_BYTES as u64);
             while at < full {
                 let n = (full - at).min(zeros.len() as u64) as usize;

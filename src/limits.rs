@@ -103,8 +103,10 @@ pub(crate) const NON_DURABLE_COMMITS_MAX: u64 = 256;
 /// the front. As SQLite's `wal_autocheckpoint` default (1000 pages of 4 KiB).
 pub(crate) const JOURNAL_BYTES: u64 = 4 << 20;
 /// The most frames between two checkpoints: each frame's redb commit is non-durable, and
-/// redb keeps what they allocated until the next durable commit.
-pub(crate) const JOURNAL_FRAMES_MAX: u64 = 4096;
+/// redb's work per commit grows with the non-durable commits since the last durable one.
+/// Measured on one thread (2026-12-05): with 4096, dequeues ran at 0.85x of no journal;
+/// with 1024 and 256 every call ran at 1.7-1.8x, 1024 writing 3-6 % fewer bytes.
+pub(crate) const JOURNAL_FRAMES_MAX: u64 = 1024;
 /// The longest time between two checkpoints while groups commit: a copy of the queue file
 /// alone is at most this old (plus the time without commits).
 pub(crate) const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);

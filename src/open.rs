@@ -229,7 +229,7 @@ impl Builder {
     /// checksummed frame appended to the journal and made durable by one `fdatasync` (a few
     /// KiB written where a redb commit writes its header and 5-7 scattered pages), and redb
     /// commits the same changes without its own fsync; a *checkpoint* (a durable redb commit)
-    /// catches the file up every 4 MiB of frames, 4096 frames or 30 s, at
+    /// catches the file up every 4 MiB of frames, 1024 frames or 30 s, at
     /// [`Queue::flush`], shutdown and close. Reopening replays the frames after the file's
     /// last checkpoint before anything else, so every call that returned `Ok` survives a
     /// crash or a power loss as without it. As SQLite's write-ahead log.

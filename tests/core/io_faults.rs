@@ -388,7 +388,10 @@ fn child_entry_fsync_once() {
 // enqueue is `CommitFailed`; the next enqueue and a flush on the same handle fail too (redb
 // fails every call after an I/O error, `PreviousIo`, and leaseq every write after a failed
 // commit); a reopen in the same process works; the parent then finds the jobs acknowledged
-// `Ok` (a, d), never c, and b only as the in-doubt outcome its error announced.
+// `Ok` (a, d), never c, and b only as the in-doubt outcome its error announced. With the
+// journal on (the default), the failing fdatasync is the journal frame's: a failed journal
+// sync poisons the handle as a failed redb commit does, and the reopen replays b's frame if
+// its write reached the file whole.
 #[test]
 fn a_failed_fsync_is_final_for_its_handle() {
     if child_scenario().is_some() {

@@ -29,6 +29,7 @@ fn plain_calls_are_journal_frames_and_caller_writes_are_checkpoints() {
     // ack_with carries the caller's writes: one checkpoint, no frame.
     let l = q.dequeue().unwrap().unwrap();
     let id = l.id().0;
+    let s = q.commit_stats();
     l.ack_with(|tx| crate::common::bump(tx, id)).unwrap();
     let t = q.commit_stats();
     assert_eq!(
@@ -83,7 +84,10 @@ fn after_a_flush_or_a_close_the_queue_file_alone_holds_everything() {
 fn the_journal_is_off_without_immediate_durability_with_live_reads_or_when_asked() {
     for (name, b) in [
         ("off", Fixture::new().builder().journal(false)),
-        ("none", Fixture::new().builder().durability(Durability::None)),
+        (
+            "none",
+            Fixture::new().builder().durability(Durability::None),
+        ),
         ("live", Fixture::new().builder().live_reads(true)),
     ] {
         let f = Fixture::new();

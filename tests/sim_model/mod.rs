@@ -2280,9 +2280,8 @@ impl Runner {
             self.out.crashes += 1;
             self.out.crashes_in_recovery += 1;
             drop(q);
-            let image = self.disk.crash_image();
-            let s = self.fresh_disk_seed();
-            self.disk = SimDisk::from_image(image, s);
+            let images = self.crash_images();
+            self.boot(images);
             self.crash_armed = false;
             q = self.open().map_err(|e| {
                 format!("reopen after a crash during the recovery comparison failed: {e}")
