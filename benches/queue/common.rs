@@ -19,6 +19,10 @@ pub fn payload() -> Vec<u8> {
 /// - every method is durable before it returns (its transaction is committed and synced);
 /// - `dequeue*` leases jobs (state leased, new lease token and deadline, attempts + 1) in one
 ///   transaction, first ready job by priority then id;
+/// - `extend` checks the lease token and moves the lease's deadline to now + the lease length
+///   (a heartbeat), in one transaction;
+/// - `ack` checks the lease token and deletes the job, nothing more (no effect, no record of
+///   it), in one transaction;
 /// - `ack*_with_effect` checks the lease token, records the job as applied, writes one effect
 ///   row (the job id and a copy of its 64-byte payload) and deletes the job, all in one
 ///   transaction; a stale lease is a bug here, so implementations panic on it;
@@ -44,6 +48,12 @@ pub trait QueueUnderTest: Send + Sync + Sized {
 
     /// Leases up to `max` ready jobs in one transaction.
     fn dequeue_batch(&self, max: usize) -> Vec<Self::Job>;
+
+    /// Extends the lease of `job` by the lease length from now (one transaction).
+    fn extend(&self, job: &Self::Job);
+
+    /// Acks one leased job without an effect (one transaction).
+    fn ack(&self, job: Self::Job);
 
     /// Acks one leased job together with its effect (one transaction).
     fn ack_with_effect(&self, job: Self::Job);

@@ -5,6 +5,7 @@
 //! per-minute metrics.
 
 use std::path::Path;
+use std::time::Duration;
 
 use leaseq::{EnqueueOptions, Lease, Queue};
 use redb::TableDefinition;
@@ -64,6 +65,16 @@ impl<const LIVE_READS: bool, const METRICS: bool> QueueUnderTest
 
     fn dequeue_batch(&self, max: usize) -> Vec<Lease> {
         self.queue.dequeue_batch(max).expect("dequeue_batch")
+    }
+
+    fn extend(&self, job: &Lease) {
+        // By the lease's own length, as a heartbeat does.
+        job.extend(Duration::from_millis(job.lease_ms()))
+            .expect("extend");
+    }
+
+    fn ack(&self, job: Lease) {
+        job.ack().expect("ack");
     }
 
     fn ack_with_effect(&self, job: Lease) {

@@ -1,12 +1,16 @@
 //! Speed of leaseq against the SQLite baseline and against the redb floor (the fewest raw redb
-//! transactions doing the same work, `redb_floor.rs`), all at the same durability.
+//! transactions doing the same work, `redb_floor.rs`), all at the same durability, and the bytes
+//! each side writes per job and per call (`bytes.rs`).
 //!
 //! Results: `target/criterion/<group>/<side>/new/estimates.json`, one function per side
-//! (`QueueUnderTest::NAME`) in every queue group; throughput is in jobs.
+//! (`QueueUnderTest::NAME`) in every queue group; throughput is in jobs. After criterion's
+//! groups, a bytes pass runs every benchmark criterion ran again on a fresh file and prints the
+//! bytes written per job and per call, also in `target/criterion/<group>/<side>/bytes.json`.
 //!
 //! Adding a side: implement [`common::QueueUnderTest`] for it in a module of this bench and
 //! add one `run_group::<ThatQueue>(...)` line in [`queue_groups`].
 
+mod bytes;
 mod common;
 mod leaseq_side;
 mod redb_floor;
@@ -23,6 +27,7 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput};
 use tempfile::TempDir;
 
+use crate::bytes::{Pass, Probe, Unmetered};
 use crate::common::{Gate, QueueUnderTest};
 use crate::sqlite::SqliteQueue;
 
@@ -31,6 +36,9 @@ const BATCH: usize = 100;
 
 /// Jobs per iteration of the concurrent groups.
 const CONCURRENT_JOBS: usize = 256;
+
+/// Jobs the bytes pass measures per side and group (at least; whole iterations).
+const BYTES_JOBS: usize = 2000;
 
 /// The queue benchmarks, one criterion group each.
 #[derive(Clone, Copy, Debug)]
@@ -42,6 +50,9 @@ enum Group {
     /// One thread: enqueue, then ack the previously leased job and lease the next one in one
     /// transaction (`ack_and_dequeue_next`); one job per iteration.
     Cycle1AckNext,
+    /// One thread: enqueue, dequeue, extend the lease once (a heartbeat), ack without an
+    /// effect; one job per iteration (each call of a job's plain life on its own).
+    Cycle1ExtendAck,
     /// One thread: enqueue 100, dequeue 100, ack 100, one transaction each.
     CycleBatch100,
     /// `producers` and `consumers` threads, every call durable; `CONCURRENT_JOBS` jobs
@@ -51,10 +62,11 @@ enum Group {
 }
 
 impl Group {
-    const ALL: [Group; 6] = [
+    const ALL: [Group; 7] = [
         Group::Enqueue1,
         Group::Cycle1,
         Group::Cycle1AckNext,
+        Group::Cycle1ExtendAck,
         Group::CycleBatch100,
         Group::Concurrent {
             producers: 4,
@@ -71,6 +83,7 @@ impl Group {
             Group::Enqueue1 => "enqueue_1".into(),
             Group::Cycle1 => "cycle_1".into(),
             Group::Cycle1AckNext => "cycle_1_ack_next".into(),
+            Group::Cycle1ExtendAck => "cycle_1_extend_ack".into(),
             Group::CycleBatch100 => "cycle_batch_100".into(),
             Group::Concurrent {
                 producers,
@@ -81,7 +94,7 @@ impl Group {
 
     fn jobs_per_iteration(self) -> usize {
         match self {
-            Group::Enqueue1 | Group::Cycle1 | Group::Cycle1AckNext => 1,
+            Group::Enqueue1 | Group::Cycle1 | Group::Cycle1AckNext | Group::Cycle1ExtendAck => 1,
             Group::CycleBatch100 => BATCH,
             Group::Concurrent { .. } => CONCURRENT_JOBS,
         }
@@ -99,8 +112,14 @@ fn configure(group: &mut BenchmarkGroup<'_, WallTime>, jobs_per_iteration: usize
     }
 }
 
-/// Every queue group, each with one function per side.
-fn queue_groups(c: &mut Criterion) {
+/// A benchmark criterion ran, for the bytes pass to run again: its group and the side's
+/// [`bytes_row`].
+type Ran = (Group, fn(Group, Pass) -> bytes::Row);
+
+/// Every queue group, each with one function per side; returns the benchmarks criterion ran
+/// (those its filter kept).
+fn queue_groups(c: &mut Criterion) -> Vec<Ran> {
+    let mut ran = Vec::new();
     for kind in Group::ALL {
         let mut group = c.benchmark_group(kind.name());
         configure(
@@ -108,13 +127,14 @@ fn queue_groups(c: &mut Criterion) {
             kind.jobs_per_iteration(),
             matches!(kind, Group::Concurrent { .. }),
         );
-        run_group::<SqliteQueue>(&mut group, kind);
-        run_group::<redb_floor::FloorQueue>(&mut group, kind);
-        run_group::<leaseq_side::LeaseqQueue>(&mut group, kind);
-        run_group::<leaseq_side::LeaseqQueue<true>>(&mut group, kind);
-        run_group::<leaseq_side::LeaseqQueue<false, false>>(&mut group, kind);
+        run_group::<SqliteQueue>(&mut group, kind, &mut ran);
+        run_group::<redb_floor::FloorQueue>(&mut group, kind, &mut ran);
+        run_group::<leaseq_side::LeaseqQueue>(&mut group, kind, &mut ran);
+        run_group::<leaseq_side::LeaseqQueue<true>>(&mut group, kind, &mut ran);
+        run_group::<leaseq_side::LeaseqQueue<false, false>>(&mut group, kind, &mut ran);
         group.finish();
     }
+    ran
 }
 
 /// A queue and the temporary directory holding its files (dropped in this order).
@@ -134,49 +154,106 @@ impl<Q: QueueUnderTest> Instance<Q> {
 }
 
 /// Benchmarks side `Q` as function `Q::NAME` of `group`, on one fresh queue instance that
-/// lives for the whole benchmark (created only if the benchmark is not filtered out).
-fn run_group<Q: QueueUnderTest>(group: &mut BenchmarkGroup<'_, WallTime>, kind: Group) {
-    let payload = common::payload();
+/// lives for the whole benchmark (created only if the benchmark is not filtered out); adds
+/// it to `ran` if it ran.
+fn run_group<Q: QueueUnderTest>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    kind: Group,
+    ran: &mut Vec<Ran>,
+) {
+    let payloads = vec![common::payload(); BATCH];
     let mut instance: Option<Instance<Q>> = None;
     // `leased` carries the job leased by the previous iteration of `Cycle1AckNext`.
     let mut leased: Option<Q::Job> = None;
     group.bench_function(Q::NAME, |b| {
         let queue = &instance.get_or_insert_with(Instance::new).queue;
         match kind {
-            Group::Enqueue1 => b.iter(|| queue.enqueue(black_box(&payload))),
-            Group::Cycle1 => b.iter(|| {
-                queue.enqueue(&payload);
-                let job = queue.dequeue().expect("the job just enqueued");
-                queue.ack_with_effect(job);
-            }),
-            Group::Cycle1AckNext => b.iter(|| {
-                queue.enqueue(&payload);
-                let next = match leased.take() {
-                    Some(job) => queue.ack_and_dequeue_next(job),
-                    // First iteration: nothing leased yet.
-                    None => queue.dequeue(),
-                };
-                leased = Some(next.expect("the job just enqueued"));
-            }),
-            Group::CycleBatch100 => {
-                let payloads = vec![payload.clone(); BATCH];
-                b.iter(|| {
-                    queue.enqueue_batch(&payloads);
-                    let jobs = queue.dequeue_batch(BATCH);
-                    assert_eq!(jobs.len(), BATCH, "dequeue_batch came back short");
-                    queue.ack_batch_with_effect(jobs);
-                });
-            }
             Group::Concurrent {
                 producers,
                 consumers,
             } => b.iter_custom(|iters| {
                 (0..iters)
-                    .map(|_| concurrent_run(queue, &payload, producers, consumers))
+                    .map(|_| concurrent_run(queue, &payloads[0], producers, consumers))
                     .sum()
             }),
+            _ => b.iter(|| iteration(queue, kind, &payloads, &mut leased, &mut Unmetered)),
         }
     });
+    if instance.is_some() {
+        ran.push((kind, bytes_row::<Q>));
+    }
+}
+
+/// One iteration of `kind`'s body on `queue`, each call made through `probe`: `payloads` holds
+/// `BATCH` payloads (a single call enqueues the first), `leased` the job a `Cycle1AckNext`
+/// iteration leaves leased for the next one. A concurrent body's calls are not probed.
+fn iteration<Q: QueueUnderTest>(
+    queue: &Q,
+    kind: Group,
+    payloads: &[Vec<u8>],
+    leased: &mut Option<Q::Job>,
+    probe: &mut impl Probe,
+) {
+    let payload = &payloads[0];
+    match kind {
+        Group::Enqueue1 => probe.call("enqueue", || queue.enqueue(black_box(payload))),
+        Group::Cycle1 => {
+            probe.call("enqueue", || queue.enqueue(payload));
+            let job = probe.call("dequeue", || queue.dequeue());
+            let job = job.expect("the job just enqueued");
+            probe.call("ack_with_effect", || queue.ack_with_effect(job));
+        }
+        Group::Cycle1AckNext => {
+            probe.call("enqueue", || queue.enqueue(payload));
+            let next = match leased.take() {
+                Some(job) => probe.call("ack_and_dequeue_next", || queue.ack_and_dequeue_next(job)),
+                // First iteration: nothing leased yet.
+                None => probe.call("dequeue", || queue.dequeue()),
+            };
+            *leased = Some(next.expect("the job just enqueued"));
+        }
+        Group::Cycle1ExtendAck => {
+            probe.call("enqueue", || queue.enqueue(payload));
+            let job = probe.call("dequeue", || queue.dequeue());
+            let job = job.expect("the job just enqueued");
+            probe.call("extend", || queue.extend(&job));
+            probe.call("ack", || queue.ack(job));
+        }
+        Group::CycleBatch100 => {
+            probe.call("enqueue_batch", || queue.enqueue_batch(payloads));
+            let jobs = probe.call("dequeue_batch", || queue.dequeue_batch(BATCH));
+            assert_eq!(jobs.len(), BATCH, "dequeue_batch came back short");
+            probe.call("ack_batch_with_effect", || {
+                queue.ack_batch_with_effect(jobs)
+            });
+        }
+        Group::Concurrent {
+            producers,
+            consumers,
+        } => {
+            concurrent_run(queue, payload, producers, consumers);
+        }
+    }
+}
+
+/// The bytes side `Q` writes in `kind`: `kind`'s body run on a fresh file, a warm-up first,
+/// then about `BYTES_JOBS` jobs measured (as `pass` sizes them).
+fn bytes_row<Q: QueueUnderTest>(kind: Group, pass: Pass) -> bytes::Row {
+    let instance = Instance::<Q>::new();
+    let queue = &instance.queue;
+    let payloads = vec![common::payload(); BATCH];
+    let mut leased: Option<Q::Job> = None;
+    let per_iteration = kind.jobs_per_iteration();
+    let (warm_up, measured) = pass.iterations(BYTES_JOBS, per_iteration);
+    for _ in 0..warm_up {
+        iteration(queue, kind, &payloads, &mut leased, &mut Unmetered);
+    }
+    let jobs = measured * per_iteration;
+    bytes::measure(&kind.name(), Q::NAME, jobs, |meter| {
+        for _ in 0..measured {
+            iteration(queue, kind, &payloads, &mut leased, meter);
+        }
+    })
 }
 
 /// `producers` threads enqueue `CONCURRENT_JOBS` jobs between them while `consumers`
@@ -327,30 +404,20 @@ fn profile(spec: &str) {
     fn run<Q: QueueUnderTest>(iterations: usize) {
         let instance = Instance::<Q>::new();
         let payloads = vec![common::payload(); BATCH];
-        let before = written_bytes();
+        // Unmetered calls: an instruction count must not include reads of the counter.
+        let before = bytes::written();
         for _ in 0..iterations {
-            instance.queue.enqueue_batch(&payloads);
-            let jobs = instance.queue.dequeue_batch(BATCH);
-            assert_eq!(jobs.len(), BATCH);
-            instance.queue.ack_batch_with_effect(jobs);
+            let body = Group::CycleBatch100;
+            iteration(&instance.queue, body, &payloads, &mut None, &mut Unmetered);
         }
-        let written = written_bytes() - before;
-        eprintln!(
-            "{}: {} bytes written to storage per iteration",
-            Q::NAME,
-            written / iterations.max(1) as u64
+        let per_iteration = before.zip(bytes::written()).map_or_else(
+            || "n/a".to_string(),
+            |(b, a)| ((a - b) / iterations.max(1) as u64).to_string(),
         );
-    }
-    /// Bytes this process has caused to be written to storage (`/proc/self/io`).
-    fn written_bytes() -> u64 {
-        std::fs::read_to_string("/proc/self/io")
-            .ok()
-            .and_then(|io| {
-                io.lines()
-                    .find_map(|l| l.strip_prefix("write_bytes: ").map(str::to_string))
-            })
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
+        eprintln!(
+            "{}: {per_iteration} bytes written to storage per iteration",
+            Q::NAME
+        );
     }
     match side {
         "leaseq" => run::<leaseq_side::LeaseqQueue>(iterations),
@@ -370,6 +437,12 @@ fn main() {
     redb_floor::self_check();
     let mut c = Criterion::default().configure_from_args();
     fsync_limit(&mut c);
-    queue_groups(&mut c);
+    let ran = queue_groups(&mut c);
     c.final_summary();
+    // The bytes pass, after criterion (whose clock it would disturb).
+    let pass = Pass::from_args();
+    if pass != Pass::Skip {
+        let rows: Vec<bytes::Row> = ran.iter().map(|&(kind, row)| row(kind, pass)).collect();
+        bytes::report(pass, &rows);
+    }
 }

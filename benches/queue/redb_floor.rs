@@ -30,6 +30,9 @@
 //!     lease entry, insert the effect row (which must be new). A batch removes dense runs of
 //!     job rows and lease entries in one pass (`retain_in`), as leaseq does.
 //!   - ack and dequeue next: both in one transaction.
+//!   - extend: rewrite the job row in place (the lease check as the ack's: state leased and
+//!     the same token, else abort; the new deadline), move its lease entry.
+//!   - ack (no effect): as the ack with effect, without the effect row.
 //! - "Applied" is recorded by the effect row itself, keyed by the job id, committed with the
 //!   job's deletion, and ids are never reused: a second effect for the same job would find its
 //!   row (checked on every insert). A separate `applied` table would be one more row per ack
@@ -286,9 +289,20 @@ impl FloorQueue {
         Ok(jobs.expect("a dequeue is never stale"))
     }
 
+    /// Moves the lease of `job` to `LEASE_MS` from now; `Err(Stale)` (and nothing written) if
+    /// its lease is stale.
+    pub fn try_extend(&self, job: &FloorJob) -> Result<Result<(), Stale>, redb::Error> {
+        self.write(|tx, _| extend(tx, job))
+    }
+
+    /// Acks `job` without an effect; `Err(Stale)` (and nothing written) if its lease is stale.
+    pub fn try_ack(&self, job: &FloorJob) -> Result<Result<(), Stale>, redb::Error> {
+        self.write(|tx, _| ack(tx, std::slice::from_ref(job), Effects::None))
+    }
+
     /// Acks `job` with its effect; `Err(Stale)` (and nothing written) if its lease is stale.
     pub fn try_ack_with_effect(&self, job: &FloorJob) -> Result<Result<(), Stale>, redb::Error> {
-        self.write(|tx, _| ack(tx, std::slice::from_ref(job)))
+        self.write(|tx, _| ack(tx, std::slice::from_ref(job), Effects::Write))
     }
 
     /// Acks all `jobs` with their effects in one transaction; `Err(Stale)` (and nothing
@@ -297,7 +311,7 @@ impl FloorQueue {
         &self,
         jobs: &[FloorJob],
     ) -> Result<Result<(), Stale>, redb::Error> {
-        self.write(|tx, _| ack(tx, jobs))
+        self.write(|tx, _| ack(tx, jobs, Effects::Write))
     }
 
     /// Acks `job` with its effect and leases the next ready job, in one transaction;
@@ -307,7 +321,7 @@ impl FloorQueue {
         job: &FloorJob,
     ) -> Result<Result<Option<FloorJob>, Stale>, redb::Error> {
         self.write(|tx, _| {
-            if ack(tx, std::slice::from_ref(job))?.is_err() {
+            if ack(tx, std::slice::from_ref(job), Effects::Write)?.is_err() {
                 return Ok(Err(Stale));
             }
             Ok(Ok(lease(tx, 1)?.pop()))
@@ -321,6 +335,23 @@ impl FloorQueue {
         tx.open_untyped_table(table)
             .and_then(|t| t.len().map_err(Into::into))
             .unwrap_or_else(|e| panic!("count {name}: {e}"))
+    }
+
+    /// The lease entries, (deadline, job id), and the deadline in each one's job row (for
+    /// checks only).
+    fn leases(&self) -> Vec<((u64, u64), u64)> {
+        let tx = self.db.begin_read().expect("begin_read");
+        let (leases, jobs) = (tx.open_table(LEASES), tx.open_table(JOBS));
+        let (leases, jobs) = (leases.expect("leases"), jobs.expect("jobs"));
+        leases
+            .iter()
+            .expect("iter")
+            .map(|e| {
+                let key = e.expect("lease entry").0.value();
+                let row = jobs.get(key.1).expect("get").expect("a leased job's row");
+                (key, Record::decode(row.value()).deadline_ms)
+            })
+            .collect()
     }
 
     /// The effect rows (for checks only).
@@ -427,9 +458,48 @@ fn lease(tx: &WriteTransaction, max: usize) -> Result<Vec<FloorJob>, redb::Error
     Ok(out)
 }
 
-/// Within `tx`: acks `jobs` with their effects (remove the rows, their lease entries, insert
-/// the effect rows). `Err(Stale)` if any lease is not current; the caller then aborts `tx`.
-fn ack(tx: &WriteTransaction, jobs: &[FloorJob]) -> Result<Result<(), Stale>, redb::Error> {
+/// Within `tx`: moves the lease of `job` to `LEASE_MS` from now (its row's deadline rewritten
+/// in place, its lease entry moved). `Err(Stale)` if the lease is not current; the caller then
+/// aborts `tx`.
+fn extend(tx: &WriteTransaction, job: &FloorJob) -> Result<Result<(), Stale>, redb::Error> {
+    let deadline_ms = now_ms() + LEASE_MS;
+    let old_deadline_ms = {
+        let mut jobs = tx.open_table(JOBS)?;
+        let Some(mut guard) = jobs.get_mut(job.id)? else {
+            return Ok(Err(Stale));
+        };
+        let rec = Record::decode(guard.value());
+        if rec.state != STATE_LEASED || rec.token != job.token {
+            return Ok(Err(Stale));
+        }
+        let old = rec.deadline_ms;
+        let mut row = Vec::with_capacity(HEADER + rec.payload.len());
+        Record { deadline_ms, ..rec }.encode_into(&mut row);
+        guard.insert(row.as_slice())?;
+        old
+    };
+    let mut leases = tx.open_table(LEASES)?;
+    let removed = leases.remove((old_deadline_ms, job.id))?.is_some();
+    assert!(removed, "lease entry of job {} missing", job.id);
+    leases.insert((deadline_ms, job.id), ())?;
+    Ok(Ok(()))
+}
+
+/// Whether an ack writes the jobs' effect rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Effects {
+    Write,
+    None,
+}
+
+/// Within `tx`: acks `jobs` (remove the rows, their lease entries) and, with
+/// `Effects::Write`, inserts their effect rows. `Err(Stale)` if any lease is not current; the
+/// caller then aborts `tx`.
+fn ack(
+    tx: &WriteTransaction,
+    jobs: &[FloorJob],
+    effects: Effects,
+) -> Result<Result<(), Stale>, redb::Error> {
     if jobs.is_empty() {
         return Ok(Ok(()));
     }
@@ -497,6 +567,9 @@ fn ack(tx: &WriteTransaction, jobs: &[FloorJob]) -> Result<Result<(), Stale>, re
             assert!(removed, "lease entry {key:?} missing");
         }
     }
+    if effects == Effects::None {
+        return Ok(Ok(()));
+    }
     let mut effects = tx.open_table(EFFECTS)?;
     for job in jobs {
         let again = effects.insert(job.id, job.payload.as_slice())?.is_some();
@@ -527,6 +600,18 @@ impl QueueUnderTest for FloorQueue {
 
     fn dequeue_batch(&self, max: usize) -> Vec<FloorJob> {
         self.try_dequeue_batch(max).expect("dequeue batch")
+    }
+
+    fn extend(&self, job: &FloorJob) {
+        self.try_extend(job)
+            .expect("extend")
+            .unwrap_or_else(|Stale| panic!("stale lease on job {}", job.id));
+    }
+
+    fn ack(&self, job: FloorJob) {
+        self.try_ack(&job)
+            .expect("ack")
+            .unwrap_or_else(|Stale| panic!("stale lease on job {}", job.id));
     }
 
     fn ack_with_effect(&self, job: FloorJob) {
@@ -624,6 +709,38 @@ pub fn self_check() {
             (late, b"late".to_vec()),
             (after, b"after".to_vec()),
         ]);
+        settled(&queue, &acked);
+    }
+
+    // Extend and the plain ack: fenced by the token; the lease entry moves with the row's
+    // deadline; the ack writes no effect row.
+    {
+        let id = queue.try_enqueue(&payload, 0).expect("enqueue");
+        let job = queue.try_dequeue().expect("dequeue").expect("a job");
+        assert_eq!(job.id, id);
+        let before = queue.leases();
+        assert!(
+            matches!(before[..], [((deadline, i), row)] if i == id && row == deadline),
+            "{before:?}"
+        );
+        let stale = FloorJob {
+            token: job.token.wrapping_add(1),
+            ..job.clone()
+        };
+        assert_eq!(queue.try_extend(&stale).expect("extend"), Err(Stale));
+        assert_eq!(queue.try_ack(&stale).expect("ack"), Err(Stale));
+        assert_eq!(queue.leases(), before, "a stale call moved the lease");
+        thread::sleep(Duration::from_millis(3));
+        assert_eq!(queue.try_extend(&job).expect("extend"), Ok(()));
+        let after = queue.leases();
+        assert!(
+            matches!(after[..], [((deadline, i), row)]
+                if i == id && row == deadline && deadline > before[0].0 .0),
+            "the extend did not move the lease: {before:?} -> {after:?}"
+        );
+        assert_eq!(queue.try_ack(&job).expect("ack"), Ok(()));
+        assert_eq!(queue.try_extend(&job).expect("extend"), Err(Stale));
+        assert_eq!(queue.try_ack(&job).expect("ack"), Err(Stale), "acked twice");
         settled(&queue, &acked);
     }
 

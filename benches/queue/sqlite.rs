@@ -80,6 +80,8 @@ fn dequeue_many_sql() -> String {
 }
 
 const ACK_DELETE: &str = "DELETE FROM jobs WHERE id = ?1 AND state = 1 AND lease_token = ?2";
+const EXTEND: &str =
+    "UPDATE jobs SET lease_deadline_ms = ?3 WHERE id = ?1 AND state = 1 AND lease_token = ?2";
 const ACK_APPLIED: &str = "INSERT INTO applied (job_id) VALUES (?1)";
 const ACK_EFFECT: &str = "INSERT INTO effects (job_id, value) VALUES (?1, ?2)";
 
@@ -254,6 +256,30 @@ impl SqliteQueue {
         Ok(true)
     }
 
+    /// Moves the lease of `job` to `LEASE_MS` from now; `false` if its lease is stale (then
+    /// nothing is written).
+    pub fn try_extend(&self, job: &SqliteJob) -> rusqlite::Result<bool> {
+        self.write(|tx| {
+            let changed = tx.prepare_cached(EXTEND)?.execute(params![
+                job.id,
+                job.token,
+                now_ms() + LEASE_MS
+            ])?;
+            Ok(changed == 1)
+        })
+    }
+
+    /// Acks `job` without an effect (deletes it); `false` if its lease is stale (then nothing
+    /// is written).
+    pub fn try_ack(&self, job: &SqliteJob) -> rusqlite::Result<bool> {
+        self.write(|tx| {
+            let deleted = tx
+                .prepare_cached(ACK_DELETE)?
+                .execute(params![job.id, job.token])?;
+            Ok(deleted == 1)
+        })
+    }
+
     /// Acks `job` with its effect; `false` if its lease is stale (then nothing is written).
     pub fn try_ack_with_effect(&self, job: &SqliteJob) -> rusqlite::Result<bool> {
         self.write(|tx| Self::ack_in(tx, job))
@@ -319,6 +345,16 @@ impl QueueUnderTest for SqliteQueue {
 
     fn dequeue_batch(&self, max: usize) -> Vec<SqliteJob> {
         self.try_dequeue_batch(max).expect("dequeue batch")
+    }
+
+    fn extend(&self, job: &SqliteJob) {
+        let current = self.try_extend(job).expect("extend");
+        assert!(current, "stale lease on job {}", job.id);
+    }
+
+    fn ack(&self, job: SqliteJob) {
+        let current = self.try_ack(&job).expect("ack");
+        assert!(current, "stale lease on job {}", job.id);
     }
 
     fn ack_with_effect(&self, job: SqliteJob) {
@@ -419,6 +455,46 @@ pub fn self_check() {
             queue.try_ack_and_dequeue_next(&second).expect("ack"),
             Some(None)
         );
+        assert_eq!(queue.count("jobs").expect("count"), 0);
+        assert_eq!(queue.count("applied").expect("count"), 2);
+        assert_eq!(queue.count("effects").expect("count"), 2);
+    }
+
+    // Extend and the plain ack: fenced by the token; the ack writes no effect.
+    {
+        queue.try_enqueue(&payload).expect("enqueue");
+        let job = queue.try_dequeue().expect("dequeue").expect("a job");
+        let deadline = |queue: &SqliteQueue| -> i64 {
+            let conn = queue.checkout().expect("connection");
+            let sql = "SELECT lease_deadline_ms FROM jobs WHERE id = ?1";
+            let d = conn.query_row(sql, params![job.id], |row| row.get(0));
+            queue.checkin(conn);
+            d.expect("deadline")
+        };
+        let leased_until = deadline(&queue);
+        let stale = SqliteJob {
+            token: job.token.wrapping_add(1),
+            ..job.clone()
+        };
+        assert!(!queue.try_extend(&stale).expect("extend"));
+        assert!(!queue.try_ack(&stale).expect("ack"));
+        assert_eq!(
+            deadline(&queue),
+            leased_until,
+            "a stale extend moved the lease"
+        );
+        thread::sleep(Duration::from_millis(3));
+        assert!(queue.try_extend(&job).expect("extend"));
+        assert!(
+            deadline(&queue) > leased_until,
+            "the extend did not move the lease"
+        );
+        assert!(queue.try_ack(&job).expect("ack"));
+        assert!(
+            !queue.try_extend(&job).expect("extend"),
+            "extended once acked"
+        );
+        assert!(!queue.try_ack(&job).expect("ack"), "acked twice");
         assert_eq!(queue.count("jobs").expect("count"), 0);
         assert_eq!(queue.count("applied").expect("count"), 2);
         assert_eq!(queue.count("effects").expect("count"), 2);

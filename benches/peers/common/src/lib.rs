@@ -8,6 +8,11 @@
 //! `Ok`), so every side is measured the same way: workers with a handler that does nothing,
 //! and the time until the queue's own API reports the jobs *completed* (the completion
 //! committed), never the handler's entry.
+//!
+//! After criterion's groups, a bytes pass runs every benchmark criterion ran again on a fresh
+//! file and counts the bytes each side writes per job ([`bytes`], `benches/queue`'s own module:
+//! the process's `write_bytes`), printed and written beside criterion's results as
+//! `<peer>.<group>/<side>/bytes.json`; `benches/peers/table.py` prints them beside jobs/s.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -19,9 +24,14 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput};
 use tempfile::TempDir;
 
+/// Bytes written per job: `benches/queue/bytes.rs`, the one place both harnesses count them.
+#[path = "../../../queue/bytes.rs"]
+pub mod bytes;
 mod leaseq_side;
 
 pub use leaseq_side::{LeaseqSide, check_leaseq};
+
+use crate::bytes::{Pass, Probe, Unmetered};
 
 /// Payload size of every job, in bytes.
 pub const PAYLOAD_LEN: usize = 64;
@@ -31,6 +41,10 @@ pub const BATCH: usize = 100;
 
 /// Jobs per iteration of the concurrent groups.
 pub const CONCURRENT_JOBS: usize = 256;
+
+/// Jobs the bytes pass measures per side and group (at least; whole iterations): fewer than
+/// `benches/queue`'s 2,000, as apalis-sqlite runs about 60 jobs/s in `cycle_1`.
+pub const BYTES_JOBS: usize = 500;
 
 /// The payload every side enqueues (fixed bytes).
 pub fn payload() -> Vec<u8> {
@@ -131,7 +145,8 @@ impl Group {
 }
 
 /// Opens one criterion group `<peer>.<group>` for every group, with the settings of
-/// `benches/queue` (10 samples; 3 s, or 5 s flat for the concurrent groups).
+/// `benches/queue` (10 samples; 3 s, or 5 s flat for the concurrent groups); then runs the
+/// bytes pass over the benchmarks criterion ran (none under `--profile-time`).
 pub fn for_each_group(
     c: &mut Criterion,
     peer: &str,
@@ -151,7 +166,23 @@ pub fn for_each_group(
         sides(&mut group, kind);
         group.finish();
     }
+    let ran = std::mem::take(&mut *RAN.lock().unwrap_or_else(PoisonError::into_inner));
+    let pass = Pass::from_args();
+    if pass == Pass::Skip {
+        return;
+    }
+    let rows: Vec<bytes::Row> = ran
+        .into_iter()
+        .map(|(kind, row)| row(&format!("{peer}.{}", kind.name()), kind, pass))
+        .collect();
+    bytes::report(pass, &rows);
 }
+
+/// A benchmark criterion ran, for the bytes pass: its group and the side's [`bytes_row`].
+type Ran = (Group, fn(&str, Group, Pass) -> bytes::Row);
+
+/// The benchmarks criterion ran (its filter kept). A static, as [`SideRun`]s take nothing else.
+static RAN: Mutex<Vec<Ran>> = Mutex::new(Vec::new());
 
 /// One side's benchmark of a group: `run::<S>` for a side `S`.
 pub type SideRun = for<'a, 'b> fn(&'a mut BenchmarkGroup<'b, WallTime>, Group);
@@ -182,9 +213,10 @@ struct Instance<S> {
 }
 
 /// Benchmarks side `S` as function `S::NAME` of `group`, on a fresh instance that lives for
-/// this benchmark only (created only if the benchmark is not filtered out).
+/// this benchmark only (created only if the benchmark is not filtered out; then the bytes pass
+/// runs it again).
 pub fn run<S: Side>(group: &mut BenchmarkGroup<'_, WallTime>, kind: Group) {
-    let payload = payload();
+    let payloads = vec![payload(); BATCH];
     let mut instance: Option<Instance<S>> = None;
     group.bench_function(S::NAME, |b| {
         let side = &instance
@@ -197,25 +229,60 @@ pub fn run<S: Side>(group: &mut BenchmarkGroup<'_, WallTime>, kind: Group) {
             })
             .side;
         match kind {
-            Group::Enqueue1 => b.iter(|| side.enqueue(black_box(&payload))),
-            Group::Cycle1 => b.iter(|| {
-                side.enqueue(&payload);
-                side.wait_completed(1);
-            }),
-            Group::CycleBatch100 => {
-                let payloads = vec![payload.clone(); BATCH];
-                b.iter(|| {
-                    side.enqueue_batch(&payloads);
-                    side.wait_completed(BATCH);
-                });
-            }
             Group::Concurrent { producers, .. } => b.iter_custom(|iters| {
                 (0..iters)
-                    .map(|_| concurrent_run(side, &payload, producers))
+                    .map(|_| concurrent_run(side, &payloads[0], producers))
                     .sum()
             }),
+            _ => b.iter(|| iteration(side, kind, &payloads, &mut Unmetered)),
         }
     });
+    if instance.is_some() {
+        RAN.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((kind, bytes_row::<S>));
+    }
+}
+
+/// One iteration of `kind`'s body on `side` (`payloads`: `BATCH` payloads, a single enqueue
+/// takes the first). Only `enqueue_1`'s call goes through `probe`: elsewhere the side's workers
+/// write while the calls run, so a call's bytes are not its own.
+fn iteration<S: Side>(side: &S, kind: Group, payloads: &[Vec<u8>], probe: &mut impl Probe) {
+    let payload = &payloads[0];
+    match kind {
+        Group::Enqueue1 => probe.call("enqueue", || side.enqueue(black_box(payload))),
+        Group::Cycle1 => {
+            side.enqueue(payload);
+            side.wait_completed(1);
+        }
+        Group::CycleBatch100 => {
+            side.enqueue_batch(payloads);
+            side.wait_completed(BATCH);
+        }
+        Group::Concurrent { producers, .. } => {
+            concurrent_run(side, payload, producers);
+        }
+    }
+}
+
+/// The bytes side `S` writes in `kind` (criterion's group `group`): `kind`'s body on a fresh
+/// file, a warm-up first, then about `BYTES_JOBS` jobs measured (as `pass` sizes them); the
+/// side is dropped (its workers stopped) after the count.
+fn bytes_row<S: Side>(group: &str, kind: Group, pass: Pass) -> bytes::Row {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let side = S::open(dir.path(), kind.consumers());
+    let payloads = vec![payload(); BATCH];
+    let per_iteration = kind.jobs_per_iteration();
+    let (warm_up, measured) = pass.iterations(BYTES_JOBS, per_iteration);
+    for _ in 0..warm_up {
+        iteration(&side, kind, &payloads, &mut Unmetered);
+    }
+    let jobs = measured * per_iteration;
+    bytes::measure(group, S::NAME, jobs, |meter| {
+        for _ in 0..measured {
+            iteration(&side, kind, &payloads, meter);
+        }
+    })
 }
 
 /// `producers` threads enqueue `CONCURRENT_JOBS` jobs between them, one call each, while
