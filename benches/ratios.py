@@ -5,7 +5,8 @@ Reads target/criterion/<group>/<function>/new/estimates.json (mean point estimat
 iteration) and the throughput each group declared, and prints, per group, jobs/s of every
 side (sqlite, redb_floor, leaseq, leaseq_live_reads) and the ratios leaseq/sqlite,
 leaseq/redb_floor (higher is better for leaseq), leaseq_live_reads/leaseq (the cost of live
-reads) and leaseq/leaseq_no_metrics (the cost of the per-minute metrics), plus enqueue_1 against
+reads), leaseq/leaseq_no_metrics (the cost of the per-minute metrics) and
+leaseq/leaseq_no_journal (what the write-ahead journal gains), plus enqueue_1 against
 the fsync_limit group. Then the same for the bytes written per job, from the bytes pass's
 target/criterion/<group>/<function>/bytes.json (lower is better; the ratios are of bytes, so
 above 1x the first side writes more), and the bytes per call of the one-thread groups. A side
@@ -19,10 +20,12 @@ import sys
 target = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("CARGO_TARGET_DIR", "target")
 root = os.path.join(target, "criterion")
 
-SIDES = ["sqlite", "redb_floor", "leaseq", "leaseq_live_reads", "leaseq_no_metrics"]
-# leaseq against each baseline; live reads (Builder::live_reads) against leaseq's default.
+SIDES = ["sqlite", "redb_floor", "leaseq", "leaseq_live_reads", "leaseq_no_metrics",
+         "leaseq_no_journal"]
+# leaseq against each baseline; live reads (Builder::live_reads) against leaseq's default;
+# the default (with the write-ahead journal) against the journal off.
 RATIOS = [("leaseq", "sqlite"), ("leaseq", "redb_floor"), ("leaseq_live_reads", "leaseq"),
-          ("leaseq", "leaseq_no_metrics")]
+          ("leaseq", "leaseq_no_metrics"), ("leaseq", "leaseq_no_journal")]
 GROUPS = ["enqueue_1", "cycle_1", "cycle_1_ack_next", "cycle_1_extend_ack", "cycle_batch_100",
           "cycle_concurrent_4x4", "cycle_concurrent_16x16"]
 

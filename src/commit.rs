@@ -520,26 +520,19 @@ impl<V: Value + 'static> GroupRowMut<'_, V> {
     }
 }
 
-/// Runs `f` over `tx` through the same write path, with a record of its own that is dropped
-/// (such a write counts, wakes and tells nothing): the committer's own writes at a seal (the
-/// counters, the metrics), recorded in the group's `frame` with the journal on.
-pub(crate) fn write_unlogged<T>(
-    tx: &WriteTransaction,
-    frame: Option<&RefCell<FrameBody>>,
-    f: impl FnOnce(GroupTx<'_>) -> Result<T>,
-) -> Result<T> {
-    let (written, record, checkpoint) = (
-        Cell::new(false),
-        GroupRecord::default(),
-        Cell::new(Checkpoint::No),
-    );
+/// Runs `f` over group `g`'s transaction through the same write path, with a record of its
+/// own that is dropped (such a write counts, wakes and tells nothing): the committer's own
+/// writes at a seal (the counters, the metrics), recorded in the group's frame with the
+/// journal on (a table without a type code makes the group a checkpoint, as any write).
+fn write_unlogged<T>(g: &OpenGroup, f: impl FnOnce(GroupTx<'_>) -> Result<T>) -> Result<T> {
+    let (written, record) = (Cell::new(false), GroupRecord::default());
     f(GroupTx {
-        tx,
+        tx: &g.tx,
         log: GroupLog {
             written: &written,
             record: &record,
-            frame,
-            checkpoint: &checkpoint,
+            frame: g.frame.as_ref(),
+            checkpoint: &g.checkpoint,
             listening: false,
             counting: false,
         },
@@ -1214,7 +1207,7 @@ fn commit_group_inner(
     }
     let err = |e: &dyn std::fmt::Display| e.to_string();
     // The committer's own writes, through the write path too (into the frame).
-    write_unlogged(&g.tx, g.frame.as_ref(), |tx| {
+    write_unlogged(&g, |tx| {
         if g.counters.reserved_moved(&g.counters_at_start) {
             g.counters.write(tx)?;
         }

@@ -1,8 +1,10 @@
 //! leaseq as a `QueueUnderTest`: the same logical steps as the SQLite side, every call
 //! durable (`Durability::Immediate`) before it returns. `LeaseqQueue<true>` opens the file with
 //! `Builder::live_reads` (redb's SingleWriter mode), the cost of letting other processes read
-//! it live; `LeaseqQueue<false, false>` with `Builder::metrics(false)`, the cost of the
-//! per-minute metrics.
+//! it live (the journal is off in that mode); `LeaseqQueue<false, false>` with
+//! `Builder::metrics(false)`, the cost of the per-minute metrics; `LeaseqQueue<false, true,
+//! false>` with `Builder::journal(false)`, every commit a durable redb commit (the default
+//! before the write-ahead journal).
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,7 +17,11 @@ use crate::common::QueueUnderTest;
 /// The effect row: job id -> a copy of its payload (as the SQLite side's `effects` table).
 const EFFECTS: TableDefinition<u64, &[u8]> = TableDefinition::new("effects");
 
-pub struct LeaseqQueue<const LIVE_READS: bool = false, const METRICS: bool = true> {
+pub struct LeaseqQueue<
+    const LIVE_READS: bool = false,
+    const METRICS: bool = true,
+    const JOURNAL: bool = true,
+> {
     queue: Queue,
 }
 
@@ -27,14 +33,15 @@ fn expect_applied(applied: leaseq::Applied) {
     );
 }
 
-impl<const LIVE_READS: bool, const METRICS: bool> QueueUnderTest
-    for LeaseqQueue<LIVE_READS, METRICS>
+impl<const LIVE_READS: bool, const METRICS: bool, const JOURNAL: bool> QueueUnderTest
+    for LeaseqQueue<LIVE_READS, METRICS, JOURNAL>
 {
-    const NAME: &'static str = match (LIVE_READS, METRICS) {
-        (false, true) => "leaseq",
-        (true, true) => "leaseq_live_reads",
-        (false, false) => "leaseq_no_metrics",
-        (true, false) => "leaseq_live_reads_no_metrics",
+    const NAME: &'static str = match (LIVE_READS, METRICS, JOURNAL) {
+        (false, true, true) => "leaseq",
+        (false, true, false) => "leaseq_no_journal",
+        (true, true, _) => "leaseq_live_reads",
+        (false, false, _) => "leaseq_no_metrics",
+        (true, false, _) => "leaseq_live_reads_no_metrics",
     };
     type Job = Lease;
 
@@ -42,6 +49,7 @@ impl<const LIVE_READS: bool, const METRICS: bool> QueueUnderTest
         let queue = Queue::builder()
             .live_reads(LIVE_READS)
             .metrics(METRICS)
+            .journal(JOURNAL)
             .open(dir.join("bench.leaseq"))
             .expect("open leaseq");
         LeaseqQueue { queue }

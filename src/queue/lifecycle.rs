@@ -236,11 +236,6 @@ impl Queue {
         };
         inner.committer.ensure_not_reentrant()?;
         inner.committer.ensure_not_poisoned()?;
-        // A checkpoint first: compaction's own commits are durable and write no journal
-        // frame, so the file must hold every frame before them.
-        if inner.committer.journaling() {
-            inner.flush()?;
-        }
         let db = inner.db.get_mut();
         let _span = tracing::info_span!("leaseq.compact").entered();
         let started = std::time::Instant::now();
@@ -263,6 +258,14 @@ impl Queue {
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "leaseq: compacted"
                 );
+                // Compaction's own commits are durable but record no journal position: the
+                // frames since the last checkpoint would replay, harmlessly (a frame sets
+                // values the file already holds). A checkpoint now leaves the compacted file
+                // complete on its own. Not before: a transaction the caller holds on
+                // `database()` would make it wait, where compaction refuses at once.
+                if inner.committer.journaling() {
+                    inner.flush()?;
+                }
                 Ok(compacted)
             }
             Err(e @ Error::Busy { .. }) => Err(e),
@@ -275,9 +278,11 @@ impl Queue {
         }
     }
 
-    /// Makes every earlier commit durable (one `Immediate` commit), and writes the
-    /// [metrics](Queue::metrics) not written yet. Needed only with
-    /// [`Durability::None`](crate::Durability::None), or for metrics a reader must see now.
+    /// Makes every earlier commit durable in the queue file itself (one `Immediate` redb
+    /// commit: with the journal on, a checkpoint, after which a copy of the file alone holds
+    /// everything so far), and writes the [metrics](Queue::metrics) not written yet. Needed
+    /// only with [`Durability::None`](crate::Durability::None), before copying the file of a
+    /// running queue, or for metrics a reader must see now.
     ///
     /// # Errors
     /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` when this commit failed

@@ -120,7 +120,7 @@ fn a_file_at_the_journal_path_that_is_not_a_journal_is_refused_and_kept() {
 }
 
 #[test]
-fn compaction_checkpoints_first_and_loses_nothing() {
+fn compaction_ends_with_a_checkpoint_and_loses_nothing() {
     let f = Fixture::new();
     let mut q = f.open();
     for i in 0..300u32 {
