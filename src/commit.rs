@@ -438,25 +438,14 @@ impl<K: Key + 'static, V: Value + 'static> GroupTable<'_, K, V> {
     /// journal on, each removed key is recorded.
     pub(crate) fn retain<F: for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool>(
         &mut self,
-        mut keep: F,
+        keep: F,
     ) -> Result<()> {
         self.log.mark();
         if !self.log.recording() {
             return Ok(self.table.retain(keep)?);
         }
-        let (log, code, def) = (self.log, self.code, self.def);
-        let mut key = Vec::new();
-        Ok(self.table.retain(|k, v| {
-            key.clear();
-            key.extend_from_slice(K::as_bytes(&k).as_ref());
-            let kept = keep(k, v);
-            if !kept {
-                log.journal(code, |f, c| {
-                    f.remove(redb::TableHandle::name(&def), c, &key)
-                });
-            }
-            kept
-        })?)
+        let keep = recording_removals(self.log, self.code, self.def, keep);
+        Ok(self.table.retain(keep)?)
     }
 
     /// Removes the entries of `range` for which `keep` is false, as redb's
@@ -464,7 +453,7 @@ impl<K: Key + 'static, V: Value + 'static> GroupTable<'_, K, V> {
     pub(crate) fn retain_in<'a, KR, F: for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool>(
         &mut self,
         range: impl std::ops::RangeBounds<KR> + 'a,
-        mut keep: F,
+        keep: F,
     ) -> Result<()>
     where
         KR: std::borrow::Borrow<K::SelfType<'a>> + 'a,
@@ -473,19 +462,30 @@ impl<K: Key + 'static, V: Value + 'static> GroupTable<'_, K, V> {
         if !self.log.recording() {
             return Ok(self.table.retain_in(range, keep)?);
         }
-        let (log, code, def) = (self.log, self.code, self.def);
-        let mut key = Vec::new();
-        Ok(self.table.retain_in(range, |k, v| {
-            key.clear();
-            key.extend_from_slice(K::as_bytes(&k).as_ref());
-            let kept = keep(k, v);
-            if !kept {
-                log.journal(code, |f, c| {
-                    f.remove(redb::TableHandle::name(&def), c, &key)
-                });
-            }
-            kept
-        })?)
+        let keep = recording_removals(self.log, self.code, self.def, keep);
+        Ok(self.table.retain_in(range, keep)?)
+    }
+}
+
+/// `keep` (a `retain` predicate over table `def`) that also records, in the group's frame,
+/// the key of every entry it drops.
+fn recording_removals<'a, K: Key + 'static, V: Value + 'static>(
+    log: GroupLog<'a>,
+    code: Option<u8>,
+    def: TableDefinition<'static, K, V>,
+    mut keep: impl for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool,
+) -> impl for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool {
+    let mut key = Vec::new();
+    move |k: K::SelfType<'_>, v: V::SelfType<'_>| {
+        key.clear();
+        key.extend_from_slice(K::as_bytes(&k).as_ref());
+        let kept = keep(k, v);
+        if !kept {
+            log.journal(code, |f, c| {
+                f.remove(redb::TableHandle::name(&def), c, &key)
+            });
+        }
+        kept
     }
 }
 

@@ -258,14 +258,10 @@ impl Queue {
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "leaseq: compacted"
                 );
-                // Compaction's own commits are durable but record no journal position: the
-                // frames since the last checkpoint would replay, harmlessly (a frame sets
-                // values the file already holds). A checkpoint now leaves the compacted file
-                // complete on its own. Not before: a transaction the caller holds on
-                // `database()` would make it wait, where compaction refuses at once.
-                if inner.committer.journaling() {
-                    inner.flush()?;
-                }
+                // Compaction's own commits are durable (they hold every commit before them)
+                // but record no journal position: the frames since the last checkpoint
+                // replay harmlessly at the next open, a frame setting values the file
+                // already holds. No checkpoint here: its commit would grow the file again.
                 Ok(compacted)
             }
             Err(e @ Error::Busy { .. }) => Err(e),

@@ -70,7 +70,7 @@ fn a_format_2_file_is_upgraded_at_open_with_every_job_and_key() {
     let q = f.open();
     let r = q.recovery();
     assert_eq!(r.upgraded_from, Some(2), "{r:?}");
-    assert_eq!(r.leases_returned, 1, "{r:?}");
+    assert_returned(&r, 1);
     assert_fixture(&q);
     // Keys: d1 and d3 held by live jobs 5 and 4, d4 by job 7's window.
     for (key, holder) in [("d1", 5), ("d3", 4), ("d4", 7)] {
@@ -415,7 +415,7 @@ const FIXTURE5: &str = concat!(
 fn assert_fixture5(q: &Queue) {
     assert_consistent(q);
     let r = q.recovery();
-    assert_eq!(r.leases_returned, 3, "{r:?}");
+    assert_returned(&r, 3);
     let s = q.stats().unwrap();
     // Format 5 has no completed or cancelled jobs.
     assert_eq!(counts(&s), (7, 2, 4, 0, 1, 1, 2, 0, 0), "{s:?}");
@@ -534,7 +534,7 @@ const FIXTURE6: &str = concat!(
 fn assert_fixture6(q: &Queue) {
     assert_consistent(q);
     let r = q.recovery();
-    assert_eq!(r.leases_returned, 3, "{r:?}");
+    assert_returned(&r, 3);
     let s = q.stats().unwrap();
     assert_eq!(counts(&s), (7, 2, 4, 0, 1, 1, 2, 0, 0), "{s:?}");
     assert!(!s.paused);
@@ -638,7 +638,7 @@ const FIXTURE7: &str = concat!(
 fn assert_fixture7(q: &Queue) {
     assert_consistent(q);
     let r = q.recovery();
-    assert_eq!(r.leases_returned, 4, "{r:?}");
+    assert_returned(&r, 4);
     let s = q.stats().unwrap();
     assert_eq!(counts(&s), (7, 2, 4, 0, 1, 1, 2, 0, 0), "{s:?}");
     assert!(!s.paused);
@@ -921,7 +921,7 @@ fn record_versions(path: &std::path::Path, jobs_table: &str) -> Vec<(u64, u8)> {
 fn assert_fixture9(q: &Queue) {
     assert_consistent(q);
     let r = q.recovery();
-    assert_eq!(r.leases_returned, 3, "{r:?}");
+    assert_returned(&r, 3);
     let s = q.stats().unwrap();
     // Jobs 2 to 10: 2, 4, 7 scheduled; 5, 6, 8, 9, 10 ready (10 held behind 9); 3 dead.
     assert_eq!(counts(&s), (9, 3, 5, 0, 1, 1, 3, 0, 0), "{s:?}");
@@ -1153,7 +1153,7 @@ const FIXTURE10: &str = concat!(
 fn assert_fixture10(q: &Queue) {
     assert_consistent(q);
     let r = q.recovery();
-    assert_eq!(r.leases_returned, 1, "{r:?}");
+    assert_returned(&r, 1);
     let job = |id: u64| q.job(JobId(id)).unwrap().unwrap();
     assert_eq!(q.job(JobId(1)).unwrap(), None, "acked without a history");
     assert!(q.is_applied("A1").unwrap());
@@ -1212,4 +1212,16 @@ fn format10_file_upgrades_to_11_and_goes_on_through_the_journal() {
 #[test]
 fn a_power_loss_anywhere_in_the_10_to_11_upgrade_leaves_a_file_that_opens_the_same() {
     power_loss_at_every_write_of_the_upgrade(FIXTURE10, 10, 151, assert_fixture10);
+}
+
+/// The open returned `n` leases; or, after a power loss in an earlier open whose lease
+/// recovery reached the journal whole (its answer never given, as a commit whose fsync was
+/// cut), the replay returned them and this open found none. The jobs' states, checked by the
+/// caller, are the same either way.
+fn assert_returned(r: &leaseq::Recovery, n: u64) {
+    assert!(
+        r.leases_returned == n
+            || (r.leases_returned == 0 && matches!(r.journal, leaseq::JournalFound::Replayed(_))),
+        "{r:?}"
+    );
 }
