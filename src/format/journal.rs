@@ -359,7 +359,7 @@ macro_rules! table_types {
         }
 
         fn known_code(code: u8) -> bool {
-            matches!(code, $($code)|*)
+            [$($code),*].contains(&code)
         }
 
         fn dispatch(code: u8, tx: &WriteTransaction, change: Change<'_>) -> Result<()> {
