@@ -407,7 +407,10 @@ fn a_volume_without_hard_links_gets_its_queue_by_rename() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, [".q.leaseq.create-lock", "q.leaseq"]);
+    assert_eq!(
+        names,
+        [".q.leaseq.create-lock", "q.leaseq", "q.leaseq-journal"]
+    );
     let q = Queue::open(&path).unwrap();
     assert!(!q.recovery().created);
     let l = q.dequeue().unwrap().unwrap();
