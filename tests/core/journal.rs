@@ -148,3 +148,27 @@ fn compaction_loses_nothing_journaled_before_it() {
     assert_eq!(q.stats().unwrap().total, 11);
     assert_eq!(q.check().unwrap(), vec![]);
 }
+
+// A frame that would not fit before the journal's end (4 MiB of frames) makes its group a
+// checkpoint, after which frames start again at the front: large payloads pass through a
+// full journal, and every one is there after a reopen.
+#[test]
+fn a_group_too_large_for_the_rest_of_the_journal_is_a_checkpoint() {
+    let f = Fixture::new();
+    let q = f.open();
+    let big = |i: u8| vec![i; 900 * 1024];
+    for i in 0..10u8 {
+        q.enqueue(&big(i), EnqueueOptions::default()).unwrap();
+    }
+    let s = q.commit_stats();
+    // About four 900 KiB frames fit in 4 MiB: the fifth group is a checkpoint, and so on.
+    assert!(s.checkpoints >= 2, "{s:?}");
+    assert!(s.journal_frames >= 6, "{s:?}");
+    drop(q);
+    let q = f.open();
+    for i in 0..10u8 {
+        let l = q.dequeue().unwrap().unwrap();
+        assert!(l.payload() == &big(i)[..], "job {i}");
+        l.ack().unwrap();
+    }
+}
