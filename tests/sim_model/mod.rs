@@ -239,7 +239,7 @@ fn run(src: Src, seed: u64, steps: usize, settings: Settings) -> Outcome {
     // The workload ended with a reopen, checked like every other: the close of the queue it
     // opened would only write to a disk no one reads again (clean closes are reboots of their
     // own), so the power goes first and the close stops at its first write.
-    r.disk.crash_now();
+    r.power_off();
     r.leases.clear();
     r.queue = None;
     r.out.steps = r.step;
@@ -597,6 +597,13 @@ impl Runner {
     fn log(&mut self, line: String) {
         let t = self.clock.now_ms() as i64 - T0_MS as i64;
         self.log.push(format!("#{:<3} t={t:+} {line}", self.step));
+    }
+
+    /// The power fails now, for every disk of the simulated machine: the queue file's (the one
+    /// place to add another file's disk, such as a journal beside the queue file). Every later
+    /// I/O call fails, so a close that follows stops at its first write.
+    fn power_off(&self) {
+        self.disk.crash_now();
     }
 
     fn fresh_disk_seed(&mut self) -> u64 {
@@ -2074,12 +2081,12 @@ impl Runner {
                 let image = self.disk.live_image();
                 // The close of a killed process never runs: cut the power first, so that it
                 // stops at its first write instead of writing to a disk no one reads again.
-                self.disk.crash_now();
+                self.power_off();
                 drop(queue);
                 Some(image)
             }
             Reboot::PowerCut => {
-                self.disk.crash_now();
+                self.power_off();
                 drop(queue);
                 Some(self.disk.crash_image())
             }
