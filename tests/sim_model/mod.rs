@@ -236,6 +236,12 @@ fn run(src: Src, seed: u64, steps: usize, settings: Settings) -> Outcome {
                 .unwrap_or_default();
             Err(format!("PANIC: {msg}"))
         });
+    // The workload ended with a reopen, checked like every other: the close of the queue it
+    // opened would only write to a disk no one reads again (clean closes are reboots of their
+    // own), so the power goes first and the close stops at its first write.
+    r.power_off();
+    r.leases.clear();
+    r.queue = None;
     r.out.steps = r.step;
     let mut out = std::mem::take(&mut r.out);
     out.seed = seed;
@@ -600,6 +606,15 @@ impl Runner {
         self.log.push(format!("#{:<3} t={t:+} {line}", self.step));
     }
 
+    /// The power fails now, for every disk of the simulated machine: the queue file and its
+    /// journal, one power line. Every later I/O call fails, so a close that follows stops at
+    /// its first write.
+    fn power_off(&self) {
+        if !self.disk.is_crashed() {
+            self.disk.crash_now();
+        }
+    }
+
     fn fresh_disk_seed(&mut self) -> u64 {
         self.disks_made += 1;
         self.seed
@@ -717,12 +732,13 @@ impl Runner {
     fn full_check(&mut self) -> Result<(), String> {
         let q = self.q();
         let crashed_before = self.disk.is_crashed();
+        let checked = check_queue(&q);
         let results: Vec<Result<Model, Vec<String>>> = self
             .worlds
             .iter()
             .map(|w| {
                 let mut m = w.m.clone();
-                compare(&q, &mut m).map(|()| m)
+                compare(&q, &checked, &mut m).map(|()| m)
             })
             .collect();
         if !crashed_before && self.disk.is_crashed() {
@@ -2089,11 +2105,14 @@ impl Runner {
             }
             Reboot::Kill => {
                 let image = self.live_images();
-                drop(queue); // its close writes to a disk no one reads again
+                // The close of a killed process never runs: cut the power first, so that it
+                // stops at its first write instead of writing to a disk no one reads again.
+                self.power_off();
+                drop(queue);
                 Some(image)
             }
             Reboot::PowerCut => {
-                self.disk.crash_now();
+                self.power_off();
                 drop(queue);
                 Some(self.crash_images())
             }
@@ -2196,6 +2215,7 @@ impl Runner {
         // Compares the reopened queue with every candidate: those that agree, and the first
         // differences of the others.
         let match_candidates = |q: &Queue, rec: leaseq::Recovery, two_opens: bool| {
+            let checked = check_queue(q);
             let mut matched: Vec<(&'static str, World)> = Vec::new();
             let mut diffs = Vec::new();
             let mut seen: Vec<Model> = Vec::new();
@@ -2233,7 +2253,7 @@ impl Runner {
                     ));
                 }
                 if d.is_empty()
-                    && let Err(more) = compare(q, &mut m)
+                    && let Err(more) = compare(q, &checked, &mut m)
                 {
                     d.extend(more);
                 }
@@ -2704,14 +2724,25 @@ fn compare_job(id: u64, got: &JobInfo, want: &MJob) -> Vec<String> {
     d
 }
 
-/// Compares the whole queue with the model: `check()`, every job ever enqueued (by id), the
-/// stats, the applied-ids markers of every idempotency key, and the effect table. A pending job
-/// (an enqueue the crash hit, id never returned) is looked for above the largest known id and
-/// named in the model when found. Returns the differences (at most 12).
-pub fn compare(q: &Queue, m: &mut Model) -> Result<(), Vec<String>> {
+/// What `check()` finds in the queue as it is now, or why it failed: read once for every state
+/// the queue is compared with (a reopen compares it with each outcome the calls allow).
+pub fn check_queue(q: &Queue) -> Result<Vec<leaseq::Violation>, String> {
+    q.check().map_err(|e| format!("check() failed: {e}"))
+}
+
+/// Compares the whole queue with the model: `check()` (its findings `checked`, read by
+/// [`check_queue`]), every job ever enqueued (by id), the stats, the applied-ids markers of
+/// every idempotency key, and the effect table. A pending job (an enqueue the crash hit, id
+/// never returned) is looked for above the largest known id and named in the model when found.
+/// Returns the differences (at most 12).
+pub fn compare(
+    q: &Queue,
+    checked: &Result<Vec<leaseq::Violation>, String>,
+    m: &mut Model,
+) -> Result<(), Vec<String>> {
     let mut d: Vec<String> = Vec::new();
     let fail = |what: String| vec![what];
-    match q.check() {
+    match checked {
         Ok(v) if v.is_empty() => {}
         Ok(v) => d.push(format!(
             "CHECK: check() reports {} violations: {}",
@@ -2722,7 +2753,7 @@ pub fn compare(q: &Queue, m: &mut Model) -> Result<(), Vec<String>> {
                 .collect::<Vec<_>>()
                 .join(", ")
         )),
-        Err(e) => return Err(fail(format!("check() failed: {e}"))),
+        Err(e) => return Err(fail(e.clone())),
     }
     let stats = q
         .stats()
