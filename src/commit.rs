@@ -1227,7 +1227,7 @@ fn commit_group_inner(
     };
     let mut journal = journal.lock();
     let mut checkpoint = g.checkpoint.get();
-    if checkpoint == Checkpoint::No && journal.checkpoint_due() {
+    if checkpoint == Checkpoint::No && journal.checkpoint_due(std::time::Instant::now()) {
         checkpoint = Checkpoint::Yes;
     }
     let frame = g.frame.as_ref().map(RefCell::borrow);

@@ -384,8 +384,9 @@ impl Journal {
 
     /// Whether the next group must be a checkpoint, before its frame is made: too many
     /// frames or too long since the last checkpoint.
-    pub(crate) fn checkpoint_due(&self) -> bool {
-        self.frames >= JOURNAL_FRAMES_MAX || self.checkpointed_at.elapsed() >= CHECKPOINT_INTERVAL
+    pub(crate) fn checkpoint_due(&self, now: Instant) -> bool {
+        self.frames >= JOURNAL_FRAMES_MAX
+            || now.saturating_duration_since(self.checkpointed_at) >= CHECKPOINT_INTERVAL
     }
 
     /// Writes `body` as the next frame at the tail and makes it durable (`fdatasync`).
@@ -423,5 +424,71 @@ impl Journal {
         self.tail = FRAMES_START;
         self.frames = 0;
         self.checkpointed_at = Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! When a checkpoint is due: by count of frames, by time since the last one, and when
+    //! the next frame does not fit.
+    use super::*;
+    use crate::format::journal::FrameBody;
+    use redb::backends::InMemoryBackend;
+    use std::time::Duration;
+
+    fn journal() -> Journal {
+        let file = InMemoryBackend::new();
+        Journal::prepare(&file).unwrap();
+        Journal::new(Box::new(file), 7, 0)
+    }
+
+    fn body(value_bytes: usize) -> FrameBody {
+        let mut b = FrameBody::default();
+        b.put("leaseq_meta", 1, b"k", &vec![3; value_bytes]);
+        b
+    }
+
+    #[test]
+    fn a_checkpoint_is_due_after_the_interval_and_not_before() {
+        let mut j = journal();
+        let at = j.checkpointed_at;
+        assert!(j.append(&body(10)).unwrap());
+        assert!(!j.checkpoint_due(at));
+        assert!(!j.checkpoint_due(at + CHECKPOINT_INTERVAL - Duration::from_millis(1)));
+        assert!(j.checkpoint_due(at + CHECKPOINT_INTERVAL));
+        // A clock read before the last checkpoint (another thread's) is not "due".
+        j.checkpointed();
+        assert!(!j.checkpoint_due(at));
+        assert!(j.checkpoint_due(j.checkpointed_at + CHECKPOINT_INTERVAL));
+    }
+
+    #[test]
+    fn a_checkpoint_is_due_after_the_most_frames_and_restarts_the_count() {
+        let mut j = journal();
+        let at = j.checkpointed_at;
+        for i in 0..JOURNAL_FRAMES_MAX {
+            assert!(!j.checkpoint_due(at), "after {i} frames");
+            assert!(j.append(&body(1)).unwrap());
+        }
+        assert!(j.checkpoint_due(at));
+        assert_eq!(j.state(true).seq, JOURNAL_FRAMES_MAX);
+        j.checkpointed();
+        assert!(!j.checkpoint_due(j.checkpointed_at));
+        // Numbering goes on after a checkpoint; the frames start again at the front.
+        assert!(j.append(&body(1)).unwrap());
+        assert_eq!(j.state(true).seq, JOURNAL_FRAMES_MAX + 1);
+        assert_eq!(j.tail, FRAMES_START + (j.buf.len() as u64));
+    }
+
+    #[test]
+    fn a_frame_that_does_not_fit_is_refused_and_writes_nothing() {
+        let mut j = journal();
+        let big = body(JOURNAL_BYTES as usize / 2);
+        assert!(j.append(&big).unwrap());
+        let (tail, seq) = (j.tail, j.last_seq);
+        assert!(!j.append(&big).unwrap());
+        assert_eq!((j.tail, j.last_seq, j.frames), (tail, seq, 1));
+        j.checkpointed();
+        assert!(j.append(&big).unwrap(), "fits again after a checkpoint");
     }
 }

@@ -12,6 +12,8 @@
 //! `Queue::open`, which also runs the file checks); then every 4 bytes are one edit: a 24-bit
 //! offset and a byte XORed in there (an even first byte keeps the edit in the first 16 KiB:
 //! redb's header and first pages). A last lone byte truncates the image to that many 256ths.
+//! Mode bit 2 picks the same queue written with the write-ahead journal instead, a (file,
+//! journal) pair whose edits and truncation may go to the journal ([`corrupted_image`]).
 //! The queue is then opened, checked, read (its schedules and rate limits too), drained and
 //! written to (schedules created, changed and removed, grouped jobs, rate limits changed).
 
@@ -25,7 +27,8 @@ use redb::ReadableTable;
 
 use super::{EFFECTS, T0_MS};
 
-fn builder(clock: &ManualClock) -> leaseq::Builder {
+/// The settings every base image is written and opened with.
+pub fn builder(clock: &ManualClock) -> leaseq::Builder {
     Queue::builder()
         .retry(leaseq::RetryPolicy::immediate())
         .lease(Duration::from_secs(1))
@@ -34,10 +37,32 @@ fn builder(clock: &ManualClock) -> leaseq::Builder {
         .clock(clock.clone())
 }
 
+/// A queue file and the journal beside it (empty for a queue written without one).
+pub type Pair = (Vec<u8>, Vec<u8>);
+
 /// A small queue with jobs in every state: (closed cleanly, process killed with leases held).
 pub fn base_images() -> &'static (Vec<u8>, Vec<u8>) {
     static IMAGES: OnceLock<(Vec<u8>, Vec<u8>)> = OnceLock::new();
-    IMAGES.get_or_init(|| build_images(false))
+    IMAGES.get_or_init(|| {
+        let (clean, killed) = build_images(false, false);
+        (clean.0, killed.0)
+    })
+}
+
+/// The queues of [`base_images`] (`schedules` false) and [`scheduled_images`] (true) written
+/// with the write-ahead journal, each a (file, journal) pair: (closed cleanly, so the
+/// journal's frames are all older than the file's last checkpoint; process killed with
+/// leases held and frames after the last checkpoint, which the open replays).
+pub fn journaled_images(schedules: bool) -> &'static (Pair, Pair) {
+    static PLAIN: OnceLock<(Pair, Pair)> = OnceLock::new();
+    static SCHEDULED: OnceLock<(Pair, Pair)> = OnceLock::new();
+    let cell = if schedules { &SCHEDULED } else { &PLAIN };
+    cell.get_or_init(|| build_images(schedules, true))
+}
+
+/// The journal's bytes in use: its header and frames (the rest is written zeros).
+pub fn journal_used(journal: &[u8]) -> usize {
+    journal.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)
 }
 
 /// The same queue with periodic jobs as well: (closed cleanly, process killed with leases
@@ -49,13 +74,25 @@ pub fn base_images() -> &'static (Vec<u8>, Vec<u8>) {
 /// the building dequeues used.
 pub fn scheduled_images() -> &'static (Vec<u8>, Vec<u8>) {
     static IMAGES: OnceLock<(Vec<u8>, Vec<u8>)> = OnceLock::new();
-    IMAGES.get_or_init(|| build_images(true))
+    IMAGES.get_or_init(|| {
+        let (clean, killed) = build_images(true, false);
+        (clean.0, killed.0)
+    })
 }
 
-fn build_images(schedules: bool) -> (Vec<u8>, Vec<u8>) {
+/// (closed cleanly, killed) images of the queue described at [`scheduled_images`] (with
+/// `schedules`) or [`base_images`], written with the journal if `journal`.
+fn build_images(schedules: bool, journal: bool) -> (Pair, Pair) {
     let clock = ManualClock::new(T0_MS);
     let disk = SimDisk::new(7);
-    let q = builder(&clock).open_backend(disk.backend()).unwrap();
+    let jdisk = disk.sibling(8);
+    let q = if journal {
+        builder(&clock)
+            .open_backends(disk.backend(), jdisk.backend())
+            .unwrap()
+    } else {
+        builder(&clock).open_backend(disk.backend()).unwrap()
+    };
     // A completed history, so the images hold completed and cancelled rows too.
     q.set_history(leaseq::History::off().keep_jobs(8)).unwrap();
     if schedules {
@@ -163,10 +200,11 @@ fn build_images(schedules: bool) -> (Vec<u8>, Vec<u8>) {
         assert!(side.dequeue().unwrap().is_some());
         assert!(side.dequeue().unwrap().is_none());
     }
-    let killed = disk.live_image();
+    let image = |d: &SimDisk| if journal { d.live_image() } else { Vec::new() };
+    let killed = (disk.live_image(), image(&jdisk));
     drop(held);
     drop(q);
-    (disk.live_image(), killed)
+    ((disk.live_image(), image(&jdisk)), killed)
 }
 
 /// Runs `f`; a panic out of it came through leaseq's API.
@@ -308,28 +346,46 @@ fn exercise_schedules(q: &Queue) -> Result<(), String> {
     Ok(())
 }
 
-/// The base image an input picks, with its edits applied, and the mode byte.
-pub fn corrupted_image(data: &[u8]) -> Option<(u8, Vec<u8>)> {
+/// The base image an input picks, with its edits applied, and the mode byte. With mode bit 2
+/// the image is a (file, journal) pair of [`journaled_images`]; then an edit whose offset's
+/// top bit (bit 23) is set goes to the journal, at its offset modulo the journal's bytes in
+/// use plus 64 (so it lands in the header, a frame or just past the last one), and the
+/// truncation (mode bit 3) cuts the journal to that many 256ths of those bytes (a torn tail).
+/// Without bit 2 the journal is empty.
+pub fn corrupted_image(data: &[u8]) -> Option<(u8, Vec<u8>, Vec<u8>)> {
     let (&mode, edits) = data.split_first()?;
-    let (clean, killed) = if mode & 0x80 == 0 {
-        base_images()
+    let ((mut image, mut journal), journaled) = if mode & 4 != 0 {
+        let (clean, killed) = journaled_images(mode & 0x80 != 0);
+        let pair = if mode & 1 == 0 { clean } else { killed };
+        (pair.clone(), true)
     } else {
-        scheduled_images()
+        let (clean, killed) = if mode & 0x80 == 0 {
+            base_images()
+        } else {
+            scheduled_images()
+        };
+        let image = if mode & 1 == 0 { clean } else { killed };
+        ((image.clone(), Vec::new()), false)
     };
-    let mut image = if mode & 1 == 0 {
-        clean.clone()
-    } else {
-        killed.clone()
-    };
+    let journal_span = journal_used(&journal) + 64;
     for e in edits.chunks(4) {
         match *e {
             [a, b, c, x] => {
                 let raw = u32::from_le_bytes([a, b, c, 0]) as usize;
-                let off = if a & 1 == 0 { raw % 16384 } else { raw };
-                if !image.is_empty() {
+                let x = if x == 0 { 0xFF } else { x };
+                if journaled && c & 0x80 != 0 {
+                    let i = (raw & 0x7F_FFFF) % journal_span.min(journal.len()).max(1);
+                    if let Some(byte) = journal.get_mut(i) {
+                        *byte ^= x;
+                    }
+                } else if !image.is_empty() {
+                    let off = if a & 1 == 0 { raw % 16384 } else { raw };
                     let i = off % image.len();
-                    image[i] ^= if x == 0 { 0xFF } else { x };
+                    image[i] ^= x;
                 }
+            }
+            [a] if journaled && mode & 8 != 0 => {
+                journal.truncate(journal_span * usize::from(a) / 256);
             }
             [a] => {
                 let keep = image.len() * usize::from(a) / 256;
@@ -338,14 +394,15 @@ pub fn corrupted_image(data: &[u8]) -> Option<(u8, Vec<u8>)> {
             _ => {}
         }
     }
-    Some((mode, image))
+    Some((mode, image, journal))
 }
 
 /// Opens and uses the corrupted image `data` describes. `Err` names a panic that came through
 /// leaseq's API.
 pub fn open_corrupt(data: &[u8]) -> Result<(), String> {
     match corrupted_image(data) {
-        Some((mode, image)) => open_image(mode, image),
+        Some((mode, image, journal)) if mode & 4 != 0 => open_pair(mode, image, journal),
+        Some((mode, image, _)) => open_image(mode, image),
         None => Ok(()),
     }
 }
@@ -432,6 +489,57 @@ pub fn close_written_sweep(
     Ok(flips.len())
 }
 
+/// Opens the queue file `image` with its journal `journal` (on a `SimDisk` and a sibling on
+/// its power line if bit 1 of `mode` is clear, else from a file and the journal file beside
+/// it, first with a `Reader`, which replays the journal into its copy), then checks, reads,
+/// drains and writes to it as [`open_image`].
+pub fn open_pair(mode: u8, image: Vec<u8>, journal: Vec<u8>) -> Result<(), String> {
+    let clock = ManualClock::new(T0_MS + 10_000);
+    if mode & 2 == 0 {
+        let disk = SimDisk::from_image(image, u64::from(mode));
+        let jdisk = disk.sibling_from_image(journal, u64::from(mode) ^ 0x4a4f);
+        let opened = no_panic("open_backends", || {
+            builder(&clock).open_backends(disk.backend(), jdisk.backend())
+        })?;
+        if let Ok(q) = opened {
+            exercise(&q, &clock)?;
+            no_panic("drop", || drop(q))?;
+        }
+        return Ok(());
+    }
+    let dir = tmp_dir()?;
+    let path = dir.path().join("q.leaseq");
+    std::fs::write(&path, &image).map_err(|e| format!("write: {e}"))?;
+    std::fs::write(dir.path().join("q.leaseq-journal"), &journal)
+        .map_err(|e| format!("write journal: {e}"))?;
+    if let Ok(r) = no_panic("Reader::open", || leaseq::Reader::open(&path))? {
+        let _ = no_panic("reader stats", || r.stats())?;
+        let _ = no_panic("reader jobs", || r.jobs(leaseq::JobState::Ready, None, 50))?;
+        let _ = no_panic("reader schedules", || r.schedules())?;
+        for id in 1..40 {
+            let _ = no_panic("reader job", || r.job(JobId(id)))?;
+        }
+        no_panic("reader drop", || drop(r))?;
+    }
+    let opened = no_panic("open", || builder(&clock).open(&path))?;
+    if let Ok(q) = opened {
+        exercise(&q, &clock)?;
+        no_panic("drop", || drop(q))?;
+    }
+    Ok(())
+}
+
+/// A directory for a run's files: on tmpfs when there is one (every commit fsyncs).
+fn tmp_dir() -> Result<tempfile::TempDir, String> {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm)
+    } else {
+        tempfile::tempdir()
+    }
+    .map_err(|e| format!("tempdir: {e}"))
+}
+
 /// Opens `image` (on a `SimDisk` if bit 1 of `mode` is clear, else from a file), then checks,
 /// reads, drains and writes to it.
 pub fn open_image(mode: u8, image: Vec<u8>) -> Result<(), String> {
@@ -446,14 +554,7 @@ pub fn open_image(mode: u8, image: Vec<u8>) -> Result<(), String> {
             no_panic("drop", || drop(q))?;
         }
     } else {
-        // tmpfs when there is one: every commit fsyncs.
-        let shm = std::path::Path::new("/dev/shm");
-        let dir = if shm.is_dir() {
-            tempfile::tempdir_in(shm)
-        } else {
-            tempfile::tempdir()
-        }
-        .map_err(|e| format!("tempdir: {e}"))?;
+        let dir = tmp_dir()?;
         let path = dir.path().join("q.leaseq");
         std::fs::write(&path, &image).map_err(|e| format!("write: {e}"))?;
         let opened = no_panic("open", || builder(&clock).open(&path))?;
