@@ -125,7 +125,9 @@ impl Schedule {
     }
 
     /// Due at each match of `expression` on the wall clock of `time_zone`, an IANA name (see
-    /// [`Timing::Cron`]). The zone database is built into leaseq (the `chrono-tz` crate), so
+    /// [`Timing::Cron`]), first at the first match strictly after the schedule is created (one
+    /// created at the very millisecond of a match waits for the next, as BullMQ's
+    /// repeatable jobs and a crontab entry do). The zone database is built into leaseq (the `chrono-tz` crate), so
     /// the due times are the same on every platform. Daylight saving time follows croner: a
     /// time skipped by a spring-forward gap runs at the first instant after the gap; a
     /// fixed time of day repeated by a fall-back (`30 1 * * *`) runs once, while an

@@ -288,11 +288,17 @@ fn drop_unnamed_instances(
     Ok(())
 }
 
-/// The first due time of a new timing not before `now_ms`.
+/// The first due time of a new timing: an interval's start if it is not past, else its next
+/// due time from `now_ms` on; a cron expression's first match strictly after `now_ms`, so a
+/// schedule set at the very millisecond its expression matches waits for the next match (as
+/// BullMQ's repeatable jobs and a crontab entry added at 03:00:00 do).
 fn first_due(timing: &StoredTiming, now_ms: u64) -> Result<u64> {
     Ok(match timing {
         StoredTiming::Interval { start_ms, .. } if *start_ms >= now_ms => *start_ms,
-        _ => next_due_after(timing, now_ms.saturating_sub(1))?.unwrap_or(NO_DUE_MS),
+        StoredTiming::Interval { .. } => {
+            next_due_after(timing, now_ms.saturating_sub(1))?.unwrap_or(NO_DUE_MS)
+        }
+        StoredTiming::Cron { .. } => next_due_after(timing, now_ms)?.unwrap_or(NO_DUE_MS),
     })
 }
 

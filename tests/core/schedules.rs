@@ -381,6 +381,30 @@ fn a_cron_schedule_fires_at_the_wall_clock_times_of_its_zone() {
     assert_consistent(&q);
 }
 
+// As BullMQ's repeatable jobs (and a crontab entry added at 03:00:00): a cron schedule set
+// at the very millisecond its expression matches fires first at the next match, not at once;
+// set a millisecond before a match, it fires at that match.
+#[cfg(feature = "cron")]
+#[test]
+fn a_cron_schedule_set_on_a_match_waits_for_the_next_one() {
+    let f = Fixture::new();
+    let q = f.open();
+    let minute = 1_700_000_040_000; // 2023-11-14 22:14:00 UTC, a whole minute after T0
+    assert!(minute > T0_MS);
+    f.clock.set_ms(minute);
+    let every_minute = || Schedule::cron("* * * * *", "UTC").payload(b"m".to_vec());
+    let i = q.create_schedule("on", &every_minute()).unwrap();
+    assert_eq!(i.next_due_ms, Some(minute + 60_000));
+    assert!(q.dequeue().unwrap().is_none(), "fired at once");
+    f.clock.set_ms(minute + 60_000 - 1);
+    let before = q.create_schedule("before", &every_minute()).unwrap();
+    assert_eq!(before.next_due_ms, Some(minute + 60_000));
+    f.clock.set_ms(minute + 60_000);
+    assert_eq!(drain_acked(&q), vec![b"m".to_vec(), b"m".to_vec()]);
+    assert_eq!(info(&q, "on").next_due_ms, Some(minute + 120_000));
+    assert_consistent(&q);
+}
+
 #[test]
 fn bad_definitions_are_typed_errors_that_write_nothing() {
     let f = Fixture::new();
