@@ -210,7 +210,8 @@ pub enum Error {
     /// and the `Outcome` is what this variant carries (downcast it to see which).
     ///
     /// From [`Queue::write`](crate::Queue::write): nothing of the closure's transaction
-    /// committed (neither its writes nor its jobs).
+    /// committed (neither its writes nor its jobs). A queue call the closure made and passed
+    /// on (refused `Reentrant`) is returned as itself, not as `Effect`.
     #[error("effect failed: {0}")]
     Effect(#[source] BoxError),
     /// A typed payload did not serialize, did not decode back at enqueue
@@ -225,7 +226,9 @@ pub enum Error {
     /// A queue operation was called from inside a closure that runs in the queue's write
     /// transaction (an `ack_with` effect or a [`Queue::write`](crate::Queue::write) closure,
     /// directly or through another queue's closure); it would wait for its own commit forever,
-    /// so it is refused. Enqueue through the closure's [`Tx`](crate::Tx) instead.
+    /// so it is refused. Enqueue through the closure's [`Tx`](crate::Tx) instead. A
+    /// `Queue::write` whose closure passed this error on returns it as it is; an `ack_with`
+    /// returns it inside [`Error::Effect`] (the attempt ended).
     #[error(
         "queue operation called from inside a closure running in its write transaction (ack_with or write)"
     )]
@@ -310,7 +313,9 @@ impl Error {
         self.surfaced_if(Error::is_input_refusal)
     }
 
-    /// [`Error::surfaced`], and also a failing disk under the closure of `Queue::write`: an
+    /// [`Error::surfaced`], and also, under the closure of `Queue::write`, a queue call made
+    /// inside it (`Reentrant`, the caller's mistake, not its closure failing) and a failing
+    /// disk: an
     /// enqueue inside it that failed on storage, or its own table writes failing with redb's
     /// `StorageError::Io` or `PreviousIo` (bare or in a `TableError`), passed on by the
     /// closure. The caller sees `Storage`, not its own closure failing; any other error of
@@ -339,7 +344,9 @@ impl Error {
             },
             e => e,
         };
-        e.surfaced_if(|e| e.is_input_refusal() || e.is_storage_failure())
+        e.surfaced_if(|e| {
+            e.is_input_refusal() || e.is_storage_failure() || matches!(e, Error::Reentrant)
+        })
     }
 
     fn surfaced_if(self, surfaces: fn(&Error) -> bool) -> Error {

@@ -2,7 +2,8 @@
 //!
 //! An embedded, single-process, synchronous, persistent job queue stored in one
 //! [redb](https://docs.rs/redb) file. Link it into a desktop or edge app: no server, no
-//! network, no async runtime. Jobs survive crashes and power loss; consumers take them under
+//! network, no async runtime required (an async face for tokio apps is the `tokio` feature).
+//! Jobs survive crashes and power loss; consumers take them under
 //! leases with fencing tokens; [`Lease::ack_with`] commits your own writes, an applied marker
 //! and the ack in one transaction, so a job's effect on your tables happens exactly once even
 //! though delivery is at-least-once.

@@ -762,7 +762,7 @@ impl Builder {
     /// As [`Builder::open_backend`], with the write-ahead journal ([`Builder::journal`]) on
     /// a backend of its own: `journal`, which holds a journal of this queue, or nothing
     /// (empty) for a new one. The pair is what a path's file and its `-journal` file are;
-    /// the power-loss simulator ([`crate::sim`]) cuts power across both.
+    /// the power-loss simulator (`leaseq::sim`, feature `sim`) cuts power across both.
     ///
     /// # Errors
     /// As [`Builder::open_backend`]; `NotLeaseq` if `journal` holds something other than a

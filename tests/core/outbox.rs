@@ -249,13 +249,12 @@ fn calling_the_queue_inside_write_is_reentrant_and_nothing_commits() {
         q2.enqueue(b"inner", EnqueueOptions::default())?;
         Ok(())
     });
-    match r {
-        Err(Error::Effect(e)) => assert!(
-            matches!(e.downcast_ref::<Error>(), Some(Error::Reentrant)),
-            "{e:?}"
-        ),
-        other => panic!("expected Effect(Reentrant), got {other:?}"),
-    }
+    // The caller's mistake is said as itself, not as its closure failing (issue 42).
+    assert!(matches!(r, Err(Error::Reentrant)), "{r:?}");
+    assert!(
+        r.unwrap_err().to_string().contains("from inside a closure"),
+        "the message names the mistake"
+    );
     assert!(q.is_empty().unwrap());
     assert!(effects(&q).is_empty());
 }
