@@ -238,6 +238,18 @@ pub enum Error {
     /// work. Nothing was written.
     #[error("the queue file was closed")]
     Closed,
+    /// A call that runs its work on the caller's tokio runtime was made outside one (no
+    /// runtime is current on the calling thread): `call` names it
+    /// ([`PoolBuilder::start_async`](crate::worker::PoolBuilder::start_async) and its staged
+    /// form). Nothing was started. Call it from inside the runtime (in an `async fn`, or after
+    /// `Runtime::enter`), or start a thread pool with `PoolBuilder::start` instead.
+    #[error(
+        "{call} needs a tokio runtime: call it from inside one (#[tokio::main], Runtime::enter)"
+    )]
+    NoRuntime {
+        /// The call that was refused.
+        call: &'static str,
+    },
     /// The call needs the queue to itself ([`Queue::compact`](crate::Queue::compact)): other
     /// handles or leases of it are alive, or a transaction is open on
     /// [`Queue::database`](crate::Queue::database). Nothing was done; try again once they are

@@ -117,7 +117,8 @@ impl PoolBuilder {
     /// ```
     ///
     /// # Errors
-    /// As [`PoolBuilder::start`] (`Io` if no tokio runtime is current).
+    /// As [`PoolBuilder::start`]; `NoRuntime` if no tokio runtime is current on this thread
+    /// (nothing started).
     pub fn start_async<F, Fut>(self, handler: F) -> Result<AsyncPool>
     where
         F: Fn(AsyncLease) -> Fut + Send + Sync + 'static,
@@ -149,10 +150,8 @@ impl PoolBuilder {
         if self.queue.is_closed() {
             return Err(Error::Closed);
         }
-        let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
-            Error::Io(std::io::Error::other(format!(
-                "an async pool starts inside a tokio runtime: {e}"
-            )))
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime {
+            call: "PoolBuilder::start_async",
         })?;
         let shared = Arc::new(TaskState {
             stop: self.stop.clone().unwrap_or_default(),

@@ -413,3 +413,36 @@ fn an_async_handler_past_its_timeout_is_dropped_and_its_job_given_back() {
     assert_eq!(j.last_error.as_deref(), Some("timed out after 150 ms"));
     assert_consistent(&q);
 }
+
+/// Started outside a tokio runtime, an async pool is refused with `NoRuntime` naming the
+/// call (it was `Io`, read as a failing disk), nothing started and the queue untouched;
+/// the same builder's pool starts once a runtime is entered.
+#[test]
+fn an_async_pool_started_outside_a_runtime_is_no_runtime() {
+    let f = Fixture::new();
+    let q = real_clock(&f, Duration::from_secs(30));
+    enqueue_n(&q, 2, plain());
+    let got = WorkerPool::builder(&q)
+        .threads(1)
+        .start_async(|_l: AsyncLease| async { Ok(()) });
+    match got {
+        Err(e @ leaseq::Error::NoRuntime { call }) => {
+            assert_eq!(call, "PoolBuilder::start_async");
+            assert!(e.to_string().contains("tokio runtime"), "{e}");
+        }
+        Err(e) => panic!("{e:?}"),
+        Ok(_) => panic!("started without a runtime"),
+    }
+    assert_eq!(q.stats().unwrap().ready, 2, "a job was taken");
+    let rt = runtime();
+    let _in = rt.enter();
+    let pool = WorkerPool::builder(&q)
+        .threads(1)
+        .start_async(|_l: AsyncLease| async { Ok(()) })
+        .unwrap();
+    rt.block_on(async {
+        until(&q, |s| s.ready == 0 && s.leased == 0).await;
+        pool.shutdown(Duration::from_secs(5)).await;
+    });
+    assert_consistent(&q);
+}
