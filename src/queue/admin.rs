@@ -40,6 +40,12 @@ impl Queue {
     /// that lease's calls learn why); otherwise it is deleted. [`Queue::retry`] runs a
     /// cancelled job again while its row is kept: to undo cancels, keep a history.
     ///
+    /// Where it differs from the calls named: a completed or cancelled job is refused
+    /// (`InvalidState`, nothing written), where Oban's `cancel_job` answers `:ok` and leaves
+    /// it as it is; a job whose row is gone is `JobNotFound`, whether it ended long ago or
+    /// never existed. An app that wants Oban's answer treats `InvalidState` with
+    /// `actual: Completed | Cancelled` as done.
+    ///
     /// # Errors
     /// `JobNotFound` (never enqueued, or gone); `InvalidState` if it is already completed or
     /// cancelled; `Corrupted` if its row is damaged; `Reentrant`; `CommitFailed` or `Storage`.
@@ -57,6 +63,11 @@ impl Queue {
     /// it, the next delivery's `ack_with` answers `AlreadyApplied`: the effect is not applied
     /// twice), and holds its dedup key again. For a dead job this is [`Queue::requeue_dead`].
     /// One commit.
+    ///
+    /// Where it differs from the calls named: River's `JobRetry` also makes a scheduled job
+    /// (and a retryable one waiting for its backoff) run now; here that is
+    /// [`Queue::promote`], and `retry` refuses it (`InvalidState`), as BullMQ's `retry`
+    /// refuses a job that has not failed or completed.
     ///
     /// # Errors
     /// `JobNotFound`; `InvalidState` for a scheduled, ready or leased job; `KeyHeld` if another
@@ -84,6 +95,10 @@ impl Queue {
     /// its place in line; a scheduled one made ready goes to the back of its priority. One
     /// commit.
     ///
+    /// Where it differs from the call named: BullMQ's `changeDelay` accepts only a delayed
+    /// job (it throws for any other); here a ready job is accepted too
+    /// and is delayed by it, the way to put a waiting job off without a remove and an enqueue.
+    ///
     /// # Errors
     /// `InvalidOption` for a delay above `DELAY_MAX` or a due time that overflows;
     /// `JobNotFound`; `InvalidState` for a leased, dead or ended job (a dead job runs again
@@ -99,6 +114,10 @@ impl Queue {
     /// Changes the priority of a ready, scheduled or dead job (lower is served first), as
     /// BullMQ's `job.changePriority()`. A ready job keeps its place among the jobs of its new
     /// priority by when it became ready. One commit.
+    ///
+    /// Where it differs from the call named: BullMQ moves the job behind every waiting job of
+    /// its new priority (as if added now; `lifo` puts it first); here it keeps the place its
+    /// ready time gives it, so a job that waited long is not sent to the back by a change.
     ///
     /// # Errors
     /// `JobNotFound`; `InvalidState` for a leased or ended job; `Corrupted`; `Reentrant`;
