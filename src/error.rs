@@ -240,8 +240,7 @@ pub enum Error {
     Closed,
     /// A call that runs its work on the caller's tokio runtime was made outside one (no
     /// runtime is current on the calling thread): `call` names it
-    /// ([`PoolBuilder::start_async`](crate::worker::PoolBuilder::start_async) and its staged
-    /// form). Nothing was started. Call it from inside the runtime (in an `async fn`, or after
+    /// (`PoolBuilder::start_async` and its staged form, feature `tokio`). Nothing was started. Call it from inside the runtime (in an `async fn`, or after
     /// `Runtime::enter`), or start a thread pool with `PoolBuilder::start` instead.
     #[error(
         "{call} needs a tokio runtime: call it from inside one (#[tokio::main], Runtime::enter)"
