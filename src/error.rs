@@ -239,9 +239,10 @@ pub enum Error {
     #[error("the queue file was closed")]
     Closed,
     /// A call that runs its work on the caller's tokio runtime was made outside one (no
-    /// runtime is current on the calling thread): `call` names it
-    /// (`PoolBuilder::start_async` and its staged form, feature `tokio`). Nothing was started. Call it from inside the runtime (in an `async fn`, or after
-    /// `Runtime::enter`), or start a thread pool with `PoolBuilder::start` instead.
+    /// runtime is current on the calling thread): `call` names it (`PoolBuilder::start_async`
+    /// and its staged form, feature `tokio`). Nothing was started. Call it from inside the
+    /// runtime (in an `async fn`, or after `Runtime::enter`), or start a thread pool with
+    /// `PoolBuilder::start` instead.
     #[error(
         "{call} needs a tokio runtime: call it from inside one (#[tokio::main], Runtime::enter)"
     )]
@@ -326,8 +327,7 @@ impl Error {
 
     /// [`Error::surfaced`], and also, under the closure of `Queue::write`, a queue call made
     /// inside it (`Reentrant`, the caller's mistake, not its closure failing) and a failing
-    /// disk: an
-    /// enqueue inside it that failed on storage, or its own table writes failing with redb's
+    /// disk: an enqueue inside it that failed on storage, or its own table writes failing with redb's
     /// `StorageError::Io` or `PreviousIo` (bare or in a `TableError`), passed on by the
     /// closure. The caller sees `Storage`, not its own closure failing; any other error of
     /// its own (a value too large for redb, a table of other types) stays `Effect`. (Not for
