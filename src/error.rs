@@ -267,6 +267,21 @@ pub enum Error {
         /// The storage engine's message.
         detail: String,
     },
+    /// An error a running app answered to a request through its control channel
+    /// ([`control::Client`](crate::control::Client), feature `control`) that has no variant
+    /// of its own on this side: `kind` is the API's name for it (`invalid_option`,
+    /// `payload_too_large`, `commit_failed`, `unauthorized`, ...), `message` the app's text,
+    /// `status` the HTTP status. Whether it wrote anything is as the app's own error says
+    /// (a refused input wrote nothing).
+    #[error("the app answered {status}: {message}")]
+    Remote {
+        /// The HTTP status of the answer.
+        status: u16,
+        /// The API's name of the error.
+        kind: String,
+        /// The app's message.
+        message: String,
+    },
     /// Any other error from the storage engine (redb).
     #[error("storage: {0}")]
     Storage(#[source] redb::Error),

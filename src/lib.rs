@@ -124,6 +124,8 @@ mod tx;
 
 #[cfg(feature = "async")]
 pub mod async_face;
+#[cfg(feature = "control")]
+pub mod control;
 #[cfg(feature = "dashboard")]
 pub mod dashboard;
 pub mod guide;

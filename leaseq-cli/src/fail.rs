@@ -47,14 +47,17 @@ impl Fail {
             E::AlreadyOpen { .. } => Fail::error(format!(
                 "{p}: in use by another process (a leaseq file is written by one process at a \
                  time, and a read command or watch holds a file left by a crash while it \
-                 repairs a copy; the read commands work beside an app that opened it with \
-                 Builder::live_reads(true))"
+                 repairs a copy). The write commands work beside an app that opened its \
+                 control channel (leaseq::control::serve): they go through the app; the read \
+                 commands work beside an app that opened the file with \
+                 Builder::live_reads(true)"
             )),
             E::HeldExclusively { .. } => Fail::error(format!(
                 "{p}: in use by a process that holds it exclusively; to read it while that \
                  process runs, open it there with Builder::live_reads(true); else stop that \
                  process first, or copy the file and read the copy (the jobs in flight show as \
-                 leased there, as of the copy)"
+                 leased there, as of the copy). The write commands work beside an app that \
+                 opened its control channel (leaseq::control::serve)"
             )),
             E::NotLeaseq { detail, .. } => {
                 Fail::error(format!("{p}: not a leaseq file ({detail}); left unchanged"))
@@ -71,6 +74,12 @@ impl Fail {
             },
             E::JobNotFound { job_id } => Fail::problem(format!("{p}: no job {job_id}")),
             E::QueueNotFound { name } => Fail::problem(format!("{p}: no queue named {name:?}")),
+            E::ScheduleNotFound { name } => {
+                Fail::problem(format!("{p}: no schedule named {name:?}"))
+            }
+            E::Remote { message, .. } => {
+                Fail::error(format!("{p}: the app refused: {}", one_line(&message)))
+            }
             E::InvalidState {
                 job_id,
                 actual,

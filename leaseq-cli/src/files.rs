@@ -160,28 +160,6 @@ pub fn existing(reader: &Reader, name: &str) -> CliResult<Reader> {
         .map_err(|e| Fail::leaseq(reader.path(), e))
 }
 
-/// The writable handle of the queue `reader` reads, on `queue`'s open (it exists: a reader
-/// found it).
-pub fn writable(queue: &Queue, reader: &Reader) -> CliResult<Queue> {
-    match reader.name() {
-        None => Ok(queue.default_queue()),
-        Some(name) => queue
-            .existing(name)
-            .map_err(|e| Fail::leaseq(path_of(queue), e)),
-    }
-}
-
-/// The queue `--queue NAME` names, made if missing; the default queue for `(default)` or
-/// no name.
-pub fn named_or_default(queue: &Queue, name: Option<&str>) -> CliResult<Queue> {
-    match name {
-        None | Some(DEFAULT_QUEUE) => Ok(queue.clone()),
-        Some(name) => queue
-            .named(name)
-            .map_err(|e| Fail::leaseq(path_of(queue), e)),
-    }
-}
-
 /// The queues a command covers: the one `--queue` names, or every queue of the file (the
 /// default one first, then the named ones by name).
 pub fn selected(reader: &Reader, name: Option<&str>) -> CliResult<Vec<Reader>> {
@@ -196,15 +174,6 @@ pub fn selected(reader: &Reader, name: Option<&str>) -> CliResult<Vec<Reader>> {
         out.push(reader.existing(&name).map_err(|e| Fail::leaseq(path, e))?);
     }
     Ok(out)
-}
-
-/// The writable handles of the queues a write command covers ([`selected`], read through
-/// the queue's own [`Queue::reader`]).
-pub fn selected_queues(queue: &Queue, name: Option<&str>) -> CliResult<Vec<Queue>> {
-    selected(&queue.reader(), name)?
-        .iter()
-        .map(|r| writable(queue, r))
-        .collect()
 }
 
 /// The path a queue was opened from (for messages).
@@ -225,18 +194,6 @@ pub fn find_job(
         }
     }
     Ok(None)
-}
-
-/// Finds job `id` as [`find_job`], with the writable handle of its queue.
-pub fn find_job_to_write(
-    queue: &Queue,
-    name: Option<&str>,
-    id: u64,
-) -> CliResult<Option<(Queue, JobInfo)>> {
-    match find_job(&queue.reader(), name, id)? {
-        Some((reader, info)) => Ok(Some((writable(queue, &reader)?, info))),
-        None => Ok(None),
-    }
 }
 
 /// A bar of a fraction (positions 0 to 1000) on stderr when stderr is a terminal.

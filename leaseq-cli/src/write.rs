@@ -4,15 +4,17 @@
 use std::io::{IsTerminal, Read};
 use std::path::Path;
 
-use leaseq::{EnqueueOptions, Enqueued, JobId, JobState, Queue};
+use leaseq::control::{Action, Client, Enqueue};
+use leaseq::{Builder, JobId, JobState};
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::args::{
     CancelArgs, ControlArgs, EnqueueArgs, FileArg, JobArgs, PruneArgs, PurgeArgs, RequeueDeadArgs,
     ScheduleRemoveArgs, StateArg,
 };
 use crate::fail::{CliResult, Fail, one_line};
-use crate::files::{self, Missing, path_of, queue_label};
+use crate::files::{self, Missing};
 use crate::output::{Out, state_name};
 
 /// Reads at most [`leaseq::PAYLOAD_BYTES_MAX_CAP`] bytes from `r`; more is refused.
@@ -48,33 +50,63 @@ fn payload_of(a: &EnqueueArgs) -> CliResult<Vec<u8>> {
     read_payload(stdin.lock(), "stdin")
 }
 
-fn options_of(a: &EnqueueArgs) -> EnqueueOptions {
-    let mut o = EnqueueOptions::default();
-    if let Some(p) = a.priority {
-        o = o.priority(p);
+/// The job `leaseq enqueue` asks for.
+fn enqueue_of(a: &EnqueueArgs, payload: Vec<u8>) -> Enqueue {
+    let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_millis() as u64);
+    Enqueue {
+        queue: a.queue.clone(),
+        payload,
+        priority: a.priority,
+        delay_ms: ms(a.delay),
+        dedup_key: a.dedup_key.clone(),
+        dedup_window_ms: ms(a.dedup_window),
+        on_duplicate: a.on_duplicate.into(),
+        idempotency_key: a.idempotency_key.clone(),
+        max_attempts: a.max_attempts,
+        lease_ms: ms(a.lease),
     }
-    if let Some(d) = a.delay {
-        o = o.delay(d);
+}
+
+/// Carries `action` out: through the control channel of the app that has `file` open
+/// (`leaseq::control`), else on the file opened here with `builder` (made if missing when
+/// `missing` says so). A control file no app answers at (left by an app that was killed) is
+/// said on stderr and passed by.
+fn act(file: &Path, missing: Missing, builder: Builder, action: &Action) -> CliResult<Value> {
+    if let Some(client) = Client::for_file(file).map_err(|e| Fail::leaseq(file, e))? {
+        match client.act(action) {
+            Ok(answer) => {
+                tracing::info!(
+                    pid = client.pid(),
+                    "carried out by the app, through its control channel"
+                );
+                return Ok(answer);
+            }
+            Err(leaseq::Error::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                eprintln!(
+                    "leaseq: note: no app answers at the control channel {} names (process {}); \
+                     opening the file",
+                    leaseq::control::control_file_path(file).display(),
+                    client.pid()
+                );
+            }
+            Err(e) => return Err(Fail::leaseq(file, e)),
+        }
     }
-    if let Some(k) = &a.dedup_key {
-        o = o.dedup_key(k);
-    }
-    if a.on_duplicate != crate::args::OnDuplicateArg::Keep {
-        o = o.on_duplicate(a.on_duplicate.into());
-    }
-    if let Some(w) = a.dedup_window {
-        o = o.dedup_window(w);
-    }
-    if let Some(k) = &a.idempotency_key {
-        o = o.idempotency_key(k);
-    }
-    if let Some(n) = a.max_attempts {
-        o = o.max_attempts(n);
-    }
-    if let Some(l) = a.lease {
-        o = o.lease(l);
-    }
-    o
+    let queue = files::open_with(file, missing, builder)?;
+    action.apply(&queue).map_err(|e| Fail::leaseq(file, e))
+}
+
+/// The tool's name of the queue an answer names (`null`: the default queue).
+fn label(queue: &Value) -> &str {
+    queue.as_str().unwrap_or(files::DEFAULT_QUEUE)
+}
+
+/// The per-queue answers of an action over queues.
+fn per_queue(answer: &Value) -> &[Value] {
+    answer["queues"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
 }
 
 #[derive(Serialize)]
@@ -87,47 +119,26 @@ struct EnqueuedJson<'a> {
 /// library refuses is refused before the file is opened (or created).
 pub fn enqueue(a: &EnqueueArgs) -> CliResult {
     let payload = payload_of(a)?;
-    let opts = options_of(a);
-    let queue_name = a.queue.as_deref();
-    let rehearse = |q: Queue| -> leaseq::Result<Enqueued> {
-        match queue_name {
-            None | Some(files::DEFAULT_QUEUE) => q.enqueue(&payload, opts.clone()),
-            Some(name) => q.named(name)?.enqueue(&payload, opts.clone()),
-        }
-    };
+    let action = Action::Enqueue(enqueue_of(a, payload));
     files::in_memory()
-        .and_then(rehearse)
+        .and_then(|q| action.apply(&q))
         .map_err(|e| Fail::error(one_line(&e.to_string())))?;
-
-    let queue = files::open(&a.file, Missing::Create)?;
-    let q = files::named_or_default(&queue, queue_name)?;
-    let outcome = q
-        .enqueue(&payload, opts)
-        .map_err(|e| Fail::leaseq(&a.file, e))?;
-    let (word, id) = match outcome {
-        Enqueued::New(id) => ("new", id),
-        Enqueued::Duplicate(id) => ("duplicate", id),
-        Enqueued::DuplicateDead(id) => ("duplicate_dead", id),
-        Enqueued::Replaced(id) => ("replaced", id),
-    };
+    let answer = act(&a.file, Missing::Create, files::builder(), &action)?;
+    let word = answer["outcome"].as_str().unwrap_or("new");
+    let id = answer["id"].as_u64().unwrap_or(0);
     let mut out = Out::new();
     if a.json {
-        out.json(&EnqueuedJson {
-            outcome: word,
-            id: id.0,
-        })?;
+        out.json(&EnqueuedJson { outcome: word, id })?;
     } else {
-        match outcome {
-            Enqueued::New(id) => out.line(id.to_string())?,
-            Enqueued::Duplicate(id) => {
-                out.line(format!("duplicate {id} (job {id} holds the dedup key)"))?
-            }
-            Enqueued::DuplicateDead(id) => out.line(format!(
+        match word {
+            "duplicate" => out.line(format!("duplicate {id} (job {id} holds the dedup key)"))?,
+            "duplicate_dead" => out.line(format!(
                 "duplicate {id} (dead job {id} holds the dedup key; requeue-dead or purge it)"
             ))?,
-            Enqueued::Replaced(id) => out.line(format!(
+            "replaced" => out.line(format!(
                 "replaced {id} (the waiting job {id} holds the dedup key and got this payload)"
             ))?,
+            _ => out.line(id.to_string())?,
         }
     }
     out.flush()
@@ -135,97 +146,102 @@ pub fn enqueue(a: &EnqueueArgs) -> CliResult {
 
 /// `leaseq requeue-dead`.
 pub fn requeue_dead(a: &RequeueDeadArgs) -> CliResult {
-    let queue = files::open(&a.file, Missing::Refuse)?;
-    let path = path_of(&queue);
-    let name = a.queue.queue.as_deref();
+    let queue = a.queue.queue.clone();
     let mut out = Out::new();
     if let Some(id) = a.id {
-        let Some((q, info)) = files::find_job_to_write(&queue, name, id)? else {
-            return Err(Fail::problem(format!("{}: no job {id}", path.display())));
+        let action = Action::RequeueDead {
+            id: JobId(id),
+            queue,
         };
-        if info.state != JobState::Dead {
-            return Err(Fail::problem(format!(
-                "{}: job {id} is {}, not dead",
-                path.display(),
-                state_name(info.state)
-            )));
-        }
-        q.requeue_dead(JobId(id))
-            .map_err(|e| Fail::leaseq(path, e))?;
+        match act(&a.file, Missing::Refuse, files::builder(), &action) {
+            Err(f) if f.code == 1 && f.message.contains("the command needs Dead") => {
+                return Err(Fail::problem(
+                    f.message.replace(", the command needs Dead", ", not dead"),
+                ));
+            }
+            done => done?,
+        };
         out.line(format!("requeued {id}"))?;
         return out.flush();
     }
-    for q in files::selected_queues(&queue, name)? {
-        let n = q.requeue_dead_all().map_err(|e| Fail::leaseq(path, e))?;
-        out.line(format!("{}: requeued {n} dead jobs", queue_label(q.name())))?;
+    let answer = act(
+        &a.file,
+        Missing::Refuse,
+        files::builder(),
+        &Action::RequeueDeadAll { queue },
+    )?;
+    for q in per_queue(&answer) {
+        out.line(format!(
+            "{}: requeued {} dead jobs",
+            label(&q["queue"]),
+            q["count"]
+        ))?;
     }
     out.flush()
 }
 
 /// `leaseq cancel`: the job, found in the selected queues.
 pub fn cancel(a: &CancelArgs) -> CliResult {
-    on_job(&a.file, a.queue.queue.as_deref(), a.id, |q, id| {
-        q.cancel(id, &a.reason)
-            .map(|was| format!("cancelled {} (was {})", id.0, state_name(was)))
-    })
+    let action = Action::Cancel {
+        id: JobId(a.id),
+        queue: a.queue.queue.clone(),
+        reason: a.reason.clone(),
+    };
+    let answer = act(&a.file, Missing::Refuse, files::builder(), &action)?;
+    let was = answer["was"].as_str().unwrap_or("?");
+    say(format!("cancelled {} (was {was})", a.id))
 }
 
 /// `leaseq retry`: the job, found in the selected queues.
 pub fn retry(a: &JobArgs) -> CliResult {
-    on_job(&a.file, a.queue.queue.as_deref(), a.id, |q, id| {
-        q.retry(id).map(|()| format!("retried {}", id.0))
-    })
+    let action = Action::Retry {
+        id: JobId(a.id),
+        queue: a.queue.queue.clone(),
+    };
+    act(&a.file, Missing::Refuse, files::builder(), &action)?;
+    say(format!("retried {}", a.id))
 }
 
 /// `leaseq promote`: the job, found in the selected queues.
 pub fn promote(a: &JobArgs) -> CliResult {
-    on_job(&a.file, a.queue.queue.as_deref(), a.id, |q, id| {
-        q.promote(id).map(|()| format!("promoted {}", id.0))
-    })
+    let action = Action::Promote {
+        id: JobId(a.id),
+        queue: a.queue.queue.clone(),
+    };
+    act(&a.file, Missing::Refuse, files::builder(), &action)?;
+    say(format!("promoted {}", a.id))
 }
 
-/// Finds job `id` in the queues `name` selects and applies `f` to it; prints what `f` says.
-fn on_job(
-    file: &std::path::Path,
-    name: Option<&str>,
-    id: u64,
-    f: impl Fn(&Queue, JobId) -> leaseq::Result<String>,
-) -> CliResult {
-    let queue = files::open(file, Missing::Refuse)?;
-    let path = path_of(&queue);
-    let Some((q, _)) = files::find_job_to_write(&queue, name, id)? else {
-        return Err(Fail::problem(format!("{}: no job {id}", path.display())));
-    };
-    let said = f(&q, JobId(id)).map_err(|e| Fail::leaseq(path, e))?;
+/// One line on stdout.
+fn say(line: String) -> CliResult {
     let mut out = Out::new();
-    out.line(said)?;
+    out.line(line)?;
     out.flush()
 }
 
 /// `leaseq pause`: each selected queue, one commit each.
 pub fn pause(a: &ControlArgs) -> CliResult {
-    control(a, |q| q.pause(), "paused", "already paused")
+    let queue = a.queue.queue.clone();
+    control(a, Action::Pause { queue }, "paused", "already paused")
 }
 
 /// `leaseq resume`: each selected queue, one commit each.
 pub fn resume(a: &ControlArgs) -> CliResult {
-    control(a, |q| q.resume(), "resumed", "not paused")
+    let queue = a.queue.queue.clone();
+    control(a, Action::Resume { queue }, "resumed", "not paused")
 }
 
-/// Applies `f` to each selected queue; says `changed` or `unchanged` per queue.
-fn control(
-    a: &ControlArgs,
-    f: impl Fn(&Queue) -> leaseq::Result<bool>,
-    changed: &str,
-    unchanged: &str,
-) -> CliResult {
-    let queue = files::open(&a.file, Missing::Refuse)?;
-    let path = path_of(&queue);
+/// Carries out `action` over the selected queues; says `changed` or `unchanged` per queue.
+fn control(a: &ControlArgs, action: Action, changed: &str, unchanged: &str) -> CliResult {
+    let answer = act(&a.file, Missing::Refuse, files::builder(), &action)?;
     let mut out = Out::new();
-    for q in files::selected_queues(&queue, a.queue.queue.as_deref())? {
-        let did = f(&q).map_err(|e| Fail::leaseq(path, e))?;
-        let what = if did { changed } else { unchanged };
-        out.line(format!("{}: {what}", queue_label(q.name())))?;
+    for q in per_queue(&answer) {
+        let what = if q["changed"] == true {
+            changed
+        } else {
+            unchanged
+        };
+        out.line(format!("{}: {what}", label(&q["queue"])))?;
     }
     out.flush()
 }
@@ -233,30 +249,26 @@ fn control(
 /// `leaseq schedule-remove`: the schedule of the queue `--queue` names (never made), else of
 /// the default queue; one commit. Exit 1 when that queue has no schedule of that name.
 pub fn schedule_remove(a: &ScheduleRemoveArgs) -> CliResult {
-    let queue = files::open(&a.file, Missing::Refuse)?;
-    let path = path_of(&queue);
-    let q = match a.queue.as_deref() {
-        Some(name) => files::writable(&queue, &files::existing(&queue.reader(), name)?)?,
-        None => queue.clone(),
+    let action = Action::RemoveSchedule {
+        queue: a.queue.clone(),
+        name: a.name.clone(),
     };
-    let removed = q
-        .remove_schedule(&a.name)
-        .map_err(|e| Fail::leaseq(path, e))?;
-    if !removed {
-        return Err(Fail::problem(format!(
-            "{}: no schedule named {:?} in queue {}",
-            path.display(),
-            a.name,
-            queue_label(q.name())
-        )));
-    }
-    let mut out = Out::new();
-    out.line(format!(
+    let answer = match act(&a.file, Missing::Refuse, files::builder(), &action) {
+        Err(f) if f.code == 1 && f.message.contains("no schedule named") => {
+            return Err(Fail::problem(format!(
+                "{}: no schedule named {:?} in queue {}",
+                a.file.display(),
+                a.name,
+                a.queue.as_deref().unwrap_or(files::DEFAULT_QUEUE)
+            )));
+        }
+        answer => answer?,
+    };
+    say(format!(
         "{}: removed schedule {:?}",
-        queue_label(q.name()),
+        label(&answer["queue"]),
         a.name
-    ))?;
-    out.flush()
+    ))
 }
 
 /// `leaseq purge`. Leased jobs are refused before the file is opened.
@@ -267,36 +279,54 @@ pub fn purge(a: &PurgeArgs) -> CliResult {
         ));
     }
     let state: JobState = a.state.into();
-    let queue = files::open(&a.file, Missing::Refuse)?;
-    let path = path_of(&queue);
+    let action = Action::Purge {
+        queue: a.queue.queue.clone(),
+        state,
+    };
+    let answer = act(&a.file, Missing::Refuse, files::builder(), &action)?;
     let mut out = Out::new();
-    for q in files::selected_queues(&queue, a.queue.queue.as_deref())? {
-        let n = q.purge(state).map_err(|e| Fail::leaseq(path, e))?;
+    for q in per_queue(&answer) {
         out.line(format!(
-            "{}: purged {n} {} jobs",
-            queue_label(q.name()),
+            "{}: purged {} {} jobs",
+            label(&q["queue"]),
+            q["count"],
             state_name(state)
         ))?;
     }
     out.flush()
 }
 
-/// `leaseq prune`: every queue of the file.
+/// `leaseq prune`: every queue of the file. Through a running app's control channel the app
+/// prunes with its own retentions, so the options are refused there.
 pub fn prune(a: &PruneArgs) -> CliResult {
+    let given = a.applied_retention.is_some() || a.dead_retention.is_some();
+    let app_runs = || {
+        Client::for_file(&a.file)
+            .ok()
+            .flatten()
+            .is_some_and(|c| c.get("").is_ok())
+    };
+    if given && app_runs() {
+        return Err(Fail::error(format!(
+            "{}: an app has it open: it prunes with its own retentions \
+             (Builder::applied_retention, Builder::dead_retention), which the tool cannot \
+             change; run `leaseq prune FILE` without --applied-retention and \
+             --dead-retention to have the app prune now, or stop the app first",
+            a.file.display()
+        )));
+    }
     let builder = files::builder()
         .applied_retention(a.applied_retention)
         .dead_retention(a.dead_retention);
-    let queue = files::open_with(&a.file, Missing::Refuse, builder)?;
-    let path = path_of(&queue);
+    let answer = act(&a.file, Missing::Refuse, builder, &Action::Prune)?;
     let mut out = Out::new();
-    for q in files::selected_queues(&queue, None)? {
-        let p = q.prune().map_err(|e| Fail::leaseq(path, e))?;
+    for q in per_queue(&answer) {
         out.line(format!(
             "{}: removed {} applied markers, {} dead jobs, released {} dedup windows",
-            queue_label(q.name()),
-            p.applied,
-            p.dead,
-            p.dedup_windows
+            label(&q["queue"]),
+            q["applied"],
+            q["dead"],
+            q["dedup_windows"]
         ))?;
     }
     out.flush()

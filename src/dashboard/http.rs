@@ -7,6 +7,9 @@ use std::net::SocketAddr;
 use super::invalid;
 use super::pages::{self, Page};
 use super::view::Target;
+use crate::control::api;
+use crate::control::server::{Asked, BODY_BYTES_MAX, Handler, Reply};
+use crate::control::{Action, DEFAULT_QUEUE};
 use crate::{Error, JobId};
 /// The reason [`Queue::cancel`](crate::Queue::cancel) records for a cancel from the dashboard.
 pub(super) const CANCEL_REASON: &str = "cancelled from the dashboard";
@@ -27,66 +30,6 @@ pub(super) struct App {
     cookie: String,
     /// `Host` values accepted (empty: any, for a server allowed off loopback).
     hosts: Vec<String>,
-}
-
-/// An answer before it is sent.
-pub(super) struct Reply {
-    pub(super) status: u16,
-    pub(super) content_type: &'static str,
-    pub(super) body: Vec<u8>,
-    pub(super) headers: Vec<(&'static str, String)>,
-}
-
-impl Reply {
-    pub(super) fn html(status: u16, body: String) -> Reply {
-        Reply::with(status, "text/html; charset=utf-8", body.into_bytes())
-    }
-
-    pub(super) fn text(status: u16, body: impl Into<String>) -> Reply {
-        Reply::with(
-            status,
-            "text/plain; charset=utf-8",
-            body.into().into_bytes(),
-        )
-    }
-
-    fn with(status: u16, content_type: &'static str, body: Vec<u8>) -> Reply {
-        Reply {
-            status,
-            content_type,
-            body,
-            headers: Vec::new(),
-        }
-    }
-
-    fn redirect(to: String) -> Reply {
-        let mut reply = Reply::text(303, format!("see {to}"));
-        reply.headers.push(("Location", to));
-        reply
-    }
-}
-
-/// A request read whole: method, path, query, headers (lower-case names) and body.
-pub(super) struct Asked {
-    pub(super) method: String,
-    pub(super) path: String,
-    pub(super) query: HashMap<String, String>,
-    pub(super) headers: HashMap<String, String>,
-    pub(super) body: Vec<u8>,
-}
-
-impl Asked {
-    pub(super) fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).map(String::as_str)
-    }
-
-    /// A query parameter; `None` when absent or empty.
-    pub(super) fn param(&self, name: &str) -> Option<&str> {
-        self.query
-            .get(name)
-            .map(String::as_str)
-            .filter(|v| !v.is_empty())
-    }
 }
 
 impl App {
@@ -133,6 +76,7 @@ impl App {
                 "text/javascript; charset=utf-8",
                 JS.as_bytes().to_vec(),
             ),
+            _ if asked.path == api::ROOT || asked.path.starts_with("/api/v1/") => self.api(asked),
             _ => match self.refused(asked) {
                 Some(reply) => reply,
                 None => {
@@ -157,7 +101,7 @@ impl App {
             }
         }
         if let Some(given) = asked.query.get("token") {
-            if !same(given, &self.token) {
+            if !crate::control::same(given, &self.token) {
                 return Some(unauthorized());
             }
             let mut rest: Vec<(&String, &String)> =
@@ -184,12 +128,12 @@ impl App {
             .and_then(|v| v.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token)
-            .is_some_and(|t| same(t.trim(), &self.token));
+            .is_some_and(|t| crate::control::same(t.trim(), &self.token));
         let cookie = asked.header("cookie").is_some_and(|cookies| {
             cookies.split(';').any(|c| {
-                c.trim()
-                    .split_once('=')
-                    .is_some_and(|(name, value)| name == self.cookie && same(value, &self.token))
+                c.trim().split_once('=').is_some_and(|(name, value)| {
+                    name == self.cookie && crate::control::same(value, &self.token)
+                })
             })
         });
         if bearer || cookie {
@@ -197,6 +141,25 @@ impl App {
         } else {
             Some(unauthorized())
         }
+    }
+
+    /// A request of the JSON API (`leaseq::control`'s, version 1): for bearers of the token
+    /// only (no cookie: no page of another site can make a browser send it), actions refused
+    /// in read-only mode.
+    fn api(&self, asked: &Asked) -> Reply {
+        if !api::bearer_is(&asked.headers, &self.token) {
+            return api::error_reply(
+                401,
+                "unauthorized",
+                "no access token, or a wrong one: send 'Authorization: Bearer <token>' with \
+                 the dashboard's token",
+            );
+        }
+        if self.read_only && asked.method == "POST" {
+            return api::error_reply(403, "read_only", "this dashboard is read-only");
+        }
+        let _turn = self.target.turn();
+        api::answer(&self.target, asked)
     }
 
     fn route(&self, asked: &Asked) -> Reply {
@@ -275,7 +238,10 @@ impl App {
         }
         let form: HashMap<String, String> =
             form_urlencoded::parse(&asked.body).into_owned().collect();
-        if !form.get("csrf").is_some_and(|t| same(t, &self.csrf)) {
+        if !form
+            .get("csrf")
+            .is_some_and(|t| crate::control::same(t, &self.csrf))
+        {
             return Reply::text(
                 403,
                 "403: the form's token is missing or wrong: act from the dashboard's own pages",
@@ -288,9 +254,17 @@ impl App {
         }
     }
 
-    /// Runs the action a form names; returns what was done, for the notice.
+    /// Runs the action a form names ([`Action`], as the API's); returns what was done, for
+    /// the notice.
     fn act(&self, form: &HashMap<String, String>) -> crate::Result<String> {
-        let queue = form.get("q").map(String::as_str).filter(|q| !q.is_empty());
+        // The form's queue: its name, or none for the default queue.
+        let queue = Some(
+            form.get("q")
+                .map(String::as_str)
+                .filter(|q| !q.is_empty())
+                .unwrap_or(DEFAULT_QUEUE)
+                .to_string(),
+        );
         let op = form.get("op").map(String::as_str).unwrap_or("");
         let id = || -> crate::Result<JobId> {
             form.get("id")
@@ -298,50 +272,18 @@ impl App {
                 .map(JobId)
                 .ok_or_else(|| invalid("id", "a job id (a decimal number)"))
         };
-        let t = &self.target;
-        let done = match op {
-            "retry" => {
-                let id = id()?;
-                t.write(queue, |q| q.retry(id))?;
-                format!("job {id} runs again: ready")
-            }
-            "remove" => {
-                let id = id()?;
-                t.write(queue, |q| q.remove(id))?;
-                format!("job {id} removed")
-            }
-            "cancel" => {
-                let id = id()?;
-                let state = t.write(queue, |q| q.cancel(id, CANCEL_REASON))?;
-                format!("job {id} cancelled ({state})")
-            }
-            "promote" => {
-                let id = id()?;
-                t.write(queue, |q| q.promote(id))?;
-                format!("job {id} promoted: ready now")
-            }
-            "retry_dead" => {
-                let n = t.write(queue, |q| q.requeue_dead_all())?;
-                format!("{n} dead jobs run again")
-            }
-            "pause" => {
-                let was_running = t.write(queue, |q| q.pause())?;
-                if was_running {
-                    "queue paused"
-                } else {
-                    "queue was already paused"
-                }
-                .into()
-            }
-            "resume" => {
-                let was_paused = t.write(queue, |q| q.resume())?;
-                if was_paused {
-                    "queue resumed"
-                } else {
-                    "queue was not paused"
-                }
-                .into()
-            }
+        let action = match op {
+            "retry" => Action::Retry { id: id()?, queue },
+            "remove" => Action::Remove { id: id()?, queue },
+            "cancel" => Action::Cancel {
+                id: id()?,
+                queue,
+                reason: CANCEL_REASON.into(),
+            },
+            "promote" => Action::Promote { id: id()?, queue },
+            "retry_dead" => Action::RequeueDeadAll { queue },
+            "pause" => Action::Pause { queue },
+            "resume" => Action::Resume { queue },
             other => {
                 return Err(invalid(
                     "op",
@@ -353,26 +295,62 @@ impl App {
                 ));
             }
         };
-        tracing::info!(op, queue, "leaseq: dashboard action");
-        Ok(done)
+        let done = self.target.act(&action)?;
+        let first = &done["queues"][0];
+        let notice = match &action {
+            Action::Retry { id, .. } => format!("job {id} runs again: ready"),
+            Action::Remove { id, .. } => format!("job {id} removed"),
+            Action::Cancel { id, .. } => {
+                format!(
+                    "job {id} cancelled ({})",
+                    done["was"].as_str().unwrap_or("?")
+                )
+            }
+            Action::Promote { id, .. } => format!("job {id} promoted: ready now"),
+            Action::RequeueDeadAll { .. } => {
+                format!(
+                    "{} dead jobs run again",
+                    first["count"].as_u64().unwrap_or(0)
+                )
+            }
+            Action::Pause { .. } if first["changed"] == true => "queue paused".into(),
+            Action::Pause { .. } => "queue was already paused".into(),
+            Action::Resume { .. } if first["changed"] == true => "queue resumed".into(),
+            _ => "queue was not paused".into(),
+        };
+        tracing::info!(op, ?action, "leaseq: dashboard action");
+        Ok(notice)
     }
 }
 
-/// The HTTP status of an error a page or an action met.
-pub(super) fn status_of(e: &Error) -> u16 {
-    match e {
-        Error::JobNotFound { .. } | Error::QueueNotFound { .. } => 404,
-        Error::InvalidState { .. }
-        | Error::KeyHeld { .. }
-        | Error::AlreadyOpen { .. }
-        | Error::HeldExclusively { .. }
-        | Error::Busy { .. } => 409,
-        Error::InvalidOption { .. } => 400,
-        // The app closed its queue (shutting down): try again once it runs.
-        Error::Closed => 503,
-        Error::Io(io) if io.kind() == std::io::ErrorKind::NotFound => 404,
-        _ => 500,
+impl Handler for App {
+    fn name(&self) -> &'static str {
+        "dashboard"
     }
+
+    fn answer(&self, asked: &Asked) -> Reply {
+        App::answer(self, asked)
+    }
+
+    fn idle(&self) {
+        self.target.release_if_closed();
+    }
+
+    fn body_bytes_max(&self, method: &str, path: &str, headers: &HashMap<String, String>) -> usize {
+        if !self.read_only
+            && api::carries_payload(method, path)
+            && api::bearer_is(headers, &self.token)
+        {
+            crate::PAYLOAD_BYTES_MAX_CAP
+        } else {
+            BODY_BYTES_MAX
+        }
+    }
+}
+
+/// The HTTP status of an error a page or an action met (the API's).
+pub(super) fn status_of(e: &Error) -> u16 {
+    api::status_of(e)
 }
 
 fn unauthorized() -> Reply {
@@ -409,16 +387,6 @@ fn back_to(back: &str, notice: &str) -> String {
     }
     out.append_pair("notice", notice);
     format!("{}?{}", known_page(path), out.finish())
-}
-
-/// Compares two tokens in time that depends on their lengths only.
-fn same(given: &str, expected: &str) -> bool {
-    given.len() == expected.len()
-        && given
-            .bytes()
-            .zip(expected.bytes())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
 }
 
 /// `key=value&…`, form-encoded.

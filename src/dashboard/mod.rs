@@ -79,15 +79,17 @@ use std::sync::atomic::AtomicBool;
 
 use crate::{Error, Queue, Result};
 
+use crate::control::server;
+use crate::control::{random_token, validate_token};
+
 mod http;
 mod pages;
-mod server;
 mod view;
 
 /// Bytes of an access token given to [`Dashboard::token`]: at least this many.
-pub const TOKEN_BYTES_MIN: usize = 16;
+pub const TOKEN_BYTES_MIN: usize = crate::control::TOKEN_BYTES_MIN;
 /// Bytes of an access token given to [`Dashboard::token`]: at most this many.
-pub const TOKEN_BYTES_MAX: usize = 128;
+pub const TOKEN_BYTES_MAX: usize = crate::control::TOKEN_BYTES_MAX;
 
 /// Serves the dashboard of `queue`'s file (all its queues) at `addr`, with the defaults of
 /// [`Dashboard`]: loopback only, a random access token, actions allowed. Port 0 picks a free
@@ -116,9 +118,7 @@ impl Dashboard {
     /// ([`Queue::close`], or a [`Queue::shutdown`] starting), the dashboard drops its handle
     /// within 100 ms, so the shutdown can release the file, and answers `503` from then on.
     pub fn new(queue: &Queue) -> Dashboard {
-        Dashboard::with_target(view::Target::App(parking_lot::RwLock::new(Some(
-            queue.clone(),
-        ))))
+        Dashboard::with_target(view::Target::App(crate::control::api::Held::new(queue)))
     }
 
     /// A dashboard of the file at `path`, for a process that is not the app (the tool's
@@ -300,23 +300,4 @@ pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
         field,
         reason: reason.into(),
     }
-}
-
-fn validate_token(token: String) -> Result<String> {
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-    if !(TOKEN_BYTES_MIN..=TOKEN_BYTES_MAX).contains(&token.len()) || !token.chars().all(ok_char) {
-        return Err(invalid(
-            "token",
-            format!("{TOKEN_BYTES_MIN} to {TOKEN_BYTES_MAX} ASCII letters, digits, '-' or '_'"),
-        ));
-    }
-    Ok(token)
-}
-
-/// 128 bits from the system's generator, as 32 hex digits.
-fn random_token() -> Result<String> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)
-        .map_err(|e| Error::Io(std::io::Error::other(format!("no random bytes: {e}"))))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -3,9 +3,10 @@
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::http::{App, Asked, status_of};
+use super::http::{App, status_of};
 use super::invalid;
 use super::view::queue_of;
+use crate::control::server::Asked;
 use crate::{
     Error, JobCursor, JobId, JobInfo, JobState, MinuteCounts, Reader, Result, Stats, Timing,
 };

@@ -1,12 +1,15 @@
 //! What a page reads and what an action changes: every page reads a [`Reader`] (the app's
-//! own queue's, [`Queue::reader`], or one opened on a file per request); an action writes
-//! with the app's [`Queue`], or one opened on the file for that action.
+//! own queue's, [`Queue::reader`], or one opened on a file per request); an action is an
+//! [`Action`] carried out with the app's [`Queue`], through the control channel of the app
+//! that has the file open, or on the file opened for that action.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::RwLock;
+use serde_json::Value;
 
+use crate::control::api::{Access, Held};
+use crate::control::{Action, Client};
 use crate::{Error, Queue, Reader, Result};
 
 /// The reader of queue `name` (`None`: the default queue) on `reader`'s open: one page reads
@@ -24,9 +27,8 @@ pub(crate) fn queue_of(reader: &Reader, name: Option<&str>) -> Result<Reader> {
 /// Where the dashboard reads and writes.
 pub(crate) enum Target {
     /// The app's own queue handle (any queue of its file), let go of once the app closes the
-    /// file ([`Queue::close`], [`Queue::shutdown`]): a shutdown waits for every handle, and
-    /// the dashboard's must not keep it from releasing the file.
-    App(RwLock<Option<Queue>>),
+    /// file.
+    App(Held),
     /// A file, read without holding it between requests.
     File {
         path: PathBuf,
@@ -57,49 +59,27 @@ impl Target {
     /// The file's path (`None` for an app's file without one, or once the app closed it).
     pub(crate) fn path(&self) -> Option<PathBuf> {
         match self {
-            Target::App(queue) => queue.read().as_ref()?.path().map(Path::to_path_buf),
+            Target::App(held) => held.path(),
             Target::File { path, .. } => Some(path.clone()),
         }
-    }
-
-    /// The app's queue handle while the app has not closed the file; drops it once it has.
-    ///
-    /// # Errors
-    /// `Closed` once the app closed the file.
-    fn app_queue(lock: &RwLock<Option<Queue>>) -> Result<Queue> {
-        if let Some(queue) = lock.read().as_ref()
-            && !queue.is_closed()
-        {
-            return Ok(queue.clone());
-        }
-        Target::release_closed(lock);
-        Err(Error::Closed)
     }
 
     /// Drops the app's handle if the app closed the file (called at every request and by
     /// the serving threads while idle).
     pub(crate) fn release_if_closed(&self) {
-        if let Target::App(lock) = self {
-            Target::release_closed(lock);
-        }
-    }
-
-    fn release_closed(lock: &RwLock<Option<Queue>>) {
-        let closed = lock.read().as_ref().is_some_and(Queue::is_closed);
-        if closed {
-            tracing::info!("leaseq: the dashboard lets go of the closed queue");
-            *lock.write() = None;
+        if let Target::App(held) = self {
+            held.release_if_closed();
         }
     }
 
     /// The handle of the default queue (`name` of `None`) or of a named one.
     ///
     /// # Errors
-    /// `QueueNotFound` for a name the file does not have; a file target's open errors
-    /// ([`Reader::open`]).
+    /// `QueueNotFound` for a name the file does not have; `Closed` once the app closed its
+    /// file; a file target's open errors ([`Reader::open`]).
     pub(crate) fn view(&self, name: Option<&str>) -> Result<Reader> {
         let reader = match self {
-            Target::App(lock) => Target::app_queue(lock)?.reader(),
+            Target::App(held) => held.queue()?.reader(),
             Target::File { path, verified, .. } => {
                 let verify = !verified.load(Ordering::Relaxed);
                 let reader = Queue::builder().check_integrity(verify).open_reader(path)?;
@@ -110,23 +90,17 @@ impl Target {
         queue_of(&reader, name)
     }
 
-    /// Runs `action` on a handle that may write: the app's queue, or the file opened for
-    /// writing for this one action (and closed after it).
+    /// Carries `action` out: with the app's queue; for a file, through the control channel
+    /// of the app that has it open ([`Client`]), or, with no app answering there, on the
+    /// file opened for writing for this one action (and closed after it).
     ///
     /// # Errors
-    /// Those of `action`; `Closed` once the app closed its file; for a file, `AlreadyOpen`
-    /// while another process has it open, and the errors of [`Queue::open`].
-    pub(crate) fn write<T>(
-        &self,
-        name: Option<&str>,
-        action: impl FnOnce(&Queue) -> Result<T>,
-    ) -> Result<T> {
-        let opened;
-        let queue = match self {
-            Target::App(lock) => {
-                opened = Target::app_queue(lock)?;
-                &opened
-            }
+    /// Those of `action`; `Closed` once the app closed its file; for a file, the channel's
+    /// errors ([`Client::act`]), and without a channel `AlreadyOpen` while another process
+    /// has it open and the errors of [`Queue::open`].
+    pub(crate) fn act(&self, action: &Action) -> Result<Value> {
+        match self {
+            Target::App(held) => held.act(action),
             Target::File { path, .. } => {
                 if !path.exists() {
                     return Err(Error::Io(std::io::Error::new(
@@ -134,13 +108,25 @@ impl Target {
                         format!("{} is gone", path.display()),
                     )));
                 }
-                opened = Queue::open(path)?;
-                &opened
+                if let Some(client) = Client::for_file(path)? {
+                    match client.act(action) {
+                        // A control file left by an app that was killed: the file is free.
+                        Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                        answered => return answered,
+                    }
+                }
+                action.apply(&Queue::open(path)?)
             }
-        };
-        match name {
-            None => action(&queue.default_queue()),
-            Some(name) => action(&queue.existing(name)?),
         }
+    }
+}
+
+impl Access for Target {
+    fn reader(&self) -> Result<Reader> {
+        self.view(None)
+    }
+
+    fn act(&self, action: &Action) -> Result<Value> {
+        Target::act(self, action)
     }
 }

@@ -1,7 +1,9 @@
-//! The HTTP side: hyper's HTTP/1.1 connections on a small tokio runtime of the dashboard's
-//! own, with a bound on everything a client controls (connections, header bytes and time,
-//! body bytes and time, a connection's life), each request answered on a blocking thread.
+//! The HTTP side of the control channel and the dashboard: hyper's HTTP/1.1 connections on a
+//! small tokio runtime of the server's own, with a bound on everything a client controls
+//! (connections, header bytes and time, body bytes and time, a connection's life), each
+//! request answered on a blocking thread by a [`Handler`].
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,52 +16,145 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{Semaphore, oneshot};
 
-use super::http::{App, Asked, Reply};
-
 /// Connections open at once; one more is closed at once. A connection refused its access
 /// token is closed after the answer, so it holds no place.
-pub(super) const CONNECTIONS_MAX: usize = 128;
+pub(crate) const CONNECTIONS_MAX: usize = 128;
 /// Requests answered at once (each on a blocking thread: a page reads the file, an action
 /// commits); more wait for a turn.
-pub(super) const ANSWERING_MAX: usize = 4;
+pub(crate) const ANSWERING_MAX: usize = 4;
 /// Bytes of a request's head (request line and headers) read at most (hyper's smallest
 /// buffer bound).
 const HEAD_BYTES_MAX: usize = 8 * 1024;
 /// Time a client has to send a request's head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bytes of a request's body read at most (an action's form is a few hundred bytes).
-pub(super) const BODY_BYTES_MAX: usize = 16 * 1024;
+/// Bytes of a request's body read at most (an action's form is a few hundred bytes), unless
+/// the handler allows more for that request ([`Handler::body_bytes_max`]).
+pub(crate) const BODY_BYTES_MAX: usize = 16 * 1024;
 /// Time a client has to send a request's body.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest a connection stays open (a client that stops reading an answer, or keeps a
 /// connection idle, is cut off then).
 const CONNECTION_MAX_TIME: Duration = Duration::from_secs(300);
-/// How often the server looks at whether the app closed its queue.
+/// How often the server calls [`Handler::idle`] (a look at whether the app closed its queue).
 const IDLE_LOOK: Duration = Duration::from_millis(100);
 /// How long a stop waits for answers in progress before it lets go of them.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
+/// What answers the requests a server reads.
+pub(crate) trait Handler: Send + Sync + 'static {
+    /// The name in logs and in the server thread's name (`dashboard`, `control`).
+    fn name(&self) -> &'static str;
+
+    /// The answer to one request, read whole (on a blocking thread).
+    fn answer(&self, asked: &Asked) -> Reply;
+
+    /// Called every 100 ms while the server runs (and at every request, by the handler).
+    fn idle(&self) {}
+
+    /// Bytes of body this request may send, decided from its head alone (method, path,
+    /// headers with lower-case names): [`BODY_BYTES_MAX`] unless the handler allows more, as
+    /// for an authenticated enqueue carrying a payload.
+    fn body_bytes_max(
+        &self,
+        _method: &str,
+        _path: &str,
+        _headers: &HashMap<String, String>,
+    ) -> usize {
+        BODY_BYTES_MAX
+    }
+}
+
+/// A request read whole: method, path, query, headers (lower-case names) and body.
+pub(crate) struct Asked {
+    pub(crate) method: String,
+    pub(crate) path: String,
+    pub(crate) query: HashMap<String, String>,
+    pub(crate) headers: HashMap<String, String>,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Asked {
+    #[cfg_attr(not(feature = "dashboard"), allow(dead_code))]
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+
+    /// A query parameter; `None` when absent or empty.
+    pub(crate) fn param(&self, name: &str) -> Option<&str> {
+        self.query
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// An answer before it is sent.
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) content_type: &'static str,
+    pub(crate) body: Vec<u8>,
+    pub(crate) headers: Vec<(&'static str, String)>,
+}
+
+impl Reply {
+    #[cfg_attr(not(feature = "dashboard"), allow(dead_code))]
+    pub(crate) fn html(status: u16, body: String) -> Reply {
+        Reply::with(status, "text/html; charset=utf-8", body.into_bytes())
+    }
+
+    pub(crate) fn text(status: u16, body: impl Into<String>) -> Reply {
+        Reply::with(
+            status,
+            "text/plain; charset=utf-8",
+            body.into().into_bytes(),
+        )
+    }
+
+    pub(crate) fn json(status: u16, value: &serde_json::Value) -> Reply {
+        let mut body = value.to_string().into_bytes();
+        body.push(b'\n');
+        Reply::with(status, "application/json", body)
+    }
+
+    pub(crate) fn with(status: u16, content_type: &'static str, body: Vec<u8>) -> Reply {
+        Reply {
+            status,
+            content_type,
+            body,
+            headers: Vec::new(),
+        }
+    }
+
+    #[cfg_attr(not(feature = "dashboard"), allow(dead_code))]
+    pub(crate) fn redirect(to: String) -> Reply {
+        let mut reply = Reply::text(303, format!("see {to}"));
+        reply.headers.push(("Location", to));
+        reply
+    }
+}
+
 /// The running server: its thread, and the way to stop it.
-pub(super) struct Running {
+pub(crate) struct Running {
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Running {
     /// Starts serving `listener` on a thread of its own.
-    pub(super) fn start(
+    pub(crate) fn start(
         listener: std::net::TcpListener,
-        app: Arc<App>,
+        app: Arc<dyn Handler>,
     ) -> std::io::Result<Running> {
         listener.set_nonblocking(true)?;
+        let thread_name = format!("leaseq-{}", app.name());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .thread_name("leaseq-dashboard")
+            .thread_name(thread_name.clone())
             .max_blocking_threads(ANSWERING_MAX)
             .build()?;
         let (stop, stopped) = oneshot::channel();
         let thread = std::thread::Builder::new()
-            .name("leaseq-dashboard".into())
+            .name(thread_name)
             .spawn(move || {
                 runtime.block_on(accept(listener, app, stopped));
                 // Answers still running (a client that stopped reading) are let go of.
@@ -73,7 +168,7 @@ impl Running {
 
     /// Stops accepting, ends the connections, and waits (at most about [`STOP_GRACE`] for
     /// answers in progress).
-    pub(super) fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -85,13 +180,13 @@ impl Running {
 
 async fn accept(
     listener: std::net::TcpListener,
-    app: Arc<App>,
+    app: Arc<dyn Handler>,
     mut stopped: oneshot::Receiver<()>,
 ) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(listener) => listener,
         Err(e) => {
-            tracing::warn!(error = %e, "leaseq: the dashboard cannot listen");
+            tracing::warn!(error = %e, server = app.name(), "leaseq: cannot listen");
             return;
         }
     };
@@ -104,19 +199,19 @@ async fn accept(
     loop {
         tokio::select! {
             _ = &mut stopped => return,
-            _ = look.tick() => app.target.release_if_closed(),
+            _ = look.tick() => app.idle(),
             accepted = listener.accept() => {
                 let stream = match accepted {
                     Ok((stream, _)) => stream,
                     Err(e) => {
                         // Out of file descriptors and the like: a pause, not an end.
-                        tracing::debug!(error = %e, "leaseq: dashboard accept failed");
+                        tracing::debug!(error = %e, server = app.name(), "leaseq: accept failed");
                         tokio::time::sleep(IDLE_LOOK).await;
                         continue;
                     }
                 };
                 let Ok(permit) = connections.clone().try_acquire_owned() else {
-                    tracing::debug!("leaseq: dashboard connection refused: too many open");
+                    tracing::debug!(server = app.name(), "leaseq: connection refused: too many open");
                     continue;
                 };
                 let (app, answering) = (app.clone(), answering.clone());
@@ -139,67 +234,63 @@ async fn accept(
 
 /// Reads one request whole (within its bounds), answers it on a blocking thread.
 async fn answer(
-    app: Arc<App>,
+    app: Arc<dyn Handler>,
     answering: Arc<Semaphore>,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let (parts, body) = request.into_parts();
-    let declared = parts
-        .headers
-        .get(hyper::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > BODY_BYTES_MAX as u64) {
-        return Ok(response(too_large()));
-    }
-    let body = match tokio::time::timeout(
-        BODY_TIMEOUT,
-        Limited::new(body, BODY_BYTES_MAX).collect(),
-    )
-    .await
-    {
-        Ok(Ok(collected)) => collected.to_bytes().to_vec(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return Ok(response(too_large()));
-        }
-        Ok(Err(_)) => {
-            return Ok(response(Reply::text(
-                400,
-                "400: the body could not be read",
-            )));
-        }
-        Err(_) => return Ok(response(Reply::text(408, "408: the body came too slowly"))),
-    };
     let (path, query) = match parts.uri.path_and_query() {
         Some(pq) => (pq.path().to_string(), pq.query().unwrap_or("").to_string()),
         None => ("/".to_string(), String::new()),
     };
+    let headers: HashMap<String, String> = parts
+        .headers
+        .iter()
+        .filter_map(|(name, value)| {
+            Some((name.as_str().to_string(), value.to_str().ok()?.to_string()))
+        })
+        .collect();
+    let body_max = app.body_bytes_max(parts.method.as_str(), &path, &headers);
+    let declared = parts
+        .headers
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > body_max as u64) {
+        return Ok(response(too_large(body_max)));
+    }
+    let body =
+        match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, body_max).collect()).await {
+            Ok(Ok(collected)) => collected.to_bytes().to_vec(),
+            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+                return Ok(response(too_large(body_max)));
+            }
+            Ok(Err(_)) => {
+                return Ok(response(Reply::text(
+                    400,
+                    "400: the body could not be read",
+                )));
+            }
+            Err(_) => return Ok(response(Reply::text(408, "408: the body came too slowly"))),
+        };
     let asked = Asked {
         method: parts.method.as_str().to_string(),
         path,
         query: form_urlencoded::parse(query.as_bytes())
             .into_owned()
             .collect(),
-        headers: parts
-            .headers
-            .iter()
-            .filter_map(|(name, value)| {
-                Some((name.as_str().to_string(), value.to_str().ok()?.to_string()))
-            })
-            .collect(),
+        headers,
         body,
     };
     let head = parts.method == hyper::Method::HEAD;
     let Ok(_turn) = answering.acquire_owned().await else {
-        return Ok(response(Reply::text(503, "503: the dashboard is stopping")));
+        return Ok(response(Reply::text(503, "503: the server is stopping")));
     };
+    let name = app.name();
     let reply = match tokio::task::spawn_blocking(move || app.answer(&asked)).await {
         Ok(reply) => reply,
         Err(e) => {
-            tracing::warn!(error = %e, "leaseq: a dashboard answer failed");
-            Reply::text(
-                500,
-                "500: the dashboard failed to answer (see the app's log)",
-            )
+            tracing::warn!(error = %e, server = name, "leaseq: an answer failed");
+            Reply::text(500, "500: the server failed to answer (see the app's log)")
         }
     };
     let refused = matches!(reply.status, 400 | 401 | 403 | 405 | 408 | 413);
@@ -216,10 +307,10 @@ async fn answer(
     Ok(response)
 }
 
-fn too_large() -> Reply {
+fn too_large(max: usize) -> Reply {
     let mut reply = Reply::text(
         413,
-        format!("413: a body is at most {BODY_BYTES_MAX} bytes"),
+        format!("413: this request's body is at most {max} bytes"),
     );
     reply.headers.push(("Connection", "close".into()));
     reply
@@ -254,10 +345,7 @@ fn response(reply: Reply) -> Response<Full<Bytes>> {
         ) {
             (Ok(name), Ok(value)) => headers.push((name, value)),
             _ => {
-                tracing::warn!(
-                    header = name,
-                    "leaseq: a dashboard header HTTP cannot carry"
-                );
+                tracing::warn!(header = name, "leaseq: a header HTTP cannot carry");
                 return response(Reply::text(500, "500: an answer HTTP cannot carry"));
             }
         }

@@ -1,0 +1,500 @@
+//! The actions a control channel carries out: one [`Action`] per write command of the tool
+//! and per button of the dashboard, applied on a file's handle the same way whether it came
+//! from this process ([`Action::apply`]) or from another one (the channel), with one JSON
+//! answer shape per action.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::token::invalid;
+use crate::{EnqueueOptions, Enqueued, Error, JobId, JobState, OnDuplicate, Queue, Result};
+
+/// How a queue selector names the default (unnamed) queue: `queue=(default)` in the API,
+/// `--queue '(default)'` in the tool. No named queue can be called this (names are ASCII
+/// letters, digits, `_`, `-` and `.`).
+pub const DEFAULT_QUEUE: &str = "(default)";
+
+/// One change to a queue file, carried out on the file's own handle: by [`Action::apply`]
+/// in the process that has the file open, or by another process through the app's control
+/// channel ([`Client::act`](super::Client::act)), which applies it in the app with the app's
+/// own handle and commits. Either way the answer is the same JSON value, and the errors are
+/// the same [`Error`]s.
+///
+/// A `queue` selector of `None` covers every queue of the file (for an action on one job:
+/// whichever queue holds it; ids are unique in a file); `Some("(default)")`
+/// ([`DEFAULT_QUEUE`]) the default queue; `Some(name)` that named queue, which must exist
+/// (else `QueueNotFound`). Each action is the queue call it names, with that call's errors;
+/// over several queues, one commit per queue, in order (the default queue first, then the
+/// named ones by name), stopping at the first error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Action {
+    /// [`Queue::cancel`] with `reason`. Answers `{"id":N,"queue":Q,"was":"ready"}`: the
+    /// job's queue (`null` for the default one) and the state it was in.
+    Cancel {
+        /// The job.
+        id: JobId,
+        /// Where to look for it.
+        queue: Option<String>,
+        /// Recorded with the job (at most [`REASON_BYTES_MAX`](crate::REASON_BYTES_MAX)).
+        reason: String,
+    },
+    /// [`Queue::retry`]: a dead, completed or cancelled job runs again. Answers
+    /// `{"id":N,"queue":Q}`.
+    Retry {
+        /// The job.
+        id: JobId,
+        /// Where to look for it.
+        queue: Option<String>,
+    },
+    /// [`Queue::promote`]: a scheduled job is ready now. Answers `{"id":N,"queue":Q}`.
+    Promote {
+        /// The job.
+        id: JobId,
+        /// Where to look for it.
+        queue: Option<String>,
+    },
+    /// [`Queue::remove`]: the job is deleted (not a leased one). Answers
+    /// `{"id":N,"queue":Q}`.
+    Remove {
+        /// The job.
+        id: JobId,
+        /// Where to look for it.
+        queue: Option<String>,
+    },
+    /// [`Queue::requeue_dead`]: a dead job is ready again, attempts reset. Answers
+    /// `{"id":N,"queue":Q}`.
+    RequeueDead {
+        /// The job.
+        id: JobId,
+        /// Where to look for it.
+        queue: Option<String>,
+    },
+    /// [`Queue::requeue_dead_all`] in each selected queue. Answers
+    /// `{"queues":[{"queue":Q,"count":N},…]}`.
+    RequeueDeadAll {
+        /// The queues.
+        queue: Option<String>,
+    },
+    /// [`Queue::purge`] of one state (not `Leased`: `InvalidOption`) in each selected queue.
+    /// Answers `{"queues":[{"queue":Q,"count":N},…]}`.
+    Purge {
+        /// The queues.
+        queue: Option<String>,
+        /// The state whose jobs are deleted.
+        state: JobState,
+    },
+    /// [`Queue::pause`] of each selected queue. Answers
+    /// `{"queues":[{"queue":Q,"changed":B},…]}` (`changed`: it was running).
+    Pause {
+        /// The queues.
+        queue: Option<String>,
+    },
+    /// [`Queue::resume`] of each selected queue. Answers
+    /// `{"queues":[{"queue":Q,"changed":B},…]}` (`changed`: it was paused).
+    Resume {
+        /// The queues.
+        queue: Option<String>,
+    },
+    /// [`Queue::remove_schedule`] of the default queue (`queue` of `None`) or of the one
+    /// named. Answers `{"queue":Q,"name":NAME}`; `ScheduleNotFound` when that queue has no
+    /// schedule of that name.
+    RemoveSchedule {
+        /// The schedule's queue: `None` (or `"(default)"`) for the default one.
+        queue: Option<String>,
+        /// The schedule's name.
+        name: String,
+    },
+    /// [`Queue::prune`] of every queue, with the retentions of the handle it is applied on
+    /// (through a channel: the app's own). Answers
+    /// `{"queues":[{"queue":Q,"applied":N,"dead":N,"dedup_windows":N},…]}`.
+    Prune,
+    /// [`Queue::enqueue`]. Answers `{"outcome":O,"id":N}`, `O` one of `new`, `duplicate`,
+    /// `duplicate_dead`, `replaced` ([`Enqueued`]).
+    Enqueue(Enqueue),
+}
+
+/// A job to enqueue ([`Action::Enqueue`]): the payload and the options the tool's `enqueue`
+/// takes, each as [`EnqueueOptions`]' setter of that name (`None`: the queue's default).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Enqueue {
+    /// The queue: `None` (or `"(default)"`) for the default one; a named queue is created
+    /// if missing, as [`Queue::named`].
+    pub queue: Option<String>,
+    /// The payload's bytes.
+    pub payload: Vec<u8>,
+    /// [`EnqueueOptions::priority`].
+    pub priority: Option<i32>,
+    /// [`EnqueueOptions::delay`], in ms.
+    pub delay_ms: Option<u64>,
+    /// [`EnqueueOptions::dedup_key`].
+    pub dedup_key: Option<String>,
+    /// [`EnqueueOptions::dedup_window`], in ms.
+    pub dedup_window_ms: Option<u64>,
+    /// [`EnqueueOptions::on_duplicate`].
+    pub on_duplicate: OnDuplicate,
+    /// [`EnqueueOptions::idempotency_key`].
+    pub idempotency_key: Option<String>,
+    /// [`EnqueueOptions::max_attempts`].
+    pub max_attempts: Option<u32>,
+    /// [`EnqueueOptions::lease`], in ms.
+    pub lease_ms: Option<u64>,
+}
+
+impl Enqueue {
+    /// The [`EnqueueOptions`] these fields make.
+    pub fn options(&self) -> EnqueueOptions {
+        let mut o = EnqueueOptions::default();
+        if let Some(p) = self.priority {
+            o = o.priority(p);
+        }
+        if let Some(ms) = self.delay_ms {
+            o = o.delay(Duration::from_millis(ms));
+        }
+        if let Some(k) = &self.dedup_key {
+            o = o.dedup_key(k);
+        }
+        if self.on_duplicate != OnDuplicate::Keep {
+            o = o.on_duplicate(self.on_duplicate);
+        }
+        if let Some(ms) = self.dedup_window_ms {
+            o = o.dedup_window(Duration::from_millis(ms));
+        }
+        if let Some(k) = &self.idempotency_key {
+            o = o.idempotency_key(k);
+        }
+        if let Some(n) = self.max_attempts {
+            o = o.max_attempts(n);
+        }
+        if let Some(ms) = self.lease_ms {
+            o = o.lease(Duration::from_millis(ms));
+        }
+        o
+    }
+}
+
+impl Action {
+    /// Carries the action out on `file`, a handle of the file (any of its queues: the action
+    /// picks its own), and returns its answer (each variant's docs give its shape).
+    ///
+    /// # Errors
+    /// Those of the queue call the variant names; `QueueNotFound` for a selector naming a
+    /// queue the file does not have; `JobNotFound` for a job no selected queue holds;
+    /// `ScheduleNotFound` for a schedule to remove that is not there; `InvalidOption` for a
+    /// purge of leased jobs.
+    pub fn apply(&self, file: &Queue) -> Result<Value> {
+        let file = file.default_queue();
+        match self {
+            Action::Cancel { id, queue, reason } => on_job(&file, queue, *id, |q| {
+                let was = q.cancel(*id, reason)?;
+                Ok(json!({ "was": was.as_str() }))
+            }),
+            Action::Retry { id, queue } => on_job(&file, queue, *id, |q| {
+                q.retry(*id)?;
+                Ok(json!({}))
+            }),
+            Action::Promote { id, queue } => on_job(&file, queue, *id, |q| {
+                q.promote(*id)?;
+                Ok(json!({}))
+            }),
+            Action::Remove { id, queue } => on_job(&file, queue, *id, |q| {
+                q.remove(*id)?;
+                Ok(json!({}))
+            }),
+            Action::RequeueDead { id, queue } => on_job(&file, queue, *id, |q| {
+                q.requeue_dead(*id)?;
+                Ok(json!({}))
+            }),
+            Action::RequeueDeadAll { queue } => on_queues(&file, queue, |q| {
+                Ok(json!({ "count": q.requeue_dead_all()? }))
+            }),
+            Action::Purge { queue, state } => {
+                if *state == JobState::Leased {
+                    return Err(invalid(
+                        "state",
+                        "leased jobs are not purged: a leased job is ended through its lease \
+                         (ack, nack, fail), or cancelled",
+                    ));
+                }
+                on_queues(&file, queue, |q| Ok(json!({ "count": q.purge(*state)? })))
+            }
+            Action::Pause { queue } => {
+                on_queues(&file, queue, |q| Ok(json!({ "changed": q.pause()? })))
+            }
+            Action::Resume { queue } => {
+                on_queues(&file, queue, |q| Ok(json!({ "changed": q.resume()? })))
+            }
+            Action::RemoveSchedule { queue, name } => {
+                let q = match queue.as_deref() {
+                    None | Some(DEFAULT_QUEUE) => file,
+                    Some(n) => file.existing(n)?,
+                };
+                if !q.remove_schedule(name)? {
+                    return Err(Error::ScheduleNotFound { name: name.clone() });
+                }
+                Ok(json!({ "queue": q.name(), "name": name }))
+            }
+            Action::Prune => on_queues(&file, &None, |q| {
+                let p = q.prune()?;
+                Ok(json!({
+                    "applied": p.applied,
+                    "dead": p.dead,
+                    "dedup_windows": p.dedup_windows,
+                }))
+            }),
+            Action::Enqueue(e) => {
+                let q = match e.queue.as_deref() {
+                    None | Some(DEFAULT_QUEUE) => file,
+                    Some(n) => file.named(n)?,
+                };
+                let (outcome, id) = match q.enqueue(&e.payload, e.options())? {
+                    Enqueued::New(id) => ("new", id),
+                    Enqueued::Duplicate(id) => ("duplicate", id),
+                    Enqueued::DuplicateDead(id) => ("duplicate_dead", id),
+                    Enqueued::Replaced(id) => ("replaced", id),
+                };
+                Ok(json!({ "outcome": outcome, "id": id.0 }))
+            }
+        }
+    }
+
+    /// The request that carries this action: the path and query under the API's root, and
+    /// the body (an enqueue's payload; empty otherwise). Always a `POST`.
+    pub(crate) fn to_request(&self) -> (String, Vec<u8>) {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        let selector = |query: &mut form_urlencoded::Serializer<'_, String>,
+                        queue: &Option<String>| {
+            if let Some(q) = queue {
+                query.append_pair("queue", q);
+            }
+        };
+        let mut body = Vec::new();
+        let path = match self {
+            Action::Cancel { id, queue, reason } => {
+                selector(&mut query, queue);
+                query.append_pair("reason", reason);
+                format!("jobs/{id}/cancel")
+            }
+            Action::Retry { id, queue } => {
+                selector(&mut query, queue);
+                format!("jobs/{id}/retry")
+            }
+            Action::Promote { id, queue } => {
+                selector(&mut query, queue);
+                format!("jobs/{id}/promote")
+            }
+            Action::Remove { id, queue } => {
+                selector(&mut query, queue);
+                format!("jobs/{id}/remove")
+            }
+            Action::RequeueDead { id, queue } => {
+                selector(&mut query, queue);
+                format!("jobs/{id}/requeue-dead")
+            }
+            Action::RequeueDeadAll { queue } => {
+                selector(&mut query, queue);
+                "requeue-dead".into()
+            }
+            Action::Purge { queue, state } => {
+                selector(&mut query, queue);
+                query.append_pair("state", state.as_str());
+                "purge".into()
+            }
+            Action::Pause { queue } => {
+                selector(&mut query, queue);
+                "pause".into()
+            }
+            Action::Resume { queue } => {
+                selector(&mut query, queue);
+                "resume".into()
+            }
+            Action::RemoveSchedule { queue, name } => {
+                selector(&mut query, queue);
+                query.append_pair("name", name);
+                "schedule-remove".into()
+            }
+            Action::Prune => "prune".into(),
+            Action::Enqueue(e) => {
+                selector(&mut query, &e.queue);
+                let mut pair = |k: &str, v: Option<String>| {
+                    if let Some(v) = v {
+                        query.append_pair(k, &v);
+                    }
+                };
+                pair("priority", e.priority.map(|v| v.to_string()));
+                pair("delay_ms", e.delay_ms.map(|v| v.to_string()));
+                pair("dedup_key", e.dedup_key.clone());
+                pair("dedup_window_ms", e.dedup_window_ms.map(|v| v.to_string()));
+                pair(
+                    "on_duplicate",
+                    Some(on_duplicate_name(e.on_duplicate).to_string()),
+                );
+                pair("idempotency_key", e.idempotency_key.clone());
+                pair("max_attempts", e.max_attempts.map(|v| v.to_string()));
+                pair("lease_ms", e.lease_ms.map(|v| v.to_string()));
+                body = e.payload.clone();
+                "enqueue".into()
+            }
+        };
+        let query = query.finish();
+        if query.is_empty() {
+            (path, body)
+        } else {
+            (format!("{path}?{query}"), body)
+        }
+    }
+
+    /// The action a `POST` to `path` (under the API's root, without its leading `/`) with
+    /// `query` and `body` asks for; `Ok(None)` when `path` names no action.
+    ///
+    /// # Errors
+    /// `InvalidOption` for a parameter that does not parse (naming it).
+    pub(crate) fn from_request(
+        path: &str,
+        query: &HashMap<String, String>,
+        body: Vec<u8>,
+    ) -> Result<Option<Action>> {
+        let queue = query.get("queue").cloned();
+        let parts: Vec<&str> = path.split('/').collect();
+        let action = match parts.as_slice() {
+            ["jobs", id, verb] => {
+                let id = JobId(
+                    id.parse()
+                        .map_err(|_| invalid("id", "a job id (a decimal number)"))?,
+                );
+                match *verb {
+                    "cancel" => Action::Cancel {
+                        id,
+                        queue,
+                        reason: query.get("reason").cloned().unwrap_or_default(),
+                    },
+                    "retry" => Action::Retry { id, queue },
+                    "promote" => Action::Promote { id, queue },
+                    "remove" => Action::Remove { id, queue },
+                    "requeue-dead" => Action::RequeueDead { id, queue },
+                    _ => return Ok(None),
+                }
+            }
+            ["requeue-dead"] => Action::RequeueDeadAll { queue },
+            ["purge"] => {
+                let state = query.get("state").map(String::as_str).unwrap_or("");
+                let state = JobState::from_name(state).ok_or_else(|| {
+                    invalid(
+                        "state",
+                        "one of ready, scheduled, dead, completed, cancelled",
+                    )
+                })?;
+                Action::Purge { queue, state }
+            }
+            ["pause"] => Action::Pause { queue },
+            ["resume"] => Action::Resume { queue },
+            ["schedule-remove"] => Action::RemoveSchedule {
+                queue,
+                name: query
+                    .get("name")
+                    .cloned()
+                    .ok_or_else(|| invalid("name", "the schedule's name"))?,
+            },
+            ["prune"] => Action::Prune,
+            ["enqueue"] => Action::Enqueue(Enqueue {
+                queue,
+                payload: body,
+                priority: number(query, "priority")?,
+                delay_ms: number(query, "delay_ms")?,
+                dedup_key: query.get("dedup_key").cloned(),
+                dedup_window_ms: number(query, "dedup_window_ms")?,
+                on_duplicate: match query.get("on_duplicate").map(String::as_str) {
+                    None | Some("keep") => OnDuplicate::Keep,
+                    Some("replace") => OnDuplicate::Replace,
+                    Some("debounce") => OnDuplicate::Debounce,
+                    Some(_) => {
+                        return Err(invalid("on_duplicate", "one of keep, replace, debounce"));
+                    }
+                },
+                idempotency_key: query.get("idempotency_key").cloned(),
+                max_attempts: number(query, "max_attempts")?,
+                lease_ms: number(query, "lease_ms")?,
+            }),
+            _ => return Ok(None),
+        };
+        Ok(Some(action))
+    }
+}
+
+/// The API's name of an [`OnDuplicate`].
+fn on_duplicate_name(o: OnDuplicate) -> &'static str {
+    match o {
+        OnDuplicate::Keep => "keep",
+        OnDuplicate::Replace => "replace",
+        OnDuplicate::Debounce => "debounce",
+    }
+}
+
+/// The number in query parameter `field`, if given.
+fn number<T: std::str::FromStr>(
+    query: &HashMap<String, String>,
+    field: &'static str,
+) -> Result<Option<T>> {
+    match query.get(field) {
+        None => Ok(None),
+        Some(text) => text
+            .parse()
+            .map(Some)
+            .map_err(|_| invalid(field, format!("not a number: {text:?}"))),
+    }
+}
+
+/// The queues `selector` covers on `file` (its default queue's handle): every queue (the
+/// default one first, then the named ones by name), the default one, or one named.
+///
+/// # Errors
+/// `QueueNotFound` for a name the file does not have.
+pub(crate) fn selected(file: &Queue, selector: Option<&str>) -> Result<Vec<Queue>> {
+    match selector {
+        Some(DEFAULT_QUEUE) => Ok(vec![file.clone()]),
+        Some(name) => Ok(vec![file.existing(name)?]),
+        None => {
+            let mut out = vec![file.clone()];
+            for name in file.queue_names()? {
+                out.push(file.existing(&name)?);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Runs `f` on the queue holding job `id` among the selected ones; its answer with the
+/// job's id and queue added.
+fn on_job(
+    file: &Queue,
+    selector: &Option<String>,
+    id: JobId,
+    f: impl FnOnce(&Queue) -> Result<Value>,
+) -> Result<Value> {
+    for q in selected(file, selector.as_deref())? {
+        if q.job(id)?.is_some() {
+            let mut answer = f(&q)?;
+            answer["id"] = json!(id.0);
+            answer["queue"] = json!(q.name());
+            return Ok(answer);
+        }
+    }
+    Err(Error::JobNotFound { job_id: id })
+}
+
+/// Runs `f` on each selected queue; `{"queues":[…]}` of its answers, each with its queue.
+fn on_queues(
+    file: &Queue,
+    selector: &Option<String>,
+    f: impl Fn(&Queue) -> Result<Value>,
+) -> Result<Value> {
+    let mut answers = Vec::new();
+    for q in selected(file, selector.as_deref())? {
+        let mut answer = f(&q)?;
+        answer["queue"] = json!(q.name());
+        answers.push(answer);
+    }
+    Ok(json!({ "queues": answers }))
+}

@@ -1,0 +1,331 @@
+//! The JSON API (version 1), under `/api/v1/`: who may call it (a bearer token), its routes,
+//! its answers and its errors. The control channel serves it alone; the dashboard serves it
+//! beside its pages.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use parking_lot::RwLock;
+use serde_json::{Value, json};
+
+use super::action::Action;
+use super::server::{Asked, BODY_BYTES_MAX, Handler, Reply};
+use super::token::{API_VERSION, same};
+use crate::{Error, Queue, Reader, Result};
+
+/// The API's root.
+pub(crate) const ROOT: &str = "/api/v1";
+
+/// Where the API reads and acts.
+pub(crate) trait Access: Send + Sync {
+    /// A reader of the file (its default queue).
+    ///
+    /// # Errors
+    /// `Closed` once the app closed its file; a file's open errors.
+    fn reader(&self) -> Result<Reader>;
+
+    /// Carries `action` out and returns its answer ([`Action::apply`]).
+    ///
+    /// # Errors
+    /// The action's; `Closed` once the app closed its file.
+    fn act(&self, action: &Action) -> Result<Value>;
+}
+
+/// The app's own handle of its file, let go of once the app closes the file
+/// ([`Queue::close`], [`Queue::shutdown`]): a shutdown waits for every handle, and a
+/// server's must not keep it from releasing the file.
+pub(crate) struct Held(RwLock<Option<Queue>>);
+
+impl Held {
+    pub(crate) fn new(queue: &Queue) -> Held {
+        Held(RwLock::new(Some(queue.clone())))
+    }
+
+    /// The app's handle while the app has not closed the file; dropped once it has.
+    ///
+    /// # Errors
+    /// `Closed` once the app closed the file.
+    pub(crate) fn queue(&self) -> Result<Queue> {
+        if let Some(queue) = self.0.read().as_ref()
+            && !queue.is_closed()
+        {
+            return Ok(queue.clone());
+        }
+        self.release_if_closed();
+        Err(Error::Closed)
+    }
+
+    /// Drops the handle if the app closed the file (called at every request and by the
+    /// serving thread while idle).
+    pub(crate) fn release_if_closed(&self) {
+        let closed = self.0.read().as_ref().is_some_and(Queue::is_closed);
+        if closed {
+            tracing::info!("leaseq: a server lets go of the closed queue");
+            *self.0.write() = None;
+        }
+    }
+
+    /// The file's path, while the handle is held.
+    #[cfg_attr(not(feature = "dashboard"), allow(dead_code))]
+    pub(crate) fn path(&self) -> Option<PathBuf> {
+        self.0
+            .read()
+            .as_ref()?
+            .path()
+            .map(std::path::Path::to_path_buf)
+    }
+}
+
+impl Access for Held {
+    fn reader(&self) -> Result<Reader> {
+        Ok(self.queue()?.reader())
+    }
+
+    fn act(&self, action: &Action) -> Result<Value> {
+        action.apply(&self.queue()?)
+    }
+}
+
+/// Whether `asked` carries `Authorization: Bearer <token>`.
+pub(crate) fn bearer_is(headers: &HashMap<String, String>, token: &str) -> bool {
+    headers
+        .get("authorization")
+        // The scheme's name is case-insensitive (RFC 9110).
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .is_some_and(|(_, given)| same(given.trim(), token))
+}
+
+/// Whether a request to `path` may carry a payload (an enqueue).
+pub(crate) fn carries_payload(method: &str, path: &str) -> bool {
+    method == "POST" && path == format!("{ROOT}/enqueue")
+}
+
+/// The answer to a request under [`ROOT`] (already admitted: its token checked).
+pub(crate) fn answer(access: &dyn Access, asked: &Asked) -> Reply {
+    let rest = asked
+        .path
+        .strip_prefix(ROOT)
+        .map(|r| r.trim_start_matches('/'))
+        .unwrap_or("");
+    let found = match asked.method.as_str() {
+        "GET" | "HEAD" => read(access, rest, asked),
+        "POST" => match Action::from_request(rest, &asked.query, asked.body.clone()) {
+            Ok(Some(action)) => {
+                let done = access.act(&action);
+                if done.is_ok() {
+                    tracing::info!(?action, "leaseq: action through the API");
+                }
+                done.map(Some)
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        },
+        _ => {
+            return error_reply(
+                405,
+                "method_not_allowed",
+                "the API reads with GET and acts with POST",
+            );
+        }
+    };
+    match found {
+        Ok(Some(value)) => Reply::json(200, &value),
+        Ok(None) => error_reply(
+            404,
+            "no_route",
+            &format!(
+                "no route {} {} in API version {API_VERSION}",
+                asked.method, asked.path
+            ),
+        ),
+        Err(e) => Reply::json(status_of(&e), &error_json(&e)),
+    }
+}
+
+/// The reads: `GET /api/v1` (the file and its queues), `GET /api/v1/stats`.
+fn read(access: &dyn Access, rest: &str, asked: &Asked) -> Result<Option<Value>> {
+    match rest {
+        "" => {
+            let reader = access.reader()?;
+            let mut queues = vec![Value::Null];
+            queues.extend(reader.queue_names()?.into_iter().map(Value::String));
+            Ok(Some(json!({
+                "api": API_VERSION,
+                "file": reader.path().display().to_string(),
+                "format": crate::FORMAT_VERSION,
+                "queues": queues,
+            })))
+        }
+        "stats" => {
+            let reader = access.reader()?;
+            let mut out = Vec::new();
+            for q in readers(&reader, asked.param("queue"))? {
+                out.push(stats_json(&q)?);
+            }
+            Ok(Some(json!({ "queues": out })))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The readers `selector` covers ([`selected`]'s order).
+fn readers(reader: &Reader, selector: Option<&str>) -> Result<Vec<Reader>> {
+    match selector {
+        Some(super::DEFAULT_QUEUE) => Ok(vec![reader.default_queue()]),
+        Some(name) => Ok(vec![reader.existing(name)?]),
+        None => {
+            let mut out = vec![reader.default_queue()];
+            for name in reader.queue_names()? {
+                out.push(reader.existing(&name)?);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// One queue's counts, as the tool's `stats --json` writes them.
+pub(crate) fn stats_json(q: &Reader) -> Result<Value> {
+    let s = q.stats()?;
+    let schedules = q.schedules()?.len();
+    let limit = q.rate_limit()?;
+    Ok(json!({
+        "queue": q.name(),
+        "total": s.total,
+        "scheduled": s.scheduled,
+        "ready": s.ready,
+        "leased": s.leased,
+        "dead": s.dead,
+        "applied": s.applied,
+        "dedup_keys": s.dedup_keys,
+        "quarantined": s.quarantined,
+        "paused": s.paused,
+        "completed": s.completed,
+        "cancelled": s.cancelled,
+        "schedules": schedules,
+        "rate_limit": limit.map(|l| json!({ "max": l.max, "per_ms": l.per_ms })),
+    }))
+}
+
+/// The HTTP status of an error a read or an action met.
+pub(crate) fn status_of(e: &Error) -> u16 {
+    match e {
+        Error::JobNotFound { .. }
+        | Error::QueueNotFound { .. }
+        | Error::ScheduleNotFound { .. } => 404,
+        Error::InvalidState { .. }
+        | Error::KeyHeld { .. }
+        | Error::ScheduleExists { .. }
+        | Error::AlreadyOpen { .. }
+        | Error::HeldExclusively { .. }
+        | Error::Busy { .. } => 409,
+        Error::InvalidOption { .. } | Error::PayloadTooLarge { .. } | Error::KeyTooLong { .. } => {
+            400
+        }
+        // The app closed its queue (shutting down): try again once it runs.
+        Error::Closed => 503,
+        Error::Remote { status, .. } => *status,
+        Error::Io(io) if io.kind() == std::io::ErrorKind::NotFound => 404,
+        _ => 500,
+    }
+}
+
+/// An error as the API answers it: `{"error":{"kind":K,"message":M,…}}`, with the fields
+/// of the kinds a caller acts on (`job_id`, `name`, `actual`, `expected`, `holder`, `field`,
+/// `size_bytes`, `limit_bytes`, `detail`).
+pub(crate) fn error_json(e: &Error) -> Value {
+    let message = e.to_string();
+    let (kind, fields) = match e {
+        Error::JobNotFound { job_id } => ("job_not_found", json!({ "job_id": job_id.0 })),
+        Error::QueueNotFound { name } => ("queue_not_found", json!({ "name": name })),
+        Error::ScheduleNotFound { name } => ("schedule_not_found", json!({ "name": name })),
+        Error::ScheduleExists { name } => ("schedule_exists", json!({ "name": name })),
+        Error::InvalidState {
+            job_id,
+            actual,
+            expected,
+        } => (
+            "invalid_state",
+            json!({ "job_id": job_id.0, "actual": actual.as_str(), "expected": expected }),
+        ),
+        Error::KeyHeld { job_id, holder } => (
+            "key_held",
+            json!({ "job_id": job_id.0, "holder": holder.0 }),
+        ),
+        Error::InvalidOption { field, .. } => ("invalid_option", json!({ "field": field })),
+        Error::PayloadTooLarge {
+            size_bytes,
+            limit_bytes,
+        } => (
+            "payload_too_large",
+            json!({ "size_bytes": size_bytes, "limit_bytes": limit_bytes }),
+        ),
+        Error::KeyTooLong { field, .. } => ("key_too_long", json!({ "field": field })),
+        Error::Busy { detail } => ("busy", json!({ "detail": detail })),
+        Error::Closed => ("closed", json!({})),
+        Error::Corrupted { .. } => ("corrupted", json!({})),
+        Error::CommitFailed { .. } => ("commit_failed", json!({})),
+        Error::Remote { kind, .. } => (kind.as_str(), json!({})),
+        _ => ("failed", json!({})),
+    };
+    let mut error = fields;
+    error["kind"] = json!(kind);
+    error["message"] = json!(message);
+    json!({ "error": error })
+}
+
+/// An error the API makes itself (not leaseq's).
+pub(crate) fn error_reply(status: u16, kind: &str, message: &str) -> Reply {
+    Reply::json(
+        status,
+        &json!({ "error": { "kind": kind, "message": message } }),
+    )
+}
+
+/// The control channel: the API alone, for bearers of its token, on the app's handle.
+pub(crate) struct ControlApp {
+    pub(crate) held: Held,
+    pub(crate) token: String,
+}
+
+impl Handler for ControlApp {
+    fn name(&self) -> &'static str {
+        "control"
+    }
+
+    fn answer(&self, asked: &Asked) -> Reply {
+        self.held.release_if_closed();
+        if !bearer_is(&asked.headers, &self.token) {
+            let mut reply = error_reply(
+                401,
+                "unauthorized",
+                "no access token, or a wrong one: send 'Authorization: Bearer <token>' with \
+                 the token of the control file beside the queue file (<file>-control)",
+            );
+            reply
+                .headers
+                .push(("WWW-Authenticate", "Bearer realm=\"leaseq control\"".into()));
+            return reply;
+        }
+        if asked.path != ROOT && !asked.path.starts_with(&format!("{ROOT}/")) {
+            return error_reply(
+                404,
+                "no_route",
+                &format!("the API's routes are under {ROOT}/"),
+            );
+        }
+        answer(&self.held, asked)
+    }
+
+    fn idle(&self) {
+        self.held.release_if_closed();
+    }
+
+    fn body_bytes_max(&self, method: &str, path: &str, headers: &HashMap<String, String>) -> usize {
+        if carries_payload(method, path) && bearer_is(headers, &self.token) {
+            crate::PAYLOAD_BYTES_MAX_CAP
+        } else {
+            BODY_BYTES_MAX
+        }
+    }
+}

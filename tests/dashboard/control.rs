@@ -1,0 +1,557 @@
+//! The control channel (`leaseq::control`): a running app acted on from outside through its
+//! JSON API, by the library's `Client` and by raw HTTP as an attacker would; the control
+//! file's rights; refusals that write nothing; a channel that never holds up a shutdown.
+
+use std::path::Path;
+use std::time::Duration;
+
+use leaseq::control::{self, Action, Client, Enqueue};
+use leaseq::{EnqueueOptions, Error, History, JobId, JobState, Queue, Schedule};
+use serde_json::{Value, json};
+
+use crate::client::send;
+
+/// A dead job in `queue` (one attempt, failed).
+fn dead(queue: &Queue, payload: &[u8]) -> JobId {
+    let id = queue
+        .enqueue(payload, EnqueueOptions::default().max_attempts(1))
+        .expect("enqueue")
+        .id();
+    let lease = loop {
+        let lease = queue.dequeue().expect("dequeue").expect("a job");
+        if lease.id() == id {
+            break lease;
+        }
+        lease.nack("not this one").expect("nack");
+    };
+    lease.fail("boom").expect("fail");
+    id
+}
+
+fn state(queue: &Queue, id: JobId) -> Option<JobState> {
+    let file = queue.default_queue();
+    let mut queues = vec![file.clone()];
+    for name in file.queue_names().expect("names") {
+        queues.push(file.existing(&name).expect("queue"));
+    }
+    queues
+        .iter()
+        .find_map(|q| q.job(id).expect("job").map(|j| j.state))
+}
+
+/// Everything a refused request must leave as it was: every job of every queue with its
+/// state, attempts and payload, the pause flags, the schedules.
+fn snapshot(queue: &Queue) -> Value {
+    let file = queue.default_queue();
+    let mut queues = vec![file.clone()];
+    for name in file.queue_names().expect("names") {
+        queues.push(file.existing(&name).expect("queue"));
+    }
+    let mut out = Vec::new();
+    for q in &queues {
+        let mut jobs = Vec::new();
+        for s in JobState::ALL {
+            let page = q.jobs(s, None, 1000).expect("jobs");
+            for j in page.jobs {
+                jobs.push(json!([
+                    j.id.0,
+                    j.state.as_str(),
+                    j.attempts,
+                    q.payload(j.id).expect("payload")
+                ]));
+            }
+        }
+        let schedules: Vec<String> = q
+            .schedules()
+            .expect("schedules")
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        out.push(json!({ "queue": q.name(), "paused": q.is_paused(), "jobs": jobs, "schedules": schedules }));
+    }
+    Value::Array(out)
+}
+
+fn open_app(path: &Path) -> Queue {
+    Queue::open(path).expect("open")
+}
+
+#[test]
+fn a_client_acts_through_the_running_app_and_gets_its_typed_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("app.leaseq");
+    let app = open_app(&path);
+    let mail = app.named("mail").expect("named");
+    // Ended jobs are kept, so a cancelled one can be retried.
+    mail.set_history(History::off().keep_jobs(100))
+        .expect("history");
+    let channel = control::serve(&app).expect("serve");
+    assert_eq!(channel.control_file(), control::control_file_path(&path));
+    // The file is the app's alone: nobody else can open it, so everything below went
+    // through the app.
+    assert!(matches!(Queue::open(&path), Err(Error::AlreadyOpen { .. })));
+    let client = Client::for_file(&path).expect("read").expect("a channel");
+    assert_eq!(client.pid(), std::process::id());
+
+    let ready = mail
+        .enqueue(b"r", EnqueueOptions::default())
+        .expect("enqueue")
+        .id();
+    let answer = client
+        .act(&Action::Cancel {
+            id: ready,
+            queue: None,
+            reason: "from outside".into(),
+        })
+        .expect("cancel");
+    assert_eq!(
+        answer,
+        json!({ "id": ready.0, "queue": "mail", "was": "ready" })
+    );
+    assert_eq!(state(&app, ready), Some(JobState::Cancelled));
+    assert_eq!(
+        mail.job(ready)
+            .expect("job")
+            .expect("kept")
+            .cancel_reason
+            .as_deref(),
+        Some("from outside")
+    );
+    // retry of the cancelled job, then a second retry is the app's own refusal.
+    let answer = client
+        .act(&Action::Retry {
+            id: ready,
+            queue: Some("mail".into()),
+        })
+        .expect("retry");
+    assert_eq!(answer, json!({ "id": ready.0, "queue": "mail" }));
+    assert_eq!(state(&app, ready), Some(JobState::Ready));
+    match client.act(&Action::Retry {
+        id: ready,
+        queue: None,
+    }) {
+        Err(Error::InvalidState {
+            job_id,
+            actual: JobState::Ready,
+            ..
+        }) if job_id == ready => {}
+        other => panic!("a retry of a ready job: {other:?}"),
+    }
+    // The job is in "mail", not in the default queue.
+    match client.act(&Action::Retry {
+        id: ready,
+        queue: Some(control::DEFAULT_QUEUE.into()),
+    }) {
+        Err(Error::JobNotFound { job_id }) if job_id == ready => {}
+        other => panic!("a job looked for in the wrong queue: {other:?}"),
+    }
+    match client.act(&Action::Pause {
+        queue: Some("nope".into()),
+    }) {
+        Err(Error::QueueNotFound { name }) if name == "nope" => {}
+        other => panic!("an unknown queue: {other:?}"),
+    }
+    // Pause and resume, every queue.
+    let answer = client.act(&Action::Pause { queue: None }).expect("pause");
+    assert_eq!(
+        answer,
+        json!({ "queues": [
+            { "queue": null, "changed": true },
+            { "queue": "mail", "changed": true },
+        ] })
+    );
+    assert!(app.is_paused() && mail.is_paused());
+    client.act(&Action::Resume { queue: None }).expect("resume");
+    assert!(!app.is_paused() && !mail.is_paused());
+    // A dead job requeued; all dead requeued; a purge.
+    let d1 = dead(&app, b"d1");
+    let d2 = dead(&mail, b"d2");
+    client
+        .act(&Action::RequeueDead {
+            id: d1,
+            queue: None,
+        })
+        .expect("requeue");
+    assert_eq!(state(&app, d1), Some(JobState::Ready));
+    let answer = client
+        .act(&Action::RequeueDeadAll {
+            queue: Some("mail".into()),
+        })
+        .expect("requeue all");
+    assert_eq!(
+        answer,
+        json!({ "queues": [{ "queue": "mail", "count": 1 }] })
+    );
+    assert_eq!(state(&app, d2), Some(JobState::Ready));
+    match client.act(&Action::Purge {
+        queue: None,
+        state: JobState::Leased,
+    }) {
+        Err(Error::Remote {
+            status: 400, kind, ..
+        }) if kind == "invalid_option" => {}
+        other => panic!("a purge of leased jobs: {other:?}"),
+    }
+    let answer = client
+        .act(&Action::Purge {
+            queue: Some(control::DEFAULT_QUEUE.into()),
+            state: JobState::Ready,
+        })
+        .expect("purge");
+    assert_eq!(answer, json!({ "queues": [{ "queue": null, "count": 1 }] }));
+    assert_eq!(state(&app, d1), None);
+    // An enqueue with options, a duplicate by its dedup key.
+    let job = Enqueue {
+        queue: Some("new-queue".into()),
+        payload: b"hello".to_vec(),
+        delay_ms: Some(60_000),
+        dedup_key: Some("k".into()),
+        priority: Some(-3),
+        ..Enqueue::default()
+    };
+    let answer = client.act(&Action::Enqueue(job.clone())).expect("enqueue");
+    assert_eq!(answer["outcome"], "new");
+    let id = JobId(answer["id"].as_u64().expect("id"));
+    let made = app.existing("new-queue").expect("made by the enqueue");
+    let info = made.job(id).expect("job").expect("there");
+    assert_eq!((info.state, info.priority), (JobState::Scheduled, -3));
+    assert_eq!(
+        made.payload(id).expect("payload").as_deref(),
+        Some(&b"hello"[..])
+    );
+    let again = client.act(&Action::Enqueue(job)).expect("duplicate");
+    assert_eq!(again, json!({ "outcome": "duplicate", "id": id.0 }));
+    client
+        .act(&Action::Promote { id, queue: None })
+        .expect("promote");
+    assert_eq!(state(&app, id), Some(JobState::Ready));
+    client
+        .act(&Action::Remove { id, queue: None })
+        .expect("remove");
+    assert_eq!(state(&app, id), None);
+    // Schedules: removed once, then not found.
+    mail.create_schedule("sync", &Schedule::every(Duration::from_secs(60)))
+        .expect("schedule");
+    let remove = Action::RemoveSchedule {
+        queue: Some("mail".into()),
+        name: "sync".into(),
+    };
+    assert_eq!(
+        client.act(&remove).expect("remove schedule"),
+        json!({ "queue": "mail", "name": "sync" })
+    );
+    assert!(mail.schedules().expect("schedules").is_empty());
+    match client.act(&remove) {
+        Err(Error::ScheduleNotFound { name }) if name == "sync" => {}
+        other => panic!("a schedule removed twice: {other:?}"),
+    }
+    // Prune answers per queue.
+    let pruned = client.act(&Action::Prune).expect("prune");
+    assert_eq!(pruned["queues"].as_array().expect("queues").len(), 3);
+    // Reads: the file and its counts, as `leaseq stats --json` writes them.
+    let info = client.get("").expect("the file");
+    assert_eq!(info["api"], control::API_VERSION);
+    assert_eq!(info["queues"], json!([null, "mail", "new-queue"]));
+    let stats = client.get("stats?queue=mail").expect("stats");
+    let s = mail.stats().expect("stats");
+    assert_eq!(stats["queues"][0]["queue"], "mail");
+    assert_eq!(stats["queues"][0]["ready"], s.ready);
+    assert_eq!(stats["queues"][0]["cancelled"], s.cancelled);
+    assert_eq!(stats["queues"][0]["total"], s.total);
+    drop(channel);
+    assert!(
+        !control::control_file_path(&path).exists(),
+        "removed at the end"
+    );
+    assert!(Client::for_file(&path).expect("read").is_none());
+}
+
+/// The same action applied in the process and through a channel answers the same and leaves
+/// the same queue: one code path.
+#[test]
+fn an_action_answers_the_same_in_process_and_through_the_channel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let build = |name: &str| {
+        let q = open_app(&dir.path().join(name));
+        let mail = q.named("mail").expect("named");
+        for i in 0..3u8 {
+            mail.enqueue(&[i], EnqueueOptions::default())
+                .expect("enqueue");
+        }
+        dead(&q, b"x");
+        q
+    };
+    let local = build("local.leaseq");
+    let remote = build("remote.leaseq");
+    let channel = control::serve(&remote).expect("serve");
+    let client = Client::for_file(dir.path().join("remote.leaseq"))
+        .expect("read")
+        .expect("a channel");
+    let actions = [
+        Action::Cancel {
+            id: JobId(2),
+            queue: None,
+            reason: "r".into(),
+        },
+        Action::Pause { queue: None },
+        Action::RequeueDeadAll { queue: None },
+        Action::Purge {
+            queue: Some("mail".into()),
+            state: JobState::Ready,
+        },
+        Action::Resume {
+            queue: Some("mail".into()),
+        },
+        Action::Enqueue(Enqueue {
+            payload: b"p".to_vec(),
+            ..Enqueue::default()
+        }),
+    ];
+    for action in &actions {
+        let here = action.apply(&local).expect("in process");
+        let there = client.act(action).expect("through the channel");
+        assert_eq!(here, there, "{action:?}");
+    }
+    assert_eq!(snapshot(&local), snapshot(&remote));
+    drop(channel);
+}
+
+/// Raw HTTP as another local user would send it: no token or a wrong one is 401 and writes
+/// nothing; bad input is a typed JSON error and writes nothing; bodies are bounded before
+/// the token is known.
+#[test]
+fn refused_requests_write_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("app.leaseq");
+    let app = open_app(&path);
+    let mail = app.named("mail").expect("named");
+    let id = mail
+        .enqueue(b"keep", EnqueueOptions::default())
+        .expect("enqueue")
+        .id();
+    let channel = control::serve(&app).expect("serve");
+    let addr = channel.local_addr();
+    let good = format!("Bearer {}", channel.token());
+    let before = snapshot(&app);
+    let routes = [
+        format!("/api/v1/jobs/{id}/cancel"),
+        format!("/api/v1/jobs/{id}/remove"),
+        "/api/v1/purge?state=ready".to_string(),
+        "/api/v1/pause".to_string(),
+        "/api/v1/enqueue?queue=mail".to_string(),
+        "/api/v1/prune".to_string(),
+    ];
+    for route in &routes {
+        for auth in [
+            None,
+            Some("Bearer wrong-token-0123456789abcdef".to_string()),
+            Some(format!("Basic {}", channel.token())),
+            Some(format!("Bearer {}x", channel.token())),
+        ] {
+            let headers: Vec<(&str, &str)> =
+                auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+            let answer = send(addr, "POST", route, &headers, "payload");
+            assert_eq!(answer.status, 401, "{route} {auth:?}: {}", answer.body);
+            let body: Value = serde_json::from_str(&answer.body).expect("json");
+            assert_eq!(body["error"]["kind"], "unauthorized");
+        }
+        // Reads too.
+        assert_eq!(send(addr, "GET", "/api/v1/stats", &[], "").status, 401);
+    }
+    assert_eq!(
+        snapshot(&app),
+        before,
+        "nothing written by a refused request"
+    );
+    let auth = [("Authorization", good.as_str())];
+    for (method, route, status, kind) in [
+        ("POST", "/api/v1/jobs/abc/cancel", 400, "invalid_option"),
+        ("POST", "/api/v1/jobs/99999/cancel", 404, "job_not_found"),
+        ("POST", "/api/v1/purge?state=leased", 400, "invalid_option"),
+        (
+            "POST",
+            "/api/v1/purge?state=everything",
+            400,
+            "invalid_option",
+        ),
+        ("POST", "/api/v1/pause?queue=nope", 404, "queue_not_found"),
+        (
+            "POST",
+            "/api/v1/enqueue?priority=high",
+            400,
+            "invalid_option",
+        ),
+        ("POST", "/api/v1/enqueue?lease_ms=0", 400, "invalid_option"),
+        ("POST", "/api/v1/schedule-remove", 400, "invalid_option"),
+        ("POST", "/api/v1/explode", 404, "no_route"),
+        ("GET", "/api/v1/pause", 404, "no_route"),
+        ("PUT", "/api/v1/pause", 405, "method_not_allowed"),
+        ("GET", "/", 404, "no_route"),
+    ] {
+        let answer = send(addr, method, route, &auth, "");
+        assert_eq!(answer.status, status, "{method} {route}: {}", answer.body);
+        let body: Value = serde_json::from_str(&answer.body).expect("json");
+        assert_eq!(body["error"]["kind"], kind, "{method} {route}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+    // The job's own refusal: a leased job cannot be removed.
+    let lease = mail.dequeue().expect("dequeue").expect("the job");
+    let leased = snapshot(&app);
+    let answer = send(
+        addr,
+        "POST",
+        &format!("/api/v1/jobs/{id}/remove"),
+        &auth,
+        "",
+    );
+    assert_eq!(answer.status, 409, "{}", answer.body);
+    let body: Value = serde_json::from_str(&answer.body).expect("json");
+    assert_eq!(
+        (
+            &body["error"]["kind"],
+            &body["error"]["job_id"],
+            &body["error"]["actual"]
+        ),
+        (&json!("invalid_state"), &json!(id.0), &json!("leased"))
+    );
+    assert_eq!(snapshot(&app), leased);
+    lease.ack().expect("the app's lease is untouched");
+    // A body beyond 16 KiB without the token is refused before it is read; with the token,
+    // an enqueue carries it.
+    let big = "x".repeat(100_000);
+    let answer = send(addr, "POST", "/api/v1/enqueue", &[], &big);
+    assert_eq!(answer.status, 413, "{}", answer.body);
+    let answer = send(addr, "POST", "/api/v1/pause", &auth, &big);
+    assert_eq!(answer.status, 413, "only an enqueue carries a payload");
+    assert!(!app.is_paused());
+    let answer = send(addr, "POST", "/api/v1/enqueue?queue=mail", &auth, &big);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let body: Value = serde_json::from_str(&answer.body).expect("json");
+    let big_id = JobId(body["id"].as_u64().expect("id"));
+    assert_eq!(
+        mail.payload(big_id).expect("payload").map(|p| p.len()),
+        Some(100_000)
+    );
+    drop(channel);
+}
+
+/// The control file: readable by the users who may write the queue file (Unix), replaced
+/// over one a killed app left, removed at the end; a client finds nobody at a stale one.
+#[test]
+fn the_control_file_admits_the_queue_files_writers_and_outlives_no_app() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("app.leaseq");
+    let app = open_app(&path);
+    let control_file = control::control_file_path(&path);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let channel = control::serve(&app).expect("serve");
+        assert_eq!(
+            mode(&control_file),
+            0o600,
+            "others may read the queue, not write it"
+        );
+        drop(channel);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).expect("chmod");
+        let channel = control::serve(&app).expect("serve");
+        assert_eq!(
+            mode(&control_file),
+            0o640,
+            "the group may write the queue: it may act"
+        );
+        drop(channel);
+    }
+    // An app killed with its channel open leaves the file behind: a client finds nobody.
+    let channel = control::serve(&app).expect("serve");
+    let text = std::fs::read(&control_file).expect("read");
+    drop(channel);
+    assert!(!control_file.exists());
+    std::fs::write(&control_file, &text).expect("a stale control file");
+    let client = Client::for_file(&path).expect("read").expect("found");
+    match client.act(&Action::Pause { queue: None }) {
+        Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            assert!(e.to_string().contains("no app answers"), "{e}");
+        }
+        other => panic!("a stale control file: {other:?}"),
+    }
+    assert!(!app.is_paused());
+    // The next channel replaces it, and its own stop removes it.
+    let channel = control::serve(&app).expect("serve over a stale file");
+    assert_ne!(std::fs::read(&control_file).expect("read"), text);
+    let client = Client::for_file(&path).expect("read").expect("found");
+    client.act(&Action::Pause { queue: None }).expect("pause");
+    assert!(app.is_paused());
+    channel.stop();
+    assert!(!control_file.exists());
+    // A control file that is not one is refused with what it is.
+    std::fs::write(&control_file, b"{\"leaseq_control\":99}").expect("write");
+    match Client::for_file(&path) {
+        Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {}
+        other => panic!("a foreign control file: {other:?}"),
+    }
+    std::fs::write(&control_file, vec![b' '; 10_000]).expect("write");
+    assert!(
+        Client::for_file(&path).is_err(),
+        "an oversized control file"
+    );
+    std::fs::remove_file(&control_file).expect("rm");
+    // Settings refused.
+    assert!(matches!(
+        control::Control::new(&app).token("short").serve(),
+        Err(Error::InvalidOption { field: "token", .. })
+    ));
+    let memory = Queue::builder()
+        .open_backend(leaseq::redb::backends::InMemoryBackend::new())
+        .expect("in memory");
+    assert!(matches!(
+        control::serve(&memory),
+        Err(Error::InvalidOption { field: "queue", .. })
+    ));
+    // A token the app chooses stays across restarts.
+    let token = "a-token-the-app-keeps-0123";
+    let channel = control::Control::new(&app)
+        .token(token)
+        .serve()
+        .expect("serve");
+    assert_eq!(channel.token(), token);
+    drop(channel);
+    let channel = control::Control::new(&app)
+        .token(token)
+        .serve()
+        .expect("serve");
+    assert_eq!(channel.token(), token);
+    drop(channel);
+}
+
+/// A shutdown is not held up by an open channel: the channel lets go of its handle, answers
+/// `closed` (503), and the file is released.
+#[test]
+fn a_shutdown_is_not_held_up_by_the_channel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("app.leaseq");
+    let app = open_app(&path);
+    let channel = control::serve(&app).expect("serve");
+    let client = Client::for_file(&path).expect("read").expect("found");
+    client.act(&Action::Pause { queue: None }).expect("pause");
+    let report = app.shutdown(Duration::from_secs(5));
+    assert!(report.released, "{report:?}");
+    match client.act(&Action::Resume { queue: None }) {
+        Err(Error::Closed) => {}
+        other => panic!("after the shutdown: {other:?}"),
+    }
+    // The file is free: another process could open it now.
+    let again = Queue::open(&path).expect("reopen");
+    assert!(
+        again.is_paused(),
+        "the pause through the channel was committed"
+    );
+    drop(again);
+    drop(channel);
+}
