@@ -966,8 +966,25 @@ pub(super) fn error_page(app: &App, status: u16, e: &Error) -> String {
     } else {
         "Look at the queue again: after a storage error a change may or may not have landed."
     };
+    // What works instead, where something does.
+    let hint = match e {
+        Error::AlreadyOpen { .. } => {
+            "<p class=\"hint\">Another process has the file open: an app (one writer at a \
+             time), or a reader such as <code>leaseq watch</code>. To act while the app runs, \
+             have it open its control channel (<code>leaseq::control::serve</code>): this \
+             dashboard's actions then go through the app. Or stop the app first.</p>"
+        }
+        Error::HeldExclusively { .. } => {
+            "<p class=\"hint\">The app holds the file exclusively. To read it while the app \
+             runs, open it there with <code>Builder::live_reads(true)</code>; to act on it, \
+             have the app open its control channel (<code>leaseq::control::serve</code>). Or \
+             stop the app first.</p>"
+        }
+        Error::Closed => "<p class=\"hint\">The app is shutting down; try again once it runs.</p>",
+        _ => "",
+    };
     let body = format!(
-        "<h1>{status}: {what}</h1><p class=\"error\" data-status=\"{status}\">{}</p>\
+        "<h1>{status}: {what}</h1><p class=\"error\" data-status=\"{status}\">{}</p>{hint}\
          <p>{outcome} <a href=\"/\">Back to the queues</a></p>",
         esc(&short(&e.to_string(), 4000))
     );

@@ -625,12 +625,35 @@ fn a_file_dashboard_reads_beside_a_live_app_and_acts_when_nobody_holds_it() {
         serde_json::from_str(&get(addr, TOKEN, "/api/overview").body).expect("json");
     assert_eq!(doc["live"], true);
     assert_eq!(doc["queues"][0]["ready"], 1);
-    // An action while the app holds the file: 409, nothing written.
+    // An action while the app holds the file: 409, nothing written, and the page says
+    // what works.
     let csrf = csrf_of(&page.body);
     let id_text = id.to_string();
     let refused = act(addr, &csrf, "retry", &id_text);
     assert_eq!(refused.status, 409, "{}", refused.body);
+    assert!(
+        refused.body.contains("leaseq::control::serve"),
+        "{}",
+        refused.body
+    );
     assert_eq!(state(&app, id), Some(JobState::Dead));
+    // The app opens its control channel: the same action goes through the app.
+    let channel = leaseq::control::serve(&app).expect("control channel");
+    let done = act(addr, &csrf, "retry", &id_text);
+    assert_eq!(done.status, 303, "{}", done.body);
+    assert_eq!(state(&app, id), Some(JobState::Ready));
+    let paused = act(addr, &csrf, "pause", "");
+    assert_eq!(paused.status, 303, "{}", paused.body);
+    assert!(app.is_paused());
+    // A wrong state through the channel is the same 409, nothing written.
+    let again = act(addr, &csrf, "retry", &id_text);
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert_eq!(state(&app, id), Some(JobState::Ready));
+    drop(channel);
+    app.resume().expect("resume");
+    app.purge(JobState::Ready).expect("purge");
+    let id = dead(&app, b"y", "boom");
+    let id_text = id.to_string();
     // The app stops: the action opens the file for itself and is done.
     drop(app);
     let done = act(addr, &csrf, "retry", &id_text);

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
+mod control;
 mod schedules;
 
 const BIN: &str = env!("CARGO_BIN_EXE_leaseq");

@@ -1,0 +1,207 @@
+//! The write commands beside a running app: with the app's control channel open they go
+//! through the app (which holds the file throughout: nothing else could have written it),
+//! with the same outputs and exit codes as on a closed file; without one they say what
+//! works. The app here is this test process; the tool is the built binary, run as a user
+//! would (under wine too, `.ci/foreign windows`).
+
+use std::time::Duration;
+
+use leaseq::{EnqueueOptions, Error, History, JobId, JobState, Queue, Schedule};
+
+use super::{code, fails, json_lines, ok, run, s, stderr, stdout, tmp};
+
+fn state(queue: &Queue, id: JobId) -> Option<JobState> {
+    queue.job(id).unwrap().map(|j| j.state)
+}
+
+#[test]
+fn write_commands_act_on_a_running_app_through_its_control_channel() {
+    let (_dir, path) = tmp();
+    let app = Queue::open(&path).unwrap();
+    let mail = app.named("mail").unwrap();
+    mail.set_history(History::off().keep_jobs(100)).unwrap();
+    let channel = leaseq::control::serve(&app).unwrap();
+    let p = s(&path);
+
+    // enqueue: the id it prints is the app's job.
+    let out = stdout(ok(run(&[
+        "enqueue", p, "--queue", "mail", "--data", "hello",
+    ])));
+    let id = JobId(out.trim().parse().unwrap());
+    assert_eq!(mail.payload(id).unwrap().as_deref(), Some(&b"hello"[..]));
+    let dup = json_lines(ok(run(&[
+        "enqueue",
+        p,
+        "--queue",
+        "mail",
+        "--dedup-key",
+        "k",
+        "--delay",
+        "1m",
+        "--json",
+        "--data",
+        "a",
+    ])));
+    let keyed = JobId(dup[0]["id"].as_u64().unwrap());
+    assert_eq!(dup[0]["outcome"], "new");
+    assert_eq!(state(&mail, keyed), Some(JobState::Scheduled));
+    let again = json_lines(ok(run(&[
+        "enqueue",
+        p,
+        "--queue",
+        "mail",
+        "--dedup-key",
+        "k",
+        "--json",
+        "--data",
+        "b",
+    ])));
+    assert_eq!(
+        (&again[0]["outcome"], &again[0]["id"]),
+        (&"duplicate".into(), &keyed.0.into())
+    );
+    // An option the library refuses is refused before anything is sent.
+    fails(&run(&["enqueue", p, "--lease", "0s", "--data", "x"]), 2);
+
+    // promote, cancel, retry.
+    assert_eq!(
+        stdout(ok(run(&["promote", p, &keyed.0.to_string()]))),
+        format!("promoted {keyed}\n")
+    );
+    assert_eq!(state(&mail, keyed), Some(JobState::Ready));
+    let out = stdout(ok(run(&["cancel", p, &id.0.to_string(), "--reason", "r"])));
+    assert_eq!(out, format!("cancelled {id} (was ready)\n"));
+    assert_eq!(state(&mail, id), Some(JobState::Cancelled));
+    assert_eq!(
+        stdout(ok(run(&["retry", p, &id.0.to_string()]))),
+        format!("retried {id}\n")
+    );
+    assert_eq!(state(&mail, id), Some(JobState::Ready));
+    // The app's refusals, with the tool's exit codes and words.
+    let line = fails(&run(&["retry", p, &id.0.to_string()]), 1);
+    assert!(line.contains(&format!("job {id} is ready")), "{line}");
+    let line = fails(&run(&["cancel", p, "987654"]), 1);
+    assert!(line.contains("no job 987654"), "{line}");
+    let line = fails(&run(&["pause", p, "--queue", "nope"]), 1);
+    assert!(line.contains("no queue named \"nope\""), "{line}");
+
+    // pause and resume, every queue.
+    assert_eq!(
+        stdout(ok(run(&["pause", p]))),
+        "(default): paused\nmail: paused\n"
+    );
+    assert!(app.is_paused() && mail.is_paused());
+    assert_eq!(
+        stdout(ok(run(&["pause", p, "--queue", "mail"]))),
+        "mail: already paused\n"
+    );
+    assert_eq!(
+        stdout(ok(run(&["resume", p]))),
+        "(default): resumed\nmail: resumed\n"
+    );
+    assert!(!app.is_paused());
+
+    // requeue-dead, one and all; purge.
+    let dead = |q: &Queue| {
+        let id = q
+            .enqueue(b"d", EnqueueOptions::default().max_attempts(1))
+            .unwrap()
+            .id();
+        loop {
+            let lease = q.dequeue().unwrap().unwrap();
+            if lease.id() == id {
+                lease.fail("boom").unwrap();
+                return id;
+            }
+            lease.nack("later").unwrap();
+        }
+    };
+    let d1 = dead(&app);
+    let d2 = dead(&app);
+    let line = fails(&run(&["requeue-dead", p, &id.0.to_string()]), 1);
+    assert!(line.contains("not dead"), "{line}");
+    assert_eq!(
+        stdout(ok(run(&["requeue-dead", p, &d1.0.to_string()]))),
+        format!("requeued {d1}\n")
+    );
+    assert_eq!(state(&app, d1), Some(JobState::Ready));
+    assert_eq!(
+        stdout(ok(run(&["requeue-dead", p, "--all"]))),
+        "(default): requeued 1 dead jobs\nmail: requeued 0 dead jobs\n"
+    );
+    assert_eq!(state(&app, d2), Some(JobState::Ready));
+    assert_eq!(
+        stdout(ok(run(&[
+            "purge",
+            p,
+            "--state",
+            "ready",
+            "--queue",
+            "(default)"
+        ]))),
+        "(default): purged 2 ready jobs\n"
+    );
+    assert_eq!(app.stats().unwrap().ready, 0);
+
+    // schedule-remove, then the app's "not found" as exit 1.
+    mail.create_schedule("sync", &Schedule::every(Duration::from_secs(60)))
+        .unwrap();
+    assert_eq!(
+        stdout(ok(run(&["schedule-remove", p, "sync", "--queue", "mail"]))),
+        "mail: removed schedule \"sync\"\n"
+    );
+    assert!(mail.schedules().unwrap().is_empty());
+    let line = fails(&run(&["schedule-remove", p, "sync", "--queue", "mail"]), 1);
+    assert!(
+        line.contains("no schedule named \"sync\" in queue mail"),
+        "{line}"
+    );
+
+    // prune with the app's own retentions; the tool's are refused, saying what works.
+    let out = stdout(ok(run(&["prune", p])));
+    assert!(
+        out.starts_with("(default): removed 0 applied markers"),
+        "{out}"
+    );
+    let line = fails(&run(&["prune", p, "--applied-retention", "7d"]), 2);
+    assert!(line.contains("without --applied-retention"), "{line}");
+    // compact needs the file to itself: refused, saying so.
+    let line = fails(&run(&["compact", p]), 2);
+    assert!(line.contains("in use"), "{line}");
+
+    // The file was the app's alone all along.
+    assert!(matches!(Queue::open(&path), Err(Error::AlreadyOpen { .. })));
+    assert!(!stderr(&run(&["pause", p])).contains("note"));
+
+    // Without the channel: refused, naming the way that works; nothing written.
+    drop(channel);
+    let o = run(&["resume", p]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("leaseq::control::serve"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(app.is_paused());
+    drop(mail);
+    drop(app);
+}
+
+/// An app killed with its channel open leaves its control file behind: the tool says no app
+/// answers there and works on the file itself.
+#[test]
+fn a_control_file_left_by_a_killed_app_is_passed_by() {
+    let (_dir, path) = tmp();
+    let app = Queue::open(&path).unwrap();
+    let channel = leaseq::control::serve(&app).unwrap();
+    let control_file = leaseq::control::control_file_path(&path);
+    let text = std::fs::read(&control_file).unwrap();
+    drop(channel);
+    drop(app);
+    std::fs::write(&control_file, text).unwrap();
+    let o = run(&["pause", s(&path)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout(o.clone()), "(default): paused\n");
+    assert!(stderr(&o).contains("no app answers"), "{}", stderr(&o));
+    assert!(Queue::open(&path).unwrap().is_paused());
+}
