@@ -49,6 +49,10 @@
 //!   refused too (DNS rebinding). Refused requests are answered `403` and write nothing.
 //! - **Read-only mode** ([`Dashboard::read_only`]): no buttons, and every action is
 //!   answered `403`.
+//! - **The JSON API** of the control channel (`leaseq::control`'s module docs: routes,
+//!   answers, errors) is served under `/api/v1` too, for bearers of the token only (the
+//!   cookie does not admit it, so no page of another site can make a browser act); its
+//!   actions are refused (`403`) in read-only mode.
 //! - **Bounds**: at most 128 connections (more are closed at once; a refused request's
 //!   connection is closed after its answer), 8 KiB of request head read within 10 s, 16 KiB
 //!   of body within 10 s (`413` for more, `408` for slower), 5 minutes per connection. A
@@ -65,10 +69,10 @@
 //! cancelling a completed one), with leaseq's message and nothing written: each action is
 //! one of the queue's calls ([`Queue::retry`], [`Queue::remove`], [`Queue::cancel`],
 //! [`Queue::promote`], [`Queue::requeue_dead_all`], [`Queue::pause`], [`Queue::resume`]),
-//! with their errors. For a file another process has open (an app, or a reader such as
-//! `leaseq watch`), an action is `409` (the file cannot be opened for writing): act from
-//! that app's own dashboard, or stop it first; a page is `409` once an app without live
-//! reads holds the file. `503` once the app closed its queue. `500` for a storage error
+//! with their errors. For a file another process has open, an action goes through that
+//! app's control channel when it opened one (`leaseq::control`, which it answers as its own
+//! calls), and is otherwise `409` (the file cannot be opened for writing; the page names the
+//! channel); a page is `409` once an app without live reads holds the file. `503` once the app closed its queue. `500` for a storage error
 //! (with its message; the page does not claim nothing changed: a failed commit's outcome is
 //! unknown) or a failure of the dashboard itself (logged with `tracing`).
 
@@ -125,10 +129,12 @@ impl Dashboard {
     /// `leaseq dashboard`). Each page opens the file read-only for that page only
     /// ([`Reader`](crate::Reader)), so it never holds the file between requests: beside an
     /// app opened with [`Builder::live_reads`](crate::Builder::live_reads) it shows the
-    /// live state; with nobody writing, the file. Each action opens the file for writing for
-    /// that action only ([`Queue::open`]: leases of a process that died are returned then),
-    /// which fails (`409`) while another process has it open: an app, or a reader such as
-    /// `leaseq watch` or another dashboard's page.
+    /// live state; with nobody writing, the file. Each action goes through the control
+    /// channel of the app that has the file open, when the control file beside it names one
+    /// that answers ([`control::Client`](crate::control::Client)); else it opens the file for
+    /// writing for that action only ([`Queue::open`]: leases of a process that died are
+    /// returned then), which fails (`409`) while another process has it open: an app, or a
+    /// reader such as `leaseq watch` or another dashboard's page.
     pub fn for_file(path: impl AsRef<Path>) -> Dashboard {
         Dashboard::with_target(view::Target::File {
             path: PathBuf::from(path.as_ref()),
