@@ -268,7 +268,7 @@ pub enum Error {
         detail: String,
     },
     /// An error a running app answered to a request through its control channel
-    /// ([`control::Client`](crate::control::Client), feature `control`) that has no variant
+    /// (`leaseq::control::Client`, feature `control`) that has no variant
     /// of its own on this side: `kind` is the API's name for it (`invalid_option`,
     /// `payload_too_large`, `commit_failed`, `unauthorized`, ...), `message` the app's text,
     /// `status` the HTTP status. Whether it wrote anything is as the app's own error says

@@ -129,6 +129,7 @@ pub mod control;
 #[cfg(feature = "dashboard")]
 pub mod dashboard;
 pub mod guide;
+pub mod json;
 #[cfg(feature = "nats")]
 pub mod relay;
 #[cfg(feature = "sim")]

@@ -18,12 +18,10 @@ use std::process::ExitCode;
 use clap::Parser;
 
 mod args;
-mod convert;
 mod dashboard;
 mod duration;
 mod fail;
 mod files;
-mod jsonl;
 mod output;
 mod read;
 mod transfer;

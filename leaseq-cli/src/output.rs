@@ -42,40 +42,6 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    out
-}
-
-/// The bytes of a hex text (either case, even length).
-pub fn unhex(text: &str) -> Result<Vec<u8>, String> {
-    fn nibble(c: u8) -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            b'A'..=b'F' => Some(c - b'A' + 10),
-            _ => None,
-        }
-    }
-    let t = text.as_bytes();
-    if !t.len().is_multiple_of(2) {
-        return Err(format!("odd number of hex digits ({})", t.len()));
-    }
-    t.chunks_exact(2)
-        .enumerate()
-        .map(|(i, pair)| match (nibble(pair[0]), nibble(pair[1])) {
-            (Some(hi), Some(lo)) => Ok(hi << 4 | lo),
-            _ => Err(format!("not a hex digit at offset {}", i * 2)),
-        })
-        .collect()
-}
-
 /// A text cut to `max` characters on one line (newlines and tabs shown as spaces).
 pub fn short(text: &str, max: usize) -> String {
     let flat: String = text
@@ -141,14 +107,5 @@ mod tests {
         assert_eq!(utc(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(utc(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
         assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
-    }
-
-    #[test]
-    fn hex_round_trips() {
-        let all: Vec<u8> = (0..=255).collect();
-        assert_eq!(unhex(&hex(&all)).unwrap(), all);
-        assert_eq!(unhex("ABff").unwrap(), vec![0xab, 0xff]);
-        assert!(unhex("abc").is_err());
-        assert!(unhex("zz").is_err());
     }
 }

@@ -8,8 +8,8 @@ use crate::args::{CheckArgs, LsArgs, QueuesArgs, SchedulesArgs, ShowArgs, StatsA
 use crate::duration::format_ms;
 use crate::fail::{CliResult, Fail};
 use crate::files::{self, find_job, queue_label};
-use crate::jsonl::JobView;
 use crate::output::{Out, short, state_name, utc};
+use leaseq::json::JobView;
 
 /// Jobs read per `Queue::jobs` call.
 const PAGE_JOBS: usize = 1000;
@@ -219,7 +219,7 @@ pub fn ls(a: &LsArgs) -> CliResult {
                         // The dedup key, else the idempotency key; as text, or hex.
                         let key = match (&info.dedup_key, &info.idempotency_key) {
                             (Some(k), _) | (None, Some(k)) => {
-                                match crate::jsonl::text_or_hex(Some(k)) {
+                                match leaseq::json::text_or_hex(Some(k)) {
                                     (Some(text), _) => text,
                                     (None, hex) => format!("0x{}", hex.unwrap_or_default()),
                                 }
@@ -348,7 +348,7 @@ pub fn show(a: &ShowArgs) -> CliResult {
             or_dash(
                 info.result
                     .as_ref()
-                    .map(|r| match crate::jsonl::text_or_hex(Some(r)) {
+                    .map(|r| match leaseq::json::text_or_hex(Some(r)) {
                         (Some(text), _) => text,
                         (None, hex) => format!("0x{}", hex.unwrap_or_default()),
                     }),
@@ -357,7 +357,7 @@ pub fn show(a: &ShowArgs) -> CliResult {
         (
             "progress",
             or_dash(info.progress.as_ref().map(|p| {
-                let value = match crate::jsonl::text_or_hex(Some(p)) {
+                let value = match leaseq::json::text_or_hex(Some(p)) {
                     (Some(text), _) => one_line(&text),
                     (None, hex) => format!("0x{}", hex.unwrap_or_default()),
                 };
@@ -392,7 +392,7 @@ pub fn show(a: &ShowArgs) -> CliResult {
     }
     // Text as it is; bytes that are not text (or hold control characters a terminal would
     // act on) as hex.
-    match crate::jsonl::text_or_hex(Some(&payload)) {
+    match leaseq::json::text_or_hex(Some(&payload)) {
         (Some(text), _) => {
             out.line(format!("payload          {} bytes, UTF-8:", payload.len()))?;
             out.line(text)?;

@@ -10,8 +10,8 @@ use leaseq::{Enqueued, ImportJob, JobState, Queue};
 use crate::args::{ExportArgs, ImportArgs};
 use crate::fail::{CliResult, Fail, one_line};
 use crate::files::{self, DEFAULT_QUEUE, Missing, path_of};
-use crate::jsonl::JobLine;
 use crate::output::Out;
+use leaseq::json::JobLine;
 
 /// Jobs read per `Queue::jobs` call.
 const PAGE_JOBS: usize = 1000;
@@ -173,8 +173,9 @@ fn parse_line(
         Some(q) => q.clone(),
         None => line.queue.clone(),
     };
-    let (job, payload_bytes) =
-        crate::convert::import_job(line).map_err(|e| format!("line {line_no}: {e}"))?;
+    let (job, payload_bytes) = line
+        .to_import()
+        .map_err(|e| format!("line {line_no}: {e}"))?;
     Ok(Some(Parsed {
         line_no,
         queue,

@@ -10,8 +10,17 @@ use serde_json::{Value, json};
 
 use super::action::Action;
 use super::server::{Asked, BODY_BYTES_MAX, Handler, Reply};
-use super::token::{API_VERSION, same};
-use crate::{Error, Queue, Reader, Result};
+use super::token::{API_VERSION, invalid, same};
+use crate::json::JobView;
+use crate::{Error, JobCursor, JobId, JobInfo, JobState, Queue, Reader, Result};
+
+/// Jobs per page of `GET /api/v1/jobs` unless `limit` says otherwise.
+pub(crate) const LIST_LIMIT_DEFAULT: usize = 100;
+/// Jobs per page of `GET /api/v1/jobs` at most.
+pub(crate) const LIST_LIMIT_MAX: usize = 1000;
+/// Bytes of a payload `GET /api/v1/jobs/ID?payload=1` carries in its JSON at most (the
+/// bytes themselves from `GET /api/v1/jobs/ID/payload`).
+pub(crate) const INLINE_PAYLOAD_MAX: usize = 1 << 20;
 
 /// The API's root.
 pub(crate) const ROOT: &str = "/api/v1";
@@ -108,6 +117,16 @@ pub(crate) fn answer(access: &dyn Access, asked: &Asked) -> Reply {
         .strip_prefix(ROOT)
         .map(|r| r.trim_start_matches('/'))
         .unwrap_or("");
+    if matches!(asked.method.as_str(), "GET" | "HEAD")
+        && let Some(id) = rest
+            .strip_prefix("jobs/")
+            .and_then(|r| r.strip_suffix("/payload"))
+    {
+        return match payload(access, id, asked) {
+            Ok(bytes) => Reply::with(200, "application/octet-stream", bytes),
+            Err(e) => Reply::json(status_of(&e), &error_json(&e)),
+        };
+    }
     let found = match asked.method.as_str() {
         "GET" | "HEAD" => read(access, rest, asked),
         "POST" => match Action::from_request(rest, &asked.query, asked.body.clone()) {
@@ -165,8 +184,99 @@ fn read(access: &dyn Access, rest: &str, asked: &Asked) -> Result<Option<Value>>
             }
             Ok(Some(json!({ "queues": out })))
         }
-        _ => Ok(None),
+        "jobs" => {
+            let state = asked
+                .param("state")
+                .and_then(JobState::from_name)
+                .ok_or_else(|| {
+                    invalid(
+                        "state",
+                        "one of ready, scheduled, leased, dead, completed, cancelled",
+                    )
+                })?;
+            let limit = match asked.param("limit") {
+                None => LIST_LIMIT_DEFAULT,
+                Some(text) => text
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=LIST_LIMIT_MAX).contains(n))
+                    .ok_or_else(|| {
+                        invalid("limit", format!("1 to {LIST_LIMIT_MAX} jobs per page"))
+                    })?,
+            };
+            let after = asked.param("after").map(JobCursor::parse).transpose()?;
+            let reader = access.reader()?;
+            let q = match asked.param("queue") {
+                None | Some(super::DEFAULT_QUEUE) => reader.default_queue(),
+                Some(name) => reader.existing(name)?,
+            };
+            let page = q.jobs(state, after, limit)?;
+            let jobs: Vec<Value> = page
+                .jobs
+                .iter()
+                .map(|info| view(q.name(), info, None))
+                .collect();
+            Ok(Some(json!({
+                "queue": q.name(),
+                "jobs": jobs,
+                "next": page.next.map(|c| c.to_text()),
+            })))
+        }
+        _ => {
+            let Some(id) = rest.strip_prefix("jobs/") else {
+                return Ok(None);
+            };
+            let id = job_id(id)?;
+            let reader = access.reader()?;
+            for q in readers(&reader, asked.param("queue"))? {
+                let Some(info) = q.job(id)? else {
+                    continue;
+                };
+                let payload = match asked.param("payload") {
+                    Some("1" | "true") => {
+                        if info.payload_bytes > INLINE_PAYLOAD_MAX {
+                            return Err(invalid(
+                                "payload",
+                                format!(
+                                    "the payload is {} bytes: above {INLINE_PAYLOAD_MAX} it is \
+                                     read from {ROOT}/jobs/{id}/payload",
+                                    info.payload_bytes
+                                ),
+                            ));
+                        }
+                        q.payload(id)?
+                    }
+                    _ => None,
+                };
+                return Ok(Some(view(q.name(), &info, payload.as_deref())));
+            }
+            Err(Error::JobNotFound { job_id: id })
+        }
     }
+}
+
+/// `GET /api/v1/jobs/ID/payload`: the payload's bytes.
+fn payload(access: &dyn Access, id: &str, asked: &Asked) -> Result<Vec<u8>> {
+    let id = job_id(id)?;
+    let reader = access.reader()?;
+    for q in readers(&reader, asked.param("queue"))? {
+        if let Some(bytes) = q.payload(id)? {
+            return Ok(bytes);
+        }
+    }
+    Err(Error::JobNotFound { job_id: id })
+}
+
+/// A job id in a path.
+fn job_id(text: &str) -> Result<JobId> {
+    text.parse()
+        .map(JobId)
+        .map_err(|_| invalid("id", "a job id (a decimal number)"))
+}
+
+/// A job as `leaseq show --json` writes it ([`JobView`]), with its payload if given.
+fn view(queue: Option<&str>, info: &JobInfo, payload: Option<&[u8]>) -> Value {
+    serde_json::to_value(JobView::new(queue, info, payload)).unwrap_or(Value::Null)
 }
 
 /// The readers `selector` covers ([`selected`]'s order).

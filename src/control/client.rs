@@ -20,8 +20,8 @@ use crate::{Error, JobId, JobState, Result};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time a request may take, its answer included (a purge of many jobs commits in batches).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
-/// Bytes of an answer read at most.
-const ANSWER_BYTES_MAX: usize = 16 << 20;
+/// Bytes of an answer read at most (a page of 1000 jobs with long errors is under it).
+const ANSWER_BYTES_MAX: usize = 64 << 20;
 
 /// A client of a running app's control channel, found through the control file beside the
 /// queue file ([`Client::for_file`]). Each call is one HTTP request on a connection of its
@@ -86,7 +86,8 @@ impl Client {
     }
 
     /// A read of the API: `GET` of `path` under `/api/v1` (`""` for the file and its queues,
-    /// `"stats"`, `"stats?queue=mail"`).
+    /// `"stats"`, `"stats?queue=mail"`, `"jobs?state=dead"`, `"jobs/1025"`), its JSON answer
+    /// (the module's table gives each route's shape).
     ///
     /// # Errors
     /// - `Io` (`ConnectionRefused`) when no app answers at the control file's address (an

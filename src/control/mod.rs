@@ -51,6 +51,9 @@
 //! |---|---|---|
 //! | `GET /api/v1` | the file | `{"api":1,"file":PATH,"format":N,"queues":[null,"mail",…]}` |
 //! | `GET /api/v1/stats[?queue=Q]` | counts per queue | `{"queues":[{"queue":Q,"total":N,"ready":N,…},…]}`, each entry as a line of `leaseq stats --json` |
+//! | `GET /api/v1/jobs?state=S[&queue=Q&after=CURSOR&limit=N]` | a page of one queue's jobs in a state (`queue` absent: the default queue), in [`Queue::jobs`]' order, `limit` 1 to 1000 (default 100) | `{"queue":Q,"jobs":[JOB,…],"next":CURSOR\|null}`: pass `next` as `after` for the next page |
+//! | `GET /api/v1/jobs/ID[?queue=Q&payload=1]` | one job, found in the selected queues; with `payload=1` its payload too (up to 1 MiB) | `JOB`, as `leaseq show --json` writes it ([`JobView`](crate::json::JobView)) |
+//! | `GET /api/v1/jobs/ID/payload[?queue=Q]` | the payload's bytes | `application/octet-stream` |
 //! | `POST /api/v1/jobs/ID/cancel[?queue=Q&reason=TEXT]` | [`Action::Cancel`] | `{"id":ID,"queue":Q,"was":STATE}` |
 //! | `POST /api/v1/jobs/ID/retry`, `…/promote`, `…/remove`, `…/requeue-dead` | [`Action::Retry`], [`Action::Promote`], [`Action::Remove`], [`Action::RequeueDead`] | `{"id":ID,"queue":Q}` |
 //! | `POST /api/v1/requeue-dead[?queue=Q]` | [`Action::RequeueDeadAll`] | `{"queues":[{"queue":Q,"count":N},…]}` |
@@ -87,8 +90,10 @@ mod token;
 
 pub use action::{Action, DEFAULT_QUEUE, Enqueue};
 pub use client::Client;
+#[cfg(feature = "dashboard")]
+pub(crate) use token::same;
 pub use token::{API_VERSION, CONTROL_FILE_SUFFIX, TOKEN_BYTES_MAX, TOKEN_BYTES_MIN};
-pub(crate) use token::{invalid, random_token, same, validate_token};
+pub(crate) use token::{invalid, random_token, validate_token};
 
 /// The control file of the queue file at `queue_path`: its path with
 /// [`CONTROL_FILE_SUFFIX`] appended (`app.leaseq-control`).

@@ -555,3 +555,104 @@ fn a_shutdown_is_not_held_up_by_the_channel() {
     drop(again);
     drop(channel);
 }
+
+/// The API's reads: a list pages through every job once with its cursors, a job as
+/// `leaseq show --json` shows it, its payload's bytes; bad input a typed error.
+#[test]
+fn lists_page_through_every_job_and_a_job_reads_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("app.leaseq");
+    let app = open_app(&path);
+    let mail = app.named("mail").expect("named");
+    let mut ids = Vec::new();
+    for i in 0..250u32 {
+        let payload = i.to_le_bytes();
+        ids.push(
+            mail.enqueue(&payload, EnqueueOptions::default().priority((i % 7) as i32))
+                .expect("enqueue")
+                .id(),
+        );
+    }
+    let channel = control::serve(&app).expect("serve");
+    let client = Client::for_file(&path).expect("read").expect("a channel");
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut target = "jobs?state=ready&queue=mail&limit=64".to_string();
+        if let Some(a) = &after {
+            target.push_str(&format!("&after={a}"));
+        }
+        let page = client.get(&target).expect("page");
+        pages += 1;
+        assert_eq!(page["queue"], "mail");
+        for job in page["jobs"].as_array().expect("jobs") {
+            seen.push(JobId(job["id"].as_u64().expect("id")));
+        }
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 4);
+    // The queue's own order, every job once.
+    let mut expected = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = mail.jobs(JobState::Ready, cursor, 100).expect("jobs");
+        expected.extend(page.jobs.iter().map(|j| j.id));
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(seen, expected);
+    assert_eq!(seen.len(), 250);
+    // The default queue is another list.
+    let empty = client.get("jobs?state=ready").expect("default queue");
+    assert_eq!(empty, json!({ "queue": null, "jobs": [], "next": null }));
+    // One job, with and without its payload, found in any queue.
+    let id = ids[17];
+    let job = client.get(&format!("jobs/{id}?payload=1")).expect("job");
+    let info = mail.job(id).expect("job").expect("there");
+    let view = serde_json::to_value(leaseq::json::JobView::new(
+        Some("mail"),
+        &info,
+        Some(&17u32.to_le_bytes()),
+    ))
+    .expect("json");
+    assert_eq!(job, view);
+    assert_eq!(job["payload_hex"], "11000000");
+    let bare = client.get(&format!("jobs/{id}")).expect("job");
+    assert!(bare.get("payload_hex").is_none() && bare.get("payload_utf8").is_none());
+    let auth = format!("Bearer {}", channel.token());
+    let raw = send(
+        channel.local_addr(),
+        "GET",
+        &format!("/api/v1/jobs/{id}/payload"),
+        &[("Authorization", &auth)],
+        "",
+    );
+    assert_eq!(raw.status, 200);
+    assert_eq!(raw.header("content-type"), Some("application/octet-stream"));
+    assert_eq!(raw.body.as_bytes(), &17u32.to_le_bytes());
+    // Bad input, typed.
+    for (target, kind) in [
+        ("jobs", "invalid_option"),
+        ("jobs?state=nope", "invalid_option"),
+        ("jobs?state=ready&limit=0", "invalid_option"),
+        ("jobs?state=ready&limit=1001", "invalid_option"),
+        ("jobs?state=ready&after=garbage", "invalid_option"),
+        ("jobs?state=ready&queue=nope", "queue_not_found"),
+        ("jobs/999999", "job_not_found"),
+        ("jobs/x", "invalid_option"),
+    ] {
+        match client.get(target) {
+            Err(Error::Remote { kind: k, .. }) if k == kind => {}
+            Err(Error::JobNotFound { .. }) if kind == "job_not_found" => {}
+            Err(Error::QueueNotFound { .. }) if kind == "queue_not_found" => {}
+            other => panic!("{target}: {other:?}"),
+        }
+    }
+    drop(channel);
+}

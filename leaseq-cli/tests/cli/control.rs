@@ -205,3 +205,52 @@ fn a_control_file_left_by_a_killed_app_is_passed_by() {
     assert!(stderr(&o).contains("no app answers"), "{}", stderr(&o));
     assert!(Queue::open(&path).unwrap().is_paused());
 }
+
+/// The tool's `--json` and the API's answers are the same shapes, value for value: `stats`,
+/// `ls`, `show` beside an app with live reads, against its channel's reads.
+#[test]
+fn the_tools_json_and_the_apis_answers_are_the_same_shapes() {
+    let (_dir, path) = tmp();
+    let app = Queue::builder().live_reads(true).open(&path).unwrap();
+    let mail = app.named("mail").unwrap();
+    let a = mail
+        .enqueue(
+            b"{\"to\":\"x\"}",
+            EnqueueOptions::default()
+                .idempotency_key("k1")
+                .group([0xff, 0x00])
+                .max_attempts(1),
+        )
+        .unwrap()
+        .id();
+    mail.enqueue(
+        &[0u8, 1, 2],
+        EnqueueOptions::default().delay(Duration::from_secs(60)),
+    )
+    .unwrap();
+    let lease = mail.dequeue().unwrap().unwrap();
+    assert_eq!(lease.id(), a);
+    lease.fail("line one\nline two").unwrap();
+    let channel = leaseq::control::serve(&app).unwrap();
+    let client = leaseq::control::Client::for_file(&path).unwrap().unwrap();
+    let p = s(&path);
+
+    let stats = json_lines(ok(run(&["stats", p, "--json"])));
+    let api = client.get("stats").unwrap();
+    assert_eq!(serde_json::Value::Array(stats), api["queues"]);
+
+    for state in ["dead", "scheduled"] {
+        let listed = json_lines(ok(run(&[
+            "ls", p, "--state", state, "--queue", "mail", "--json",
+        ])));
+        let page = client
+            .get(&format!("jobs?state={state}&queue=mail"))
+            .unwrap();
+        assert_eq!(serde_json::Value::Array(listed), page["jobs"], "{state}");
+    }
+    let shown = json_lines(ok(run(&["show", p, &a.0.to_string(), "--json"])));
+    let job = client.get(&format!("jobs/{a}?payload=1")).unwrap();
+    assert_eq!(shown[0], job);
+    assert_eq!(job["group_hex"], "ff00");
+    drop(channel);
+}

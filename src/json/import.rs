@@ -1,47 +1,10 @@
-//! Between leaseq's types and their JSON form: the fields an export line carries beyond the
-//! basic ones (the job's own lease, retry policy, dedup window, snoozes, encoding), and an
-//! export line back to an [`ImportJob`].
+//! An export line back to an [`ImportJob`].
 
 use std::time::Duration;
 
-use leaseq::{Encoding, EnqueueOptions, ImportJob, JobInfo, JobState, RetryPolicy};
+use crate::{Encoding, EnqueueOptions, ImportJob, JobState, RetryPolicy};
 
-use crate::jsonl::{JobLine, RetryJson, bytes_of};
-
-/// The fields of a job that the export carries besides the basic ones.
-#[derive(Debug, Default)]
-pub struct Extra {
-    /// The job's own dedup window.
-    pub dedup_window_ms: Option<u64>,
-    /// The job's own lease.
-    pub lease_ms: Option<u64>,
-    /// The job's own retry policy.
-    pub retry: Option<RetryJson>,
-    /// Times snoozed.
-    pub snoozes: u32,
-    /// The codec of a typed payload.
-    pub encoding: Option<String>,
-}
-
-/// The extra fields of `info`.
-pub fn extra(info: &JobInfo) -> Extra {
-    Extra {
-        dedup_window_ms: info.dedup_window_ms,
-        lease_ms: info.lease_ms,
-        retry: info.retry.map(|r| retry_json(&r)),
-        snoozes: info.snoozes,
-        encoding: info.encoding.map(|e| encoding_name(e).to_string()),
-    }
-}
-
-fn retry_json(r: &RetryPolicy) -> RetryJson {
-    RetryJson {
-        kind: r.kind().to_string(),
-        base_ms: r.base_ms(),
-        cap_ms: r.cap_ms(),
-        jitter_percent: r.jitter_percent(),
-    }
-}
+use super::{JobLine, RetryJson, bytes_of, unhex};
 
 fn retry_policy(r: &RetryJson) -> Result<RetryPolicy, String> {
     let base = Duration::from_millis(r.base_ms);
@@ -60,14 +23,6 @@ fn retry_policy(r: &RetryJson) -> Result<RetryPolicy, String> {
     } else {
         policy
     })
-}
-
-fn encoding_name(e: Encoding) -> &'static str {
-    match e {
-        Encoding::Bincode => "bincode",
-        Encoding::Json => "json",
-        _ => "unknown",
-    }
 }
 
 fn encoding_of(name: &str) -> Result<Encoding, String> {
@@ -89,15 +44,26 @@ fn state_of(name: &str) -> Result<JobState, String> {
     }
 }
 
-/// An export line as a job to import, and its payload's length. Refuses what the schema
-/// does not allow (no payload or two, bad hex, an unknown state, retry kind or encoding);
-/// the library checks the values when the job is imported.
-pub fn import_job(line: JobLine) -> Result<(ImportJob, usize), String> {
+impl JobLine {
+    /// This line as a job to import ([`Queue::import_batch`](crate::Queue::import_batch)),
+    /// and its payload's length in bytes.
+    ///
+    /// # Errors
+    /// A sentence naming the field, for what the schema does not allow: no payload or two,
+    /// a text and a hex form of one field both given, bad hex, an unknown state (`ready`,
+    /// `leased`, `scheduled`, `dead`), retry kind or encoding. The values themselves are
+    /// checked when the job is imported.
+    pub fn to_import(&self) -> Result<(ImportJob, usize), String> {
+        import_job(self.clone())
+    }
+}
+
+fn import_job(line: JobLine) -> Result<(ImportJob, usize), String> {
     let payload = match (line.payload_utf8, line.payload_hex) {
         (Some(_), Some(_)) => return Err("both payload_utf8 and payload_hex are given".into()),
         (None, None) => return Err("no payload (payload_utf8 or payload_hex)".into()),
         (Some(text), None) => text.into_bytes(),
-        (None, Some(h)) => crate::output::unhex(&h).map_err(|e| format!("payload_hex: {e}"))?,
+        (None, Some(h)) => unhex(&h).map_err(|e| format!("payload_hex: {e}"))?,
     };
     let mut opts = EnqueueOptions::default();
     if let Some(p) = line.priority {

@@ -1,15 +1,19 @@
-//! The JSON form of a job: the line of `leaseq export` and `leaseq import`, and (with a few
-//! fields more) the objects of `ls --json` and `show --json`.
+//! The JSON form of a job, shared by everything that writes or reads jobs as JSON: the
+//! line of `leaseq export` and `leaseq import` ([`JobLine`]), the objects of `leaseq ls
+//! --json` and `leaseq show --json` and of the control channel's API ([`JobView`]). One job
+//! per line in an export. docs/cli.md holds the schema (every field, its type and meaning,
+//! how bytes are written, what an import defaults and refuses); the serde structs here are
+//! its source, so a field added here goes into that table too.
 //!
-//! One job per line. docs/cli.md holds the schema (every field, its type and meaning, how
-//! bytes are written, what import defaults and refuses); the serde structs below are its
-//! source, so a field added here goes into that table too.
+//! Bytes (payloads, keys, groups, results, progress) are written as text when they are UTF-8
+//! without control characters other than tab, newline and carriage return, else as hex in
+//! the field of the same name with `_hex` appended ([`text_or_hex`]).
 
 use serde::{Deserialize, Serialize};
 
-use leaseq::{JobInfo, JobState};
+use crate::{Encoding, JobInfo, JobState, RetryPolicy};
 
-use crate::output::{hex, state_name, unhex};
+mod import;
 
 /// A job's retry policy in JSON.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,6 +93,7 @@ pub struct JobLine {
     /// Its ordered group (`EnqueueOptions::group`), as text or hex; absent without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// The group as hex, when it is not text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_hex: Option<String>,
     /// The payload, when it is UTF-8.
@@ -149,11 +154,11 @@ impl JobLine {
             JobState::Leased => (JobState::Ready, info.last_error.clone()),
             s => (s, info.last_error.clone()),
         };
-        let extra = crate::convert::extra(info);
+        let extra = extra(info);
         JobLine {
             queue: queue.map(str::to_string),
             id: Some(info.id.0),
-            state: Some(state_name(state).to_string()),
+            state: Some(state.as_str().to_string()),
             attempts: Some(info.attempts),
             max_attempts: Some(info.max_attempts),
             priority: Some(info.priority),
@@ -177,9 +182,51 @@ impl JobLine {
     }
 }
 
+/// The fields of a job that the export carries besides the basic ones.
+#[derive(Debug, Default)]
+struct Extra {
+    /// The job's own dedup window.
+    dedup_window_ms: Option<u64>,
+    /// The job's own lease.
+    lease_ms: Option<u64>,
+    /// The job's own retry policy.
+    retry: Option<RetryJson>,
+    /// Times snoozed.
+    snoozes: u32,
+    /// The codec of a typed payload.
+    encoding: Option<String>,
+}
+
+/// The extra fields of `info`.
+fn extra(info: &JobInfo) -> Extra {
+    Extra {
+        dedup_window_ms: info.dedup_window_ms,
+        lease_ms: info.lease_ms,
+        retry: info.retry.map(|r| retry_json(&r)),
+        snoozes: info.snoozes,
+        encoding: info.encoding.map(|e| encoding_name(e).to_string()),
+    }
+}
+
+fn retry_json(r: &RetryPolicy) -> RetryJson {
+    RetryJson {
+        kind: r.kind().to_string(),
+        base_ms: r.base_ms(),
+        cap_ms: r.cap_ms(),
+        jitter_percent: r.jitter_percent(),
+    }
+}
+
+fn encoding_name(e: Encoding) -> &'static str {
+    match e {
+        Encoding::Bincode => "bincode",
+        Encoding::Json => "json",
+    }
+}
+
 /// `ls --json` and `show --json`: the export line (`state` as the job is: `leased` stays
 /// leased) and what only an open file knows.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobView {
     /// The export fields.
     #[serde(flatten)]
@@ -200,20 +247,26 @@ pub struct JobView {
     pub cancel_reason: Option<String>,
     /// Completed: the result its ack stored, as text or hex.
     pub result: Option<String>,
+    /// Completed: the result as hex, when it is not text.
     pub result_hex: Option<String>,
     /// The progress its (last) delivery recorded, as text or hex, and when (Unix ms).
     pub progress: Option<String>,
+    /// The progress as hex, when it is not text.
     pub progress_hex: Option<String>,
+    /// When the progress was recorded (Unix ms).
     pub progress_ms: Option<u64>,
     /// The errors of its last attempts, oldest first.
     pub errors: Vec<ErrorView>,
 }
 
 /// One attempt's error in a [`JobView`].
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ErrorView {
+    /// The attempt that ended with it.
     pub attempt: u32,
+    /// When (Unix ms); `None` for an error recorded before format 7.
     pub at_ms: Option<u64>,
+    /// The error's text.
     pub message: String,
 }
 
@@ -221,7 +274,7 @@ impl JobView {
     /// The view of `info` in `queue`, with its payload if given.
     pub fn new(queue: Option<&str>, info: &JobInfo, payload: Option<&[u8]>) -> JobView {
         let mut line = JobLine::from_info(queue, info, payload);
-        line.state = Some(state_name(info.state).to_string());
+        line.state = Some(info.state.as_str().to_string());
         line.last_error.clone_from(&info.last_error);
         JobView {
             line,
@@ -247,5 +300,53 @@ impl JobView {
                 })
                 .collect(),
         }
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    out
+}
+
+/// The bytes of a hex text (either case, even length).
+pub fn unhex(text: &str) -> Result<Vec<u8>, String> {
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
+    }
+    let t = text.as_bytes();
+    if !t.len().is_multiple_of(2) {
+        return Err(format!("odd number of hex digits ({})", t.len()));
+    }
+    t.chunks_exact(2)
+        .enumerate()
+        .map(|(i, pair)| match (nibble(pair[0]), nibble(pair[1])) {
+            (Some(hi), Some(lo)) => Ok(hi << 4 | lo),
+            _ => Err(format!("not a hex digit at offset {}", i * 2)),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips() {
+        let all: Vec<u8> = (0..=255).collect();
+        assert_eq!(unhex(&hex(&all)).unwrap(), all);
+        assert_eq!(unhex("ABff").unwrap(), vec![0xab, 0xff]);
+        assert!(unhex("abc").is_err());
+        assert!(unhex("zz").is_err());
     }
 }
