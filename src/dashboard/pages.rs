@@ -17,8 +17,12 @@ pub(super) const PAGE_JOBS: usize = 50;
 pub(super) const SEARCH_SCAN_MAX: usize = 10_000;
 /// Bytes of a payload shown at most on a job's page (the download has it whole).
 pub(super) const PREVIEW_BYTES: usize = 64 * 1024;
-/// Minutes of the rates chart.
-const CHART_MINUTES: u64 = 60;
+/// Minutes of the rates chart: the 24 hours the file keeps (`METRICS_MINUTES_KEPT`).
+const CHART_MINUTES: u64 = 24 * 60;
+/// Minutes per point of the 24-hour chart.
+const CHART_BUCKET_MINUTES: u64 = 10;
+/// Ready jobs in line looked at for the longest wait (as `leaseq watch`).
+const OLDEST_READY_SCAN: usize = 1000;
 /// Dead letters an overview names per queue, the most recent first.
 const LATEST_DEAD: usize = 5;
 /// Bytes of a search text kept.
@@ -258,8 +262,7 @@ pub(super) fn overview(app: &App, asked: &Asked) -> Result<Page> {
         let q = q.as_deref();
         let v = queue_of(&view, q)?;
         let stats = v.stats()?;
-        let since = (now / 60_000).saturating_sub(CHART_MINUTES - 1) * 60_000;
-        let minutes = v.metrics(since)?;
+        let minutes = v.metrics(chart_since(now))?;
         let paused = if stats.paused {
             "<span class=\"badge paused\">paused</span>"
         } else {
@@ -284,6 +287,7 @@ pub(super) fn overview(app: &App, asked: &Asked) -> Result<Page> {
             );
         }
         body.push_str("</tr></table>");
+        body.push_str(&waiting(&v, &stats, now)?);
         body.push_str(&rates(&minutes, now));
         body.push_str(&chart(&minutes, now));
         let dead = v.latest_dead(LATEST_DEAD)?;
@@ -319,18 +323,65 @@ pub(super) fn overview(app: &App, asked: &Asked) -> Result<Page> {
     })
 }
 
-/// The last hour's totals, and the rates per second over the current minute and the one
-/// before it (a window of 60 to 120 s that slides with the clock).
-fn rates(minutes: &[MinuteCounts], now: u64) -> String {
-    let mut hour = MinuteCounts::default();
-    for m in minutes {
-        hour.enqueued += m.enqueued;
-        hour.completed += m.completed;
-        hour.retried += m.retried;
-        hour.dead += m.dead;
-        hour.cancelled += m.cancelled;
+/// The first minute the chart and the totals read (Unix ms): 24 hours of whole minutes
+/// before the current, unfinished one.
+fn chart_since(now: u64) -> u64 {
+    (now / 60_000).saturating_sub(CHART_MINUTES) * 60_000
+}
+
+/// The longest wait among the first [`OLDEST_READY_SCAN`] ready jobs in line (Unix ms),
+/// `None` with none ready.
+fn oldest_ready_ms(v: &Reader, now: u64) -> Result<Option<u64>> {
+    let page = v.jobs(JobState::Ready, None, OLDEST_READY_SCAN)?;
+    Ok(page
+        .jobs
+        .iter()
+        .map(|j| now.saturating_sub(j.run_at_ms))
+        .max())
+}
+
+/// How long work waits: the longest wait of a ready job, and why nothing moves when the
+/// queue is paused.
+fn waiting(v: &Reader, stats: &Stats, now: u64) -> Result<String> {
+    let mut out = String::from("<p class=\"waiting\">");
+    match oldest_ready_ms(v, now)? {
+        Some(ms) => {
+            let _ = write!(
+                out,
+                "Oldest ready job waiting <b data-oldest-ready-ms=\"{ms}\">{}</b>",
+                span(ms)
+            );
+            if stats.ready > OLDEST_READY_SCAN as u64 {
+                let _ = write!(out, " (of the first {OLDEST_READY_SCAN} in line)");
+            }
+            if stats.paused {
+                out.push_str(": nothing is delivered while the queue is paused");
+            }
+            out.push('.');
+        }
+        None => out.push_str("No job waiting."),
     }
+    out.push_str("</p>");
+    Ok(out)
+}
+
+/// The last hour's and the last 24 hours' totals, and the rates per second over the current
+/// minute and the one before it (a window of 60 to 120 s that slides with the clock).
+fn rates(minutes: &[MinuteCounts], now: u64) -> String {
     let current = now / 60_000 * 60_000;
+    let total = |since: u64| {
+        let mut t = MinuteCounts::default();
+        for m in minutes.iter().filter(|m| m.minute_ms >= since) {
+            t.enqueued += m.enqueued;
+            t.completed += m.completed;
+            t.retried += m.retried;
+            t.dead += m.dead;
+            t.cancelled += m.cancelled;
+        }
+        t
+    };
+    let hour = total(current.saturating_sub(60 * 60_000));
+    let day = total(0);
     let window_s = (60_000 + (now - current)) as f64 / 1000.0;
     let per_s = |f: fn(&MinuteCounts) -> u64| {
         let n: u64 = minutes
@@ -343,37 +394,47 @@ fn rates(minutes: &[MinuteCounts], now: u64) -> String {
     format!(
         "<p class=\"rates\">Now: <b data-rate=\"enqueued\">{}</b>/s enqueued, \
          <b data-rate=\"completed\">{}</b>/s completed. Last hour: {} enqueued, {} completed, \
-         {} retried, {} dead, {} cancelled.</p>",
+         {} retried, {} dead, {} cancelled. Last 24 hours: {} enqueued, {} completed, {} \
+         retried, {} dead, {} cancelled.</p>",
         per_s(|m| m.enqueued),
         per_s(|m| m.completed),
         hour.enqueued,
         hour.completed,
         hour.retried,
         hour.dead,
-        hour.cancelled
+        hour.cancelled,
+        day.enqueued,
+        day.completed,
+        day.retried,
+        day.dead,
+        day.cancelled,
     )
 }
 
-/// Jobs enqueued, completed and dead per minute over the last hour, as an SVG line chart.
+/// Jobs enqueued, completed and dead over the last 24 hours, per 10 minutes, as an SVG line
+/// chart. The current minute is left out (its counts are still growing: a line would drop
+/// at "now" for no reason), so every point is whole.
 fn chart(minutes: &[MinuteCounts], now: u64) -> String {
     const W: u64 = 600;
     const H: u64 = 90;
-    let first = (now / 60_000).saturating_sub(CHART_MINUTES - 1);
-    let mut series = [[0u64; CHART_MINUTES as usize]; 3];
+    const POINTS: usize = (CHART_MINUTES / CHART_BUCKET_MINUTES) as usize;
+    let end = now / 60_000;
+    let first = end.saturating_sub(CHART_MINUTES);
+    let mut series = [[0u64; POINTS]; 3];
     for m in minutes {
-        let Some(i) = (m.minute_ms / 60_000).checked_sub(first) else {
+        let minute = m.minute_ms / 60_000;
+        if minute < first || minute >= end {
             continue;
-        };
-        if i < CHART_MINUTES {
-            series[0][i as usize] = m.enqueued;
-            series[1][i as usize] = m.completed;
-            series[2][i as usize] = m.dead;
         }
+        let i = ((minute - first) / CHART_BUCKET_MINUTES) as usize;
+        series[0][i] += m.enqueued;
+        series[1][i] += m.completed;
+        series[2][i] += m.dead;
     }
     let top = series.iter().flatten().copied().max().unwrap_or(0).max(1);
     let mut svg = format!(
         "<svg class=\"chart\" viewBox=\"0 0 {W} {}\" role=\"img\" \
-         aria-label=\"jobs per minute over the last hour\">",
+         aria-label=\"jobs per 10 minutes over the last 24 hours\">",
         H + 14
     );
     for (line, class) in series.iter().zip(["enqueued", "completed", "dead"]) {
@@ -381,24 +442,24 @@ fn chart(minutes: &[MinuteCounts], now: u64) -> String {
             .iter()
             .enumerate()
             .map(|(i, n)| {
-                let x = i as u64 * W / (CHART_MINUTES - 1);
+                let x = i as u64 * W / (POINTS as u64 - 1);
                 let y = H - n * H / top;
                 format!("{x},{y}")
             })
             .collect();
         let _ = write!(
             svg,
-            "<polyline class=\"{class}\" fill=\"none\" points=\"{}\"/>",
+            "<polyline class=\"{class}\" fill=\"none\" data-points=\"{POINTS}\" points=\"{}\"/>",
             points.join(" ")
         );
     }
     let _ = write!(
         svg,
-        "<text x=\"0\" y=\"{y}\">60 min ago</text><text x=\"{W}\" y=\"{y}\" \
-         text-anchor=\"end\">now · peak {top}/min</text></svg>\
+        "<text x=\"0\" y=\"{y}\">24 h ago</text><text x=\"{W}\" y=\"{y}\" \
+         text-anchor=\"end\">last whole minute · peak {top} per 10 min</text></svg>\
          <p class=\"legend\"><span class=\"enqueued\">enqueued</span> \
          <span class=\"completed\">completed</span> <span class=\"dead\">dead</span> \
-         per minute</p>",
+         per 10 minutes</p>",
         y = H + 12
     );
     svg
@@ -916,15 +977,17 @@ pub(super) fn schedules(app: &App, asked: &Asked) -> Result<Page> {
     })
 }
 
-/// `GET /api/overview`: every queue's counts and last hour's metrics, as JSON.
+/// `GET /api/overview`: every queue's counts, the longest wait of a ready job, and the last
+/// 24 hours' metrics, as JSON.
 pub(super) fn overview_json(app: &App) -> Result<String> {
     let view = app.target.view(None)?;
     let now = now_ms();
-    let since = (now / 60_000).saturating_sub(CHART_MINUTES - 1) * 60_000;
+    let since = chart_since(now);
     let mut out = Vec::new();
     for q in queues(&view)? {
         let v = queue_of(&view, q.as_deref())?;
         let s = v.stats()?;
+        let oldest_ready_ms = oldest_ready_ms(&v, now)?;
         let minutes: Vec<_> = v
             .metrics(since)?
             .iter()
@@ -938,7 +1001,7 @@ pub(super) fn overview_json(app: &App) -> Result<String> {
         out.push(serde_json::json!({
             "queue": q, "paused": s.paused, "scheduled": s.scheduled, "ready": s.ready,
             "leased": s.leased, "dead": s.dead, "completed": s.completed,
-            "cancelled": s.cancelled, "metrics": minutes,
+            "cancelled": s.cancelled, "oldest_ready_ms": oldest_ready_ms, "metrics": minutes,
         }));
     }
     let doc = serde_json::json!({

@@ -1070,3 +1070,75 @@ fn a_request_head_beyond_the_bound_is_refused() {
         "the dashboard still answers"
     );
 }
+
+/// The overview charts the 24 hours the file keeps, per 10 minutes, without the unfinished
+/// minute, and says how long the oldest ready job has waited.
+#[test]
+fn the_overview_charts_a_day_of_whole_minutes_and_the_longest_wait() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    // Three jobs enqueued 5 hours ago (by the queue's clock), five in this minute.
+    let clock = leaseq::ManualClock::new(now - 5 * 3_600_000);
+    let queue = Queue::builder()
+        .clock(clock.clone())
+        .open(dir.path().join("q.leaseq"))
+        .expect("open");
+    for _ in 0..3 {
+        queue
+            .enqueue(b"old", EnqueueOptions::default())
+            .expect("enqueue");
+    }
+    clock.set_ms(now);
+    for _ in 0..5 {
+        queue
+            .enqueue(b"new", EnqueueOptions::default())
+            .expect("enqueue");
+    }
+    queue.flush().expect("flush");
+    let server = Dashboard::new(&queue)
+        .token(TOKEN)
+        .serve("127.0.0.1:0")
+        .expect("serve");
+    let page = get(server.local_addr(), TOKEN, "/").body;
+    let enqueued = page
+        .split("<polyline class=\"enqueued\"")
+        .nth(1)
+        .and_then(|rest| rest.split(" points=\"").nth(1))
+        .and_then(|rest| rest.split('"').next())
+        .expect("the enqueued line");
+    let ys: Vec<u64> = enqueued
+        .split(' ')
+        .map(|p| p.split(',').nth(1).expect("y").parse().expect("a number"))
+        .collect();
+    assert_eq!(ys.len(), 144, "24 hours of 10-minute points");
+    // One point holds the 3 jobs of 5 hours ago at the top (peak 3); the 5 of this minute
+    // are not drawn (the minute is not over), so every other point is at the bottom.
+    let raised: Vec<usize> = (0..ys.len()).filter(|&i| ys[i] < 90).collect();
+    assert_eq!(raised.len(), 1, "{ys:?}");
+    assert_eq!(ys[raised[0]], 0, "the only point is the peak");
+    assert!(
+        (113..=115).contains(&raised[0]),
+        "5 hours ago is point 114: {raised:?}"
+    );
+    assert!(page.contains("peak 3 per 10 min"), "{page}");
+    assert!(page.contains("Last 24 hours: 8 enqueued"), "{page}");
+    // The oldest ready job has waited 5 hours.
+    let at = page.find("data-oldest-ready-ms=\"").expect("the wait") + 22;
+    let waited: u64 = page[at..]
+        .split('"')
+        .next()
+        .expect("ms")
+        .parse()
+        .expect("ms");
+    assert!(
+        waited >= 5 * 3_600_000 && waited < 5 * 3_600_000 + 60_000,
+        "{waited}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&get(server.local_addr(), TOKEN, "/api/overview").body).expect("json");
+    assert!(doc["queues"][0]["oldest_ready_ms"].as_u64().expect("ms") >= 5 * 3_600_000);
+    server.stop();
+}
