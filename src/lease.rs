@@ -406,7 +406,7 @@ impl Lease {
     /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
     /// # queue.enqueue(b"import 120 photos", Default::default())?;
     /// let lease = queue.dequeue()?.expect("a job");
-    /// lease.set_progress(&[40])?; // 40 %
+    /// lease.set_progress(&[40])?; // 40 % (set_progress_percent adds a message)
     /// let job = queue.job(lease.id())?.expect("the job");
     /// assert_eq!(job.progress.as_deref(), Some(&[40u8][..]));
     /// lease.ack()?;
@@ -441,6 +441,25 @@ impl Lease {
         r
     }
 
+    /// Records how far this delivery got as a percentage and, optionally, what it is doing
+    /// (`"uploading 3 of 10"`), as BullMQ's `updateProgress` with an object: stores
+    /// `{"percent":P,"message":M}` through [`Lease::set_progress`] (its cost, rate and
+    /// errors), which [`Progress::read`](crate::Progress::read), the dashboard and the
+    /// `leaseq` tool show as `30 % uploading 3 of 10`.
+    ///
+    /// # Errors
+    /// `InvalidOption` for a `percent` above 100, or a message that makes the JSON longer
+    /// than [`PROGRESS_BYTES_MAX`](crate::PROGRESS_BYTES_MAX) bytes (nothing kept); then as
+    /// [`Lease::set_progress`].
+    pub fn set_progress_percent(&self, percent: u8, message: Option<&str>) -> Result<()> {
+        if percent > 100 {
+            return Err(Error::invalid_option(
+                "progress",
+                format!("{percent} %: a percentage is 0 to 100"),
+            ));
+        }
+        self.set_progress(&crate::job::Progress::encode(percent, message))
+    }
     /// Sets the result the ack that ends this delivery stores with the completed job:
     /// whichever ack it is ([`ack`](Lease::ack), [`ack_with`](Lease::ack_with), the `_and_next`
     /// calls, a batch ack, or a [`WorkerPool`](crate::worker::WorkerPool)'s ack once its

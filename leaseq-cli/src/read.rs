@@ -357,9 +357,16 @@ pub fn show(a: &ShowArgs) -> CliResult {
         (
             "progress",
             or_dash(info.progress.as_ref().map(|p| {
-                let value = match leaseq::json::text_or_hex(Some(p)) {
-                    (Some(text), _) => one_line(&text),
-                    (None, hex) => format!("0x{}", hex.unwrap_or_default()),
+                let read = leaseq::Progress::read(p);
+                let value = match (
+                    read.percent,
+                    read.message,
+                    leaseq::json::text_or_hex(Some(p)),
+                ) {
+                    (Some(pct), Some(m), _) => format!("{pct} % {}", one_line(&m)),
+                    (Some(pct), None, _) => format!("{pct} %"),
+                    (None, _, (Some(text), _)) => one_line(&text),
+                    (None, _, (None, hex)) => format!("0x{}", hex.unwrap_or_default()),
                 };
                 match info.progress_ms {
                     Some(ms) => format!("{value} (at {})", utc(ms)),

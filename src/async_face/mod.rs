@@ -636,6 +636,16 @@ impl AsyncLease {
         self.on_helper(move |l| l.set_progress(&value)).await
     }
 
+    /// [`Lease::set_progress_percent`] on a helper.
+    ///
+    /// # Errors
+    /// As [`Lease::set_progress_percent`].
+    pub async fn set_progress_percent(&self, percent: u8, message: Option<&str>) -> Result<()> {
+        let message = message.map(str::to_string);
+        self.on_helper(move |l| l.set_progress_percent(percent, message.as_deref()))
+            .await
+    }
+
     /// [`Lease::is_cancelled`] on a helper (a read).
     ///
     /// # Errors

@@ -8,7 +8,8 @@ use super::invalid;
 use super::view::queue_of;
 use crate::control::server::Asked;
 use crate::{
-    Error, JobCursor, JobId, JobInfo, JobState, MinuteCounts, Reader, Result, Stats, Timing,
+    Error, JobCursor, JobId, JobInfo, JobState, MinuteCounts, Progress, Reader, Result, Stats,
+    Timing,
 };
 
 /// Jobs per page of a list.
@@ -522,10 +523,48 @@ fn actions(app: &App, q: Option<&str>, job: &JobInfo, back: &str) -> String {
         .join(" ")
 }
 
-/// The time a list shows for a job, by state.
+/// A job's progress as a bar and a message ([`Progress::read`]); the bytes as text or hex
+/// when they hold neither. Empty without progress.
+fn progress_html(job: &JobInfo) -> String {
+    let Some(bytes) = job.progress.as_deref() else {
+        return String::new();
+    };
+    let p = Progress::read(bytes);
+    let mut out = String::from("<span class=\"progress\"");
+    if let Some(pct) = p.percent {
+        let _ = write!(
+            out,
+            " data-progress-percent=\"{pct}\"><progress value=\"{pct}\" max=\"100\">\
+             </progress> {pct} %"
+        );
+    } else {
+        out.push('>');
+    }
+    match (&p.message, p.percent) {
+        (Some(m), _) => {
+            let _ = write!(out, " {}", esc(&short(m, 120)));
+        }
+        (None, None) => {
+            let _ = write!(out, " 0x{}", short(&hex(bytes), 64));
+        }
+        (None, Some(_)) => {}
+    }
+    out.push_str("</span>");
+    out
+}
+
+/// The time a list shows for a job, by state. A leased job whose deadline passed is marked
+/// stalled: its worker stopped extending the lease (no heartbeat) and the job is delivered
+/// again at the next dequeue.
 fn job_time(job: &JobInfo, now: u64) -> String {
     match job.state {
         JobState::Leased => match job.lease_deadline_ms {
+            Some(deadline) if deadline <= now => format!(
+                "<span class=\"badge stalled\" data-stalled=\"1\" title=\"the lease ended \
+                 without an ack or an extend: its worker is gone or hung; the job is \
+                 delivered again\">stalled</span> lease ended {}",
+                when(deadline, now)
+            ),
             Some(deadline) => format!("lease ends {}", when(deadline, now)),
             None => String::new(),
         },
@@ -632,14 +671,15 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
     } else {
         body.push_str(
             "<table class=\"jobs\"><thead><tr><th>id</th><th>when</th><th>attempts</th>\
-             <th>priority</th><th>keys</th><th>last error</th><th></th></tr></thead><tbody>",
+             <th>priority</th><th>keys</th><th>progress, last error</th><th></th></tr></thead>\
+             <tbody>",
         );
         for job in &found {
             let _ = write!(
                 body,
                 "<tr data-job=\"{id}\"><td><a href=\"{href}\">{id}</a></td><td>{time}</td>\
                  <td>{attempts}/{max}</td><td>{priority}</td><td>{keys}</td>\
-                 <td class=\"error\">{error}</td><td>{actions}</td></tr>",
+                 <td class=\"error\">{progress}{error}</td><td>{actions}</td></tr>",
                 id = job.id,
                 href = link("/job", q, &[("id", &job.id.to_string())]),
                 time = job_time(job, now),
@@ -647,6 +687,7 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
                 max = job.max_attempts,
                 priority = job.priority,
                 keys = keys(job),
+                progress = progress_html(job),
                 error = esc(&short(job.last_error.as_deref().unwrap_or(""), 120)),
                 actions = actions(app, q, job, &back),
             );
@@ -769,13 +810,19 @@ pub(super) fn job(app: &App, asked: &Asked) -> Result<Page> {
         ("idempotency key", job.idempotency_key.as_deref()),
         ("dedup key", job.dedup_key.as_deref()),
         ("group", job.group.as_deref()),
-        ("progress", job.progress.as_deref()),
         ("result", job.result.as_deref()),
     ];
     for (name, value) in text_rows {
         if let Some(v) = value {
             rows.push((name, esc(&short(&bytes_text(v), 2000))));
         }
+    }
+    if job.progress.is_some() {
+        let at = job
+            .progress_ms
+            .map(|ms| format!(" <small>({})</small>", when(ms, now_ms())))
+            .unwrap_or_default();
+        rows.push(("progress", format!("{}{at}", progress_html(&job))));
     }
     for (name, value) in [
         ("status", job.status.as_deref()),

@@ -2,8 +2,10 @@
 
 use std::time::Duration;
 
+mod progress;
 pub(crate) mod state;
 
+pub use progress::Progress;
 pub use state::{JobId, JobState};
 
 /// Options for one enqueue. Built with chained setters from `EnqueueOptions::default()`.

@@ -255,6 +255,11 @@ pub struct JobView {
     pub progress_hex: Option<String>,
     /// When the progress was recorded (Unix ms).
     pub progress_ms: Option<u64>,
+    /// The progress as a percentage, when its bytes say one
+    /// ([`Progress::read`](crate::Progress::read)).
+    pub progress_percent: Option<u8>,
+    /// The progress's message, when its bytes hold one ([`Progress::read`](crate::Progress::read)).
+    pub progress_message: Option<String>,
     /// The errors of its last attempts, oldest first.
     pub errors: Vec<ErrorView>,
 }
@@ -274,6 +279,7 @@ impl JobView {
     /// The view of `info` in `queue`, with its payload if given.
     pub fn new(queue: Option<&str>, info: &JobInfo, payload: Option<&[u8]>) -> JobView {
         let mut line = JobLine::from_info(queue, info, payload);
+        let progress = info.progress.as_deref().map(crate::Progress::read);
         line.state = Some(info.state.as_str().to_string());
         line.last_error.clone_from(&info.last_error);
         JobView {
@@ -290,6 +296,8 @@ impl JobView {
             progress: text_or_hex(info.progress.as_deref()).0,
             progress_hex: text_or_hex(info.progress.as_deref()).1,
             progress_ms: info.progress_ms,
+            progress_percent: progress.as_ref().and_then(|p| p.percent),
+            progress_message: progress.and_then(|p| p.message),
             errors: info
                 .errors
                 .iter()

@@ -1195,6 +1195,25 @@ fn show_prints_a_jobs_progress_as_text_or_hex() {
         .find(|l| l.starts_with("progress "))
         .unwrap_or_else(|| panic!("{human}"));
     assert!(line.contains("half (at "), "{line}");
+    assert_eq!(v[0]["progress_percent"], serde_json::Value::Null);
+    // A percentage with a message, as set_progress_percent records it.
+    let pct_id = {
+        let q = Queue::open(&path).unwrap();
+        let id = q.enqueue(b"job", EnqueueOptions::default()).unwrap().id();
+        let lease = q.dequeue().unwrap().unwrap();
+        lease
+            .set_progress_percent(30, Some("uploading 3 of 10"))
+            .unwrap();
+        lease.ack().unwrap();
+        id.to_string()
+    };
+    let v = json_lines(ok(run(&["show", p, &pct_id, "--json"])));
+    assert_eq!(
+        (&v[0]["progress_percent"], &v[0]["progress_message"]),
+        (&30.into(), &"uploading 3 of 10".into())
+    );
+    let human = stdout(ok(run(&["show", p, &pct_id])));
+    assert!(human.contains("30 % uploading 3 of 10 (at "), "{human}");
 }
 
 #[test]
