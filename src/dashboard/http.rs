@@ -2,6 +2,7 @@
 //! The HTTP connections themselves are `server.rs`'s.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 
 use super::invalid;
@@ -11,6 +12,8 @@ use crate::control::api;
 use crate::control::server::{Asked, BODY_BYTES_MAX, Handler, Reply};
 use crate::control::{Action, DEFAULT_QUEUE};
 use crate::{Error, JobId};
+/// Jobs one bulk action may name (a page's worth, and then some).
+const BULK_MAX: usize = 1000;
 /// The reason [`Queue::cancel`](crate::Queue::cancel) records for a cancel from the dashboard.
 pub(super) const CANCEL_REASON: &str = "cancelled from the dashboard";
 
@@ -248,10 +251,108 @@ impl App {
             );
         }
         let back = form.get("back").map(String::as_str).unwrap_or("/");
-        match self.act(&form) {
+        let done = match form.get("op").and_then(|op| op.strip_prefix("bulk_")) {
+            Some(op) => {
+                let ids: Vec<String> = form_urlencoded::parse(&asked.body)
+                    .filter(|(k, _)| k == "id")
+                    .map(|(_, v)| v.into_owned())
+                    .collect();
+                self.act_on_each(&form, op, &ids)
+            }
+            None => self.act(&form),
+        };
+        match done {
             Ok(done) => Reply::redirect(back_to(back, &done)),
             Err(e) => Reply::html(status_of(&e), pages::error_page(self, status_of(&e), &e)),
         }
+    }
+
+    /// Runs `op` (`retry`, `cancel`, `remove`) on each job the form selected, one commit
+    /// each, and says how many were done and why the others were refused (a refusal does
+    /// not stop the rest; a failure of the storage does).
+    fn act_on_each(
+        &self,
+        form: &HashMap<String, String>,
+        op: &str,
+        ids: &[String],
+    ) -> crate::Result<String> {
+        if ids.is_empty() {
+            return Err(invalid("id", "select one or more jobs first"));
+        }
+        if ids.len() > BULK_MAX {
+            return Err(invalid("id", format!("at most {BULK_MAX} jobs at once")));
+        }
+        if !matches!(op, "retry" | "cancel" | "remove") {
+            return Err(invalid(
+                "op",
+                format!(
+                    "bulk_{:?} is not a bulk action (bulk_retry, bulk_cancel, bulk_remove)",
+                    pages::short(op, 40)
+                ),
+            ));
+        }
+        let queue = Some(
+            form.get("q")
+                .map(String::as_str)
+                .filter(|q| !q.is_empty())
+                .unwrap_or(DEFAULT_QUEUE)
+                .to_string(),
+        );
+        let mut parsed = Vec::with_capacity(ids.len());
+        for text in ids {
+            let id = text
+                .parse()
+                .map(JobId)
+                .map_err(|_| invalid("id", "a job id (a decimal number)"))?;
+            parsed.push(id);
+        }
+        let (mut done, mut refused) = (0usize, Vec::new());
+        for id in parsed {
+            let queue = queue.clone();
+            let action = match op {
+                "retry" => Action::Retry { id, queue },
+                "cancel" => Action::Cancel {
+                    id,
+                    queue,
+                    reason: CANCEL_REASON.into(),
+                },
+                _ => Action::Remove { id, queue },
+            };
+            match self.target.act(&action) {
+                Ok(_) => done += 1,
+                Err(e) if status_of(&e) < 500 => refused.push(e.to_string()),
+                Err(e) => return Err(e),
+            }
+        }
+        let verb = match op {
+            "retry" => "run again",
+            "cancel" => "cancelled",
+            _ => "removed",
+        };
+        let mut notice = format!("{done} jobs {verb}");
+        if !refused.is_empty() {
+            let _ = write!(
+                notice,
+                "; {} refused: {}",
+                refused.len(),
+                refused
+                    .iter()
+                    .take(3)
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            if refused.len() > 3 {
+                notice.push_str("; …");
+            }
+        }
+        tracing::info!(
+            op,
+            done,
+            refused = refused.len(),
+            "leaseq: dashboard bulk action"
+        );
+        Ok(notice)
     }
 
     /// Runs the action a form names ([`Action`], as the API's); returns what was done, for
@@ -282,6 +383,10 @@ impl App {
             },
             "promote" => Action::Promote { id: id()?, queue },
             "retry_dead" => Action::RequeueDeadAll { queue },
+            "remove_dead" => Action::Purge {
+                queue,
+                state: crate::JobState::Dead,
+            },
             "pause" => Action::Pause { queue },
             "resume" => Action::Resume { queue },
             other => {
@@ -289,7 +394,7 @@ impl App {
                     "op",
                     format!(
                         "{:?} is not an action (retry, remove, cancel, promote, retry_dead, \
-                         pause, resume)",
+                         remove_dead, pause, resume, bulk_retry, bulk_cancel, bulk_remove)",
                         pages::short(other, 40)
                     ),
                 ));
@@ -312,6 +417,9 @@ impl App {
                     "{} dead jobs run again",
                     first["count"].as_u64().unwrap_or(0)
                 )
+            }
+            Action::Purge { .. } => {
+                format!("{} dead jobs removed", first["count"].as_u64().unwrap_or(0))
             }
             Action::Pause { .. } if first["changed"] == true => "queue paused".into(),
             Action::Pause { .. } => "queue was already paused".into(),

@@ -189,7 +189,7 @@ fn button(
         return String::new();
     }
     let confirm = match op {
-        "remove" | "cancel" | "retry_dead" => format!(
+        "remove" | "cancel" | "retry_dead" | "remove_dead" => format!(
             " data-confirm=\"{}\"",
             esc(&format!(
                 "{label}{}?",
@@ -493,6 +493,48 @@ fn matches(job: &JobInfo, text: &str) -> bool {
         .any(|k| k.windows(needle.len()).any(|w| w == needle))
 }
 
+/// The form the list's checkboxes belong to (`form="bulk"`): the bulk actions a state
+/// allows, each a button posting the selected ids. Empty in read-only mode.
+fn bulk_form(app: &App, q: Option<&str>, state: JobState, back: &str) -> String {
+    if app.read_only {
+        return String::new();
+    }
+    let ops: &[(&str, &str)] = match state {
+        JobState::Scheduled | JobState::Ready => &[
+            ("bulk_cancel", "Cancel selected"),
+            ("bulk_remove", "Remove selected"),
+        ],
+        JobState::Leased => &[("bulk_cancel", "Cancel selected")],
+        JobState::Dead | JobState::Completed | JobState::Cancelled => &[
+            ("bulk_retry", "Retry selected"),
+            ("bulk_remove", "Remove selected"),
+        ],
+    };
+    let mut out = format!(
+        "<form id=\"bulk\" class=\"bulk\" method=\"post\" action=\"/action\" \
+         data-confirm=\"Apply to the selected jobs?\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <input type=\"hidden\" name=\"back\" value=\"{}\">",
+        app.csrf,
+        esc(back)
+    );
+    if let Some(q) = q {
+        let _ = write!(
+            out,
+            "<input type=\"hidden\" name=\"q\" value=\"{}\">",
+            esc(q)
+        );
+    }
+    for (op, label) in ops {
+        let _ = write!(
+            out,
+            "<button type=\"submit\" name=\"op\" value=\"{op}\" data-op=\"{op}\">{label}</button> "
+        );
+    }
+    out.push_str("</form>");
+    out
+}
+
 /// The actions a job in its state allows, as buttons.
 fn actions(app: &App, q: Option<&str>, job: &JobInfo, back: &str) -> String {
     let id = Some(job.id);
@@ -654,8 +696,9 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
     if state == JobState::Dead && stats.dead > 0 && search.is_none() {
         let _ = write!(
             body,
-            "<p class=\"controls\">{}</p>",
-            button(app, q, "retry_dead", None, &back, "Retry all dead")
+            "<p class=\"controls\">{} {}</p>",
+            button(app, q, "retry_dead", None, &back, "Retry all dead"),
+            button(app, q, "remove_dead", None, &back, "Remove all dead")
         );
     }
     if let Some(text) = &search {
@@ -669,18 +712,29 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
     if found.is_empty() {
         let _ = write!(body, "<p class=\"empty\">No {state} jobs here.</p>");
     } else {
+        body.push_str(&bulk_form(app, q, state, &back));
         body.push_str(
-            "<table class=\"jobs\"><thead><tr><th>id</th><th>when</th><th>attempts</th>\
+            "<table class=\"jobs\"><thead><tr><th></th><th>id</th><th>when</th><th>attempts</th>\
              <th>priority</th><th>keys</th><th>progress, last error</th><th></th></tr></thead>\
              <tbody>",
         );
         for job in &found {
             let _ = write!(
                 body,
-                "<tr data-job=\"{id}\"><td><a href=\"{href}\">{id}</a></td><td>{time}</td>\
+                "<tr data-job=\"{id}\"><td>{select}</td><td><a href=\"{href}\">{id}</a></td>\
+                 <td>{time}</td>\
                  <td>{attempts}/{max}</td><td>{priority}</td><td>{keys}</td>\
                  <td class=\"error\">{progress}{error}</td><td>{actions}</td></tr>",
                 id = job.id,
+                select = if app.read_only {
+                    String::new()
+                } else {
+                    format!(
+                        "<input type=\"checkbox\" name=\"id\" value=\"{id}\" form=\"bulk\" \
+                         aria-label=\"select job {id}\">",
+                        id = job.id
+                    )
+                },
                 href = link("/job", q, &[("id", &job.id.to_string())]),
                 time = job_time(job, now),
                 attempts = job.attempts,

@@ -1217,3 +1217,100 @@ fn progress_reads_as_a_percentage_and_a_lapsed_lease_as_stalled() {
     drop((a, b, c));
     server.stop();
 }
+
+/// A bulk action acts on each selected job in its own commit and says which were refused;
+/// "remove all dead" empties the dead letters; without the form token nothing is written.
+#[test]
+fn bulk_actions_act_on_each_selected_job_and_remove_all_dead_empties_the_list() {
+    let a = app();
+    let addr = a.server.local_addr();
+    let d1 = dead(&a.queue, b"1", "boom");
+    let d2 = dead(&a.queue, b"2", "boom");
+    let ready = a
+        .queue
+        .enqueue(b"r", EnqueueOptions::default())
+        .expect("enqueue")
+        .id();
+    let page = get(addr, TOKEN, "/jobs?state=dead").body;
+    assert!(page.contains("form=\"bulk\""), "checkboxes: {page}");
+    assert!(page.contains("value=\"bulk_retry\""), "{page}");
+    assert!(page.contains("data-op=\"remove_dead\""), "{page}");
+    let csrf = csrf_of(&page);
+    let (s1, s2, s3) = (d1.to_string(), d2.to_string(), ready.to_string());
+    // Without the form token: refused, nothing written.
+    let refused = post(
+        addr,
+        TOKEN,
+        &[("op", "bulk_retry"), ("id", &s1), ("id", &s2)],
+        &[],
+    );
+    assert_eq!(refused.status, 403);
+    assert_eq!(state(&a.queue, d1), Some(JobState::Dead));
+    // The two dead jobs run again; the ready one is refused and said so.
+    let done = post(
+        addr,
+        TOKEN,
+        &[
+            ("csrf", &csrf),
+            ("op", "bulk_retry"),
+            ("back", "/jobs?state=dead"),
+            ("id", &s1),
+            ("id", &s2),
+            ("id", &s3),
+        ],
+        &[],
+    );
+    assert_eq!(done.status, 303, "{}", done.body);
+    let to = done.header("location").expect("location");
+    let notice: String = form_urlencoded::parse(to.split_once('?').expect("query").1.as_bytes())
+        .find(|(k, _)| k == "notice")
+        .map(|(_, v)| v.into_owned())
+        .expect("a notice");
+    assert!(
+        notice.starts_with("2 jobs run again; 1 refused: job"),
+        "{notice}"
+    );
+    assert_eq!(state(&a.queue, d1), Some(JobState::Ready));
+    assert_eq!(state(&a.queue, d2), Some(JobState::Ready));
+    // Bulk remove of the three ready jobs.
+    let done = post(
+        addr,
+        TOKEN,
+        &[
+            ("csrf", &csrf),
+            ("op", "bulk_remove"),
+            ("id", &s1),
+            ("id", &s2),
+            ("id", &s3),
+        ],
+        &[],
+    );
+    assert_eq!(done.status, 303, "{}", done.body);
+    assert_eq!(a.queue.stats().expect("stats").total, 0);
+    // Nothing selected, or a bad id: 400, nothing written.
+    let none = post(addr, TOKEN, &[("csrf", &csrf), ("op", "bulk_remove")], &[]);
+    assert_eq!(none.status, 400, "{}", none.body);
+    let d3 = dead(&a.queue, b"3", "boom");
+    let bad = post(
+        addr,
+        TOKEN,
+        &[
+            ("csrf", &csrf),
+            ("op", "bulk_retry"),
+            ("id", &d3.to_string()),
+            ("id", "x"),
+        ],
+        &[],
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert_eq!(
+        state(&a.queue, d3),
+        Some(JobState::Dead),
+        "a bad id acts on none"
+    );
+    // Remove all dead.
+    dead(&a.queue, b"4", "boom");
+    let done = post(addr, TOKEN, &[("csrf", &csrf), ("op", "remove_dead")], &[]);
+    assert_eq!(done.status, 303, "{}", done.body);
+    assert_eq!(a.queue.stats().expect("stats").dead, 0);
+}

@@ -32,7 +32,12 @@
       }
       const doc = new DOMParser().parseFromString(await res.text(), "text/html");
       const fresh = doc.getElementById("main");
-      if (fresh && !busy()) main.innerHTML = fresh.innerHTML;
+      if (fresh && !busy()) {
+        // Jobs selected for a bulk action stay selected across the refresh.
+        const picked = new Set(Array.from(main.querySelectorAll("input[form=bulk]:checked"), (box) => box.value));
+        main.innerHTML = fresh.innerHTML;
+        main.querySelectorAll("input[form=bulk]").forEach((box) => { box.checked = picked.has(box.value); });
+      }
       stale("");
     } catch (_) {
       stale("the dashboard does not answer (stopped, or the app is restarting)");
