@@ -308,6 +308,18 @@ impl Reader {
         self.read(|rtx, schema| store::schedule_of(rtx, schema.queue_number, name))
     }
 
+    /// Why a ready job of an ordered group ([`EnqueueOptions::group`](crate::EnqueueOptions::group))
+    /// does not move: the id of its group's head, the member it waits behind (delivered one
+    /// at a time, in enqueue order, as SQS FIFO's message groups). `None` for a job that is
+    /// not held that way (any other state, no group, its group's head itself, or no such
+    /// job).
+    ///
+    /// # Errors
+    /// `Corrupted` if the job's row fails its checks; `Storage`.
+    pub fn held_behind(&self, id: JobId) -> Result<Option<JobId>> {
+        self.read(|rtx, schema| store::held_behind(rtx, schema, id.0))
+    }
+
     /// This queue's rate limit, if it has one, as
     /// [`Queue::rate_limit`](crate::Queue::rate_limit).
     ///

@@ -595,6 +595,32 @@ fn progress_html(job: &JobInfo) -> String {
     out
 }
 
+/// Why a ready job does not move, when something says: held behind its group's head (a
+/// link to it), or its queue paused. Empty otherwise.
+fn why_waiting(v: &Reader, q: Option<&str>, job: &JobInfo, paused: bool) -> Result<String> {
+    if job.state != JobState::Ready {
+        return Ok(String::new());
+    }
+    if job.group.is_some()
+        && let Some(head) = v.held_behind(job.id)?
+    {
+        return Ok(format!(
+            " <span class=\"badge held\" data-held-behind=\"{head}\" title=\"one job of an \
+             ordered group runs at a time, in enqueue order\">held behind <a href=\"{}\">job \
+             {head}</a></span>",
+            link("/job", q, &[("id", &head.to_string())])
+        ));
+    }
+    if paused {
+        return Ok(
+            " <span class=\"badge paused\" data-waiting=\"paused\" title=\"a paused \
+                   queue delivers nothing until resumed\">queue paused</span>"
+                .into(),
+        );
+    }
+    Ok(String::new())
+}
+
 /// The time a list shows for a job, by state. A leased job whose deadline passed is marked
 /// stalled: its worker stopped extending the lease (no heartbeat) and the job is delivered
 /// again at the next dequeue.
@@ -736,7 +762,11 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
                     )
                 },
                 href = link("/job", q, &[("id", &job.id.to_string())]),
-                time = job_time(job, now),
+                time = format!(
+                    "{}{}",
+                    job_time(job, now),
+                    why_waiting(&view, q, job, stats.paused)?
+                ),
                 attempts = job.attempts,
                 max = job.max_attempts,
                 priority = job.priority,
@@ -846,7 +876,14 @@ pub(super) fn job(app: &App, asked: &Asked) -> Result<Page> {
     );
     let mut rows: Vec<(&str, String)> = vec![
         ("state", job.state.to_string()),
-        ("when", job_time(&job, now)),
+        (
+            "when",
+            format!(
+                "{}{}",
+                job_time(&job, now),
+                why_waiting(&v, q, &job, v.stats()?.paused)?
+            ),
+        ),
         ("enqueued", when(job.created_ms, now)),
         (
             "attempts",

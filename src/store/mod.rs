@@ -69,7 +69,8 @@ pub(crate) use metrics::{metrics_of, write_metrics};
 pub(crate) use migrate::{file_id, make_file_id, random_u64, upgrade};
 pub(crate) use rate_limit::{rate_limit_of, set_rate_limit, validate_rate_limit};
 pub(crate) use read::{
-    is_applied, job, latest_dead, list, payload, peek_due, quarantined, quarantined_record, stats,
+    held_behind, is_applied, job, latest_dead, list, payload, peek_due, quarantined,
+    quarantined_record, stats,
 };
 pub(crate) use recover::{read_leased_rows, recover_leases};
 pub(crate) use registry::{create_queue, find_queue, named_queues};

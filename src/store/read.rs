@@ -140,6 +140,38 @@ pub(crate) fn job(
     Ok(Some(info(id, record)))
 }
 
+/// For job `id` when it is ready but held behind the head of its ordered group (in
+/// `leaseq_held`): the head's id. `None` for any other job, or one not there.
+pub(crate) fn held_behind(
+    rtx: &ReadTransaction,
+    schema: &'static QueueSchema,
+    id: u64,
+) -> Result<Option<JobId>> {
+    let jobs = rtx.open_table(schema.jobs())?;
+    let Some(v) = jobs.get(id)? else {
+        return Ok(None);
+    };
+    let record = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
+    let (StoredState::Ready, Some(g)) = (&record.state, record.group.as_deref()) else {
+        return Ok(None);
+    };
+    let held = match rtx.open_table(schema.held()) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if held.get((g, id))?.is_none() {
+        return Ok(None);
+    }
+    let groups = rtx.open_table(schema.groups())?;
+    let head = groups
+        .range((g, 0)..=(g, u64::MAX))?
+        .next()
+        .transpose()?
+        .map(|(_, v)| v.value());
+    Ok(head.filter(|&h| h != id).map(JobId))
+}
+
 /// `Corrupted` if job `id` (not in `leaseq_jobs`) is quarantined.
 fn quarantined_error(rtx: &ReadTransaction, schema: &'static QueueSchema, id: u64) -> Result<()> {
     if let Some(q) = quarantine_table(rtx, schema)?

@@ -307,3 +307,34 @@ fn a_pool_keeps_each_group_in_order() {
     }
     assert_consistent(&q);
 }
+
+/// `Reader::held_behind` names the head a ready member waits behind, and nothing for a job
+/// that is not held: the head itself, a member of another group, a job with no group, a
+/// scheduled member, a job not there.
+#[test]
+fn held_behind_names_the_head_a_ready_member_waits_for() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a1 = add(&q, "a1", in_group("doc-a"));
+    let a2 = add(&q, "a2", in_group("doc-a"));
+    let a3 = add(&q, "a3", in_group("doc-a"));
+    let b1 = add(&q, "b1", in_group("doc-b"));
+    let free = add(&q, "free", EnqueueOptions::default());
+    let later = add(&q, "later", in_group("doc-c").delay(secs(60)));
+    let r = q.reader();
+    assert_eq!(r.held_behind(a1).unwrap(), None, "the head is not held");
+    assert_eq!(r.held_behind(a2).unwrap(), Some(a1));
+    assert_eq!(r.held_behind(a3).unwrap(), Some(a1));
+    assert_eq!(r.held_behind(b1).unwrap(), None);
+    assert_eq!(r.held_behind(free).unwrap(), None);
+    assert_eq!(r.held_behind(later).unwrap(), None, "scheduled, not ready");
+    assert_eq!(r.held_behind(JobId(999_999)).unwrap(), None);
+    // The head leased: the others still wait behind it; acked, the next is the head.
+    let lease = q.dequeue().unwrap().unwrap();
+    assert_eq!(lease.id(), a1);
+    assert_eq!(r.held_behind(a2).unwrap(), Some(a1));
+    lease.ack().unwrap();
+    assert_eq!(r.held_behind(a2).unwrap(), None);
+    assert_eq!(r.held_behind(a3).unwrap(), Some(a2));
+    assert_consistent(&q);
+}

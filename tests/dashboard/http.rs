@@ -1314,3 +1314,58 @@ fn bulk_actions_act_on_each_selected_job_and_remove_all_dead_empties_the_list() 
     assert_eq!(done.status, 303, "{}", done.body);
     assert_eq!(a.queue.stats().expect("stats").dead, 0);
 }
+
+/// A ready job that does not move says why: held behind its group's head (linked), or its
+/// queue paused.
+#[test]
+fn a_waiting_ready_job_says_why() {
+    let a = app();
+    let addr = a.server.local_addr();
+    let opts = || EnqueueOptions::default().group("doc-7");
+    let head = a.queue.enqueue(b"v1", opts()).expect("enqueue").id();
+    let held = a.queue.enqueue(b"v2", opts()).expect("enqueue").id();
+    let free = a
+        .queue
+        .enqueue(b"free", EnqueueOptions::default())
+        .expect("enqueue")
+        .id();
+    let lease = a.queue.dequeue().expect("dequeue").expect("the head");
+    assert_eq!(lease.id(), head);
+    let list = get(addr, TOKEN, "/jobs?state=ready").body;
+    let row = |id: JobId| {
+        list.split(&format!("<tr data-job=\"{id}\""))
+            .nth(1)
+            .and_then(|r| r.split("</tr>").next())
+            .unwrap_or_else(|| panic!("row {id}"))
+            .to_string()
+    };
+    assert!(
+        row(held).contains(&format!("data-held-behind=\"{head}\"")),
+        "{}",
+        row(held)
+    );
+    assert!(!row(free).contains("data-held-behind"), "{}", row(free));
+    assert!(!row(free).contains("data-waiting"), "{}", row(free));
+    let page = get(addr, TOKEN, &format!("/job?id={held}")).body;
+    assert!(
+        page.contains(&format!(
+            "held behind <a href=\"/job?id={head}\">job {head}</a>"
+        )),
+        "{page}"
+    );
+    a.queue.pause().expect("pause");
+    let list = get(addr, TOKEN, "/jobs?state=ready").body;
+    let free_row = list
+        .split(&format!("<tr data-job=\"{free}\""))
+        .nth(1)
+        .expect("row");
+    assert!(
+        free_row
+            .split("</tr>")
+            .next()
+            .expect("row")
+            .contains("data-waiting=\"paused\""),
+        "{free_row}"
+    );
+    lease.ack().expect("ack");
+}
