@@ -745,28 +745,25 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
              <tbody>",
         );
         for job in &found {
+            let why = why_waiting(&view, q, job, stats.paused)?;
+            let select = if app.read_only {
+                String::new()
+            } else {
+                format!(
+                    "<input type=\"checkbox\" name=\"id\" value=\"{id}\" form=\"bulk\" \
+                     aria-label=\"select job {id}\">",
+                    id = job.id
+                )
+            };
             let _ = write!(
                 body,
                 "<tr data-job=\"{id}\"><td>{select}</td><td><a href=\"{href}\">{id}</a></td>\
-                 <td>{time}</td>\
+                 <td>{time}{why}</td>\
                  <td>{attempts}/{max}</td><td>{priority}</td><td>{keys}</td>\
                  <td class=\"error\">{progress}{error}</td><td>{actions}</td></tr>",
                 id = job.id,
-                select = if app.read_only {
-                    String::new()
-                } else {
-                    format!(
-                        "<input type=\"checkbox\" name=\"id\" value=\"{id}\" form=\"bulk\" \
-                         aria-label=\"select job {id}\">",
-                        id = job.id
-                    )
-                },
                 href = link("/job", q, &[("id", &job.id.to_string())]),
-                time = format!(
-                    "{}{}",
-                    job_time(job, now),
-                    why_waiting(&view, q, job, stats.paused)?
-                ),
+                time = job_time(job, now),
                 attempts = job.attempts,
                 max = job.max_attempts,
                 priority = job.priority,
