@@ -387,6 +387,14 @@ impl App {
                 queue,
                 state: crate::JobState::Dead,
             },
+            "remove_schedule" => Action::RemoveSchedule {
+                queue,
+                name: form
+                    .get("name")
+                    .cloned()
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| invalid("name", "the schedule's name"))?,
+            },
             "pause" => Action::Pause { queue },
             "resume" => Action::Resume { queue },
             other => {
@@ -394,7 +402,8 @@ impl App {
                     "op",
                     format!(
                         "{:?} is not an action (retry, remove, cancel, promote, retry_dead, \
-                         remove_dead, pause, resume, bulk_retry, bulk_cancel, bulk_remove)",
+                         remove_dead, remove_schedule, pause, resume, bulk_retry, bulk_cancel, \
+                         bulk_remove)",
                         pages::short(other, 40)
                     ),
                 ));
@@ -421,6 +430,7 @@ impl App {
             Action::Purge { .. } => {
                 format!("{} dead jobs removed", first["count"].as_u64().unwrap_or(0))
             }
+            Action::RemoveSchedule { name, .. } => format!("schedule {name:?} removed"),
             Action::Pause { .. } if first["changed"] == true => "queue paused".into(),
             Action::Pause { .. } => "queue was already paused".into(),
             Action::Resume { .. } if first["changed"] == true => "queue resumed".into(),

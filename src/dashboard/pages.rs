@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use super::http::{App, status_of};
 use super::invalid;
 use super::view::queue_of;
+use crate::control::DEFAULT_QUEUE;
 use crate::control::server::Asked;
 use crate::{
     Error, JobCursor, JobId, JobInfo, JobState, MinuteCounts, Progress, Reader, Result, Stats,
@@ -315,7 +316,7 @@ pub(super) fn overview(app: &App, asked: &Asked) -> Result<Page> {
         let _ = write!(
             body,
             " <a href=\"{}\">schedules</a> · <a href=\"{}\">dead letters</a></p></section>",
-            link("/schedules", q, &[]),
+            link("/schedules", Some(q.unwrap_or(DEFAULT_QUEUE)), &[]),
             link("/jobs", q, &[("state", "dead")])
         );
     }
@@ -1052,25 +1053,51 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
-/// `GET /schedules?q=`: the queue's periodic jobs.
+/// `GET /schedules`: the schedules of every queue (`?q=NAME` one queue; `?q=(default)` the
+/// default one), each with a button that removes it.
 pub(super) fn schedules(app: &App, asked: &Asked) -> Result<Page> {
-    let q = asked.param("q");
-    let v = app.target.view(q)?;
+    let chosen = asked.param("q");
+    let file = app.target.view(None)?;
     let now = now_ms();
-    let list = v.schedules()?;
+    let names: Vec<Option<String>> = match chosen {
+        None => queues(&file)?,
+        Some(DEFAULT_QUEUE) => vec![None],
+        Some(name) => vec![Some(name.to_string())],
+    };
+    let title = match chosen {
+        None => "every queue".to_string(),
+        Some(DEFAULT_QUEUE) => queue_label(None),
+        Some(name) => queue_label(Some(name)),
+    };
     let mut body = format!(
-        "{}<h1>{} <small>schedules</small></h1>",
-        snapshot_note(&v),
-        queue_label(q)
+        "{}<h1>{title} <small>schedules</small></h1>",
+        snapshot_note(&file)
     );
-    if list.is_empty() {
-        body.push_str("<p class=\"empty\">No schedules in this queue.</p>");
-    } else {
-        body.push_str(
-            "<table class=\"schedules\"><thead><tr><th>name</th><th>timing</th><th>next due</th>\
+    let mut any = false;
+    for name in &names {
+        let q = name.as_deref();
+        let v = queue_of(&file, q)?;
+        let list = v.schedules()?;
+        if list.is_empty() {
+            continue;
+        }
+        any = true;
+        let _ = write!(
+            body,
+            "<section class=\"schedules\" data-queue=\"{}\"><h2>{}</h2>\
+             <table class=\"schedules\"><thead><tr><th>name</th><th>timing</th><th>next due</th>\
              <th>last job</th><th>fired</th><th>skipped</th><th>overlap</th><th>missed</th>\
-             </tr></thead><tbody>",
+             <th></th></tr></thead><tbody>",
+            esc(q.unwrap_or("")),
+            queue_label(q)
         );
+        let back = match chosen {
+            None => "/schedules".to_string(),
+            Some(c) => format!(
+                "/schedules?q={}",
+                form_urlencoded::byte_serialize(c.as_bytes()).collect::<String>()
+            ),
+        };
         for s in &list {
             let timing = match &s.timing {
                 Timing::Interval { every_ms, .. } => format!("every {}", span(*every_ms)),
@@ -1092,9 +1119,8 @@ pub(super) fn schedules(app: &App, asked: &Asked) -> Result<Page> {
             };
             let _ = write!(
                 body,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{last}</td><td>{}</td><td>{}</td>\
-                 <td>{:?}</td><td>{:?}</td></tr>",
-                esc(&short(&s.name, 200)),
+                "<tr data-schedule=\"{name}\"><td>{name}</td><td>{}</td><td>{}</td><td>{last}</td>\
+                 <td>{}</td><td>{}</td><td>{:?}</td><td>{:?}</td><td>{}</td></tr>",
                 esc(&timing),
                 s.next_due_ms
                     .map(|t| when(t, now))
@@ -1103,13 +1129,46 @@ pub(super) fn schedules(app: &App, asked: &Asked) -> Result<Page> {
                 s.skipped,
                 s.overlap,
                 s.missed,
+                remove_schedule_button(app, q, &s.name, &back),
+                name = esc(&short(&s.name, 200)),
             );
         }
-        body.push_str("</tbody></table>");
+        body.push_str("</tbody></table></section>");
+    }
+    if !any {
+        let _ = write!(body, "<p class=\"empty\">No schedules in {title}.</p>");
+    }
+    if chosen.is_some() {
+        let _ = write!(
+            body,
+            "<p><a href=\"/schedules\">the schedules of every queue</a></p>"
+        );
     }
     Ok(Page {
         html: layout(app, Some(asked), "Schedules", true, &body),
     })
+}
+
+/// A form removing schedule `name` of queue `q` (the jobs it enqueued stay). Empty in
+/// read-only mode.
+fn remove_schedule_button(app: &App, q: Option<&str>, name: &str, back: &str) -> String {
+    if app.read_only {
+        return String::new();
+    }
+    format!(
+        "<form class=\"action\" method=\"post\" action=\"/action\" \
+         data-confirm=\"Remove schedule {name}? The jobs it enqueued stay.\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+         <input type=\"hidden\" name=\"op\" value=\"remove_schedule\">\
+         <input type=\"hidden\" name=\"back\" value=\"{back}\">\
+         <input type=\"hidden\" name=\"q\" value=\"{q}\">\
+         <input type=\"hidden\" name=\"name\" value=\"{name}\">\
+         <button type=\"submit\" data-op=\"remove_schedule\">Remove</button></form>",
+        csrf = app.csrf,
+        back = esc(back),
+        q = esc(q.unwrap_or("")),
+        name = esc(name),
+    )
 }
 
 /// `GET /api/overview`: every queue's counts, the longest wait of a ready job, and the last

@@ -1369,3 +1369,67 @@ fn a_waiting_ready_job_says_why() {
     );
     lease.ack().expect("ack");
 }
+
+/// The schedules page lists every queue's schedules (one queue with `q`), each with a
+/// Remove button that removes it and leaves its jobs.
+#[test]
+fn the_schedules_page_shows_every_queue_and_removes_one() {
+    let a = app();
+    let addr = a.server.local_addr();
+    let mail = a.queue.named("mail").expect("named");
+    let sync = a.queue.named("sync").expect("named");
+    mail.create_schedule(
+        "digest",
+        &leaseq::Schedule::every(Duration::from_secs(3600)),
+    )
+    .expect("schedule");
+    sync.create_schedule("pull", &leaseq::Schedule::every(Duration::from_secs(60)))
+        .expect("schedule");
+    let all = get(addr, TOKEN, "/schedules").body;
+    assert!(all.contains("data-schedule=\"digest\""), "{all}");
+    assert!(all.contains("data-schedule=\"pull\""), "{all}");
+    assert!(all.contains("data-queue=\"mail\"") && all.contains("data-queue=\"sync\""));
+    let default_only = get(addr, TOKEN, "/schedules?q=(default)").body;
+    assert!(
+        default_only.contains("No schedules in (default)"),
+        "{default_only}"
+    );
+    let mail_only = get(addr, TOKEN, "/schedules?q=mail").body;
+    assert!(mail_only.contains("data-schedule=\"digest\"") && !mail_only.contains("\"pull\""));
+    // The overview links the default queue to its own schedules.
+    let overview = get(addr, TOKEN, "/").body;
+    assert!(
+        overview.contains("/schedules?q=%28default%29"),
+        "{overview}"
+    );
+    let csrf = csrf_of(&all);
+    let done = post(
+        addr,
+        TOKEN,
+        &[
+            ("csrf", &csrf),
+            ("op", "remove_schedule"),
+            ("q", "sync"),
+            ("name", "pull"),
+            ("back", "/schedules"),
+        ],
+        &[],
+    );
+    assert_eq!(done.status, 303, "{}", done.body);
+    assert!(sync.schedules().expect("schedules").is_empty());
+    assert_eq!(mail.schedules().expect("schedules").len(), 1);
+    // Again: the schedule is gone, 404, nothing written.
+    let again = post(
+        addr,
+        TOKEN,
+        &[
+            ("csrf", &csrf),
+            ("op", "remove_schedule"),
+            ("q", "sync"),
+            ("name", "pull"),
+        ],
+        &[],
+    );
+    assert_eq!(again.status, 404, "{}", again.body);
+    assert_eq!(mail.schedules().expect("schedules").len(), 1);
+}
