@@ -3,7 +3,9 @@
 //! Goal: the pages work as a user clicks through them, with the browser's own rules on
 //! (the cookie, the content security policy, the cross-site headers it sends): the printed
 //! URL logs in; a count changes on screen as jobs flow, without a reload; a dead job's retry
-//! button moves it back to ready; the pause button pauses the queue.
+//! button moves it back to ready; the pause button pauses the queue; a hung job shows as
+//! stalled, a running one's progress as a bar, a held job the head it waits for; jobs
+//! selected stay selected across the refresh and are retried together.
 //! Method: Chromium from the distribution (`LEASEQ_CHROMIUM`, else `chromium`,
 //! `chromium-browser` or `google-chrome` on the PATH) with a fresh profile; each step waits
 //! for what the page shows (up to 30 s each), and the queue is read back through the
@@ -325,4 +327,154 @@ fn a_user_clicks_through_the_dashboard() {
         note.as_str().is_some_and(|n| n.contains("does not answer")),
         "{note}"
     );
+}
+
+/// What is stuck, as a user sees it: a leased job whose heartbeats stopped marked stalled, a
+/// running job's progress as a bar and a message, a ready job held behind its group's head
+/// (a link to it); then two dead jobs selected, kept selected across the in-place refresh,
+/// and retried together.
+#[test]
+fn a_user_sees_what_is_stuck_and_retries_in_bulk() {
+    let Some(mut browser) = Browser::launch() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let clock = leaseq::ManualClock::new(now);
+    let queue = Queue::builder()
+        .clock(clock.clone())
+        .lease(Duration::from_secs(300))
+        .open(dir.path().join("q.leaseq"))
+        .expect("open");
+    // A job at 30 %, saying what it does.
+    queue
+        .enqueue(b"upload", EnqueueOptions::default())
+        .expect("enqueue");
+    let upload = queue.dequeue().expect("dequeue").expect("upload");
+    upload
+        .set_progress_percent(30, Some("uploading 3 of 10"))
+        .expect("progress");
+    // An ordered group: its head running, the next member held.
+    let group = || EnqueueOptions::default().group("site-9");
+    let head = queue.enqueue(b"v1", group()).expect("enqueue").id();
+    let held = queue.enqueue(b"v2", group()).expect("enqueue").id();
+    let head_lease = queue.dequeue().expect("dequeue").expect("head");
+    assert_eq!(head_lease.id(), head);
+    // Three dead jobs.
+    let mut dead = Vec::new();
+    for reason in ["timeout", "refused", "gone"] {
+        let id = queue
+            .enqueue(reason.as_bytes(), EnqueueOptions::default().max_attempts(1))
+            .expect("enqueue")
+            .id();
+        let lease = queue.dequeue().expect("dequeue").expect("a job");
+        assert_eq!(lease.id(), id);
+        lease.fail(reason).expect("fail");
+        dead.push(id);
+    }
+    // Last (a dequeue returns an expired lease): a job leased 40 s ago whose lease (30 s)
+    // was never extended: its worker hung.
+    queue
+        .enqueue(b"hung", EnqueueOptions::default())
+        .expect("enqueue");
+    clock.set_ms(now - 40_000);
+    let hung = queue.dequeue().expect("dequeue").expect("hung");
+    clock.set_ms(now);
+    let server = leaseq::dashboard::serve(&queue, "127.0.0.1:0").expect("serve");
+    let base = format!("http://{}", server.local_addr());
+    browser.goto(&server.url());
+    browser.wait_for("location.search === ''", "the login");
+
+    // The leased list: the hung job stalled, the upload's progress as a bar.
+    browser.goto(&format!("{base}/jobs?state=leased"));
+    let hung_row = format!("tr[data-job=\"{}\"]", hung.id());
+    browser.wait_for(
+        &format!("document.querySelector('{hung_row} [data-stalled]')"),
+        "the hung job marked stalled",
+    );
+    let upload_row = format!("tr[data-job=\"{}\"]", upload.id());
+    let bar = browser.wait_for(
+        &format!("document.querySelector('{upload_row} progress').value"),
+        "the upload's progress bar",
+    );
+    assert_eq!(bar, json!(30));
+    let cell = browser.text(&format!("{upload_row} td.error"));
+    assert!(cell.contains("30 % uploading 3 of 10"), "{cell}");
+    assert_eq!(
+        browser.eval(&format!(
+            "!!document.querySelector('{upload_row} [data-stalled]')"
+        )),
+        json!(false),
+        "a job whose lease runs is not stalled"
+    );
+
+    // The ready list: the held job says what it waits for; its link opens the head.
+    browser.goto(&format!("{base}/jobs?state=ready"));
+    let held_link = format!("tr[data-job=\"{held}\"] [data-held-behind] a");
+    browser.wait_for(
+        &format!("document.querySelector('{held_link}')"),
+        "the held job's reason",
+    );
+    browser.click(&held_link);
+    browser.wait_for(
+        &format!("location.pathname === '/job' && location.search.includes('id={head}')"),
+        "the head's page",
+    );
+
+    // The dead list: two jobs selected stay selected while the page refreshes in place.
+    browser.goto(&format!("{base}/jobs?state=dead"));
+    let boxes = |id: leaseq::JobId| format!("tr[data-job=\"{id}\"] input[form=bulk]");
+    browser.wait_for(
+        &format!("document.querySelector('{}')", boxes(dead[0])),
+        "the checkboxes",
+    );
+    browser.click(&boxes(dead[0]));
+    browser.click(&boxes(dead[2]));
+    browser.eval("document.activeElement && document.activeElement.blur()");
+    // A fourth job dies: its row appears by the in-place refresh.
+    let id = queue
+        .enqueue(b"late", EnqueueOptions::default().max_attempts(1))
+        .expect("enqueue")
+        .id();
+    queue
+        .dequeue()
+        .expect("dequeue")
+        .expect("late")
+        .fail("late")
+        .expect("fail");
+    browser.wait_for(
+        &format!("document.querySelector('tr[data-job=\"{id}\"]')"),
+        "the new dead row, refreshed in place",
+    );
+    assert_eq!(
+        browser.eval(&format!(
+            "[document.querySelector('{}').checked, document.querySelector('{}').checked, \
+             document.querySelector('{}').checked]",
+            boxes(dead[0]),
+            boxes(dead[1]),
+            boxes(dead[2])
+        )),
+        json!([true, false, true]),
+        "the selection survived the refresh"
+    );
+    browser.click("button[value=\"bulk_retry\"]");
+    let notice = browser.wait_for(
+        "document.querySelector('p.notice') && document.querySelector('p.notice').textContent",
+        "the bulk notice",
+    );
+    assert!(
+        notice
+            .as_str()
+            .is_some_and(|n| n.contains("2 jobs run again")),
+        "{notice}"
+    );
+    let state = |id| queue.job(id).expect("job").expect("there").state;
+    assert_eq!(
+        [state(dead[0]), state(dead[1]), state(dead[2])],
+        [JobState::Ready, JobState::Dead, JobState::Ready]
+    );
+    drop((hung, upload, head_lease));
 }
