@@ -375,12 +375,12 @@ fn a_user_sees_what_is_stuck_and_retries_in_bulk() {
         lease.fail(reason).expect("fail");
         dead.push(id);
     }
-    // Last (a dequeue returns an expired lease): a job leased 40 s ago whose lease (30 s)
+    // Last (a dequeue returns an expired lease): a job leased 400 s ago whose lease (300 s)
     // was never extended: its worker hung.
     queue
         .enqueue(b"hung", EnqueueOptions::default())
         .expect("enqueue");
-    clock.set_ms(now - 40_000);
+    clock.set_ms(now - 400_000);
     let hung = queue.dequeue().expect("dequeue").expect("hung");
     clock.set_ms(now);
     let server = leaseq::dashboard::serve(&queue, "127.0.0.1:0").expect("serve");
