@@ -258,16 +258,56 @@ impl Reader {
     /// `InvalidOption` for `limit` of 0 or above [`BATCH_MAX`](crate::BATCH_MAX), or a cursor
     /// of another state; `Storage`.
     pub fn jobs(&self, state: JobState, after: Option<JobCursor>, limit: usize) -> Result<JobPage> {
+        self.list(state, after, limit, false)
+    }
+
+    /// A page of the jobs in `state` just before `before` in the state's order (the last
+    /// ones with `None`), in the reverse order: the newest first, as
+    /// [`Queue::jobs_before`](crate::Queue::jobs_before).
+    ///
+    /// # Errors
+    /// `InvalidOption` for `Ready` (listed in delivery order only), `limit` of 0 or above
+    /// [`BATCH_MAX`](crate::BATCH_MAX), or a cursor of another state; `Storage`.
+    pub fn jobs_before(
+        &self,
+        state: JobState,
+        before: Option<JobCursor>,
+        limit: usize,
+    ) -> Result<JobPage> {
+        if state == JobState::Ready {
+            return Err(Error::invalid_option(
+                "state",
+                "ready jobs are listed in delivery order only (Reader::jobs)",
+            ));
+        }
+        self.list(state, before, limit, true)
+    }
+
+    fn list(
+        &self,
+        state: JobState,
+        from: Option<JobCursor>,
+        limit: usize,
+        backward: bool,
+    ) -> Result<JobPage> {
         if limit == 0 || limit > crate::limits::BATCH_MAX {
             return Err(Error::batch_too_large("limit"));
         }
-        if after.is_some_and(|c| c.state != state) {
-            return Err(Error::invalid_option("after", "a cursor of another state"));
+        if from.is_some_and(|c| c.state != state) {
+            return Err(Error::invalid_option(
+                if backward { "before" } else { "after" },
+                "a cursor of another state",
+            ));
         }
-        let (jobs, last) =
-            self.read(|rtx, schema| store::list(rtx, schema, state, after.map(|c| c.key), limit))?;
-        let next = last.map(|key| JobCursor { state, key });
-        Ok(JobPage { jobs, next })
+        let page = self.read(|rtx, schema| {
+            store::list(rtx, schema, state, from.map(|c| c.key), limit, backward)
+        })?;
+        let cursor = |key| JobCursor { state, key };
+        Ok(JobPage {
+            jobs: page.jobs,
+            next: page.next.map(cursor),
+            first: page.first.map(cursor),
+        })
     }
 
     /// Up to `limit` dead jobs, the most recently dead first, as

@@ -205,12 +205,28 @@ fn read(access: &dyn Access, rest: &str, asked: &Asked) -> Result<Option<Value>>
                     })?,
             };
             let after = asked.param("after").map(JobCursor::parse).transpose()?;
+            let before = asked.param("before").map(JobCursor::parse).transpose()?;
+            let backward = match asked.param("order") {
+                None | Some("asc") => before.is_some(),
+                Some("desc") => true,
+                Some(_) => return Err(invalid("order", "asc or desc")),
+            };
+            if backward && after.is_some() {
+                return Err(invalid(
+                    "after",
+                    "a page read backward starts before a cursor (before=), not after one",
+                ));
+            }
             let reader = access.reader()?;
             let q = match asked.param("queue") {
                 None | Some(super::DEFAULT_QUEUE) => reader.default_queue(),
                 Some(name) => reader.existing(name)?,
             };
-            let page = q.jobs(state, after, limit)?;
+            let page = if backward {
+                q.jobs_before(state, before, limit)?
+            } else {
+                q.jobs(state, after, limit)?
+            };
             let jobs: Vec<Value> = page
                 .jobs
                 .iter()
@@ -220,6 +236,7 @@ fn read(access: &dyn Access, rest: &str, asked: &Asked) -> Result<Option<Value>>
                 "queue": q.name(),
                 "jobs": jobs,
                 "next": page.next.map(|c| c.to_text()),
+                "first": page.first.map(|c| c.to_text()),
             })))
         }
         _ => {

@@ -51,7 +51,7 @@
 //! |---|---|---|
 //! | `GET /api/v1` | the file | `{"api":1,"file":PATH,"format":N,"queues":[null,"mail",…]}` |
 //! | `GET /api/v1/stats[?queue=Q]` | counts per queue | `{"queues":[{"queue":Q,"total":N,"ready":N,…},…]}`, each entry as a line of `leaseq stats --json` |
-//! | `GET /api/v1/jobs?state=S[&queue=Q&after=CURSOR&limit=N]` | a page of one queue's jobs in a state (`queue` absent: the default queue), in [`Queue::jobs`]' order, `limit` 1 to 1000 (default 100) | `{"queue":Q,"jobs":[JOB,…],"next":CURSOR\|null}`: pass `next` as `after` for the next page |
+//! | `GET /api/v1/jobs?state=S[&queue=Q&after=CURSOR&limit=N]` | a page of one queue's jobs in a state (`queue` absent: the default queue), in [`Queue::jobs`]' order, `limit` 1 to 1000 (default 100); with `order=desc` or `before=CURSOR`, backward ([`Queue::jobs_before`]: newest first; not for `ready`) | `{"queue":Q,"jobs":[JOB,…],"next":CURSOR\|null,"first":CURSOR\|null}`: pass `next` as `after` (as `before` backward) for the next page, `first` the other way |
 //! | `GET /api/v1/jobs/ID[?queue=Q&payload=1]` | one job, found in the selected queues; with `payload=1` its payload too (up to 1 MiB) | `JOB`, as `leaseq show --json` writes it ([`JobView`](crate::json::JobView)) |
 //! | `GET /api/v1/jobs/ID/payload[?queue=Q]` | the payload's bytes | `application/octet-stream` |
 //! | `POST /api/v1/jobs/ID/cancel[?queue=Q&reason=TEXT]` | [`Action::Cancel`] | `{"id":ID,"queue":Q,"was":STATE}` |

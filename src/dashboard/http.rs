@@ -499,7 +499,10 @@ fn back_to(back: &str, notice: &str) -> String {
     let (path, query) = back.split_once('?').unwrap_or((back, ""));
     let mut out = form_urlencoded::Serializer::new(String::new());
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-        if matches!(&*k, "q" | "state" | "after" | "key" | "id" | "view") {
+        if matches!(
+            &*k,
+            "q" | "state" | "after" | "before" | "key" | "id" | "view"
+        ) {
             out.append_pair(&k, &v);
         }
     }

@@ -662,6 +662,16 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
     if after.is_some_and(|c| c.state() != state) {
         return Err(invalid("after", "a cursor of another state"));
     }
+    let before = asked.param("before").map(JobCursor::parse).transpose()?;
+    if before.is_some_and(|c| c.state() != state) {
+        return Err(invalid("before", "a cursor of another state"));
+    }
+    // Ended and dead jobs newest first (the latest failures on the first page), paged both
+    // ways; the other states in their own order (delivery, due time, deadline).
+    let newest_first = matches!(
+        state,
+        JobState::Dead | JobState::Completed | JobState::Cancelled
+    );
     let search = asked.param("key").map(|k| {
         // Cut at a character boundary, with no mark: the text is searched for as cut.
         let mut end = k.len().min(SEARCH_BYTES_MAX);
@@ -699,7 +709,38 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
             .unwrap_or_default(),
         esc(search.as_deref().unwrap_or(""))
     );
+    // Where the "older" and "newer" links of a newest-first list lead.
+    let mut older: Option<JobCursor> = None;
+    let mut newer: Option<JobCursor> = None;
     let (found, next, scanned) = match &search {
+        None if newest_first => match after {
+            // Newer than a page: read forward from its first job, shown newest first.
+            Some(_) => {
+                let page = view.jobs(state, after, PAGE_JOBS)?;
+                older = page.first;
+                // A full page may end at the newest job: a link to an empty page is none.
+                newer = match page.next {
+                    Some(n) if !view.jobs(state, Some(n), 1)?.jobs.is_empty() => Some(n),
+                    _ => None,
+                };
+                let mut jobs = page.jobs;
+                jobs.reverse();
+                let n = jobs.len();
+                (jobs, None, n)
+            }
+            None => {
+                let page = view.jobs_before(state, before, PAGE_JOBS)?;
+                older = match page.next {
+                    Some(n) if !view.jobs_before(state, Some(n), 1)?.jobs.is_empty() => Some(n),
+                    _ => None,
+                };
+                if before.is_some() {
+                    newer = page.first;
+                }
+                let n = page.jobs.len();
+                (page.jobs, None, n)
+            }
+        },
         None => {
             let page = view.jobs(state, after, PAGE_JOBS)?;
             let n = page.jobs.len();
@@ -711,6 +752,10 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
     let after_text = after.map(|c| c.to_text());
     if let Some(a) = &after_text {
         back_pairs.push(("after", a));
+    }
+    let before_text = before.map(|c| c.to_text());
+    if let Some(b) = &before_text {
+        back_pairs.push(("before", b));
     }
     if let Some(s) = &search {
         back_pairs.push(("key", s));
@@ -777,7 +822,32 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
         body.push_str("</tbody></table>");
     }
     body.push_str("<p class=\"paging\">");
-    if after.is_some() {
+    if newest_first && search.is_none() {
+        if after.is_some() || before.is_some() {
+            let _ = write!(
+                body,
+                "<a href=\"{}\">« newest</a> ",
+                link("/jobs", q, &[("state", state.as_str())])
+            );
+        }
+        if let Some(c) = newer {
+            let text = c.to_text();
+            let _ = write!(
+                body,
+                "<a rel=\"prev\" href=\"{}\">‹ newer</a> ",
+                link("/jobs", q, &[("state", state.as_str()), ("after", &text)])
+            );
+        }
+        if let Some(c) = older {
+            let text = c.to_text();
+            let _ = write!(
+                body,
+                "<a rel=\"next\" href=\"{}\">older ›</a>",
+                link("/jobs", q, &[("state", state.as_str()), ("before", &text)])
+            );
+        }
+    }
+    if after.is_some() && !(newest_first && search.is_none()) {
         let mut first: Vec<(&str, &str)> = vec![("state", state.as_str())];
         if let Some(s) = &search {
             first.push(("key", s));
@@ -812,7 +882,7 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
             app,
             Some(asked),
             &title,
-            after.is_none() && search.is_none(),
+            after.is_none() && before.is_none() && search.is_none(),
             &body,
         ),
     })

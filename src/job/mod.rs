@@ -438,8 +438,14 @@ pub struct JobPage {
     /// cancelled, or a cancelled lease's deadline).
     pub jobs: Vec<JobInfo>,
     /// Where the next page starts: `Some` whenever this page is full (the next one may then
-    /// be empty), `None` when it is not (the end was reached).
+    /// be empty), `None` when it is not (the end was reached). For
+    /// [`Queue::jobs_before`](crate::Queue::jobs_before), the next page back.
     pub next: Option<JobCursor>,
+    /// The place of this page's first job (`None` for an empty page), to page the other way:
+    /// pass it as `before` to [`Queue::jobs_before`](crate::Queue::jobs_before) for the jobs
+    /// before this page, or as `after` to [`Queue::jobs`](crate::Queue::jobs) for those after
+    /// a page [`Queue::jobs_before`](crate::Queue::jobs_before) gave.
+    pub first: Option<JobCursor>,
 }
 
 /// Where a page of [`Queue::jobs`](crate::Queue::jobs) ends: pass it back as `after` for the

@@ -66,6 +66,25 @@ impl Queue {
         self.reader().jobs(state, after, limit)
     }
 
+    /// The jobs in `state` just before `before` in [`Queue::jobs`]' order (the last ones
+    /// with `None`), in the reverse order: a dead, completed or cancelled list newest first,
+    /// as BullMQ's lists and Oban Web show them. The page's
+    /// [`next`](crate::JobPage::next) continues backward (pass it as `before`); its
+    /// [`first`](crate::JobPage::first), passed as `after` to [`Queue::jobs`], reads the
+    /// jobs after it, so a UI pages both ways.
+    ///
+    /// # Errors
+    /// `InvalidOption` for `Ready` (listed in delivery order only), `limit` of 0 or above
+    /// `BATCH_MAX`, or a cursor of another state; `Storage`.
+    pub fn jobs_before(
+        &self,
+        state: JobState,
+        before: Option<JobCursor>,
+        limit: usize,
+    ) -> Result<JobPage> {
+        self.reader().jobs_before(state, before, limit)
+    }
+
     /// Up to `limit` dead jobs (1 to [`BATCH_MAX`](crate::BATCH_MAX)), the most recently
     /// dead first: the dead-letter view of a dashboard, as BullMQ's failed list. Read from one
     /// snapshot by the dead jobs' time index ([`JobInfo::died_ms`](crate::JobInfo::died_ms)); a row that fails its

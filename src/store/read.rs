@@ -276,13 +276,19 @@ const HELD: u64 = u64::MAX;
 /// they completed; cancelled: by when their row may go), after `after`. Rows
 /// that fail their checks are skipped (`check` reports them). Returns the jobs and, when the
 /// page is full, the key of its last entry, to continue from.
+///
+/// `backward`: the jobs just before `after` (or the last ones), in the reverse order, for
+/// every state but ready (the caller refuses it). Also returns the key of the page's first
+/// entry, to page the other way from.
 pub(crate) fn list(
     rtx: &ReadTransaction,
     schema: &'static QueueSchema,
     state: JobState,
     after: Option<IndexKey>,
     limit: usize,
-) -> Result<(Vec<JobInfo>, Option<IndexKey>)> {
+    backward: bool,
+) -> Result<ListPage> {
+    debug_assert!(!(backward && state == JobState::Ready));
     let keys: Vec<IndexKey> = match state {
         JobState::Ready => {
             // The deliverable ones in queue order, then those held behind their group's
@@ -356,33 +362,40 @@ pub(crate) fn list(
                 _ => schema.cancelled(),
             };
             let index = rtx.open_table(def)?;
-            let it = match after {
-                Some((a, b, _)) => index.range((
-                    std::ops::Bound::Excluded((a, b)),
-                    std::ops::Bound::Unbounded,
-                ))?,
-                None => index.range::<(u64, u64)>(..)?,
+            use std::ops::Bound::{Excluded, Unbounded};
+            let it = match (after, backward) {
+                (Some((a, b, _)), false) => index.range((Excluded((a, b)), Unbounded))?,
+                (Some((a, b, _)), true) => index.range((Unbounded, Excluded((a, b))))?,
+                (None, _) => index.range::<(u64, u64)>(..)?,
             };
-            it.take(limit)
-                .map(|e| {
-                    e.map(|(k, _)| {
-                        let (a, b) = k.value();
-                        (a, b, 0)
-                    })
+            let key = |e: Result<_, redb::StorageError>| {
+                e.map(|(k, _): (redb::AccessGuard<'_, (u64, u64)>, _)| {
+                    let (a, b) = k.value();
+                    (a, b, 0)
                 })
-                .collect::<Result<_, _>>()?
+            };
+            if backward {
+                it.rev().take(limit).map(key).collect::<Result<_, _>>()?
+            } else {
+                it.take(limit).map(key).collect::<Result<_, _>>()?
+            }
         }
         JobState::Dead => {
             let index = rtx.open_table(schema.dead())?;
-            let it = match after {
-                Some((id, _, _)) => {
-                    index.range((std::ops::Bound::Excluded(id), std::ops::Bound::Unbounded))?
-                }
-                None => index.range::<u64>(..)?,
+            use std::ops::Bound::{Excluded, Unbounded};
+            let it = match (after, backward) {
+                (Some((id, _, _)), false) => index.range((Excluded(id), Unbounded))?,
+                (Some((id, _, _)), true) => index.range((Unbounded, Excluded(id)))?,
+                (None, _) => index.range::<u64>(..)?,
             };
-            it.take(limit)
-                .map(|e| e.map(|(k, _)| (k.value(), 0, 0)))
-                .collect::<Result<_, _>>()?
+            let key = |e: Result<_, redb::StorageError>| {
+                e.map(|(k, _): (redb::AccessGuard<'_, u64>, _)| (k.value(), 0, 0))
+            };
+            if backward {
+                it.rev().take(limit).map(key).collect::<Result<_, _>>()?
+            } else {
+                it.take(limit).map(key).collect::<Result<_, _>>()?
+            }
         }
     };
     let jobs = rtx.open_table(schema.jobs())?;
@@ -408,7 +421,19 @@ pub(crate) fn list(
     } else {
         None
     };
-    Ok((out, next))
+    Ok(ListPage {
+        jobs: out,
+        next,
+        first: keys.first().copied(),
+    })
+}
+
+/// A page of [`list`]: its jobs, the key to continue from (when the page is full) and the
+/// key of its first entry.
+pub(crate) struct ListPage {
+    pub(crate) jobs: Vec<JobInfo>,
+    pub(crate) next: Option<IndexKey>,
+    pub(crate) first: Option<IndexKey>,
 }
 
 /// Whether the applied-ids marker for this idempotency key exists.

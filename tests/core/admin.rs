@@ -532,3 +532,82 @@ fn drain_until_empty_ends_with_dead_jobs() {
         Err(Error::InvalidOption { .. })
     ));
 }
+
+/// `jobs_before` lists a state backward (newest first) and pages both ways: backward pages
+/// joined are the forward order reversed, each page's `first` leads forward again to exactly
+/// the jobs after it, and ready is refused.
+#[test]
+fn jobs_before_pages_backward_and_first_leads_forward_again() {
+    let f = Fixture::new();
+    let q = f.builder().max_attempts(1).open(&f.path).unwrap();
+    q.set_history(leaseq::History::off().keep_jobs(1000))
+        .unwrap();
+    for i in 0..23u32 {
+        q.enqueue(&i.to_le_bytes(), EnqueueOptions::default())
+            .unwrap();
+        let lease = q.dequeue().unwrap().unwrap();
+        if i % 2 == 0 {
+            lease.fail("no").unwrap();
+        } else {
+            lease.ack().unwrap();
+        }
+    }
+    for i in 0..9u64 {
+        q.enqueue(b"later", EnqueueOptions::default().delay(secs(60 + i)))
+            .unwrap();
+    }
+    for state in [JobState::Dead, JobState::Completed, JobState::Scheduled] {
+        let forward: Vec<JobId> = all_pages(&q, state, 1000).iter().map(|j| j.id).collect();
+        assert!(forward.len() >= 9, "{state}: {forward:?}");
+        for limit in [1, 4, 5, 100] {
+            // Backward, page by page.
+            let mut back = Vec::new();
+            let mut before = None;
+            let mut firsts = Vec::new();
+            loop {
+                let page = q.jobs_before(state, before, limit).unwrap();
+                assert!(page.jobs.len() <= limit);
+                if let Some(first) = page.first {
+                    firsts.push((first, back.len()));
+                }
+                back.extend(page.jobs.iter().map(|j| j.id));
+                match page.next {
+                    Some(n) => before = Some(n),
+                    None => break,
+                }
+            }
+            let mut reversed = forward.clone();
+            reversed.reverse();
+            assert_eq!(back, reversed, "{state} limit {limit}");
+            // From each backward page's first job, forward reads what comes after it.
+            for (first, seen_before) in firsts {
+                let after = q.jobs(state, Some(first), 1000).unwrap();
+                let expected: Vec<JobId> = reversed[..seen_before].iter().rev().copied().collect();
+                assert_eq!(
+                    after.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+                    expected,
+                    "{state} limit {limit}"
+                );
+            }
+        }
+    }
+    // An empty state: no page, no cursor.
+    let empty = q.jobs_before(JobState::Leased, None, 10).unwrap();
+    assert!(empty.jobs.is_empty() && empty.next.is_none() && empty.first.is_none());
+    assert!(matches!(
+        q.jobs_before(JobState::Ready, None, 10),
+        Err(Error::InvalidOption { field: "state", .. })
+    ));
+    let dead_cursor = q.jobs(JobState::Dead, None, 1).unwrap().next.unwrap();
+    assert!(matches!(
+        q.jobs_before(JobState::Completed, Some(dead_cursor), 10),
+        Err(Error::InvalidOption {
+            field: "before",
+            ..
+        })
+    ));
+    assert!(matches!(
+        q.jobs_before(JobState::Dead, None, 0),
+        Err(Error::InvalidOption { .. })
+    ));
+}

@@ -610,7 +610,44 @@ fn lists_page_through_every_job_and_a_job_reads_whole() {
     assert_eq!(seen.len(), 250);
     // The default queue is another list.
     let empty = client.get("jobs?state=ready").expect("default queue");
-    assert_eq!(empty, json!({ "queue": null, "jobs": [], "next": null }));
+    assert_eq!(
+        empty,
+        json!({ "queue": null, "jobs": [], "next": null, "first": null })
+    );
+    // Backward: newest first, the same jobs reversed (scheduled ones, by due time).
+    for i in 0..5u64 {
+        mail.enqueue(
+            b"later",
+            EnqueueOptions::default().delay(Duration::from_secs(60 + i)),
+        )
+        .expect("enqueue");
+    }
+    let forward = client.get("jobs?state=scheduled&queue=mail").expect("page");
+    let backward = client
+        .get("jobs?state=scheduled&queue=mail&order=desc&limit=3")
+        .expect("page");
+    let page_ids = |v: &Value| -> Vec<u64> {
+        v["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .map(|j| j["id"].as_u64().expect("id"))
+            .collect()
+    };
+    let mut reversed = page_ids(&forward);
+    reversed.reverse();
+    assert_eq!(page_ids(&backward), reversed[..3].to_vec());
+    let rest = client
+        .get(&format!(
+            "jobs?state=scheduled&queue=mail&before={}",
+            backward["next"].as_str().expect("next")
+        ))
+        .expect("page");
+    assert_eq!(page_ids(&rest), reversed[3..].to_vec());
+    match client.get("jobs?state=ready&order=desc") {
+        Err(Error::Remote { kind, .. }) if kind == "invalid_option" => {}
+        other => panic!("ready backward: {other:?}"),
+    }
     // One job, with and without its payload, found in any queue.
     let id = ids[17];
     let job = client.get(&format!("jobs/{id}?payload=1")).expect("job");

@@ -1433,3 +1433,51 @@ fn the_schedules_page_shows_every_queue_and_removes_one() {
     assert_eq!(again.status, 404, "{}", again.body);
     assert_eq!(mail.schedules().expect("schedules").len(), 1);
 }
+
+/// Dead, completed and cancelled lists are newest first (the latest failures on the first
+/// page) and page both ways: "older" to the end reaches every job once, "newer" back from
+/// there shows the same pages again.
+#[test]
+fn dead_lists_are_newest_first_and_page_both_ways() {
+    let app = app();
+    let addr = app.server.local_addr();
+    let mut ids = Vec::new();
+    for i in 0..120u32 {
+        ids.push(dead(&app.queue, &i.to_le_bytes(), "boom"));
+    }
+    let newest: Vec<JobId> = ids.iter().rev().copied().collect();
+    let prev_link = |page: &str| -> Option<String> {
+        let at = page.find("rel=\"prev\" href=\"")? + "rel=\"prev\" href=\"".len();
+        Some(page[at..].split('"').next()?.replace("&amp;", "&"))
+    };
+    let mut pages = Vec::new();
+    let mut target = "/jobs?state=dead".to_string();
+    loop {
+        let page = get(addr, TOKEN, &target).body;
+        assert_eq!(
+            prev_link(&page).is_some(),
+            !pages.is_empty(),
+            "a newer link on every page but the first"
+        );
+        pages.push(job_rows(&page));
+        match next_link(&page) {
+            Some(next) => target = next,
+            None => break,
+        }
+    }
+    assert_eq!(pages.concat(), newest, "older pages reach every job once");
+    assert_eq!(pages[0].len(), 50);
+    // Back from the oldest page: the same pages, newest first on each.
+    let mut back = Vec::new();
+    let mut page = get(addr, TOKEN, &target).body;
+    while let Some(prev) = prev_link(&page) {
+        page = get(addr, TOKEN, &prev).body;
+        back.push(job_rows(&page));
+    }
+    back.reverse();
+    assert_eq!(
+        back.concat(),
+        newest[..newest.len() - pages.last().expect("a page").len()]
+    );
+    assert_eq!(back[0], pages[0], "newer leads back to the first page");
+}
