@@ -172,6 +172,7 @@ impl App {
             "/jobs" if get => pages::jobs(self, asked),
             "/job" if get => pages::job(self, asked),
             "/schedules" if get => pages::schedules(self, asked),
+            "/search" if get => pages::search(self, asked),
             "/payload" if get => return self.payload(asked),
             "/api/overview" if get => {
                 return match pages::overview_json(self) {
@@ -185,7 +186,7 @@ impl App {
                 reply.headers.push(("Allow", "POST".into()));
                 return reply;
             }
-            "/" | "/jobs" | "/job" | "/schedules" | "/payload" | "/api/overview" => {
+            "/" | "/jobs" | "/job" | "/schedules" | "/search" | "/payload" | "/api/overview" => {
                 let mut reply = Reply::text(405, "405: pages are read with GET");
                 reply.headers.push(("Allow", "GET, HEAD".into()));
                 return reply;
@@ -486,7 +487,7 @@ fn unauthorized() -> Reply {
 
 /// The dashboard's own page `path` names, else `/`: a redirect never leaves the dashboard.
 fn known_page(path: &str) -> &'static str {
-    ["/jobs", "/job", "/schedules"]
+    ["/jobs", "/job", "/schedules", "/search"]
         .into_iter()
         .find(|p| *p == path)
         .unwrap_or("/")

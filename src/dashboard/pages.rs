@@ -704,7 +704,9 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
         "<form class=\"search\" method=\"get\" action=\"/jobs\">{}\
          <input type=\"hidden\" name=\"state\" value=\"{state}\">\
          <input type=\"search\" name=\"key\" placeholder=\"id, or part of a key or group\" \
-         value=\"{}\"> <button type=\"submit\">Search</button></form>",
+         value=\"{}\"> <button type=\"submit\">Search</button> \
+         <button type=\"submit\" formaction=\"/search\" data-search=\"all\">Search every \
+         state</button></form>",
         q.map(|q| format!("<input type=\"hidden\" name=\"q\" value=\"{}\">", esc(q)))
             .unwrap_or_default(),
         esc(search.as_deref().unwrap_or(""))
@@ -921,6 +923,89 @@ fn search_jobs(
             return Ok((found, after, scanned));
         }
     }
+}
+
+/// `GET /search?q=&key=`: a search by id or part of a key or group in every state of a
+/// queue, each state read as its tab's search reads it (at most [`SEARCH_SCAN_MAX`] jobs
+/// and [`PAGE_JOBS`] matches a state, with a link to read on in that state's tab).
+pub(super) fn search(app: &App, asked: &Asked) -> Result<Page> {
+    let q = asked.param("q");
+    let view = app.target.view(q)?;
+    let now = now_ms();
+    let text = asked.param("key").map(|k| {
+        let mut end = k.len().min(SEARCH_BYTES_MAX);
+        while !k.is_char_boundary(end) {
+            end -= 1;
+        }
+        k[..end].to_string()
+    });
+    let mut body = String::from(snapshot_note(&view));
+    let _ = write!(
+        body,
+        "<h1>{} <small>search in every state</small></h1>\
+         <form class=\"search\" method=\"get\" action=\"/search\">{}\
+         <input type=\"search\" name=\"key\" placeholder=\"id, or part of a key or group\" \
+         value=\"{}\"> <button type=\"submit\">Search</button></form>",
+        queue_label(q),
+        q.map(|q| format!("<input type=\"hidden\" name=\"q\" value=\"{}\">", esc(q)))
+            .unwrap_or_default(),
+        esc(text.as_deref().unwrap_or(""))
+    );
+    let Some(text) = text else {
+        return Ok(Page {
+            html: layout(app, Some(asked), "Search", false, &body),
+        });
+    };
+    let mut total = 0;
+    body.push_str(
+        "<table class=\"jobs\"><thead><tr><th>id</th><th>state</th><th>when</th>\
+         <th>attempts</th><th>keys</th><th>progress, last error</th></tr></thead><tbody>",
+    );
+    let mut more = Vec::new();
+    for state in JobState::ALL {
+        let (found, next, scanned) = search_jobs(&view, state, None, &text)?;
+        total += found.len();
+        for job in &found {
+            let _ = write!(
+                body,
+                "<tr data-job=\"{id}\" data-state=\"{state}\"><td><a href=\"{href}\">{id}</a></td>\
+                 <td><span class=\"badge state-{state}\">{state}</span></td><td>{time}</td>\
+                 <td>{attempts}/{max}</td><td>{keys}</td><td class=\"error\">{progress}{error}</td>\
+                 </tr>",
+                id = job.id,
+                href = link("/job", q, &[("id", &job.id.to_string())]),
+                time = job_time(job, now),
+                attempts = job.attempts,
+                max = job.max_attempts,
+                keys = keys(job),
+                progress = progress_html(job),
+                error = esc(&short(job.last_error.as_deref().unwrap_or(""), 120)),
+            );
+        }
+        if let Some(next) = next {
+            let next = next.to_text();
+            more.push(format!(
+                "<a href=\"{}\">{state}: read on after {scanned} jobs</a>",
+                link(
+                    "/jobs",
+                    q,
+                    &[("state", state.as_str()), ("key", &text), ("after", &next)]
+                )
+            ));
+        }
+    }
+    body.push_str("</tbody></table>");
+    let _ = write!(
+        body,
+        "<p class=\"searched\">{total} found for “{}” in every state.</p>",
+        esc(&text)
+    );
+    if !more.is_empty() {
+        let _ = write!(body, "<p class=\"paging\">{}</p>", more.join(" · "));
+    }
+    Ok(Page {
+        html: layout(app, Some(asked), "Search", false, &body),
+    })
 }
 
 /// `GET /job?q=&id=&view=`: one job, its errors and its payload.

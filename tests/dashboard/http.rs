@@ -1481,3 +1481,81 @@ fn dead_lists_are_newest_first_and_page_both_ways() {
     );
     assert_eq!(back[0], pages[0], "newer leads back to the first page");
 }
+
+/// A search in every state finds matches whichever state they are in, says each one's
+/// state, and offers to read on in a state with more than a page of matches.
+#[test]
+fn a_search_in_every_state_finds_jobs_wherever_they_are() {
+    let app = app();
+    let addr = app.server.local_addr();
+    app.queue
+        .set_history(leaseq::History::off().keep_jobs(100))
+        .expect("history");
+    let key = |i: u32| format!("order-{i:03}");
+    let d = {
+        let id = app
+            .queue
+            .enqueue(b"d", EnqueueOptions::default().idempotency_key(key(1)))
+            .expect("enqueue")
+            .id();
+        let lease = app.queue.dequeue().expect("dequeue").expect("a job");
+        assert_eq!(lease.id(), id);
+        lease.fail("boom").expect("fail");
+        id
+    };
+    let c = {
+        let id = app
+            .queue
+            .enqueue(b"c", EnqueueOptions::default().idempotency_key(key(2)))
+            .expect("enqueue")
+            .id();
+        let lease = app.queue.dequeue().expect("dequeue").expect("a job");
+        lease.ack().expect("ack");
+        id
+    };
+    let s = app
+        .queue
+        .enqueue(
+            b"s",
+            EnqueueOptions::default()
+                .dedup_key(key(3))
+                .delay(Duration::from_secs(60)),
+        )
+        .expect("enqueue")
+        .id();
+    let mut ready = Vec::new();
+    for i in 10..70 {
+        ready.push(
+            app.queue
+                .enqueue(b"r", EnqueueOptions::default().dedup_key(key(i)))
+                .expect("enqueue")
+                .id(),
+        );
+    }
+    let page = get(addr, TOKEN, "/search?key=order-0").body;
+    let state_of = |id: JobId| {
+        page.split(&format!("<tr data-job=\"{id}\" data-state=\""))
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .map(str::to_string)
+    };
+    assert_eq!(state_of(d).as_deref(), Some("dead"), "{page}");
+    assert_eq!(state_of(c).as_deref(), Some("completed"));
+    assert_eq!(state_of(s).as_deref(), Some("scheduled"));
+    // order-010 to order-069: 60 ready ones hold "order-0"; a page of 50, and a link on.
+    let rows = job_rows(&page);
+    assert_eq!(rows.len(), 3 + 50, "{rows:?}");
+    assert!(page.contains("ready: read on after"), "{page}");
+    // By id: the one job, in its state.
+    let by_id = job_rows(&get(addr, TOKEN, &format!("/search?key={c}")).body);
+    assert!(by_id.contains(&c), "{by_id:?}");
+    // Nothing found is said.
+    let none = get(addr, TOKEN, "/search?key=nothing-like-it").body;
+    assert!(none.contains("0 found"), "{none}");
+    // The jobs page offers the search in every state.
+    assert!(
+        get(addr, TOKEN, "/jobs?state=ready")
+            .body
+            .contains("formaction=\"/search\"")
+    );
+}
