@@ -180,6 +180,6 @@ pub use tx::Tx;
 #[cfg(feature = "tokio")]
 pub use worker::AsyncPool;
 pub use worker::{
-    DROP_GRACE_DEFAULT, IDLE_TIMEOUT_DEFAULT, IDLE_TIMEOUT_MAX, OnTimeout, PoolBuilder, PoolStats,
-    ShutdownReport, THREAD_NAME_DEFAULT, WORKER_THREADS_MAX, WorkerPool,
+    DROP_GRACE_DEFAULT, IDLE_TIMEOUT_DEFAULT, IDLE_TIMEOUT_MAX, OnTimeout, PoolBuilder,
+    PoolMonitor, PoolStats, ShutdownReport, THREAD_NAME_DEFAULT, WORKER_THREADS_MAX, WorkerPool,
 };

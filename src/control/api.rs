@@ -12,7 +12,7 @@ use super::action::Action;
 use super::server::{Asked, BODY_BYTES_MAX, Handler, Reply};
 use super::token::{API_VERSION, invalid, same};
 use crate::json::JobView;
-use crate::{Error, JobCursor, JobId, JobInfo, JobState, Queue, Reader, Result};
+use crate::{Error, JobCursor, JobId, JobInfo, JobState, PoolMonitor, Queue, Reader, Result};
 
 /// Jobs per page of `GET /api/v1/jobs` unless `limit` says otherwise.
 pub(crate) const LIST_LIMIT_DEFAULT: usize = 100;
@@ -38,6 +38,56 @@ pub(crate) trait Access: Send + Sync {
     /// # Errors
     /// The action's; `Closed` once the app closed its file.
     fn act(&self, action: &Action) -> Result<Value>;
+
+    /// The app's worker pools, as `GET /api/v1/workers` answers them.
+    ///
+    /// # Errors
+    /// A file's dashboard: those of the app's channel.
+    fn workers(&self) -> Result<Value> {
+        Ok(json!({ "pools": [] }))
+    }
+}
+
+/// The workers view of `pools`: each pool's name, queue, threads, busy and idle ones, and
+/// its counts (`null` once the pool is gone).
+pub(crate) fn workers_json(pools: &[PoolMonitor]) -> Value {
+    let pools: Vec<Value> = pools
+        .iter()
+        .map(|p| {
+            let stats = p.stats();
+            let busy = stats.map(|s| s.in_flight);
+            json!({
+                "name": p.name(),
+                "queue": p.queue(),
+                "threads": p.threads(),
+                "busy": busy,
+                "idle": busy.map(|b| (p.threads() as u64).saturating_sub(b)),
+                "state": match (&stats, p.is_stopping()) {
+                    (None, _) => "gone",
+                    (Some(_), true) => "stopping",
+                    (Some(_), false) => "running",
+                },
+                "stats": stats.map(|s| json!({
+                    "polls": s.polls,
+                    "jobs": s.jobs,
+                    "acked": s.acked,
+                    "already_applied": s.already_applied,
+                    "retried": s.retried,
+                    "panics": s.panics,
+                    "failed": s.failed,
+                    "dead": s.dead,
+                    "snoozed": s.snoozed,
+                    "timed_out": s.timed_out,
+                    "lost": s.lost,
+                    "cancelled": s.cancelled,
+                    "heartbeats": s.heartbeats,
+                    "heartbeats_lost": s.heartbeats_lost,
+                    "errors": s.errors,
+                })),
+            })
+        })
+        .collect();
+    json!({ "pools": pools })
 }
 
 /// The app's own handle of its file, let go of once the app closes the file
@@ -176,6 +226,7 @@ fn read(access: &dyn Access, rest: &str, asked: &Asked) -> Result<Option<Value>>
                 "queues": queues,
             })))
         }
+        "workers" => access.workers().map(Some),
         "stats" => {
             let reader = access.reader()?;
             let mut out = Vec::new();
@@ -413,6 +464,21 @@ pub(crate) fn error_reply(status: u16, kind: &str, message: &str) -> Reply {
 pub(crate) struct ControlApp {
     pub(crate) held: Held,
     pub(crate) token: String,
+    pub(crate) pools: Vec<PoolMonitor>,
+}
+
+impl Access for ControlApp {
+    fn reader(&self) -> Result<Reader> {
+        self.held.reader()
+    }
+
+    fn act(&self, action: &Action) -> Result<Value> {
+        self.held.act(action)
+    }
+
+    fn workers(&self) -> Result<Value> {
+        Ok(workers_json(&self.pools))
+    }
 }
 
 impl Handler for ControlApp {
@@ -441,7 +507,7 @@ impl Handler for ControlApp {
                 &format!("the API's routes are under {ROOT}/"),
             );
         }
-        answer(&self.held, asked)
+        answer(self, asked)
     }
 
     fn idle(&self) {

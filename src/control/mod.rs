@@ -50,6 +50,7 @@
 //! | request | does | answers |
 //! |---|---|---|
 //! | `GET /api/v1` | the file | `{"api":1,"file":PATH,"format":N,"queues":[null,"mail",…]}` |
+//! | `GET /api/v1/workers` | the app's worker pools given to [`Control::pool`] | `{"pools":[{"name":N,"queue":Q,"threads":N,"busy":N,"idle":N,"state":"running"\|"stopping"\|"gone","stats":{"jobs":N,"acked":N,"retried":N,"dead":N,"timed_out":N,"heartbeats":N,"heartbeats_lost":N,"errors":N,…}},…]}` |
 //! | `GET /api/v1/stats[?queue=Q]` | counts per queue | `{"queues":[{"queue":Q,"total":N,"ready":N,…},…]}`, each entry as a line of `leaseq stats --json` |
 //! | `GET /api/v1/jobs?state=S[&queue=Q&after=CURSOR&limit=N]` | a page of one queue's jobs in a state (`queue` absent: the default queue), in [`Queue::jobs`]' order, `limit` 1 to 1000 (default 100); with `order=desc` or `before=CURSOR`, backward ([`Queue::jobs_before`]: newest first; not for `ready`) | `{"queue":Q,"jobs":[JOB,…],"next":CURSOR\|null,"first":CURSOR\|null}`: pass `next` as `after` (as `before` backward) for the next page, `first` the other way |
 //! | `GET /api/v1/jobs/ID[?queue=Q&payload=1]` | one job, found in the selected queues; with `payload=1` its payload too (up to 1 MiB) | `JOB`, as `leaseq show --json` writes it ([`JobView`](crate::json::JobView)) |
@@ -116,6 +117,7 @@ pub fn serve(queue: &Queue) -> Result<Channel> {
 pub struct Control {
     queue: Queue,
     token: Option<String>,
+    pools: Vec<crate::PoolMonitor>,
 }
 
 impl Control {
@@ -125,7 +127,16 @@ impl Control {
         Control {
             queue: queue.clone(),
             token: None,
+            pools: Vec::new(),
         }
+    }
+
+    /// Shows a worker pool in `GET /api/v1/workers` (and so in the workers view of
+    /// `leaseq dashboard FILE`): its threads busy and idle and its counts
+    /// ([`WorkerPool::monitor`](crate::WorkerPool::monitor)). Call once per pool.
+    pub fn pool(mut self, monitor: crate::PoolMonitor) -> Control {
+        self.pools.push(monitor);
+        self
     }
 
     /// The access token instead of a random one (the same across restarts, for scripts
@@ -170,6 +181,7 @@ impl Control {
         let app = api::ControlApp {
             held: api::Held::new(&self.queue),
             token: token.clone(),
+            pools: self.pools,
         };
         let running = server::Running::start(listener, Arc::new(app))?;
         let found = file::Found {

@@ -33,6 +33,8 @@ pub(super) struct App {
     cookie: String,
     /// `Host` values accepted (empty: any, for a server allowed off loopback).
     hosts: Vec<String>,
+    /// The worker pools the app showed ([`Dashboard::pool`](super::Dashboard::pool)).
+    pools: Vec<crate::PoolMonitor>,
 }
 
 impl App {
@@ -43,6 +45,7 @@ impl App {
         token: String,
         csrf: String,
         addr: SocketAddr,
+        pools: Vec<crate::PoolMonitor>,
     ) -> App {
         let port = addr.port();
         let hosts = if allow_remote || addr.ip().is_unspecified() {
@@ -63,6 +66,7 @@ impl App {
             csrf,
             cookie: format!("leaseq_dashboard_{port}"),
             hosts,
+            pools,
         }
     }
 
@@ -162,7 +166,7 @@ impl App {
             return api::error_reply(403, "read_only", "this dashboard is read-only");
         }
         let _turn = self.target.turn();
-        api::answer(&self.target, asked)
+        api::answer(self, asked)
     }
 
     fn route(&self, asked: &Asked) -> Reply {
@@ -439,6 +443,31 @@ impl App {
         };
         tracing::info!(op, ?action, "leaseq: dashboard action");
         Ok(notice)
+    }
+}
+
+impl api::Access for App {
+    fn reader(&self) -> crate::Result<crate::Reader> {
+        self.target.view(None)
+    }
+
+    fn act(&self, action: &Action) -> crate::Result<serde_json::Value> {
+        self.target.act(action)
+    }
+
+    /// The app's pools; for a file, the pools of the channel of the app that has it open
+    /// (none when no channel answers).
+    fn workers(&self) -> crate::Result<serde_json::Value> {
+        let mut value = api::workers_json(&self.pools);
+        if let Some(path) = self.target.file_path()
+            && let Some(client) = crate::control::Client::for_file(path)?
+            && let Ok(theirs) = client.get("workers")
+            && let (Some(mine), Some(theirs)) =
+                (value["pools"].as_array_mut(), theirs["pools"].as_array())
+        {
+            mine.extend(theirs.iter().cloned());
+        }
+        Ok(value)
     }
 }
 

@@ -113,6 +113,7 @@ pub struct Dashboard {
     read_only: bool,
     allow_remote: bool,
     token: Option<String>,
+    pools: Vec<crate::PoolMonitor>,
 }
 
 impl Dashboard {
@@ -149,7 +150,19 @@ impl Dashboard {
             read_only: false,
             allow_remote: false,
             token: None,
+            pools: Vec::new(),
         }
+    }
+
+    /// Shows a worker pool in the overview's workers view, as Sidekiq's processes page and
+    /// Oban Web's nodes: its threads busy and idle, its jobs started, acked, retried and
+    /// dead, timeouts, heartbeats (lost ones too) and errors, or that it is stopping or
+    /// gone ([`WorkerPool::monitor`](crate::WorkerPool::monitor)). Call once per pool. A
+    /// file's dashboard shows the pools of the app's control channel instead
+    /// (`Control::pool`).
+    pub fn pool(mut self, monitor: crate::PoolMonitor) -> Dashboard {
+        self.pools.push(monitor);
+        self
     }
 
     /// Read-only: the pages show no buttons and every action is answered `403`. Default
@@ -228,6 +241,7 @@ impl Dashboard {
             token.clone(),
             random_token()?,
             local_addr,
+            self.pools,
         );
         let running = server::Running::start(listener, Arc::new(app))?;
         tracing::info!(addr = %local_addr, "leaseq: dashboard listening");

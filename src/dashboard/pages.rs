@@ -320,9 +320,51 @@ pub(super) fn overview(app: &App, asked: &Asked) -> Result<Page> {
             link("/jobs", q, &[("state", "dead")])
         );
     }
+    body.push_str(&workers(app)?);
     Ok(Page {
         html: layout(app, Some(asked), "Queues", true, &body),
     })
+}
+
+/// The workers view: each pool the app showed (or, for a file, the pools its app's control
+/// channel shows), its threads busy and idle and its counts. Empty without pools.
+fn workers(app: &App) -> Result<String> {
+    let doc = crate::control::api::Access::workers(app)?;
+    let Some(pools) = doc["pools"].as_array().filter(|p| !p.is_empty()) else {
+        return Ok(String::new());
+    };
+    let mut out = String::from(
+        "<section class=\"workers\"><h2>Workers</h2><table class=\"workers\"><thead><tr>\
+         <th>pool</th><th>queue</th><th>state</th><th>busy</th><th>idle</th><th>jobs</th>\
+         <th>acked</th><th>retried</th><th>dead</th><th>timed out</th><th>heartbeats</th>\
+         <th>lost</th><th>errors</th></tr></thead><tbody>",
+    );
+    let n = |v: &serde_json::Value| v.as_u64().map_or("-".to_string(), |n| n.to_string());
+    for p in pools {
+        let st = &p["stats"];
+        let _ = write!(
+            out,
+            "<tr data-pool=\"{name}\" data-state=\"{state}\"><td>{name}</td><td>{queue}</td>\
+             <td>{state}</td><td data-busy>{busy}</td><td>{idle}</td><td>{jobs}</td>\
+             <td>{acked}</td><td>{retried}</td><td>{dead}</td><td>{timed_out}</td>\
+             <td>{beats}</td><td>{lost}</td><td>{errors}</td></tr>",
+            name = esc(&short(p["name"].as_str().unwrap_or("?"), 80)),
+            queue = queue_label(p["queue"].as_str()),
+            state = esc(p["state"].as_str().unwrap_or("?")),
+            busy = n(&p["busy"]),
+            idle = n(&p["idle"]),
+            jobs = n(&st["jobs"]),
+            acked = n(&st["acked"]),
+            retried = n(&st["retried"]),
+            dead = n(&st["dead"]),
+            timed_out = n(&st["timed_out"]),
+            beats = n(&st["heartbeats"]),
+            lost = n(&st["heartbeats_lost"]),
+            errors = n(&st["errors"]),
+        );
+    }
+    out.push_str("</tbody></table></section>");
+    Ok(out)
 }
 
 /// The first minute the chart and the totals read (Unix ms): 24 hours of whole minutes

@@ -64,6 +64,14 @@ impl Target {
         }
     }
 
+    /// The path of a file target (`None` for the app's own handle).
+    pub(crate) fn file_path(&self) -> Option<&std::path::Path> {
+        match self {
+            Target::App(_) => None,
+            Target::File { path, .. } => Some(path),
+        }
+    }
+
     /// Drops the app's handle if the app closed the file (called at every request and by
     /// the serving threads while idle).
     pub(crate) fn release_if_closed(&self) {

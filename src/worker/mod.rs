@@ -263,6 +263,71 @@ pub struct PoolStats {
     pub in_flight: u64,
 }
 
+/// What a pool counts, for a [`PoolMonitor`].
+trait Counted: Send + Sync {
+    fn snapshot(&self) -> PoolStats;
+    fn stopping(&self) -> bool;
+}
+
+impl Counted for PoolState {
+    fn snapshot(&self) -> PoolStats {
+        self.counters.snapshot(self.in_flight())
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.is_stopped()
+    }
+}
+
+/// A pool's counters seen from elsewhere in the app ([`WorkerPool::monitor`],
+/// `AsyncPool::monitor`, feature `tokio`): cheap to clone, holding nothing of the pool (a pool dropped or
+/// shut down reads as gone).
+#[derive(Clone)]
+pub struct PoolMonitor {
+    name: String,
+    queue: Option<String>,
+    threads: usize,
+    state: std::sync::Weak<dyn Counted>,
+}
+
+impl PoolMonitor {
+    /// The pool's name: its thread name prefix ([`PoolBuilder::thread_name`]).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The name of the queue it works on (`None`: the default queue).
+    pub fn queue(&self) -> Option<&str> {
+        self.queue.as_deref()
+    }
+
+    /// Its worker threads (or tasks).
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Its counts now ([`PoolStats::in_flight`]: the workers busy), `None` once the pool is
+    /// gone (dropped, or shut down and dropped).
+    pub fn stats(&self) -> Option<PoolStats> {
+        self.state.upgrade().map(|s| s.snapshot())
+    }
+
+    /// Whether the pool is stopping (its stop signal set) or gone.
+    pub fn is_stopping(&self) -> bool {
+        self.state.upgrade().is_none_or(|s| s.stopping())
+    }
+}
+
+impl fmt::Debug for PoolMonitor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolMonitor")
+            .field("name", &self.name)
+            .field("queue", &self.queue)
+            .field("threads", &self.threads)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What [`WorkerPool::shutdown`] did. Counts from the moment the stop was signalled.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -460,6 +525,8 @@ struct PoolState {
     /// The queue's name, for `Debug` (the workers hold the queue itself, each its own
     /// handle, so a pool whose workers all ended holds none).
     queue_name: Option<String>,
+    /// The thread name prefix: the pool's name in a [`PoolMonitor`].
+    name: String,
     stop: StopSignal,
     idle_timeout: Duration,
     heartbeat_every: Option<Duration>,
@@ -818,6 +885,7 @@ impl PoolBuilder {
         }
         let shared = Arc::new(PoolState {
             queue_name: self.queue.name().map(str::to_string),
+            name: self.thread_name.clone(),
             stop: self.stop.clone().unwrap_or_default(),
             idle_timeout: self.idle_timeout,
             heartbeat_every: self.heartbeat_every,
@@ -929,6 +997,21 @@ impl WorkerPool {
     /// The number of worker threads.
     pub fn threads(&self) -> usize {
         self.shared.slots.len()
+    }
+
+    /// A view of this pool's counters that other parts of the app hold without holding the
+    /// pool: `Dashboard::pool` (feature `dashboard`) and `Control::pool` (feature
+    /// `control`) show it as the workers view, as Sidekiq's processes page and Oban Web's
+    /// nodes. It keeps nothing of the pool alive: once the
+    /// pool is gone it reads as stopped.
+    pub fn monitor(&self) -> PoolMonitor {
+        let state: Arc<dyn Counted> = self.shared.clone();
+        PoolMonitor {
+            name: self.shared.name.clone(),
+            queue: self.shared.queue_name.clone(),
+            threads: self.shared.slots.len(),
+            state: Arc::downgrade(&state),
+        }
     }
 
     /// The pool's stop signal (the one given to [`PoolBuilder::stop_signal`], else its own).

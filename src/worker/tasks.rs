@@ -39,6 +39,12 @@ struct Running {
 
 /// What the worker tasks of one [`AsyncPool`] share with it.
 struct TaskState {
+    /// The pool's name in a [`PoolMonitor`](super::PoolMonitor).
+    name: String,
+    /// The queue's name.
+    queue_name: Option<String>,
+    /// The worker tasks.
+    tasks: usize,
     stop: StopSignal,
     counters: PoolCounters,
     /// Handlers running now, by the token of their delivery. The worker that removes its
@@ -154,6 +160,9 @@ impl PoolBuilder {
             call: "PoolBuilder::start_async",
         })?;
         let shared = Arc::new(TaskState {
+            name: self.thread_name.clone(),
+            queue_name: self.queue.name().map(str::to_string),
+            tasks,
             stop: self.stop.clone().unwrap_or_default(),
             counters: PoolCounters::default(),
             running: Mutex::new(HashMap::new()),
@@ -173,10 +182,32 @@ impl PoolBuilder {
     }
 }
 
+impl super::Counted for TaskState {
+    fn snapshot(&self) -> PoolStats {
+        self.counters.snapshot(self.in_flight())
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.is_stopped()
+    }
+}
+
 impl AsyncPool {
     /// Counts since the pool started, and the handlers running now.
     pub fn stats(&self) -> PoolStats {
         self.shared.counters.snapshot(self.shared.in_flight())
+    }
+
+    /// A view of this pool's counters held without holding the pool, as
+    /// [`WorkerPool::monitor`](super::WorkerPool::monitor).
+    pub fn monitor(&self) -> super::PoolMonitor {
+        let state: Arc<dyn super::Counted> = self.shared.clone();
+        super::PoolMonitor {
+            name: self.shared.name.clone(),
+            queue: self.shared.queue_name.clone(),
+            threads: self.shared.tasks,
+            state: Arc::downgrade(&state),
+        }
     }
 
     /// The pool's stop signal.

@@ -693,3 +693,99 @@ fn lists_page_through_every_job_and_a_job_reads_whole() {
     }
     drop(channel);
 }
+
+/// The workers view: a pool given to the channel shows its threads busy and idle and its
+/// counts through `GET /api/v1/workers`, in the app's dashboard and in a file's dashboard
+/// beside the app; a pool shut down and dropped reads as gone.
+#[test]
+fn the_workers_view_shows_each_pools_threads_and_counts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("app.leaseq");
+    let app = Queue::builder().live_reads(true).open(&path).expect("open");
+    let (release, wait) = crossbeam_channel::bounded::<()>(0);
+    let pool = leaseq::WorkerPool::builder(&app)
+        .threads(3)
+        .thread_name("mailer")
+        .start(move |lease| {
+            if lease.payload() == b"block" {
+                let _ = wait.recv();
+            }
+            Ok(())
+        })
+        .expect("pool");
+    app.enqueue(b"quick", EnqueueOptions::default())
+        .expect("enqueue");
+    app.enqueue(b"block", EnqueueOptions::default())
+        .expect("enqueue");
+    let monitor = pool.monitor();
+    assert_eq!((monitor.name(), monitor.threads()), ("mailer", 3));
+    let channel = control::Control::new(&app)
+        .pool(monitor.clone())
+        .serve()
+        .expect("serve");
+    let client = Client::for_file(&path).expect("read").expect("a channel");
+    // One handler blocks: one busy, two idle, one job acked.
+    let mut seen = Value::Null;
+    for _ in 0..400 {
+        seen = client.get("workers").expect("workers");
+        let p = &seen["pools"][0];
+        if p["busy"] == 1 && p["stats"]["acked"] == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let p = &seen["pools"][0];
+    assert_eq!(
+        (
+            &p["name"],
+            &p["queue"],
+            &p["threads"],
+            &p["busy"],
+            &p["idle"],
+            &p["state"]
+        ),
+        (
+            &json!("mailer"),
+            &Value::Null,
+            &json!(3),
+            &json!(1),
+            &json!(2),
+            &json!("running")
+        ),
+        "{seen}"
+    );
+    assert_eq!(p["stats"]["jobs"], 2);
+    // The app's dashboard, and a file's dashboard beside the app (through the channel).
+    let own = leaseq::dashboard::Dashboard::new(&app)
+        .pool(monitor.clone())
+        .serve("127.0.0.1:0")
+        .expect("serve");
+    let file = leaseq::dashboard::Dashboard::for_file(&path)
+        .serve("127.0.0.1:0")
+        .expect("serve");
+    for server in [&own, &file] {
+        let auth = format!("Bearer {}", server.token());
+        let page = send(
+            server.local_addr(),
+            "GET",
+            "/",
+            &[("Authorization", &auth)],
+            "",
+        )
+        .body;
+        let row = page
+            .split("<tr data-pool=\"mailer\" data-state=\"running\">")
+            .nth(1)
+            .unwrap_or_else(|| panic!("the pool's row: {page}"));
+        assert!(row.starts_with("<td>mailer</td><td>(default)</td><td>running</td><td data-busy>1</td><td>2</td><td>2</td><td>1</td>"), "{row}");
+    }
+    drop((own, file));
+    release.send(()).expect("release");
+    let report = pool.shutdown(Duration::from_secs(5));
+    assert_eq!(report.given_back, 0);
+    assert!(monitor.stats().is_none(), "the pool is gone");
+    let gone = client.get("workers").expect("workers");
+    assert_eq!(gone["pools"][0]["state"], "gone");
+    assert_eq!(gone["pools"][0]["stats"], Value::Null);
+    drop(channel);
+}
