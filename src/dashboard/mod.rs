@@ -1,8 +1,13 @@
 //! A web dashboard for a queue file (feature `dashboard`), as Bull Board, Oban Web and River
-//! UI are for their peers: per queue, the counts per state and the rates over the last hour
-//! (a chart from [`Queue::metrics`]); the jobs of each state with paging and a search by id
-//! or key; a job's detail (payload as text, JSON or hex, its error history, attempts); the
-//! dead letters with retry and remove; pause and resume; cancel; the schedules.
+//! UI are for their peers: per queue, the counts per state, the longest wait of a ready job
+//! and the rates over the last 24 hours (a chart from [`Queue::metrics`], whole minutes
+//! only); the jobs of each state with paging both ways (dead, completed and cancelled newest
+//! first), a search by id or key in one state or all, progress as a percentage, leases whose
+//! heartbeats stopped marked stalled, and why a ready job waits (held behind its group's
+//! head, or paused); a job's detail (payload as text, JSON or hex, its error history,
+//! attempts); the dead letters with retry and remove, one, selected or all; pause and
+//! resume; cancel; the schedules of every queue with remove; the worker pools
+//! ([`Dashboard::pool`]).
 //!
 //! Served in the app, on the app's own handle ([`serve`], [`Dashboard::new`]), or for a file
 //! by another process ([`Dashboard::for_file`]; the tool's `leaseq dashboard FILE`). Plain
