@@ -16,6 +16,9 @@ pub struct Fail {
     /// The file failed redb's or leaseq's checks (`Error::Corrupted`): a finding for
     /// `leaseq check`.
     pub corrupted: bool,
+    /// Another process holds the file (`AlreadyOpen`, `HeldExclusively`): a read command
+    /// may read through that app's control channel instead.
+    pub held: bool,
 }
 
 impl Fail {
@@ -26,6 +29,7 @@ impl Fail {
             message: message.into(),
             quiet: false,
             corrupted: false,
+            held: false,
         }
     }
 
@@ -36,6 +40,7 @@ impl Fail {
             message: message.into(),
             quiet: false,
             corrupted: false,
+            held: false,
         }
     }
 
@@ -44,21 +49,28 @@ impl Fail {
         use leaseq::Error as E;
         let p = path.display();
         match e {
-            E::AlreadyOpen { .. } => Fail::error(format!(
-                "{p}: in use by another process (a leaseq file is written by one process at a \
+            E::AlreadyOpen { .. } => Fail {
+                held: true,
+                ..Fail::error(format!(
+                    "{p}: in use by another process (a leaseq file is written by one process at a \
                  time, and a read command or watch holds a file left by a crash while it \
-                 repairs a copy). The write commands work beside an app that opened its \
-                 control channel (leaseq::control::serve): they go through the app; the read \
-                 commands work beside an app that opened the file with \
-                 Builder::live_reads(true)"
-            )),
-            E::HeldExclusively { .. } => Fail::error(format!(
-                "{p}: in use by a process that holds it exclusively; to read it while that \
+                 repairs a copy). The write commands, and stats, ls, show and queues, work \
+                 beside an app that opened its control channel (leaseq::control::serve): \
+                 they go through the app; every read command works beside an app that \
+                 opened the file with Builder::live_reads(true)"
+                ))
+            },
+            E::HeldExclusively { .. } => Fail {
+                held: true,
+                ..Fail::error(format!(
+                    "{p}: in use by a process that holds it exclusively; to read it while that \
                  process runs, open it there with Builder::live_reads(true); else stop that \
                  process first, or copy the file and read the copy (the jobs in flight show as \
-                 leased there, as of the copy). The write commands work beside an app that \
-                 opened its control channel (leaseq::control::serve)"
-            )),
+                 leased there, as of the copy). The write commands, and stats, ls, show and \
+                 queues, work beside an app that opened its control channel \
+                 (leaseq::control::serve)"
+                ))
+            },
             E::NotLeaseq { detail, .. } => {
                 Fail::error(format!("{p}: not a leaseq file ({detail}); left unchanged"))
             }
@@ -100,6 +112,7 @@ impl Fail {
                 message: String::new(),
                 quiet: true,
                 corrupted: false,
+                held: false,
             };
         }
         Fail::error(format!("{what}: {e}"))

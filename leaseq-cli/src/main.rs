@@ -24,6 +24,7 @@ mod fail;
 mod files;
 mod output;
 mod read;
+mod source;
 mod transfer;
 mod watch;
 mod write;

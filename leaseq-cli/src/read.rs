@@ -1,15 +1,16 @@
 //! The read commands: `stats`, `ls`, `show`, `queues`, `schedules`, `check`. None of them
 //! creates a file or a queue.
 
-use leaseq::{JobState, Missed, Overlap, Reader, ScheduleInfo, Stats, Timing};
+use leaseq::{JobState, Missed, Overlap, Reader, ScheduleInfo, Timing};
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::args::{CheckArgs, LsArgs, QueuesArgs, SchedulesArgs, ShowArgs, StatsArgs};
 use crate::duration::format_ms;
 use crate::fail::{CliResult, Fail};
-use crate::files::{self, find_job, queue_label};
-use crate::output::{Out, short, state_name, utc};
-use leaseq::json::JobView;
+use crate::files::{self, queue_label};
+use crate::output::{Out, short, utc};
+use crate::source::Source;
 
 /// Jobs read per `Queue::jobs` call.
 const PAGE_JOBS: usize = 1000;
@@ -24,77 +25,17 @@ pub const STATES: [JobState; 6] = [
     JobState::Cancelled,
 ];
 
-#[derive(Serialize)]
-struct StatsJson<'a> {
-    queue: Option<&'a str>,
-    total: u64,
-    scheduled: u64,
-    ready: u64,
-    leased: u64,
-    dead: u64,
-    applied: u64,
-    dedup_keys: u64,
-    quarantined: u64,
-    paused: bool,
-    completed: u64,
-    cancelled: u64,
-    schedules: u64,
-    /// `{"max":..,"per_ms":..}`, or null when the queue is not rate-limited.
-    rate_limit: Option<RateLimitJson>,
-}
-
-#[derive(Serialize)]
-struct RateLimitJson {
-    max: u32,
-    per_ms: u64,
-}
-
-/// `leaseq stats`.
+/// `leaseq stats`: from the file, or through the control channel of the app holding it.
 pub fn stats(a: &StatsArgs) -> CliResult {
-    let queue = files::open_reader(&a.file)?;
-    let path = queue.path();
-    type Row = (
-        String,
-        Option<String>,
-        Stats,
-        u64,
-        Option<leaseq::RateLimit>,
-    );
-    let mut rows: Vec<Row> = Vec::new();
-    for q in files::selected(&queue, a.queue.queue.as_deref())? {
-        let s = q.stats().map_err(|e| Fail::leaseq(path, e))?;
-        let schedules = q.schedules().map_err(|e| Fail::leaseq(path, e))?.len() as u64;
-        let limit = q.rate_limit().map_err(|e| Fail::leaseq(path, e))?;
-        rows.push((
-            queue_label(q.name()).to_string(),
-            q.name().map(str::to_string),
-            s,
-            schedules,
-            limit,
-        ));
+    let source = Source::open(&a.file)?;
+    let mut rows: Vec<Value> = Vec::new();
+    for q in source.queues(a.queue.queue.as_deref())? {
+        rows.push(source.stats(q.as_deref())?);
     }
     let mut out = Out::new();
     if a.json {
-        for (_, name, s, schedules, limit) in &rows {
-            out.json(&StatsJson {
-                queue: name.as_deref(),
-                total: s.total,
-                scheduled: s.scheduled,
-                ready: s.ready,
-                leased: s.leased,
-                dead: s.dead,
-                applied: s.applied,
-                dedup_keys: s.dedup_keys,
-                quarantined: s.quarantined,
-                paused: s.paused,
-                completed: s.completed,
-                cancelled: s.cancelled,
-                schedules: *schedules,
-                rate_limit: limit.map(|l| RateLimitJson {
-                    max: l.max,
-                    per_ms: l.per_ms,
-                }),
-            })?;
+        for row in &rows {
+            out.json(row)?;
         }
         return out.flush();
     }
@@ -114,30 +55,33 @@ pub fn stats(a: &StatsArgs) -> CliResult {
         "SCHEDULES",
         "RATE_LIMIT",
     ];
+    let n = |v: &Value| v.as_u64().unwrap_or(0).to_string();
     let cells: Vec<Vec<String>> = rows
         .iter()
-        .map(|(label, _, s, schedules, limit)| {
-            let mut row = vec![label.clone()];
-            row.extend(
-                [
-                    s.total,
-                    s.scheduled,
-                    s.ready,
-                    s.leased,
-                    s.dead,
-                    s.applied,
-                    s.dedup_keys,
-                    s.quarantined,
-                ]
-                .iter()
-                .map(u64::to_string),
-            );
-            row.push(if s.paused { "yes" } else { "no" }.to_string());
-            row.push(s.completed.to_string());
-            row.push(s.cancelled.to_string());
-            row.push(schedules.to_string());
-            row.push(match limit {
-                Some(l) => format!("{}/{}", l.max, format_ms(l.per_ms)),
+        .map(|s| {
+            let mut row = vec![queue_label(s["queue"].as_str()).to_string()];
+            for field in [
+                "total",
+                "scheduled",
+                "ready",
+                "leased",
+                "dead",
+                "applied",
+                "dedup_keys",
+                "quarantined",
+            ] {
+                row.push(n(&s[field]));
+            }
+            row.push(if s["paused"] == true { "yes" } else { "no" }.to_string());
+            row.push(n(&s["completed"]));
+            row.push(n(&s["cancelled"]));
+            row.push(n(&s["schedules"]));
+            row.push(match s["rate_limit"].as_object() {
+                Some(l) => format!(
+                    "{}/{}",
+                    l["max"].as_u64().unwrap_or(0),
+                    format_ms(l["per_ms"].as_u64().unwrap_or(0))
+                ),
                 None => "-".to_string(),
             });
             row
@@ -177,18 +121,17 @@ fn table(out: &mut Out, header: &[&str], right: &[bool], rows: &[Vec<String>]) -
     Ok(())
 }
 
-/// `leaseq ls`.
+/// `leaseq ls`: from the file, or through the control channel of the app holding it.
 pub fn ls(a: &LsArgs) -> CliResult {
-    let queue = files::open_reader(&a.file)?;
-    let path = queue.path();
-    let queues = files::selected(&queue, a.queue.queue.as_deref())?;
+    let source = Source::open(&a.file)?;
+    let queues = source.queues(a.queue.queue.as_deref())?;
     let states: Vec<JobState> = match a.state {
         Some(s) => vec![s.into()],
         None => STATES.to_vec(),
     };
     let queue_width = queues
         .iter()
-        .map(|q| queue_label(q.name()).len())
+        .map(|q| queue_label(q.as_deref()).len())
         .max()
         .unwrap_or(0)
         .max("QUEUE".len());
@@ -202,53 +145,22 @@ pub fn ls(a: &LsArgs) -> CliResult {
     let mut left = a.limit.unwrap_or(u64::MAX);
     'queues: for q in &queues {
         for &state in &states {
-            let mut after = None;
+            let mut after: Option<String> = None;
             loop {
                 if left == 0 {
                     break 'queues;
                 }
                 let want = usize::try_from(left).unwrap_or(usize::MAX).min(PAGE_JOBS);
-                let page = q
-                    .jobs(state, after, want)
-                    .map_err(|e| Fail::leaseq(path, e))?;
-                for info in &page.jobs {
+                let (jobs, next) = source.jobs(q.as_deref(), state, after.as_deref(), want)?;
+                for job in &jobs {
                     if a.json {
-                        out.json(&JobView::new(q.name(), info, None))?;
+                        out.json(job)?;
                     } else {
-                        let attempts = format!("{}/{}", info.attempts, info.max_attempts);
-                        // The dedup key, else the idempotency key; as text, or hex.
-                        let key = match (&info.dedup_key, &info.idempotency_key) {
-                            (Some(k), _) | (None, Some(k)) => {
-                                match leaseq::json::text_or_hex(Some(k)) {
-                                    (Some(text), _) => text,
-                                    (None, hex) => format!("0x{}", hex.unwrap_or_default()),
-                                }
-                            }
-                            (None, None) => "-".to_string(),
-                        };
-                        // A cancelled job's reason, a snoozed one's status, else the last
-                        // error.
-                        let note = match (&info.cancel_reason, &info.status) {
-                            (Some(r), _) => format!("cancelled: {r}"),
-                            (None, Some(s)) => format!("snoozed: {s}"),
-                            (None, None) => info.last_error.clone().unwrap_or_default(),
-                        };
-                        out.line(format!(
-                            "{:>10}  {:<queue_width$}  {:<9}  {:>8}  {:>6}  {:<24}  {:>9}  {:<24}  {}",
-                            info.id.0,
-                            queue_label(q.name()),
-                            state_name(info.state),
-                            attempts,
-                            info.priority,
-                            utc(info.run_at_ms),
-                            info.payload_bytes,
-                            short(&key, 24),
-                            short(&note, 60),
-                        ))?;
+                        out.line(ls_line(job, queue_width))?;
                     }
                 }
-                left -= page.jobs.len() as u64;
-                match page.next {
+                left -= jobs.len() as u64;
+                match next {
                     Some(next) => after = Some(next),
                     None => break,
                 }
@@ -258,143 +170,172 @@ pub fn ls(a: &LsArgs) -> CliResult {
     out.flush()
 }
 
+/// One line of `ls`'s table from a job's JSON ([`leaseq::json::JobView`]).
+fn ls_line(job: &Value, queue_width: usize) -> String {
+    let text = |k: &str| job[k].as_str().map(str::to_string);
+    let attempts = format!(
+        "{}/{}",
+        job["attempts"].as_u64().unwrap_or(0),
+        job["max_attempts"].as_u64().unwrap_or(0)
+    );
+    // The dedup key, else the idempotency key; as text, or hex.
+    let key = [
+        ("dedup_key", "dedup_key_hex"),
+        ("idempotency_key", "idempotency_key_hex"),
+    ]
+    .iter()
+    .find_map(|(t, h)| text(t).or_else(|| text(h).map(|h| format!("0x{h}"))))
+    .unwrap_or_else(|| "-".to_string());
+    // A cancelled job's reason, a snoozed one's status, else the last error.
+    let note = match (text("cancel_reason"), text("status")) {
+        (Some(r), _) => format!("cancelled: {r}"),
+        (None, Some(s)) => format!("snoozed: {s}"),
+        (None, None) => text("last_error").unwrap_or_default(),
+    };
+    format!(
+        "{:>10}  {:<queue_width$}  {:<9}  {:>8}  {:>6}  {:<24}  {:>9}  {:<24}  {}",
+        job["id"].as_u64().unwrap_or(0),
+        queue_label(job["queue"].as_str()),
+        job["state"].as_str().unwrap_or("?"),
+        attempts,
+        job["priority"].as_i64().unwrap_or(0),
+        utc(job["run_at_ms"].as_u64().unwrap_or(0)),
+        job["payload_bytes"].as_u64().unwrap_or(0),
+        short(&key, 24),
+        short(&note, 60),
+    )
+}
+
 /// `text` on one line: line breaks (and carriage returns) shown as `\n` (`\r`).
 fn one_line(text: &str) -> String {
     text.replace('\r', "\\r").replace('\n', "\\n")
 }
 
-fn no_job(queue: &Reader, name: Option<&str>, id: u64) -> Fail {
-    let path = queue.path().display();
+fn no_job(path: &std::path::Path, name: Option<&str>, id: u64) -> Fail {
+    let path = path.display();
     match name {
         Some(name) => Fail::problem(format!("{path}: no job {id} in queue {name}")),
         None => Fail::problem(format!("{path}: no job {id}")),
     }
 }
 
-/// `leaseq show`.
+/// `leaseq show`: from the file, or through the control channel of the app holding it.
 pub fn show(a: &ShowArgs) -> CliResult {
-    let queue = files::open_reader(&a.file)?;
-    let path = queue.path();
+    let source = Source::open(&a.file)?;
     let name = a.queue.queue.as_deref();
-    let Some((q, info)) = find_job(&queue, name, a.id)? else {
-        return Err(no_job(&queue, name, a.id));
+    if let Some(q) = name {
+        // A missing queue is its own error (exit 1), as for the other read commands.
+        source.queues(Some(q))?;
+    }
+    let Some((job, payload)) = source.job(name, a.id)? else {
+        return Err(no_job(&a.file, name, a.id));
     };
-    let payload = q
-        .payload(info.id)
-        .map_err(|e| Fail::leaseq(path, e))?
-        .ok_or_else(|| no_job(&queue, name, a.id))?;
     let mut out = Out::new();
     if a.raw {
         out.bytes(&payload)?;
         return out.flush();
     }
     if a.json {
-        out.json(&JobView::new(q.name(), &info, Some(&payload)))?;
+        out.json(&job)?;
         return out.flush();
     }
-    let view = JobView::new(q.name(), &info, None);
-    let l = &view.line;
+    let text = |k: &str| job[k].as_str().map(str::to_string);
+    let number = |k: &str| job[k].as_u64();
     let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-    let key = |text: &Option<String>, hex_text: &Option<String>| match (text, hex_text) {
-        (Some(t), _) => t.clone(),
-        (None, Some(h)) => format!("0x{h}"),
-        (None, None) => "-".into(),
-    };
-    let retry = l.retry.as_ref().map(|r| match r.kind.as_str() {
-        "immediate" => "immediate".to_string(),
-        "fixed" => format!(
-            "fixed {}, jitter {}%",
-            format_ms(r.base_ms),
-            r.jitter_percent
-        ),
-        _ => format!(
-            "{} from {} to {}, jitter {}%",
-            r.kind,
-            format_ms(r.base_ms),
-            format_ms(r.cap_ms),
-            r.jitter_percent
-        ),
+    // A field as text, or as `0x` and hex when it is not.
+    let text_or_hex =
+        |k: &str| text(k).or_else(|| text(&format!("{k}_hex")).map(|h| format!("0x{h}")));
+    let retry = job["retry"].as_object().map(|r| {
+        let kind = r["kind"].as_str().unwrap_or("?");
+        let ms = |k: &str| format_ms(r[k].as_u64().unwrap_or(0));
+        let jitter = r["jitter_percent"].as_u64().unwrap_or(0);
+        match kind {
+            "immediate" => "immediate".to_string(),
+            "fixed" => format!("fixed {}, jitter {jitter}%", ms("base_ms")),
+            _ => format!(
+                "{kind} from {} to {}, jitter {jitter}%",
+                ms("base_ms"),
+                ms("cap_ms")
+            ),
+        }
     });
     let time = |ms: u64| format!("{} ({ms})", utc(ms));
+    let progress = (job["progress"].is_string() || job["progress_hex"].is_string()).then(|| {
+        let value = match (
+            job["progress_percent"].as_u64(),
+            text("progress_message"),
+            text_or_hex("progress"),
+        ) {
+            (Some(pct), Some(m), _) => format!("{pct} % {}", one_line(&m)),
+            (Some(pct), None, _) => format!("{pct} %"),
+            (None, _, Some(v)) => one_line(&v),
+            (None, _, None) => String::new(),
+        };
+        match number("progress_ms") {
+            Some(ms) => format!("{value} (at {})", utc(ms)),
+            None => value,
+        }
+    });
     let fields: Vec<(&str, String)> = vec![
-        ("id", info.id.to_string()),
-        ("queue", queue_label(q.name()).to_string()),
-        ("state", state_name(info.state).to_string()),
+        ("id", a.id.to_string()),
+        ("queue", queue_label(job["queue"].as_str()).to_string()),
+        ("state", or_dash(text("state"))),
         (
             "attempts",
-            format!("{} of {}", info.attempts, info.max_attempts),
-        ),
-        ("priority", info.priority.to_string()),
-        ("run_at", time(info.run_at_ms)),
-        ("created", time(info.created_ms)),
-        ("died", or_dash(info.died_ms.map(time))),
-        ("lease_deadline", or_dash(info.lease_deadline_ms.map(time))),
-        (
-            "lease_token",
-            or_dash(info.lease_token.map(|t| t.to_string())),
-        ),
-        (
-            "last_error",
-            or_dash(info.last_error.as_deref().map(one_line)),
-        ),
-        ("status", or_dash(info.status.as_deref().map(one_line))),
-        ("ended", or_dash(info.ended_ms.map(time))),
-        (
-            "cancel_reason",
-            or_dash(info.cancel_reason.as_deref().map(one_line)),
-        ),
-        (
-            "result",
-            or_dash(
-                info.result
-                    .as_ref()
-                    .map(|r| match leaseq::json::text_or_hex(Some(r)) {
-                        (Some(text), _) => text,
-                        (None, hex) => format!("0x{}", hex.unwrap_or_default()),
-                    }),
+            format!(
+                "{} of {}",
+                number("attempts").unwrap_or(0),
+                number("max_attempts").unwrap_or(0)
             ),
         ),
         (
-            "progress",
-            or_dash(info.progress.as_ref().map(|p| {
-                let read = leaseq::Progress::read(p);
-                let value = match (
-                    read.percent,
-                    read.message,
-                    leaseq::json::text_or_hex(Some(p)),
-                ) {
-                    (Some(pct), Some(m), _) => format!("{pct} % {}", one_line(&m)),
-                    (Some(pct), None, _) => format!("{pct} %"),
-                    (None, _, (Some(text), _)) => one_line(&text),
-                    (None, _, (None, hex)) => format!("0x{}", hex.unwrap_or_default()),
-                };
-                match info.progress_ms {
-                    Some(ms) => format!("{value} (at {})", utc(ms)),
-                    None => value,
-                }
-            })),
+            "priority",
+            job["priority"].as_i64().unwrap_or(0).to_string(),
+        ),
+        ("run_at", time(number("run_at_ms").unwrap_or(0))),
+        ("created", time(number("created_ms").unwrap_or(0))),
+        ("died", or_dash(number("died_ms").map(time))),
+        (
+            "lease_deadline",
+            or_dash(number("lease_deadline_ms").map(time)),
         ),
         (
-            "idempotency_key",
-            key(&l.idempotency_key, &l.idempotency_key_hex),
+            "lease_token",
+            or_dash(number("lease_token").map(|t| t.to_string())),
         ),
-        ("dedup_key", key(&l.dedup_key, &l.dedup_key_hex)),
-        ("group", key(&l.group, &l.group_hex)),
-        ("dedup_window", or_dash(l.dedup_window_ms.map(format_ms))),
-        ("lease", or_dash(l.lease_ms.map(format_ms))),
+        (
+            "last_error",
+            or_dash(text("last_error").as_deref().map(one_line)),
+        ),
+        ("status", or_dash(text("status").as_deref().map(one_line))),
+        ("ended", or_dash(number("ended_ms").map(time))),
+        (
+            "cancel_reason",
+            or_dash(text("cancel_reason").as_deref().map(one_line)),
+        ),
+        ("result", or_dash(text_or_hex("result"))),
+        ("progress", or_dash(progress)),
+        ("idempotency_key", or_dash(text_or_hex("idempotency_key"))),
+        ("dedup_key", or_dash(text_or_hex("dedup_key"))),
+        ("group", or_dash(text_or_hex("group"))),
+        (
+            "dedup_window",
+            or_dash(number("dedup_window_ms").map(format_ms)),
+        ),
+        ("lease", or_dash(number("lease_ms").map(format_ms))),
         ("retry", or_dash(retry)),
-        ("snoozes", or_dash(l.snoozes.map(|s| s.to_string()))),
-        ("encoding", or_dash(l.encoding.clone())),
+        ("snoozes", or_dash(number("snoozes").map(|s| s.to_string()))),
+        ("encoding", or_dash(text("encoding"))),
     ];
     for (name, value) in fields {
         out.line(format!("{name:<16} {value}"))?;
     }
-    for e in &info.errors {
-        let at = e.at_ms.map_or("time unknown".to_string(), utc);
+    for e in job["errors"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+        let at = e["at_ms"].as_u64().map_or("time unknown".to_string(), utc);
         out.line(format!(
             "error            attempt {} at {at}: {}",
-            e.attempt,
-            one_line(&e.message)
+            e["attempt"].as_u64().unwrap_or(0),
+            one_line(e["message"].as_str().unwrap_or(""))
         ))?;
     }
     // Text as it is; bytes that are not text (or hold control characters a terminal would
@@ -412,12 +353,9 @@ pub fn show(a: &ShowArgs) -> CliResult {
     out.flush()
 }
 
-/// `leaseq queues`.
+/// `leaseq queues`: from the file, or through the control channel of the app holding it.
 pub fn queues(a: &QueuesArgs) -> CliResult {
-    let queue = files::open_reader(&a.file)?;
-    let names = queue
-        .queue_names()
-        .map_err(|e| Fail::leaseq(queue.path(), e))?;
+    let names = Source::open(&a.file)?.queue_names()?;
     let mut out = Out::new();
     if a.json {
         #[derive(Serialize)]

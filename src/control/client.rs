@@ -20,8 +20,9 @@ use crate::{Error, JobId, JobState, Result};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time a request may take, its answer included (a purge of many jobs commits in batches).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
-/// Bytes of an answer read at most (a page of 1000 jobs with long errors is under it).
-const ANSWER_BYTES_MAX: usize = 64 << 20;
+/// Bytes of an answer read at most: a page of 1000 jobs with long errors is under it, and
+/// so is the largest payload (`PAYLOAD_BYTES_MAX_CAP`).
+const ANSWER_BYTES_MAX: usize = crate::PAYLOAD_BYTES_MAX_CAP + (1 << 20);
 
 /// A client of a running app's control channel, found through the control file beside the
 /// queue file ([`Client::for_file`]). Each call is one HTTP request on a connection of its
@@ -106,7 +107,55 @@ impl Client {
         self.request("GET", &target, Vec::new())
     }
 
+    /// The payload of job `id` (found in the queue `queue` names, `"(default)"` for the
+    /// default queue, or in any queue with `None`), as its bytes: `GET
+    /// /api/v1/jobs/ID/payload`.
+    ///
+    /// # Errors
+    /// `JobNotFound`, `QueueNotFound`; [`Client::get`]'s errors of the connection.
+    pub fn payload(&self, id: JobId, queue: Option<&str>) -> Result<Vec<u8>> {
+        let mut target = format!("{ROOT}/jobs/{id}/payload");
+        if let Some(q) = queue {
+            target.push_str("?queue=");
+            target.extend(form_urlencoded::byte_serialize(q.as_bytes()));
+        }
+        let (status, body) = self.exchange("GET", &target, Vec::new())?;
+        if status == 200 {
+            return Ok(body);
+        }
+        Err(self.answer_error(status, &body))
+    }
+
     fn request(&self, method: &str, target: &str, body: Vec<u8>) -> Result<Value> {
+        let (status, body) = self.exchange(method, target, body)?;
+        if status != 200 {
+            return Err(self.answer_error(status, &body));
+        }
+        serde_json::from_slice(&body).map_err(|_| self.not_json(status))
+    }
+
+    /// The error an answer other than 200 stands for.
+    fn answer_error(&self, status: u16, body: &[u8]) -> Error {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(value) => error_of(status, &value),
+            Err(_) => self.not_json(status),
+        }
+    }
+
+    fn not_json(&self, status: u16) -> Error {
+        Error::Remote {
+            status,
+            kind: "not_json".into(),
+            message: format!(
+                "the control channel at {} answered {status} with something that is not \
+                 JSON: another program listens there",
+                self.addr
+            ),
+        }
+    }
+
+    /// One request and its answer's status and body.
+    fn exchange(&self, method: &str, target: &str, body: Vec<u8>) -> Result<(u16, Vec<u8>)> {
         let unreachable = |e: &dyn std::fmt::Display, kind: std::io::ErrorKind| {
             Error::Io(std::io::Error::new(
                 kind,
@@ -170,19 +219,7 @@ impl Client {
             }
         });
         let (status, body) = sent?;
-        let value: Value = serde_json::from_slice(&body).map_err(|_| Error::Remote {
-            status,
-            kind: "not_json".into(),
-            message: format!(
-                "the control channel at {} answered {status} with something that is not \
-                 JSON: another program listens there",
-                self.addr
-            ),
-        })?;
-        if status == 200 {
-            return Ok(value);
-        }
-        Err(error_of(status, &value))
+        Ok((status, body.to_vec()))
     }
 }
 

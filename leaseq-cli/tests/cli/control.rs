@@ -254,3 +254,78 @@ fn the_tools_json_and_the_apis_answers_are_the_same_shapes() {
     assert_eq!(job["group_hex"], "ff00");
     drop(channel);
 }
+
+/// Beside an app without live reads (the default: the journal on), `stats`, `ls`, `show`
+/// and `queues` read through the app's control channel, and say exactly what they say of
+/// the same file once the app has closed it.
+#[test]
+fn read_commands_read_through_the_channel_of_an_app_without_live_reads() {
+    let (_dir, path) = tmp();
+    let app = Queue::open(&path).unwrap();
+    let mail = app.named("mail").unwrap();
+    for i in 0..5u8 {
+        mail.enqueue(
+            &[b'a' + i],
+            EnqueueOptions::default().dedup_key(format!("k{i}")),
+        )
+        .unwrap();
+    }
+    app.enqueue(&[0xff, 0x00], EnqueueOptions::default().priority(-2))
+        .unwrap();
+    let lease = mail.dequeue().unwrap().unwrap();
+    lease.set_progress_percent(40, Some("halfway")).unwrap();
+    lease.fail("line one\nline two").unwrap();
+    let id = lease.id().0.to_string();
+    let binary = app.jobs(JobState::Ready, None, 10).unwrap().jobs[0]
+        .id
+        .0
+        .to_string();
+    let channel = leaseq::control::serve(&app).unwrap();
+    let p = s(&path);
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["stats", p],
+        vec!["stats", p, "--json"],
+        vec!["stats", p, "--queue", "mail"],
+        vec!["ls", p],
+        vec!["ls", p, "--json"],
+        vec!["ls", p, "--state", "dead", "--queue", "mail", "--json"],
+        vec!["ls", p, "--limit", "3"],
+        vec!["show", p, &id],
+        vec!["show", p, &id, "--json"],
+        vec!["show", p, &binary],
+        vec!["show", p, &binary, "--raw"],
+        vec!["queues", p],
+        vec!["queues", p, "--json"],
+    ];
+    let beside: Vec<std::process::Output> = commands.iter().map(|c| ok(run(c))).collect();
+    // Missing things are the same refusals as on the file.
+    let line = fails(&run(&["show", p, "999999"]), 1);
+    assert!(line.contains("no job 999999"), "{line}");
+    let line = fails(&run(&["ls", p, "--queue", "nope"]), 1);
+    assert!(line.contains("no queue named \"nope\""), "{line}");
+    // Commands the channel does not serve say what works.
+    let o = run(&["schedules", p]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("stats, ls, show and queues"),
+        "{}",
+        stderr(&o)
+    );
+    drop(channel);
+    drop(mail);
+    drop(app);
+    for (cmd, before) in commands.iter().zip(&beside) {
+        let after = ok(run(cmd));
+        let json = cmd.contains(&"--json");
+        if json {
+            assert_eq!(json_lines(before.clone()), json_lines(after), "{cmd:?}");
+        } else {
+            assert_eq!(before.stdout, after.stdout, "{cmd:?}");
+        }
+    }
+    // The progress and the error read as on the file.
+    let shown = stdout(beside[7].clone());
+    assert!(shown.contains("40 % halfway"), "{shown}");
+    assert!(shown.contains("line one\\nline two"), "{shown}");
+    assert_eq!(beside[10].stdout, vec![0xff, 0x00]);
+}
