@@ -90,7 +90,7 @@ impl Fail {
                 Fail::problem(format!("{p}: no schedule named {name:?}"))
             }
             E::Remote { message, .. } => {
-                Fail::error(format!("{p}: the app refused: {}", one_line(&message)))
+                Fail::error(format!("{p}: the app answered: {}", one_line(&message)))
             }
             E::InvalidState {
                 job_id,

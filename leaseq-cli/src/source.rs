@@ -171,10 +171,11 @@ impl Source {
                 Ok((jobs, page.next.map(|c| c.to_text())))
             }
             Source::Remote { client, .. } => {
-                // The API's pages are at most 1000 jobs.
+                // Pages of 100 through the channel: an answer stays far below the client's
+                // bound whatever the jobs' errors and keys hold.
                 let mut target = format!(
                     "jobs?state={state}&limit={}&queue={}",
-                    limit.min(1000),
+                    limit.min(100),
                     encode(queue.unwrap_or(DEFAULT_QUEUE))
                 );
                 if let Some(a) = after {

@@ -72,7 +72,19 @@ fn enqueue_of(a: &EnqueueArgs, payload: Vec<u8>) -> Enqueue {
 /// `missing` says so). A control file no app answers at (left by an app that was killed) is
 /// said on stderr and passed by.
 fn act(file: &Path, missing: Missing, builder: Builder, action: &Action) -> CliResult<Value> {
-    if let Some(client) = Client::for_file(file).map_err(|e| Fail::leaseq(file, e))? {
+    let client = match Client::for_file(file) {
+        Ok(client) => client,
+        // A control file this user may not read, or not one: the file itself, and that
+        // error if the file turns out held.
+        Err(e) => {
+            return match files::open_with(file, missing, builder) {
+                Ok(queue) => action.apply(&queue).map_err(|e| Fail::leaseq(file, e)),
+                Err(f) if f.held => Err(Fail::leaseq(file, e)),
+                Err(f) => Err(f),
+            };
+        }
+    };
+    if let Some(client) = client {
         match client.act(action) {
             Ok(answer) => {
                 tracing::info!(

@@ -118,7 +118,8 @@ pub enum Action {
 
 /// A job to enqueue ([`Action::Enqueue`]): the payload and the options the tool's `enqueue`
 /// takes, each as [`EnqueueOptions`]' setter of that name (`None`: the queue's default).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Its `Debug` shows the payload's length, never its bytes (actions are logged).
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Enqueue {
     /// The queue: `None` (or `"(default)"`) for the default one; a named queue is created
     /// if missing, as [`Queue::named`].
@@ -141,6 +142,23 @@ pub struct Enqueue {
     pub max_attempts: Option<u32>,
     /// [`EnqueueOptions::lease`], in ms.
     pub lease_ms: Option<u64>,
+}
+
+impl std::fmt::Debug for Enqueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Enqueue")
+            .field("queue", &self.queue)
+            .field("payload_bytes", &self.payload.len())
+            .field("priority", &self.priority)
+            .field("delay_ms", &self.delay_ms)
+            .field("dedup_key", &self.dedup_key)
+            .field("dedup_window_ms", &self.dedup_window_ms)
+            .field("on_duplicate", &self.on_duplicate)
+            .field("idempotency_key", &self.idempotency_key)
+            .field("max_attempts", &self.max_attempts)
+            .field("lease_ms", &self.lease_ms)
+            .finish()
+    }
 }
 
 impl Enqueue {
@@ -274,7 +292,8 @@ impl Action {
         let path = match self {
             Action::Cancel { id, queue, reason } => {
                 selector(&mut query, queue);
-                query.append_pair("reason", reason);
+                // In the body: a reason of 4 KiB, percent-encoded, would not fit in a head.
+                body = reason.as_bytes().to_vec();
                 format!("jobs/{id}/cancel")
             }
             Action::Retry { id, queue } => {
@@ -356,7 +375,8 @@ impl Action {
         query: &HashMap<String, String>,
         body: Vec<u8>,
     ) -> Result<Option<Action>> {
-        let queue = query.get("queue").cloned();
+        // An empty `queue=` is no selector, as for the reads.
+        let queue = query.get("queue").filter(|q| !q.is_empty()).cloned();
         let parts: Vec<&str> = path.split('/').collect();
         let action = match parts.as_slice() {
             ["jobs", id, verb] => {
@@ -368,7 +388,13 @@ impl Action {
                     "cancel" => Action::Cancel {
                         id,
                         queue,
-                        reason: query.get("reason").cloned().unwrap_or_default(),
+                        // `reason=` in the query, else the body as UTF-8 text.
+                        reason: match query.get("reason") {
+                            Some(r) => r.clone(),
+                            None => String::from_utf8(body).map_err(|_| {
+                                invalid("reason", "the body is the reason, as UTF-8 text")
+                            })?,
+                        },
                     },
                     "retry" => Action::Retry { id, queue },
                     "promote" => Action::Promote { id, queue },

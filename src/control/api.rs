@@ -124,6 +124,11 @@ impl Held {
         }
     }
 
+    /// Whether the handle was let go of (the app closed its queue).
+    pub(crate) fn is_released(&self) -> bool {
+        self.0.read().is_none()
+    }
+
     /// The file's path, while the handle is held.
     #[cfg_attr(not(feature = "dashboard"), allow(dead_code))]
     pub(crate) fn path(&self) -> Option<PathBuf> {
@@ -463,8 +468,28 @@ pub(crate) fn error_reply(status: u16, kind: &str, message: &str) -> Reply {
 /// The control channel: the API alone, for bearers of its token, on the app's handle.
 pub(crate) struct ControlApp {
     pub(crate) held: Held,
-    pub(crate) token: String,
+    /// The tokens admitted: the control file's, and one the app chose.
+    pub(crate) tokens: Vec<String>,
     pub(crate) pools: Vec<PoolMonitor>,
+    /// The queue file and what its control file says: removed once the app closes the
+    /// queue, so other processes open the file themselves.
+    pub(crate) control_file: (PathBuf, super::file::Found),
+}
+
+impl ControlApp {
+    fn admitted(&self, headers: &HashMap<String, String>) -> bool {
+        self.tokens.iter().any(|t| bearer_is(headers, t))
+    }
+
+    /// Lets go of the app's handle, and removes the control file, once the app closed the
+    /// queue.
+    fn release_if_closed(&self) {
+        self.held.release_if_closed();
+        if self.held.is_released() {
+            let (path, found) = &self.control_file;
+            super::file::remove(path, found);
+        }
+    }
 }
 
 impl Access for ControlApp {
@@ -487,8 +512,8 @@ impl Handler for ControlApp {
     }
 
     fn answer(&self, asked: &Asked) -> Reply {
-        self.held.release_if_closed();
-        if !bearer_is(&asked.headers, &self.token) {
+        self.release_if_closed();
+        if !self.admitted(&asked.headers) {
             let mut reply = error_reply(
                 401,
                 "unauthorized",
@@ -511,11 +536,15 @@ impl Handler for ControlApp {
     }
 
     fn idle(&self) {
-        self.held.release_if_closed();
+        self.release_if_closed();
+    }
+
+    fn refusal(&self, status: u16, kind: &'static str, message: &str) -> Reply {
+        error_reply(status, kind, message)
     }
 
     fn body_bytes_max(&self, method: &str, path: &str, headers: &HashMap<String, String>) -> usize {
-        if carries_payload(method, path) && bearer_is(headers, &self.token) {
+        if carries_payload(method, path) && self.admitted(headers) {
             crate::PAYLOAD_BYTES_MAX_CAP
         } else {
             BODY_BYTES_MAX

@@ -33,6 +33,7 @@ pub struct Client {
     addr: SocketAddr,
     token: String,
     pid: u32,
+    timeout: Duration,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -59,8 +60,16 @@ impl Client {
             addr: found.addr,
             token: found.token,
             pid: found.pid,
+            timeout: REQUEST_TIMEOUT,
             runtime,
         }))
+    }
+
+    /// The longest a request may take, its answer included (default 300 s: a purge of many
+    /// jobs commits in batches); connecting takes at most 5 s or this, the shorter.
+    pub fn timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
+        self
     }
 
     /// The address the channel listens at.
@@ -134,10 +143,19 @@ impl Client {
         serde_json::from_slice(&body).map_err(|_| self.not_json(status))
     }
 
-    /// The error an answer other than 200 stands for.
+    /// The error an answer other than 200 stands for. A refusal of the HTTP layer that is
+    /// not JSON (`431`: a request head too large) is `Remote` with its status.
     fn answer_error(&self, status: u16, body: &[u8]) -> Error {
         match serde_json::from_slice::<Value>(body) {
             Ok(value) => error_of(status, &value),
+            Err(_) if matches!(status, 400 | 408 | 413 | 431 | 500 | 503) => Error::Remote {
+                status,
+                kind: format!("http_{status}"),
+                message: format!(
+                    "the control channel refused the request ({status}: {})",
+                    String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
+                ),
+            },
             Err(_) => self.not_json(status),
         }
     }
@@ -171,7 +189,7 @@ impl Client {
         };
         let sent = self.runtime.block_on(async {
             let stream = match tokio::time::timeout(
-                CONNECT_TIMEOUT,
+                CONNECT_TIMEOUT.min(self.timeout),
                 tokio::net::TcpStream::connect(self.addr),
             )
             .await
@@ -209,7 +227,7 @@ impl Client {
                     .to_bytes();
                 Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, body))
             };
-            match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
+            match tokio::time::timeout(self.timeout, exchange).await {
                 Ok(Ok(answer)) => Ok(answer),
                 Ok(Err(e)) => Err(unreachable(&e, std::io::ErrorKind::ConnectionAborted)),
                 Err(_) => Err(unreachable(

@@ -1,5 +1,6 @@
 //! The control file, `<queue file>-control`: where a running app's control channel listens
-//! and its access token, readable by the users who may write the queue file and by nobody
+//! and its access token, readable by the app's user (and the queue file's group, when it
+//! may write the queue file) and by nobody
 //! else (Unix: its mode and group follow the queue file's; Windows: it inherits the
 //! directory's access list, as the queue file and its journal do).
 
@@ -105,6 +106,19 @@ fn restrict(_file: &std::fs::File, _queue_path: &Path) -> std::io::Result<()> {
 /// (`InvalidData`) if it is not a control file of this API version.
 pub(crate) fn read(queue_path: &Path) -> Result<Option<Found>> {
     let path = path_of(queue_path);
+    // Only a regular file is read (a FIFO planted there would block the open).
+    match std::fs::symlink_metadata(&path) {
+        Ok(meta) if !meta.file_type().is_file() => {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{}: not a leaseq control file (not a regular file)",
+                    path.display()
+                ),
+            )));
+        }
+        _ => {}
+    }
     let file = match std::fs::File::open(&path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -157,11 +171,11 @@ pub(crate) fn read(queue_path: &Path) -> Result<Option<Found>> {
     Ok(Some(Found { addr, token, pid }))
 }
 
-/// Removes the control file of `queue_path` if it is still the one holding `token` (a later
-/// app's file is left alone).
-pub(crate) fn remove(queue_path: &Path, token: &str) {
+/// Removes the control file of `queue_path` if it is still the one `ours` wrote (address,
+/// token and process all the same: a later app's file is left alone).
+pub(crate) fn remove(queue_path: &Path, ours: &Found) {
     if let Ok(Some(found)) = read(queue_path)
-        && found.token == token
+        && found == *ours
     {
         let _ = std::fs::remove_file(path_of(queue_path));
     }

@@ -20,14 +20,16 @@
 //!   [`Action::apply`] runs in-process.
 //! - **Found through a file.** [`serve`] listens on `127.0.0.1` at a port the system picks
 //!   and writes the control file `<queue file>-control` beside the queue file
-//!   ([`control_file_path`]): the address, an access token (128 random bits, or
-//!   [`Control::token`]) and the app's process id, as JSON. A [`Channel`] dropped or
-//!   stopped removes it. An app that was killed leaves it behind: the next [`serve`]
-//!   replaces it, and a [`Client`] finds nobody answering there
+//!   ([`control_file_path`]): the address, an access token (128 random bits, new at every
+//!   start; [`Control::token`] adds one of the app's choosing for its scripts) and the
+//!   app's process id, as JSON. The channel removes it once the app closes its queue, and
+//!   a [`Channel`] dropped or stopped removes it. An app that was killed leaves it behind:
+//!   the next [`serve`] replaces it, and a [`Client`] finds nobody answering there
 //!   (`ConnectionRefused`).
-//! - **Admitted: the users who may write the queue file.** On Unix the control file is
-//!   readable by its owner (the app's user), and by the queue file's group when that group
-//!   may read and write the queue file; by nobody else. On Windows it inherits the access
+//! - **Admitted: the app's user, and the queue file's group if it may write the file.** On
+//!   Unix the control file is readable by its owner (the app's user), and by the queue
+//!   file's group when that group may read and write the queue file (and the app's user
+//!   belongs to it); by nobody else. On Windows it inherits the access
 //!   list of its directory, as the queue file and its journal do: keep a queue file in a
 //!   directory only its users can read. Every request carries the token (`Authorization:
 //!   Bearer <token>`); one without it, or with another, is answered `401` and reads and
@@ -55,7 +57,7 @@
 //! | `GET /api/v1/jobs?state=S[&queue=Q&after=CURSOR&limit=N]` | a page of one queue's jobs in a state (`queue` absent: the default queue), in [`Queue::jobs`]' order, `limit` 1 to 1000 (default 100); with `order=desc` or `before=CURSOR`, backward ([`Queue::jobs_before`]: newest first; not for `ready`) | `{"queue":Q,"jobs":[JOB,…],"next":CURSOR\|null,"first":CURSOR\|null}`: pass `next` as `after` (as `before` backward) for the next page, `first` the other way |
 //! | `GET /api/v1/jobs/ID[?queue=Q&payload=1]` | one job, found in the selected queues; with `payload=1` its payload too (up to 1 MiB) | `JOB`, as `leaseq show --json` writes it ([`JobView`](crate::json::JobView)) |
 //! | `GET /api/v1/jobs/ID/payload[?queue=Q]` | the payload's bytes | `application/octet-stream` |
-//! | `POST /api/v1/jobs/ID/cancel[?queue=Q&reason=TEXT]` | [`Action::Cancel`] | `{"id":ID,"queue":Q,"was":STATE}` |
+//! | `POST /api/v1/jobs/ID/cancel[?queue=Q&reason=TEXT]` (or the reason as the body, UTF-8) | [`Action::Cancel`] | `{"id":ID,"queue":Q,"was":STATE}` |
 //! | `POST /api/v1/jobs/ID/retry`, `…/promote`, `…/remove`, `…/requeue-dead` | [`Action::Retry`], [`Action::Promote`], [`Action::Remove`], [`Action::RequeueDead`] | `{"id":ID,"queue":Q}` |
 //! | `POST /api/v1/requeue-dead[?queue=Q]` | [`Action::RequeueDeadAll`] | `{"queues":[{"queue":Q,"count":N},…]}` |
 //! | `POST /api/v1/purge?state=S[&queue=Q]` | [`Action::Purge`] | `{"queues":[{"queue":Q,"count":N},…]}` |
@@ -139,9 +141,10 @@ impl Control {
         self
     }
 
-    /// The access token instead of a random one (the same across restarts, for scripts
-    /// that keep it): [`TOKEN_BYTES_MIN`] to [`TOKEN_BYTES_MAX`] bytes of ASCII letters,
-    /// digits, `-` and `_`.
+    /// A token the channel accepts besides its own random one (the same across restarts,
+    /// for the app's scripts): [`TOKEN_BYTES_MIN`] to [`TOKEN_BYTES_MAX`] bytes of ASCII
+    /// letters, digits, `-` and `_`. The control file always holds the random one, so a
+    /// control file read after the app stopped admits nobody to the next run.
     pub fn token(mut self, token: impl Into<String>) -> Control {
         self.token = Some(token.into());
         self
@@ -167,10 +170,14 @@ impl Control {
         if self.queue.is_closed() {
             return Err(Error::Closed);
         }
-        let token = match self.token {
-            Some(token) => validate_token(token)?,
-            None => random_token()?,
-        };
+        // The control file always holds a token of this channel's own: one read from a file
+        // a killed app left behind opens nothing after a restart. A token the app chose
+        // is accepted besides it, for its scripts.
+        let token = random_token()?;
+        let mut tokens = vec![token.clone()];
+        if let Some(chosen) = self.token {
+            tokens.push(validate_token(chosen)?);
+        }
         let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| {
             Error::Io(std::io::Error::new(
                 e.kind(),
@@ -178,17 +185,18 @@ impl Control {
             ))
         })?;
         let local_addr = listener.local_addr()?;
-        let app = api::ControlApp {
-            held: api::Held::new(&self.queue),
-            token: token.clone(),
-            pools: self.pools,
-        };
-        let running = server::Running::start(listener, Arc::new(app))?;
         let found = file::Found {
             addr: local_addr,
             token: token.clone(),
             pid: std::process::id(),
         };
+        let app = api::ControlApp {
+            held: api::Held::new(&self.queue),
+            tokens,
+            pools: self.pools,
+            control_file: (path.clone(), found.clone()),
+        };
+        let running = server::Running::start(listener, Arc::new(app))?;
         let control_file = match file::write(&path, &found) {
             Ok(control_file) => control_file,
             Err(e) => {
@@ -203,6 +211,7 @@ impl Control {
             token,
             queue_path: path,
             control_file,
+            found,
             running,
         })
     }
@@ -225,6 +234,7 @@ pub struct Channel {
     token: String,
     queue_path: PathBuf,
     control_file: PathBuf,
+    found: file::Found,
     running: server::Running,
 }
 
@@ -234,7 +244,8 @@ impl Channel {
         self.local_addr
     }
 
-    /// The access token (for `Authorization: Bearer`).
+    /// The channel's own access token, the one its control file holds (for
+    /// `Authorization: Bearer`); random, new at every [`Control::serve`].
     pub fn token(&self) -> &str {
         &self.token
     }
@@ -252,7 +263,7 @@ impl Channel {
     }
 
     fn end(&mut self) {
-        file::remove(&self.queue_path, &self.token);
+        file::remove(&self.queue_path, &self.found);
         self.running.stop();
     }
 }

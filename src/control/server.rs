@@ -51,6 +51,13 @@ pub(crate) trait Handler: Send + Sync + 'static {
     /// Called every 100 ms while the server runs (and at every request, by the handler).
     fn idle(&self) {}
 
+    /// The answer to a request the server itself refuses (`kind`: `bad_request`,
+    /// `too_large`, `timeout`, `stopping`, `failed`), before or around the handler: plain
+    /// text unless the handler answers in another form.
+    fn refusal(&self, status: u16, _kind: &'static str, message: &str) -> Reply {
+        Reply::text(status, format!("{status}: {message}"))
+    }
+
     /// Bytes of body this request may send, decided from its head alone (method, path,
     /// headers with lower-case names): [`BODY_BYTES_MAX`] unless the handler allows more, as
     /// for an authenticated enqueue carrying a payload.
@@ -256,21 +263,28 @@ async fn answer(
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > body_max as u64) {
-        return Ok(response(too_large(body_max)));
+        return Ok(response(too_large(&*app, body_max)));
     }
     let body =
         match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, body_max).collect()).await {
             Ok(Ok(collected)) => collected.to_bytes().to_vec(),
             Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-                return Ok(response(too_large(body_max)));
+                return Ok(response(too_large(&*app, body_max)));
             }
             Ok(Err(_)) => {
-                return Ok(response(Reply::text(
+                return Ok(response(app.refusal(
                     400,
-                    "400: the body could not be read",
+                    "bad_request",
+                    "the body could not be read",
                 )));
             }
-            Err(_) => return Ok(response(Reply::text(408, "408: the body came too slowly"))),
+            Err(_) => {
+                return Ok(response(app.refusal(
+                    408,
+                    "timeout",
+                    "the body came too slowly",
+                )));
+            }
         };
     let asked = Asked {
         method: parts.method.as_str().to_string(),
@@ -283,14 +297,23 @@ async fn answer(
     };
     let head = parts.method == hyper::Method::HEAD;
     let Ok(_turn) = answering.acquire_owned().await else {
-        return Ok(response(Reply::text(503, "503: the server is stopping")));
+        return Ok(response(app.refusal(
+            503,
+            "stopping",
+            "the server is stopping",
+        )));
     };
     let name = app.name();
-    let reply = match tokio::task::spawn_blocking(move || app.answer(&asked)).await {
+    let answering = Arc::clone(&app);
+    let reply = match tokio::task::spawn_blocking(move || answering.answer(&asked)).await {
         Ok(reply) => reply,
         Err(e) => {
             tracing::warn!(error = %e, server = name, "leaseq: an answer failed");
-            Reply::text(500, "500: the server failed to answer (see the app's log)")
+            app.refusal(
+                500,
+                "failed",
+                "the server failed to answer (see the app's log)",
+            )
         }
     };
     let refused = matches!(reply.status, 400 | 401 | 403 | 405 | 408 | 413);
@@ -307,10 +330,11 @@ async fn answer(
     Ok(response)
 }
 
-fn too_large(max: usize) -> Reply {
-    let mut reply = Reply::text(
+fn too_large(app: &dyn Handler, max: usize) -> Reply {
+    let mut reply = app.refusal(
         413,
-        format!("413: this request's body is at most {max} bytes"),
+        "too_large",
+        &format!("this request's body is at most {max} bytes"),
     );
     reply.headers.push(("Connection", "close".into()));
     reply

@@ -311,19 +311,24 @@ impl App {
                 .map_err(|_| invalid("id", "a job id (a decimal number)"))?;
             parsed.push(id);
         }
+        let actions: Vec<Action> = parsed
+            .into_iter()
+            .map(|id| {
+                let queue = queue.clone();
+                match op {
+                    "retry" => Action::Retry { id, queue },
+                    "cancel" => Action::Cancel {
+                        id,
+                        queue,
+                        reason: CANCEL_REASON.into(),
+                    },
+                    _ => Action::Remove { id, queue },
+                }
+            })
+            .collect();
         let (mut done, mut refused) = (0usize, Vec::new());
-        for id in parsed {
-            let queue = queue.clone();
-            let action = match op {
-                "retry" => Action::Retry { id, queue },
-                "cancel" => Action::Cancel {
-                    id,
-                    queue,
-                    reason: CANCEL_REASON.into(),
-                },
-                _ => Action::Remove { id, queue },
-            };
-            match self.target.act(&action) {
+        for result in self.target.act_each(&actions) {
+            match result {
                 Ok(_) => done += 1,
                 Err(e) if status_of(&e) < 500 => refused.push(e.to_string()),
                 Err(e) => return Err(e),
@@ -459,9 +464,14 @@ impl api::Access for App {
     /// (none when no channel answers).
     fn workers(&self) -> crate::Result<serde_json::Value> {
         let mut value = api::workers_json(&self.pools);
+        // The app's pools when its channel answers at once; a page is never held up or
+        // failed by a channel that does not (a control file this user may not read, an app
+        // gone or hung).
         if let Some(path) = self.target.file_path()
-            && let Some(client) = crate::control::Client::for_file(path)?
-            && let Ok(theirs) = client.get("workers")
+            && let Ok(Some(client)) = crate::control::Client::for_file(path)
+            && let Ok(theirs) = client
+                .timeout(std::time::Duration::from_secs(2))
+                .get("workers")
             && let (Some(mine), Some(theirs)) =
                 (value["pools"].as_array_mut(), theirs["pools"].as_array())
         {

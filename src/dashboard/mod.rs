@@ -60,7 +60,9 @@
 //!   actions are refused (`403`) in read-only mode.
 //! - **Bounds**: at most 128 connections (more are closed at once; a refused request's
 //!   connection is closed after its answer), 8 KiB of request head read within 10 s, 16 KiB
-//!   of body within 10 s (`413` for more, `408` for slower), 5 minutes per connection. A
+//!   of body within 10 s (`413` for more, `408` for slower; an API enqueue by a bearer of
+//!   the token carries a payload of up to
+//!   [`PAYLOAD_BYTES_MAX_CAP`](crate::PAYLOAD_BYTES_MAX_CAP)), 5 minutes per connection. A
 //!   file's dashboard ([`Dashboard::for_file`]) answers its pages and actions one at a time.
 //!
 //! # Answers
@@ -73,8 +75,9 @@
 //! action on a job in the wrong state (retrying a ready job, removing a leased one,
 //! cancelling a completed one), with leaseq's message and nothing written: each action is
 //! one of the queue's calls ([`Queue::retry`], [`Queue::remove`], [`Queue::cancel`],
-//! [`Queue::promote`], [`Queue::requeue_dead_all`], [`Queue::pause`], [`Queue::resume`]),
-//! with their errors. For a file another process has open, an action goes through that
+//! [`Queue::promote`], [`Queue::requeue_dead_all`], [`Queue::purge`] of the dead,
+//! [`Queue::remove_schedule`], [`Queue::pause`], [`Queue::resume`]), with their errors; a
+//! bulk action is one call per job selected, each answered on its own. For a file another process has open, an action goes through that
 //! app's control channel when it opened one (`leaseq::control`, which it answers as its own
 //! calls), and is otherwise `409` (the file cannot be opened for writing; the page names the
 //! channel); a page is `409` once an app without live reads holds the file. `503` once the app closed its queue. `500` for a storage error

@@ -708,8 +708,9 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
     if before.is_some_and(|c| c.state() != state) {
         return Err(invalid("before", "a cursor of another state"));
     }
-    // Ended and dead jobs newest first (the latest failures on the first page), paged both
-    // ways; the other states in their own order (delivery, due time, deadline).
+    // Ended and dead jobs newest first (dead ones by id: the last enqueued first; ended ones
+    // by when they ended), paged both ways; the other states in their own order (delivery,
+    // due time, deadline).
     let newest_first = matches!(
         state,
         JobState::Dead | JobState::Completed | JobState::Cancelled

@@ -116,15 +116,76 @@ impl Target {
                         format!("{} is gone", path.display()),
                     )));
                 }
-                if let Some(client) = Client::for_file(path)? {
-                    match client.act(action) {
+                match Client::for_file(path) {
+                    Ok(Some(client)) => match client.act(action) {
                         // A control file left by an app that was killed: the file is free.
                         Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
                         answered => return answered,
+                    },
+                    Ok(None) => {}
+                    // A control file this user may not read, or not one: the file itself,
+                    // and that error if it is held.
+                    Err(e) => {
+                        return match Queue::open(path) {
+                            Ok(queue) => action.apply(&queue),
+                            Err(Error::AlreadyOpen { .. } | Error::HeldExclusively { .. }) => {
+                                Err(e)
+                            }
+                            Err(other) => Err(other),
+                        };
                     }
                 }
                 action.apply(&Queue::open(path)?)
             }
+        }
+    }
+}
+
+impl Target {
+    /// Carries each of `actions` out, one commit each, as [`Target::act`] would one by one,
+    /// but on a file through one channel client or one open of the file for them all.
+    /// Stops at the first error that is not a refusal (a storage failure, the file gone).
+    pub(crate) fn act_each(&self, actions: &[Action]) -> Vec<Result<Value>> {
+        let Target::File { path, .. } = self else {
+            return actions.iter().map(|a| self.act(a)).collect();
+        };
+        let refused =
+            |r: &Result<Value>| matches!(r, Err(e) if crate::control::api::status_of(e) < 500);
+        if let Ok(Some(client)) = Client::for_file(path) {
+            let mut out = Vec::with_capacity(actions.len());
+            for (i, action) in actions.iter().enumerate() {
+                let r = client.act(action);
+                if i == 0
+                    && matches!(&r, Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused)
+                {
+                    // Nobody answers there: the file itself, below.
+                    out.clear();
+                    break;
+                }
+                let stop = r.is_err() && !refused(&r);
+                out.push(r);
+                if stop {
+                    return out;
+                }
+            }
+            if out.len() == actions.len() {
+                return out;
+            }
+        }
+        match Queue::open(path) {
+            Ok(queue) => {
+                let mut out = Vec::with_capacity(actions.len());
+                for action in actions {
+                    let r = action.apply(&queue);
+                    let stop = r.is_err() && !refused(&r);
+                    out.push(r);
+                    if stop {
+                        break;
+                    }
+                }
+                out
+            }
+            Err(e) => vec![Err(e)],
         }
     }
 }

@@ -514,20 +514,46 @@ fn the_control_file_admits_the_queue_files_writers_and_outlives_no_app() {
         control::serve(&memory),
         Err(Error::InvalidOption { field: "queue", .. })
     ));
-    // A token the app chooses stays across restarts.
+    // A token the app chooses is admitted across restarts, beside the channel's own,
+    // which is new at every start and is the one the control file holds.
     let token = "a-token-the-app-keeps-0123";
-    let channel = control::Control::new(&app)
-        .token(token)
-        .serve()
-        .expect("serve");
-    assert_eq!(channel.token(), token);
-    drop(channel);
-    let channel = control::Control::new(&app)
-        .token(token)
-        .serve()
-        .expect("serve");
-    assert_eq!(channel.token(), token);
-    drop(channel);
+    let mut own_tokens = Vec::new();
+    for _ in 0..2 {
+        let channel = control::Control::new(&app)
+            .token(token)
+            .serve()
+            .expect("serve");
+        assert_ne!(channel.token(), token);
+        let text = std::fs::read_to_string(&control_file).expect("read");
+        assert!(
+            text.contains(channel.token()) && !text.contains(token),
+            "{text}"
+        );
+        for t in [token, channel.token()] {
+            let auth = format!("Bearer {t}");
+            let answer = send(
+                channel.local_addr(),
+                "GET",
+                "/api/v1",
+                &[("Authorization", &auth)],
+                "",
+            );
+            assert_eq!(answer.status, 200, "{}", answer.body);
+        }
+        own_tokens.push(channel.token().to_string());
+        drop(channel);
+    }
+    assert_ne!(own_tokens[0], own_tokens[1]);
+    // An older channel dropped after a newer one started leaves the newer one's file.
+    let older = control::serve(&app).expect("serve");
+    let newer = control::serve(&app).expect("serve");
+    drop(older);
+    let client = Client::for_file(&path)
+        .expect("read")
+        .expect("the newer file is there");
+    assert_eq!(client.addr(), newer.local_addr());
+    drop(newer);
+    assert!(!control_file.exists());
 }
 
 /// A shutdown is not held up by an open channel: the channel lets go of its handle, answers
@@ -542,6 +568,17 @@ fn a_shutdown_is_not_held_up_by_the_channel() {
     client.act(&Action::Pause { queue: None }).expect("pause");
     let report = app.shutdown(Duration::from_secs(5));
     assert!(report.released, "{report:?}");
+    // The channel removes its control file once the app closed the queue (it looks every
+    // 100 ms), so the tool opens the file itself from then on.
+    let control_file = control::control_file_path(&path);
+    let started = std::time::Instant::now();
+    while control_file.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the control file outlived the queue"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     match client.act(&Action::Resume { queue: None }) {
         Err(Error::Closed) => {}
         other => panic!("after the shutdown: {other:?}"),
@@ -787,5 +824,45 @@ fn the_workers_view_shows_each_pools_threads_and_counts() {
     let gone = client.get("workers").expect("workers");
     assert_eq!(gone["pools"][0]["state"], "gone");
     assert_eq!(gone["pools"][0]["stats"], Value::Null);
+    drop(channel);
+}
+
+/// A cancel's reason of 4 KiB of text that is not ASCII travels whole (in the body, not the
+/// head), and an enqueue's `Debug` (actions are logged) shows its payload's length only.
+#[test]
+fn long_reasons_travel_and_payloads_stay_out_of_logs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("app.leaseq");
+    let app = open_app(&path);
+    app.set_history(History::off().keep_jobs(10))
+        .expect("history");
+    let id = app
+        .enqueue(b"x", EnqueueOptions::default())
+        .expect("enqueue")
+        .id();
+    let channel = control::serve(&app).expect("serve");
+    let client = Client::for_file(&path).expect("read").expect("a channel");
+    let reason: String = "é".repeat(2000);
+    assert_eq!(reason.len(), 4000);
+    client
+        .act(&Action::Cancel {
+            id,
+            queue: None,
+            reason: reason.clone(),
+        })
+        .expect("cancel");
+    assert_eq!(
+        app.job(id).expect("job").expect("kept").cancel_reason,
+        Some(reason)
+    );
+    let secret = Enqueue {
+        payload: b"card 4111-1111".to_vec(),
+        ..Enqueue::default()
+    };
+    let shown = format!("{:?}", Action::Enqueue(secret));
+    assert!(
+        !shown.contains("4111") && shown.contains("payload_bytes: 14"),
+        "{shown}"
+    );
     drop(channel);
 }

@@ -329,3 +329,21 @@ fn read_commands_read_through_the_channel_of_an_app_without_live_reads() {
     assert!(shown.contains("line one\\nline two"), "{shown}");
     assert_eq!(beside[10].stdout, vec![0xff, 0x00]);
 }
+
+/// A control file that is not one (or one this user may not read), with no app running,
+/// does not stand in the way: the write command opens the file itself.
+#[test]
+fn a_broken_control_file_without_an_app_is_passed_by() {
+    let (_dir, path) = tmp();
+    drop(Queue::open(&path).unwrap());
+    let control_file = leaseq::control::control_file_path(&path);
+    std::fs::write(&control_file, b"not json").unwrap();
+    let o = run(&["pause", s(&path)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(Queue::open(&path).unwrap().is_paused());
+    // With an app holding the file, the same broken file is the error said.
+    let app = Queue::open(&path).unwrap();
+    let line = fails(&run(&["resume", s(&path)]), 2);
+    assert!(line.contains("not a leaseq control file"), "{line}");
+    assert!(app.is_paused());
+}
