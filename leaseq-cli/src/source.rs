@@ -116,25 +116,7 @@ impl Source {
         match self {
             Source::Local(r) => {
                 let q = self.reader(r, queue)?;
-                let s = q.stats().map_err(|e| self.fail(e))?;
-                let schedules = q.schedules().map_err(|e| self.fail(e))?.len();
-                let limit = q.rate_limit().map_err(|e| self.fail(e))?;
-                Ok(json!({
-                    "queue": q.name(),
-                    "total": s.total,
-                    "scheduled": s.scheduled,
-                    "ready": s.ready,
-                    "leased": s.leased,
-                    "dead": s.dead,
-                    "applied": s.applied,
-                    "dedup_keys": s.dedup_keys,
-                    "quarantined": s.quarantined,
-                    "paused": s.paused,
-                    "completed": s.completed,
-                    "cancelled": s.cancelled,
-                    "schedules": schedules,
-                    "rate_limit": limit.map(|l| json!({ "max": l.max, "per_ms": l.per_ms })),
-                }))
+                leaseq::json::stats(&q).map_err(|e| self.fail(e))
             }
             Source::Remote { client, .. } => {
                 let answer = self.get(

@@ -236,7 +236,7 @@ fn read(access: &dyn Access, rest: &str, asked: &Asked) -> Result<Option<Value>>
             let reader = access.reader()?;
             let mut out = Vec::new();
             for q in readers(&reader, asked.param("queue"))? {
-                out.push(stats_json(&q)?);
+                out.push(crate::json::stats(&q)?);
             }
             Ok(Some(json!({ "queues": out })))
         }
@@ -365,29 +365,6 @@ fn readers(reader: &Reader, selector: Option<&str>) -> Result<Vec<Reader>> {
             Ok(out)
         }
     }
-}
-
-/// One queue's counts, as the tool's `stats --json` writes them.
-pub(crate) fn stats_json(q: &Reader) -> Result<Value> {
-    let s = q.stats()?;
-    let schedules = q.schedules()?.len();
-    let limit = q.rate_limit()?;
-    Ok(json!({
-        "queue": q.name(),
-        "total": s.total,
-        "scheduled": s.scheduled,
-        "ready": s.ready,
-        "leased": s.leased,
-        "dead": s.dead,
-        "applied": s.applied,
-        "dedup_keys": s.dedup_keys,
-        "quarantined": s.quarantined,
-        "paused": s.paused,
-        "completed": s.completed,
-        "cancelled": s.cancelled,
-        "schedules": schedules,
-        "rate_limit": limit.map(|l| json!({ "max": l.max, "per_ms": l.per_ms })),
-    }))
 }
 
 /// The HTTP status of an error a read or an action met.

@@ -296,13 +296,7 @@ impl App {
                 ),
             ));
         }
-        let queue = Some(
-            form.get("q")
-                .map(String::as_str)
-                .filter(|q| !q.is_empty())
-                .unwrap_or(DEFAULT_QUEUE)
-                .to_string(),
-        );
+        let queue = form_queue(form);
         let mut parsed = Vec::with_capacity(ids.len());
         for text in ids {
             let id = text
@@ -368,14 +362,7 @@ impl App {
     /// Runs the action a form names ([`Action`], as the API's); returns what was done, for
     /// the notice.
     fn act(&self, form: &HashMap<String, String>) -> crate::Result<String> {
-        // The form's queue: its name, or none for the default queue.
-        let queue = Some(
-            form.get("q")
-                .map(String::as_str)
-                .filter(|q| !q.is_empty())
-                .unwrap_or(DEFAULT_QUEUE)
-                .to_string(),
-        );
+        let queue = form_queue(form);
         let op = form.get("op").map(String::as_str).unwrap_or("");
         let id = || -> crate::Result<JobId> {
             form.get("id")
@@ -504,6 +491,18 @@ impl Handler for App {
             BODY_BYTES_MAX
         }
     }
+}
+
+/// The queue a form names, as an [`Action`]'s selector: its `q`, or the default queue when
+/// it has none (a form always acts on one queue).
+fn form_queue(form: &HashMap<String, String>) -> Option<String> {
+    Some(
+        form.get("q")
+            .map(String::as_str)
+            .filter(|q| !q.is_empty())
+            .unwrap_or(DEFAULT_QUEUE)
+            .to_string(),
+    )
 }
 
 /// The HTTP status of an error a page or an action met (the API's).

@@ -311,6 +311,36 @@ impl JobView {
     }
 }
 
+/// One queue's counts as JSON: the line of `leaseq stats --json`, and an entry of the control
+/// channel's `GET /api/v1/stats`: `queue` (`null` for the default queue), the counts of
+/// [`Stats`](crate::Stats) by their names, `schedules` (how many), and `rate_limit`
+/// (`{"max":..,"per_ms":..}`, or `null`).
+///
+/// # Errors
+/// Those of [`Reader::stats`](crate::Reader::stats), [`Reader::schedules`](crate::Reader::schedules)
+/// and [`Reader::rate_limit`](crate::Reader::rate_limit).
+pub fn stats(q: &crate::Reader) -> crate::Result<serde_json::Value> {
+    let s = q.stats()?;
+    let schedules = q.schedules()?.len();
+    let limit = q.rate_limit()?;
+    Ok(serde_json::json!({
+        "queue": q.name(),
+        "total": s.total,
+        "scheduled": s.scheduled,
+        "ready": s.ready,
+        "leased": s.leased,
+        "dead": s.dead,
+        "applied": s.applied,
+        "dedup_keys": s.dedup_keys,
+        "quarantined": s.quarantined,
+        "paused": s.paused,
+        "completed": s.completed,
+        "cancelled": s.cancelled,
+        "schedules": schedules,
+        "rate_limit": limit.map(|l| serde_json::json!({ "max": l.max, "per_ms": l.per_ms })),
+    }))
+}
+
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
