@@ -6,6 +6,8 @@
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
+#[cfg(unix)]
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt, fchown};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
@@ -56,10 +58,7 @@ pub(crate) fn write(queue_path: &Path, found: &Found) -> Result<PathBuf> {
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create_new(true);
         #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
-        }
+        options.mode(0o600);
         let mut file = options.open(&temp)?;
         restrict(&file, queue_path)?;
         file.write_all(text.as_bytes())?;
@@ -82,12 +81,11 @@ pub(crate) fn write(queue_path: &Path, found: &Found) -> Result<PathBuf> {
 /// the directory's access list, inherited at creation.
 #[cfg(unix)]
 fn restrict(file: &std::fs::File, queue_path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let queue = std::fs::metadata(queue_path)?;
     let mut mode = 0o600;
     if queue.mode() & 0o060 == 0o060 {
         // The group may write the queue file: the same group may use the channel.
-        if std::os::unix::fs::fchown(file, None, Some(queue.gid())).is_ok() {
+        if fchown(file, None, Some(queue.gid())).is_ok() {
             mode |= 0o040;
         }
     }
