@@ -28,7 +28,11 @@ check, queues, schedules, export, watch, and dashboard's pages) open the file re
 it, never return a lease, and work beside a running app that opened the file with
 Builder::live_reads(true). Write commands open it as the library does: that returns the
 leases of a process that died, upgrades a file of an older format (said on stderr), and
-enqueues the jobs of schedules due while the file was closed.";
+enqueues the jobs of schedules due while the file was closed.
+
+Beside a running app that opened its control channel (leaseq::control::serve), the write
+commands but compact and import go through the app, and stats, ls, show and queues read
+through it (docs/cli.md, \"Beside a running app\").";
 
 /// What every subcommand's help ends with.
 const EXIT_CODES: &str = "\
@@ -119,7 +123,8 @@ pub enum Command {
     /// dead letters, schedules, with retry, retry all dead, remove, cancel, promote, pause and
     /// resume. Prints its URL
     /// once, with the access token. Pages read the file read-only (beside an app opened with
-    /// live reads); an action opens it for writing, refused while an app has it open.
+    /// live reads); an action goes through the app's control channel when it opened one,
+    /// else opens the file for writing, refused while an app has it open.
     #[command(after_help = EXIT_CODES)]
     Dashboard(DashboardArgs),
 }

@@ -451,7 +451,8 @@ pub fn import(a: &ImportArgs) -> CliResult {
             Box::new(file)
         }
     };
-    let root = files::open(&a.file, Missing::Create)?;
+    let root = files::open(&a.file, Missing::Create)
+        .map_err(|f| crate::write::needs_the_file(f, "import", &a.file))?;
     let path = path_of(&root).to_path_buf();
     let existing: BTreeSet<String> = root
         .queue_names()

@@ -108,6 +108,20 @@ fn act(file: &Path, missing: Missing, builder: Builder, action: &Action) -> CliR
     action.apply(&queue).map_err(|e| Fail::leaseq(file, e))
 }
 
+/// A command that needs the file to itself (`compact`, `import`) refused beside a running
+/// app: said so, with what works, whatever the app opened.
+pub fn needs_the_file(f: Fail, command: &str, path: &Path) -> Fail {
+    if !f.held {
+        return f;
+    }
+    Fail::error(format!(
+        "{}: in use by another process: {command} needs the file to itself, even beside an app \
+         with a control channel; stop the app first (or call it from the app: Queue::compact, \
+         Queue::import_batch)",
+        path.display()
+    ))
+}
+
 /// The tool's name of the queue an answer names (`null`: the default queue).
 fn label(queue: &Value) -> &str {
     queue.as_str().unwrap_or(files::DEFAULT_QUEUE)
@@ -352,7 +366,8 @@ fn file_bytes(path: &Path) -> CliResult<u64> {
 
 /// `leaseq compact`.
 pub fn compact(a: &FileArg) -> CliResult {
-    let mut queue = files::open(&a.file, Missing::Refuse)?;
+    let mut queue =
+        files::open(&a.file, Missing::Refuse).map_err(|f| needs_the_file(f, "compact", &a.file))?;
     let before = file_bytes(&a.file)?;
     let bar = files::bar(None, "compacting");
     let compacted = queue.compact();

@@ -182,7 +182,20 @@ pub(crate) fn answer(access: &dyn Access, asked: &Asked) -> Reply {
             Err(e) => Reply::json(status_of(&e), &error_json(&e)),
         };
     }
+    // An action asked with GET, or a read with POST: the method is wrong, not the route.
+    let action_route = !matches!(
+        Action::from_request(rest, &HashMap::new(), Vec::new()),
+        Ok(None)
+    );
+    let read_route = !action_route
+        && (matches!(rest, "" | "stats" | "jobs" | "workers") || rest.starts_with("jobs/"));
     let found = match asked.method.as_str() {
+        "GET" | "HEAD" if action_route => {
+            return error_reply(405, "method_not_allowed", "an action is a POST request");
+        }
+        "POST" if read_route => {
+            return error_reply(405, "method_not_allowed", "a read is a GET request");
+        }
         "GET" | "HEAD" => read(access, rest, asked),
         "POST" => match Action::from_request(rest, &asked.query, asked.body.clone()) {
             Ok(Some(action)) => {

@@ -384,7 +384,10 @@ fn refused_requests_write_nothing() {
         ("POST", "/api/v1/enqueue?lease_ms=0", 400, "invalid_option"),
         ("POST", "/api/v1/schedule-remove", 400, "invalid_option"),
         ("POST", "/api/v1/explode", 404, "no_route"),
-        ("GET", "/api/v1/pause", 404, "no_route"),
+        ("GET", "/api/v1/pause", 405, "method_not_allowed"),
+        ("GET", "/api/v1/jobs/3/cancel", 405, "method_not_allowed"),
+        ("POST", "/api/v1/stats", 405, "method_not_allowed"),
+        ("POST", "/api/v1/jobs/3", 405, "method_not_allowed"),
         ("PUT", "/api/v1/pause", 405, "method_not_allowed"),
         ("GET", "/", 404, "no_route"),
     ] {

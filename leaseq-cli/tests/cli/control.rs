@@ -168,6 +168,9 @@ fn write_commands_act_on_a_running_app_through_its_control_channel() {
     // compact needs the file to itself: refused, saying so.
     let line = fails(&run(&["compact", p]), 2);
     assert!(line.contains("in use"), "{line}");
+    assert!(line.contains("compact needs the file to itself"), "{line}");
+    let line = fails(&run(&["import", p]), 2);
+    assert!(line.contains("import needs the file to itself"), "{line}");
 
     // The file was the app's alone all along.
     assert!(matches!(Queue::open(&path), Err(Error::AlreadyOpen { .. })));
