@@ -126,6 +126,14 @@ impl Browser {
 
     /// One DevTools command; its result (events met meanwhile are skipped).
     fn call(&mut self, method: &str, params: Value) -> Value {
+        match self.try_call(method, params) {
+            Ok(result) => result,
+            Err(reply) => panic!("{method}: {reply}"),
+        }
+    }
+
+    /// One DevTools command; its result, or the whole reply when it is an error.
+    fn try_call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
         let id = self.next_id;
         self.next_id += 1;
         let mut message = json!({"id": id, "method": method, "params": params});
@@ -143,33 +151,57 @@ impl Browser {
             };
             let reply: Value = serde_json::from_str(text.as_str()).expect("a JSON message");
             if reply["id"] == id {
-                assert!(reply["error"].is_null(), "{method}: {reply}");
-                return reply["result"].clone();
+                if !reply["error"].is_null() {
+                    return Err(reply);
+                }
+                return Ok(reply["result"].clone());
             }
         }
     }
 
     /// Evaluates `script` in the page; its value (promises awaited).
     fn eval(&mut self, script: &str) -> Value {
-        let result = self.call(
+        match self.try_eval(script) {
+            Some(value) => value,
+            None => panic!("{script}: the page navigated while it ran"),
+        }
+    }
+
+    /// As [`Browser::eval`], but `None` when the page navigated away while the script ran
+    /// (a click on a link, a form's submit or a refresh racing the evaluation).
+    fn try_eval(&mut self, script: &str) -> Option<Value> {
+        let result = match self.try_call(
             "Runtime.evaluate",
             json!({"expression": script, "returnByValue": true, "awaitPromise": true}),
-        );
+        ) {
+            Ok(result) => result,
+            Err(reply) => {
+                let message = reply["error"]["message"].as_str().unwrap_or_default();
+                assert!(
+                    message.contains("navigated or closed")
+                        || message.contains("Cannot find context"),
+                    "Runtime.evaluate: {reply}"
+                );
+                return None;
+            }
+        };
         assert!(
             result["exceptionDetails"].is_null(),
             "{script}: {}",
             result["exceptionDetails"]
         );
-        result["result"]["value"].clone()
+        Some(result["result"]["value"].clone())
     }
 
     /// Waits until `script` is truthy in the page; returns its value.
     fn wait_for(&mut self, script: &str, what: &str) -> Value {
         let started = Instant::now();
         loop {
-            let value = self.eval(&format!(
-                "(() => {{ try {{ return {script}; }} catch (_) {{ return null; }} }})()"
-            ));
+            let value = self
+                .try_eval(&format!(
+                    "(() => {{ try {{ return {script}; }} catch (_) {{ return null; }} }})()"
+                ))
+                .unwrap_or(Value::Null);
             let truthy = match &value {
                 Value::Null => false,
                 Value::Bool(b) => *b,
@@ -179,7 +211,9 @@ impl Browser {
             if truthy {
                 return value;
             }
-            let page = self.eval("document.body ? document.body.innerText.slice(0, 2000) : ''");
+            let page = self
+                .try_eval("document.body ? document.body.innerText.slice(0, 2000) : ''")
+                .unwrap_or_default();
             assert!(
                 started.elapsed() < STEP,
                 "waited for {what}; the page shows: {page}"
@@ -192,11 +226,12 @@ impl Browser {
         self.call("Page.navigate", json!({"url": url}));
     }
 
-    /// Clicks the first element `selector` finds (confirmation dialogs answered yes).
+    /// Clicks the first element `selector` finds (confirmation dialogs answered yes). The
+    /// click runs after the script has answered, so a navigation it starts cannot race it.
     fn click(&mut self, selector: &str) {
         let found = self.eval(&format!(
             "(() => {{ window.confirm = () => true; const el = document.querySelector({sel}); \
-             if (!el) return false; el.click(); return true; }})()",
+             if (!el) return false; setTimeout(() => el.click(), 0); return true; }})()",
             sel = json!(selector)
         ));
         assert_eq!(found, Value::Bool(true), "nothing to click at {selector}");
