@@ -254,6 +254,17 @@ impl GroupLog<'_> {
         self.listening
     }
 
+    /// Counts a delivery of queue `queue_number` whose consumer ended it after it ran `ms`
+    /// (in the tally's run times). Published with the group's counts.
+    pub(crate) fn run(self, queue_number: u32, ms: u64) {
+        if self.counting {
+            self.record
+                .tally
+                .borrow_mut()
+                .add_run(queue_number, crate::format::run_time::bucket(ms));
+        }
+    }
+
     /// Records `event` of queue `queue_number`: counted in the tally if it is a metric,
     /// kept for the subscribers if anyone listens. Published once the group commits.
     pub(crate) fn event(self, queue_number: u32, event: Event) {

@@ -1140,6 +1140,8 @@ fn init_tables(db: &Database) -> Result<()> {
                 .map_err(foreign)?;
             tx.open_table(crate::format::schema::METRICS)
                 .map_err(foreign)?;
+            tx.open_table(crate::format::schema::RUN_TIMES)
+                .map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {
@@ -1188,6 +1190,7 @@ fn validate_attach(rtx: &redb::ReadTransaction) -> Result<()> {
     refuse_other_types(rtx, crate::format::schema::SCHEDULE_INSTANCES)?;
     refuse_other_types(rtx, crate::format::schema::RATE_LIMITS)?;
     refuse_other_types(rtx, crate::format::schema::METRICS)?;
+    refuse_other_types(rtx, crate::format::schema::RUN_TIMES)?;
     if let Ok(meta) = rtx.open_table(META)
         && let Some(found) = meta.get(META_FORMAT_VERSION)?.map(|v| v.value())
         && found > FORMAT_VERSION

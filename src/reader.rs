@@ -369,6 +369,18 @@ impl Reader {
         self.read(|rtx, schema| store::rate_limit_of(rtx, schema.queue_number))
     }
 
+    /// When this queue's rate limit ([`Queue::set_rate_limit`](crate::Queue::set_rate_limit))
+    /// lets a delivery through again, if its window is used up at `now_ms` (Unix ms, by
+    /// the clock that set it: pass the app's clock's time): the end of that window, in Unix
+    /// ms. `None` without a limit or while the window has room: ready jobs are held back by
+    /// the limit only until then (BullMQ's `getRateLimitTtl`).
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn rate_limited_until(&self, now_ms: u64) -> Result<Option<u64>> {
+        self.read(|rtx, schema| store::limited_until(rtx, schema.queue_number, now_ms))
+    }
+
     /// What this queue keeps of its completed jobs, as
     /// [`Queue::history`](crate::Queue::history).
     ///
@@ -416,34 +428,15 @@ impl Reader {
     /// `Storage`.
     pub fn metrics(&self, since_ms: u64) -> Result<Vec<MinuteCounts>> {
         let queue_number = self.schema.queue_number;
-        let mut stored = self.read(|rtx, _| store::metrics_of(rtx, queue_number, since_ms))?;
-        let Source::Writer(file) = &self.inner.source else {
-            return Ok(stored);
-        };
-        // This process's counts not written yet (at most a second's).
-        let first_minute = since_ms / 60_000;
-        for (q, kind, minute, n) in file.pending_metrics() {
-            if q != queue_number || minute < first_minute {
-                continue;
-            }
-            let at = stored.partition_point(|c| c.minute_ms / 60_000 < minute);
-            if stored
-                .get(at)
-                .is_none_or(|c| c.minute_ms / 60_000 != minute)
-            {
-                stored.insert(
-                    at,
-                    MinuteCounts {
-                        minute_ms: minute.saturating_mul(60_000),
-                        ..MinuteCounts::default()
-                    },
-                );
-            }
-            if let Some(slot) = stored[at].slot(usize::from(kind)) {
-                *slot = slot.saturating_add(n);
-            }
-        }
-        Ok(stored)
+        self.read(|rtx, _| {
+            // This process's counts not written yet (at most a second's), taken after the
+            // snapshot: a row written meanwhile is in neither, never in both.
+            let pending = match &self.inner.source {
+                Source::Writer(file) => file.pending_metrics(),
+                _ => Vec::new(),
+            };
+            store::metrics_with(rtx, queue_number, since_ms, &pending)
+        })
     }
 
     /// Every invariant of the file, over one snapshot, as [`Queue::check`](crate::Queue::check):

@@ -433,6 +433,10 @@ pub struct DashboardArgs {
     /// with TLS in front).
     #[arg(long)]
     pub allow_remote: bool,
+    /// Mark a leased job stalled once it has run this long (its heartbeats may keep its
+    /// lease alive while it hangs); a job whose lease lapsed is marked stalled anyway.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub stalled_after: Option<Duration>,
 }
 
 /// `leaseq schedule-remove`.

@@ -14,9 +14,16 @@ pub fn dashboard(a: &DashboardArgs) -> CliResult {
     // The file's errors (not leaseq's, held exclusively, unreadable) said as the read
     // commands say them; what is left for `serve` is the address's.
     drop(files::open_reader_quietly(&a.file, true)?);
-    let server = Dashboard::for_file(&a.file)
+    let mut dashboard = Dashboard::for_file(&a.file)
         .read_only(a.read_only)
-        .allow_remote(a.allow_remote)
+        .allow_remote(a.allow_remote);
+    if let Some(limit) = a.stalled_after {
+        if limit.is_zero() {
+            return Err(Fail::error("--stalled-after: at least 1ms"));
+        }
+        dashboard = dashboard.stalled_after(limit);
+    }
+    let server = dashboard
         .serve(a.addr.as_str())
         .map_err(|e| match e {
             leaseq::Error::Io(io) if io.kind() == std::io::ErrorKind::AddrInUse => {

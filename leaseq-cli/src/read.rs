@@ -295,6 +295,7 @@ pub fn show(a: &ShowArgs) -> CliResult {
         ("run_at", time(number("run_at_ms").unwrap_or(0))),
         ("created", time(number("created_ms").unwrap_or(0))),
         ("died", or_dash(number("died_ms").map(time))),
+        ("leased", or_dash(number("leased_ms").map(time))),
         (
             "lease_deadline",
             or_dash(number("lease_deadline_ms").map(time)),

@@ -81,6 +81,7 @@ pub(crate) fn workers_json(pools: &[PoolMonitor]) -> Value {
                     "lost": s.lost,
                     "cancelled": s.cancelled,
                     "heartbeats": s.heartbeats,
+                    "last_heartbeat_ms": s.last_heartbeat_ms,
                     "heartbeats_lost": s.heartbeats_lost,
                     "errors": s.errors,
                 })),

@@ -35,6 +35,9 @@ pub(super) struct App {
     hosts: Vec<String>,
     /// The worker pools the app showed ([`Dashboard::pool`](super::Dashboard::pool)).
     pools: Vec<crate::PoolMonitor>,
+    /// A leased job that has run longer is marked stalled
+    /// ([`Dashboard::stalled_after`](super::Dashboard::stalled_after)), in ms.
+    pub(super) stalled_after_ms: Option<u64>,
 }
 
 impl App {
@@ -67,6 +70,7 @@ impl App {
             cookie: format!("leaseq_dashboard_{port}"),
             hosts,
             pools,
+            stalled_after_ms: None,
         }
     }
 

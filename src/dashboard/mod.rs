@@ -88,6 +88,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use crate::{Error, Queue, Result};
 
@@ -122,6 +123,7 @@ pub struct Dashboard {
     allow_remote: bool,
     token: Option<String>,
     pools: Vec<crate::PoolMonitor>,
+    stalled_after: Option<Duration>,
 }
 
 impl Dashboard {
@@ -159,6 +161,7 @@ impl Dashboard {
             allow_remote: false,
             token: None,
             pools: Vec::new(),
+            stalled_after: None,
         }
     }
 
@@ -170,6 +173,17 @@ impl Dashboard {
     /// (`Control::pool`).
     pub fn pool(mut self, monitor: crate::PoolMonitor) -> Dashboard {
         self.pools.push(monitor);
+        self
+    }
+
+    /// Marks a leased job stalled once it has run longer than `limit` since its dequeue
+    /// ([`JobInfo::leased_ms`](crate::JobInfo::leased_ms)), as Sidekiq's Busy page and Oban
+    /// Web show how long each job runs: a hung handler whose heartbeats keep extending its
+    /// lease looks healthy otherwise. A job whose lease ended without an extend is marked
+    /// stalled whatever this says. Default: none (only lapsed leases). Whole milliseconds;
+    /// `serve` refuses zero with `InvalidOption`.
+    pub fn stalled_after(mut self, limit: Duration) -> Dashboard {
+        self.stalled_after = Some(limit);
         self
     }
 
@@ -205,8 +219,8 @@ impl Dashboard {
     ///
     /// # Errors
     /// - `InvalidOption` for an address that does not parse or resolves to nothing, one that
-    ///   is not loopback without [`Dashboard::allow_remote`], or a token outside the rules
-    ///   of [`Dashboard::token`];
+    ///   is not loopback without [`Dashboard::allow_remote`], a token outside the rules
+    ///   of [`Dashboard::token`], or a zero [`Dashboard::stalled_after`];
     /// - `Io` if the address cannot be listened on (in use, not permitted), the system gives
     ///   no random bytes (the tokens), or no thread or runtime can be started;
     /// - for a file, the errors of [`Builder::open_reader`](crate::Builder::open_reader):
@@ -232,6 +246,13 @@ impl Dashboard {
             Some(token) => validate_token(token)?,
             None => random_token()?,
         };
+        let stalled_after_ms = match self.stalled_after {
+            Some(limit) if limit.as_millis() == 0 => {
+                return Err(invalid("stalled_after", "must be at least 1 ms"));
+            }
+            Some(limit) => Some(u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)),
+            None => None,
+        };
         if let view::Target::File { .. } = self.target {
             drop(self.target.view(None)?);
         }
@@ -242,7 +263,7 @@ impl Dashboard {
             ))
         })?;
         let local_addr = listener.local_addr()?;
-        let app = http::App::new(
+        let mut app = http::App::new(
             self.target,
             self.read_only,
             self.allow_remote,
@@ -251,6 +272,7 @@ impl Dashboard {
             local_addr,
             self.pools,
         );
+        app.stalled_after_ms = stalled_after_ms;
         let running = server::Running::start(listener, Arc::new(app))?;
         tracing::info!(addr = %local_addr, "leaseq: dashboard listening");
         Ok(Server {

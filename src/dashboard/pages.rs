@@ -291,6 +291,7 @@ pub(super) fn overview(app: &App, asked: &Asked) -> Result<Page> {
         body.push_str("</tr></table>");
         body.push_str(&waiting(&v, &stats, now)?);
         body.push_str(&rates(&minutes, now));
+        body.push_str(&run_times(&minutes, now));
         body.push_str(&chart(&minutes, now));
         let dead = v.latest_dead(LATEST_DEAD)?;
         if !dead.is_empty() {
@@ -330,6 +331,7 @@ pub(super) fn overview(app: &App, asked: &Asked) -> Result<Page> {
 /// channel shows), its threads busy and idle and its counts. Empty without pools.
 fn workers(app: &App) -> Result<String> {
     let doc = crate::control::api::Access::workers(app)?;
+    let now = now_ms();
     let Some(pools) = doc["pools"].as_array().filter(|p| !p.is_empty()) else {
         return Ok(String::new());
     };
@@ -337,7 +339,7 @@ fn workers(app: &App) -> Result<String> {
         "<section class=\"workers\"><h2>Workers</h2><table class=\"workers\"><thead><tr>\
          <th>pool</th><th>queue</th><th>state</th><th>busy</th><th>idle</th><th>jobs</th>\
          <th>acked</th><th>retried</th><th>dead</th><th>timed out</th><th>heartbeats</th>\
-         <th>lost</th><th>errors</th></tr></thead><tbody>",
+         <th>last heartbeat</th><th>lost</th><th>errors</th></tr></thead><tbody>",
     );
     let n = |v: &serde_json::Value| v.as_u64().map_or("-".to_string(), |n| n.to_string());
     for p in pools {
@@ -347,7 +349,8 @@ fn workers(app: &App) -> Result<String> {
             "<tr data-pool=\"{name}\" data-state=\"{state}\"><td>{name}</td><td>{queue}</td>\
              <td>{state}</td><td data-busy>{busy}</td><td>{idle}</td><td>{jobs}</td>\
              <td>{acked}</td><td>{retried}</td><td>{dead}</td><td>{timed_out}</td>\
-             <td>{beats}</td><td>{lost}</td><td>{errors}</td></tr>",
+             <td>{beats}</td><td data-last-heartbeat>{last}</td><td>{lost}</td>\
+             <td>{errors}</td></tr>",
             name = esc(&short(p["name"].as_str().unwrap_or("?"), 80)),
             queue = queue_label(p["queue"].as_str()),
             state = esc(p["state"].as_str().unwrap_or("?")),
@@ -359,6 +362,9 @@ fn workers(app: &App) -> Result<String> {
             dead = n(&st["dead"]),
             timed_out = n(&st["timed_out"]),
             beats = n(&st["heartbeats"]),
+            last = st["last_heartbeat_ms"]
+                .as_u64()
+                .map_or("-".to_string(), |ms| when(ms, now)),
             lost = n(&st["heartbeats_lost"]),
             errors = n(&st["errors"]),
         );
@@ -400,6 +406,13 @@ fn waiting(v: &Reader, stats: &Stats, now: u64) -> Result<String> {
             }
             if stats.paused {
                 out.push_str(": nothing is delivered while the queue is paused");
+            } else if let Some(until) = v.rate_limited_until(now)? {
+                let _ = write!(
+                    out,
+                    ": <span data-rate-limited-until=\"{until}\">the rate limit's window is used \
+                     up until {}</span>",
+                    when(until, now)
+                );
             }
             out.push('.');
         }
@@ -407,6 +420,45 @@ fn waiting(v: &Reader, stats: &Stats, now: u64) -> Result<String> {
     }
     out.push_str("</p>");
     Ok(out)
+}
+
+/// How many whole minutes with runs the overview lists.
+const RUN_MINUTES_SHOWN: usize = 5;
+
+/// How long jobs run: the last whole minutes in which consumers ended deliveries, each with
+/// its runs and their median and 95th percentile (upper bounds, `MinuteCounts::run_ms_p50`).
+/// Empty when nothing ran in the last 24 hours.
+fn run_times(minutes: &[MinuteCounts], now: u64) -> String {
+    let current = now / 60_000 * 60_000;
+    let ran: Vec<&MinuteCounts> = minutes
+        .iter()
+        .filter(|m| m.runs > 0 && m.minute_ms < current)
+        .collect();
+    if ran.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<table class=\"run-times\" title=\"time from dequeue to ack, nack, fail or snooze; \
+         each percentile is an upper bound, at most a quarter above\"><thead><tr>\
+         <th>run time, minute</th><th>runs</th><th>p50</th><th>p95</th></tr></thead><tbody>",
+    );
+    let ms = |v: Option<u64>| v.map_or("-".to_string(), span);
+    for m in ran.iter().rev().take(RUN_MINUTES_SHOWN) {
+        let _ = write!(
+            out,
+            "<tr data-run-minute=\"{minute}\"><td>{when}</td><td>{runs}</td>\
+             <td data-run-p50=\"{p50v}\">≤ {p50}</td><td data-run-p95=\"{p95v}\">≤ {p95}</td></tr>",
+            minute = m.minute_ms,
+            when = when(m.minute_ms, now),
+            runs = m.runs,
+            p50v = m.run_ms_p50.unwrap_or(0),
+            p95v = m.run_ms_p95.unwrap_or(0),
+            p50 = ms(m.run_ms_p50),
+            p95 = ms(m.run_ms_p95),
+        );
+    }
+    out.push_str("</tbody></table>");
+    out
 }
 
 /// The last hour's and the last 24 hours' totals, and the rates per second over the current
@@ -638,9 +690,32 @@ fn progress_html(job: &JobInfo) -> String {
     out
 }
 
+/// What holds a queue's ready jobs back as a whole: its pause, or its rate limit's window
+/// used up (until when, Unix ms).
+#[derive(Clone, Copy)]
+struct HeldBack {
+    paused: bool,
+    rate_limited_until: Option<u64>,
+}
+
+impl HeldBack {
+    fn of(v: &Reader, paused: bool, now: u64) -> Result<HeldBack> {
+        Ok(HeldBack {
+            paused,
+            rate_limited_until: v.rate_limited_until(now)?,
+        })
+    }
+}
+
 /// Why a ready job does not move, when something says: held behind its group's head (a
-/// link to it), or its queue paused. Empty otherwise.
-fn why_waiting(v: &Reader, q: Option<&str>, job: &JobInfo, paused: bool) -> Result<String> {
+/// link to it), its queue paused, or its queue's rate limit. Empty otherwise.
+fn why_waiting(
+    v: &Reader,
+    q: Option<&str>,
+    job: &JobInfo,
+    held: HeldBack,
+    now: u64,
+) -> Result<String> {
     if job.state != JobState::Ready {
         return Ok(String::new());
     }
@@ -654,31 +729,65 @@ fn why_waiting(v: &Reader, q: Option<&str>, job: &JobInfo, paused: bool) -> Resu
             link("/job", q, &[("id", &head.to_string())])
         ));
     }
-    if paused {
+    if held.paused {
         return Ok(
             " <span class=\"badge paused\" data-waiting=\"paused\" title=\"a paused \
                    queue delivers nothing until resumed\">queue paused</span>"
                 .into(),
         );
     }
+    if let Some(until) = held.rate_limited_until {
+        return Ok(format!(
+            " <span class=\"badge limited\" data-waiting=\"rate-limited\" title=\"the \
+             queue's rate limit allows no more deliveries in this window\">rate limited until \
+             {}</span>",
+            when(until, now)
+        ));
+    }
     Ok(String::new())
 }
 
-/// The time a list shows for a job, by state. A leased job whose deadline passed is marked
-/// stalled: its worker stopped extending the lease (no heartbeat) and the job is delivered
-/// again at the next dequeue.
-fn job_time(job: &JobInfo, now: u64) -> String {
+/// The time a list shows for a job, by state. A leased job shows how long it has run. It is
+/// marked stalled when its deadline passed (its worker stopped extending the lease: no
+/// heartbeat; the job is delivered again at the next dequeue), or when it has run longer
+/// than `stalled_after_ms` (`Dashboard::stalled_after`: heartbeats keep a hung job's lease
+/// alive).
+fn job_time(job: &JobInfo, now: u64, stalled_after_ms: Option<u64>) -> String {
     match job.state {
-        JobState::Leased => match job.lease_deadline_ms {
-            Some(deadline) if deadline <= now => format!(
-                "<span class=\"badge stalled\" data-stalled=\"1\" title=\"the lease ended \
-                 without an ack or an extend: its worker is gone or hung; the job is \
-                 delivered again\">stalled</span> lease ended {}",
-                when(deadline, now)
-            ),
-            Some(deadline) => format!("lease ends {}", when(deadline, now)),
-            None => String::new(),
-        },
+        JobState::Leased => {
+            let running = job.leased_ms.map_or(String::new(), |started| {
+                format!(
+                    "<span data-running-ms=\"{ran}\">running {}</span> · ",
+                    span(now.saturating_sub(started)),
+                    ran = now.saturating_sub(started),
+                )
+            });
+            let long = job
+                .leased_ms
+                .zip(stalled_after_ms)
+                .and_then(|(started, limit)| {
+                    let ran = now.saturating_sub(started);
+                    (ran > limit).then_some(ran)
+                });
+            match job.lease_deadline_ms {
+                Some(deadline) if deadline <= now => format!(
+                    "<span class=\"badge stalled\" data-stalled=\"lapsed\" title=\"the lease \
+                     ended without an ack or an extend: its worker is gone or hung; the job \
+                     is delivered again\">stalled</span> {running}lease ended {}",
+                    when(deadline, now)
+                ),
+                Some(deadline) if long.is_some() => format!(
+                    "<span class=\"badge stalled\" data-stalled=\"long\" title=\"it has run \
+                     longer than the {} this dashboard was told to allow: its heartbeats \
+                     keep the lease alive, but the work may hang\">stalled</span> \
+                     {running}lease ends {}",
+                    span(stalled_after_ms.unwrap_or(0)),
+                    when(deadline, now)
+                ),
+                Some(deadline) => format!("{running}lease ends {}", when(deadline, now)),
+                None => running,
+            }
+        }
         JobState::Scheduled => format!("due {}", when(job.run_at_ms, now)),
         JobState::Ready => format!("ready {}", when(job.run_at_ms, now)),
         JobState::Dead => format!("died {}", when(job.died_ms.unwrap_or(job.run_at_ms), now)),
@@ -835,8 +944,9 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
              <th>priority</th><th>keys</th><th>progress, last error</th><th></th></tr></thead>\
              <tbody>",
         );
+        let held = HeldBack::of(&view, stats.paused, now)?;
         for job in &found {
-            let why = why_waiting(&view, q, job, stats.paused)?;
+            let why = why_waiting(&view, q, job, held, now)?;
             let select = if app.read_only {
                 String::new()
             } else {
@@ -854,7 +964,7 @@ pub(super) fn jobs(app: &App, asked: &Asked) -> Result<Page> {
                  <td class=\"error\">{progress}{error}</td><td>{actions}</td></tr>",
                 id = job.id,
                 href = link("/job", q, &[("id", &job.id.to_string())]),
-                time = job_time(job, now),
+                time = job_time(job, now, app.stalled_after_ms),
                 attempts = job.attempts,
                 max = job.max_attempts,
                 priority = job.priority,
@@ -1017,7 +1127,7 @@ pub(super) fn search(app: &App, asked: &Asked) -> Result<Page> {
                  </tr>",
                 id = job.id,
                 href = link("/job", q, &[("id", &job.id.to_string())]),
-                time = job_time(job, now),
+                time = job_time(job, now, app.stalled_after_ms),
                 attempts = job.attempts,
                 max = job.max_attempts,
                 keys = keys(job),
@@ -1076,8 +1186,8 @@ pub(super) fn job(app: &App, asked: &Asked) -> Result<Page> {
             "when",
             format!(
                 "{}{}",
-                job_time(&job, now),
-                why_waiting(&v, q, &job, v.stats()?.paused)?
+                job_time(&job, now, app.stalled_after_ms),
+                why_waiting(&v, q, &job, HeldBack::of(&v, v.stats()?.paused, now)?, now)?
             ),
         ),
         ("enqueued", when(job.created_ms, now)),
@@ -1387,6 +1497,7 @@ pub(super) fn overview_json(app: &App) -> Result<String> {
                 serde_json::json!({
                     "minute_ms": m.minute_ms, "enqueued": m.enqueued, "completed": m.completed,
                     "retried": m.retried, "dead": m.dead, "cancelled": m.cancelled,
+                    "runs": m.runs, "run_ms_p50": m.run_ms_p50, "run_ms_p95": m.run_ms_p95,
                 })
             })
             .collect();

@@ -390,6 +390,7 @@ table_types! {
     16 => ((&'static [u8], u64), ()),
     17 => ((&'static [u8], u64), u64),
     18 => (u64, (u64, &'static str, &'static [u8])),
+    19 => ((u32, u64, u8), u64),
 }
 
 #[cfg(test)]
@@ -416,6 +417,7 @@ mod tests {
             code_of(schema::SCHEDULE_INSTANCES),
             code_of(schema::RATE_LIMITS),
             code_of(schema::METRICS),
+            code_of(schema::RUN_TIMES),
         ];
         for s in [&DEFAULT_SCHEMA, QueueSchema::named(3)] {
             all.extend([
@@ -439,7 +441,7 @@ mod tests {
                 code_of(s.held()),
             ]);
         }
-        assert_eq!(all.len(), 9 + 2 * 18);
+        assert_eq!(all.len(), 10 + 2 * 18);
         assert!(all.iter().all(|(_, c)| known_code(*c)));
         assert_eq!(type_code::<u64, u64>(), None, "a caller's type has no code");
     }

@@ -5,7 +5,7 @@
 use redb::TableDefinition;
 
 /// The format version this build writes, and the newest it reads.
-pub const FORMAT_VERSION: u64 = 11;
+pub const FORMAT_VERSION: u64 = 12;
 
 pub(crate) type ReadyKey = (u32, u64, u64);
 
@@ -43,6 +43,15 @@ pub(crate) const RATE_LIMITS: TableDefinition<u32, (u64, u64, u64, u64)> =
 /// counts in a queue removes up to 64 older rows of each kind of that queue. Since format 9.
 pub(crate) const METRICS: TableDefinition<(u32, u8, u64), u64> =
     TableDefinition::new("leaseq_metrics");
+/// How long the deliveries each queue's consumers ended in each minute ran, as a histogram:
+/// (queue number, minute since the Unix epoch, bucket) → how many runs fell in the bucket
+/// (never 0). Bucket `b` holds runs of `b` ms for `b` < 8, then four buckets per doubling
+/// (`format::run_time::bucket`), [`RUN_BUCKETS`] of them. Kept and pruned as
+/// `leaseq_metrics` is. Since format 12.
+pub(crate) const RUN_TIMES: TableDefinition<(u32, u64, u8), u64> =
+    TableDefinition::new("leaseq_run_times");
+/// How many run-time buckets `leaseq_run_times` holds (0 to this, exclusive).
+pub(crate) const RUN_BUCKETS: u8 = super::run_time::BUCKETS;
 /// How many kinds of metric `leaseq_metrics` holds (the kinds are 0 to this, exclusive).
 pub(crate) const METRIC_KINDS: u8 = crate::metrics::METRIC_KINDS as u8;
 /// A quarantined row: when it was moved aside (Unix ms), why, and its bytes as they were found.

@@ -290,9 +290,15 @@ pub struct JobInfo {
     pub max_attempts: u32,
     /// Priority (lower is served first).
     pub priority: i32,
-    /// Scheduled: when it is due; Ready: when it became available; Dead: when it died
-    /// (Unix ms).
+    /// Scheduled: when it is due; Ready: when it became available; Leased: when its current
+    /// delivery began (the same as `leased_ms`); Dead: when it died; Completed or
+    /// Cancelled: when it ended (Unix ms).
     pub run_at_ms: u64,
+    /// Leased: when its current delivery began (Unix ms), so a job that has run for long
+    /// can be told from one whose heartbeats keep its deadline ahead (River's
+    /// `attempted_at`). Since format 12; for a lease taken by an older build, when the job
+    /// had become ready.
+    pub leased_ms: Option<u64>,
     /// Dead: when it died (Unix ms; the same as `run_at_ms`). For a job that died in a
     /// format-1 file (before the upgrade): when it last became ready, as format 1 did not
     /// keep the time of death.

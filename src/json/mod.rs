@@ -235,6 +235,8 @@ pub struct JobView {
     pub payload_bytes: usize,
     /// Dead: when it died (Unix ms).
     pub died_ms: Option<u64>,
+    /// Leased: when its delivery began (Unix ms; `JobInfo::leased_ms`).
+    pub leased_ms: Option<u64>,
     /// Leased: the lease deadline (Unix ms).
     pub lease_deadline_ms: Option<u64>,
     /// Leased: the current lease token.
@@ -286,6 +288,7 @@ impl JobView {
             line,
             payload_bytes: info.payload_bytes,
             died_ms: info.died_ms,
+            leased_ms: info.leased_ms,
             lease_deadline_ms: info.lease_deadline_ms,
             lease_token: info.lease_token,
             status: info.status.clone(),

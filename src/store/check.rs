@@ -43,6 +43,7 @@ pub(crate) fn check_file(rtx: &ReadTransaction) -> Result<Vec<Violation>> {
     check_history_limits(rtx, &named, &mut out)?;
     check_schedule_tables(rtx, &named, &mut out)?;
     super::metrics::check_metrics(rtx, &named, format_version(rtx)?, &mut out)?;
+    super::metrics::check_run_times(rtx, &named, format_version(rtx)?, &mut out)?;
     for (name, queue_number) in named {
         for mut v in check(rtx, QueueSchema::named(queue_number))? {
             if out.len() >= VIOLATIONS_MAX {

@@ -98,6 +98,7 @@ pub(crate) fn ack(
     for (&(id, token), result) in leases.iter().zip(results) {
         match tables.lease_of(id, token)? {
             Ok(record) => {
+                tables.note_run(&record, now_ms);
                 keys.push((id, token));
                 records.push(record);
                 kept.push(result.clone());
@@ -194,6 +195,7 @@ pub(crate) fn ack_with(
                 continue;
             }
         };
+        tables.note_run(&record, now_ms);
         if let Some(f) = &failed[i] {
             ctx.wake(tables.schema.queue_number);
             match f.how {
@@ -328,6 +330,7 @@ pub(crate) fn nack(
         },
         None => retry_at_ms(config, id, &record, now_ms),
     };
+    tables.note_run(&record, now_ms);
     ctx.wake(tables.schema.queue_number);
     tables
         .end_attempt(ctx, id, record, reason, now_ms, at)
@@ -350,6 +353,7 @@ pub(crate) fn snooze(
     if now_ms.checked_add(delay_ms).is_none() {
         return refuse(Error::invalid_option("delay", "due time overflows"));
     }
+    tables.note_run(&record, now_ms);
     tables
         .snooze_leased(ctx, id, record, now_ms, delay_ms, reason)
         .map(Ok)
@@ -378,6 +382,7 @@ pub(crate) fn fail(
 ) -> Verdict<()> {
     let mut tables = Tables::open(ctx, schema)?;
     let record = lease_or_refuse!(tables, id, token);
+    tables.note_run(&record, now_ms);
     tables.fail_leased(id, record, reason, now_ms).map(Ok)
 }
 

@@ -62,7 +62,9 @@ pub(crate) fn random_u64() -> u64 {
 /// version only (records of version 7, fixed-width and checked with XXH3-64, are written from
 /// now on; records of version 6 are read as they are, and rewritten when their job changes).
 /// 10 → 11: the version only (the journal's meta keys are optional); a format-10 build then
-/// refuses the file instead of opening it without replaying its journal.
+/// refuses the file instead of opening it without replaying its journal. 11 → 12: the empty
+/// run-time table; a format-11 build then refuses the file instead of leaving run times
+/// uncounted.
 ///
 /// An upgrade is a checkpoint (a durable commit, never a journal frame): an older build
 /// reading the file finds it upgraded or not, never a journal it cannot replay.
@@ -77,7 +79,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
         .ok_or_else(|| Error::corrupted("leaseq_meta has no format version"))?;
     match version {
         FORMAT_VERSION => return Ok(None),
-        1..=10 => {}
+        1..=11 => {}
         _ => {
             return Err(Error::UnsupportedVersion {
                 found: version,
@@ -115,6 +117,9 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     tx.create(crate::format::schema::METRICS)?;
     // 9 to 10: nothing to rewrite (version-7 records are written from now on).
     // 10 to 11: nothing to rewrite (the journal's meta keys are optional).
+    // 11 to 12: the queues' run times, none yet (a leased job's run_at_ms is its delivery's
+    // start from now on: every lease was returned at open, before this upgrade).
+    tx.create(crate::format::schema::RUN_TIMES)?;
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
     tx.checkpoint();
     Ok(Some(version))

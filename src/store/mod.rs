@@ -65,9 +65,9 @@ pub(crate) use fenced::{
     AckClosure, ClosureFailure, ack, ack_with, extend, fail, nack, release_unseen, set_progress,
     snooze,
 };
-pub(crate) use metrics::{metrics_of, write_metrics};
+pub(crate) use metrics::{metrics_with, write_metrics};
 pub(crate) use migrate::{file_id, make_file_id, random_u64, upgrade};
-pub(crate) use rate_limit::{rate_limit_of, set_rate_limit, validate_rate_limit};
+pub(crate) use rate_limit::{limited_until, rate_limit_of, set_rate_limit, validate_rate_limit};
 pub(crate) use read::{
     held_behind, is_applied, job, latest_dead, list, payload, peek_due, quarantined,
     quarantined_record, stats,
@@ -133,4 +133,7 @@ pub(crate) struct Undo {
     pub status: Option<String>,
     pub until_started_key: Option<Vec<u8>>,
     pub progress: Option<crate::format::record::StoredProgress>,
+    /// When the job had become ready (its `run_at_ms` before the delivery made it the
+    /// delivery's start).
+    pub ready_ms: u64,
 }

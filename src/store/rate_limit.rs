@@ -103,7 +103,7 @@ pub(super) fn charge(ctx: &Ctx<'_>, queue_number: u32, now_ms: u64, taken: u64) 
 /// For a waiting consumer: when queue `queue_number`'s window ends, if it has no delivery
 /// left now (`None`: it may deliver, or it is not limited). A file older than format 8 has
 /// no limits.
-pub(super) fn limited_until(
+pub(crate) fn limited_until(
     rtx: &ReadTransaction,
     queue_number: u32,
     now_ms: u64,

@@ -199,6 +199,7 @@ pub(super) fn info(id: u64, record: JobRecord) -> JobInfo {
         max_attempts: record.max_attempts,
         priority: record.priority,
         run_at_ms: record.run_at_ms,
+        leased_ms: matches!(record.state, StoredState::Leased { .. }).then_some(record.run_at_ms),
         died_ms: (record.state == StoredState::Dead).then_some(record.run_at_ms),
         lease_deadline_ms,
         lease_token,

@@ -804,6 +804,16 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
+    /// Counts the run of leased `record`'s delivery, ended by its consumer at `now_ms`, in the
+    /// queue's run times (a leased job's `run_at_ms` is when the delivery began).
+    pub(super) fn note_run(&self, record: &JobRecord, now_ms: u64) {
+        debug_assert!(matches!(record.state, StoredState::Leased { .. }));
+        self.log().run(
+            self.schema.queue_number,
+            now_ms.saturating_sub(record.run_at_ms),
+        );
+    }
+
     /// Whether `(id, token)` is a current lease: its record, or the refusal for this one lease
     /// (`LeaseLost`, `Cancelled`; `Corrupted` for a damaged row). Only storage errors are
     /// outside.

@@ -116,6 +116,8 @@ pub(super) fn lease_record(
     let deadline_ms = now_ms.saturating_add(lease_ms);
     record.attempts += 1;
     record.state = StoredState::Leased { token, deadline_ms };
+    // A leased job's run_at_ms is when its delivery began (docs/format.md): "running for".
+    let ready_ms = std::mem::replace(&mut record.run_at_ms, now_ms);
     // A snooze's reason, and the last delivery's progress, hold until the job runs again.
     let status = record.status.take();
     let progress = record.progress.take();
@@ -137,6 +139,7 @@ pub(super) fn lease_record(
             status,
             until_started_key: None,
             progress,
+            ready_ms,
         },
     }
 }
@@ -219,6 +222,7 @@ impl Tables<'_> {
         self.unindex(id, &record)?;
         record.attempts = record.attempts.saturating_sub(1);
         record.state = StoredState::Ready;
+        record.run_at_ms = undo.ready_ms;
         record.status = undo.status.clone();
         record.progress = undo.progress.clone();
         if let Some(k) = &undo.until_started_key

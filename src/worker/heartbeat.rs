@@ -209,7 +209,7 @@ impl Beats {
         let r = MutexGuard::unlocked(st, || heartbeat.extend(extend));
         match r {
             Ok(_) => {
-                PoolCounters::add(&c.heartbeats);
+                c.heartbeat_landed();
                 if let Some(b) = st.jobs.get_mut(&token) {
                     b.due = now.checked_add(every).unwrap_or(now);
                 }

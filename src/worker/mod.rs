@@ -252,6 +252,10 @@ pub struct PoolStats {
     pub timed_out: u64,
     /// Successful heartbeat extends.
     pub heartbeats: u64,
+    /// When the last of them landed (Unix ms, by the system clock); `None` before the first.
+    /// A pool with jobs in flight whose last heartbeat is older than its
+    /// [`PoolBuilder::heartbeat_every`] is stuck between beats: a commit or the disk is slow.
+    pub last_heartbeat_ms: Option<u64>,
     /// Heartbeat extends that found the attempt over (`LeaseLost`, or `Cancelled`); that job's heartbeat
     /// stopped. A beat under way as the job's own final commit lands counts here too (it
     /// changes nothing); more than that means leases expired under running handlers.
@@ -441,6 +445,8 @@ struct PoolCounters {
     cancelled: AtomicU64,
     timed_out: AtomicU64,
     heartbeats: AtomicU64,
+    /// When the last heartbeat landed (Unix ms; 0: none yet).
+    last_heartbeat_ms: AtomicU64,
     heartbeats_lost: AtomicU64,
     errors: AtomicU64,
 }
@@ -448,6 +454,15 @@ struct PoolCounters {
 impl PoolCounters {
     fn add(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A heartbeat extend landed: counted, and its time kept.
+    fn heartbeat_landed(&self) {
+        PoolCounters::add(&self.heartbeats);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.last_heartbeat_ms.fetch_max(now, Ordering::Relaxed);
     }
 
     fn snapshot(&self, in_flight: u64) -> PoolStats {
@@ -468,6 +483,7 @@ impl PoolCounters {
             cancelled: get(&self.cancelled),
             timed_out: get(&self.timed_out),
             heartbeats: get(&self.heartbeats),
+            last_heartbeat_ms: Some(get(&self.last_heartbeat_ms)).filter(|&ms| ms > 0),
             heartbeats_lost: get(&self.heartbeats_lost),
             errors: get(&self.errors),
             in_flight,

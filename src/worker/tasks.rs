@@ -399,7 +399,7 @@ async fn run_job(
                 return;
             }
             Err(_) if beating => match lease.extend(extend).await {
-                Ok(()) => PoolCounters::add(&c.heartbeats),
+                Ok(()) => c.heartbeat_landed(),
                 Err(Error::LeaseLost { .. } | Error::Cancelled { .. }) => {
                     PoolCounters::add(&c.heartbeats_lost);
                     beating = false;

@@ -739,7 +739,7 @@ fn ack_with_all_matches_ack_with_batch_on_random_batches() {
 /// The fields of a `JobInfo` the model predicts (it is `#[non_exhaustive]`).
 type InfoView = (
     (JobId, JobState, u32, u32, i32),
-    (u64, Option<u64>),
+    (u64, Option<u64>, Option<u64>),
     (Option<u64>, Option<u64>, u64),
     (Option<String>, Option<Vec<u8>>, Option<Vec<u8>>),
     usize,
@@ -748,7 +748,7 @@ type InfoView = (
 fn view(j: &JobInfo) -> InfoView {
     (
         (j.id, j.state, j.attempts, j.max_attempts, j.priority),
-        (j.run_at_ms, j.died_ms),
+        (j.run_at_ms, j.died_ms, j.leased_ms),
         (j.lease_deadline_ms, j.lease_token, j.created_ms),
         (
             j.last_error.clone(),
@@ -981,7 +981,11 @@ impl Model {
         };
         (
             (JobId(id), state, j.attempts, j.max_attempts, j.priority),
-            (j.run_at, (state == JobState::Dead).then_some(j.run_at)),
+            (
+                j.run_at,
+                (state == JobState::Dead).then_some(j.run_at),
+                (state == JobState::Leased).then_some(j.run_at),
+            ),
             (deadline, token, j.created),
             (j.last_error.clone(), j.idem.clone(), j.dedup.clone()),
             j.payload.len(),
@@ -1314,6 +1318,8 @@ impl Harness {
                 panic!("job {id} leased from {:?}", j.state)
             };
             j.leased_from_seq = seq;
+            // A leased job's run_at is when its delivery began.
+            j.run_at = now;
             j.state = St::Leased {
                 token: l.token(),
                 deadline,

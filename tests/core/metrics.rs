@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::common::{Fixture, assert_consistent, plain, secs};
+use crate::common::{Fixture, assert_consistent, ms, plain, secs};
 use leaseq::{Event, MinuteCounts, Queue, Reader};
 
 const MINUTE_MS: u64 = 60_000;
@@ -242,4 +242,129 @@ fn flush_writes_the_pending_counts_for_readers() {
     );
     q.flush().unwrap();
     assert_eq!(sum(&r.metrics(0).unwrap())[0], 2);
+}
+
+/// The run times of the deliveries whose consumers ended them: each ack, `ack_with`, nack,
+/// fail and snooze (one at a time and in a batch) timed from its dequeue, per minute, read
+/// as percentiles within a quarter above the true ones; an expired, cancelled or abandoned
+/// lease is not timed; a leased job says when its delivery began; the same through a reader
+/// after the close, and `check` finds nothing wrong.
+#[test]
+fn run_times_are_kept_per_minute_as_percentiles_of_the_ended_deliveries() {
+    let f = Fixture::new();
+    let q = f.open();
+    // Start at a whole minute, so every run below ends in one minute.
+    let now = f.clock_now();
+    f.clock.set_ms(now - now % MINUTE_MS + MINUTE_MS);
+    let minute_ms = f.clock_now();
+    let mut timed = Vec::new();
+    let mut run = |ran: u64, end: &dyn Fn(&leaseq::Lease)| {
+        q.enqueue(b"job", plain()).unwrap();
+        let lease = q.dequeue().unwrap().unwrap();
+        let started = f.clock_now();
+        let info = q.job(lease.id()).unwrap().unwrap();
+        assert_eq!(info.leased_ms, Some(started), "when the delivery began");
+        assert_eq!(info.run_at_ms, started);
+        f.clock.advance(ms(ran));
+        end(&lease);
+        timed.push(ran);
+    };
+    run(40, &|l| l.ack().unwrap());
+    run(3_000, &|l| {
+        l.nack("again").unwrap();
+    });
+    run(120, &|l| l.fail("broken").unwrap());
+    run(5, &|l| l.snooze(secs(1)).unwrap());
+    run(7, &|l| {
+        l.ack_with(|_| Ok(())).unwrap();
+    });
+    run(0, &|l| l.ack().unwrap());
+    run(900, &|l| {
+        let r = l.ack_with(|_| Err("the server said no".into()));
+        assert!(r.is_err());
+    });
+    // Two leases acked in one batch after 250 ms.
+    q.enqueue_batch([(&b"a"[..], plain()), (&b"b"[..], plain())])
+        .unwrap();
+    let batch = q.dequeue_batch(2).unwrap();
+    assert_eq!(batch.len(), 2);
+    f.clock.advance(ms(250));
+    assert!(q.ack_batch(&batch).unwrap().iter().all(|r| r.is_ok()));
+    timed.extend([250, 250]);
+    // Not timed: a lease that expires, a leased job cancelled, a refused ack (on a queue
+    // of their own, so the jobs given back above do not come first).
+    let side = q.named("side").unwrap();
+    let expiring = side.enqueue(b"hangs", plain().lease(secs(1))).unwrap().id();
+    let hung = side.dequeue().unwrap().unwrap();
+    assert_eq!(hung.id(), expiring);
+    let cancelled = side.enqueue(b"cancelled", plain()).unwrap().id();
+    let leased = side.dequeue().unwrap().unwrap();
+    assert_eq!(leased.id(), cancelled);
+    f.clock.advance(secs(2));
+    side.cancel(cancelled, "not needed").unwrap();
+    assert!(leased.ack().is_err(), "a cancelled lease is refused");
+    // The next dequeue takes the expired lease back (untimed) and delivers its job again.
+    assert_eq!(side.dequeue().unwrap().unwrap().id(), expiring);
+    assert!(
+        side.metrics(0).unwrap().iter().all(|m| m.runs == 0),
+        "nothing timed on the side queue"
+    );
+    assert_eq!(
+        f.clock_now() / MINUTE_MS,
+        minute_ms / MINUTE_MS,
+        "one minute"
+    );
+
+    let check = |m: &[MinuteCounts]| {
+        let m: Vec<_> = m.iter().filter(|c| c.runs > 0).collect();
+        assert_eq!(m.len(), 1, "{m:#?}");
+        let m = m[0];
+        assert_eq!(m.minute_ms, minute_ms);
+        assert_eq!(m.runs, timed.len() as u64);
+        let mut sorted = timed.clone();
+        sorted.sort_unstable();
+        for (percent, got) in [(50, m.run_ms_p50), (95, m.run_ms_p95)] {
+            let rank = (sorted.len() * percent).div_ceil(100);
+            let truth = sorted[rank - 1];
+            let got = got.expect("a percentile");
+            assert!(
+                got >= truth && got <= truth + truth / 4,
+                "p{percent}: {got} for {truth} of {sorted:?}"
+            );
+        }
+    };
+    check(&q.metrics(0).unwrap());
+    drop((q, side, hung, leased));
+    let r = Reader::open(&f.path).unwrap();
+    check(&r.metrics(0).unwrap());
+    assert_eq!(r.check().unwrap(), vec![]);
+}
+
+/// Run times are kept a day, as the counts: a day later the next writes remove the old
+/// buckets from the file.
+#[test]
+fn old_run_times_go_with_the_queues_next_commits() {
+    let f = Fixture::new();
+    let q = f.open();
+    for ran in [1u64, 10, 100, 1_000, 10_000, 100_000] {
+        q.enqueue(b"job", plain()).unwrap();
+        let l = q.dequeue().unwrap().unwrap();
+        f.clock.advance(ms(ran));
+        l.ack().unwrap();
+    }
+    q.flush().unwrap();
+    let rows = |q: &Queue| {
+        use redb::{ReadableDatabase, ReadableTableMetadata};
+        const RUN_TIMES: redb::TableDefinition<(u32, u64, u8), u64> =
+            redb::TableDefinition::new("leaseq_run_times");
+        let rtx = q.database().begin_read().unwrap();
+        rtx.open_table(RUN_TIMES).unwrap().len().unwrap()
+    };
+    assert!(rows(&q) >= 6, "one bucket per run");
+    f.clock.advance(secs(2 * 24 * 3600));
+    q.enqueue(b"later", plain()).unwrap();
+    assert_eq!(rows(&q), 0, "buckets older than a day are removed");
+    let m = q.metrics(0).unwrap();
+    assert_eq!(m.len(), 1);
+    assert_eq!((m[0].runs, m[0].run_ms_p50), (0, None));
 }

@@ -743,9 +743,11 @@ fn the_workers_view_shows_each_pools_threads_and_counts() {
     let path = dir.path().join("app.leaseq");
     let app = Queue::builder().live_reads(true).open(&path).expect("open");
     let (release, wait) = crossbeam_channel::bounded::<()>(0);
+    let started_ms = leaseq::Clock::now_ms(&leaseq::SystemClock);
     let pool = leaseq::WorkerPool::builder(&app)
         .threads(3)
         .thread_name("mailer")
+        .heartbeat_every(Duration::from_millis(20))
         .start(move |lease| {
             if lease.payload() == b"block" {
                 let _ = wait.recv();
@@ -764,12 +766,12 @@ fn the_workers_view_shows_each_pools_threads_and_counts() {
         .serve()
         .expect("serve");
     let client = Client::for_file(&path).expect("read").expect("a channel");
-    // One handler blocks: one busy, two idle, one job acked.
+    // One handler blocks: one busy, two idle, one job acked, its heartbeats landing.
     let mut seen = Value::Null;
     for _ in 0..400 {
         seen = client.get("workers").expect("workers");
         let p = &seen["pools"][0];
-        if p["busy"] == 1 && p["stats"]["acked"] == 1 {
+        if p["busy"] == 1 && p["stats"]["acked"] == 1 && p["stats"]["heartbeats"] != 0 {
             break;
         }
         std::thread::sleep(Duration::from_millis(25));
@@ -795,6 +797,13 @@ fn the_workers_view_shows_each_pools_threads_and_counts() {
         "{seen}"
     );
     assert_eq!(p["stats"]["jobs"], 2);
+    let last = p["stats"]["last_heartbeat_ms"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("a last heartbeat: {seen}"));
+    assert!(
+        (started_ms..=leaseq::Clock::now_ms(&leaseq::SystemClock)).contains(&last),
+        "{last} since {started_ms}"
+    );
     // The app's dashboard, and a file's dashboard beside the app (through the channel).
     let own = leaseq::dashboard::Dashboard::new(&app)
         .pool(monitor.clone())
@@ -818,6 +827,11 @@ fn the_workers_view_shows_each_pools_threads_and_counts() {
             .nth(1)
             .unwrap_or_else(|| panic!("the pool's row: {page}"));
         assert!(row.starts_with("<td>mailer</td><td>(default)</td><td>running</td><td data-busy>1</td><td>2</td><td>2</td><td>1</td>"), "{row}");
+        let beat = row
+            .split("<td data-last-heartbeat>")
+            .nth(1)
+            .unwrap_or_else(|| panic!("the last heartbeat: {row}"));
+        assert!(beat.starts_with("<time "), "{row}");
     }
     drop((own, file));
     release.send(()).expect("release");

@@ -1197,7 +1197,7 @@ fn progress_reads_as_a_percentage_and_a_lapsed_lease_as_stalled() {
     );
     assert!(!rb.contains('Z'), "90 % is not the character Z: {rb}");
     let rc = row(c.id());
-    assert!(rc.contains("data-stalled=\"1\""), "{rc}");
+    assert!(rc.contains("data-stalled=\"lapsed\""), "{rc}");
     let page = get(addr, TOKEN, &format!("/job?id={}", a.id())).body;
     assert!(page.contains("30 % uploading 3 of 10"), "{page}");
     // Refused: above 100 %, nothing recorded.
@@ -1368,6 +1368,51 @@ fn a_waiting_ready_job_says_why() {
         "{free_row}"
     );
     lease.ack().expect("ack");
+    // Resumed, with a rate limit of one delivery an hour, used up: the rest wait for the
+    // window's end, which the job's row and the overview say.
+    a.queue.resume().expect("resume");
+    a.queue
+        .set_rate_limit(Some(leaseq::RateLimit::new(1, Duration::from_secs(3600))))
+        .expect("limit");
+    let next = a.queue.dequeue().expect("dequeue").expect("one more");
+    assert!(a.queue.dequeue().expect("dequeue").is_none(), "limited");
+    let waiting = a
+        .queue
+        .enqueue(b"late", EnqueueOptions::default())
+        .expect("enqueue")
+        .id();
+    let until = a
+        .queue
+        .reader()
+        .rate_limited_until(leaseq::Clock::now_ms(&leaseq::SystemClock))
+        .expect("read")
+        .expect("the window is used up");
+    let list = get(addr, TOKEN, "/jobs?state=ready").body;
+    let late_row = list
+        .split(&format!("<tr data-job=\"{waiting}\""))
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .expect("row");
+    assert!(
+        late_row.contains("data-waiting=\"rate-limited\"")
+            && late_row.contains("rate limited until"),
+        "{late_row}"
+    );
+    let overview = get(addr, TOKEN, "/").body;
+    assert!(
+        overview.contains(&format!("data-rate-limited-until=\"{until}\"")),
+        "{overview}"
+    );
+    a.queue.set_rate_limit(None).expect("no limit");
+    assert_eq!(
+        a.queue
+            .reader()
+            .rate_limited_until(until - 1)
+            .expect("read"),
+        None,
+        "no limit, nothing held back"
+    );
+    next.ack().expect("ack");
 }
 
 /// The schedules page lists every queue's schedules (one queue with `q`), each with a
@@ -1558,4 +1603,132 @@ fn a_search_in_every_state_finds_jobs_wherever_they_are() {
             .body
             .contains("formaction=\"/search\"")
     );
+}
+
+/// A leased job shows how long it has run; one running past the threshold the app chose is
+/// marked stalled though its heartbeats keep its lease alive (and only then); a zero
+/// threshold is refused. The overview lists the run times of the last whole minutes, as the
+/// JSON overview does.
+#[test]
+fn a_job_running_past_the_threshold_is_stalled_and_run_times_show_per_minute() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let clock = leaseq::ManualClock::new(now);
+    let queue = Queue::builder()
+        .clock(clock.clone())
+        .lease(Duration::from_secs(30))
+        .open(dir.path().join("q.leaseq"))
+        .expect("open");
+    // Two minutes ago: a delivery that ran 250 ms, and one that ran 2 s.
+    let minute = (now / 60_000 - 2) * 60_000;
+    for ran in [250, 2_000] {
+        clock.set_ms(minute + 1_000);
+        queue
+            .enqueue(b"quick", EnqueueOptions::default())
+            .expect("enqueue");
+        let lease = queue.dequeue().expect("dequeue").expect("quick");
+        clock.set_ms(minute + 1_000 + ran);
+        lease.ack().expect("ack");
+    }
+    // Leased 10 minutes ago, its lease (an hour) kept alive by heartbeats: it runs on.
+    queue
+        .enqueue(
+            b"hung",
+            EnqueueOptions::default().lease(Duration::from_secs(3600)),
+        )
+        .expect("enqueue");
+    queue
+        .enqueue(b"fresh", EnqueueOptions::default())
+        .expect("enqueue");
+    clock.set_ms(now - 600_000);
+    let hung = queue.dequeue().expect("dequeue").expect("hung");
+    clock.set_ms(now - 5_000);
+    let fresh = queue.dequeue().expect("dequeue").expect("fresh");
+    clock.set_ms(now);
+    hung.extend(Duration::from_secs(30)).expect("a heartbeat");
+    assert!(matches!(
+        Dashboard::new(&queue)
+            .stalled_after(Duration::ZERO)
+            .serve("127.0.0.1:0"),
+        Err(Error::InvalidOption {
+            field: "stalled_after",
+            ..
+        })
+    ));
+    let watchful = Dashboard::new(&queue)
+        .token(TOKEN)
+        .stalled_after(Duration::from_secs(60))
+        .serve("127.0.0.1:0")
+        .expect("serve");
+    let plain = Dashboard::new(&queue)
+        .token(TOKEN)
+        .serve("127.0.0.1:0")
+        .expect("serve");
+    let row = |list: &str, id: JobId| {
+        list.split(&format!("<tr data-job=\"{id}\""))
+            .nth(1)
+            .and_then(|r| r.split("</tr>").next())
+            .unwrap_or_else(|| panic!("row {id} in {list}"))
+            .to_string()
+    };
+    let list = get(watchful.local_addr(), TOKEN, "/jobs?state=leased").body;
+    let h = row(&list, hung.id());
+    assert!(h.contains("data-stalled=\"long\""), "{h}");
+    assert!(h.contains("running 10m"), "{h}");
+    assert!(h.contains("lease ends"), "{h}");
+    let f = row(&list, fresh.id());
+    assert!(!f.contains("stalled"), "{f}");
+    let ran: u64 = f
+        .split("data-running-ms=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("running for: {f}"));
+    assert!((5_000..60_000).contains(&ran), "{ran} ms: {f}");
+    let page = get(
+        watchful.local_addr(),
+        TOKEN,
+        &format!("/job?id={}", hung.id()),
+    )
+    .body;
+    assert!(page.contains("data-stalled=\"long\""), "{page}");
+    // Without a threshold only a lapsed lease is stalled.
+    let list = get(plain.local_addr(), TOKEN, "/jobs?state=leased").body;
+    assert!(!row(&list, hung.id()).contains("stalled"), "{list}");
+
+    // The overview: the minute's two runs, the median of at most 250 ms and a quarter, the
+    // 95th of 2 s.
+    let overview = get(plain.local_addr(), TOKEN, "/").body;
+    let runs = overview
+        .split(&format!("<tr data-run-minute=\"{minute}\">"))
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .unwrap_or_else(|| panic!("the minute's run times: {overview}"));
+    let cell = |name: &str| -> u64 {
+        runs.split(&format!("data-run-{name}=\""))
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{name}: {runs}"))
+    };
+    assert!(runs.contains("<td>2</td>"), "{runs}");
+    assert!((250..=312).contains(&cell("p50")), "{runs}");
+    assert!((2_000..=2_500).contains(&cell("p95")), "{runs}");
+    let json: serde_json::Value =
+        serde_json::from_str(&get(plain.local_addr(), TOKEN, "/api/overview").body).expect("JSON");
+    let m = json["queues"][0]["metrics"]
+        .as_array()
+        .expect("minutes")
+        .iter()
+        .find(|m| m["minute_ms"] == minute)
+        .cloned()
+        .unwrap_or_else(|| panic!("the minute in {json}"));
+    assert_eq!(m["runs"], 2);
+    assert_eq!(m["run_ms_p95"].as_u64(), Some(cell("p95")));
+    drop((hung, fresh));
+    watchful.stop();
+    plain.stop();
 }
