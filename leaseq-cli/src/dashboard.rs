@@ -23,28 +23,26 @@ pub fn dashboard(a: &DashboardArgs) -> CliResult {
         }
         dashboard = dashboard.stalled_after(limit);
     }
-    let server = dashboard
-        .serve(a.addr.as_str())
-        .map_err(|e| match e {
-            leaseq::Error::Io(io) if io.kind() == std::io::ErrorKind::AddrInUse => {
-                Fail::error(format!(
-                    "cannot serve at {}: the address is in use (--addr 127.0.0.1:0 picks a \
+    let server = dashboard.serve(a.addr.as_str()).map_err(|e| match e {
+        leaseq::Error::Io(io) if io.kind() == std::io::ErrorKind::AddrInUse => {
+            Fail::error(format!(
+                "cannot serve at {}: the address is in use (--addr 127.0.0.1:0 picks a \
                      free port)",
-                    a.addr
-                ))
-            }
-            leaseq::Error::Io(io) => Fail::error(format!(
-                "cannot serve at {}: {}",
-                a.addr,
-                crate::fail::one_line(&io.to_string())
-            )),
-            leaseq::Error::InvalidOption { reason, .. } => Fail::error(format!(
-                "--addr {}: {}",
-                a.addr,
-                reason.replace("Dashboard::allow_remote(true)", "--allow-remote")
-            )),
-            e => Fail::leaseq(&a.file, e),
-        })?;
+                a.addr
+            ))
+        }
+        leaseq::Error::Io(io) => Fail::error(format!(
+            "cannot serve at {}: {}",
+            a.addr,
+            crate::fail::one_line(&io.to_string())
+        )),
+        leaseq::Error::InvalidOption { reason, .. } => Fail::error(format!(
+            "--addr {}: {}",
+            a.addr,
+            reason.replace("Dashboard::allow_remote(true)", "--allow-remote")
+        )),
+        e => Fail::leaseq(&a.file, e),
+    })?;
     let mode = if a.read_only { " (read-only)" } else { "" };
     println!(
         "leaseq: dashboard of {}{mode} at {} (the URL carries the access token; Ctrl-C stops)",

@@ -115,6 +115,19 @@ fn power_loss_at_every_write_of_the_upgrade(
     seed: u64,
     assert_content: fn(&Queue),
 ) {
+    power_loss_at_every_write_of_the_upgrade_with(fixture, None, from, seed, assert_content)
+}
+
+/// As [`power_loss_at_every_write_of_the_upgrade`], with the journal `journal_image` beside
+/// the file (`None`: none).
+#[cfg(feature = "sim")]
+fn power_loss_at_every_write_of_the_upgrade_with(
+    fixture: &str,
+    journal_image: Option<Vec<u8>>,
+    from: u64,
+    seed: u64,
+    assert_content: fn(&Queue),
+) {
     use leaseq::ManualClock;
     use leaseq::sim::SimDisk;
     let image = std::fs::read(fixture).unwrap();
@@ -127,7 +140,10 @@ fn power_loss_at_every_write_of_the_upgrade(
     let mut k = 0;
     loop {
         let disk = SimDisk::from_image(image.clone(), seed + k);
-        let journal = disk.sibling(seed + 60 + k);
+        let journal = match &journal_image {
+            Some(j) => disk.sibling_from_image(j.clone(), seed + 60 + k),
+            None => disk.sibling(seed + 60 + k),
+        };
         disk.crash_after(k);
         let first = open(&disk, &journal);
         let crashed = disk.is_crashed();
@@ -1149,7 +1165,7 @@ const FIXTURE10: &str = concat!(
 );
 
 /// Checks `format10-crashed.leaseq`'s content (see the fixtures README) on a queue opened from
-/// it, just after the open that upgraded it to format 11 and returned its lease. Reads only.
+/// it, just after the open that upgraded it and returned its lease. Reads only.
 fn assert_fixture10(q: &Queue) {
     assert_consistent(q);
     let r = q.recovery();
@@ -1186,11 +1202,11 @@ fn assert_fixture10(q: &Queue) {
     assert_eq!(crate::common::effects(q).get(&1), Some(&1));
 }
 
-/// Format 10 (the last without the journal) upgrades to 11 at its first open, in a
-/// checkpoint: the file alone is then format 11 (a format-10 build refuses it) and every job
-/// is there; new calls go through the journal, and a reopen finds them.
+/// Format 10 (the last without the journal) upgrades to the current format at its first
+/// open, in a checkpoint: the file alone is then upgraded (a format-10 build refuses it) and
+/// every job is there; new calls go through the journal, and a reopen finds them.
 #[test]
-fn format10_file_upgrades_to_11_and_goes_on_through_the_journal() {
+fn format10_file_upgrades_and_goes_on_through_the_journal() {
     let f = Fixture::new();
     std::fs::copy(FIXTURE10, &f.path).unwrap();
     let q = f.open();
@@ -1223,5 +1239,111 @@ fn assert_returned(r: &leaseq::Recovery, n: u64) {
         r.leases_returned == n
             || (r.leases_returned == 0 && matches!(r.journal, leaseq::JournalFound::Replayed(_))),
         "{r:?}"
+    );
+}
+
+const FIXTURE11: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/format11-crashed.leaseq"
+);
+
+/// The format-11 fixture's journal as it was left: its frames
+/// (`format11-crashed.leaseq-journal.head`), then the zeros of its preallocated tail, not
+/// stored (see the fixtures README).
+fn fixture11_journal() -> Vec<u8> {
+    let mut journal =
+        std::fs::read(format!("{FIXTURE11}-journal.head")).expect("the journal's frames");
+    assert!(journal.len() < FIXTURE11_JOURNAL_BYTES);
+    journal.resize(FIXTURE11_JOURNAL_BYTES, 0);
+    journal
+}
+
+/// The length of the format-11 fixture's journal: 4 MiB of frames after a 4 KiB header.
+const FIXTURE11_JOURNAL_BYTES: usize = (4 << 20) + 4096;
+
+/// Checks `format11-crashed.leaseq`'s content (see the fixtures README) on a queue opened from
+/// it and its journal, just after the open that replayed the journal, upgraded the file and
+/// returned its lease. Reads only.
+fn assert_fixture11(q: &Queue) {
+    assert_consistent(q);
+    assert_returned(&q.recovery(), 1);
+    let job = |id: u64| q.job(JobId(id)).unwrap().unwrap();
+    assert_eq!(q.job(JobId(1)).unwrap(), None, "acked without a history");
+    assert!(q.is_applied("A1").unwrap());
+    assert_eq!(crate::common::effects(q).get(&1), Some(&1));
+    let dead = job(2);
+    assert_eq!((dead.state, dead.attempts), (JobState::Dead, 1));
+    // From the journal's frames: the lease came back, its attempt counted, no longer leased.
+    let returned = job(3);
+    assert_eq!(
+        (returned.state, returned.attempts, returned.leased_ms),
+        (JobState::Ready, 1, None)
+    );
+    // Job 4 (priority -1) was the one delivered and acked after 250 ms.
+    assert_eq!(q.job(JobId(4)).unwrap(), None, "acked");
+    let later = job(5);
+    assert_eq!(
+        (later.state, later.run_at_ms),
+        (JobState::Scheduled, T0_MS + 500 + 60_000)
+    );
+    let sync = q.existing("sync").unwrap();
+    assert_eq!(
+        sync.job(JobId(6))
+            .unwrap()
+            .unwrap()
+            .idempotency_key
+            .as_deref(),
+        Some(&b"S6"[..])
+    );
+    let timed = job(7);
+    assert_eq!((timed.state, timed.attempts), (JobState::Ready, 0));
+    assert_eq!(q.payload(JobId(7)).unwrap().as_deref(), Some(&b"timed"[..]));
+    // Format 11 timed nothing.
+    assert!(q.metrics(0).unwrap().iter().all(|m| m.runs == 0));
+}
+
+/// Format 11 (the journal's first) left by a crash: the open replays the journal's frames
+/// (written by the format-11 build), then upgrades the file to 12 in a checkpoint and
+/// returns the lease; from then on a delivery is timed, and a reopen upgrades nothing.
+#[test]
+fn format11_file_replays_its_journal_then_upgrades_and_times_deliveries() {
+    let f = Fixture::new();
+    std::fs::copy(FIXTURE11, &f.path).unwrap();
+    let mut journal_path = f.path.clone().into_os_string();
+    journal_path.push("-journal");
+    std::fs::write(&journal_path, fixture11_journal()).unwrap();
+    let q = f.open();
+    let r = q.recovery();
+    assert_eq!(r.upgraded_from, Some(11));
+    assert!(
+        matches!(r.journal, leaseq::JournalFound::Replayed(n) if n >= 1),
+        "{r:?}"
+    );
+    assert_fixture11(&q);
+    // A delivery now is timed from its dequeue.
+    let lease = q.dequeue().unwrap().unwrap();
+    let started = f.clock_now();
+    assert_eq!(q.job(lease.id()).unwrap().unwrap().leased_ms, Some(started));
+    f.clock.advance(Duration::from_millis(40));
+    lease.ack().unwrap();
+    let m = q.metrics(0).unwrap();
+    assert_eq!(m.iter().map(|m| m.runs).sum::<u64>(), 1);
+    drop(q);
+    let q = f.open();
+    assert_eq!(q.recovery().upgraded_from, None, "upgraded once");
+    assert_eq!(q.check().unwrap(), vec![]);
+}
+
+/// A power loss at any write or sync of either file during the open that replays the
+/// format-11 fixture's journal and upgrades it leaves files that open with the same content.
+#[cfg(feature = "sim")]
+#[test]
+fn a_power_loss_anywhere_in_the_11_to_12_upgrade_leaves_a_file_that_opens_the_same() {
+    power_loss_at_every_write_of_the_upgrade_with(
+        FIXTURE11,
+        Some(fixture11_journal()),
+        11,
+        211,
+        assert_fixture11,
     );
 }
