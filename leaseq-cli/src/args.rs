@@ -10,7 +10,7 @@ use crate::duration::parse_duration;
 const AFTER_HELP: &str = "\
 Queues: without --queue, commands that read or change existing jobs (stats, ls, show,
 requeue-dead, purge, pause, resume, export), schedules and watch cover every queue of the file;
-enqueue and schedule-remove work on the default queue and import on the queue each line
+enqueue and the schedule-* commands work on the default queue and import on the queue each line
 names. `--queue '(default)'` selects the default (unnamed) queue alone, as the tables show it.
 
 Durations: a whole number and a unit: 1500ms, 30s, 5m, 2h, 1d (at most 365d).
@@ -18,7 +18,7 @@ Durations: a whole number and a unit: 1500ms, 30s, 5m, 2h, 1d (at most 365d).
 Exit codes:
   0  success
   1  the command ran but found a problem: check found violations or damage; show or
-     requeue-dead of a job that does not exist or is not dead; schedule-remove of a
+     requeue-dead of a job that does not exist or is not dead; a schedule-* command on a
      schedule that does not exist; a --queue that does not exist
   2  usage or runtime error: bad arguments, no such file, a file in use by another process,
      not a leaseq file, I/O errors
@@ -107,7 +107,16 @@ pub enum Command {
     Schedules(SchedulesArgs),
     /// Remove a schedule; the jobs it already enqueued stay.
     #[command(after_help = EXIT_CODES)]
-    ScheduleRemove(ScheduleRemoveArgs),
+    ScheduleRemove(ScheduleNameArgs),
+    /// Pause a schedule: it fires nothing until resumed (kept across restarts).
+    #[command(after_help = EXIT_CODES)]
+    SchedulePause(ScheduleNameArgs),
+    /// Resume a paused schedule: due at its next time from now (missed times not made up).
+    #[command(after_help = EXIT_CODES)]
+    ScheduleResume(ScheduleNameArgs),
+    /// Enqueue one instance of a schedule now, whatever its next due time.
+    #[command(after_help = EXIT_CODES)]
+    ScheduleTrigger(ScheduleNameArgs),
     /// Write jobs as JSON lines (one job per line) to stdout.
     #[command(after_help = EXIT_CODES)]
     Export(ExportArgs),
@@ -439,9 +448,9 @@ pub struct DashboardArgs {
     pub stalled_after: Option<Duration>,
 }
 
-/// `leaseq schedule-remove`.
+/// `leaseq schedule-remove`, `schedule-pause`, `schedule-resume`, `schedule-trigger`.
 #[derive(Debug, Args)]
-pub struct ScheduleRemoveArgs {
+pub struct ScheduleNameArgs {
     /// The queue file.
     pub file: PathBuf,
     /// The schedule's name.

@@ -403,6 +403,7 @@ struct ScheduleJson<'a> {
     payload_bytes: usize,
     created_ms: u64,
     updated_ms: u64,
+    paused_ms: Option<u64>,
 }
 
 impl<'a> ScheduleJson<'a> {
@@ -434,6 +435,7 @@ impl<'a> ScheduleJson<'a> {
             payload_bytes: s.payload_bytes,
             created_ms: s.created_ms,
             updated_ms: s.updated_ms,
+            paused_ms: s.paused_ms,
         }
     }
 }
@@ -507,7 +509,10 @@ pub fn schedules(a: &SchedulesArgs) -> CliResult {
                 label.to_string(),
                 short(&s.name, 200),
                 timing_text(&s.timing),
-                s.next_due_ms.map_or_else(|| "none".to_string(), utc),
+                match (s.paused_ms, s.next_due_ms) {
+                    (Some(at), _) => format!("paused since {}", utc(at)),
+                    (None, next) => next.map_or_else(|| "none".to_string(), utc),
+                },
                 s.last_job
                     .map_or_else(|| "-".to_string(), |(id, _)| id.0.to_string()),
                 s.last_job

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::args::{
     CancelArgs, ControlArgs, EnqueueArgs, FileArg, JobArgs, PruneArgs, PurgeArgs, RequeueDeadArgs,
-    ScheduleRemoveArgs, StateArg,
+    ScheduleNameArgs, StateArg,
 };
 use crate::fail::{CliResult, Fail, one_line};
 use crate::files::{self, Missing};
@@ -272,12 +272,25 @@ fn control(a: &ControlArgs, action: Action, changed: &str, unchanged: &str) -> C
     out.flush()
 }
 
-/// `leaseq schedule-remove`: the schedule of the queue `--queue` names (never made), else of
-/// the default queue; one commit. Exit 1 when that queue has no schedule of that name.
-pub fn schedule_remove(a: &ScheduleRemoveArgs) -> CliResult {
-    let action = Action::RemoveSchedule {
-        queue: a.queue.clone(),
-        name: a.name.clone(),
+/// What a `leaseq schedule-*` command does.
+#[derive(Debug, Clone, Copy)]
+pub enum ScheduleOp {
+    Remove,
+    Pause,
+    Resume,
+    Trigger,
+}
+
+/// `leaseq schedule-remove`, `schedule-pause`, `schedule-resume`, `schedule-trigger`: on
+/// the schedule of the queue `--queue` names (never made), else of the default queue; one
+/// commit. Exit 1 when that queue has no schedule of that name.
+pub fn schedule(a: &ScheduleNameArgs, op: ScheduleOp) -> CliResult {
+    let (queue, name) = (a.queue.clone(), a.name.clone());
+    let action = match op {
+        ScheduleOp::Remove => Action::RemoveSchedule { queue, name },
+        ScheduleOp::Pause => Action::PauseSchedule { queue, name },
+        ScheduleOp::Resume => Action::ResumeSchedule { queue, name },
+        ScheduleOp::Trigger => Action::TriggerSchedule { queue, name },
     };
     let answer = match act(&a.file, Missing::Refuse, files::builder(), &action) {
         Err(f) if f.code == 1 && f.message.contains("no schedule named") => {
@@ -290,11 +303,20 @@ pub fn schedule_remove(a: &ScheduleRemoveArgs) -> CliResult {
         }
         answer => answer?,
     };
-    say(format!(
-        "{}: removed schedule {:?}",
-        label(&answer["queue"]),
-        a.name
-    ))
+    let queue = label(&answer["queue"]);
+    let name = &a.name;
+    let changed = answer["changed"] == true;
+    say(match op {
+        ScheduleOp::Remove => format!("{queue}: removed schedule {name:?}"),
+        ScheduleOp::Pause if changed => format!("{queue}: paused schedule {name:?}"),
+        ScheduleOp::Pause => format!("{queue}: schedule {name:?} was already paused"),
+        ScheduleOp::Resume if changed => format!("{queue}: resumed schedule {name:?}"),
+        ScheduleOp::Resume => format!("{queue}: schedule {name:?} was not paused"),
+        ScheduleOp::Trigger => format!(
+            "{queue}: schedule {name:?} enqueued job {}",
+            answer["id"].as_u64().unwrap_or(0)
+        ),
+    })
 }
 
 /// `leaseq purge`. Leased jobs are refused before the file is opened.

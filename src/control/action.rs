@@ -107,6 +107,30 @@ pub enum Action {
         /// The schedule's name.
         name: String,
     },
+    /// [`Queue::pause_schedule`] of a schedule of the default queue (`queue` of `None`) or
+    /// of the one named. Answers `{"queue":Q,"name":NAME,"changed":B}` (`changed`: it was
+    /// running); `ScheduleNotFound` when that queue has no schedule of that name.
+    PauseSchedule {
+        /// The schedule's queue: `None` (or `"(default)"`) for the default one.
+        queue: Option<String>,
+        /// The schedule's name.
+        name: String,
+    },
+    /// [`Queue::resume_schedule`], as [`Action::PauseSchedule`] (`changed`: it was paused).
+    ResumeSchedule {
+        /// The schedule's queue: `None` (or `"(default)"`) for the default one.
+        queue: Option<String>,
+        /// The schedule's name.
+        name: String,
+    },
+    /// [`Queue::trigger_schedule`]: one instance now. Answers
+    /// `{"queue":Q,"name":NAME,"id":N}`; `ScheduleNotFound` as [`Action::PauseSchedule`].
+    TriggerSchedule {
+        /// The schedule's queue: `None` (or `"(default)"`) for the default one.
+        queue: Option<String>,
+        /// The schedule's name.
+        name: String,
+    },
     /// [`Queue::prune`] of every queue, with the retentions of the handle it is applied on
     /// (through a channel: the app's own). Answers
     /// `{"queues":[{"queue":Q,"applied":N,"dead":N,"dedup_windows":N},…]}`.
@@ -245,14 +269,26 @@ impl Action {
                 on_queues(&file, queue, |q| Ok(json!({ "changed": q.resume()? })))
             }
             Action::RemoveSchedule { queue, name } => {
-                let q = match queue.as_deref() {
-                    None | Some(DEFAULT_QUEUE) => file,
-                    Some(n) => file.existing(n)?,
-                };
+                let q = schedule_queue(&file, queue)?;
                 if !q.remove_schedule(name)? {
                     return Err(Error::ScheduleNotFound { name: name.clone() });
                 }
                 Ok(json!({ "queue": q.name(), "name": name }))
+            }
+            Action::PauseSchedule { queue, name } => {
+                let q = schedule_queue(&file, queue)?;
+                let changed = q.pause_schedule(name)?;
+                Ok(json!({ "queue": q.name(), "name": name, "changed": changed }))
+            }
+            Action::ResumeSchedule { queue, name } => {
+                let q = schedule_queue(&file, queue)?;
+                let changed = q.resume_schedule(name)?;
+                Ok(json!({ "queue": q.name(), "name": name, "changed": changed }))
+            }
+            Action::TriggerSchedule { queue, name } => {
+                let q = schedule_queue(&file, queue)?;
+                let id = q.trigger_schedule(name)?;
+                Ok(json!({ "queue": q.name(), "name": name, "id": id.0 }))
             }
             Action::Prune => on_queues(&file, &None, |q| {
                 let p = q.prune()?;
@@ -333,6 +369,21 @@ impl Action {
                 selector(&mut query, queue);
                 query.append_pair("name", name);
                 "schedule-remove".into()
+            }
+            Action::PauseSchedule { queue, name } => {
+                selector(&mut query, queue);
+                query.append_pair("name", name);
+                "schedule-pause".into()
+            }
+            Action::ResumeSchedule { queue, name } => {
+                selector(&mut query, queue);
+                query.append_pair("name", name);
+                "schedule-resume".into()
+            }
+            Action::TriggerSchedule { queue, name } => {
+                selector(&mut query, queue);
+                query.append_pair("name", name);
+                "schedule-trigger".into()
             }
             Action::Prune => "prune".into(),
             Action::Enqueue(e) => {
@@ -416,13 +467,21 @@ impl Action {
             }
             ["pause"] => Action::Pause { queue },
             ["resume"] => Action::Resume { queue },
-            ["schedule-remove"] => Action::RemoveSchedule {
-                queue,
-                name: query
+            [
+                verb @ ("schedule-remove" | "schedule-pause" | "schedule-resume"
+                | "schedule-trigger"),
+            ] => {
+                let name = query
                     .get("name")
                     .cloned()
-                    .ok_or_else(|| invalid("name", "the schedule's name"))?,
-            },
+                    .ok_or_else(|| invalid("name", "the schedule's name"))?;
+                match *verb {
+                    "schedule-remove" => Action::RemoveSchedule { queue, name },
+                    "schedule-pause" => Action::PauseSchedule { queue, name },
+                    "schedule-resume" => Action::ResumeSchedule { queue, name },
+                    _ => Action::TriggerSchedule { queue, name },
+                }
+            }
             ["prune"] => Action::Prune,
             ["enqueue"] => Action::Enqueue(Enqueue {
                 queue,
@@ -523,4 +582,13 @@ fn on_queues(
         answers.push(answer);
     }
     Ok(json!({ "queues": answers }))
+}
+
+/// The queue a schedule action names: the default one for `None` or `"(default)"`, else an
+/// existing named queue (`QueueNotFound` otherwise: a schedule action never makes one).
+fn schedule_queue(file: &Queue, queue: &Option<String>) -> Result<Queue> {
+    match queue.as_deref() {
+        None | Some(DEFAULT_QUEUE) => Ok(file.clone()),
+        Some(n) => file.existing(n),
+    }
 }

@@ -63,6 +63,8 @@
 //! | `POST /api/v1/purge?state=S[&queue=Q]` | [`Action::Purge`] | `{"queues":[{"queue":Q,"count":N},…]}` |
 //! | `POST /api/v1/pause[?queue=Q]`, `…/resume` | [`Action::Pause`], [`Action::Resume`] | `{"queues":[{"queue":Q,"changed":B},…]}` |
 //! | `POST /api/v1/schedule-remove?name=NAME[&queue=Q]` | [`Action::RemoveSchedule`] | `{"queue":Q,"name":NAME}` |
+//! | `POST /api/v1/schedule-pause?name=NAME[&queue=Q]`, `…/schedule-resume` | [`Action::PauseSchedule`], [`Action::ResumeSchedule`] | `{"queue":Q,"name":NAME,"changed":B}` |
+//! | `POST /api/v1/schedule-trigger?name=NAME[&queue=Q]` | [`Action::TriggerSchedule`]: one instance now | `{"queue":Q,"name":NAME,"id":N}` |
 //! | `POST /api/v1/prune` | [`Action::Prune`], with the app's retentions | `{"queues":[{"queue":Q,"applied":N,"dead":N,"dedup_windows":N},…]}` |
 //! | `POST /api/v1/enqueue[?queue=Q&priority=P&delay_ms=MS&dedup_key=K&dedup_window_ms=MS&on_duplicate=keep\|replace\|debounce&idempotency_key=K&max_attempts=N&lease_ms=MS]`, the payload as the body | [`Action::Enqueue`] | `{"outcome":"new"\|"duplicate"\|"duplicate_dead"\|"replaced","id":N}` |
 //!

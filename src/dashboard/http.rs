@@ -388,14 +388,19 @@ impl App {
                 queue,
                 state: crate::JobState::Dead,
             },
-            "remove_schedule" => Action::RemoveSchedule {
-                queue,
-                name: form
+            "remove_schedule" | "pause_schedule" | "resume_schedule" | "trigger_schedule" => {
+                let name = form
                     .get("name")
                     .cloned()
                     .filter(|n| !n.is_empty())
-                    .ok_or_else(|| invalid("name", "the schedule's name"))?,
-            },
+                    .ok_or_else(|| invalid("name", "the schedule's name"))?;
+                match op {
+                    "remove_schedule" => Action::RemoveSchedule { queue, name },
+                    "pause_schedule" => Action::PauseSchedule { queue, name },
+                    "resume_schedule" => Action::ResumeSchedule { queue, name },
+                    _ => Action::TriggerSchedule { queue, name },
+                }
+            }
             "pause" => Action::Pause { queue },
             "resume" => Action::Resume { queue },
             other => {
@@ -403,8 +408,8 @@ impl App {
                     "op",
                     format!(
                         "{:?} is not an action (retry, remove, cancel, promote, retry_dead, \
-                         remove_dead, remove_schedule, pause, resume, bulk_retry, bulk_cancel, \
-                         bulk_remove)",
+                         remove_dead, remove_schedule, pause_schedule, resume_schedule, \
+                         trigger_schedule, pause, resume, bulk_retry, bulk_cancel, bulk_remove)",
                         pages::short(other, 40)
                     ),
                 ));
@@ -432,6 +437,18 @@ impl App {
                 format!("{} dead jobs removed", first["count"].as_u64().unwrap_or(0))
             }
             Action::RemoveSchedule { name, .. } => format!("schedule {name:?} removed"),
+            Action::PauseSchedule { name, .. } if first["changed"] == true => {
+                format!("schedule {name:?} paused")
+            }
+            Action::PauseSchedule { name, .. } => format!("schedule {name:?} was already paused"),
+            Action::ResumeSchedule { name, .. } if first["changed"] == true => {
+                format!("schedule {name:?} resumed")
+            }
+            Action::ResumeSchedule { name, .. } => format!("schedule {name:?} was not paused"),
+            Action::TriggerSchedule { name, .. } => format!(
+                "schedule {name:?} enqueued job {}",
+                first["id"].as_u64().unwrap_or(0)
+            ),
             Action::Pause { .. } if first["changed"] == true => "queue paused".into(),
             Action::Pause { .. } => "queue was already paused".into(),
             Action::Resume { .. } if first["changed"] == true => "queue resumed".into(),

@@ -1425,19 +1425,46 @@ pub(super) fn schedules(app: &App, asked: &Asked) -> Result<Page> {
                 ),
                 None => String::new(),
             };
+            let next = match (s.paused_ms, s.next_due_ms) {
+                (Some(at), _) => format!(
+                    "<span class=\"badge paused\" data-schedule-paused=\"{at}\">paused</span> \
+                     {}",
+                    when(at, now)
+                ),
+                (None, Some(t)) => when(t, now),
+                (None, None) => "never".into(),
+            };
+            let buttons = [
+                ("trigger_schedule", "Run now", None),
+                if s.paused_ms.is_some() {
+                    ("resume_schedule", "Resume", None)
+                } else {
+                    (
+                        "pause_schedule",
+                        "Pause",
+                        Some("It fires nothing until resumed."),
+                    )
+                },
+                (
+                    "remove_schedule",
+                    "Remove",
+                    Some("The jobs it enqueued stay."),
+                ),
+            ]
+            .iter()
+            .map(|&(op, label, confirm)| {
+                schedule_button(app, q, &s.name, &back, op, label, confirm)
+            })
+            .collect::<String>();
             let _ = write!(
                 body,
-                "<tr data-schedule=\"{name}\"><td>{name}</td><td>{}</td><td>{}</td><td>{last}</td>\
-                 <td>{}</td><td>{}</td><td>{:?}</td><td>{:?}</td><td>{}</td></tr>",
+                "<tr data-schedule=\"{name}\"><td>{name}</td><td>{}</td><td>{next}</td><td>{last}</td>\
+                 <td>{}</td><td>{}</td><td>{:?}</td><td>{:?}</td><td>{buttons}</td></tr>",
                 esc(&timing),
-                s.next_due_ms
-                    .map(|t| when(t, now))
-                    .unwrap_or_else(|| "never".into()),
                 s.fired,
                 s.skipped,
                 s.overlap,
                 s.missed,
-                remove_schedule_button(app, q, &s.name, &back),
                 name = esc(&short(&s.name, 200)),
             );
         }
@@ -1457,21 +1484,32 @@ pub(super) fn schedules(app: &App, asked: &Asked) -> Result<Page> {
     })
 }
 
-/// A form removing schedule `name` of queue `q` (the jobs it enqueued stay). Empty in
-/// read-only mode.
-fn remove_schedule_button(app: &App, q: Option<&str>, name: &str, back: &str) -> String {
+/// A form acting on schedule `name` of queue `q` with `op` (`trigger_schedule`,
+/// `pause_schedule`, `resume_schedule`, `remove_schedule`), asking `confirm` first when
+/// given. Empty in read-only mode.
+fn schedule_button(
+    app: &App,
+    q: Option<&str>,
+    name: &str,
+    back: &str,
+    op: &str,
+    label: &str,
+    confirm: Option<&str>,
+) -> String {
     if app.read_only {
         return String::new();
     }
+    let confirm = confirm.map_or(String::new(), |c| {
+        format!(" data-confirm=\"{label} schedule {}? {c}\"", esc(name))
+    });
     format!(
-        "<form class=\"action\" method=\"post\" action=\"/action\" \
-         data-confirm=\"Remove schedule {name}? The jobs it enqueued stay.\">\
+        "<form class=\"action\" method=\"post\" action=\"/action\"{confirm}>\
          <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-         <input type=\"hidden\" name=\"op\" value=\"remove_schedule\">\
+         <input type=\"hidden\" name=\"op\" value=\"{op}\">\
          <input type=\"hidden\" name=\"back\" value=\"{back}\">\
          <input type=\"hidden\" name=\"q\" value=\"{q}\">\
          <input type=\"hidden\" name=\"name\" value=\"{name}\">\
-         <button type=\"submit\" data-op=\"remove_schedule\">Remove</button></form>",
+         <button type=\"submit\" data-op=\"{op}\">{label}</button></form>",
         csrf = app.csrf,
         back = esc(back),
         q = esc(q.unwrap_or("")),

@@ -14,8 +14,11 @@ use crate::limits::{
     CRON_TEXT_BYTES_MAX, DELAY_MAX, LEASE_MAX, MAX_ATTEMPTS_CAP, SCHEDULE_PAYLOAD_BYTES_MAX,
 };
 
-/// First byte of every encoded schedule record.
-const SCHEDULE_VERSION: u8 = 1;
+/// First byte of every encoded schedule record: 2 since format 12 (`paused_ms` added); a
+/// version-1 body is a version-2 body without its last field.
+const SCHEDULE_VERSION: u8 = 2;
+/// The schedule record of formats 8 to 11: read as version 2 with `paused_ms` absent.
+const SCHEDULE_VERSION_1: u8 = 1;
 
 /// `next_due_ms` of a schedule with no due time left (a cron expression with no match ahead).
 pub(crate) const NO_DUE_MS: u64 = u64::MAX;
@@ -85,6 +88,9 @@ pub(crate) struct ScheduleRecord {
     pub skipped: u64,
     pub created_ms: u64,
     pub updated_ms: u64,
+    /// When it was paused (Unix ms), while it is: a paused schedule has no due time
+    /// (`next_due_ms` is `NO_DUE_MS`) and fires nothing until resumed. Since version 2.
+    pub paused_ms: Option<u64>,
 }
 
 impl ScheduleRecord {
@@ -138,6 +144,9 @@ impl ScheduleRecord {
         if self.last_job.is_some_and(|(id, _)| id == 0) {
             return fail("job id 0");
         }
+        if self.paused_ms.is_some() && self.next_due_ms != NO_DUE_MS {
+            return fail("paused with a due time");
+        }
         Ok(())
     }
 
@@ -167,11 +176,20 @@ impl ScheduleRecord {
             return Err(Error::corrupted("schedule record: checksum mismatch"));
         }
         let (&version, body) = checked.split_first().expect("at least 1 byte");
-        if version != SCHEDULE_VERSION {
-            return Err(Error::corrupted(format!(
-                "schedule record: unknown version {version}"
-            )));
-        }
+        // Version 1 lacks the last field, `paused_ms`: its `None` (a 0 tag) is added.
+        let v1_body;
+        let body = match version {
+            SCHEDULE_VERSION => body,
+            SCHEDULE_VERSION_1 => {
+                v1_body = [body, &[0u8]].concat();
+                &v1_body[..]
+            }
+            _ => {
+                return Err(Error::corrupted(format!(
+                    "schedule record: unknown version {version}"
+                )));
+            }
+        };
         let (record, used): (ScheduleRecord, usize) =
             bincode::serde::decode_from_slice(body, schedule_config())
                 .map_err(|e| Error::corrupted(format!("schedule record decode: {e}")))?;
@@ -209,7 +227,32 @@ mod tests {
             skipped: 2,
             created_ms: 1_600_000_000_000,
             updated_ms: 1_650_000_000_000,
+            paused_ms: None,
         }
+    }
+
+    /// A version-1 record (formats 8 to 11) reads as the same schedule, not paused; a paused
+    /// one round-trips; paused with a due time is refused.
+    #[test]
+    fn a_version_1_record_reads_as_not_paused() {
+        let r = sample();
+        let v2 = r.encode().unwrap();
+        // Version 1: the version-2 bytes without the last field's tag, checksummed again.
+        let mut v1 = vec![SCHEDULE_VERSION_1];
+        v1.extend_from_slice(&v2[1..v2.len() - 8 - 1]);
+        let sum = fnv1a64(&v1);
+        v1.extend_from_slice(&sum.to_le_bytes());
+        assert_eq!(ScheduleRecord::decode(&v1).unwrap(), r);
+        let mut paused = sample();
+        paused.paused_ms = Some(1_700_000_000_000);
+        paused.next_due_ms = NO_DUE_MS;
+        assert_eq!(
+            ScheduleRecord::decode(&paused.encode().unwrap()).unwrap(),
+            paused
+        );
+        let mut due = paused.clone();
+        due.next_due_ms = 1;
+        assert!(due.check_invariants().is_err());
     }
 
     #[test]

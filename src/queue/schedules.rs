@@ -4,6 +4,7 @@ use crate::commit::refuse;
 
 use super::Queue;
 use crate::error::Result;
+use crate::job::JobId;
 use crate::schedule::{Schedule, ScheduleInfo};
 use crate::store;
 
@@ -129,6 +130,62 @@ impl Queue {
         self.ensure_open()?;
         let queue_number = self.config.schema.queue_number;
         self.run(&mut |ctx| store::remove_schedule(ctx, queue_number, name).map(Ok))
+    }
+
+    /// Pauses schedule `name` of this queue: it fires nothing until
+    /// [`Queue::resume_schedule`], and has no next due time meanwhile (an instance it
+    /// enqueued runs on). Kept across reopens, and by an update or upsert of the schedule
+    /// (an app that upserts its schedules at every start does not resume them), as Oban's
+    /// DynamicCron `paused` and Sidekiq-Cron's disable. Returns whether it was running. One
+    /// commit when it was.
+    ///
+    /// # Errors
+    /// `ScheduleNotFound` if this queue has no schedule of that name; `Corrupted` if its row
+    /// fails its checks (nothing written); `Closed`, `Reentrant`, `CommitFailed` or
+    /// `Storage`.
+    pub fn pause_schedule(&self, name: &str) -> Result<bool> {
+        self.ensure_open()?;
+        let now_ms = self.now_ms();
+        let queue_number = self.config.schema.queue_number;
+        self.run(&mut |ctx| store::pause_schedule(ctx, queue_number, name, now_ms))
+    }
+
+    /// Resumes paused schedule `name` of this queue: it is due again at its first due time
+    /// from now on, as a new schedule of its timing would be (an interval at its next
+    /// multiple from its start, a cron expression at its next match). The due times that
+    /// passed while it was paused are neither made up nor counted as skipped, whatever its
+    /// [`Missed`](crate::Missed) policy. Returns whether it was paused. One commit when it
+    /// was.
+    ///
+    /// # Errors
+    /// As [`Queue::pause_schedule`].
+    pub fn resume_schedule(&self, name: &str) -> Result<bool> {
+        self.ensure_open()?;
+        let now_ms = self.now_ms();
+        let queue_number = self.config.schema.queue_number;
+        self.run(&mut |ctx| store::resume_schedule(ctx, queue_number, name, now_ms))
+    }
+
+    /// Enqueues one instance of schedule `name` of this queue now, as Hangfire's
+    /// `RecurringJob.TriggerJob` and Sidekiq-Cron's "enqueue now": ready at once, made of the
+    /// schedule's template, whatever its next due time, its overlap policy or a pause say (a
+    /// paused schedule stays paused). It becomes the schedule's last instance, so under
+    /// [`Overlap::Skip`](crate::Overlap::Skip) a due time that comes while it is pending or
+    /// running is skipped, and counts in `fired`; the next due time does not move. Returns
+    /// the job's id. One commit.
+    ///
+    /// # Errors
+    /// As [`Queue::pause_schedule`].
+    pub fn trigger_schedule(&self, name: &str) -> Result<JobId> {
+        self.ensure_open()?;
+        let now_ms = self.now_ms();
+        let schema = self.config.schema;
+        self.run(&mut |ctx| {
+            if self.is_closed() {
+                return refuse(crate::error::Error::Closed);
+            }
+            store::trigger_schedule(ctx, schema, name, now_ms)
+        })
     }
 
     /// This queue's schedules, by name, at most [`SCHEDULES_MAX`](crate::SCHEDULES_MAX), each

@@ -216,4 +216,7 @@ pub struct ScheduleInfo {
     pub created_ms: u64,
     /// When it was last changed by a create, update or upsert (Unix ms).
     pub updated_ms: u64,
+    /// When it was paused ([`Queue::pause_schedule`](crate::Queue::pause_schedule), Unix
+    /// ms), while it is; `next_due_ms` is then `None`.
+    pub paused_ms: Option<u64>,
 }

@@ -77,7 +77,8 @@ pub(crate) use registry::{create_queue, find_queue, named_queues};
 pub(crate) use retention::{prune, prune_dead_jobs, prune_dedup_windows, prune_history_jobs};
 pub(crate) use schedule::{
     SetMode, build as build_schedule, fire_at_open, get as schedule_of, list as schedules_of,
-    remove as remove_schedule, set as set_schedule,
+    pause as pause_schedule, remove as remove_schedule, resume as resume_schedule,
+    set as set_schedule, trigger as trigger_schedule,
 };
 pub(crate) use validate::{
     NewJob, import_record, new_records, truncate_reason, validate_key, validate_lease_ms,

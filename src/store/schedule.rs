@@ -9,7 +9,7 @@
 
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 
-use crate::commit::{Ctx, GroupTable, GroupTx, Verdict, refuse};
+use crate::commit::{Ctx, GroupTable, GroupTx, Refusal, Verdict, refuse};
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, StoredState};
 use crate::format::schedule::{
@@ -224,6 +224,13 @@ pub(crate) fn set(
             (new.timing.clone(), next)
         }
     };
+    // A paused schedule stays paused, without a due time, until resumed.
+    let paused_ms = old.as_ref().and_then(|o| o.paused_ms);
+    let next_due_ms = if paused_ms.is_some() {
+        NO_DUE_MS
+    } else {
+        next_due_ms
+    };
     let record = ScheduleRecord {
         timing,
         template: new.template.clone(),
@@ -235,6 +242,7 @@ pub(crate) fn set(
         skipped: old.as_ref().map_or(0, |o| o.skipped),
         created_ms: old.as_ref().map_or(now_ms, |o| o.created_ms),
         updated_ms: now_ms,
+        paused_ms,
     };
     let mut due = ctx.table(SCHEDULE_DUE)?;
     unindex_due(&mut due, queue_number, &new.name)?;
@@ -247,6 +255,109 @@ pub(crate) fn set(
     }
     ctx.wake(queue_number);
     Ok(Ok(info(&new.name, &record)))
+}
+
+/// Schedule `name` of queue `queue_number` as stored, for a call on it: `ScheduleNotFound`,
+/// or `Corrupted` for a row that fails its checks, as refusals.
+fn existing(
+    ctx: &Ctx<'_>,
+    queue_number: u32,
+    name: &str,
+) -> Result<std::result::Result<ScheduleRecord, Refusal>> {
+    let rows = ctx.table(SCHEDULES)?;
+    let found = rows
+        .get((queue_number, name))?
+        .map(|v| ScheduleRecord::decode(v.value()));
+    Ok(match found {
+        None => Err(Refusal(Error::ScheduleNotFound {
+            name: name.to_string(),
+        })),
+        Some(Err(e)) => Err(Refusal(e)),
+        Some(Ok(r)) => Ok(r),
+    })
+}
+
+/// Pauses schedule `name` of queue `queue_number` at `now_ms`: it keeps no due time and
+/// fires nothing until resumed; whether it was running.
+pub(crate) fn pause(
+    ctx: &mut Ctx<'_>,
+    queue_number: u32,
+    name: &str,
+    now_ms: u64,
+) -> Verdict<bool> {
+    let mut record = match existing(ctx, queue_number, name)? {
+        Ok(r) => r,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    if record.paused_ms.is_some() {
+        return Ok(Ok(false));
+    }
+    record.paused_ms = Some(now_ms);
+    record.next_due_ms = NO_DUE_MS;
+    let mut due = ctx.table(SCHEDULE_DUE)?;
+    unindex_due(&mut due, queue_number, name)?;
+    ctx.table(SCHEDULES)?
+        .insert((queue_number, name), record.encode()?.as_slice())?;
+    Ok(Ok(true))
+}
+
+/// Resumes paused schedule `name` of queue `queue_number` at `now_ms`: due again at its
+/// first due time from now on (the due times passed while paused are not made up, and not
+/// counted); whether it was paused.
+pub(crate) fn resume(
+    ctx: &mut Ctx<'_>,
+    queue_number: u32,
+    name: &str,
+    now_ms: u64,
+) -> Verdict<bool> {
+    let mut record = match existing(ctx, queue_number, name)? {
+        Ok(r) => r,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    if record.paused_ms.is_none() {
+        return Ok(Ok(false));
+    }
+    record.paused_ms = None;
+    record.next_due_ms = first_due(&record.timing, now_ms)?;
+    let mut due = ctx.table(SCHEDULE_DUE)?;
+    unindex_due(&mut due, queue_number, name)?;
+    if record.next_due_ms != NO_DUE_MS {
+        due.insert((queue_number, record.next_due_ms, name), ())?;
+    }
+    ctx.table(SCHEDULES)?
+        .insert((queue_number, name), record.encode()?.as_slice())?;
+    ctx.wake(queue_number);
+    Ok(Ok(true))
+}
+
+/// Enqueues one instance of schedule `name` of `schema`'s queue now, whatever its due time,
+/// overlap policy or pause say: it becomes the schedule's last instance (so under
+/// [`Overlap::Skip`] a due time skips while it runs) and counts in `fired`; the next due time
+/// stays. Its id.
+pub(crate) fn trigger(
+    ctx: &mut Ctx<'_>,
+    schema: &'static crate::format::schema::QueueSchema,
+    name: &str,
+    now_ms: u64,
+) -> Verdict<JobId> {
+    let queue_number = schema.queue_number;
+    let mut record = match existing(ctx, queue_number, name)? {
+        Ok(r) => r,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    let mut tables = Tables::open(ctx, schema)?;
+    let id = enqueue_instance(&mut tables, ctx, &record.template, now_ms)?;
+    tables.instances_changed();
+    let mut instances = ctx.table(SCHEDULE_INSTANCES)?;
+    if let Some((previous, _)) = record.last_job {
+        instances.remove((queue_number, previous))?;
+    }
+    instances.insert((queue_number, id), INSTANCE_LIVE)?;
+    record.last_job = Some((id, now_ms));
+    record.fired = record.fired.saturating_add(1);
+    ctx.table(SCHEDULES)?
+        .insert((queue_number, name), record.encode()?.as_slice())?;
+    Ok(Ok(JobId(id)))
 }
 
 /// Removes queue `queue_number`'s entries of `leaseq_schedule_instances` that no schedule
@@ -695,6 +806,7 @@ fn info(name: &str, r: &ScheduleRecord) -> ScheduleInfo {
         payload_bytes: r.template.payload.len(),
         created_ms: r.created_ms,
         updated_ms: r.updated_ms,
+        paused_ms: r.paused_ms,
     }
 }
 

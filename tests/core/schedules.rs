@@ -829,3 +829,73 @@ fn without_cron_a_cron_schedule_is_kept_unfired_and_a_new_one_refused() {
     assert_eq!(info(&q, "nightly"), nightly);
     assert_consistent(&q);
 }
+
+/// A paused schedule fires nothing and has no due time, across reopens and an upsert at
+/// start; resumed, it is due at its next time from then, the time missed while paused made
+/// up for by nothing; a trigger enqueues one instance now, paused or not, as the schedule's
+/// last instance (so a due time under `Overlap::Skip` skips while it runs); each call on a
+/// missing name is `ScheduleNotFound` and writes nothing.
+#[test]
+fn pause_resume_and_trigger_a_schedule() {
+    let f = Fixture::new();
+    let q = f.open();
+    let tick = every(Duration::from_secs(60), b"tick");
+    q.create_schedule("tick", &tick).unwrap();
+    assert!(q.pause_schedule("tick").unwrap());
+    assert!(!q.pause_schedule("tick").unwrap(), "already paused");
+    let paused = info(&q, "tick");
+    assert_eq!((paused.paused_ms, paused.next_due_ms), (Some(T0_MS), None));
+    f.clock.advance(secs(5 * 60));
+    assert!(
+        q.dequeue().unwrap().is_none(),
+        "a paused schedule fires nothing"
+    );
+    // An app that upserts its schedules at start does not resume them; nor does a reopen.
+    q.upsert_schedule("tick", &tick).unwrap();
+    drop(q);
+    let q = f.open();
+    assert_eq!(q.recovery().schedules_fired, 0);
+    let still = info(&q, "tick");
+    assert_eq!((still.paused_ms, still.next_due_ms), (Some(T0_MS), None));
+    assert_eq!((still.fired, still.skipped), (0, 0));
+    assert_consistent(&q);
+
+    // Triggered while paused: one instance now; the schedule stays paused.
+    let now = f.clock_now();
+    let id = q.trigger_schedule("tick").unwrap();
+    let triggered = info(&q, "tick");
+    assert_eq!(triggered.last_job, Some((id, now)));
+    assert_eq!((triggered.fired, triggered.paused_ms), (1, Some(T0_MS)));
+    let lease = q.dequeue().unwrap().expect("the triggered instance");
+    assert_eq!((lease.id(), lease.payload()), (id, &b"tick"[..]));
+
+    // Resumed: due at the next minute of its grid from now, not at the ones passed.
+    assert!(q.resume_schedule("tick").unwrap());
+    assert!(!q.resume_schedule("tick").unwrap(), "already running");
+    let resumed = info(&q, "tick");
+    assert_eq!(resumed.paused_ms, None);
+    let due = resumed.next_due_ms.expect("a due time");
+    assert!(due >= now && due <= now + MIN, "{due} from {now}");
+    assert_eq!((due - T0_MS) % MIN, 0, "on its grid");
+    // The triggered instance still runs: under Overlap::Skip the due time skips.
+    f.clock.set_ms(due);
+    assert!(q.dequeue().unwrap().is_none());
+    assert_eq!(info(&q, "tick").skipped, 1);
+    lease.ack().unwrap();
+    f.clock.set_ms(due + MIN);
+    assert_eq!(drain_acked(&q), vec![b"tick".to_vec()]);
+    assert_eq!(info(&q, "tick").fired, 2);
+
+    // A missing name: typed, nothing written.
+    let before = q.schedules().unwrap();
+    for r in [
+        q.pause_schedule("nope").map(|_| ()),
+        q.resume_schedule("nope").map(|_| ()),
+        q.trigger_schedule("nope").map(|_| ()),
+    ] {
+        assert!(matches!(r, Err(Error::ScheduleNotFound { .. })), "{r:?}");
+    }
+    assert_eq!(q.schedules().unwrap(), before);
+    assert_eq!(q.stats().unwrap().ready, 0);
+    assert_consistent(&q);
+}

@@ -236,10 +236,51 @@ fn a_client_acts_through_the_running_app_and_gets_its_typed_errors() {
         queue: Some("mail".into()),
         name: "sync".into(),
     };
+    let named = || (Some("mail".to_string()), "sync".to_string());
+    let (queue, name) = named();
+    assert_eq!(
+        client
+            .act(&Action::PauseSchedule { queue, name })
+            .expect("pause schedule"),
+        json!({ "queue": "mail", "name": "sync", "changed": true })
+    );
+    let (queue, name) = named();
+    let triggered = client
+        .act(&Action::TriggerSchedule { queue, name })
+        .expect("trigger schedule");
+    let sync = mail.schedule("sync").expect("read").expect("sync");
+    let (job, _) = sync.last_job.expect("the instance");
+    assert_eq!(
+        triggered,
+        json!({ "queue": "mail", "name": "sync", "id": job.0 })
+    );
+    assert!(sync.paused_ms.is_some());
+    let (queue, name) = named();
+    assert_eq!(
+        client
+            .act(&Action::ResumeSchedule { queue, name })
+            .expect("resume schedule"),
+        json!({ "queue": "mail", "name": "sync", "changed": true })
+    );
+    assert!(
+        mail.schedule("sync")
+            .expect("read")
+            .expect("sync")
+            .paused_ms
+            .is_none()
+    );
     assert_eq!(
         client.act(&remove).expect("remove schedule"),
         json!({ "queue": "mail", "name": "sync" })
     );
+    match client.act(&Action::TriggerSchedule {
+        queue: Some("mail".into()),
+        name: "sync".into(),
+    }) {
+        Err(Error::ScheduleNotFound { name }) if name == "sync" => {}
+        other => panic!("a removed schedule triggered: {other:?}"),
+    }
+    mail.remove(job).expect("remove the instance");
     assert!(mail.schedules().expect("schedules").is_empty());
     match client.act(&remove) {
         Err(Error::ScheduleNotFound { name }) if name == "sync" => {}

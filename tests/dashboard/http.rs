@@ -1448,18 +1448,58 @@ fn the_schedules_page_shows_every_queue_and_removes_one() {
         "{overview}"
     );
     let csrf = csrf_of(&all);
-    let done = post(
-        addr,
-        TOKEN,
-        &[
-            ("csrf", &csrf),
-            ("op", "remove_schedule"),
-            ("q", "sync"),
-            ("name", "pull"),
-            ("back", "/schedules"),
-        ],
-        &[],
+    // Each schedule has Run now, Pause and Remove.
+    for op in ["trigger_schedule", "pause_schedule", "remove_schedule"] {
+        assert!(all.contains(&format!("data-op=\"{op}\"")), "{op}: {all}");
+    }
+    let act = |op: &str, q: &str, name: &str| {
+        post(
+            addr,
+            TOKEN,
+            &[
+                ("csrf", &csrf),
+                ("op", op),
+                ("q", q),
+                ("name", name),
+                ("back", "/schedules"),
+            ],
+            &[],
+        )
+    };
+    // Pause: shown paused with Resume in place of Pause; Resume: due again.
+    assert_eq!(act("pause_schedule", "mail", "digest").status, 303);
+    let digest = mail.schedule("digest").expect("read").expect("digest");
+    assert_eq!(digest.next_due_ms, None);
+    let page = get(addr, TOKEN, "/schedules?q=mail").body;
+    let at = digest.paused_ms.expect("paused");
+    assert!(
+        page.contains(&format!("data-schedule-paused=\"{at}\"")),
+        "{page}"
     );
+    assert!(
+        page.contains("data-op=\"resume_schedule\"")
+            && !page.contains("data-op=\"pause_schedule\"")
+    );
+    // Run now: one instance, ready, though paused.
+    let ran = act("trigger_schedule", "mail", "digest");
+    assert_eq!(ran.status, 303, "{}", ran.body);
+    let digest = mail.schedule("digest").expect("read").expect("digest");
+    let (job, _) = digest.last_job.expect("an instance");
+    assert_eq!((digest.fired, mail.stats().expect("stats").ready), (1, 1));
+    assert!(digest.paused_ms.is_some());
+    assert_eq!(
+        mail.job(job).expect("read").expect("the job").state,
+        JobState::Ready
+    );
+    assert_eq!(act("resume_schedule", "mail", "digest").status, 303);
+    assert!(
+        mail.schedule("digest")
+            .expect("read")
+            .expect("digest")
+            .next_due_ms
+            .is_some()
+    );
+    let done = act("remove_schedule", "sync", "pull");
     assert_eq!(done.status, 303, "{}", done.body);
     assert!(sync.schedules().expect("schedules").is_empty());
     assert_eq!(mail.schedules().expect("schedules").len(), 1);

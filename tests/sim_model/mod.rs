@@ -784,6 +784,7 @@ impl Runner {
             13..16 => match self.src.below(10) {
                 0 | 1 => self.op_schedule_remove(),
                 2..5 => self.op_rate_limit(),
+                5 => self.op_schedule_control(),
                 _ => self.op_schedule_set(),
             },
             16..21 => {
@@ -1979,6 +1980,43 @@ impl Runner {
         Ok(())
     }
 
+    /// `pause_schedule`, `resume_schedule` or `trigger_schedule` of one of the names (now
+    /// and then one never used).
+    fn op_schedule_control(&mut self) -> Result<(), String> {
+        let name = if self.src.chance(1, 8) {
+            "never".to_string()
+        } else {
+            SCHED_NAMES[self.src.below(SCHED_NAMES.len() as u64) as usize].to_string()
+        };
+        self.out.schedule_calls += 1;
+        let crashed_before = self.disk.is_crashed();
+        let call = self.src.below(3);
+        let (what, got) = match call {
+            0 => (
+                format!("pause_schedule {name:?}"),
+                self.q().pause_schedule(&name).map(Got::Flag),
+            ),
+            1 => (
+                format!("resume_schedule {name:?}"),
+                self.q().resume_schedule(&name).map(Got::Flag),
+            ),
+            _ => (
+                format!("trigger_schedule {name:?}"),
+                self.q().trigger_schedule(&name).map(|_| Got::Unit),
+            ),
+        };
+        let apply = |m: &mut Model| {
+            let now_ms = m.now_ms;
+            match call {
+                0 => m.pause_schedule(now_ms, &name),
+                1 => m.resume_schedule(now_ms, &name),
+                _ => m.trigger_schedule(now_ms, &name),
+            }
+        };
+        self.settle(&what, &apply, got, crashed_before)?;
+        Ok(())
+    }
+
     /// The schedules as the queue shows them now, after a call; `None` when the disk lost
     /// power, before the read or during it (a read can write cached pages back, see
     /// `full_check`).
@@ -2395,6 +2433,7 @@ fn to_view(i: &ScheduleInfo) -> Result<SchedView, String> {
         payload_bytes: i.payload_bytes,
         created_ms: i.created_ms,
         updated_ms: i.updated_ms,
+        paused_ms: i.paused_ms,
     })
 }
 

@@ -310,6 +310,8 @@ pub struct MSched {
     /// When its last instance ended (acked, died, cancelled, removed), as leaseq records it:
     /// under `Overlap::Skip` a due time fires only if it came at or after that end.
     pub last_ended_ms: Option<u64>,
+    /// When it was paused, while it is (`next_due_ms` is then `u64::MAX`: never due).
+    pub paused_ms: Option<u64>,
 }
 
 /// A schedule as `ScheduleInfo` shows it (interval timing only), for answers and checks.
@@ -328,6 +330,7 @@ pub struct SchedView {
     pub payload_bytes: usize,
     pub created_ms: u64,
     pub updated_ms: u64,
+    pub paused_ms: Option<u64>,
 }
 
 /// Times relative to the workload's clock start.
@@ -340,7 +343,7 @@ impl std::fmt::Debug for SchedView {
         write!(
             f,
             "{} every {}ms from {:+} next {:?} last {:?} fired {} skipped {} {}/{} prio {} \
-             {}B created {:+} updated {:+}",
+             {}B created {:+} updated {:+} paused {:?}",
             self.name,
             self.every_ms,
             rel(self.start_ms),
@@ -361,7 +364,8 @@ impl std::fmt::Debug for SchedView {
             self.priority,
             self.payload_bytes,
             rel(self.created_ms),
-            rel(self.updated_ms)
+            rel(self.updated_ms),
+            self.paused_ms.map(rel)
         )
     }
 }
@@ -1254,7 +1258,7 @@ impl Model {
             name: name.to_string(),
             every_ms: s.every_ms,
             start_ms: s.start_ms,
-            next_due_ms: Some(s.next_due_ms),
+            next_due_ms: s.paused_ms.is_none().then_some(s.next_due_ms),
             last_job: s.last_job,
             fired: s.fired,
             skipped: s.skipped,
@@ -1264,6 +1268,7 @@ impl Model {
             payload_bytes: s.payload.len(),
             created_ms: s.created_ms,
             updated_ms: s.updated_ms,
+            paused_ms: s.paused_ms,
         })
     }
 
@@ -1386,6 +1391,13 @@ impl Model {
                 (start, next)
             }
         };
+        // A paused schedule stays paused, never due, until resumed.
+        let paused_ms = old.as_ref().and_then(|o| o.paused_ms);
+        let next_due_ms = if paused_ms.is_some() {
+            u64::MAX
+        } else {
+            next_due_ms
+        };
         let mut tags = old.as_ref().map(|o| o.tags.clone()).unwrap_or_default();
         if let Some(t) = sched_tag(&def.payload) {
             tags.insert(t.to_vec());
@@ -1409,9 +1421,83 @@ impl Model {
             ended: old.as_ref().map_or(0, |o| o.ended),
             multi_live: old.as_ref().is_some_and(|o| o.multi_live) || def.overlap_enqueue,
             last_ended_ms: old.as_ref().and_then(|o| o.last_ended_ms),
+            paused_ms,
         };
         self.schedules.insert(name.to_string(), s);
         MRes::Sched(self.sched_view(name).expect("just set"))
+    }
+
+    /// `pause_schedule`: whether it was running; never due until resumed.
+    pub fn pause_schedule(&mut self, now_ms: u64, name: &str) -> MRes {
+        let Some(s) = self.schedules.get_mut(name) else {
+            return MRes::Err(EKind::ScheduleNotFound);
+        };
+        if s.paused_ms.is_some() {
+            return MRes::Flag(false);
+        }
+        s.paused_ms = Some(now_ms);
+        s.next_due_ms = u64::MAX;
+        MRes::Flag(true)
+    }
+
+    /// `resume_schedule`: whether it was paused; due at its first due time from now (its
+    /// start if not past, else the next multiple at or after now).
+    pub fn resume_schedule(&mut self, now_ms: u64, name: &str) -> MRes {
+        let Some(s) = self.schedules.get_mut(name) else {
+            return MRes::Err(EKind::ScheduleNotFound);
+        };
+        if s.paused_ms.is_none() {
+            return MRes::Flag(false);
+        }
+        s.paused_ms = None;
+        s.next_due_ms = if s.start_ms >= now_ms {
+            s.start_ms
+        } else {
+            interval_due_after(s.every_ms, s.start_ms, now_ms - 1)
+        };
+        MRes::Flag(true)
+    }
+
+    /// `trigger_schedule`: one instance now, ready at the back of its priority, the
+    /// schedule's last instance (named once the queue shows it), counted as fired; the due
+    /// time and a pause stay.
+    pub fn trigger_schedule(&mut self, now_ms: u64, name: &str) -> MRes {
+        let Some(s) = self.schedules.get(name) else {
+            return MRes::Err(EKind::ScheduleNotFound);
+        };
+        // The instance before it may still be live: two live at once.
+        let live_before = s
+            .last_job
+            .and_then(|(id, _)| self.jobs.get(&id))
+            .is_some_and(|j| j.state != MState::Dead);
+        let job = MJob {
+            payload: s.payload.clone(),
+            priority: s.priority,
+            max_attempts: s.max_attempts,
+            lease_ms: s.lease_ms,
+            idem: None,
+            dedup: None,
+            created_ms: now_ms,
+            attempts: 0,
+            run_at_ms: now_ms,
+            seq: 0,
+            state: MState::Ready,
+            last_error: LastErr::None,
+            snoozes: 0,
+            until_started: false,
+            sched: sched_tag(&s.payload).map(<[u8]>::to_vec),
+            group: None,
+            group_order: 0,
+        };
+        let id = self.next_placeholder();
+        self.jobs.insert(id, job);
+        self.make_ready(id);
+        let s = self.schedules.get_mut(name).expect("checked above");
+        s.last_job = Some((id, now_ms));
+        s.last_ended_ms = None;
+        s.fired += 1;
+        s.multi_live |= live_before;
+        MRes::Unit
     }
 
     /// `remove_schedule`: whether it existed. Its instances stay, as plain jobs.

@@ -156,6 +156,57 @@ fn write_commands_act_on_a_running_app_through_its_control_channel() {
         line.contains("no schedule named \"sync\" in queue mail"),
         "{line}"
     );
+    // Pause, trigger and resume a schedule of the running app.
+    mail.create_schedule("digest", &Schedule::every(Duration::from_secs(3600)))
+        .unwrap();
+    assert_eq!(
+        stdout(ok(run(&["schedule-pause", p, "digest", "--queue", "mail"]))),
+        "mail: paused schedule \"digest\"\n"
+    );
+    assert!(
+        mail.schedule("digest")
+            .unwrap()
+            .unwrap()
+            .paused_ms
+            .is_some()
+    );
+    let said = stdout(ok(run(&[
+        "schedule-trigger",
+        p,
+        "digest",
+        "--queue",
+        "mail",
+    ])));
+    let job = mail
+        .schedule("digest")
+        .unwrap()
+        .unwrap()
+        .last_job
+        .expect("an instance")
+        .0;
+    assert_eq!(
+        said,
+        format!("mail: schedule \"digest\" enqueued job {job}\n")
+    );
+    assert_eq!(
+        stdout(ok(run(&[
+            "schedule-resume",
+            p,
+            "digest",
+            "--queue",
+            "mail"
+        ]))),
+        "mail: resumed schedule \"digest\"\n"
+    );
+    assert!(
+        mail.schedule("digest")
+            .unwrap()
+            .unwrap()
+            .next_due_ms
+            .is_some()
+    );
+    assert!(mail.remove_schedule("digest").unwrap());
+    assert!(mail.cancel(job, "test").is_ok());
 
     // prune with the app's own retentions; the tool's are refused, saying what works.
     let out = stdout(ok(run(&["prune", p])));

@@ -185,6 +185,7 @@ fn line(queue: Option<&str>, info: &ScheduleInfo) -> Value {
         "payload_bytes": info.payload_bytes,
         "created_ms": info.created_ms,
         "updated_ms": info.updated_ms,
+        "paused_ms": info.paused_ms,
     })
 }
 
@@ -471,4 +472,64 @@ fn schedule_remove_and_the_count_in_stats() {
     assert_eq!(stats[0]["schedules"], 0);
     assert_eq!(stats[1]["schedules"], 1);
     assert_eq!(code(&run(&["schedules", p])), 0);
+}
+
+/// `schedule-pause`, `schedule-resume` and `schedule-trigger` on the file: each says what it
+/// did, the library sees it, `schedules` shows the pause (table and JSON), and a missing
+/// schedule is exit 1 with nothing written.
+#[test]
+fn schedule_pause_resume_and_trigger() {
+    let (_dir, path) = tmp();
+    schedule_file(&path);
+    let p = s(&path);
+    assert_eq!(
+        stdout(ok(run(&["schedule-pause", p, "sync"]))),
+        "(default): paused schedule \"sync\"\n"
+    );
+    assert_eq!(
+        stdout(ok(run(&["schedule-pause", p, "sync"]))),
+        "(default): schedule \"sync\" was already paused\n"
+    );
+    let listed = json_lines(ok(run(&["schedules", p, "--json", "--queue", "(default)"])));
+    assert!(listed[0]["paused_ms"].as_u64().is_some(), "{listed:?}");
+    assert!(listed[0]["next_due_ms"].is_null(), "{listed:?}");
+    let table = stdout(ok(run(&["schedules", p])));
+    assert!(table.contains("paused since"), "{table}");
+    let said = stdout(ok(run(&["schedule-trigger", p, "sync"])));
+    let id: u64 = said
+        .trim_end()
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert_eq!(
+        said,
+        format!("(default): schedule \"sync\" enqueued job {id}\n")
+    );
+    let q = Queue::open(&path).unwrap();
+    let info = q.schedule("sync").unwrap().unwrap();
+    assert_eq!(info.last_job.map(|(job, _)| job.0), Some(id));
+    assert!(info.paused_ms.is_some(), "a trigger leaves it paused");
+    assert_eq!(
+        q.job(leaseq::JobId(id)).unwrap().unwrap().state,
+        leaseq::JobState::Ready
+    );
+    drop(q);
+    assert_eq!(
+        stdout(ok(run(&["schedule-resume", p, "sync"]))),
+        "(default): resumed schedule \"sync\"\n"
+    );
+    assert_eq!(
+        stdout(ok(run(&["schedule-resume", p, "sync"]))),
+        "(default): schedule \"sync\" was not paused\n"
+    );
+    let before = library_view(&path);
+    for verb in ["schedule-pause", "schedule-resume", "schedule-trigger"] {
+        let err = fails(&run(&[verb, p, "nope"]), 1);
+        assert!(
+            err.contains("no schedule named \"nope\" in queue (default)"),
+            "{verb}: {err}"
+        );
+    }
+    assert_eq!(library_view(&path), before, "nothing written");
 }
