@@ -173,6 +173,28 @@ pub(crate) fn answer(access: &dyn Access, asked: &Asked) -> Reply {
         .strip_prefix(ROOT)
         .map(|r| r.trim_start_matches('/'))
         .unwrap_or("");
+    // A parameter the route does not take is refused, never ignored: `delay=5000` for
+    // `delay_ms=5000` would enqueue a job ready at once.
+    if let Some(taken) = params_of(rest)
+        && let Some(unknown) = asked
+            .query
+            .keys()
+            .filter(|k| !taken.contains(&k.as_str()))
+            .min()
+    {
+        let e = invalid(
+            "query",
+            if taken.is_empty() {
+                format!("{ROOT}/{rest} takes no parameter, not {unknown:?}")
+            } else {
+                format!(
+                    "{ROOT}/{rest} takes no parameter {unknown:?} (it takes {})",
+                    taken.join(", ")
+                )
+            },
+        );
+        return Reply::json(status_of(&e), &error_json(&e));
+    }
     if matches!(asked.method.as_str(), "GET" | "HEAD")
         && let Some(id) = rest
             .strip_prefix("jobs/")
@@ -229,6 +251,40 @@ pub(crate) fn answer(access: &dyn Access, asked: &Asked) -> Reply {
         ),
         Err(e) => Reply::json(status_of(&e), &error_json(&e)),
     }
+}
+
+/// The query parameters route `rest` (the path under [`ROOT`]) takes, whatever the method;
+/// `None` for a path that is no route (answered 404 or 405 as such).
+fn params_of(rest: &str) -> Option<&'static [&'static str]> {
+    const QUEUE: &[&str] = &["queue"];
+    Some(match rest.split('/').collect::<Vec<_>>().as_slice() {
+        [""] | ["workers"] | ["prune"] => &[],
+        ["stats"] | ["requeue-dead"] | ["pause"] | ["resume"] => QUEUE,
+        ["jobs"] => &["queue", "state", "limit", "after", "before", "order"],
+        ["jobs", _] => &["queue", "payload"],
+        ["jobs", _, "cancel"] => &["queue", "reason"],
+        [
+            "jobs",
+            _,
+            "payload" | "retry" | "promote" | "remove" | "requeue-dead",
+        ] => QUEUE,
+        ["purge"] => &["queue", "state"],
+        ["schedule-remove" | "schedule-pause" | "schedule-resume" | "schedule-trigger"] => {
+            &["queue", "name"]
+        }
+        ["enqueue"] => &[
+            "queue",
+            "priority",
+            "delay_ms",
+            "dedup_key",
+            "dedup_window_ms",
+            "on_duplicate",
+            "idempotency_key",
+            "max_attempts",
+            "lease_ms",
+        ],
+        _ => return None,
+    })
 }
 
 /// The reads: `GET /api/v1` (the file and its queues), `GET /api/v1/stats`.
@@ -405,7 +461,8 @@ pub(crate) fn status_of(e: &Error) -> u16 {
 }
 
 /// An error as the API answers it: `{"error":{"kind":K,"message":M,…}}`, with the fields
-/// of the kinds a caller acts on (`job_id`, `name`, `actual`, `expected`, `holder`, `field`,
+/// of the kinds a caller acts on (`job_id`, `name`, `actual`, `expected` and
+/// `expected_states`, `holder`, `field`,
 /// `size_bytes`, `limit_bytes`, `detail`).
 pub(crate) fn error_json(e: &Error) -> Value {
     let message = e.to_string();
@@ -420,7 +477,12 @@ pub(crate) fn error_json(e: &Error) -> Value {
             expected,
         } => (
             "invalid_state",
-            json!({ "job_id": job_id.0, "actual": actual.as_str(), "expected": expected }),
+            json!({
+                "job_id": job_id.0,
+                "actual": actual.as_str(),
+                "expected": expected,
+                "expected_states": expected_states(expected),
+            }),
         ),
         Error::KeyHeld { job_id, holder } => (
             "key_held",
@@ -446,6 +508,16 @@ pub(crate) fn error_json(e: &Error) -> Value {
     error["kind"] = json!(kind);
     error["message"] = json!(message);
     json!({ "error": error })
+}
+
+/// The states an `InvalidState`'s prose names (`"Dead, Completed or Cancelled"`), as the
+/// API names states (`["dead","completed","cancelled"]`), for scripts.
+fn expected_states(expected: &str) -> Vec<&'static str> {
+    expected
+        .split([',', ' '])
+        .filter_map(|word| JobState::from_name(&word.to_ascii_lowercase()))
+        .map(JobState::as_str)
+        .collect()
 }
 
 /// An error the API makes itself (not leaseq's).

@@ -70,13 +70,17 @@
 //!
 //! An error is `{"error":{"kind":K,"message":TEXT,…}}` with the fields a caller acts on:
 //! `404` for `job_not_found` (`job_id`), `queue_not_found` and `schedule_not_found` (`name`),
-//! or `no_route`; `409` for `invalid_state` (`job_id`, `actual`, `expected`), `key_held`
+//! or `no_route`; `409` for `invalid_state` (`job_id`, `actual`, `expected` as text and
+//! `expected_states` as a list of state names), `key_held`
 //! (`job_id`, `holder`), `schedule_exists` and `busy`; `400` for `invalid_option` (`field`),
 //! `payload_too_large` and `key_too_long`; `401` `unauthorized`; `405`
 //! (`method_not_allowed`) for an action asked with GET, a read with POST, or another method;
 //! `408` (`timeout`) and `413` (`too_large`) for a body too slow or over its bound; `503`
 //! `closed` (or `stopping`); `500` for a storage error (`failed`, `corrupted`,
 //! `commit_failed`: a failed commit's outcome is unknown). A refused request wrote nothing.
+//! A query parameter the route does not take (above) is refused, `400` `invalid_option`
+//! with `field` `query`, naming it and the ones the route takes: never ignored (a typo of
+//! `delay_ms` would enqueue a job ready at once).
 //! A request head over 8 KiB is refused by the HTTP layer with `431` and no JSON.
 //!
 //! A `queue=` left empty selects as if absent. An enqueue to a named queue that does not

@@ -424,6 +424,26 @@ fn refused_requests_write_nothing() {
         ),
         ("POST", "/api/v1/enqueue?lease_ms=0", 400, "invalid_option"),
         ("POST", "/api/v1/schedule-remove", 400, "invalid_option"),
+        // A parameter the route does not take (a typo) is refused, not ignored.
+        (
+            "POST",
+            "/api/v1/enqueue?queue=mail&delay=5000",
+            400,
+            "invalid_option",
+        ),
+        ("GET", "/api/v1/stats?queues=mail", 400, "invalid_option"),
+        (
+            "POST",
+            "/api/v1/prune?dead_retention=1",
+            400,
+            "invalid_option",
+        ),
+        (
+            "POST",
+            &format!("/api/v1/jobs/{id}/retry?force=1"),
+            400,
+            "invalid_option",
+        ),
         ("POST", "/api/v1/explode", 404, "no_route"),
         ("GET", "/api/v1/pause", 405, "method_not_allowed"),
         ("GET", "/api/v1/jobs/3/cancel", 405, "method_not_allowed"),
@@ -442,6 +462,14 @@ fn refused_requests_write_nothing() {
                 .is_some_and(|m| !m.is_empty())
         );
     }
+    assert_eq!(snapshot(&app), before, "nothing written by a bad request");
+    let typo = send(addr, "POST", "/api/v1/enqueue?delay=5000", &auth, "x");
+    let typo: Value = serde_json::from_str(&typo.body).expect("json");
+    let message = typo["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("\"delay\"") && message.contains("delay_ms"),
+        "the refusal names the parameter and what the route takes: {typo}"
+    );
     // The job's own refusal: a leased job cannot be removed.
     let lease = mail.dequeue().expect("dequeue").expect("the job");
     let leased = snapshot(&app);
@@ -461,6 +489,12 @@ fn refused_requests_write_nothing() {
             &body["error"]["actual"]
         ),
         (&json!("invalid_state"), &json!(id.0), &json!("leased"))
+    );
+    // What would have worked, as state names a script can compare.
+    assert_eq!(
+        body["error"]["expected_states"],
+        json!(["scheduled", "ready", "dead"]),
+        "{body}"
     );
     assert_eq!(snapshot(&app), leased);
     lease.ack().expect("the app's lease is untouched");
