@@ -1,14 +1,14 @@
 //! The read commands: `stats`, `ls`, `show`, `queues`, `schedules`, `check`. None of them
 //! creates a file or a queue.
 
-use leaseq::{JobState, Missed, Overlap, Reader, ScheduleInfo, Timing};
+use leaseq::JobState;
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::args::{CheckArgs, LsArgs, QueuesArgs, SchedulesArgs, ShowArgs, StatsArgs};
 use crate::duration::format_ms;
 use crate::fail::{CliResult, Fail};
-use crate::files::{self, queue_label};
+use crate::files::queue_label;
 use crate::output::{Out, short, utc};
 use crate::source::Source;
 
@@ -372,125 +372,38 @@ pub fn queues(a: &QueuesArgs) -> CliResult {
     out.flush()
 }
 
-/// A schedule's timing in JSON: `{"kind":"interval","every_ms":..,"start_ms":..}` or
-/// `{"kind":"cron","expression":..,"time_zone":..}`.
-#[derive(Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-enum TimingJson<'a> {
-    Interval {
-        every_ms: u64,
-        start_ms: u64,
-    },
-    Cron {
-        expression: &'a str,
-        time_zone: &'a str,
-    },
-}
-
-#[derive(Serialize)]
-struct ScheduleJson<'a> {
-    queue: Option<&'a str>,
-    name: &'a str,
-    timing: TimingJson<'a>,
-    next_due_ms: Option<u64>,
-    last_job_id: Option<u64>,
-    last_due_ms: Option<u64>,
-    fired: u64,
-    skipped: u64,
-    overlap: &'static str,
-    missed: &'static str,
-    priority: i32,
-    payload_bytes: usize,
-    created_ms: u64,
-    updated_ms: u64,
-    paused_ms: Option<u64>,
-}
-
-impl<'a> ScheduleJson<'a> {
-    fn new(queue: Option<&'a str>, s: &'a ScheduleInfo) -> ScheduleJson<'a> {
-        ScheduleJson {
-            queue,
-            name: &s.name,
-            timing: match &s.timing {
-                Timing::Interval { every_ms, start_ms } => TimingJson::Interval {
-                    every_ms: *every_ms,
-                    start_ms: *start_ms,
-                },
-                Timing::Cron {
-                    expression,
-                    time_zone,
-                } => TimingJson::Cron {
-                    expression,
-                    time_zone,
-                },
-            },
-            next_due_ms: s.next_due_ms,
-            last_job_id: s.last_job.map(|(id, _)| id.0),
-            last_due_ms: s.last_job.map(|(_, due)| due),
-            fired: s.fired,
-            skipped: s.skipped,
-            overlap: overlap_name(s.overlap),
-            missed: missed_name(s.missed),
-            priority: s.priority,
-            payload_bytes: s.payload_bytes,
-            created_ms: s.created_ms,
-            updated_ms: s.updated_ms,
-            paused_ms: s.paused_ms,
-        }
-    }
-}
-
-/// An overlap policy's name on the command line and in JSON.
-fn overlap_name(o: Overlap) -> &'static str {
-    match o {
-        Overlap::Skip => "skip",
-        Overlap::Enqueue => "enqueue",
-    }
-}
-
-/// A missed-time policy's name on the command line and in JSON.
-fn missed_name(m: Missed) -> &'static str {
-    match m {
-        Missed::RunOnce => "run_once",
-        Missed::Skip => "skip",
-    }
-}
-
 /// A timing for people: `every 15m`, or `cron 0 3 * * * (Europe/Berlin)` (runs of spaces
 /// in the expression as one).
-fn timing_text(t: &Timing) -> String {
-    match t {
-        Timing::Interval { every_ms, .. } => format!("every {}", format_ms(*every_ms)),
-        Timing::Cron {
-            expression,
-            time_zone,
-        } => format!(
+fn timing_text(t: &Value) -> String {
+    match t["kind"].as_str() {
+        Some("interval") => format!("every {}", format_ms(t["every_ms"].as_u64().unwrap_or(0))),
+        _ => format!(
             "cron {} ({})",
-            short(&crate::fail::one_line(expression), 200),
-            short(time_zone, 200)
+            short(
+                &crate::fail::one_line(t["expression"].as_str().unwrap_or("")),
+                200
+            ),
+            short(t["time_zone"].as_str().unwrap_or(""), 200)
         ),
     }
 }
 
-/// `leaseq schedules`: the schedules of the selected queues, each queue's by name.
+/// `leaseq schedules`: the schedules of the selected queues, each queue's by name; through
+/// the app's control channel when the app holds the file (the same JSON).
 pub fn schedules(a: &SchedulesArgs) -> CliResult {
-    let queue = files::open_reader(&a.file)?;
-    let path = queue.path();
-    let mut rows: Vec<(Reader, Vec<ScheduleInfo>)> = Vec::new();
-    for q in files::selected(&queue, a.queue.queue.as_deref())? {
-        let list = q.schedules().map_err(|e| Fail::leaseq(path, e))?;
-        rows.push((q, list));
+    let source = Source::open(&a.file)?;
+    let mut rows: Vec<Value> = Vec::new();
+    for q in source.queues(a.queue.queue.as_deref())? {
+        rows.extend(source.schedules(q.as_deref())?);
     }
     let mut out = Out::new();
     if a.json {
-        for (q, list) in &rows {
-            for s in list {
-                out.json(&ScheduleJson::new(q.name(), s))?;
-            }
+        for s in &rows {
+            out.json(s)?;
         }
         return out.flush();
     }
-    if rows.iter().all(|(_, list)| list.is_empty()) {
+    if rows.is_empty() {
         out.line("no schedules")?;
         return out.flush();
     }
@@ -501,26 +414,28 @@ pub fn schedules(a: &SchedulesArgs) -> CliResult {
     let right = [
         false, false, false, false, true, false, true, true, false, false,
     ];
+    let number = |v: &Value| {
+        v.as_u64()
+            .map_or_else(|| "-".to_string(), |n| n.to_string())
+    };
+    let time = |v: &Value| v.as_u64().map_or_else(|| "-".to_string(), utc);
     let cells: Vec<Vec<String>> = rows
         .iter()
-        .flat_map(|(q, list)| list.iter().map(move |s| (queue_label(q.name()), s)))
-        .map(|(label, s)| {
+        .map(|s| {
             vec![
-                label.to_string(),
-                short(&s.name, 200),
-                timing_text(&s.timing),
-                match (s.paused_ms, s.next_due_ms) {
+                queue_label(s["queue"].as_str()).to_string(),
+                short(s["name"].as_str().unwrap_or(""), 200),
+                timing_text(&s["timing"]),
+                match (s["paused_ms"].as_u64(), s["next_due_ms"].as_u64()) {
                     (Some(at), _) => format!("paused since {}", utc(at)),
                     (None, next) => next.map_or_else(|| "none".to_string(), utc),
                 },
-                s.last_job
-                    .map_or_else(|| "-".to_string(), |(id, _)| id.0.to_string()),
-                s.last_job
-                    .map_or_else(|| "-".to_string(), |(_, due)| utc(due)),
-                s.fired.to_string(),
-                s.skipped.to_string(),
-                overlap_name(s.overlap).to_string(),
-                missed_name(s.missed).to_string(),
+                number(&s["last_job_id"]),
+                time(&s["last_due_ms"]),
+                number(&s["fired"]),
+                number(&s["skipped"]),
+                s["overlap"].as_str().unwrap_or("").to_string(),
+                s["missed"].as_str().unwrap_or("").to_string(),
             ]
         })
         .collect();
@@ -528,63 +443,50 @@ pub fn schedules(a: &SchedulesArgs) -> CliResult {
     out.flush()
 }
 
-#[derive(Serialize)]
-struct ViolationJson {
-    job_id: Option<u64>,
-    detail: String,
-}
-
-#[derive(Serialize)]
-struct CheckJson {
-    ok: bool,
-    violations: Vec<ViolationJson>,
-}
-
-/// `leaseq check`: exit 1 when the file breaks an invariant or fails redb's integrity check.
+/// `leaseq check`: exit 1 when the file breaks an invariant or fails redb's integrity check;
+/// through the app's control channel when the app holds the file (the app checks it).
 pub fn check(a: &CheckArgs) -> CliResult {
     let mut out = Out::new();
-    let queue = match files::open_reader(&a.file) {
-        Ok(q) => q,
+    let source = match Source::open(&a.file) {
+        Ok(s) => s,
         Err(f) if f.corrupted => {
             if a.json {
-                out.json(&CheckJson {
-                    ok: false,
-                    violations: vec![ViolationJson {
-                        job_id: None,
-                        detail: f.message.clone(),
-                    }],
-                })?;
+                out.json(&leaseq::json::check(&[leaseq::Violation {
+                    job_id: None,
+                    detail: f.message.clone(),
+                }]))?;
                 out.flush()?;
             }
             return Err(Fail { code: 1, ..f });
         }
         Err(f) => return Err(f),
     };
-    let path = queue.path();
-    let violations = match queue.check() {
-        Ok(v) => v,
-        Err(e @ leaseq::Error::Corrupted { .. }) => vec![leaseq::Violation {
-            job_id: None,
-            detail: e.to_string(),
-        }],
-        Err(e) => return Err(Fail::leaseq(path, e)),
-    };
-    if a.json {
-        out.json(&CheckJson {
-            ok: violations.is_empty(),
-            violations: violations
-                .iter()
-                .map(|v| ViolationJson {
-                    job_id: v.job_id.map(|id| id.0),
-                    detail: v.detail.clone(),
+    let path = a.file.as_path();
+    let doc = source.check()?;
+    let violations: Vec<(Option<u64>, String)> = doc["violations"]
+        .as_array()
+        .map(|v| {
+            v.iter()
+                .map(|v| {
+                    (
+                        v["job_id"].as_u64(),
+                        v["detail"].as_str().unwrap_or("").to_string(),
+                    )
                 })
-                .collect(),
-        })?;
+                .collect()
+        })
+        .unwrap_or_default();
+    if a.json {
+        out.json(&doc)?;
     } else if violations.is_empty() {
         out.line(format!("{}: ok", path.display()))?;
     } else {
-        for v in &violations {
-            out.line(short(&v.to_string(), 10_000))?;
+        for (job_id, detail) in &violations {
+            let line = match job_id {
+                Some(id) => format!("job {id}: {detail}"),
+                None => detail.clone(),
+            };
+            out.line(short(&line, 10_000))?;
         }
     }
     out.flush()?;

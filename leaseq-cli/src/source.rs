@@ -1,4 +1,4 @@
-//! Where `stats`, `ls`, `show` and `queues` read: the file itself (`leaseq::Reader`), or,
+//! Where `stats`, `ls`, `show`, `queues`, `schedules` and `check` read: the file itself (`leaseq::Reader`), or,
 //! when an app holds the file so that it cannot be read (no live reads), that app's control
 //! channel (`leaseq::control::Client`), which answers in the same JSON shapes. Both are
 //! turned into the same JSON values, and the commands print those.
@@ -108,6 +108,45 @@ impl Source {
         match queue {
             None => Ok(r.default_queue()),
             Some(name) => r.existing(name).map_err(|e| self.fail(e)),
+        }
+    }
+
+    /// One queue's schedules, by name, as `schedules --json` writes them.
+    pub fn schedules(&self, queue: Option<&str>) -> CliResult<Vec<Value>> {
+        match self {
+            Source::Local(r) => {
+                let q = self.reader(r, queue)?;
+                let list = q.schedules().map_err(|e| self.fail(e))?;
+                Ok(list
+                    .iter()
+                    .map(|s| json!(leaseq::json::ScheduleView::new(q.name(), s)))
+                    .collect())
+            }
+            Source::Remote { client, .. } => {
+                let answer = self.get(
+                    client,
+                    &format!("schedules?queue={}", encode(queue.unwrap_or(DEFAULT_QUEUE))),
+                )?;
+                Ok(answer["schedules"].as_array().cloned().unwrap_or_default())
+            }
+        }
+    }
+
+    /// The file's check, as `check --json` writes it: `{"ok":..,"violations":[..]}`. A
+    /// damaged file's `Corrupted` is one violation.
+    pub fn check(&self) -> CliResult<Value> {
+        match self {
+            Source::Local(r) => match r.check() {
+                Ok(v) => Ok(leaseq::json::check(&v)),
+                Err(e @ leaseq::Error::Corrupted { .. }) => {
+                    Ok(leaseq::json::check(&[leaseq::Violation {
+                        job_id: None,
+                        detail: e.to_string(),
+                    }]))
+                }
+                Err(e) => Err(self.fail(e)),
+            },
+            Source::Remote { client, .. } => self.get(client, "check"),
         }
     }
 

@@ -211,7 +211,10 @@ pub(crate) fn answer(access: &dyn Access, asked: &Asked) -> Reply {
         Ok(None)
     );
     let read_route = !action_route
-        && (matches!(rest, "" | "stats" | "jobs" | "workers") || rest.starts_with("jobs/"));
+        && (matches!(
+            rest,
+            "" | "stats" | "jobs" | "workers" | "schedules" | "check"
+        ) || rest.starts_with("jobs/"));
     let found = match asked.method.as_str() {
         "GET" | "HEAD" if action_route => {
             return error_reply(405, "method_not_allowed", "an action is a POST request");
@@ -258,8 +261,8 @@ pub(crate) fn answer(access: &dyn Access, asked: &Asked) -> Reply {
 fn params_of(rest: &str) -> Option<&'static [&'static str]> {
     const QUEUE: &[&str] = &["queue"];
     Some(match rest.split('/').collect::<Vec<_>>().as_slice() {
-        [""] | ["workers"] | ["prune"] => &[],
-        ["stats"] | ["requeue-dead"] | ["pause"] | ["resume"] => QUEUE,
+        [""] | ["workers"] | ["prune"] | ["check"] => &[],
+        ["stats"] | ["schedules"] | ["requeue-dead"] | ["pause"] | ["resume"] => QUEUE,
         ["jobs"] => &["queue", "state", "limit", "after", "before", "order"],
         ["jobs", _] => &["queue", "payload"],
         ["jobs", _, "cancel"] => &["queue", "reason"],
@@ -302,6 +305,20 @@ fn read(access: &dyn Access, rest: &str, asked: &Asked) -> Result<Option<Value>>
             })))
         }
         "workers" => access.workers().map(Some),
+        "schedules" => {
+            let reader = access.reader()?;
+            let mut out = Vec::new();
+            for q in readers(&reader, asked.param("queue"))? {
+                for s in q.schedules()? {
+                    out.push(json!(crate::json::ScheduleView::new(q.name(), &s)));
+                }
+            }
+            Ok(Some(json!({ "schedules": out })))
+        }
+        "check" => {
+            let reader = access.reader()?;
+            Ok(Some(crate::json::check(&reader.check()?)))
+        }
         "stats" => {
             let reader = access.reader()?;
             let mut out = Vec::new();

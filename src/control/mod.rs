@@ -52,7 +52,9 @@
 //! | request | does | answers |
 //! |---|---|---|
 //! | `GET /api/v1` | the file | `{"api":1,"file":PATH,"format":N,"queues":[null,"mail",…]}` |
-//! | `GET /api/v1/workers` | the app's worker pools given to [`Control::pool`] | `{"pools":[{"name":N,"queue":Q,"threads":N,"busy":N,"idle":N,"state":"running"\|"stopping"\|"gone","stats":{"jobs":N,"acked":N,"retried":N,"dead":N,"timed_out":N,"heartbeats":N,"heartbeats_lost":N,"errors":N,…}},…]}` |
+//! | `GET /api/v1/workers` | the app's worker pools given to [`Control::pool`] | `{"pools":[{"name":N,"queue":Q,"threads":N,"busy":N,"idle":N,"state":"running"\|"stopping"\|"gone","stats":{"jobs":N,"acked":N,"retried":N,"dead":N,"timed_out":N,"heartbeats":N,"last_heartbeat_ms":MS\|null,"heartbeats_lost":N,"errors":N,…}},…]}` |
+//! | `GET /api/v1/schedules[?queue=Q]` | [`Queue::schedules`] of each queue, as `leaseq schedules --json` ([`crate::json::ScheduleView`]) | `{"schedules":[{"queue":Q,"name":N,"timing":{..},"next_due_ms":MS,…,"paused_ms":MS\|null},…]}` |
+//! | `GET /api/v1/check` | [`Queue::check`] of the file, as `leaseq check --json` | `{"ok":B,"violations":[{"job_id":N\|null,"detail":TEXT},…]}` |
 //! | `GET /api/v1/stats[?queue=Q]` | counts per queue | `{"queues":[{"queue":Q,"total":N,"ready":N,…},…]}`, each entry as a line of `leaseq stats --json` |
 //! | `GET /api/v1/jobs?state=S[&queue=Q&after=CURSOR&limit=N]` | a page of one queue's jobs in a state (`queue` absent: the default queue), in [`Queue::jobs`]' order, `limit` 1 to 1000 (default 100); with `order=desc` or `before=CURSOR`, backward ([`Queue::jobs_before`]: newest first; not for `ready`) | `{"queue":Q,"jobs":[JOB,…],"next":CURSOR\|null,"first":CURSOR\|null}`: pass `next` as `after` (as `before` backward) for the next page, `first` the other way |
 //! | `GET /api/v1/jobs/ID[?queue=Q&payload=1]` | one job, found in the selected queues; with `payload=1` its payload too (up to 1 MiB) | `JOB`, as `leaseq show --json` writes it ([`JobView`](crate::json::JobView)) |

@@ -344,6 +344,117 @@ pub fn stats(q: &crate::Reader) -> crate::Result<serde_json::Value> {
     }))
 }
 
+/// A schedule's timing in JSON: `{"kind":"interval","every_ms":..,"start_ms":..}` or
+/// `{"kind":"cron","expression":..,"time_zone":..}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TimingView {
+    /// Every `every_ms` from `start_ms` (Unix ms).
+    Interval {
+        /// The interval, in ms.
+        every_ms: u64,
+        /// Its first due time (Unix ms).
+        start_ms: u64,
+    },
+    /// At each match of a cron expression in an IANA time zone.
+    Cron {
+        /// The expression.
+        expression: String,
+        /// The time zone.
+        time_zone: String,
+    },
+}
+
+/// A schedule as `leaseq schedules --json` writes it and the API's `schedules` answers: one
+/// [`ScheduleInfo`](crate::ScheduleInfo) and its queue (`null` for the default one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ScheduleView {
+    /// Its queue: `None` for the default one.
+    pub queue: Option<String>,
+    /// Its name.
+    pub name: String,
+    /// When it is due.
+    pub timing: TimingView,
+    /// Its next due time (Unix ms); `None` when it has none (a cron expression with no match
+    /// ahead) or while it is paused.
+    pub next_due_ms: Option<u64>,
+    /// The last job it enqueued.
+    pub last_job_id: Option<u64>,
+    /// The due time that job was enqueued for (Unix ms).
+    pub last_due_ms: Option<u64>,
+    /// Jobs it enqueued.
+    pub fired: u64,
+    /// Decisions that enqueued nothing.
+    pub skipped: u64,
+    /// `"skip"` or `"enqueue"`.
+    pub overlap: &'static str,
+    /// `"run_once"` or `"skip"`.
+    pub missed: &'static str,
+    /// Its instances' priority.
+    pub priority: i32,
+    /// Its instances' payload size, in bytes.
+    pub payload_bytes: usize,
+    /// When it was created and last set (Unix ms).
+    pub created_ms: u64,
+    /// When it was last set by a create, update or upsert (Unix ms).
+    pub updated_ms: u64,
+    /// When it was paused (Unix ms), while it is.
+    pub paused_ms: Option<u64>,
+}
+
+impl ScheduleView {
+    /// The view of schedule `s` of queue `queue`.
+    pub fn new(queue: Option<&str>, s: &crate::ScheduleInfo) -> ScheduleView {
+        ScheduleView {
+            queue: queue.map(str::to_string),
+            name: s.name.clone(),
+            timing: match &s.timing {
+                crate::Timing::Interval { every_ms, start_ms } => TimingView::Interval {
+                    every_ms: *every_ms,
+                    start_ms: *start_ms,
+                },
+                crate::Timing::Cron {
+                    expression,
+                    time_zone,
+                } => TimingView::Cron {
+                    expression: expression.clone(),
+                    time_zone: time_zone.clone(),
+                },
+            },
+            next_due_ms: s.next_due_ms,
+            last_job_id: s.last_job.map(|(id, _)| id.0),
+            last_due_ms: s.last_job.map(|(_, due)| due),
+            fired: s.fired,
+            skipped: s.skipped,
+            overlap: match s.overlap {
+                crate::Overlap::Skip => "skip",
+                crate::Overlap::Enqueue => "enqueue",
+            },
+            missed: match s.missed {
+                crate::Missed::RunOnce => "run_once",
+                crate::Missed::Skip => "skip",
+            },
+            priority: s.priority,
+            payload_bytes: s.payload_bytes,
+            created_ms: s.created_ms,
+            updated_ms: s.updated_ms,
+            paused_ms: s.paused_ms,
+        }
+    }
+}
+
+/// What `leaseq check --json` writes and the API's `check` answers:
+/// `{"ok":B,"violations":[{"job_id":N|null,"detail":TEXT},…]}`.
+pub fn check(violations: &[crate::Violation]) -> serde_json::Value {
+    serde_json::json!({
+        "ok": violations.is_empty(),
+        "violations": violations
+            .iter()
+            .map(|v| serde_json::json!({ "job_id": v.job_id.map(|id| id.0), "detail": v.detail }))
+            .collect::<Vec<_>>(),
+    })
+}
+
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

@@ -309,9 +309,9 @@ fn the_tools_json_and_the_apis_answers_are_the_same_shapes() {
     drop(channel);
 }
 
-/// Beside an app without live reads (the default: the journal on), `stats`, `ls`, `show`
-/// and `queues` read through the app's control channel, and say exactly what they say of
-/// the same file once the app has closed it.
+/// Beside an app without live reads (the default: the journal on), `stats`, `ls`, `show`,
+/// `queues`, `schedules` and `check` read through the app's control channel, and say
+/// exactly what they say of the same file once the app has closed it.
 #[test]
 fn read_commands_read_through_the_channel_of_an_app_without_live_reads() {
     let (_dir, path) = tmp();
@@ -334,6 +334,14 @@ fn read_commands_read_through_the_channel_of_an_app_without_live_reads() {
         .id
         .0
         .to_string();
+    mail.create_schedule(
+        "digest",
+        &Schedule::cron("0 3 * * *", "Europe/Berlin").payload(b"d".to_vec()),
+    )
+    .unwrap();
+    app.create_schedule("tick", &Schedule::every(Duration::from_secs(60)))
+        .unwrap();
+    app.pause_schedule("tick").unwrap();
     let channel = leaseq::control::serve(&app).unwrap();
     let p = s(&path);
     let commands: Vec<Vec<&str>> = vec![
@@ -350,6 +358,11 @@ fn read_commands_read_through_the_channel_of_an_app_without_live_reads() {
         vec!["show", p, &binary, "--raw"],
         vec!["queues", p],
         vec!["queues", p, "--json"],
+        vec!["schedules", p],
+        vec!["schedules", p, "--json"],
+        vec!["schedules", p, "--queue", "mail"],
+        vec!["check", p],
+        vec!["check", p, "--json"],
     ];
     let beside: Vec<std::process::Output> = commands.iter().map(|c| ok(run(c))).collect();
     // Missing things are the same refusals as on the file.
@@ -358,10 +371,10 @@ fn read_commands_read_through_the_channel_of_an_app_without_live_reads() {
     let line = fails(&run(&["ls", p, "--queue", "nope"]), 1);
     assert!(line.contains("no queue named \"nope\""), "{line}");
     // Commands the channel does not serve say what works.
-    let o = run(&["schedules", p]);
+    let o = run(&["export", p]);
     assert_eq!(code(&o), 2);
     assert!(
-        stderr(&o).contains("stats, ls, show and queues"),
+        stderr(&o).contains("stats, ls, show, queues, schedules and check"),
         "{}",
         stderr(&o)
     );
