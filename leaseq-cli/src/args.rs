@@ -31,8 +31,8 @@ leases of a process that died, upgrades a file of an older format (said on stder
 enqueues the jobs of schedules due while the file was closed.
 
 Beside a running app that opened its control channel (leaseq::control::serve), the write
-commands but compact and import go through the app, and stats, ls, show, queues, schedules
-and check read through it (docs/cli.md, \"Beside a running app\").";
+commands but compact and import go through the app, and stats, ls, show, queues, schedules,
+check and watch read through it (docs/cli.md, \"Beside a running app\").";
 
 /// What every subcommand's help ends with.
 const EXIT_CODES: &str = "\

@@ -54,8 +54,8 @@ impl Fail {
                 ..Fail::error(format!(
                     "{p}: in use by another process (a leaseq file is written by one process at a \
                  time, and a read command or watch holds a file left by a crash while it \
-                 repairs a copy). The write commands, and stats, ls, show, queues, schedules and \
-                 check, work beside an app that opened its control channel (leaseq::control::serve): \
+                 repairs a copy). The write commands, and stats, ls, show, queues, schedules, \
+                 check and watch, work beside an app that opened its control channel (leaseq::control::serve): \
                  they go through the app; every read command works beside an app that \
                  opened the file with Builder::live_reads(true)"
                 ))
@@ -67,7 +67,7 @@ impl Fail {
                  process runs, open it there with Builder::live_reads(true); else stop that \
                  process first, or copy the file and read the copy (the jobs in flight show as \
                  leased there, as of the copy). The write commands, and stats, ls, show, \
-                 queues, schedules and check, work beside an app that opened its control channel \
+                 queues, schedules, check and watch, work beside an app that opened its control channel \
                  (leaseq::control::serve)"
                 ))
             },

@@ -25,7 +25,18 @@ impl Source {
     /// Opens `path` for reading ([`files::open_reader`]); when another process holds it,
     /// that app's control channel if it opened one that answers.
     pub fn open(path: &Path) -> CliResult<Source> {
-        match files::open_reader(path) {
+        Source::open_verified(path, true)
+    }
+
+    /// [`Source::open`], verifying the file (redb's integrity check) only if `verify`:
+    /// `watch` verifies at its first refresh only.
+    pub fn open_verified(path: &Path, verify: bool) -> CliResult<Source> {
+        let opened = if verify {
+            files::open_reader(path)
+        } else {
+            files::open_reader_quietly(path, false)
+        };
+        match opened {
             Ok(reader) => Ok(Source::Local(reader)),
             Err(f) if f.held => {
                 let client = Client::for_file(path).ok().flatten();
@@ -108,6 +119,42 @@ impl Source {
         match queue {
             None => Ok(r.default_queue()),
             Some(name) => r.existing(name).map_err(|e| self.fail(e)),
+        }
+    }
+
+    /// Whether the file is read as it is now: a live reader, or the app's channel (else a
+    /// copy of a file left by a crash, repaired in memory).
+    pub fn is_live(&self) -> bool {
+        match self {
+            Source::Local(r) => r.is_live(),
+            Source::Remote { .. } => true,
+        }
+    }
+
+    /// One queue at a glance ([`leaseq::json::overview`]) at `now_ms`: its counts, longest
+    /// wait, minutes from `since_ms`, and `dead` latest dead letters.
+    pub fn overview(
+        &self,
+        queue: Option<&str>,
+        now_ms: u64,
+        since_ms: u64,
+        dead: usize,
+    ) -> CliResult<Value> {
+        match self {
+            Source::Local(r) => {
+                let q = self.reader(r, queue)?;
+                leaseq::json::overview(&q, now_ms, since_ms, dead).map_err(|e| self.fail(e))
+            }
+            Source::Remote { client, .. } => {
+                let answer = self.get(
+                    client,
+                    &format!(
+                        "overview?queue={}&since_ms={since_ms}&dead={dead}",
+                        encode(queue.unwrap_or(DEFAULT_QUEUE))
+                    ),
+                )?;
+                Ok(answer["queues"][0].clone())
+            }
         }
     }
 

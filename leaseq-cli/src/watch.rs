@@ -9,7 +9,6 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use leaseq::{JobState, Reader};
 use serde::Serialize;
 
 use crate::args::WatchArgs;
@@ -17,10 +16,9 @@ use crate::duration::format_ms;
 use crate::fail::{CliResult, Fail, one_line};
 use crate::files;
 use crate::output::{Out, short, utc};
+use crate::source::Source;
 
 const MINUTE_MS: u64 = 60_000;
-/// Ready jobs looked at for the oldest one's age: the head of the line.
-const READY_LOOKED_AT: usize = 1000;
 /// The latest dead letters read per queue and refresh (the newest first; piped, each one not
 /// said before is said), and how many the screen shows.
 const DEAD_LOOKED_AT: usize = 1000;
@@ -208,54 +206,59 @@ struct DeadLine {
     dead_letter: DeadView,
 }
 
-/// One refresh: a reader opened, read and dropped.
+/// One refresh: the file opened read-only (or the channel of the app holding it), read
+/// and let go of.
 fn read_once(
     a: &WatchArgs,
     marks: &mut BTreeMap<Option<String>, Mark>,
     first: bool,
 ) -> CliResult<(Vec<QueueView>, Vec<DeadView>)> {
-    let reader = files::open_reader_quietly(&a.file, first)?;
-    let live = reader.is_live();
-    let path = reader.path().to_path_buf();
-    let fail = |e| Fail::leaseq(&path, e);
+    let source = Source::open_verified(&a.file, first)?;
+    let live = source.is_live();
     let now = now_ms();
+    let minute = now / MINUTE_MS;
     let mut views = Vec::new();
     let mut dead = Vec::new();
-    for q in files::selected(&reader, a.queue.queue.as_deref())? {
-        let s = q.stats().map_err(fail)?;
-        let name = q.name().map(str::to_string);
-        let (rates, mark) = rates(&q, marks.get(&name).copied(), now).map_err(fail)?;
+    for name in source.queues(a.queue.queue.as_deref())? {
+        let mark = marks.get(&name).copied();
+        let since_minute = mark.map_or(minute, |m| m.minute.min(minute));
+        let o = source.overview(
+            name.as_deref(),
+            now,
+            since_minute * MINUTE_MS,
+            DEAD_LOOKED_AT,
+        )?;
+        let (rates, mark) = rates(&o["minutes"], mark, minute);
         marks.insert(name.clone(), mark);
-        let ready = q
-            .jobs(JobState::Ready, None, READY_LOOKED_AT)
-            .map_err(fail)?;
-        let oldest_ready_ms = ready
-            .jobs
-            .iter()
-            .map(|j| now.saturating_sub(j.run_at_ms))
-            .max();
-        let latest = q.latest_dead(DEAD_LOOKED_AT).map_err(fail)?;
-        dead.extend(latest.iter().map(|j| DeadView {
-            queue: name.clone(),
-            id: j.id.0,
-            died_ms: j.died_ms.unwrap_or(0),
-            last_error: j.last_error.clone(),
-        }));
+        dead.extend(
+            o["latest_dead"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|j| DeadView {
+                    queue: name.clone(),
+                    id: j["id"].as_u64().unwrap_or(0),
+                    died_ms: j["died_ms"].as_u64().unwrap_or(0),
+                    last_error: j["last_error"].as_str().map(str::to_string),
+                }),
+        );
+        let s = &o["stats"];
+        let n = |field: &str| s[field].as_u64().unwrap_or(0);
         views.push(QueueView {
             at_ms: now,
             queue: name,
-            ready: s.ready,
-            scheduled: s.scheduled,
-            leased: s.leased,
-            dead: s.dead,
-            completed: s.completed,
-            cancelled: s.cancelled,
-            paused: s.paused,
+            ready: n("ready"),
+            scheduled: n("scheduled"),
+            leased: n("leased"),
+            dead: n("dead"),
+            completed: n("completed"),
+            cancelled: n("cancelled"),
+            paused: s["paused"] == true,
             live,
             enqueued_per_s: rates.map(|r| r[0]),
             completed_per_s: rates.map(|r| r[1]),
             retried_per_s: rates.map(|r| r[2]),
-            oldest_ready_ms,
+            oldest_ready_ms: o["oldest_ready_ms"].as_u64(),
         });
     }
     // Oldest first, as they died.
@@ -263,21 +266,19 @@ fn read_once(
     Ok((views, dead))
 }
 
-/// The rates since the previous refresh's mark (none at the first), and this refresh's mark.
-/// The counts of the mark's minute and every later one, less what the mark had counted of its
-/// minute, are what happened in between.
-fn rates(q: &Reader, mark: Option<Mark>, now: u64) -> leaseq::Result<(Option<[f64; 3]>, Mark)> {
-    let minute = now / MINUTE_MS;
-    let since_minute = mark.map_or(minute, |m| m.minute.min(minute));
-    let rows = q.metrics(since_minute * MINUTE_MS)?;
+/// The rates since the previous refresh's mark (none at the first), from the `minutes` read
+/// from the mark's minute on, and this refresh's mark (in `minute`). The counts of the mark's
+/// minute and every later one, less what the mark had counted of its minute, are what
+/// happened in between.
+fn rates(minutes: &serde_json::Value, mark: Option<Mark>, minute: u64) -> (Option<[f64; 3]>, Mark) {
     let mut total = [0u64; 3];
     let mut this_minute = [0u64; 3];
-    for r in &rows {
-        let c = [r.enqueued, r.completed, r.retried];
+    for r in minutes.as_array().into_iter().flatten() {
+        let c = ["enqueued", "completed", "retried"].map(|k| r[k].as_u64().unwrap_or(0));
         for i in 0..3 {
             total[i] += c[i];
         }
-        if r.minute_ms / MINUTE_MS == minute {
+        if r["minute_ms"].as_u64().unwrap_or(0) / MINUTE_MS == minute {
             this_minute = c;
         }
     }
@@ -290,14 +291,14 @@ fn rates(q: &Reader, mark: Option<Mark>, now: u64) -> leaseq::Result<(Option<[f6
         }
         r
     });
-    Ok((
+    (
         rates,
         Mark {
             minute,
             counts: this_minute,
             at,
         },
-    ))
+    )
 }
 
 fn rate_text(r: Option<f64>) -> String {

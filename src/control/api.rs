@@ -213,7 +213,7 @@ pub(crate) fn answer(access: &dyn Access, asked: &Asked) -> Reply {
     let read_route = !action_route
         && (matches!(
             rest,
-            "" | "stats" | "jobs" | "workers" | "schedules" | "check"
+            "" | "stats" | "jobs" | "workers" | "schedules" | "check" | "overview"
         ) || rest.starts_with("jobs/"));
     let found = match asked.method.as_str() {
         "GET" | "HEAD" if action_route => {
@@ -262,6 +262,7 @@ fn params_of(rest: &str) -> Option<&'static [&'static str]> {
     const QUEUE: &[&str] = &["queue"];
     Some(match rest.split('/').collect::<Vec<_>>().as_slice() {
         [""] | ["workers"] | ["prune"] | ["check"] => &[],
+        ["overview"] => &["queue", "since_ms", "dead"],
         ["stats"] | ["schedules"] | ["requeue-dead"] | ["pause"] | ["resume"] => QUEUE,
         ["jobs"] => &["queue", "state", "limit", "after", "before", "order"],
         ["jobs", _] => &["queue", "payload"],
@@ -318,6 +319,28 @@ fn read(access: &dyn Access, rest: &str, asked: &Asked) -> Result<Option<Value>>
         "check" => {
             let reader = access.reader()?;
             Ok(Some(crate::json::check(&reader.check()?)))
+        }
+        "overview" => {
+            let reader = access.reader()?;
+            let number = |name: &'static str, default: u64| -> Result<u64> {
+                asked.param(name).map_or(Ok(default), |v| {
+                    v.parse().map_err(|_| invalid(name, "a whole number"))
+                })
+            };
+            let since_ms = number("since_ms", 0)?;
+            let dead = number("dead", 5)?;
+            if dead > crate::json::OVERVIEW_DEAD_MAX as u64 {
+                return Err(invalid(
+                    "dead",
+                    format!("at most {}", crate::json::OVERVIEW_DEAD_MAX),
+                ));
+            }
+            let now_ms = crate::Clock::now_ms(&crate::SystemClock);
+            let mut out = Vec::new();
+            for q in readers(&reader, asked.param("queue"))? {
+                out.push(crate::json::overview(&q, now_ms, since_ms, dead as usize)?);
+            }
+            Ok(Some(json!({ "now_ms": now_ms, "queues": out })))
         }
         "stats" => {
             let reader = access.reader()?;

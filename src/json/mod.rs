@@ -455,6 +455,70 @@ pub fn check(violations: &[crate::Violation]) -> serde_json::Value {
     })
 }
 
+/// Ready jobs [`overview`] looks at for the longest wait: the head of the line.
+pub const OVERVIEW_READY_LOOKED_AT: usize = 1000;
+/// The most dead letters [`overview`] returns per queue.
+pub const OVERVIEW_DEAD_MAX: usize = 1000;
+
+/// One queue at a glance, as `leaseq watch` shows it and the API's `overview` answers:
+/// `{"queue":Q,"stats":{…as [stats]},"oldest_ready_ms":MS|null,"rate_limited_until_ms":MS|null,
+/// "minutes":[{"minute_ms":..,"enqueued":..,"completed":..,"retried":..,"dead":..,
+/// "cancelled":..,"runs":..,"run_ms_p50":..,"run_ms_p95":..},…],"latest_dead":[{"id":..,
+/// "died_ms":..,"last_error":..},…]}`. `oldest_ready_ms` is how long the longest-waiting of
+/// the first [`OVERVIEW_READY_LOOKED_AT`] ready jobs in line has waited at `now_ms`;
+/// `minutes` are [`Reader::metrics`](crate::Reader::metrics) from `since_ms`;
+/// `latest_dead` the `dead` (at most [`OVERVIEW_DEAD_MAX`]) most recently dead jobs, newest
+/// first.
+///
+/// # Errors
+/// Those of the reads: `Storage`; `Corrupted` for a damaged rate-limit row.
+pub fn overview(
+    q: &crate::Reader,
+    now_ms: u64,
+    since_ms: u64,
+    dead: usize,
+) -> crate::Result<serde_json::Value> {
+    let ready = q.jobs(JobState::Ready, None, OVERVIEW_READY_LOOKED_AT)?;
+    let oldest_ready_ms = ready
+        .jobs
+        .iter()
+        .map(|j| now_ms.saturating_sub(j.run_at_ms))
+        .max();
+    let minutes: Vec<serde_json::Value> = q
+        .metrics(since_ms)?
+        .iter()
+        .map(|m| {
+            serde_json::json!({
+                "minute_ms": m.minute_ms, "enqueued": m.enqueued, "completed": m.completed,
+                "retried": m.retried, "dead": m.dead, "cancelled": m.cancelled,
+                "runs": m.runs, "run_ms_p50": m.run_ms_p50, "run_ms_p95": m.run_ms_p95,
+            })
+        })
+        .collect();
+    let dead = dead.min(OVERVIEW_DEAD_MAX);
+    let latest = if dead == 0 {
+        Vec::new()
+    } else {
+        q.latest_dead(dead)?
+    };
+    let latest_dead: Vec<serde_json::Value> = latest
+        .iter()
+        .map(|j| {
+            serde_json::json!({
+                "id": j.id.0, "died_ms": j.died_ms, "last_error": j.last_error,
+            })
+        })
+        .collect();
+    Ok(serde_json::json!({
+        "queue": q.name(),
+        "stats": stats(q)?,
+        "oldest_ready_ms": oldest_ready_ms,
+        "rate_limited_until_ms": q.rate_limited_until(now_ms)?,
+        "minutes": minutes,
+        "latest_dead": latest_dead,
+    }))
+}
+
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

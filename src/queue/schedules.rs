@@ -158,7 +158,8 @@ impl Queue {
     /// was.
     ///
     /// # Errors
-    /// As [`Queue::pause_schedule`].
+    /// As [`Queue::pause_schedule`]; and `InvalidOption`, nothing written, for a cron
+    /// schedule in a build without the `cron` feature (it stays paused).
     pub fn resume_schedule(&self, name: &str) -> Result<bool> {
         self.ensure_open()?;
         let now_ms = self.now_ms();
@@ -169,10 +170,11 @@ impl Queue {
     /// Enqueues one instance of schedule `name` of this queue now, as Hangfire's
     /// `RecurringJob.TriggerJob` and Sidekiq-Cron's "enqueue now": ready at once, made of the
     /// schedule's template, whatever its next due time, its overlap policy or a pause say (a
-    /// paused schedule stays paused). It becomes the schedule's last instance, so under
-    /// [`Overlap::Skip`](crate::Overlap::Skip) a due time that comes while it is pending or
-    /// running is skipped, and counts in `fired`; the next due time does not move. Returns
-    /// the job's id. One commit.
+    /// paused schedule stays paused). It becomes the schedule's last instance, so a due time
+    /// that comes while it is pending is skipped (under either [`Overlap`](crate::Overlap)
+    /// policy), and one that comes while it runs under [`Overlap::Skip`](crate::Overlap::Skip);
+    /// it counts in `fired`; the next due time does not move. Returns the job's id. One
+    /// commit.
     ///
     /// # Errors
     /// As [`Queue::pause_schedule`].

@@ -193,9 +193,10 @@ pub struct ScheduleInfo {
     /// When it is due.
     pub timing: Timing,
     /// Its next due time (Unix ms); `None` when it has none left (a cron expression with no
-    /// match ahead).
+    /// match ahead) or while it is paused.
     pub next_due_ms: Option<u64>,
-    /// The last job it enqueued, and the due time (Unix ms) that job was enqueued for.
+    /// The last job it enqueued, and the due time (Unix ms) that job was enqueued for (for
+    /// one [`Queue::trigger_schedule`](crate::Queue::trigger_schedule) enqueued, when).
     pub last_job: Option<(JobId, u64)>,
     /// Jobs it enqueued.
     pub fired: u64,

@@ -15,8 +15,8 @@ const MINUTE_MS: u64 = 60_000;
 
 /// Adds metric rows (queue, kind, minute, count) to the file (a run-time bucket's to
 /// `leaseq_run_times`), and removes up to [`METRICS_PRUNED_PER_WRITE`] rows older than
-/// [`METRICS_MINUTES_KEPT`] minutes (before the newest minute written) of each kind, and of
-/// the run times, of each queue written. Run in a group's commit, or a flush's.
+/// [`METRICS_MINUTES_KEPT`] minutes (before the newest minute written) of each kind, and up
+/// to two minutes' worth of run-time buckets, of each queue written. Run in a group's commit, or a flush's.
 pub(crate) fn write_metrics(tx: GroupTx<'_>, rows: &[MetricRow]) -> Result<()> {
     let mut table = tx.table(METRICS)?;
     let mut runs = tx.table(RUN_TIMES)?;
@@ -53,9 +53,11 @@ pub(crate) fn write_metrics(tx: GroupTx<'_>, rows: &[MetricRow]) -> Result<()> {
                 table.remove(k)?;
             }
         }
+        // Up to two minutes' worth of buckets per write, so pruning outpaces a queue whose
+        // writes each add a whole minute of them.
         let expired: Vec<(u32, u64, u8)> = runs
             .range((queue_number, 0, 0)..(queue_number, oldest_kept, 0))?
-            .take(METRICS_PRUNED_PER_WRITE)
+            .take(2 * usize::from(RUN_BUCKETS))
             .map(|e| e.map(|(k, _)| k.value()))
             .collect::<std::result::Result<_, _>>()?;
         for k in expired {

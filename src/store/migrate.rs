@@ -118,7 +118,8 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     // 9 to 10: nothing to rewrite (version-7 records are written from now on).
     // 10 to 11: nothing to rewrite (the journal's meta keys are optional).
     // 11 to 12: the queues' run times, none yet (a leased job's run_at_ms is its delivery's
-    // start from now on: every lease was returned at open, before this upgrade).
+    // start from now on; a lease of an older build keeps its ready time until this open's
+    // lease recovery, right after, returns it).
     tx.create(crate::format::schema::RUN_TIMES)?;
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
     tx.checkpoint();

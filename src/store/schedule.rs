@@ -317,8 +317,23 @@ pub(crate) fn resume(
     if record.paused_ms.is_none() {
         return Ok(Ok(false));
     }
+    // A timing this build cannot compute (a cron schedule without the `cron` feature) is
+    // refused, nothing written: the sweep keeps such a schedule unfired, as it was.
+    if !CRON_SUPPORTED && matches!(record.timing, StoredTiming::Cron { .. }) {
+        return refuse(Error::invalid_option(
+            "cron",
+            format!(
+                "schedule {name:?} is a cron schedule: resuming it needs leaseq's `cron` \
+                 feature (on by default); it stays paused"
+            ),
+        ));
+    }
+    let next_due_ms = match first_due(&record.timing, now_ms) {
+        Ok(due) => due,
+        Err(e) => return refuse(e),
+    };
     record.paused_ms = None;
-    record.next_due_ms = first_due(&record.timing, now_ms)?;
+    record.next_due_ms = next_due_ms;
     let mut due = ctx.table(SCHEDULE_DUE)?;
     unindex_due(&mut due, queue_number, name)?;
     if record.next_due_ms != NO_DUE_MS {

@@ -283,7 +283,16 @@ fn a_lease_taken_for_a_dropped_future_goes_back_in_its_place() {
     let f = Fixture::new();
     let q = f.open().to_async();
     let ids = crate::common::enqueue_n(q.blocking(), 3, plain());
+    let ready_ms = q.blocking().job(ids[0]).unwrap().unwrap().run_at_ms;
+    // Taken later than it became ready: the delivery's start is not its ready time.
+    f.clock.advance(std::time::Duration::from_secs(5));
     crate::support::take_and_drop_a_dequeue(&q);
+    let back = q.blocking().job(ids[0]).unwrap().unwrap();
+    assert_eq!(
+        (back.state, back.run_at_ms, back.leased_ms),
+        (leaseq::JobState::Ready, ready_ms, None),
+        "ready since when it was, not since the delivery no one saw"
+    );
     let first = q.blocking().dequeue().unwrap().unwrap();
     assert_eq!(first.id(), ids[0], "back in its place");
     assert_eq!(first.attempt(), 1, "the dropped delivery was not charged");

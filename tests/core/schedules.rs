@@ -824,9 +824,19 @@ fn without_cron_a_cron_schedule_is_kept_unfired_and_a_new_one_refused() {
     let looks = (after.commits + after.aborted_clean) - (before.commits + before.aborted_clean);
     assert!(looks <= 2, "{looks} write groups while idle for 300 ms");
     assert_consistent(&q);
+    // Paused, it can be triggered (its template needs no cron); resumed, its next due time
+    // cannot be computed here: refused with InvalidOption, nothing written, still paused.
+    assert!(q.pause_schedule("nightly").unwrap());
+    let paused = info(&q, "nightly");
+    let r = q.resume_schedule("nightly");
+    assert!(matches!(&r, Err(Error::InvalidOption { .. })), "{r:?}");
+    assert_eq!(info(&q, "nightly"), paused);
+    q.trigger_schedule("nightly").unwrap();
+    assert_eq!(drain_acked(&q), vec![b"nightly".to_vec()]);
+    assert_consistent(&q);
     drop(q);
     let q = f.open();
-    assert_eq!(info(&q, "nightly"), nightly);
+    assert_eq!(info(&q, "nightly").paused_ms, paused.paused_ms);
     assert_consistent(&q);
 }
 

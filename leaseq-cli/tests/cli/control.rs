@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use serde_json::json;
+
 use leaseq::{EnqueueOptions, Error, History, JobId, JobState, Queue, Schedule};
 
 use super::{code, fails, json_lines, ok, run, s, stderr, stdout, tmp};
@@ -374,7 +376,7 @@ fn read_commands_read_through_the_channel_of_an_app_without_live_reads() {
     let o = run(&["export", p]);
     assert_eq!(code(&o), 2);
     assert!(
-        stderr(&o).contains("stats, ls, show, queues, schedules and check"),
+        stderr(&o).contains("stats, ls, show, queues, schedules, check and watch"),
         "{}",
         stderr(&o)
     );
@@ -413,4 +415,64 @@ fn a_broken_control_file_without_an_app_is_passed_by() {
     let line = fails(&run(&["resume", s(&path)]), 2);
     assert!(line.contains("not a leaseq control file"), "{line}");
     assert!(app.is_paused());
+}
+
+/// `watch` beside an app without live reads reads through its channel: each queue's counts,
+/// longest wait and dead letters as the app has them, refresh after refresh.
+#[test]
+fn watch_reads_through_the_channel_of_an_app_without_live_reads() {
+    let (_dir, path) = tmp();
+    let app = Queue::open(&path).unwrap();
+    let mail = app.named("mail").unwrap();
+    for i in 0..3u8 {
+        mail.enqueue(&[i], EnqueueOptions::default()).unwrap();
+    }
+    let doomed = app
+        .enqueue(b"doomed", EnqueueOptions::default().max_attempts(1))
+        .unwrap()
+        .id();
+    let lease = app.dequeue().unwrap().unwrap();
+    assert_eq!(lease.id(), doomed);
+    lease.fail("gone for good").unwrap();
+    let channel = leaseq::control::serve(&app).unwrap();
+    let p = s(&path);
+    let lines = json_lines(ok(run(&[
+        "watch",
+        p,
+        "--json",
+        "--count",
+        "2",
+        "--interval",
+        "100ms",
+    ])));
+    let views: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l.get("queue").is_some()).collect();
+    // Two refreshes of two queues.
+    assert_eq!(views.len(), 4, "{lines:?}");
+    let of = |q: Option<&str>| {
+        views
+            .iter()
+            .rev()
+            .find(|v| v["queue"].as_str() == q)
+            .copied()
+            .unwrap_or_else(|| panic!("{q:?} in {lines:?}"))
+    };
+    assert_eq!(
+        (&of(None)["dead"], &of(None)["ready"]),
+        (&json!(1), &json!(0))
+    );
+    let m = of(Some("mail"));
+    assert_eq!((&m["ready"], &m["live"]), (&json!(3), &json!(true)));
+    assert!(m["oldest_ready_ms"].as_u64().is_some(), "{m}");
+    assert!(
+        m["enqueued_per_s"].as_f64().is_some(),
+        "the second refresh has rates: {m}"
+    );
+    let dead: Vec<&serde_json::Value> = lines.iter().filter_map(|l| l.get("dead_letter")).collect();
+    assert_eq!(dead.len(), 1, "said once: {lines:?}");
+    assert_eq!(
+        (&dead[0]["id"], &dead[0]["last_error"]),
+        (&json!(doomed.0), &json!("gone for good"))
+    );
+    drop(channel);
 }
