@@ -132,12 +132,26 @@ pub(crate) fn job(
     schema: &'static QueueSchema,
     id: u64,
 ) -> Result<Option<JobInfo>> {
+    match record(rtx, schema, id)? {
+        Some(record) => Ok(Some(info(id, record))),
+        None => quarantined_error(rtx, schema, id).map(|()| None),
+    }
+}
+
+/// Job `id`'s record, checked (`Corrupted` for a row that fails its checks); `None` when
+/// `leaseq_jobs` has no row for it.
+fn record(
+    rtx: &ReadTransaction,
+    schema: &'static QueueSchema,
+    id: u64,
+) -> Result<Option<JobRecord>> {
     let jobs = rtx.open_table(schema.jobs())?;
     let Some(v) = jobs.get(id)? else {
-        return quarantined_error(rtx, schema, id).map(|()| None);
+        return Ok(None);
     };
-    let record = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
-    Ok(Some(info(id, record)))
+    JobRecord::decode(v.value())
+        .map(Some)
+        .map_err(|e| damaged(id, &e.to_string()))
 }
 
 /// For job `id` when it is ready but held behind the head of its ordered group (in
@@ -147,11 +161,9 @@ pub(crate) fn held_behind(
     schema: &'static QueueSchema,
     id: u64,
 ) -> Result<Option<JobId>> {
-    let jobs = rtx.open_table(schema.jobs())?;
-    let Some(v) = jobs.get(id)? else {
+    let Some(record) = record(rtx, schema, id)? else {
         return Ok(None);
     };
-    let record = JobRecord::decode(v.value()).map_err(|e| damaged(id, &e.to_string()))?;
     let (StoredState::Ready, Some(g)) = (&record.state, record.group.as_deref()) else {
         return Ok(None);
     };
