@@ -299,6 +299,8 @@ impl Action {
                 }))
             }),
             Action::Enqueue(e) => {
+                // A refused enqueue makes no queue: its input is checked first.
+                file.validate_enqueue(&e.payload, &e.options())?;
                 let q = match e.queue.as_deref() {
                     None | Some(DEFAULT_QUEUE) => file,
                     Some(n) => file.named(n)?,
@@ -473,6 +475,7 @@ impl Action {
             ] => {
                 let name = query
                     .get("name")
+                    .filter(|n| !n.is_empty())
                     .cloned()
                     .ok_or_else(|| invalid("name", "the schedule's name"))?;
                 match *verb {

@@ -173,6 +173,15 @@ pub(crate) fn answer(access: &dyn Access, asked: &Asked) -> Reply {
         .strip_prefix(ROOT)
         .map(|r| r.trim_start_matches('/'))
         .unwrap_or("");
+    // A parameter given twice is refused: which one counts is not for the API to guess
+    // (`delay_ms=60000&delay_ms=0`).
+    if let Some(name) = &asked.repeated {
+        let e = invalid(
+            "query",
+            format!("the parameter {name:?} is given more than once"),
+        );
+        return Reply::json(status_of(&e), &error_json(&e));
+    }
     // A parameter the route does not take is refused, never ignored: `delay=5000` for
     // `delay_ms=5000` would enqueue a job ready at once.
     if let Some(taken) = params_of(rest)

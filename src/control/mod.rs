@@ -81,9 +81,10 @@
 //! `408` (`timeout`) and `413` (`too_large`) for a body too slow or over its bound; `503`
 //! `closed` (or `stopping`); `500` for a storage error (`failed`, `corrupted`,
 //! `commit_failed`: a failed commit's outcome is unknown). A refused request wrote nothing.
-//! A query parameter the route does not take (above) is refused, `400` `invalid_option`
-//! with `field` `query`, naming it and the ones the route takes: never ignored (a typo of
-//! `delay_ms` would enqueue a job ready at once).
+//! A query parameter the route does not take (above), or one given twice, is refused, `400`
+//! `invalid_option` with `field` `query`, naming it (and the ones the route takes): never
+//! ignored or guessed (a typo of `delay_ms` would enqueue a job ready at once). A refused
+//! enqueue makes no queue.
 //! A request head over 8 KiB is refused by the HTTP layer with `431` and no JSON.
 //!
 //! A `queue=` left empty selects as if absent. An enqueue to a named queue that does not

@@ -76,6 +76,8 @@ pub(crate) struct Asked {
     pub(crate) method: String,
     pub(crate) path: String,
     pub(crate) query: HashMap<String, String>,
+    /// A query parameter given more than once (`query` holds its last value), if any.
+    pub(crate) repeated: Option<String>,
     pub(crate) headers: HashMap<String, String>,
     pub(crate) body: Vec<u8>,
 }
@@ -286,12 +288,19 @@ async fn answer(
                 )));
             }
         };
+    let mut repeated = None;
+    let mut params = HashMap::new();
+    for (k, v) in form_urlencoded::parse(query.as_bytes()).into_owned() {
+        if params.contains_key(&k) && repeated.is_none() {
+            repeated = Some(k.clone());
+        }
+        params.insert(k, v);
+    }
     let asked = Asked {
         method: parts.method.as_str().to_string(),
         path,
-        query: form_urlencoded::parse(query.as_bytes())
-            .into_owned()
-            .collect(),
+        query: params,
+        repeated,
         headers,
         body,
     };

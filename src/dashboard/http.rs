@@ -437,18 +437,19 @@ impl App {
                 format!("{} dead jobs removed", first["count"].as_u64().unwrap_or(0))
             }
             Action::RemoveSchedule { name, .. } => format!("schedule {name:?} removed"),
-            Action::PauseSchedule { name, .. } if first["changed"] == true => {
+            // A schedule's action answers for the one schedule (no per-queue list).
+            Action::PauseSchedule { name, .. } if done["changed"] == true => {
                 format!("schedule {name:?} paused")
             }
             Action::PauseSchedule { name, .. } => format!("schedule {name:?} was already paused"),
-            Action::ResumeSchedule { name, .. } if first["changed"] == true => {
+            Action::ResumeSchedule { name, .. } if done["changed"] == true => {
                 format!("schedule {name:?} resumed")
             }
             Action::ResumeSchedule { name, .. } => format!("schedule {name:?} was not paused"),
-            Action::TriggerSchedule { name, .. } => format!(
-                "schedule {name:?} enqueued job {}",
-                first["id"].as_u64().unwrap_or(0)
-            ),
+            Action::TriggerSchedule { name, .. } => match done["id"].as_u64() {
+                Some(id) => format!("schedule {name:?} enqueued job {id}"),
+                None => format!("schedule {name:?} enqueued a job"),
+            },
             Action::Pause { .. } if first["changed"] == true => "queue paused".into(),
             Action::Pause { .. } => "queue was already paused".into(),
             Action::Resume { .. } if first["changed"] == true => "queue resumed".into(),

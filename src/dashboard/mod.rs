@@ -3,11 +3,13 @@
 //! and the rates over the last 24 hours (a chart from [`Queue::metrics`], whole minutes
 //! only); the jobs of each state with paging both ways (dead, completed and cancelled newest
 //! first), a search by id or key in one state or all, progress as a percentage, leases whose
-//! heartbeats stopped marked stalled, and why a ready job waits (held behind its group's
-//! head, or paused); a job's detail (payload as text, JSON or hex, its error history,
-//! attempts); the dead letters with retry and remove, one, selected or all; pause and
-//! resume; cancel; the schedules of every queue with remove; the worker pools
-//! ([`Dashboard::pool`]).
+//! heartbeats stopped (or that run past [`Dashboard::stalled_after`]) marked stalled, how
+//! long each leased job has run, and why a ready job waits (held behind its group's head,
+//! paused, or rate limited until when); the run times of the last minutes (p50, p95); a
+//! job's detail (payload as text, JSON or hex, its error history, attempts); the dead
+//! letters with retry and remove, one, selected or all; pause and resume; cancel; the
+//! schedules of every queue with run now, pause, resume and remove; the worker pools
+//! ([`Dashboard::pool`]) with their last heartbeat.
 //!
 //! Served in the app, on the app's own handle ([`serve`], [`Dashboard::new`]), or for a file
 //! by another process ([`Dashboard::for_file`]; the tool's `leaseq dashboard FILE`). Plain
@@ -76,7 +78,8 @@
 //! cancelling a completed one), with leaseq's message and nothing written: each action is
 //! one of the queue's calls ([`Queue::retry`], [`Queue::remove`], [`Queue::cancel`],
 //! [`Queue::promote`], [`Queue::requeue_dead_all`], [`Queue::purge`] of the dead,
-//! [`Queue::remove_schedule`], [`Queue::pause`], [`Queue::resume`]), with their errors; a
+//! [`Queue::remove_schedule`], [`Queue::trigger_schedule`], [`Queue::pause_schedule`],
+//! [`Queue::resume_schedule`], [`Queue::pause`], [`Queue::resume`]), with their errors; a
 //! bulk action is one call per job selected, each answered on its own. For a file another process has open, an action goes through that
 //! app's control channel when it opened one (`leaseq::control`, which it answers as its own
 //! calls), and is otherwise `409` (the file cannot be opened for writing; the page names the

@@ -70,6 +70,20 @@ impl Queue {
         self.run(&mut |ctx| store::enqueue(ctx, self.config.schema, &records).map(Ok))
     }
 
+    /// Checks what [`Queue::enqueue`] would refuse of `payload` and `opts` (an option out of
+    /// range, a payload or key too long), writing nothing: for a caller that must refuse
+    /// bad input before it does anything else (the control channel checks an enqueue before
+    /// it makes the named queue it goes to). A job that passes may still meet the file's
+    /// own refusals at enqueue (`Closed`, a dedup key held).
+    ///
+    /// # Errors
+    /// `InvalidOption`, `PayloadTooLarge` or `KeyTooLong`, as [`Queue::enqueue`] would return
+    /// them; `Closed`.
+    pub fn validate_enqueue(&self, payload: &[u8], opts: &EnqueueOptions) -> Result<()> {
+        self.ensure_open()?;
+        store::new_records(&self.config, self.now_ms(), [(payload, opts.clone())]).map(drop)
+    }
+
     /// Adds up to [`BATCH_MAX`](crate::BATCH_MAX) jobs with their state and history (attempts,
     /// last error, due or death time) in one commit, all or nothing, and returns one result per
     /// job, in order: `New(id)` with a new id, or `Duplicate`/`DuplicateDead` when its dedup

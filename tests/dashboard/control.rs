@@ -463,6 +463,30 @@ fn refused_requests_write_nothing() {
         );
     }
     assert_eq!(snapshot(&app), before, "nothing written by a bad request");
+    // A refused enqueue to a queue that does not exist makes no queue; a parameter given
+    // twice is refused, whichever value would have won.
+    for route in [
+        "/api/v1/enqueue?queue=fresh&max_attempts=0",
+        "/api/v1/enqueue?queue=fresh&lease_ms=99999999999",
+        "/api/v1/enqueue?queue=fresh&delay_ms=60000&delay_ms=0",
+        "/api/v1/enqueue?queue=mail&queue=fresh",
+    ] {
+        let answer = send(addr, "POST", route, &auth, "x");
+        assert_eq!(answer.status, 400, "{route}: {}", answer.body);
+        let body: Value = serde_json::from_str(&answer.body).expect("json");
+        assert_eq!(body["error"]["kind"], "invalid_option", "{route}");
+    }
+    assert!(
+        !app.queue_names()
+            .expect("names")
+            .contains(&"fresh".to_string()),
+        "a refused enqueue made a queue"
+    );
+    assert_eq!(
+        snapshot(&app),
+        before,
+        "nothing written by a refused enqueue"
+    );
     let typo = send(addr, "POST", "/api/v1/enqueue?delay=5000", &auth, "x");
     let typo: Value = serde_json::from_str(&typo.body).expect("json");
     let message = typo["error"]["message"].as_str().unwrap_or_default();

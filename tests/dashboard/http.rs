@@ -1466,8 +1466,39 @@ fn the_schedules_page_shows_every_queue_and_removes_one() {
             &[],
         )
     };
+    // Each action's notice says what it did (decoded from the redirect's query).
+    let notice = |answer: &client::Answer| {
+        let location = answer.header("location").expect("a location").to_string();
+        let raw = location
+            .split(['?', '&'])
+            .find_map(|pair| pair.strip_prefix("notice="))
+            .unwrap_or_else(|| panic!("a notice in {location}"));
+        // Form-urlencoded: `+` for a space, `%XX` for a byte.
+        let mut bytes = Vec::new();
+        let mut rest = raw.as_bytes();
+        while let Some((&b, tail)) = rest.split_first() {
+            match b {
+                b'+' => bytes.push(b' '),
+                b'%' if tail.len() >= 2 => {
+                    let hex = std::str::from_utf8(&tail[..2]).expect("hex");
+                    bytes.push(u8::from_str_radix(hex, 16).expect("a byte"));
+                    rest = &tail[2..];
+                    continue;
+                }
+                b => bytes.push(b),
+            }
+            rest = tail;
+        }
+        String::from_utf8(bytes).expect("UTF-8")
+    };
     // Pause: shown paused with Resume in place of Pause; Resume: due again.
-    assert_eq!(act("pause_schedule", "mail", "digest").status, 303);
+    let paused = act("pause_schedule", "mail", "digest");
+    assert_eq!(paused.status, 303);
+    assert_eq!(notice(&paused), "schedule \"digest\" paused");
+    assert_eq!(
+        notice(&act("pause_schedule", "mail", "digest")),
+        "schedule \"digest\" was already paused"
+    );
     let digest = mail.schedule("digest").expect("read").expect("digest");
     assert_eq!(digest.next_due_ms, None);
     let page = get(addr, TOKEN, "/schedules?q=mail").body;
@@ -1485,13 +1516,19 @@ fn the_schedules_page_shows_every_queue_and_removes_one() {
     assert_eq!(ran.status, 303, "{}", ran.body);
     let digest = mail.schedule("digest").expect("read").expect("digest");
     let (job, _) = digest.last_job.expect("an instance");
+    assert_eq!(
+        notice(&ran),
+        format!("schedule \"digest\" enqueued job {job}")
+    );
     assert_eq!((digest.fired, mail.stats().expect("stats").ready), (1, 1));
     assert!(digest.paused_ms.is_some());
     assert_eq!(
         mail.job(job).expect("read").expect("the job").state,
         JobState::Ready
     );
-    assert_eq!(act("resume_schedule", "mail", "digest").status, 303);
+    let resumed = act("resume_schedule", "mail", "digest");
+    assert_eq!(resumed.status, 303);
+    assert_eq!(notice(&resumed), "schedule \"digest\" resumed");
     assert!(
         mail.schedule("digest")
             .expect("read")
