@@ -1528,17 +1528,7 @@ pub(super) fn overview_json(app: &App) -> Result<String> {
         let v = queue_of(&view, q.as_deref())?;
         let s = v.stats()?;
         let oldest_ready_ms = oldest_ready_ms(&v, now)?;
-        let minutes: Vec<_> = v
-            .metrics(since)?
-            .iter()
-            .map(|m| {
-                serde_json::json!({
-                    "minute_ms": m.minute_ms, "enqueued": m.enqueued, "completed": m.completed,
-                    "retried": m.retried, "dead": m.dead, "cancelled": m.cancelled,
-                    "runs": m.runs, "run_ms_p50": m.run_ms_p50, "run_ms_p95": m.run_ms_p95,
-                })
-            })
-            .collect();
+        let minutes: Vec<_> = v.metrics(since)?.iter().map(crate::json::minute).collect();
         out.push(serde_json::json!({
             "queue": q, "paused": s.paused, "scheduled": s.scheduled, "ready": s.ready,
             "leased": s.leased, "dead": s.dead, "completed": s.completed,

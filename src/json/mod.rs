@@ -484,17 +484,7 @@ pub fn overview(
         .iter()
         .map(|j| now_ms.saturating_sub(j.run_at_ms))
         .max();
-    let minutes: Vec<serde_json::Value> = q
-        .metrics(since_ms)?
-        .iter()
-        .map(|m| {
-            serde_json::json!({
-                "minute_ms": m.minute_ms, "enqueued": m.enqueued, "completed": m.completed,
-                "retried": m.retried, "dead": m.dead, "cancelled": m.cancelled,
-                "runs": m.runs, "run_ms_p50": m.run_ms_p50, "run_ms_p95": m.run_ms_p95,
-            })
-        })
-        .collect();
+    let minutes: Vec<serde_json::Value> = q.metrics(since_ms)?.iter().map(minute).collect();
     let dead = dead.min(OVERVIEW_DEAD_MAX);
     let latest = if dead == 0 {
         Vec::new()
@@ -517,6 +507,16 @@ pub fn overview(
         "minutes": minutes,
         "latest_dead": latest_dead,
     }))
+}
+
+/// One minute of a queue's metrics in JSON: `{"minute_ms":..,"enqueued":..,"completed":..,
+/// "retried":..,"dead":..,"cancelled":..,"runs":..,"run_ms_p50":..,"run_ms_p95":..}`.
+pub fn minute(m: &crate::MinuteCounts) -> serde_json::Value {
+    serde_json::json!({
+        "minute_ms": m.minute_ms, "enqueued": m.enqueued, "completed": m.completed,
+        "retried": m.retried, "dead": m.dead, "cancelled": m.cancelled,
+        "runs": m.runs, "run_ms_p50": m.run_ms_p50, "run_ms_p95": m.run_ms_p95,
+    })
 }
 
 /// Lower-case hex of `bytes`.

@@ -168,6 +168,48 @@ fn runner() -> Option<Vec<String>> {
     found.pop().map(|(_, words)| words)
 }
 
+/// How long an emulated child may take to print its first line (libtest's, at its start)
+/// before it is taken for one that never started.
+const CHILD_START_MAX: Duration = Duration::from_secs(120);
+
+/// A child's output lines, read on a thread of their own and handed over in order.
+struct ChildLines {
+    rx: std::sync::mpsc::Receiver<std::io::Result<String>>,
+    /// A line taken by [`ChildLines::started`], not yet handed out.
+    first: Option<std::io::Result<String>>,
+}
+
+impl ChildLines {
+    fn read(stdout: std::process::ChildStdout) -> ChildLines {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        ChildLines { rx, first: None }
+    }
+
+    /// Whether the child printed a line (or ended its output) within `limit`.
+    fn started(&mut self, limit: Duration) -> bool {
+        match self.rx.recv_timeout(limit) {
+            Ok(line) => {
+                self.first = Some(line);
+                true
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => false,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => true,
+        }
+    }
+
+    /// The next line; `None` once the output ended.
+    fn next_line(&mut self) -> Option<std::io::Result<String>> {
+        self.first.take().or_else(|| self.rx.recv().ok())
+    }
+}
+
 /// Environment variable naming the scenario a re-executed test binary runs as a child.
 pub const CHILD_ENV: &str = "LEASEQ_TEST_CHILD";
 pub const CHILD_PATH_ENV: &str = "LEASEQ_TEST_CHILD_PATH";
@@ -176,7 +218,9 @@ pub const CHILD_PATH_ENV: &str = "LEASEQ_TEST_CHILD_PATH";
 /// so a failing test never leaks it.
 pub struct ChildProc {
     child: Child,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    /// The child's output lines, read on a thread of their own (so the start can be waited
+    /// for with a time limit); closed at the end of its output.
+    lines: ChildLines,
     /// The test the child runs, for the message when it runs none.
     entry_test: String,
 }
@@ -205,19 +249,38 @@ impl ChildProc {
             .env(CHILD_PATH_ENV, path)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        let mut child = spawn_retrying(&mut cmd);
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        ChildProc {
-            child,
-            lines,
-            entry_test: entry_test.to_string(),
+        // Under an emulator (qemu-user), a fork of the many-threaded test binary now and then
+        // never reaches its exec (the emulator's own locks, held by another thread at the
+        // fork, stay held in the copy): such a child prints nothing, ever. It is killed and
+        // started again; that says nothing about leaseq. A child that printed and then hangs
+        // is not restarted. Natively the start is not timed.
+        const STARTS: u32 = 3;
+        let emulated = runner().is_some();
+        let mut attempt = 1;
+        loop {
+            let mut child = spawn_retrying(&mut cmd);
+            let mut lines = ChildLines::read(child.stdout.take().unwrap());
+            if !emulated || attempt == STARTS || lines.started(CHILD_START_MAX) {
+                return ChildProc {
+                    child,
+                    lines,
+                    entry_test: entry_test.to_string(),
+                };
+            }
+            eprintln!(
+                "the emulated child for {entry_test} printed nothing in {CHILD_START_MAX:?}: \
+                 killed and started again (attempt {attempt} of {STARTS})"
+            );
+            let _ = child.kill();
+            let _ = child.wait();
+            attempt += 1;
         }
     }
 
     /// The messages the child sent with [`say`] until it said `READY`.
     pub fn until_ready(&mut self) -> Vec<String> {
         let mut said = Vec::new();
-        for line in self.lines.by_ref() {
+        while let Some(line) = self.lines.next_line() {
             let line = line.unwrap();
             // libtest may print "test name ... " on the same line before the child's output.
             match line.find("@@ ").map(|i| &line[i + 3..]) {
@@ -284,7 +347,7 @@ impl ChildProc {
     /// The next message the child sent with [`say`] (`READY` included), or `None` once its
     /// output ended (it exited or was killed).
     pub fn next_message(&mut self) -> Option<String> {
-        for line in self.lines.by_ref() {
+        while let Some(line) = self.lines.next_line() {
             let line = line.ok()?;
             if let Some(i) = line.find("@@ ") {
                 return Some(line[i + 3..].to_string());

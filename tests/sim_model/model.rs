@@ -1312,25 +1312,7 @@ impl Model {
             };
             let id = self.next_placeholder();
             if fire {
-                let job = MJob {
-                    payload: s.payload.clone(),
-                    priority: s.priority,
-                    max_attempts: s.max_attempts,
-                    lease_ms: s.lease_ms,
-                    idem: None,
-                    dedup: None,
-                    created_ms: now_ms,
-                    attempts: 0,
-                    run_at_ms: now_ms,
-                    seq: 0,
-                    state: MState::Ready,
-                    last_error: LastErr::None,
-                    snoozes: 0,
-                    until_started: false,
-                    sched: sched_tag(&s.payload).map(<[u8]>::to_vec),
-                    group: None,
-                    group_order: 0,
-                };
+                let job = instance_of(s, now_ms);
                 self.jobs.insert(id, job);
                 self.make_ready(id);
             }
@@ -1470,25 +1452,7 @@ impl Model {
             .last_job
             .and_then(|(id, _)| self.jobs.get(&id))
             .is_some_and(|j| j.state != MState::Dead);
-        let job = MJob {
-            payload: s.payload.clone(),
-            priority: s.priority,
-            max_attempts: s.max_attempts,
-            lease_ms: s.lease_ms,
-            idem: None,
-            dedup: None,
-            created_ms: now_ms,
-            attempts: 0,
-            run_at_ms: now_ms,
-            seq: 0,
-            state: MState::Ready,
-            last_error: LastErr::None,
-            snoozes: 0,
-            until_started: false,
-            sched: sched_tag(&s.payload).map(<[u8]>::to_vec),
-            group: None,
-            group_order: 0,
-        };
+        let job = instance_of(s, now_ms);
         let id = self.next_placeholder();
         self.jobs.insert(id, job);
         self.make_ready(id);
@@ -1529,5 +1493,29 @@ impl Model {
                 );
             }
         }
+    }
+}
+
+/// A new instance of schedule `s` enqueued at `now_ms`: ready (placed by `make_ready`), made
+/// of its template, carrying its tag.
+fn instance_of(s: &MSched, now_ms: u64) -> MJob {
+    MJob {
+        payload: s.payload.clone(),
+        priority: s.priority,
+        max_attempts: s.max_attempts,
+        lease_ms: s.lease_ms,
+        idem: None,
+        dedup: None,
+        created_ms: now_ms,
+        attempts: 0,
+        run_at_ms: now_ms,
+        seq: 0,
+        state: MState::Ready,
+        last_error: LastErr::None,
+        snoozes: 0,
+        until_started: false,
+        sched: sched_tag(&s.payload).map(<[u8]>::to_vec),
+        group: None,
+        group_order: 0,
     }
 }
