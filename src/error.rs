@@ -150,6 +150,32 @@ pub enum Error {
         /// The job that holds the key.
         holder: JobId,
     },
+    /// An enqueue does not fit the queue's size limit
+    /// ([`Queue::set_limit`](crate::Queue::set_limit)): with [`WhenFull::Refuse`](crate::WhenFull::Refuse)
+    /// at once, with [`WhenFull::Block`](crate::WhenFull::Block) after its wait, with
+    /// [`WhenFull::DropOldest`](crate::WhenFull::DropOldest) when dropping every job that can
+    /// be dropped would not make room (a batch larger than the limit; leased and held jobs
+    /// filling it). Nothing was written: no job added, none dropped. Take jobs off the queue
+    /// (or raise the limit) and enqueue again, as with RabbitMQ's `reject-publish` nack.
+    #[error(
+        "queue {queue} is full: {jobs} jobs of {max_jobs:?}, {bytes} payload bytes of {max_bytes:?}; the enqueue needs {needs_jobs} more jobs and {needs_bytes} more bytes"
+    )]
+    QueueFull {
+        /// The queue's name (`(default)` for the unnamed queue).
+        queue: String,
+        /// The jobs it holds (scheduled, ready and leased).
+        jobs: u64,
+        /// The payload bytes of those jobs.
+        bytes: u64,
+        /// Its count limit, if it has one.
+        max_jobs: Option<u64>,
+        /// Its byte limit, if it has one.
+        max_bytes: Option<u64>,
+        /// How many new jobs the refused call would have added.
+        needs_jobs: u64,
+        /// How many payload bytes they hold.
+        needs_bytes: u64,
+    },
     /// A named queue that does not exist, asked for by a call that does not create it
     /// ([`Queue::existing`](crate::Queue::existing)).
     #[error("no queue named {name:?} in this file")]
@@ -320,7 +346,10 @@ impl Error {
     pub(crate) fn is_input_refusal(&self) -> bool {
         matches!(
             self,
-            Error::PayloadTooLarge { .. } | Error::KeyTooLong { .. } | Error::InvalidOption { .. }
+            Error::PayloadTooLarge { .. }
+                | Error::KeyTooLong { .. }
+                | Error::InvalidOption { .. }
+                | Error::QueueFull { .. }
         )
     }
 

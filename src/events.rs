@@ -72,6 +72,13 @@ pub enum Event {
         /// The job.
         id: JobId,
     },
+    /// A waiting job was deleted to make room for a newer one in a full queue whose limit
+    /// drops the oldest ([`WhenFull::DropOldest`](crate::WhenFull::DropOldest)); it will never
+    /// be delivered. Since format 13.
+    Dropped {
+        /// The job.
+        id: JobId,
+    },
     /// The queue was paused ([`Queue::pause`](crate::Queue::pause)).
     Paused,
     /// The queue was resumed ([`Queue::resume`](crate::Queue::resume)).
@@ -82,7 +89,7 @@ pub enum Event {
 }
 
 /// The metric an event counts in ([`MinuteCounts`](crate::MinuteCounts)' kinds: 0 enqueued,
-/// 1 completed, 2 retried, 3 dead, 4 cancelled), if any.
+/// 1 completed, 2 retried, 3 dead, 4 cancelled, 5 dropped), if any.
 pub(crate) fn metric_kind(event: &Event) -> Option<usize> {
     Some(match event {
         Event::Enqueued { .. } => 0,
@@ -90,6 +97,7 @@ pub(crate) fn metric_kind(event: &Event) -> Option<usize> {
         Event::Retried { .. } => 2,
         Event::Dead { .. } => 3,
         Event::Cancelled { .. } => 4,
+        Event::Dropped { .. } => 5,
         _ => return None,
     })
 }

@@ -46,6 +46,10 @@ pub const QUEUE_NAME_BYTES_MAX: usize = 64;
 /// At most this many due scheduled jobs are promoted, and this many expired leases
 /// reclaimed, per dequeue: a sweep never makes one call slow.
 pub(crate) const SWEEP_MAX: usize = 256;
+/// An enqueue into a full queue that drops the oldest jobs
+/// ([`WhenFull::DropOldest`](crate::WhenFull::DropOldest)) looks at most this many of them
+/// (and drops at most as many); if they do not make room it is refused.
+pub(crate) const DROP_PER_ENQUEUE_MAX: usize = 4096;
 /// At most this many expired applied markers are pruned per `ack_with` (twice what one
 /// lease adds, so the table cannot outgrow its retention); `Queue::prune` does the rest.
 pub(crate) const PRUNE_PER_ACK_MAX: usize = 2;

@@ -1142,6 +1142,10 @@ fn init_tables(db: &Database) -> Result<()> {
                 .map_err(foreign)?;
             tx.open_table(crate::format::schema::RUN_TIMES)
                 .map_err(foreign)?;
+            tx.open_table(crate::format::schema::QUEUE_LIMITS)
+                .map_err(foreign)?;
+            tx.open_table(crate::format::schema::DROPPED)
+                .map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {
@@ -1191,6 +1195,8 @@ fn validate_attach(rtx: &redb::ReadTransaction) -> Result<()> {
     refuse_other_types(rtx, crate::format::schema::RATE_LIMITS)?;
     refuse_other_types(rtx, crate::format::schema::METRICS)?;
     refuse_other_types(rtx, crate::format::schema::RUN_TIMES)?;
+    refuse_other_types(rtx, crate::format::schema::QUEUE_LIMITS)?;
+    refuse_other_types(rtx, crate::format::schema::DROPPED)?;
     if let Ok(meta) = rtx.open_table(META)
         && let Some(found) = meta.get(META_FORMAT_VERSION)?.map(|v| v.value())
         && found > FORMAT_VERSION

@@ -369,6 +369,14 @@ impl Reader {
         self.read(|rtx, schema| store::rate_limit_of(rtx, schema.queue_number))
     }
 
+    /// This queue's size limit, as [`Queue::limit`](crate::Queue::limit).
+    ///
+    /// # Errors
+    /// `Storage`; `Corrupted` for a stored limit no build writes.
+    pub fn limit(&self) -> Result<Option<crate::queue_limit::QueueLimit>> {
+        self.read(|rtx, schema| Ok(store::limit_of(rtx, schema.queue_number)?.map(|(l, _)| l)))
+    }
+
     /// When this queue's rate limit ([`Queue::set_rate_limit`](crate::Queue::set_rate_limit))
     /// lets a delivery through again, if its window is used up at `now_ms` (Unix ms, by
     /// the clock that set it: pass the app's clock's time): the end of that window, in Unix

@@ -53,6 +53,8 @@ pub fn stats(a: &StatsArgs) -> CliResult {
         "COMPLETED",
         "CANCELLED",
         "SCHEDULES",
+        "LIMIT",
+        "DROPPED",
         "RATE_LIMIT",
     ];
     let n = |v: &Value| v.as_u64().unwrap_or(0).to_string();
@@ -76,6 +78,8 @@ pub fn stats(a: &StatsArgs) -> CliResult {
             row.push(n(&s["completed"]));
             row.push(n(&s["cancelled"]));
             row.push(n(&s["schedules"]));
+            row.push(limit_cell(&s["limit"]));
+            row.push(n(&s["dropped"]));
             row.push(match s["rate_limit"].as_object() {
                 Some(l) => format!(
                     "{}/{}",
@@ -90,6 +94,29 @@ pub fn stats(a: &StatsArgs) -> CliResult {
     let right: Vec<bool> = (0..header.len()).map(|i| i > 0).collect();
     table(&mut out, &header, &right, &cells)?;
     out.flush()
+}
+
+/// A queue's size limit in one word (the JSON of `leaseq::json::queue_limit`): its bounds
+/// (`1000j` jobs, `1048576B` payload bytes) and what a full queue does (`refuse`,
+/// `block:5s`, `drop-oldest`), joined by commas; `-` without a limit.
+fn limit_cell(l: &Value) -> String {
+    if l.is_null() {
+        return "-".to_string();
+    }
+    let mut parts = Vec::new();
+    if let Some(j) = l["max_jobs"].as_u64() {
+        parts.push(format!("{j}j"));
+    }
+    if let Some(b) = l["max_bytes"].as_u64() {
+        parts.push(format!("{b}B"));
+    }
+    parts.push(match l["when_full"].as_str() {
+        Some("block") => format!("block:{}", format_ms(l["wait_ms"].as_u64().unwrap_or(0))),
+        Some("drop_oldest") => "drop-oldest".to_string(),
+        Some(other) => other.to_string(),
+        None => "?".to_string(),
+    });
+    parts.join(",")
 }
 
 /// Writes a table: column `i` right-aligned when `right[i]`, else left-aligned.

@@ -290,6 +290,7 @@ pub(super) fn overview(app: &App, asked: &Asked) -> Result<Page> {
         }
         body.push_str("</tr></table>");
         body.push_str(&waiting(&v, &stats, now)?);
+        body.push_str(&limit_line(&stats));
         body.push_str(&rates(&minutes, now));
         body.push_str(&run_times(&minutes, now));
         body.push_str(&chart(&minutes, now));
@@ -420,6 +421,52 @@ fn waiting(v: &Reader, stats: &Stats, now: u64) -> Result<String> {
     }
     out.push_str("</p>");
     Ok(out)
+}
+
+/// A queue's size limit ([`Queue::set_limit`](crate::Queue::set_limit)): what it holds of
+/// each bound, what a full queue does, and the jobs dropped so far; marked full when an
+/// enqueue of one more job would not fit. Empty without a limit and with nothing dropped.
+fn limit_line(stats: &Stats) -> String {
+    let pending = stats.pending();
+    let Some(limit) = stats.limit else {
+        return if stats.dropped > 0 {
+            format!(
+                "<p class=\"limit\">No size limit; <span data-dropped=\"{0}\">{0}</span> jobs \
+                 were dropped under an earlier one.</p>",
+                stats.dropped
+            )
+        } else {
+            String::new()
+        };
+    };
+    let bytes = stats.payload_bytes.unwrap_or(0);
+    let mut bounds = Vec::new();
+    if let Some(m) = limit.max_jobs {
+        bounds.push(format!("{pending} of {m} jobs"));
+    }
+    if let Some(m) = limit.max_bytes {
+        bounds.push(format!("{bytes} of {m} payload bytes"));
+    }
+    let full =
+        limit.max_jobs.is_some_and(|m| pending >= m) || limit.max_bytes.is_some_and(|m| bytes >= m);
+    let when_full = match limit.when_full {
+        crate::WhenFull::Refuse => "enqueues are refused".to_string(),
+        crate::WhenFull::Block { wait_ms } => {
+            format!("producers wait up to {}, then are refused", span(wait_ms))
+        }
+        crate::WhenFull::DropOldest => "the oldest waiting jobs are dropped".to_string(),
+    };
+    format!(
+        "<p class=\"limit\" data-limit-full=\"{full}\">{badge}Size limit: {bounds}; when full, \
+         {when_full}. Dropped so far: <span data-dropped=\"{dropped}\">{dropped}</span>.</p>",
+        badge = if full {
+            "<span class=\"badge paused\">full</span> "
+        } else {
+            ""
+        },
+        bounds = bounds.join(", "),
+        dropped = stats.dropped,
+    )
 }
 
 /// How many whole minutes with runs the overview lists.

@@ -418,6 +418,8 @@ mod tests {
             code_of(schema::RATE_LIMITS),
             code_of(schema::METRICS),
             code_of(schema::RUN_TIMES),
+            code_of(schema::QUEUE_LIMITS),
+            code_of(schema::DROPPED),
         ];
         for s in [&DEFAULT_SCHEMA, QueueSchema::named(3)] {
             all.extend([

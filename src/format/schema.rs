@@ -5,7 +5,7 @@
 use redb::TableDefinition;
 
 /// The format version this build writes, and the newest it reads.
-pub const FORMAT_VERSION: u64 = 12;
+pub const FORMAT_VERSION: u64 = 13;
 
 pub(crate) type ReadyKey = (u32, u64, u64);
 
@@ -38,7 +38,8 @@ pub(crate) const RATE_LIMITS: TableDefinition<u32, (u64, u64, u64, u64)> =
     TableDefinition::new("leaseq_rate_limits");
 /// What each queue did per minute: (queue number, kind, minute since the Unix epoch) → how
 /// many changes of that kind the minute's commits made (never 0). Kinds: 0 enqueued,
-/// 1 completed, 2 retried, 3 dead, 4 cancelled ([`METRIC_KINDS`] of them). The last
+/// 1 completed, 2 retried, 3 dead, 4 cancelled, 5 dropped (since format 13)
+/// ([`METRIC_KINDS`] of them). The last
 /// [`METRICS_MINUTES_KEPT`](crate::METRICS_MINUTES_KEPT) minutes are kept: each commit that
 /// counts in a queue removes up to 64 older rows of each kind of that queue. Since format 9.
 pub(crate) const METRICS: TableDefinition<(u32, u8, u64), u64> =
@@ -50,6 +51,15 @@ pub(crate) const METRICS: TableDefinition<(u32, u8, u64), u64> =
 /// `leaseq_metrics` is. Since format 12.
 pub(crate) const RUN_TIMES: TableDefinition<(u32, u64, u8), u64> =
     TableDefinition::new("leaseq_run_times");
+/// Each size-limited queue's limit and the payload bytes of the jobs it counts: queue number
+/// → a [`LimitRow`](crate::format::queue_limit::LimitRow). A queue without a row has no
+/// limit. Since format 13.
+pub(crate) const QUEUE_LIMITS: TableDefinition<u32, (u64, u64, u64, u64)> =
+    TableDefinition::new("leaseq_queue_limits");
+/// How many jobs each queue dropped to make room for newer ones
+/// ([`WhenFull::DropOldest`](crate::WhenFull::DropOldest)): queue number → the count since
+/// the queue began (never 0; a queue that dropped none has no row). Since format 13.
+pub(crate) const DROPPED: TableDefinition<u32, u64> = TableDefinition::new("leaseq_dropped");
 /// How many run-time buckets `leaseq_run_times` holds (0 to this, exclusive).
 pub(crate) const RUN_BUCKETS: u8 = super::run_time::BUCKETS;
 /// How many kinds of metric `leaseq_metrics` holds (the kinds are 0 to this, exclusive).

@@ -534,6 +534,14 @@ pub struct Stats {
     pub completed: u64,
     /// Cancelled jobs kept ([`Queue::cancel`](crate::Queue::cancel); not counted in `total`).
     pub cancelled: u64,
+    /// The queue's size limit ([`Queue::set_limit`](crate::Queue::set_limit)), if it has one.
+    pub limit: Option<crate::queue_limit::QueueLimit>,
+    /// The payload bytes of its scheduled, ready and leased jobs, what the limit's
+    /// `max_bytes` bounds; counted while the queue has a limit, `None` without one.
+    pub payload_bytes: Option<u64>,
+    /// Waiting jobs dropped to make room since the queue began
+    /// ([`WhenFull::DropOldest`](crate::WhenFull::DropOldest)).
+    pub dropped: u64,
 }
 
 impl Stats {

@@ -341,7 +341,25 @@ pub fn stats(q: &crate::Reader) -> crate::Result<serde_json::Value> {
         "cancelled": s.cancelled,
         "schedules": schedules,
         "rate_limit": limit.map(|l| serde_json::json!({ "max": l.max, "per_ms": l.per_ms })),
+        "limit": s.limit.map(|l| queue_limit(&l)),
+        "payload_bytes": s.payload_bytes,
+        "dropped": s.dropped,
     }))
+}
+
+/// A queue's size limit in JSON: `{"max_jobs":..,"max_bytes":..,"when_full":..,"wait_ms":..}`,
+/// a bound without a value `null`; `when_full` is `"refuse"`, `"block"` (with `wait_ms`) or
+/// `"drop_oldest"` (`wait_ms` `null` but for `"block"`).
+pub fn queue_limit(l: &crate::QueueLimit) -> serde_json::Value {
+    let (when_full, wait_ms) = match l.when_full {
+        crate::WhenFull::Refuse => ("refuse", None),
+        crate::WhenFull::Block { wait_ms } => ("block", Some(wait_ms)),
+        crate::WhenFull::DropOldest => ("drop_oldest", None),
+    };
+    serde_json::json!({
+        "max_jobs": l.max_jobs, "max_bytes": l.max_bytes, "when_full": when_full,
+        "wait_ms": wait_ms,
+    })
 }
 
 /// A schedule's timing in JSON: `{"kind":"interval","every_ms":..,"start_ms":..}` or
@@ -510,11 +528,11 @@ pub fn overview(
 }
 
 /// One minute of a queue's metrics in JSON: `{"minute_ms":..,"enqueued":..,"completed":..,
-/// "retried":..,"dead":..,"cancelled":..,"runs":..,"run_ms_p50":..,"run_ms_p95":..}`.
+/// "retried":..,"dead":..,"cancelled":..,"dropped":..,"runs":..,"run_ms_p50":..,"run_ms_p95":..}`.
 pub fn minute(m: &crate::MinuteCounts) -> serde_json::Value {
     serde_json::json!({
         "minute_ms": m.minute_ms, "enqueued": m.enqueued, "completed": m.completed,
-        "retried": m.retried, "dead": m.dead, "cancelled": m.cancelled,
+        "retried": m.retried, "dead": m.dead, "cancelled": m.cancelled, "dropped": m.dropped,
         "runs": m.runs, "run_ms_p50": m.run_ms_p50, "run_ms_p95": m.run_ms_p95,
     })
 }

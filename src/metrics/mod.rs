@@ -24,6 +24,9 @@ pub struct MinuteCounts {
     pub dead: u64,
     /// Jobs cancelled ([`Event::Cancelled`](crate::Event::Cancelled)).
     pub cancelled: u64,
+    /// Waiting jobs dropped to make room in a full queue
+    /// ([`Event::Dropped`](crate::Event::Dropped)). Since format 13.
+    pub dropped: u64,
     /// Deliveries whose consumer ended them in this minute (an ack, `ack_with`, a nack, a
     /// fail or a snooze, through a [`Lease`](crate::Lease) or a batch call), each timed from
     /// its dequeue to that call: the runs the two percentiles below are of. A lease that
@@ -41,6 +44,7 @@ pub struct MinuteCounts {
 
 impl MinuteCounts {
     /// The count of metric `kind` (0 enqueued, 1 completed, 2 retried, 3 dead, 4 cancelled,
+    /// 5 dropped,
     /// the order of `leaseq_metrics`' kinds).
     pub(crate) fn slot(&mut self, kind: usize) -> Option<&mut u64> {
         Some(match kind {
@@ -49,6 +53,7 @@ impl MinuteCounts {
             2 => &mut self.retried,
             3 => &mut self.dead,
             4 => &mut self.cancelled,
+            5 => &mut self.dropped,
             _ => return None,
         })
     }
@@ -63,7 +68,7 @@ pub(crate) struct Tally(
 );
 
 /// How many kinds of metric there are.
-pub(crate) const METRIC_KINDS: usize = 5;
+pub(crate) const METRIC_KINDS: usize = 6;
 
 /// A [`MetricRow`]'s kind from this one on is a run-time bucket (kind − this), kept in
 /// `leaseq_run_times`; below it, a count of `leaseq_metrics`.

@@ -2,6 +2,7 @@
 
 use super::Queue;
 use crate::error::{Error, Result};
+use crate::queue_limit::QueueLimit;
 use crate::rate_limit::RateLimit;
 use crate::store;
 
@@ -219,6 +220,65 @@ impl Queue {
         }
         let queue_number = self.config.schema.queue_number;
         self.run(&mut |ctx| store::set_rate_limit(ctx, queue_number, limit).map(Ok))
+    }
+
+    /// Sets (or with `None` removes) this queue's size limit ([`QueueLimit`]): at most so
+    /// many jobs (scheduled, ready and leased, what [`Queue::len`] counts) and so many bytes
+    /// of payload, and what an enqueue that does not fit does ([`WhenFull`](crate::WhenFull): refuse, wait
+    /// for room, or drop the oldest waiting jobs), as RabbitMQ's `x-max-length` and
+    /// `x-overflow` or JetStream's `max_msgs` and `discard`. Returns whether the setting
+    /// changed. Stored in the file with the queue: every handle and later open keeps it,
+    /// and [`Queue::stats`] shows it with the payload bytes counted and the jobs dropped.
+    /// One commit; setting a limit on a queue that had none counts its jobs' payload bytes
+    /// in that commit (one pass over the queue's jobs).
+    ///
+    /// - **What it bounds.** Enqueues of every kind: [`Queue::enqueue`] and the batches, a
+    ///   [`Tx::enqueue`](crate::Tx::enqueue) (the outbox) and [`Tx::enqueue_to`](crate::Tx::enqueue_to),
+    ///   imports, and a schedule's instances (a due time that does not fit is skipped,
+    ///   counted in [`ScheduleInfo::skipped`](crate::ScheduleInfo::skipped)). A job that
+    ///   comes back (a nack, an expired lease, a retry or a requeue) always has its place.
+    /// - **A batch fits whole or not at all**: its new jobs are counted (a duplicate of a
+    ///   held dedup key adds none), and a refused batch adds nothing.
+    /// - **Lowering a limit below what the queue holds** drops nothing: enqueues wait for
+    ///   (or, dropping, make) room.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?;
+    /// use leaseq::{Error, QueueLimit, WhenFull};
+    ///
+    /// // Telemetry: keep the newest 3 readings.
+    /// queue.set_limit(Some(QueueLimit::jobs(3).when_full(WhenFull::DropOldest)))?;
+    /// for reading in 0..5u8 {
+    ///     queue.enqueue(&[reading], Default::default())?;
+    /// }
+    /// assert_eq!(queue.dequeue()?.expect("a reading").payload(), &[2]);
+    /// assert_eq!(queue.stats()?.dropped, 2);
+    ///
+    /// // Commands: refuse what does not fit.
+    /// queue.set_limit(Some(QueueLimit::jobs(3)))?;
+    /// assert!(matches!(queue.enqueue(b"x", Default::default()), Err(Error::QueueFull { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `InvalidOption` (field `limit`) for a limit with no bound or a bound of 0, (field
+    /// `when_full`) for a wait of 0 ms or above an hour, with nothing written; `Reentrant`,
+    /// `CommitFailed` or `Storage`.
+    pub fn set_limit(&self, limit: Option<QueueLimit>) -> Result<bool> {
+        if let Some(l) = &limit {
+            store::validate_limit(l)?;
+        }
+        let schema = self.config.schema;
+        self.run(&mut |ctx| store::set_limit(ctx, schema, limit).map(Ok))
+    }
+
+    /// This queue's size limit ([`Queue::set_limit`]), if it has one. A read.
+    ///
+    /// # Errors
+    /// `Storage`; `Corrupted` for a stored limit no build writes.
+    pub fn limit(&self) -> Result<Option<QueueLimit>> {
+        self.reader().limit()
     }
 
     /// This queue's rate limit ([`Queue::set_rate_limit`]), if it has one. A read.

@@ -8,10 +8,13 @@ use crate::tx::Tx;
 
 impl Queue {
     /// Enqueues a job with `payload` (at most the builder's `payload_bytes_max` bytes) and
-    /// returns its id once the commit is durable.
+    /// returns its id once the commit is durable. In a queue with a size limit
+    /// ([`Queue::set_limit`]) that is full, the job is refused, waits for room, or makes room
+    /// by dropping the oldest waiting jobs, as the limit's [`WhenFull`](crate::WhenFull) says.
     ///
     /// # Errors
     /// `PayloadTooLarge`, `KeyTooLong` or `InvalidOption` before anything is written;
+    /// `QueueFull` (nothing written) when the queue's size limit has no room for it;
     /// `Closed` after [`Queue::close`]; `CommitFailed`, `Storage` or `Reentrant` otherwise.
     pub fn enqueue(&self, payload: &[u8], opts: EnqueueOptions) -> Result<Enqueued> {
         let mut out = self.enqueue_batch([(payload, opts)])?;
@@ -57,17 +60,49 @@ impl Queue {
     /// dedup key held by a live job, or by an earlier job of the same batch, yields
     /// `Duplicate` for that job.
     ///
+    /// A queue's size limit ([`Queue::set_limit`]) takes the batch whole or not at all.
+    /// Under [`WhenFull::Block`](crate::WhenFull::Block) the call waits, trying again at
+    /// least every 50 ms (each try a look that writes nothing), until the batch fits or the
+    /// wait is over; the jobs' times (created, due) are those of the try that adds them.
+    ///
     /// # Errors
     /// `InvalidOption` for an empty or oversized batch; `PayloadTooLarge`, `KeyTooLong` or
-    /// `InvalidOption` for the first job refused (nothing is written); `Closed` after
-    /// [`Queue::close`]; `CommitFailed`, `Storage` or `Reentrant` otherwise.
+    /// `InvalidOption` for the first job refused (nothing is written); `QueueFull` (nothing
+    /// written) when the queue's size limit has no room for the batch (after the limit's
+    /// wait); `Closed` after [`Queue::close`]; `CommitFailed`, `Storage` or `Reentrant`
+    /// otherwise.
     pub fn enqueue_batch<'p>(
         &self,
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
     ) -> Result<Vec<Enqueued>> {
         self.ensure_open()?;
-        let records = store::new_records(&self.config, self.now_ms(), jobs)?;
-        self.run(&mut |ctx| store::enqueue(ctx, self.config.schema, &records).map(Ok))
+        let jobs: Vec<(&[u8], EnqueueOptions)> = jobs.into_iter().collect();
+        let mut deadline: Option<std::time::Instant> = None;
+        let mut pause = std::time::Duration::from_millis(1);
+        loop {
+            let records = store::new_records(&self.config, self.now_ms(), jobs.iter().cloned())?;
+            let full = match self.run(&mut |ctx| store::enqueue(ctx, self.config.schema, &records))
+            {
+                Err(full @ Error::QueueFull { .. }) => full,
+                done => return done,
+            };
+            let deadline = match deadline {
+                Some(d) => d,
+                None => match self.limit()?.map(|l| l.when_full) {
+                    Some(crate::queue_limit::WhenFull::Block { wait_ms }) => *deadline.insert(
+                        std::time::Instant::now() + std::time::Duration::from_millis(wait_ms),
+                    ),
+                    _ => return Err(full),
+                },
+            };
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Err(full);
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(std::time::Duration::from_millis(50));
+            self.ensure_open()?;
+        }
     }
 
     /// Checks what [`Queue::enqueue`] would refuse of `payload` and `opts` (an option out of
@@ -157,9 +192,7 @@ impl Queue {
             .iter()
             .map(|j| store::import_record(&self.config, now_ms, j))
             .collect::<Result<Vec<_>>>()?;
-        self.run(&mut |ctx| {
-            store::enqueue_imported(ctx, self.config.schema, &records, now_ms).map(Ok)
-        })
+        self.run(&mut |ctx| store::enqueue_imported(ctx, self.config.schema, &records, now_ms))
     }
 
     /// Runs `f` in a write transaction shared with the queue's group commit and commits it:

@@ -44,6 +44,7 @@ pub(crate) fn check_file(rtx: &ReadTransaction) -> Result<Vec<Violation>> {
     check_schedule_tables(rtx, &named, &mut out)?;
     super::metrics::check_metrics(rtx, &named, format_version(rtx)?, &mut out)?;
     super::metrics::check_run_times(rtx, &named, format_version(rtx)?, &mut out)?;
+    check_queue_limits(rtx, &named, format_version(rtx)?, &mut out)?;
     for (name, queue_number) in named {
         for mut v in check(rtx, QueueSchema::named(queue_number))? {
             if out.len() >= VIOLATIONS_MAX {
@@ -790,4 +791,71 @@ fn state_of_apart(jobs: &ReadOnlyTable<u64, &'static [u8]>, id: u64) -> Result<b
     Ok(jobs
         .get(id)?
         .is_some_and(|g| JobRecord::decode(g.value()).is_ok_and(|r| r.payload_apart.is_some())))
+}
+
+/// `leaseq_queue_limits` (format 13 on): every row names a queue of the file, holds a limit
+/// a build writes, and counts exactly the payload bytes of its queue's scheduled, ready and
+/// leased jobs (a queue with quarantined rows may count more: a damaged row's bytes cannot
+/// be read back off the count).
+fn check_queue_limits(
+    rtx: &ReadTransaction,
+    named: &[(String, u32)],
+    version: Option<u64>,
+    out: &mut Vec<crate::job::Violation>,
+) -> Result<()> {
+    let mut push = |detail: String| {
+        if out.len() < crate::limits::VIOLATIONS_MAX {
+            out.push(crate::job::Violation {
+                job_id: None,
+                detail,
+            });
+        }
+    };
+    let table = match rtx.open_table(crate::format::schema::QUEUE_LIMITS) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => {
+            if version.is_some_and(|v| v >= 13) {
+                push("leaseq_queue_limits is missing (format 13)".to_string());
+            }
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for e in table.iter()? {
+        let (k, v) = e?;
+        let (n, row) = (k.value(), v.value());
+        let schema = match n {
+            0 => &crate::format::schema::DEFAULT_SCHEMA,
+            n if named.iter().any(|(_, q)| *q == n) => QueueSchema::named(n),
+            _ => {
+                push(format!(
+                    "leaseq_queue_limits names queue number {n}, which is not registered"
+                ));
+                continue;
+            }
+        };
+        if let Err(e) = crate::format::queue_limit::decode(n, row) {
+            push(e.to_string());
+        }
+        let mut counted = 0u64;
+        for e in rtx.open_table(schema.jobs())?.iter()? {
+            let (_, bytes) = e?;
+            if let Ok(r) = JobRecord::decode(bytes.value())
+                && r.state.is_live()
+            {
+                counted = counted.saturating_add(r.payload_len() as u64);
+            }
+        }
+        let quarantined = match quarantine_table(rtx, schema)? {
+            Some(q) => q.len()?,
+            None => 0,
+        };
+        if row.3 != counted && !(quarantined > 0 && row.3 > counted) {
+            push(format!(
+                "leaseq_queue_limits counts {} payload bytes in queue number {n}, its jobs hold {counted}",
+                row.3
+            ));
+        }
+    }
+    Ok(())
 }

@@ -195,6 +195,17 @@ pub(crate) fn dequeue(
             }
         }
         debug_assert_eq!(firsts.len(), slots.len());
+        // The ready entries went without `unindex`: their jobs leave the counted bytes here
+        // (and come back as leased through `index`; a quarantined one does not).
+        let left: u64 = slots
+            .iter()
+            .map(|slot| match slot {
+                Taken::Stray => 0,
+                Taken::Leased(leased) => leased.payload.len() as u64,
+                Taken::Apart(record, _) => record.payload_len() as u64,
+            })
+            .sum();
+        tables.uncount_bytes(left)?;
         for ((_, _, id), slot) in firsts.into_iter().zip(slots) {
             // Its ready entry was removed above.
             match slot {

@@ -3,7 +3,7 @@
 
 use redb::ReadableTable;
 
-use crate::commit::Ctx;
+use crate::commit::{Ctx, Verdict, refuse};
 use crate::error::{BoxError, Error, Result};
 use crate::events::Event;
 use crate::format::record::{JobRecord, StoredState};
@@ -21,14 +21,23 @@ use super::validate::NewJob;
 /// Adds new validated records (from [`new_records`](super::validate::new_records)) in order.
 /// A dedup key held by a live job, or by an earlier record of the same batch, makes that
 /// record a `Duplicate`; key holders and windows are judged at each record's `created_ms`
-/// (now).
+/// (now). Refused `QueueFull`, having written nothing, when the jobs do not fit the queue's
+/// size limit.
 pub(crate) fn enqueue(
     ctx: &mut Ctx<'_>,
     schema: &'static QueueSchema,
     jobs: &[NewJob],
-) -> Result<Vec<Enqueued>> {
+) -> Verdict<Vec<Enqueued>> {
     let mut tables = Tables::open(ctx, schema)?;
-    enqueue_into(&mut tables, ctx, jobs, None)
+    full_is_refused(enqueue_into(&mut tables, ctx, jobs, None))
+}
+
+/// An enqueue's `QueueFull` (returned before its first write) as a refusal.
+fn full_is_refused(done: Result<Vec<Enqueued>>) -> Verdict<Vec<Enqueued>> {
+    match done {
+        Err(e @ Error::QueueFull { .. }) => refuse(e),
+        other => other.map(Ok),
+    }
 }
 
 /// [`enqueue`] for imported records (from
@@ -39,7 +48,7 @@ pub(crate) fn enqueue_imported(
     schema: &'static QueueSchema,
     records: &[JobRecord],
     now_ms: u64,
-) -> Result<Vec<Enqueued>> {
+) -> Verdict<Vec<Enqueued>> {
     let mut tables = Tables::open(ctx, schema)?;
     let jobs: Vec<NewJob> = records
         .iter()
@@ -48,17 +57,23 @@ pub(crate) fn enqueue_imported(
             on_duplicate: OnDuplicate::Keep,
         })
         .collect();
-    enqueue_into(&mut tables, ctx, &jobs, Some(now_ms))
+    full_is_refused(enqueue_into(&mut tables, ctx, &jobs, Some(now_ms)))
 }
 
 /// [`enqueue`] (`judged_at_ms: None`) or [`enqueue_imported`] on tables the running
-/// operation holds open.
+/// operation holds open. `QueueFull`, before anything is written, if the jobs do not fit the
+/// queue's size limit (after dropping the oldest waiting jobs if it says so).
 pub(super) fn enqueue_into(
     tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
     jobs: &[NewJob],
     judged_at_ms: Option<u64>,
 ) -> Result<Vec<Enqueued>> {
+    let Some(first) = jobs.first() else {
+        return Ok(Vec::new());
+    };
+    let judged_ms = judged_at_ms.unwrap_or(first.record.created_ms);
+    super::queue_limit::make_room(tables, ctx.group(), jobs, judged_ms)??;
     let mut out = Vec::with_capacity(jobs.len());
     for job in jobs {
         let record = &job.record;

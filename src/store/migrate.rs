@@ -121,6 +121,9 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     // start from now on; a lease of an older build keeps its ready time until this open's
     // lease recovery, right after, returns it).
     tx.create(crate::format::schema::RUN_TIMES)?;
+    // 12 to 13: the queues' size limits, none, and their dropped counts, none.
+    tx.create(crate::format::schema::QUEUE_LIMITS)?;
+    tx.create(crate::format::schema::DROPPED)?;
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
     tx.checkpoint();
     Ok(Some(version))

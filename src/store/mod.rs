@@ -27,6 +27,7 @@
 //! | `registry.rs` | named-queue numbers |
 //! | `control.rs` | queue controls stored in the file: pause, resume, the history setting |
 //! | `rate_limit.rs` | a queue's rate limit, read and charged by the dequeue |
+//! | `queue_limit.rs` | a queue's size limit: checked by every enqueue, room made by dropping the oldest, its payload bytes counted |
 //! | `metrics.rs` | the per-minute metrics each group commit adds to, read per queue |
 //! | `schedule.rs` | periodic jobs: set, remove, fire the due ones (in the sweep, and at open) |
 //! | `migrate.rs` | the file id, format upgrades |
@@ -44,6 +45,7 @@ mod enqueue;
 mod fenced;
 mod metrics;
 mod migrate;
+mod queue_limit;
 mod rate_limit;
 mod read;
 mod recover;
@@ -67,6 +69,7 @@ pub(crate) use fenced::{
 };
 pub(crate) use metrics::{metrics_with, write_metrics};
 pub(crate) use migrate::{file_id, make_file_id, random_u64, upgrade};
+pub(crate) use queue_limit::{limit_of, set_limit, validate_limit};
 pub(crate) use rate_limit::{limited_until, rate_limit_of, set_rate_limit, validate_rate_limit};
 pub(crate) use read::{
     held_behind, is_applied, job, latest_dead, list, payload, peek_due, quarantined,

@@ -47,6 +47,7 @@ pub(crate) fn peek_due(
 pub(crate) fn stats(rtx: &ReadTransaction, schema: &'static QueueSchema) -> Result<Stats> {
     let completed = rtx.open_table(schema.completed())?.len()?;
     let cancelled = rtx.open_table(schema.cancelled())?.len()?;
+    let limit = super::queue_limit::limit_of(rtx, schema.queue_number)?;
     Ok(Stats {
         total: rtx
             .open_table(schema.jobs())?
@@ -72,6 +73,9 @@ pub(crate) fn stats(rtx: &ReadTransaction, schema: &'static QueueSchema) -> Resu
             .any(|&(n, _)| n == schema.queue_number),
         completed,
         cancelled,
+        limit: limit.map(|(l, _)| l),
+        payload_bytes: limit.map(|(_, bytes)| bytes),
+        dropped: super::queue_limit::dropped_of(rtx, schema.queue_number)?,
     })
 }
 

@@ -124,6 +124,22 @@ pub(crate) fn find_queue(rtx: &ReadTransaction, name: &str) -> Result<Option<u32
         .map(|(_, queue_number)| queue_number))
 }
 
+/// The name of queue `queue_number` in this transaction's file, as the tool writes it:
+/// `(default)` for the unnamed queue, `#N` for a number with no name (damage).
+pub(crate) fn name_of(tx: GroupTx<'_>, queue_number: u32) -> Result<String> {
+    if queue_number == 0 {
+        return Ok("(default)".to_string());
+    }
+    let queues = tx.table(QUEUES)?;
+    for e in queues.iter()?.take(crate::limits::QUEUES_MAX as usize + 1) {
+        let (name, n) = e?;
+        if n.value() == queue_number {
+            return Ok(name.value().to_string());
+        }
+    }
+    Ok(format!("#{queue_number}"))
+}
+
 /// Whether named queue number `queue_number` is registered in this transaction's file.
 pub(crate) fn is_registered(tx: GroupTx<'_>, queue_number: u32) -> Result<bool> {
     if !(1..=crate::limits::QUEUES_MAX).contains(&queue_number) {

@@ -361,7 +361,10 @@ pub(crate) fn trigger(
         Err(refusal) => return Ok(Err(refusal)),
     };
     let mut tables = Tables::open(ctx, schema)?;
-    let id = enqueue_instance(&mut tables, ctx, &record.template, now_ms)?;
+    let id = match enqueue_instance(&mut tables, ctx, &record.template, now_ms) {
+        Err(e @ Error::QueueFull { .. }) => return refuse(e),
+        other => other?,
+    };
     tables.instances_changed();
     let mut instances = ctx.table(SCHEDULE_INSTANCES)?;
     if let Some((previous, _)) = record.last_job {
@@ -571,8 +574,19 @@ pub(super) fn fire_due(
                 Instance::Ended(_) => true,
             }
         };
-        if fire {
-            let id = enqueue_instance(tables, ctx, &record.template, now_ms)?;
+        // A due time whose instance does not fit the queue's size limit is skipped.
+        let instance = if fire {
+            match enqueue_instance(tables, ctx, &record.template, now_ms) {
+                Err(Error::QueueFull { .. }) => {
+                    tracing::warn!(queue_number, schedule = %name, "leaseq: the queue is full: a due time of the schedule skipped");
+                    None
+                }
+                other => Some(other?),
+            }
+        } else {
+            None
+        };
+        if let Some(id) = instance {
             tables.instances_changed();
             let mut instances = tables.gtx.table(SCHEDULE_INSTANCES)?;
             if let Some((previous, _)) = record.last_job {

@@ -78,6 +78,9 @@ pub(super) struct Tables<'t> {
     instances_empty: bool,
     /// The queue's history setting, read on first use.
     history: Option<crate::job::History>,
+    /// Whether the queue has a size limit (whose row counts its payload bytes), read on the
+    /// first move of a job in or out of the counted states.
+    limited: Option<bool>,
 }
 
 /// A job row as read: absent, present but failing its checks (the reason), or good.
@@ -88,6 +91,26 @@ pub(super) enum Row {
     Missing,
     Damaged(String),
     Good(JobRecord),
+}
+
+/// Adds `add` and takes `sub` payload bytes off the count of queue `queue_number`'s row, if
+/// it has one; whether it has one.
+fn count_bytes(
+    gtx: crate::commit::GroupTx<'_>,
+    queue_number: u32,
+    add: u64,
+    sub: u64,
+) -> Result<bool> {
+    let mut table = gtx.table(crate::format::schema::QUEUE_LIMITS)?;
+    let Some(mut row) = table.get(queue_number)?.map(|v| v.value()) else {
+        return Ok(false);
+    };
+    let counted = row.3.saturating_add(add);
+    // A count below what leaves is a count that missed a job (damage repaired while it was
+    // counted): it stays at 0 rather than wrapping.
+    row.3 = counted.saturating_sub(sub);
+    table.insert(queue_number, row)?;
+    Ok(true)
 }
 
 /// The table in `slot`, opened from `tx` on first use.
@@ -169,6 +192,7 @@ impl<'t> Tables<'t> {
             held: None,
             instances_empty: false,
             history: None,
+            limited: None,
         })
     }
 
@@ -257,7 +281,9 @@ impl<'t> Tables<'t> {
     }
 
     /// Gives job `id` (its `record`, not yet written back) the payload `payload`: inline, or
-    /// apart above `PAYLOAD_INLINE_MAX`, its old row apart dropped.
+    /// apart above `PAYLOAD_INLINE_MAX`, its old row apart dropped. The caller unindexed the
+    /// record first (so the counted bytes lose the old payload and gain the new one at
+    /// [`Tables::put`]).
     pub(super) fn replace_payload(
         &mut self,
         id: u64,
@@ -436,10 +462,31 @@ impl<'t> Tables<'t> {
     /// next member the head), and when ready is held behind its group's head unless it is
     /// the head.
     pub(super) fn index(&mut self, id: u64, record: &JobRecord) -> Result<bool> {
-        if let Some(g) = record.group.as_deref() {
-            return self.index_grouped(id, record, g);
+        let absent = match record.group.as_deref() {
+            Some(g) => self.index_grouped(id, record, g)?,
+            None => self.index_state(id, record)?,
+        };
+        if absent && record.state.is_live() {
+            self.count_bytes(record.payload_len() as u64, 0)?;
         }
-        self.index_state(id, record)
+        Ok(absent)
+    }
+
+    /// Takes `bytes` off the queue's counted payload bytes, for jobs whose counted index
+    /// entries a pass removed without [`Tables::unindex`].
+    pub(super) fn uncount_bytes(&mut self, bytes: u64) -> Result<()> {
+        self.count_bytes(0, bytes)
+    }
+
+    /// Adds `add` and takes `sub` payload bytes off the queue's count, if it has a size
+    /// limit (`store/queue_limit.rs`): the count in its `leaseq_queue_limits` row.
+    fn count_bytes(&mut self, add: u64, sub: u64) -> Result<()> {
+        if add == sub || self.limited == Some(false) {
+            return Ok(());
+        }
+        let limited = count_bytes(self.gtx, self.schema.queue_number, add, sub)?;
+        self.limited = Some(limited);
+        Ok(())
     }
 
     /// [`Tables::index`] of a job of group `g`.
@@ -603,6 +650,8 @@ impl<'t> Tables<'t> {
                 state = ?record.state.job_state(),
                 "leaseq: the job's index entry was missing"
             );
+        } else if record.state.is_live() {
+            self.count_bytes(0, record.payload_len() as u64)?;
         }
         Ok(())
     }
@@ -774,6 +823,8 @@ impl<'t> Tables<'t> {
         let dense = |lo: u64, hi: u64, n: usize| n >= 2 && hi - lo < 2 * n as u64;
         if first.0 == last.0 && dense(first.1, last.1, keys.len()) {
             remove_dense(self.leases_mut()?, first..=last, &keys, "leaseq_leases")?;
+            let bytes = records.iter().map(|r| r.payload_len() as u64).sum();
+            self.uncount_bytes(bytes)?;
         } else {
             for (&(id, _), record) in leases.iter().zip(records) {
                 self.unindex(id, record)?;

@@ -37,6 +37,7 @@ mod pause;
 mod process_kill;
 mod progress;
 mod quarantine;
+mod queue_limits;
 mod rate_limit;
 mod reader;
 mod recovery;

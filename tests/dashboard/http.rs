@@ -1809,3 +1809,57 @@ fn a_job_running_past_the_threshold_is_stalled_and_run_times_show_per_minute() {
     watchful.stop();
     plain.stop();
 }
+
+/// The overview shows a queue's size limit: how full each bound is, what a full queue does,
+/// the jobs dropped, and a "full" badge at the limit; nothing for a queue without one.
+#[test]
+fn the_overview_shows_a_size_limit_and_the_jobs_dropped() {
+    let app = app();
+    let telemetry = app.queue.named("telemetry").expect("named");
+    telemetry
+        .set_limit(Some(
+            leaseq::QueueLimit::jobs(2)
+                .and_bytes(100)
+                .when_full(leaseq::WhenFull::DropOldest),
+        ))
+        .expect("limit");
+    for reading in [&b"r1"[..], b"r2", b"r3"] {
+        telemetry
+            .enqueue(reading, Default::default())
+            .expect("enqueue");
+    }
+    app.queue
+        .enqueue(b"plain", Default::default())
+        .expect("enqueue");
+    let page = get(app.server.local_addr(), TOKEN, "/").body;
+    let section = page
+        .split("data-queue=\"telemetry\"")
+        .nth(1)
+        .expect("the telemetry queue");
+    assert!(
+        section.contains(
+            "<span class=\"badge paused\">full</span> Size limit: 2 of 2 jobs, 4 of 100 payload \
+             bytes; when full, the oldest waiting jobs are dropped. Dropped so far: <span \
+             data-dropped=\"1\">1</span>."
+        ),
+        "{section}"
+    );
+    let default = page
+        .split("data-queue=\"\"")
+        .nth(1)
+        .and_then(|s| s.split("data-queue=").next())
+        .expect("the default queue");
+    assert!(!default.contains("Size limit"), "{default}");
+    let doc: serde_json::Value = serde_json::from_str(
+        &get(
+            app.server.local_addr(),
+            TOKEN,
+            "/api/v1/stats?queue=telemetry",
+        )
+        .body,
+    )
+    .expect("json");
+    let stats = &doc["queues"][0];
+    assert_eq!(stats["dropped"], 1, "{doc}");
+    assert_eq!(stats["limit"]["max_jobs"], 2, "{doc}");
+}

@@ -1223,7 +1223,20 @@ fn stats_shows_each_queues_rate_limit() {
         let q = Queue::open(&path).unwrap();
         q.set_rate_limit(Some(leaseq::RateLimit::new(10, Duration::from_secs(60))))
             .unwrap();
-        q.named("free").unwrap();
+        let free = q.named("free").unwrap();
+        free.set_limit(Some(
+            leaseq::QueueLimit::jobs(2)
+                .and_bytes(1000)
+                .when_full(leaseq::WhenFull::DropOldest),
+        ))
+        .unwrap();
+        for _ in 0..3 {
+            free.enqueue(b"reading", Default::default()).unwrap();
+        }
+        q.set_limit(Some(
+            leaseq::QueueLimit::jobs(5).when_full(leaseq::WhenFull::block(Duration::from_secs(5))),
+        ))
+        .unwrap();
     }
     let p = s(&path);
     let v = json_lines(ok(run(&["stats", p, "--json"])));
@@ -1233,6 +1246,16 @@ fn stats_shows_each_queues_rate_limit() {
     );
     assert_eq!(v[1]["queue"], "free");
     assert!(v[1]["rate_limit"].is_null(), "{:?}", v[1]);
+    assert_eq!(
+        (&v[1]["limit"], &v[1]["payload_bytes"], &v[1]["dropped"]),
+        (
+            &serde_json::json!({"max_jobs": 2, "max_bytes": 1000, "when_full": "drop_oldest", "wait_ms": null}),
+            &14.into(),
+            &1.into()
+        )
+    );
+    assert_eq!(v[0]["limit"]["when_full"], "block");
+    assert_eq!(v[0]["limit"]["wait_ms"], 5000);
     let text = stdout(ok(run(&["stats", p])));
     let lines: Vec<Vec<&str>> = text
         .lines()
@@ -1241,6 +1264,10 @@ fn stats_shows_each_queues_rate_limit() {
     assert_eq!(lines[0].last(), Some(&"RATE_LIMIT"));
     assert_eq!(lines[1].last(), Some(&"10/1m"));
     assert_eq!(lines[2].last(), Some(&"-"));
+    let n = lines[0].len();
+    assert_eq!(&lines[0][n - 3..n - 1], &["LIMIT", "DROPPED"]);
+    assert_eq!(&lines[1][n - 3..n - 1], &["5j,block:5s", "0"]);
+    assert_eq!(&lines[2][n - 3..n - 1], &["2j,1000B,drop-oldest", "1"]);
 }
 
 /// The read commands work beside a running app that opened the file with live reads: they
