@@ -46,6 +46,10 @@ pub const QUEUE_NAME_BYTES_MAX: usize = 64;
 /// At most this many due scheduled jobs are promoted, and this many expired leases
 /// reclaimed, per dequeue: a sweep never makes one call slow.
 pub(crate) const SWEEP_MAX: usize = 256;
+/// How many dead jobs a queue keeps by default
+/// ([`Builder::dead_jobs_max`](crate::Builder::dead_jobs_max)), the oldest deleted first, so
+/// a device that fails the same work for weeks does not fill its disk with dead letters.
+pub const DEAD_JOBS_MAX_DEFAULT: u64 = 10_000;
 /// An enqueue into a full queue that drops the oldest jobs
 /// ([`WhenFull::DropOldest`](crate::WhenFull::DropOldest)) looks at most this many of them
 /// (and drops at most as many); if they do not make room it is refused.

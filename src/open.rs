@@ -95,6 +95,7 @@ pub struct Builder {
     retry: RetryPolicy,
     applied_retention: Option<Duration>,
     dead_retention: Option<Duration>,
+    dead_jobs_max: Option<u64>,
     encoding: crate::format::payload::Encoding,
 }
 
@@ -116,6 +117,7 @@ impl fmt::Debug for Builder {
             .field("retry", &self.retry)
             .field("applied_retention", &self.applied_retention)
             .field("dead_retention", &self.dead_retention)
+            .field("dead_jobs_max", &self.dead_jobs_max)
             .field("encoding", &self.encoding)
             .finish()
     }
@@ -140,6 +142,7 @@ impl Default for Builder {
             retry: RetryPolicy::default(),
             applied_retention: Some(APPLIED_RETENTION_DEFAULT),
             dead_retention: None,
+            dead_jobs_max: Some(crate::limits::DEAD_JOBS_MAX_DEFAULT),
             encoding: crate::format::payload::Encoding::Bincode,
         }
     }
@@ -302,8 +305,27 @@ impl Builder {
     /// Dead jobs past it go a few per dequeue that leases or sweeps something, and all with
     /// [`Queue::prune`]. Whole
     /// milliseconds, from 1 ms to [`DELAY_MAX`](crate::DELAY_MAX), checked at open.
+    ///
+    /// Beside it, [`Builder::dead_jobs_max`] keeps at most so many dead jobs per queue
+    /// (10,000 by default), the oldest deleted first.
     pub fn dead_retention(mut self, retention: Option<Duration>) -> Self {
         self.dead_retention = retention;
+        self
+    }
+
+    /// How many dead jobs each queue keeps at most; default
+    /// [`DEAD_JOBS_MAX_DEFAULT`](crate::DEAD_JOBS_MAX_DEFAULT) (10,000); `None` keeps them
+    /// all. Past it the oldest (by when they died) are deleted with their dedup keys, as
+    /// BullMQ's `removeOnFail: N` keeps the last N failed jobs: up to 256 at each dequeue that
+    /// sweeps, and all with [`Queue::prune`](crate::Queue::prune). So a queue holds at most
+    /// this many plus the jobs that died since its last dequeue. Applies to every queue the
+    /// handle's file serves through handles of this builder (a setting of the handle, as
+    /// [`Builder::dead_retention`], not stored in the file).
+    ///
+    /// # Errors
+    /// At open: `InvalidOption` (field `dead_jobs_max`) for `Some(0)`.
+    pub fn dead_jobs_max(mut self, max: Option<u64>) -> Self {
+        self.dead_jobs_max = max;
         self
     }
 
@@ -389,8 +411,15 @@ impl Builder {
         }
         let applied_retention_ms = retention_ms("applied_retention", self.applied_retention)?;
         let dead_retention_ms = retention_ms("dead_retention", self.dead_retention)?;
+        if self.dead_jobs_max == Some(0) {
+            return Err(Error::invalid_option(
+                "dead_jobs_max",
+                "0 dead jobs: at least 1 (a job that dies must be seen), or None for all",
+            ));
+        }
         Ok(QueueConfig {
             dead_retention_ms,
+            dead_jobs_max: self.dead_jobs_max,
             applied_retention_ms,
             lease_ms,
             max_attempts: self.max_attempts,

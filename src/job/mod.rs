@@ -743,7 +743,8 @@ pub struct Pruned {
     pub applied: u64,
     /// Dedup keys whose window ended (released; their jobs untouched).
     pub dedup_windows: u64,
-    /// Dead jobs past [`Builder::dead_retention`](crate::Builder::dead_retention) (deleted).
+    /// Dead jobs past [`Builder::dead_retention`](crate::Builder::dead_retention) or over
+    /// [`Builder::dead_jobs_max`](crate::Builder::dead_jobs_max) (deleted).
     pub dead: u64,
     /// Completed and cancelled jobs past the queue's history
     /// ([`Queue::set_history`](crate::Queue::set_history); deleted).

@@ -264,7 +264,8 @@ impl Queue {
 
     /// Removes every applied-ids marker past its retention
     /// ([`Builder::applied_retention`](crate::Builder::applied_retention)), deletes every dead job past
-    /// [`Builder::dead_retention`](crate::Builder::dead_retention) (if set), and releases every dedup key whose window ended
+    /// [`Builder::dead_retention`](crate::Builder::dead_retention) (if set) and the oldest over
+    /// [`Builder::dead_jobs_max`](crate::Builder::dead_jobs_max), and releases every dedup key whose window ended
     /// ([`EnqueueOptions::dedup_window`](crate::EnqueueOptions::dedup_window)) now, in commits of up to
     /// [`BATCH_MAX`](crate::BATCH_MAX), deletes the completed and cancelled jobs past the
     /// queue's history ([`Queue::set_history`]; first, so a marker only such a job carried goes

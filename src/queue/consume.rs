@@ -70,7 +70,7 @@ impl Queue {
         let now_ms = self.now_ms();
         catch_engine_panic(|| {
             let rtx = self.inner.db.get().begin_read()?;
-            store::peek_due(&rtx, self.config.schema, now_ms)
+            store::peek_due(&rtx, self.config.schema, now_ms, self.config.dead_jobs_max)
         })
     }
 

@@ -486,7 +486,8 @@ impl Worker {
     }
 
     /// One local commit for the whole pull; if the queue refuses the batch for one message
-    /// (too large, say), each message on its own, so only the refused ones stay behind.
+    /// (too large, say) or for its size limit (`Queue::set_limit`: full), each message on
+    /// its own, so only the refused ones stay behind (nakked with a delay, kept in the stream).
     /// Returns, per message, whether it is now a local job (new or already there).
     fn enqueue(&self, fetched: &[Fetched]) -> crate::Result<Vec<Result<Enqueued, crate::Error>>> {
         let options = |f: &Fetched| {
@@ -505,11 +506,17 @@ impl Worker {
             .enqueue_batch(fetched.iter().map(|f| (f.msg.payload.as_ref(), options(f))));
         match all {
             Ok(done) => Ok(done.into_iter().map(Ok).collect()),
-            Err(e) if refuses_input(&e) => {
+            // A full queue (its size limit) may still have room for some of them.
+            Err(e) if refuses_input(&e) || matches!(e, crate::Error::QueueFull { .. }) => {
                 let mut each = Vec::with_capacity(fetched.len());
                 for f in fetched {
                     match self.queue.enqueue(f.msg.payload.as_ref(), options(f)) {
-                        Err(e) if !refuses_input(&e) => return Err(e),
+                        Err(e)
+                            if !refuses_input(&e)
+                                && !matches!(e, crate::Error::QueueFull { .. }) =>
+                        {
+                            return Err(e);
+                        }
                         r => each.push(r),
                     }
                 }
@@ -541,10 +548,22 @@ impl Worker {
                 }
                 Err(e) => {
                     refused += 1;
-                    last = Some(RelayError::TooLargeForQueue {
-                        key: String::from_utf8_lossy(&f.key).into_owned(),
-                        stream_seq: f.stream_seq,
-                        reason: e.to_string(),
+                    let (key, stream_seq, reason) = (
+                        String::from_utf8_lossy(&f.key).into_owned(),
+                        f.stream_seq,
+                        e.to_string(),
+                    );
+                    last = Some(match e {
+                        crate::Error::QueueFull { .. } => RelayError::QueueFull {
+                            key,
+                            stream_seq,
+                            reason,
+                        },
+                        _ => RelayError::TooLargeForQueue {
+                            key,
+                            stream_seq,
+                            reason,
+                        },
                     });
                     AckKind::Nak(Some(REFUSED_DELAY))
                 }

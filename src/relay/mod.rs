@@ -101,7 +101,10 @@
 //! On the way in, a message too large for the local queue stays in the stream, unacked (a
 //! `nak` with a delay of a minute: [`RelayError::TooLargeForQueue`]); an existing consumer
 //! must use explicit acks and the filter asked for, or [`Inbound`] refuses it
-//! ([`RelayError::InvalidOption`]).
+//! ([`RelayError::InvalidOption`]). A message that does not fit the local queue's size limit
+//! ([`Queue::set_limit`](crate::Queue::set_limit), refusing or waiting when full) stays in the
+//! stream the same way ([`RelayError::QueueFull`]); under `WhenFull::DropOldest` it is taken
+//! and the oldest local jobs waiting are dropped.
 //!
 //! Every error is kept as the relay's [`RelayStats::last_error`], typed, and
 //! [`Outbound::wait_ready`] returns it; none stops the relay, which retries with a backoff
@@ -310,6 +313,19 @@ pub enum RelayError {
         "message {key:?} (stream sequence {stream_seq}) is too large for the local queue: {reason}"
     )]
     TooLargeForQueue {
+        /// The message's id (its dedup key).
+        key: String,
+        /// Its stream sequence.
+        stream_seq: u64,
+        /// leaseq's reason.
+        reason: String,
+    },
+    /// An inbound message the local queue had no room for: its size limit
+    /// ([`Queue::set_limit`](crate::Queue::set_limit)) refused it
+    /// ([`Error::QueueFull`](crate::Error::QueueFull)). It stays in the stream, unacked (a
+    /// `nak` with a delay of a minute), and comes again once there may be room.
+    #[error("message {key:?} (stream sequence {stream_seq}) found the local queue full: {reason}")]
+    QueueFull {
         /// The message's id (its dedup key).
         key: String,
         /// Its stream sequence.

@@ -10,7 +10,7 @@ use crate::format::record::{JobRecord, StoredState};
 use crate::format::schema::priority_rank;
 use crate::limits::{PRUNE_PER_ACK_MAX, SWEEP_MAX};
 
-use super::retention::{prune_dead, prune_history};
+use super::retention::{prune_dead, prune_dead_over, prune_history};
 use super::tables::{Row, Tables};
 use super::transition::{LeaseEnd, end_lease_entry, lease_record};
 use super::{Delivery, QueueConfig};
@@ -27,6 +27,11 @@ fn sweep(
 ) -> Result<()> {
     if let Some(retention_ms) = config.dead_retention_ms {
         prune_dead(tables, now_ms, retention_ms, PRUNE_PER_ACK_MAX)?;
+    }
+    // Dead jobs over the count limit go whole (up to a sweep's worth): the deaths since the
+    // last dequeue are at most what the fenced calls and the last sweep made.
+    if let Some(kept) = config.dead_jobs_max {
+        prune_dead_over(tables, now_ms, kept, SWEEP_MAX)?;
     }
     prune_history(tables, now_ms, PRUNE_PER_ACK_MAX)?;
     let due: Vec<(u64, u64)> = tables

@@ -101,6 +101,8 @@ pub(crate) struct QueueConfig {
     pub applied_retention_ms: Option<u64>,
     /// How long a dead job is kept (`None`: until removed).
     pub dead_retention_ms: Option<u64>,
+    /// How many dead jobs the queue keeps at most, the oldest deleted first (`None`: all).
+    pub dead_jobs_max: Option<u64>,
     /// The queue's tables.
     pub schema: &'static QueueSchema,
     /// The file's committer id (set once the file is open): which file the queue is in.

@@ -12,12 +12,14 @@ use crate::job::{JobId, JobInfo, JobState, Quarantined, Stats};
 use super::validate::damaged;
 
 /// What a dequeue would find, read without a write transaction: whether anything is ready,
-/// due or expired now (a scheduled job, a lease, a schedule of the queue), and the earliest
-/// future due time or lease deadline.
+/// due or expired now (a scheduled job, a lease, a schedule of the queue; dead jobs over
+/// `dead_jobs_max`, for the sweep to delete), and the earliest future due time or lease
+/// deadline.
 pub(crate) fn peek_due(
     rtx: &ReadTransaction,
     schema: &'static QueueSchema,
     now_ms: u64,
+    dead_jobs_max: Option<u64>,
 ) -> Result<(bool, Option<u64>)> {
     // A rate-limited queue whose window is used up has nothing to do until the window ends.
     if let Some(window_end_ms) = super::rate_limit::limited_until(rtx, schema.queue_number, now_ms)?
@@ -26,6 +28,12 @@ pub(crate) fn peek_due(
     }
     let ready = rtx.open_table(schema.ready())?;
     if !ready.is_empty()? {
+        return Ok((true, None));
+    }
+    // Dead jobs over their count are the sweep's to delete.
+    if let Some(kept) = dead_jobs_max
+        && rtx.open_table(schema.dead())?.len()? > kept
+    {
         return Ok((true, None));
     }
     let first_key = |def| -> Result<Option<u64>> {

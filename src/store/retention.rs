@@ -166,19 +166,63 @@ pub(crate) fn prune_history_jobs(
     prune_history(&mut tables, now_ms, max)
 }
 
-/// [`Queue::prune`](crate::Queue::prune)'s work on dead jobs in one transaction.
+/// [`Queue::prune`](crate::Queue::prune)'s work on dead jobs in one transaction: those past
+/// the retention, then the oldest over the count limit.
 pub(crate) fn prune_dead_jobs(
     ctx: &mut Ctx<'_>,
     config: &QueueConfig,
     now_ms: u64,
     max: usize,
 ) -> Result<(u64, bool)> {
-    let schema = config.schema;
-    let Some(retention_ms) = config.dead_retention_ms else {
+    let mut tables = Tables::open(ctx, config.schema)?;
+    let (mut deleted, mut more) = (0, false);
+    if let Some(retention_ms) = config.dead_retention_ms {
+        (deleted, more) = prune_dead(&mut tables, now_ms, retention_ms, max)?;
+    }
+    if let Some(kept) = config.dead_jobs_max {
+        let (d, m) = prune_dead_over(&mut tables, now_ms, kept, max - deleted as usize)?;
+        deleted += d;
+        more |= m;
+    }
+    Ok((deleted, more))
+}
+
+/// Deletes the oldest dead jobs (by when they died) while the queue holds more than `kept`,
+/// at most `max` of them, releasing their keys. An index entry that does not match its row
+/// is dropped (the row settled). Returns how many were deleted and whether more may be left.
+pub(super) fn prune_dead_over(
+    tables: &mut Tables<'_>,
+    now_ms: u64,
+    kept: u64,
+    max: usize,
+) -> Result<(u64, bool)> {
+    let over = tables.dead()?.len()?.saturating_sub(kept);
+    if over == 0 {
         return Ok((0, false));
-    };
-    let mut tables = Tables::open(ctx, schema)?;
-    prune_dead(&mut tables, now_ms, retention_ms, max)
+    }
+    let take = usize::try_from(over).unwrap_or(usize::MAX).min(max);
+    let old: Vec<(u64, u64)> = tables
+        .dead_by_time()?
+        .iter()?
+        .take(take)
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_, _>>()?;
+    let mut deleted = 0;
+    for (died_ms, id) in old {
+        match tables.row(id)? {
+            Row::Good(record)
+                if record.state == StoredState::Dead && record.run_at_ms == died_ms =>
+            {
+                tables.delete(id, &record, now_ms)?;
+                deleted += 1;
+            }
+            row => {
+                tables.dead_by_time_mut()?.remove((died_ms, id))?;
+                tables.repair_stray_entry(id, row, now_ms)?;
+            }
+        }
+    }
+    Ok((deleted, over > take as u64))
 }
 
 /// An entry of a time index: (time_ms, key).

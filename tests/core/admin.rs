@@ -280,11 +280,16 @@ fn purge_deletes_a_state_and_frees_its_dedup_keys_but_never_leases() {
 }
 
 /// More dead jobs than one commit takes: `requeue_dead_all` and `purge` go on, a batch per
-/// commit, until none is left.
+/// commit, until none is left. (More than the default `dead_jobs_max` too: kept here.)
 #[test]
 fn more_than_a_batch_of_dead_jobs() {
     let f = Fixture::new();
-    let q = f.builder().max_attempts(1).open(&f.path).unwrap();
+    let q = f
+        .builder()
+        .max_attempts(1)
+        .dead_jobs_max(None)
+        .open(&f.path)
+        .unwrap();
     let n = leaseq::BATCH_MAX + 7;
     let payloads: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
     for chunk in payloads.chunks(leaseq::BATCH_MAX) {

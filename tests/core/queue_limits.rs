@@ -359,3 +359,60 @@ fn the_limit_and_the_counts_survive_a_reopen_and_bad_limits_write_nothing() {
     assert_eq!(q.reader().limit().unwrap(), None);
     assert_consistent(&q);
 }
+
+/// `Builder::dead_jobs_max`: a queue keeps at most that many dead jobs, the oldest deleted
+/// (with their dedup keys) by the next dequeue's sweep and by `prune`; 0 is refused at open.
+#[test]
+fn dead_jobs_over_their_count_go_oldest_first() {
+    let f = Fixture::new();
+    let q = f.builder().dead_jobs_max(Some(3)).open(&f.path).unwrap();
+    let mut died = Vec::new();
+    for i in 0..5u8 {
+        let id = q
+            .enqueue(&[i], plain().dedup_key(format!("k{i}")))
+            .unwrap()
+            .id();
+        died.push(id);
+    }
+    // Taken in one dequeue, then failed one a second: they die in order.
+    for lease in q.dequeue_batch(5).unwrap() {
+        lease.fail("broken").unwrap();
+        f.clock.advance(secs(1));
+    }
+    assert_eq!(
+        q.stats().unwrap().dead,
+        5,
+        "deaths are not pruned by the fail itself"
+    );
+    assert!(q.dequeue().unwrap().is_none());
+    assert_eq!(q.stats().unwrap().dead, 3);
+    for (i, id) in died.iter().enumerate() {
+        assert_eq!(q.job(*id).unwrap().is_some(), i >= 2, "job {i}");
+    }
+    // The deleted jobs' dedup keys are free again; the kept ones' are not.
+    assert!(matches!(
+        q.enqueue(b"again", plain().dedup_key("k0")).unwrap(),
+        Enqueued::New(_)
+    ));
+    assert!(matches!(
+        q.enqueue(b"again", plain().dedup_key("k4")).unwrap(),
+        Enqueued::DuplicateDead(_)
+    ));
+    // prune does the same without a dequeue.
+    q.dequeue().unwrap().unwrap().fail("broken").unwrap();
+    assert_eq!(q.stats().unwrap().dead, 4);
+    assert_eq!(q.prune().unwrap().dead, 1);
+    assert_eq!(q.stats().unwrap().dead, 3);
+    assert_consistent(&q);
+    drop(q);
+    assert!(matches!(
+        f.builder().dead_jobs_max(Some(0)).open(&f.path),
+        Err(Error::InvalidOption { field, .. }) if field == "dead_jobs_max"
+    ));
+    // None keeps them all.
+    let q = f.builder().dead_jobs_max(None).open(&f.path).unwrap();
+    q.enqueue(b"one more", plain()).unwrap();
+    q.dequeue().unwrap().unwrap().fail("broken").unwrap();
+    assert!(q.dequeue().unwrap().is_none());
+    assert_eq!(q.stats().unwrap().dead, 4);
+}

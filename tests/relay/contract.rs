@@ -475,6 +475,45 @@ fn a_message_too_large_for_the_local_queue_stays_in_the_stream() {
     );
 }
 
+/// A local queue's size limit holds on the way in: with room for two jobs, a pull of three
+/// moves two (one commit refused, then each message on its own) and leaves the third in the
+/// stream, unacked, as `RelayError::QueueFull`.
+#[test]
+fn a_message_the_full_local_queue_refuses_stays_in_the_stream() {
+    let _g = shared();
+    let server = NatsServer::start();
+    let js = Js::connect(&server.url());
+    js.create_stream("IN", &["in"], None);
+    for (id, payload) in [("a", &b"one"[..]), ("b", b"two"), ("c", b"three")] {
+        js.publish("in", Some(id), payload);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = Queue::open(dir.path().join("q.leaseq")).unwrap();
+    file.set_limit(Some(leaseq::QueueLimit::jobs(2))).unwrap();
+    let relay = Inbound::builder(&file, &server.url(), "IN", "c")
+        .fetch_wait(Duration::from_millis(100))
+        .start()
+        .unwrap();
+    wait_for(Duration::from_secs(20), "the refusal", || {
+        relay.stats().refused >= 1
+    });
+    let stats = relay.shutdown();
+    assert_eq!(stats.moved, 2, "{stats:?}");
+    match stats.last_error {
+        Some(RelayError::QueueFull {
+            key, stream_seq, ..
+        }) => assert_eq!((key.as_str(), stream_seq), ("c", 3)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(file.stats().unwrap().pending(), 2);
+    let (pending, ack_pending) = js.consumer_pending("IN", "c");
+    assert_eq!(
+        (pending, ack_pending),
+        (0, 1),
+        "only the refused one is unacked"
+    );
+}
+
 #[test]
 fn closing_the_file_stops_the_relay_without_losing_a_job() {
     let _g = shared();
