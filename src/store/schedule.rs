@@ -365,6 +365,9 @@ pub(crate) fn trigger(
         Err(e @ Error::QueueFull { .. }) => return refuse(e),
         other => other?,
     };
+    if let Some((previous, _)) = record.last_job {
+        drop_dead_instance(&mut tables, previous, now_ms)?;
+    }
     tables.instances_changed();
     let mut instances = ctx.table(SCHEDULE_INSTANCES)?;
     if let Some((previous, _)) = record.last_job {
@@ -587,6 +590,9 @@ pub(super) fn fire_due(
             None
         };
         if let Some(id) = instance {
+            if let Some((previous, _)) = record.last_job {
+                drop_dead_instance(tables, previous, now_ms)?;
+            }
             tables.instances_changed();
             let mut instances = tables.gtx.table(SCHEDULE_INSTANCES)?;
             if let Some((previous, _)) = record.last_job {
@@ -646,6 +652,23 @@ fn instance_state(tables: &Tables<'_>, queue_number: u32, id: Option<u64>) -> Re
         .map(|v| v.value())
         .filter(|&ms| ms != INSTANCE_LIVE);
     Ok(Instance::Ended(ended_ms))
+}
+
+/// Deletes a schedule's previous instance `id` if it is dead, as a new instance replaces it:
+/// a schedule keeps at most one dead instance, its last, so a job that fails at every due
+/// time (or an app that crashes under it until its attempts are spent) leaves one dead
+/// letter, not one per due time. The new instance shows whether the work still fails.
+fn drop_dead_instance(tables: &mut Tables<'_>, id: u64, now_ms: u64) -> Result<()> {
+    if let Row::Good(r) = tables.row(id)?
+        && r.state == StoredState::Dead
+    {
+        tracing::info!(
+            job_id = id,
+            "leaseq: a schedule's dead instance replaced by its next"
+        );
+        tables.delete(id, &r, now_ms)?;
+    }
+    Ok(())
 }
 
 /// Enqueues one instance of `template`, ready now; its id.

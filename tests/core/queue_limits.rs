@@ -416,3 +416,60 @@ fn dead_jobs_over_their_count_go_oldest_first() {
     assert!(q.dequeue().unwrap().is_none());
     assert_eq!(q.stats().unwrap().dead, 4);
 }
+
+/// The child of [`a_crash_loop_leaves_at_most_one_dead_instance_per_schedule`]: opens the
+/// file, takes the schedule's instance (waiting for its due time) and is killed holding it.
+#[test]
+fn child_entry_crash_loop() {
+    let Some((_, path)) = crate::common::child_scenario() else {
+        return; // Only meaningful when re-executed by the parent test.
+    };
+    let q = leaseq::Queue::open(&path).unwrap();
+    match q.dequeue_timeout(Duration::from_secs(30)).unwrap() {
+        Some(lease) => {
+            crate::common::say(format!("LEASED {} {}", lease.id().0, lease.attempt()));
+            std::mem::forget(lease);
+        }
+        None => crate::common::say("NONE"),
+    }
+    crate::common::ready_to_die()
+}
+
+/// An app killed again and again while it runs a schedule's instance (each kill spends an
+/// attempt; the open after the last one dead-letters the instance) keeps at most one dead
+/// instance of the schedule: each new instance replaces a dead last one.
+#[test]
+fn a_crash_loop_leaves_at_most_one_dead_instance_per_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.leaseq");
+    {
+        let q = leaseq::Queue::open(&path).unwrap();
+        q.create_schedule(
+            "tick",
+            &leaseq::Schedule::every(Duration::from_millis(200))
+                .options(EnqueueOptions::default().max_attempts(2)),
+        )
+        .unwrap();
+    }
+    let (mut dead_lettered, mut leased) = (0, Vec::new());
+    for _ in 0..8 {
+        let mut child =
+            crate::common::ChildProc::spawn("queue_limits::child_entry_crash_loop", "loop", &path);
+        let said = child.until_ready();
+        child.kill();
+        assert!(said[0].starts_with("LEASED "), "{said:?}");
+        leased.push(said[0].clone());
+        // The parent's open returns the lease, or dead-letters it at its last attempt.
+        let q = leaseq::Queue::open(&path).unwrap();
+        dead_lettered += q.recovery().leases_dead_lettered;
+        let stats = q.stats().unwrap();
+        assert!(stats.dead <= 1, "{} dead after {leased:?}", stats.dead);
+        assert_consistent(&q);
+    }
+    // Two kills per instance: four instances died; at most the last is left (this open
+    // may fire a due time that passed, whose new instance replaces it).
+    assert_eq!(dead_lettered, 4, "{leased:?}");
+    let q = leaseq::Queue::open(&path).unwrap();
+    assert!(q.stats().unwrap().dead <= 1);
+    assert!(q.schedule("tick").unwrap().unwrap().fired >= 4);
+}
