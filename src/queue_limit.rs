@@ -36,7 +36,7 @@ pub enum WhenFull {
     Refuse,
     /// Wait up to `wait_ms` (1 ms to one hour) for room, then refuse it as `Refuse` does
     /// (persist-queue's `put(block=True, timeout)`, Vector's `block`). The producer's thread
-    /// waits (an [`AsyncQueue`](crate::AsyncQueue)'s helper thread for the async face; the
+    /// waits (an `AsyncQueue`'s helper thread for the async face; the
     /// runtime's threads never). Inside a transaction ([`Tx::enqueue`](crate::Tx::enqueue),
     /// an `ack_with` closure) nothing can wait: the enqueue is refused at once.
     Block {
