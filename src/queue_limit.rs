@@ -35,10 +35,11 @@ pub enum WhenFull {
     #[default]
     Refuse,
     /// Wait up to `wait_ms` (1 ms to one hour) for room, then refuse it as `Refuse` does
-    /// (persist-queue's `put(block=True, timeout)`, Vector's `block`). The producer's thread
-    /// waits (an `AsyncQueue`'s helper thread for the async face; the
-    /// runtime's threads never). Inside a transaction ([`Tx::enqueue`](crate::Tx::enqueue),
-    /// an `ack_with` closure) nothing can wait: the enqueue is refused at once.
+    /// (persist-queue's `put(block=True, timeout)`, Vector's `block`), trying again at least
+    /// every 50 ms. A blocking `Queue` call waits on its thread; an `AsyncQueue` call awaits
+    /// a timer between tries, holding no thread (neither the runtime's nor a helper's).
+    /// Inside a transaction ([`Tx::enqueue`](crate::Tx::enqueue), an `ack_with` closure)
+    /// nothing can wait: the enqueue is refused at once.
     Block {
         /// The longest wait, in ms.
         wait_ms: u64,

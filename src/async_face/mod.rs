@@ -125,8 +125,44 @@ impl AsyncQueue {
     /// # Errors
     /// As [`Queue::enqueue`].
     pub async fn enqueue(&self, payload: &[u8], opts: EnqueueOptions) -> Result<Enqueued> {
-        let (q, payload) = (self.queue.clone(), payload.to_vec());
-        call(move || q.enqueue(&payload, opts)).await
+        let mut out = self.enqueue_waiting(vec![(payload.to_vec(), opts)]).await?;
+        debug_assert_eq!(out.len(), 1);
+        Ok(out.remove(0))
+    }
+
+    /// Enqueues `jobs` in one commit on a helper; into a full queue whose size limit blocks
+    /// ([`WhenFull::Block`](crate::WhenFull::Block)), tries again after pauses awaited on a
+    /// timer, so no thread (runtime or helper) waits for room.
+    async fn enqueue_waiting(&self, jobs: Vec<(Vec<u8>, EnqueueOptions)>) -> Result<Vec<Enqueued>> {
+        let jobs = std::sync::Arc::new(jobs);
+        let mut wait = Some(crate::queue::produce::FullWait::default());
+        loop {
+            let (q, batch) = (self.queue.clone(), jobs.clone());
+            let full = match call(move || {
+                let batch: Vec<(&[u8], EnqueueOptions)> = batch
+                    .iter()
+                    .map(|(p, o)| (p.as_slice(), o.clone()))
+                    .collect();
+                q.enqueue_once(&batch)
+            })
+            .await
+            {
+                Err(full @ crate::error::Error::QueueFull { .. }) => full,
+                done => return done,
+            };
+            // The first look reads the limit: on a helper, as every read of the file.
+            let (q, mut w) = (self.queue.clone(), wait.take().unwrap_or_default());
+            let (w, next) = call(move || {
+                let next = w.next(&q);
+                Ok((w, next))
+            })
+            .await?;
+            wait = Some(w);
+            match next? {
+                Some(pause) => futures_timer::Delay::new(pause).await,
+                None => return Err(full),
+            }
+        }
     }
 
     /// [`Queue::enqueue_value`]: `value` is encoded on the caller's thread, the commit runs
@@ -139,8 +175,9 @@ impl AsyncQueue {
         T: serde::Serialize + serde::de::DeserializeOwned,
     {
         let (payload, opts) = opts.typed(value, self.queue.config().encoding)?;
-        let q = self.queue.clone();
-        call(move || q.enqueue(&payload, opts)).await
+        let mut out = self.enqueue_waiting(vec![(payload, opts)]).await?;
+        debug_assert_eq!(out.len(), 1);
+        Ok(out.remove(0))
     }
 
     /// [`Queue::enqueue_batch`] (one commit for all, all or nothing), its commit on a helper.
@@ -151,8 +188,7 @@ impl AsyncQueue {
         &self,
         jobs: Vec<(Vec<u8>, EnqueueOptions)>,
     ) -> Result<Vec<Enqueued>> {
-        let q = self.queue.clone();
-        call(move || q.enqueue_batch(jobs.iter().map(|(p, o)| (p.as_slice(), o.clone())))).await
+        self.enqueue_waiting(jobs).await
     }
 
     /// [`Queue::write`]: `f` runs on a helper thread inside the write transaction (it may

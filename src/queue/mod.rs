@@ -5,7 +5,7 @@ mod consume;
 mod controls;
 pub(crate) mod lifecycle;
 mod observe;
-mod produce;
+pub(crate) mod produce;
 mod schedules;
 
 use std::fmt;

@@ -77,32 +77,26 @@ impl Queue {
     ) -> Result<Vec<Enqueued>> {
         self.ensure_open()?;
         let jobs: Vec<(&[u8], EnqueueOptions)> = jobs.into_iter().collect();
-        let mut deadline: Option<std::time::Instant> = None;
-        let mut pause = std::time::Duration::from_millis(1);
+        let mut wait = FullWait::default();
         loop {
-            let records = store::new_records(&self.config, self.now_ms(), jobs.iter().cloned())?;
-            let full = match self.run(&mut |ctx| store::enqueue(ctx, self.config.schema, &records))
-            {
+            let full = match self.enqueue_once(&jobs) {
                 Err(full @ Error::QueueFull { .. }) => full,
                 done => return done,
             };
-            let deadline = match deadline {
-                Some(d) => d,
-                None => match self.limit()?.map(|l| l.when_full) {
-                    Some(crate::queue_limit::WhenFull::Block { wait_ms }) => *deadline.insert(
-                        std::time::Instant::now() + std::time::Duration::from_millis(wait_ms),
-                    ),
-                    _ => return Err(full),
-                },
-            };
-            let now = std::time::Instant::now();
-            if now >= deadline {
-                return Err(full);
+            match wait.next(self)? {
+                Some(pause) => std::thread::sleep(pause),
+                None => return Err(full),
             }
-            std::thread::sleep(pause.min(deadline - now));
-            pause = (pause * 2).min(std::time::Duration::from_millis(50));
             self.ensure_open()?;
         }
+    }
+
+    /// One try of [`Queue::enqueue_batch`]: `QueueFull` at once when the queue's size limit
+    /// has no room (the async face waits for room between tries without a thread).
+    pub(crate) fn enqueue_once(&self, jobs: &[(&[u8], EnqueueOptions)]) -> Result<Vec<Enqueued>> {
+        self.ensure_open()?;
+        let records = store::new_records(&self.config, self.now_ms(), jobs.iter().cloned())?;
+        self.run(&mut |ctx| store::enqueue(ctx, self.config.schema, &records))
     }
 
     /// Checks what [`Queue::enqueue`] would refuse of `payload` and `opts` (an option out of
@@ -288,5 +282,40 @@ impl Tx<'_> {
         let mut out = self.enqueue_batch_with(&config, [(payload, opts)])?;
         debug_assert_eq!(out.len(), 1);
         Ok(out.remove(0))
+    }
+}
+
+/// The wait of an enqueue into a full queue whose limit blocks
+/// ([`WhenFull::Block`](crate::queue_limit::WhenFull::Block)): the pauses between tries, from
+/// 1 ms doubling to 50 ms, until the limit's wait is over.
+#[derive(Default)]
+pub(crate) struct FullWait {
+    deadline: Option<std::time::Instant>,
+    pause: std::time::Duration,
+}
+
+impl FullWait {
+    /// After a try refused `QueueFull`: the pause before the next try, or `None` to give up
+    /// (the limit does not block, is gone, or its wait is over). Reads the limit once.
+    pub(crate) fn next(&mut self, queue: &Queue) -> Result<Option<std::time::Duration>> {
+        let deadline = match self.deadline {
+            Some(d) => d,
+            None => match queue.limit()?.map(|l| l.when_full) {
+                Some(crate::queue_limit::WhenFull::Block { wait_ms }) => {
+                    self.pause = std::time::Duration::from_millis(1);
+                    *self.deadline.insert(
+                        std::time::Instant::now() + std::time::Duration::from_millis(wait_ms),
+                    )
+                }
+                _ => return Ok(None),
+            },
+        };
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return Ok(None);
+        }
+        let pause = self.pause.min(deadline - now);
+        self.pause = (self.pause * 2).min(std::time::Duration::from_millis(50));
+        Ok(Some(pause))
     }
 }

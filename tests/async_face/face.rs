@@ -572,3 +572,56 @@ fn events_as_a_stream_follow_commits_and_end_with_the_file() {
     assert_eq!(completed, 20);
     assert_eq!(seen.last(), Some(&Event::Drained), "{seen:?}");
 }
+
+/// Producers waiting for room in a full queue whose limit blocks (`WhenFull::Block`) hold no
+/// thread: more of them than the helper threads wait at once on a one-thread runtime while
+/// the consumer's dequeue and acks still run, and each enqueue lands once room is made.
+#[test]
+fn producers_waiting_for_room_hold_no_thread() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.set_limit(Some(
+        leaseq::QueueLimit::jobs(1).when_full(leaseq::WhenFull::block(Duration::from_secs(60))),
+    ))
+    .unwrap();
+    q.enqueue(b"first", plain()).unwrap();
+    let q = q.into_async();
+    let waiting = leaseq::ASYNC_THREADS_MAX + 4;
+    runtime().block_on(async {
+        let producers: Vec<_> = (0..waiting)
+            .map(|i| {
+                let q = q.clone();
+                tokio::spawn(async move { q.enqueue(format!("p{i}").as_bytes(), plain()).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            producers.iter().all(|p| !p.is_finished()),
+            "all wait for room"
+        );
+        // The consumer drains; each ack makes room for one waiting producer.
+        let mut taken = Vec::new();
+        while taken.len() <= waiting {
+            let lease = q
+                .dequeue_timeout(Duration::from_secs(10))
+                .await
+                .unwrap()
+                .expect("a producer's job once room was made");
+            taken.push(lease.payload().to_vec());
+            lease.ack().await.unwrap();
+        }
+        for p in producers {
+            assert!(matches!(p.await.unwrap(), Ok(leaseq::Enqueued::New(_))));
+        }
+        let mut names: Vec<String> = taken
+            .iter()
+            .map(|p| String::from_utf8(p.clone()).unwrap())
+            .collect();
+        names.sort();
+        let mut expected: Vec<String> = (0..waiting).map(|i| format!("p{i}")).collect();
+        expected.push("first".to_string());
+        expected.sort();
+        assert_eq!(names, expected, "each producer's job once");
+    });
+    assert_consistent(q.blocking());
+}
