@@ -117,6 +117,10 @@ pub enum Command {
     /// Enqueue one instance of a schedule now, whatever its next due time.
     #[command(after_help = EXIT_CODES)]
     ScheduleTrigger(ScheduleNameArgs),
+    /// Set a queue's size limit (at most N jobs, B payload bytes; when full refuse, block
+    /// or drop the oldest), or remove it with --remove. Stored in the file.
+    #[command(after_help = EXIT_CODES)]
+    Limit(LimitArgs),
     /// Write jobs as JSON lines (one job per line) to stdout.
     #[command(after_help = EXIT_CODES)]
     Export(ExportArgs),
@@ -458,6 +462,42 @@ pub struct ScheduleNameArgs {
     /// The queue the schedule belongs to (default: the default queue).
     #[arg(long, short = 'q', value_name = "NAME")]
     pub queue: Option<String>,
+}
+
+/// `leaseq limit`.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// The queue file.
+    pub file: PathBuf,
+    /// The queue (default: the default queue).
+    #[arg(long, short = 'q', value_name = "NAME")]
+    pub queue: Option<String>,
+    /// At most this many jobs (scheduled, ready and leased).
+    #[arg(long, value_name = "N")]
+    pub max_jobs: Option<u64>,
+    /// At most this many bytes of payload.
+    #[arg(long, value_name = "BYTES")]
+    pub max_bytes: Option<u64>,
+    /// What an enqueue into a full queue does.
+    #[arg(long, value_enum, default_value = "refuse")]
+    pub when_full: WhenFullArg,
+    /// With --when-full block: the longest wait for room (e.g. 5s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+    /// Remove the queue's limit.
+    #[arg(long, conflicts_with_all = ["max_jobs", "max_bytes", "wait"])]
+    pub remove: bool,
+}
+
+/// `--when-full`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WhenFullArg {
+    /// Refuse the enqueue (nothing written).
+    Refuse,
+    /// Wait up to --wait for room, then refuse.
+    Block,
+    /// Drop the oldest waiting jobs to make room.
+    DropOldest,
 }
 
 /// `leaseq export`.

@@ -74,6 +74,7 @@ fn run(command: &Command) -> CliResult {
         Command::SchedulePause(a) => write::schedule(a, write::ScheduleOp::Pause),
         Command::ScheduleResume(a) => write::schedule(a, write::ScheduleOp::Resume),
         Command::ScheduleTrigger(a) => write::schedule(a, write::ScheduleOp::Trigger),
+        Command::Limit(a) => write::limit(a),
         Command::Check(a) => read::check(a),
         Command::Enqueue(a) => write::enqueue(a),
         Command::RequeueDead(a) => write::requeue_dead(a),

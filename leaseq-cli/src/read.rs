@@ -99,7 +99,7 @@ pub fn stats(a: &StatsArgs) -> CliResult {
 /// A queue's size limit in one word (the JSON of `leaseq::json::queue_limit`): its bounds
 /// (`1000j` jobs, `1048576B` payload bytes) and what a full queue does (`refuse`,
 /// `block:5s`, `drop-oldest`), joined by commas; `-` without a limit.
-fn limit_cell(l: &Value) -> String {
+pub fn limit_cell(l: &Value) -> String {
     if l.is_null() {
         return "-".to_string();
     }

@@ -10,8 +10,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::args::{
-    CancelArgs, ControlArgs, EnqueueArgs, FileArg, JobArgs, PruneArgs, PurgeArgs, RequeueDeadArgs,
-    ScheduleNameArgs, StateArg,
+    CancelArgs, ControlArgs, EnqueueArgs, FileArg, JobArgs, LimitArgs, PruneArgs, PurgeArgs,
+    RequeueDeadArgs, ScheduleNameArgs, StateArg, WhenFullArg,
 };
 use crate::fail::{CliResult, Fail, one_line};
 use crate::files::{self, Missing};
@@ -316,6 +316,56 @@ pub fn schedule(a: &ScheduleNameArgs, op: ScheduleOp) -> CliResult {
             "{queue}: schedule {name:?} enqueued job {}",
             answer["id"].as_u64().unwrap_or(0)
         ),
+    })
+}
+
+/// `leaseq limit`: sets or removes the size limit of the queue `--queue` names (never
+/// made), else of the default queue; one commit. Bad settings are refused (exit 2) before
+/// the file is opened.
+pub fn limit(a: &LimitArgs) -> CliResult {
+    let limit = if a.remove {
+        None
+    } else {
+        if a.max_jobs.is_none() && a.max_bytes.is_none() {
+            return Err(Fail::error(
+                "limit needs --max-jobs, --max-bytes or both (or --remove to remove the limit)",
+            ));
+        }
+        let when_full = match (a.when_full, a.wait) {
+            (WhenFullArg::Block, Some(wait)) => leaseq::WhenFull::block(wait),
+            (WhenFullArg::Block, None) => {
+                return Err(Fail::error(
+                    "--when-full block needs --wait (e.g. --wait 5s)",
+                ));
+            }
+            (_, Some(_)) => return Err(Fail::error("--wait goes with --when-full block only")),
+            (WhenFullArg::Refuse, None) => leaseq::WhenFull::Refuse,
+            (WhenFullArg::DropOldest, None) => leaseq::WhenFull::DropOldest,
+        };
+        Some(leaseq::QueueLimit {
+            max_jobs: a.max_jobs,
+            max_bytes: a.max_bytes,
+            when_full,
+        })
+    };
+    let action = Action::SetLimit {
+        queue: a.queue.clone(),
+        limit,
+    };
+    let answer = act(&a.file, Missing::Refuse, files::builder(), &action)?;
+    let queue = label(&answer["queue"]);
+    let changed = answer["changed"] == true;
+    say(match (limit, changed) {
+        (Some(_), true) => format!(
+            "{queue}: limit set: {}",
+            crate::read::limit_cell(&answer["limit"])
+        ),
+        (Some(_), false) => format!(
+            "{queue}: the limit was already {}",
+            crate::read::limit_cell(&answer["limit"])
+        ),
+        (None, true) => format!("{queue}: limit removed"),
+        (None, false) => format!("{queue}: had no limit"),
     })
 }
 

@@ -138,6 +138,16 @@ pub enum Action {
     /// [`Queue::enqueue`]. Answers `{"outcome":O,"id":N}`, `O` one of `new`, `duplicate`,
     /// `duplicate_dead`, `replaced` ([`Enqueued`]).
     Enqueue(Enqueue),
+    /// [`Queue::set_limit`] of the default queue (`queue` of `None`) or of the one named:
+    /// sets its size limit, or with `limit` of `None` removes it. Answers
+    /// `{"queue":Q,"changed":B,"limit":LIMIT}` (`LIMIT` as [`crate::json::queue_limit`], or
+    /// `null`).
+    SetLimit {
+        /// The queue: `None` (or `"(default)"`) for the default one (never made).
+        queue: Option<String>,
+        /// The limit, or `None` to remove it.
+        limit: Option<crate::QueueLimit>,
+    },
 }
 
 /// A job to enqueue ([`Action::Enqueue`]): the payload and the options the tool's `enqueue`
@@ -290,6 +300,15 @@ impl Action {
                 let id = q.trigger_schedule(name)?;
                 Ok(json!({ "queue": q.name(), "name": name, "id": id.0 }))
             }
+            Action::SetLimit { queue, limit } => {
+                let q = schedule_queue(&file, queue)?;
+                let changed = q.set_limit(*limit)?;
+                Ok(json!({
+                    "queue": q.name(),
+                    "changed": changed,
+                    "limit": limit.as_ref().map(crate::json::queue_limit),
+                }))
+            }
             Action::Prune => on_queues(&file, &None, |q| {
                 let p = q.prune()?;
                 Ok(json!({
@@ -388,6 +407,30 @@ impl Action {
                 "schedule-trigger".into()
             }
             Action::Prune => "prune".into(),
+            Action::SetLimit { queue, limit } => {
+                selector(&mut query, queue);
+                match limit {
+                    None => "limit-remove".into(),
+                    Some(l) => {
+                        if let Some(n) = l.max_jobs {
+                            query.append_pair("max_jobs", &n.to_string());
+                        }
+                        if let Some(n) = l.max_bytes {
+                            query.append_pair("max_bytes", &n.to_string());
+                        }
+                        let (when_full, wait_ms) = match l.when_full {
+                            crate::WhenFull::Refuse => ("refuse", None),
+                            crate::WhenFull::Block { wait_ms } => ("block", Some(wait_ms)),
+                            crate::WhenFull::DropOldest => ("drop_oldest", None),
+                        };
+                        query.append_pair("when_full", when_full);
+                        if let Some(ms) = wait_ms {
+                            query.append_pair("wait_ms", &ms.to_string());
+                        }
+                        "limit".into()
+                    }
+                }
+            }
             Action::Enqueue(e) => {
                 selector(&mut query, &e.queue);
                 let mut pair = |k: &str, v: Option<String>| {
@@ -486,6 +529,38 @@ impl Action {
                 }
             }
             ["prune"] => Action::Prune,
+            ["limit-remove"] => Action::SetLimit { queue, limit: None },
+            ["limit"] => {
+                let when_full = match query.get("when_full").map(String::as_str) {
+                    None | Some("refuse") => crate::WhenFull::Refuse,
+                    Some("drop_oldest") => crate::WhenFull::DropOldest,
+                    Some("block") => crate::WhenFull::Block {
+                        wait_ms: number(query, "wait_ms")?.ok_or_else(|| {
+                            invalid("wait_ms", "the longest wait of when_full=block, in ms")
+                        })?,
+                    },
+                    Some(_) => {
+                        return Err(invalid(
+                            "when_full",
+                            "one of refuse, block (with wait_ms), drop_oldest",
+                        ));
+                    }
+                };
+                if when_full == crate::WhenFull::Refuse || when_full == crate::WhenFull::DropOldest
+                {
+                    if query.contains_key("wait_ms") {
+                        return Err(invalid("wait_ms", "only with when_full=block"));
+                    }
+                }
+                Action::SetLimit {
+                    queue,
+                    limit: Some(crate::QueueLimit {
+                        max_jobs: number(query, "max_jobs")?,
+                        max_bytes: number(query, "max_bytes")?,
+                        when_full,
+                    }),
+                }
+            }
             ["enqueue"] => Action::Enqueue(Enqueue {
                 queue,
                 payload: body,

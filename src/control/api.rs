@@ -282,6 +282,8 @@ fn params_of(rest: &str) -> Option<&'static [&'static str]> {
             "payload" | "retry" | "promote" | "remove" | "requeue-dead",
         ] => QUEUE,
         ["purge"] => &["queue", "state"],
+        ["limit"] => &["queue", "max_jobs", "max_bytes", "when_full", "wait_ms"],
+        ["limit-remove"] => QUEUE,
         ["schedule-remove" | "schedule-pause" | "schedule-resume" | "schedule-trigger"] => {
             &["queue", "name"]
         }

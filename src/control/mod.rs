@@ -68,6 +68,7 @@
 //! | `POST /api/v1/schedule-remove?name=NAME[&queue=Q]` | [`Action::RemoveSchedule`] | `{"queue":Q,"name":NAME}` |
 //! | `POST /api/v1/schedule-pause?name=NAME[&queue=Q]`, `…/schedule-resume` | [`Action::PauseSchedule`], [`Action::ResumeSchedule`] | `{"queue":Q,"name":NAME,"changed":B}` |
 //! | `POST /api/v1/schedule-trigger?name=NAME[&queue=Q]` | [`Action::TriggerSchedule`]: one instance now | `{"queue":Q,"name":NAME,"id":N}` |
+//! | `POST /api/v1/limit?[queue=Q&]max_jobs=N&max_bytes=B&when_full=refuse\|block\|drop_oldest[&wait_ms=MS]` (a bound may be left out, not both; `wait_ms` with `block` only), `POST /api/v1/limit-remove[?queue=Q]` | [`Action::SetLimit`]: the queue's size limit set or removed ([`Queue::set_limit`]) | `{"queue":Q,"changed":B,"limit":{"max_jobs":N\|null,"max_bytes":N\|null,"when_full":W,"wait_ms":MS\|null}\|null}` |
 //! | `POST /api/v1/prune` | [`Action::Prune`], with the app's retentions | `{"queues":[{"queue":Q,"applied":N,"dead":N,"dedup_windows":N},…]}` |
 //! | `POST /api/v1/enqueue[?queue=Q&priority=P&delay_ms=MS&dedup_key=K&dedup_window_ms=MS&on_duplicate=keep\|replace\|debounce&idempotency_key=K&max_attempts=N&lease_ms=MS]`, the payload as the body | [`Action::Enqueue`] | `{"outcome":"new"\|"duplicate"\|"duplicate_dead"\|"replaced","id":N}` |
 //!

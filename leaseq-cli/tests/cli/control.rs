@@ -476,3 +476,96 @@ fn watch_reads_through_the_channel_of_an_app_without_live_reads() {
     );
     drop(channel);
 }
+
+/// `leaseq limit` on a closed file and beside a running app (through its channel): sets,
+/// says when nothing changed, removes; the app's enqueues meet the limit at once; bad
+/// settings exit 2 before anything is sent, a missing queue exits 1; nothing is written by
+/// a refusal.
+#[test]
+fn limit_sets_and_removes_a_queues_size_limit_on_a_file_and_a_running_app() {
+    let (_dir, path) = tmp();
+    let p = s(&path);
+    {
+        let q = Queue::open(&path).unwrap();
+        q.named("telemetry").unwrap();
+    }
+    assert_eq!(
+        stdout(ok(run(&[
+            "limit",
+            p,
+            "--queue",
+            "telemetry",
+            "--max-jobs",
+            "2",
+            "--when-full",
+            "drop-oldest",
+        ]))),
+        "telemetry: limit set: 2j,drop-oldest\n"
+    );
+    let app = Queue::open(&path).unwrap();
+    let telemetry = app.existing("telemetry").unwrap();
+    assert_eq!(
+        telemetry.limit().unwrap(),
+        Some(leaseq::QueueLimit::jobs(2).when_full(leaseq::WhenFull::DropOldest))
+    );
+    let channel = leaseq::control::serve(&app).unwrap();
+    assert_eq!(
+        stdout(ok(run(&[
+            "limit",
+            p,
+            "--queue",
+            "telemetry",
+            "--max-jobs",
+            "2",
+            "--when-full",
+            "drop-oldest",
+        ]))),
+        "telemetry: the limit was already 2j,drop-oldest\n"
+    );
+    assert_eq!(
+        stdout(ok(run(&[
+            "limit",
+            p,
+            "--max-jobs",
+            "1",
+            "--max-bytes",
+            "100",
+            "--when-full",
+            "block",
+            "--wait",
+            "250ms",
+        ]))),
+        "(default): limit set: 1j,100B,block:250ms\n"
+    );
+    // The running app meets it at once.
+    app.enqueue(b"one", EnqueueOptions::default()).unwrap();
+    assert!(matches!(
+        app.enqueue(b"two", EnqueueOptions::default()),
+        Err(Error::QueueFull { .. })
+    ));
+    let before = app.stats().unwrap();
+    for bad in [
+        &["limit", p][..],
+        &["limit", p, "--max-jobs", "1", "--when-full", "block"],
+        &["limit", p, "--max-jobs", "1", "--wait", "1s"],
+        &["limit", p, "--max-jobs", "0"],
+        &["limit", p, "--remove", "--max-jobs", "3"],
+    ] {
+        fails(&run(bad), 2);
+    }
+    fails(&run(&["limit", p, "--queue", "nope", "--max-jobs", "3"]), 1);
+    assert_eq!(app.stats().unwrap(), before, "a refusal writes nothing");
+    assert_eq!(
+        stdout(ok(run(&["limit", p, "--remove"]))),
+        "(default): limit removed\n"
+    );
+    assert_eq!(
+        stdout(ok(run(&["limit", p, "--remove"]))),
+        "(default): had no limit\n"
+    );
+    app.enqueue(b"two", EnqueueOptions::default()).unwrap();
+    let stats = json_lines(ok(run(&["stats", p, "--json"])));
+    assert!(stats[0]["limit"].is_null());
+    assert_eq!(stats[1]["limit"]["when_full"], "drop_oldest");
+    drop(channel);
+}
