@@ -546,11 +546,10 @@ impl Action {
                         ));
                     }
                 };
-                if when_full == crate::WhenFull::Refuse || when_full == crate::WhenFull::DropOldest
+                if !matches!(when_full, crate::WhenFull::Block { .. })
+                    && query.contains_key("wait_ms")
                 {
-                    if query.contains_key("wait_ms") {
-                        return Err(invalid("wait_ms", "only with when_full=block"));
-                    }
+                    return Err(invalid("wait_ms", "only with when_full=block"));
                 }
                 Action::SetLimit {
                     queue,
