@@ -67,7 +67,8 @@ fn snapshot(queue: &Queue) -> Value {
             .into_iter()
             .map(|s| s.name)
             .collect();
-        out.push(json!({ "queue": q.name(), "paused": q.is_paused(), "jobs": jobs, "schedules": schedules }));
+        let limit = format!("{:?}", q.limit().expect("limit"));
+        out.push(json!({ "queue": q.name(), "paused": q.is_paused(), "jobs": jobs, "schedules": schedules, "limit": limit }));
     }
     Value::Array(out)
 }
@@ -443,6 +444,34 @@ fn refused_requests_write_nothing() {
             &format!("/api/v1/jobs/{id}/retry?force=1"),
             400,
             "invalid_option",
+        ),
+        // Size limits: no bound, a bound of 0, a wait without block, block without a wait,
+        // an unknown choice, a queue that does not exist.
+        ("POST", "/api/v1/limit", 400, "invalid_option"),
+        ("POST", "/api/v1/limit?max_jobs=0", 400, "invalid_option"),
+        (
+            "POST",
+            "/api/v1/limit?max_jobs=5&wait_ms=100",
+            400,
+            "invalid_option",
+        ),
+        (
+            "POST",
+            "/api/v1/limit?max_jobs=5&when_full=block",
+            400,
+            "invalid_option",
+        ),
+        (
+            "POST",
+            "/api/v1/limit?max_jobs=5&when_full=drop_newest",
+            400,
+            "invalid_option",
+        ),
+        (
+            "POST",
+            "/api/v1/limit?queue=nope&max_jobs=5",
+            404,
+            "queue_not_found",
         ),
         ("POST", "/api/v1/explode", 404, "no_route"),
         ("GET", "/api/v1/pause", 405, "method_not_allowed"),
