@@ -473,3 +473,116 @@ fn a_crash_loop_leaves_at_most_one_dead_instance_per_schedule() {
     assert!(q.stats().unwrap().dead <= 1);
     assert!(q.schedule("tick").unwrap().unwrap().fired >= 4);
 }
+
+/// The child of [`a_killed_producer_never_leaves_a_queue_over_its_limit_or_a_job_lost`]:
+/// enqueues into the limited queue as fast as it can, acking now and then, saying each
+/// enqueue and ack after it returned, until it is killed.
+#[test]
+fn child_entry_limit_kill() {
+    let Some((scenario, path)) = crate::common::child_scenario() else {
+        return; // Only meaningful when re-executed by the parent test.
+    };
+    let round: u64 = scenario.parse().unwrap();
+    let q = leaseq::Queue::open(&path).unwrap();
+    crate::common::say("READY");
+    for i in 0u64.. {
+        let size = 1 + (i * 7919 + round) % 300;
+        let payload = vec![b'x'; size as usize];
+        match q.enqueue(&payload, plain()) {
+            Ok(e) => crate::common::say(format!("E {}", e.id().0)),
+            Err(e) => panic!("{e}"),
+        }
+        if i % 3 == 0
+            && let Some(lease) = q.dequeue().unwrap()
+        {
+            let id = lease.id().0;
+            crate::common::say(format!("T {id}"));
+            lease.ack().unwrap();
+            crate::common::say(format!("A {id}"));
+        }
+    }
+}
+
+/// SIGKILLed producers of a queue limited to 40 jobs and 4,000 payload bytes that drops the
+/// oldest: after every kill the queue is within its limit, `check()` agrees with the bytes
+/// count, every job the child was told it enqueued is still there, acked, or counted as
+/// dropped, and no job is there that the child did not enqueue (but the one whose answer
+/// the kill cut off).
+#[test]
+fn a_killed_producer_never_leaves_a_queue_over_its_limit_or_a_job_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.leaseq");
+    {
+        let q = leaseq::Queue::open(&path).unwrap();
+        q.set_limit(Some(
+            QueueLimit::jobs(40)
+                .and_bytes(4_000)
+                .when_full(WhenFull::DropOldest),
+        ))
+        .unwrap();
+    }
+    let mut enqueued = std::collections::BTreeSet::new();
+    let mut acked = std::collections::BTreeSet::new();
+    let mut taken = std::collections::BTreeSet::new();
+    for round in 0..6u64 {
+        let mut child = crate::common::ChildProc::spawn(
+            "queue_limits::child_entry_limit_kill",
+            &round.to_string(),
+            &path,
+        );
+        child.until_ready();
+        std::thread::sleep(Duration::from_millis(40 + 37 * round));
+        for line in child.kill_and_collect() {
+            let mut words = line.split(' ');
+            let (what, id) = (
+                words.next(),
+                words.next().map(|w| w.parse::<u64>().unwrap()),
+            );
+            match (what, id) {
+                (Some("E"), Some(id)) => assert!(enqueued.insert(id)),
+                (Some("A"), Some(id)) => assert!(acked.insert(id)),
+                (Some("T"), Some(id)) => assert!(taken.insert(id)),
+                _ => panic!("{line}"),
+            }
+        }
+        let q = leaseq::Queue::open(&path).unwrap();
+        assert_consistent(&q);
+        let stats = q.stats().unwrap();
+        assert!(stats.pending() <= 40, "{stats:?}");
+        assert!(stats.payload_bytes.unwrap() <= 4_000, "{stats:?}");
+        let mut present = std::collections::BTreeSet::new();
+        for state in [JobState::Ready, JobState::Leased, JobState::Scheduled] {
+            let mut after = None;
+            loop {
+                let page = q.jobs(state, after, 100).unwrap();
+                present.extend(page.jobs.iter().map(|j| j.id.0));
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+        }
+        // The enqueue the kill cut off may have committed without its `E` line: one a round,
+        // known from then on.
+        let unknown: Vec<u64> = present.difference(&enqueued).copied().collect();
+        assert!(unknown.len() <= 1, "jobs nobody enqueued: {unknown:?}");
+        enqueued.extend(unknown);
+        let gone: Vec<u64> = enqueued
+            .iter()
+            .copied()
+            .filter(|id| !present.contains(id) && !acked.contains(id))
+            .collect();
+        // A job taken as the kill came may have been acked without its `A` line.
+        let cut = gone.iter().filter(|id| taken.contains(id)).count() as u64;
+        assert_eq!(
+            gone.len() as u64 - cut,
+            stats.dropped,
+            "round {round}: every job gone was dropped or acked: {gone:?}, {stats:?}"
+        );
+    }
+    assert!(
+        enqueued.len() > 100,
+        "the children enqueued {}",
+        enqueued.len()
+    );
+}
