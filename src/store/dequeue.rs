@@ -170,7 +170,8 @@ pub(crate) fn dequeue(
             record.check_invariants()?;
             row.insert(record.encode()?.as_slice())?;
             drop(row);
-            if !tables.index(id, &record)? {
+            // Ready to leased: counted before and after, so the counted bytes stay.
+            if !tables.index_moved(id, &record)? {
                 tracing::warn!(job_id = id, "leaseq: index entry was already present");
             }
             leased.idempotency_key = record.idempotency_key;
@@ -200,17 +201,6 @@ pub(crate) fn dequeue(
             }
         }
         debug_assert_eq!(firsts.len(), slots.len());
-        // The ready entries went without `unindex`: their jobs leave the counted bytes here
-        // (and come back as leased through `index`; a quarantined one does not).
-        let left: u64 = slots
-            .iter()
-            .map(|slot| match slot {
-                Taken::Stray => 0,
-                Taken::Leased(leased) => leased.payload.len() as u64,
-                Taken::Apart(record, _) => record.payload_len() as u64,
-            })
-            .sum();
-        tables.uncount_bytes(left)?;
         for ((_, _, id), slot) in firsts.into_iter().zip(slots) {
             // Its ready entry was removed above.
             match slot {
@@ -223,13 +213,14 @@ pub(crate) fn dequeue(
                     let payload = match tables.apart_payload(id, r)? {
                         Ok(p) => p,
                         Err(why) => {
-                            // Its ready entry is gone: the job moves aside whole, the batch
-                            // goes on.
+                            // Its ready entry is gone: the job moves aside whole (its bytes
+                            // no longer counted), the batch goes on.
+                            tables.uncount_bytes(record.payload_len() as u64)?;
                             tables.quarantine(id, &why, now_ms)?;
                             continue;
                         }
                     };
-                    tables.put(id, &record)?;
+                    tables.put_moved(id, &record)?;
                     leased.idempotency_key = record.idempotency_key;
                     leased.payload = payload;
                     out.push(leased);

@@ -194,8 +194,10 @@ pub(super) fn make_room(
 ) -> Result<std::result::Result<(), Error>> {
     let n = tables.schema.queue_number;
     let Some(row) = row_of(gtx, n)? else {
+        tables.note_limited(false);
         return Ok(Ok(()));
     };
+    tables.note_limited(true);
     let limit = queue_limit::decode(n, row)?;
     let (need_jobs, need_bytes) = needs(tables, jobs, now_ms)?;
     let (count, bytes) = (counted_jobs(tables)?, row.3);

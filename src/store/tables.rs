@@ -440,6 +440,34 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
+    /// [`Tables::put`] of a job that moves between counted states (ready to leased) whose
+    /// previous index entry was removed without [`Tables::unindex`]: the counted payload
+    /// bytes stay as they are.
+    pub(super) fn put_moved(&mut self, id: u64, record: &JobRecord) -> Result<()> {
+        record.check_invariants()?;
+        self.jobs_mut().insert(id, record.encode()?.as_slice())?;
+        if !self.index_moved(id, record)? {
+            tracing::warn!(job_id = id, "leaseq: index entry was already present");
+        }
+        Ok(())
+    }
+
+    /// [`Tables::index`] of a job that moves between counted states, its previous entry
+    /// removed without [`Tables::unindex`]: nothing is counted.
+    pub(super) fn index_moved(&mut self, id: u64, record: &JobRecord) -> Result<bool> {
+        debug_assert!(record.state.is_live());
+        match record.group.as_deref() {
+            Some(g) => self.index_grouped(id, record, g),
+            None => self.index_state(id, record),
+        }
+    }
+
+    /// Notes whether the queue has a size limit, as a look at its row found (so the counts of
+    /// this operation need no look of their own).
+    pub(super) fn note_limited(&mut self, limited: bool) {
+        self.limited = Some(limited);
+    }
+
     /// [`Tables::put`] for a new job: `Corrupted` (the transaction then aborts) if the id is
     /// already in use, found by the insert itself rather than a read before it.
     pub(super) fn put_new(&mut self, id: u64, record: &JobRecord) -> Result<()> {
