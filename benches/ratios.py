@@ -5,9 +5,10 @@ Reads target/criterion/<group>/<function>/new/estimates.json (mean point estimat
 iteration) and the throughput each group declared, and prints, per group, jobs/s of every
 side (sqlite, redb_floor, leaseq, leaseq_live_reads) and the ratios leaseq/sqlite,
 leaseq/redb_floor (higher is better for leaseq), leaseq_live_reads/leaseq (the cost of live
-reads), leaseq/leaseq_no_metrics (the cost of the per-minute metrics) and
-leaseq/leaseq_no_journal (what the write-ahead journal gains), plus enqueue_1 against
-the fsync_limit group. Then the same for the bytes written per job, from the bytes pass's
+reads), leaseq/leaseq_no_metrics (the cost of the per-minute metrics),
+leaseq/leaseq_no_journal (what the write-ahead journal gains) and leaseq/leaseq_limited (the
+cost of a queue size limit, never full), plus enqueue_1 against the fsync_limit group. Then
+the same for the bytes written per job, from the bytes pass's
 target/criterion/<group>/<function>/bytes.json (lower is better; the ratios are of bytes, so
 above 1x the first side writes more), and the bytes per call of the one-thread groups. A side
 with no results in any group loses its columns; a side missing from one group shows "-" there.
@@ -21,11 +22,13 @@ target = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("CARGO_TARGET_DIR"
 root = os.path.join(target, "criterion")
 
 SIDES = ["sqlite", "redb_floor", "leaseq", "leaseq_live_reads", "leaseq_no_metrics",
-         "leaseq_no_journal"]
+         "leaseq_no_journal", "leaseq_limited"]
 # leaseq against each baseline; live reads (Builder::live_reads) against leaseq's default;
-# the default (with the write-ahead journal) against the journal off.
+# the default (with the write-ahead journal) against the journal off; a queue without a size
+# limit against one with a limit it never reaches (Queue::set_limit).
 RATIOS = [("leaseq", "sqlite"), ("leaseq", "redb_floor"), ("leaseq_live_reads", "leaseq"),
-          ("leaseq", "leaseq_no_metrics"), ("leaseq", "leaseq_no_journal")]
+          ("leaseq", "leaseq_no_metrics"), ("leaseq", "leaseq_no_journal"),
+          ("leaseq", "leaseq_limited")]
 GROUPS = ["enqueue_1", "cycle_1", "cycle_1_ack_next", "cycle_1_extend_ack", "cycle_batch_100",
           "cycle_concurrent_4x4", "cycle_concurrent_16x16"]
 

@@ -4,12 +4,14 @@
 //! it live (the journal is off in that mode); `LeaseqQueue<false, false>` with
 //! `Builder::metrics(false)`, the cost of the per-minute metrics; `LeaseqQueue<false, true,
 //! false>` with `Builder::journal(false)`, every commit a durable redb commit (the default
-//! before the write-ahead journal).
+//! before the write-ahead journal); `LeaseqQueue<false, true, true, true>` with a size limit
+//! (`Queue::set_limit`) the benchmark never fills, the cost of checking it at every enqueue
+//! and of counting payload bytes at every move of a job.
 
 use std::path::Path;
 use std::time::Duration;
 
-use leaseq::{EnqueueOptions, Lease, Queue};
+use leaseq::{EnqueueOptions, Lease, Queue, QueueLimit, WhenFull};
 use redb::TableDefinition;
 
 use crate::common::QueueUnderTest;
@@ -17,10 +19,15 @@ use crate::common::QueueUnderTest;
 /// The effect row: job id -> a copy of its payload (as the SQLite side's `effects` table).
 const EFFECTS: TableDefinition<u64, &[u8]> = TableDefinition::new("effects");
 
+/// The limited side's bounds, far above what any run holds: every enqueue checks the limit
+/// and every move of a job counts its bytes, and none is ever refused.
+const NEVER_FULL: u64 = u64::MAX / 2;
+
 pub struct LeaseqQueue<
     const LIVE_READS: bool = false,
     const METRICS: bool = true,
     const JOURNAL: bool = true,
+    const LIMITED: bool = false,
 > {
     queue: Queue,
 }
@@ -33,15 +40,16 @@ fn expect_applied(applied: leaseq::Applied) {
     );
 }
 
-impl<const LIVE_READS: bool, const METRICS: bool, const JOURNAL: bool> QueueUnderTest
-    for LeaseqQueue<LIVE_READS, METRICS, JOURNAL>
+impl<const LIVE_READS: bool, const METRICS: bool, const JOURNAL: bool, const LIMITED: bool>
+    QueueUnderTest for LeaseqQueue<LIVE_READS, METRICS, JOURNAL, LIMITED>
 {
-    const NAME: &'static str = match (LIVE_READS, METRICS, JOURNAL) {
-        (false, true, true) => "leaseq",
-        (false, true, false) => "leaseq_no_journal",
-        (true, true, _) => "leaseq_live_reads",
-        (false, false, _) => "leaseq_no_metrics",
-        (true, false, _) => "leaseq_live_reads_no_metrics",
+    const NAME: &'static str = match (LIVE_READS, METRICS, JOURNAL, LIMITED) {
+        (false, true, true, false) => "leaseq",
+        (false, true, true, true) => "leaseq_limited",
+        (false, true, false, _) => "leaseq_no_journal",
+        (true, true, _, _) => "leaseq_live_reads",
+        (false, false, _, _) => "leaseq_no_metrics",
+        (true, false, _, _) => "leaseq_live_reads_no_metrics",
     };
     type Job = Lease;
 
@@ -52,6 +60,12 @@ impl<const LIVE_READS: bool, const METRICS: bool, const JOURNAL: bool> QueueUnde
             .journal(JOURNAL)
             .open(dir.join("bench.leaseq"))
             .expect("open leaseq");
+        if LIMITED {
+            let limit = QueueLimit::jobs(NEVER_FULL)
+                .and_bytes(NEVER_FULL)
+                .when_full(WhenFull::Refuse);
+            queue.set_limit(Some(limit)).expect("set_limit");
+        }
         LeaseqQueue { queue }
     }
 

@@ -133,6 +133,7 @@ fn queue_groups(c: &mut Criterion) -> Vec<Ran> {
         run_group::<leaseq_side::LeaseqQueue<true>>(&mut group, kind, &mut ran);
         run_group::<leaseq_side::LeaseqQueue<false, false>>(&mut group, kind, &mut ran);
         run_group::<leaseq_side::LeaseqQueue<false, true, false>>(&mut group, kind, &mut ran);
+        run_group::<leaseq_side::LeaseqQueue<false, true, true, true>>(&mut group, kind, &mut ran);
         group.finish();
     }
     ran
@@ -365,8 +366,8 @@ fn fsync_limit(c: &mut Criterion) {
 }
 
 /// `LEASEQ_BENCH_PROFILE=<side>:<iterations>` runs that many iterations of the
-/// `cycle_batch_100` body on one side (`leaseq`, `leaseq_live_reads`, `leaseq_no_metrics`, `leaseq_no_journal`, `redb_floor` or
-/// `sqlite`) and exits, without
+/// `cycle_batch_100` body on one side (`leaseq`, `leaseq_live_reads`, `leaseq_no_metrics`,
+/// `leaseq_no_journal`, `leaseq_limited`, `redb_floor` or `sqlite`) and exits, without
 /// criterion: for profilers that count instructions (`valgrind --tool=callgrind`), where two
 /// iteration counts apart give the cost of one iteration without the set-up.
 /// `<side>:<iterations>:<producers>x<consumers>` runs that many iterations of a concurrent
@@ -426,6 +427,7 @@ fn profile(spec: &str) {
         "leaseq_live_reads" => run::<leaseq_side::LeaseqQueue<true>>(iterations),
         "leaseq_no_metrics" => run::<leaseq_side::LeaseqQueue<false, false>>(iterations),
         "leaseq_no_journal" => run::<leaseq_side::LeaseqQueue<false, true, false>>(iterations),
+        "leaseq_limited" => run::<leaseq_side::LeaseqQueue<false, true, true, true>>(iterations),
         "redb_floor" => run::<redb_floor::FloorQueue>(iterations),
         "sqlite" => run::<SqliteQueue>(iterations),
         other => panic!("unknown side {other}"),
