@@ -66,8 +66,20 @@ pub(super) fn prune_dead(
         .map(|e| e.map(|(k, _)| k.value()))
         .collect::<Result<_, _>>()?;
     let more = old.len() > max;
+    let deleted = delete_dead(tables, old.into_iter().take(max), now_ms)?;
+    Ok((deleted, more))
+}
+
+/// Deletes the dead jobs of `entries` (`leaseq_dead_by_time` keys: when it died, its id),
+/// releasing their keys; how many. An entry that does not match its row is dropped (the row
+/// settled).
+fn delete_dead(
+    tables: &mut Tables<'_>,
+    entries: impl Iterator<Item = (u64, u64)>,
+    now_ms: u64,
+) -> Result<u64> {
     let mut deleted = 0;
-    for (died_ms, id) in old.into_iter().take(max) {
+    for (died_ms, id) in entries {
         match tables.row(id)? {
             Row::Good(record)
                 if record.state == StoredState::Dead && record.run_at_ms == died_ms =>
@@ -81,7 +93,7 @@ pub(super) fn prune_dead(
             }
         }
     }
-    Ok((deleted, more))
+    Ok(deleted)
 }
 
 /// Deletes up to `max` completed and cancelled jobs past the queue's history, oldest first:
@@ -207,21 +219,7 @@ pub(super) fn prune_dead_over(
         .take(take)
         .map(|e| e.map(|(k, _)| k.value()))
         .collect::<Result<_, _>>()?;
-    let mut deleted = 0;
-    for (died_ms, id) in old {
-        match tables.row(id)? {
-            Row::Good(record)
-                if record.state == StoredState::Dead && record.run_at_ms == died_ms =>
-            {
-                tables.delete(id, &record, now_ms)?;
-                deleted += 1;
-            }
-            row => {
-                tables.dead_by_time_mut()?.remove((died_ms, id))?;
-                tables.repair_stray_entry(id, row, now_ms)?;
-            }
-        }
-    }
+    let deleted = delete_dead(tables, old.into_iter(), now_ms)?;
     Ok((deleted, over > take as u64))
 }
 
