@@ -66,8 +66,9 @@ fn crash_sim() {
     // Verbose totals: steps, crashes in recovery, uncertain calls, of which committed, reopens,
     // Durability::None reopens that lost calls, ambiguous reopens, most candidate states;
     // schedule calls, instances enqueued and due times skipped by dequeues, and by opens;
-    // dequeues with a job behind its group's head, dequeues held back by the rate limit.
-    let totals: Mutex<[u64; 16]> = Mutex::new([0; 16]);
+    // dequeues with a job behind its group's head, dequeues held back by the rate limit;
+    // opens with live reads; size limit calls, calls refused QueueFull, jobs dropped.
+    let totals: Mutex<[u64; 19]> = Mutex::new([0; 19]);
     let failures: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
     let began = std::time::Instant::now();
     std::thread::scope(|s| {
@@ -98,6 +99,9 @@ fn crash_sim() {
                         t[13] += out.group_waits;
                         t[14] += out.rate_limited;
                         t[15] += out.live_read_opens;
+                        t[16] += out.limit_calls;
+                        t[17] += out.queue_full;
+                        t[18] += out.jobs_dropped;
                     }
                     if out.violation.is_some() {
                         failures.lock().unwrap().push(out);
@@ -128,7 +132,8 @@ fn crash_sim() {
              lost calls, {} reopens with several candidate states (at most {}); {} schedule \
              calls, dequeues fired {} instances and skipped {} due times, opens fired {} and \
              skipped {}; {} dequeues with a job waiting behind its group's head, {} held to \
-             less than asked by the rate limit; {} opens with live reads",
+             less than asked by the rate limit; {} opens with live reads; {} set_limit \
+             calls, {} calls refused QueueFull, {} jobs dropped to make room",
             began.elapsed().as_secs_f64(),
             t[0],
             t[1],
@@ -145,7 +150,10 @@ fn crash_sim() {
             t[12],
             t[13],
             t[14],
-            t[15]
+            t[15],
+            t[16],
+            t[17],
+            t[18]
         );
     }
     // Written to the process's stdout directly, not through println!, so the line shows in

@@ -14,7 +14,13 @@
 //! `Missed`; dequeues and reopens fire them), ordered groups (a third of the enqueues name
 //! one of three groups: the model delivers a group's jobs one at a time, in order), rate
 //! limits (set, changed, removed; the model keeps the stored window and predicts what each
-//! dequeue may take), clock steps (also backwards),
+//! dequeue may take), size limits (`set_limit`: a bound on the jobs, the payload bytes or
+//! both, often near what the queue holds, with `Refuse`, `DropOldest`, or `Block` for a few ms,
+//! which a single-threaded workload cannot see end otherwise than `Refuse`; changed, removed,
+//! some invalid on purpose: the model predicts every enqueue, follow-up and schedule instance
+//! refused `QueueFull` with its counts, and exactly which jobs `DropOldest` drops, which must
+//! never be delivered, not after a power loss either; the limit, the payload bytes counted and
+//! `Stats::dropped` are compared with the rest), clock steps (also backwards),
 //! clean reopens, process kills, power cuts between calls, and crashes at a random I/O call
 //! (`crash_after`), sometimes a second one during the recovery open. One seed in six runs with `Durability::None`.
 //!
@@ -52,13 +58,14 @@ use std::time::Duration;
 use leaseq::sim::SimDisk;
 use leaseq::{
     Applied, Clock, Durability, EnqueueOptions, Enqueued, Error, JobId, JobInfo, JobState, Lease,
-    ManualClock, Missed, Overlap, Queue, RateLimit, Schedule, ScheduleInfo, Timing,
+    ManualClock, Missed, Overlap, Queue, QueueLimit, RateLimit, Schedule, ScheduleInfo, Timing,
+    WhenFull,
 };
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use model::{
-    DeqPred, EKind, EnqSpec, LastErr, MEnq, MJob, MRes, MState, Model, PENDING_BASE, SchedDef,
-    SchedView, SetMode,
+    DeqPred, EKind, EnqSpec, LastErr, MEnq, MFull, MJob, MLimit, MRes, MState, Model, PENDING_BASE,
+    SchedDef, SchedView, SetMode,
 };
 
 /// The caller's own table that `ack_with` effects increment: effect key -> count.
@@ -179,6 +186,11 @@ pub struct Outcome {
     /// limit allowed fewer jobs than asked for (as the model saw it before the call).
     pub group_waits: u64,
     pub rate_limited: u64,
+    /// `set_limit` calls; calls refused `QueueFull` (enqueues and `trigger_schedule`, as the
+    /// model saw them); jobs dropped to make room (in the first state kept after each call).
+    pub limit_calls: u64,
+    pub queue_full: u64,
+    pub jobs_dropped: u64,
     /// Opens with `Builder::live_reads`.
     pub live_read_opens: u64,
     pub violation: Option<String>,
@@ -342,6 +354,22 @@ fn ekind(e: &Error) -> Option<EKind> {
         Error::Effect(_) => EKind::Effect,
         Error::ScheduleExists { .. } => EKind::ScheduleExists,
         Error::ScheduleNotFound { .. } => EKind::ScheduleNotFound,
+        Error::QueueFull {
+            queue,
+            jobs,
+            bytes,
+            max_jobs,
+            max_bytes,
+            needs_jobs,
+            needs_bytes,
+        } if queue == "(default)" => EKind::QueueFull {
+            jobs: *jobs,
+            bytes: *bytes,
+            max_jobs: *max_jobs,
+            max_bytes: *max_bytes,
+            needs_jobs: *needs_jobs,
+            needs_bytes: *needs_bytes,
+        },
         _ => return None,
     })
 }
@@ -352,6 +380,32 @@ fn fmt_err(e: &Error) -> String {
         format!("{}...", s.chars().take(160).collect::<String>())
     } else {
         s
+    }
+}
+
+/// A size limit as the model names it.
+fn to_mlimit(l: &QueueLimit) -> MLimit {
+    MLimit {
+        max_jobs: l.max_jobs,
+        max_bytes: l.max_bytes,
+        when_full: match l.when_full {
+            WhenFull::Refuse => MFull::Refuse,
+            WhenFull::Block { wait_ms } => MFull::Block(wait_ms),
+            WhenFull::DropOldest => MFull::DropOldest,
+        },
+    }
+}
+
+/// The `QueueLimit` the model's limit describes.
+fn of_mlimit(l: &MLimit) -> QueueLimit {
+    QueueLimit {
+        max_jobs: l.max_jobs,
+        max_bytes: l.max_bytes,
+        when_full: match l.when_full {
+            MFull::Refuse => WhenFull::Refuse,
+            MFull::Block(wait_ms) => WhenFull::Block { wait_ms },
+            MFull::DropOldest => WhenFull::DropOldest,
+        },
     }
 }
 
@@ -840,10 +894,11 @@ impl Runner {
                 2 => self.op_set_history(),
                 _ => self.op_remove(),
             },
-            78..87 => {
+            78..86 => {
                 self.op_clock();
                 Ok(())
             }
+            86 => self.op_queue_limit(),
             87..89 => self.op_write_side(),
             89 => self.op_prune(),
             90 => self.op_compact(),
@@ -1049,10 +1104,17 @@ impl Runner {
                 (m1, pred)
             })
             .collect();
+        // A call that dropped jobs to make room changed the queue, whatever it answered (an
+        // enqueue of duplicates whose payloads may replace their holders' needs bytes).
+        let drops = |w: &World, m1: &Model| m1.dropped != w.m.dropped;
+        if matches!(preds[0].1, MRes::Err(EKind::QueueFull { .. })) {
+            self.out.queue_full += 1;
+        }
         match got {
             Ok(got) => {
                 self.log(format!("{what} -> Ok {got:?}"));
-                if crashed_before && got.changes() && !self.none_mode {
+                let dropped = worlds.iter().zip(&preds).any(|(w, (m1, _))| drops(w, m1));
+                if crashed_before && (got.changes() || dropped) && !self.none_mode {
                     return Err(format!(
                         "{what}: answered Ok {got:?} on a disk that had already lost power: \
                          that promise cannot be durable"
@@ -1072,6 +1134,12 @@ impl Runner {
                     None
                 };
                 let before0 = touched.then(|| worlds[0].m.schedules.clone());
+                let dropped0 = worlds[0].m.dropped;
+                let gone0 = if dropped {
+                    worlds[0].m.gone.clone()
+                } else {
+                    BTreeSet::new()
+                };
                 for (w, (mut m1, mut pred)) in worlds.into_iter().zip(preds) {
                     if let Some(shown) = &shown
                         && let Err(e) = name_instances(&w.m, &mut m1, &mut pred, shown)
@@ -1107,6 +1175,15 @@ impl Runner {
                 }
                 if self.worlds.is_empty() {
                     return Err(format!("{what}: {}", first_err.unwrap_or_default()));
+                }
+                if dropped {
+                    let m = &self.worlds[0].m;
+                    let n = m.dropped - dropped0;
+                    self.out.jobs_dropped += n;
+                    let ids: Vec<u64> = m.gone.difference(&gone0).copied().collect();
+                    self.log(format!(
+                        "  dropped {n} jobs to make room (left the queue: {ids:?})"
+                    ));
                 }
                 if let Some(before0) = before0 {
                     let after = &self.worlds[0].m.schedules;
@@ -1165,7 +1242,7 @@ impl Runner {
                             .iter()
                             .zip(&preds)
                             .filter(|(w, (m1, pred))| {
-                                pred.changes() || m1.schedules != w.m.schedules
+                                pred.changes() || m1.schedules != w.m.schedules || drops(w, m1)
                             })
                             .map(|(w, (m1, _))| {
                                 let mut hist = w.hist.clone();
@@ -1452,11 +1529,19 @@ impl Runner {
             t.insert(key, n + 1)?;
             drop(t);
             if follow {
-                let e = tx.enqueue(&model::follow_payload(key), EnqueueOptions::default())?;
-                let Enqueued::New(id) = e else {
-                    return Err(format!("follow-up enqueue answered {e:?}").into());
-                };
-                follow_ids.borrow_mut().insert((l.id().0, l.token()), id.0);
+                match tx.enqueue(&model::follow_payload(key), EnqueueOptions::default()) {
+                    Ok(Enqueued::New(id)) => {
+                        follow_ids.borrow_mut().insert((l.id().0, l.token()), id.0);
+                    }
+                    Ok(e) => return Err(format!("follow-up enqueue answered {e:?}").into()),
+                    // The queue's size limit has no room: refused with nothing written (also
+                    // under `Block`: a transaction never waits), and the transaction goes on
+                    // without the follow-up.
+                    Err(Error::QueueFull { .. }) => {
+                        follow_ids.borrow_mut().remove(&(l.id().0, l.token()));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             if fails == Some((l.id().0, l.token())) {
                 return Err(model::EFFECT_ERROR.into());
@@ -1700,6 +1785,78 @@ impl Runner {
             crashed_before,
         )?;
         Ok(())
+    }
+
+    /// `set_limit`: a size limit (a bound on the jobs, the bytes or both, often near what the
+    /// queue holds so that enqueues meet it; `Refuse`, `DropOldest`, or `Block` with a wait
+    /// of a few ms), none, the same again, or an invalid one on purpose.
+    fn op_queue_limit(&mut self) -> Result<(), String> {
+        self.out.limit_calls += 1;
+        let (jobs, bytes) = self.model().counted();
+        let limit = match self.src.below(20) {
+            0..4 => None,
+            4 | 5 => self.model().limit,
+            6 => {
+                let mut l = self.gen_limit(jobs, bytes);
+                match self.src.below(4) {
+                    0 => (l.max_jobs, l.max_bytes) = (None, None),
+                    1 => l.max_jobs = Some(0),
+                    2 => l.max_bytes = Some(0),
+                    _ => {
+                        l.when_full =
+                            MFull::Block(self.src.pick(&[0, model::BLOCK_WAIT_MAX_MS + 1]));
+                    }
+                }
+                Some(l)
+            }
+            _ => Some(self.gen_limit(jobs, bytes)),
+        };
+        let apply = move |m: &mut Model| m.set_limit(limit);
+        let crashed_before = self.disk.is_crashed();
+        let got = self
+            .q()
+            .set_limit(limit.as_ref().map(of_mlimit))
+            .map(Got::Flag);
+        self.settle(
+            &format!("set_limit({limit:?}) (holding {jobs} jobs, {bytes} bytes)"),
+            &apply,
+            got,
+            crashed_before,
+        )?;
+        Ok(())
+    }
+
+    /// A valid size limit for a queue holding `jobs` jobs of `bytes` payload bytes.
+    fn gen_limit(&mut self, jobs: u64, bytes: u64) -> MLimit {
+        let max_jobs = match self.src.below(3) {
+            0 => Some(self.src.pick(&[1, 2, 3, 5, 8, 13, 30])),
+            1 => Some((jobs + self.src.below(5)).saturating_sub(2).max(1)),
+            _ => None,
+        };
+        let max_bytes = match self.src.below(3) {
+            0 => Some(self.src.pick(&[1, 40, 120, 400, 1_500, 6_000, 40_000])),
+            1 => {
+                let up = self.src.pick(&[0, 8, 60, 800]);
+                let down = self.src.pick(&[0, 8, 60]);
+                Some((bytes + up).saturating_sub(down).max(1))
+            }
+            _ => None,
+        };
+        let max_jobs = if max_jobs.is_none() && max_bytes.is_none() {
+            Some(self.src.pick(&[2, 4, 10]))
+        } else {
+            max_jobs
+        };
+        let when_full = match self.src.below(10) {
+            0..3 => MFull::Refuse,
+            3..8 => MFull::DropOldest,
+            _ => MFull::Block(1 + self.src.below(5)),
+        };
+        MLimit {
+            max_jobs,
+            max_bytes,
+            when_full,
+        }
     }
 
     fn op_pause(&mut self) -> Result<(), String> {
@@ -2309,11 +2466,19 @@ impl Runner {
                         .copied()
                         .filter(|id| *id > before.max_id && *id < model::PENDING_BASE)
                         .collect();
-                    // Its pending jobs got the first of them (the open's instances came after).
+                    // Its pending jobs got the first of them (the open's instances came after),
+                    // unless an instance of the open dropped one to make room (its id is
+                    // then never shown).
                     let k = before.pending().len();
-                    if named.len() >= k {
+                    let kept = before
+                        .pending()
+                        .iter()
+                        .all(|p| !m.dropped_pending.contains(p));
+                    if named.len() >= k && kept {
                         before.assign_ids(&named[..k]);
                     }
+                    // What no answer or read named is gone for good, never delivered.
+                    m.forget_dropped_pending();
                     matched.push((
                         label,
                         World {
@@ -2378,6 +2543,12 @@ impl Runner {
             self.out.open_skipped += skipped;
             if !line.is_empty() {
                 self.log(format!("  the open decided: {line}"));
+            }
+            // Jobs the open's instances dropped to make room.
+            let n = w.m.dropped - recovered.dropped;
+            if n > 0 {
+                self.out.jobs_dropped += n;
+                self.log(format!("  the open dropped {n} jobs to make room"));
             }
         }
         self.log(format!("  the file holds: {labels:?}"));
@@ -2527,6 +2698,43 @@ fn name_instances(
             }
         }
     }
+    // Instances the sweep enqueued and a later instance of the same sweep dropped to make
+    // room: their schedules still name them as their last instance.
+    let dropped: Vec<u64> = m1
+        .dropped_pending
+        .difference(&before.dropped_pending)
+        .copied()
+        .collect();
+    for p in dropped {
+        let Some((name, due)) = m1.schedules.iter().find_map(|(n, s)| match s.last_job {
+            Some((id, at)) if id == p => Some((n.clone(), at)),
+            _ => None,
+        }) else {
+            continue;
+        };
+        let last = shown
+            .iter()
+            .find(|v| v.name == name)
+            .and_then(|v| v.last_job);
+        match last {
+            Some((id, at))
+                if at == due
+                    && id > before.max_id
+                    && id < PENDING_BASE
+                    && !m1.jobs.contains_key(&id) =>
+            {
+                m1.name_dropped(p, id);
+            }
+            other => {
+                return Err(format!(
+                    "SCHEDULE DID NOT FIRE: {name:?} was due at {:+}, the model expects an \
+                     instance (dropped since by another); the queue's last_job is {:?}",
+                    model::rel(due),
+                    other.map(|(id, at)| (id, model::rel(at)))
+                ));
+            }
+        }
+    }
     let want: Vec<SchedView> = m1
         .schedules
         .keys()
@@ -2544,7 +2752,8 @@ fn name_instances(
 /// `recovered` is the model after the leases came back, `opened` after the open's commit,
 /// equal to the file. Every schedule due at the open decided once for all its missed due
 /// times: `Missed::Skip` skips; `RunOnce` fires for the schedule's next due time, or skips only
-/// while its last instance is pending (no lease outlives an open). No due time is left behind.
+/// while its last instance is pending (no lease outlives an open) or when the instance does
+/// not fit the queue's size limit. No due time is left behind.
 fn check_open_decisions(recovered: &Model, opened: &Model, now_ms: u64) -> Vec<String> {
     let mut d = Vec::new();
     for (name, a) in &recovered.schedules {
@@ -2586,7 +2795,12 @@ fn check_open_decisions(recovered: &Model, opened: &Model, now_ms: u64) -> Vec<S
             Some("fired under Missed::Skip".to_string())
         } else if ended_late && b.fired != a.fired {
             Some("fired for a due time that passed while its last instance ran (Skip)".to_string())
-        } else if !a.missed_skip && b.fired == a.fired && !pending && !ended_late {
+        } else if !a.missed_skip
+            && b.fired == a.fired
+            && !pending
+            && !ended_late
+            && b.skipped_full == a.skipped_full
+        {
             Some("DUE TIME LOST: skipped under RunOnce, no instance pending".to_string())
         } else if b.fired > a.fired && fired_for != Some(a.next_due_ms) {
             Some(format!(
@@ -2797,6 +3011,9 @@ pub fn compare(
     let stats = q
         .stats()
         .map_err(|e| fail(format!("stats() failed: {e}")))?;
+    // The largest id the model knew before naming what it found (an instance dropped by a
+    // later one has a smaller id than that one).
+    let known_max_id = m.max_id;
     let pending = m.pending();
     if !pending.is_empty() {
         // Enqueues the crash hit whose jobs are there: find them above every id handed out
@@ -2826,6 +3043,27 @@ pub fn compare(
             )));
         }
         m.assign_ids(&found);
+    }
+    // Instances dropped before anything named them (a sweep or an open whose answer no read
+    // followed): named by their schedules' last_job, if the file shows them.
+    for p in m.dropped_pending.clone() {
+        let Some(name) = m
+            .schedules
+            .iter()
+            .find_map(|(n, s)| s.last_job.is_some_and(|(id, _)| id == p).then(|| n.clone()))
+        else {
+            continue;
+        };
+        let shown = q
+            .schedule(&name)
+            .map_err(|e| fail(format!("schedule({name:?}) failed: {e}")))?;
+        if let Some((JobId(id), _)) = shown.and_then(|i| i.last_job)
+            && id > known_max_id
+            && id < PENDING_BASE
+            && !m.jobs.contains_key(&id)
+        {
+            m.name_dropped(p, id);
+        }
     }
     m.self_check();
     for (&id, want) in &m.jobs {
@@ -2940,6 +3178,7 @@ pub fn compare(
             "RATE LIMIT: rate_limit() is {limit:?}, expected {want_limit:?}"
         ));
     }
+    d.extend(compare_size_limit(q, &stats, m)?);
     d.extend(compare_schedules(q, m)?);
     if d.is_empty() {
         Ok(())
@@ -2947,6 +3186,42 @@ pub fn compare(
         d.truncate(12);
         Err(d)
     }
+}
+
+/// The size limit against the model: as `limit()` and `stats()` show it, the payload bytes
+/// counted (exactly those of the jobs the limit counts) and the jobs dropped so far.
+fn compare_size_limit(
+    q: &Queue,
+    stats: &leaseq::Stats,
+    m: &Model,
+) -> Result<Vec<String>, Vec<String>> {
+    let mut d = Vec::new();
+    let shown = q
+        .limit()
+        .map_err(|e| vec![format!("limit() failed: {e}")])?
+        .as_ref()
+        .map(to_mlimit);
+    if shown != m.limit || stats.limit.as_ref().map(to_mlimit) != m.limit {
+        d.push(format!(
+            "SIZE LIMIT: limit() is {shown:?}, stats() shows {:?}, expected {:?}",
+            stats.limit, m.limit
+        ));
+    }
+    let want_bytes = m.limit.map(|_| m.counted().1);
+    if stats.payload_bytes != want_bytes {
+        d.push(format!(
+            "PAYLOAD BYTES: stats().payload_bytes is {:?}, expected {want_bytes:?} (the jobs \
+             the limit counts)",
+            stats.payload_bytes
+        ));
+    }
+    if stats.dropped != m.dropped {
+        d.push(format!(
+            "DROPPED: stats().dropped is {}, expected {}",
+            stats.dropped, m.dropped
+        ));
+    }
+    Ok(d)
 }
 
 /// The schedules against the model: each as `schedules()` and `schedule(name)` show it, then

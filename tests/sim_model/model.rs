@@ -135,6 +135,16 @@ pub enum EKind {
     Effect,
     ScheduleExists,
     ScheduleNotFound,
+    /// `QueueFull`, with what it reports: the jobs and payload bytes the queue counted, its
+    /// bounds, and what the refused call needed.
+    QueueFull {
+        jobs: u64,
+        bytes: u64,
+        max_jobs: Option<u64>,
+        max_bytes: Option<u64>,
+        needs_jobs: u64,
+        needs_bytes: u64,
+    },
 }
 
 /// One predicted enqueue result; ids at or above [`PENDING_BASE`] are placeholders.
@@ -303,6 +313,9 @@ pub struct MSched {
     /// Its instances that left the queue (acked, cancelled, removed): with the live ones in
     /// the file, they are all it fired.
     pub ended: u64,
+    /// Its due times skipped because the instance did not fit the queue's size limit (in
+    /// `skipped` too): an open may skip under `Missed::RunOnce` for that.
+    pub skipped_full: u64,
     /// Whether two of its instances may be live (not dead) at once: it had
     /// `Overlap::Enqueue`, or a dead instance was requeued. Otherwise a due time fires only
     /// when the last instance ended, and an ended one never comes back.
@@ -381,6 +394,31 @@ pub fn rate_window(row: (u64, u64, u64, u64), now_ms: u64) -> (u64, u64, u64, u6
     }
 }
 
+/// The longest wait of `WhenFull::Block` leaseq takes (one hour).
+pub const BLOCK_WAIT_MAX_MS: u64 = 3_600_000;
+
+/// What an enqueue into a full queue does (`WhenFull`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MFull {
+    Refuse,
+    /// Wait up to so many ms: the workload is single-threaded, so nothing makes room while it
+    /// waits and it ends as `Refuse` does.
+    Block(u64),
+    DropOldest,
+}
+
+/// A queue's size limit (`QueueLimit`), possibly invalid on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MLimit {
+    pub max_jobs: Option<u64>,
+    pub max_bytes: Option<u64>,
+    pub when_full: MFull,
+}
+
+/// One job an enqueue adds (or would): its payload size, its dedup key, and whether a
+/// duplicate keeps the holder's payload (`OnDuplicate::Keep`).
+pub type Adding<'a> = (u64, Option<&'a str>, bool);
+
 /// The first due time of an interval strictly after `after_ms` (leaseq's `next_due_after`).
 pub fn interval_due_after(every_ms: u64, start_ms: u64, after_ms: u64) -> u64 {
     if after_ms < start_ms {
@@ -426,6 +464,14 @@ pub struct Model {
     /// The queue's rate limit and its window as leaseq stores them: (max, per_ms, window
     /// start, deliveries in the window).
     pub rate_limit: Option<(u64, u64, u64, u64)>,
+    /// The queue's size limit (`Queue::set_limit`).
+    pub limit: Option<MLimit>,
+    /// Jobs dropped to make room (`Stats::dropped`): never reset.
+    pub dropped: u64,
+    /// Placeholders of jobs dropped (to make room) before their ids were known: a follow-up
+    /// that a later follow-up of the same `ack_with` batch dropped, an instance that a later
+    /// instance of the same sweep dropped. Named by the answer, or by the schedules shown.
+    pub dropped_pending: BTreeSet<u64>,
     /// The clock at the call being applied (set by the harness before each).
     pub now_ms: u64,
 }
@@ -461,6 +507,9 @@ impl Model {
             schedules: BTreeMap::new(),
             next_group_order: 1,
             rate_limit: None,
+            limit: None,
+            dropped: 0,
+            dropped_pending: BTreeSet::new(),
             now_ms: 0,
         }
     }
@@ -519,6 +568,9 @@ impl Model {
         self.gone.insert(id);
         if self.history.is_some() {
             self.kept_rows.insert(id);
+        }
+        if id >= PENDING_BASE {
+            self.dropped_pending.insert(id);
         }
     }
 
@@ -579,6 +631,19 @@ impl Model {
             if let Err(e) = self.validate(spec) {
                 return MRes::Err(e);
             }
+        }
+        let adding: Vec<Adding<'_>> = specs
+            .iter()
+            .map(|s| {
+                (
+                    s.payload.len() as u64,
+                    s.dedup.as_deref(),
+                    s.on_duplicate == 0,
+                )
+            })
+            .collect();
+        if let Err(full) = self.make_room(&adding) {
+            return MRes::Err(full);
         }
         let mut out = Vec::new();
         for spec in specs {
@@ -657,27 +722,78 @@ impl Model {
         self.jobs.range(PENDING_BASE..).map(|(&id, _)| id).collect()
     }
 
-    /// Names the pending jobs, in enqueue order, with their real ids.
+    /// Names the pending jobs, in enqueue order, with their real ids; with the placeholders
+    /// of jobs dropped before they were named among them (in order) when `ids` names those
+    /// too (the follow-ups of an `ack_with` batch, one of which a later one dropped).
     pub fn assign_ids(&mut self, ids: &[u64]) {
+        let mut all: Vec<u64> = self.pending();
+        all.extend(self.dropped_pending.iter().copied());
+        all.sort_unstable();
+        if !self.dropped_pending.is_empty() && all.len() == ids.len() {
+            for (&p, &id) in all.iter().zip(ids) {
+                if self.dropped_pending.contains(&p) {
+                    self.name_dropped(p, id);
+                } else {
+                    self.name_pending(p, id);
+                }
+            }
+            return;
+        }
         let pending = self.pending();
         assert_eq!(pending.len(), ids.len(), "model: naming pending jobs");
         for (&p, &id) in pending.iter().zip(ids) {
-            let job = self.jobs.remove(&p).expect("pending job");
-            if let Some(k) = &job.dedup
-                && self.dedup.get(k) == Some(&p)
-            {
-                self.dedup.insert(k.clone(), id);
-            }
-            assert!(self.jobs.insert(id, job).is_none(), "model: id {id} reused");
-            self.max_id = self.max_id.max(id);
-            self.rename_last_job(p, id);
+            self.name_pending(p, id);
         }
     }
 
-    /// The next placeholder id: after every pending one, so placeholders sort in the order
-    /// their jobs were made (and will get their ids).
+    /// Names the job of placeholder `p` (live) `id`.
+    fn name_pending(&mut self, p: u64, id: u64) {
+        let job = self.jobs.remove(&p).expect("pending job");
+        if let Some(k) = &job.dedup
+            && self.dedup.get(k) == Some(&p)
+        {
+            self.dedup.insert(k.clone(), id);
+        }
+        assert!(self.jobs.insert(id, job).is_none(), "model: id {id} reused");
+        self.max_id = self.max_id.max(id);
+        self.rename_last_job(p, id);
+    }
+
+    /// Names a job dropped before its id was known (`dropped_pending`): the id goes where the
+    /// placeholder was (gone, kept rows, a schedule's last instance).
+    pub fn name_dropped(&mut self, p: u64, id: u64) {
+        assert!(
+            self.dropped_pending.remove(&p),
+            "model: naming a dropped placeholder"
+        );
+        assert!(
+            id < PENDING_BASE && !self.jobs.contains_key(&id),
+            "model: id {id} of a dropped job reused"
+        );
+        for set in [&mut self.gone, &mut self.kept_rows] {
+            if set.remove(&p) {
+                set.insert(id);
+            }
+        }
+        self.max_id = self.max_id.max(id);
+        self.rename_last_job(p, id);
+    }
+
+    /// Forgets the dropped placeholders no answer named (a drop the queue never showed: after
+    /// a reopen nothing will): they were never delivered and are not in the file.
+    pub fn forget_dropped_pending(&mut self) {
+        for p in std::mem::take(&mut self.dropped_pending) {
+            self.gone.remove(&p);
+            self.kept_rows.remove(&p);
+        }
+    }
+
+    /// The next placeholder id: after every pending one (and every dropped one not named
+    /// yet), so placeholders sort in the order their jobs were made (and will get their ids).
     pub fn next_placeholder(&self) -> u64 {
-        self.pending().last().map_or(PENDING_BASE, |p| p + 1)
+        let last = self.pending().last().copied();
+        let dropped = self.dropped_pending.last().copied();
+        last.max(dropped).map_or(PENDING_BASE, |p| p + 1)
     }
 
     /// Names one pending job (an instance a sweep enqueued) with its real id.
@@ -864,6 +980,133 @@ impl Model {
         }
     }
 
+    /// `Queue::set_limit`: whether the setting changed. A limit without a bound, a bound of 0,
+    /// or a block wait of 0 ms or above an hour is refused.
+    pub fn set_limit(&mut self, limit: Option<MLimit>) -> MRes {
+        let Some(l) = limit else {
+            return MRes::Flag(self.limit.take().is_some());
+        };
+        let bad_wait = matches!(l.when_full, MFull::Block(w) if w == 0 || w > BLOCK_WAIT_MAX_MS);
+        if (l.max_jobs.is_none() && l.max_bytes.is_none())
+            || l.max_jobs == Some(0)
+            || l.max_bytes == Some(0)
+            || bad_wait
+        {
+            return MRes::Err(EKind::InvalidOption);
+        }
+        let changed = self.limit != Some(l);
+        self.limit = Some(l);
+        MRes::Flag(changed)
+    }
+
+    /// The jobs a size limit counts (scheduled, ready, held behind a group's head included,
+    /// and leased: not dead) and their payload bytes.
+    pub fn counted(&self) -> (u64, u64) {
+        self.jobs
+            .values()
+            .filter(|j| j.state != MState::Dead)
+            .fold((0, 0), |(n, b), j| (n + 1, b + j.payload.len() as u64))
+    }
+
+    /// What an enqueue of `adding` adds at most: (jobs, payload bytes). A job whose dedup key
+    /// is held (by a live or dead job, or an earlier job of the batch) adds no job, and its
+    /// payload only if it may replace the holder's (whether or not the holder still waits).
+    fn needs(&self, adding: &[Adding<'_>]) -> (u64, u64) {
+        let mut seen = BTreeSet::new();
+        let (mut jobs, mut bytes) = (0u64, 0u64);
+        for &(len, key, keep) in adding {
+            let held = key.is_some_and(|k| !seen.insert(k) || self.dedup.contains_key(k));
+            if !held {
+                jobs += 1;
+                bytes += len;
+            } else if !keep {
+                bytes += len;
+            }
+        }
+        (jobs, bytes)
+    }
+
+    /// The jobs `WhenFull::DropOldest` may drop, in the order it drops them: ready jobs first
+    /// in their group (a held one never goes), the highest priority value (served last)
+    /// first and in their place in line within a priority; then scheduled jobs by due time
+    /// (then id). Leased and dead jobs never go.
+    pub fn drop_order(&self) -> Vec<u64> {
+        let mut ready: Vec<(std::cmp::Reverse<i32>, u64, u64)> = self
+            .jobs
+            .iter()
+            .filter(|&(&id, j)| j.state == MState::Ready && self.group_head(id))
+            .map(|(&id, j)| (std::cmp::Reverse(j.priority), j.seq, id))
+            .collect();
+        ready.sort_unstable();
+        let mut scheduled: Vec<(u64, u64)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == MState::Scheduled)
+            .map(|(&id, j)| (j.run_at_ms, id))
+            .collect();
+        scheduled.sort_unstable();
+        ready
+            .into_iter()
+            .map(|r| r.2)
+            .chain(scheduled.into_iter().map(|s| s.1))
+            .collect()
+    }
+
+    /// Before the first write of an enqueue of `adding` (a batch, a follow-up, a schedule's
+    /// instance): whether it fits the size limit, the oldest waiting jobs dropped first
+    /// (deleted as `remove` deletes, counted in `dropped`) when the limit says so; if not,
+    /// the `QueueFull` refusal, nothing changed. A job holding one of the enqueue's own dedup
+    /// keys is never dropped; if every job that can go is not enough, none goes.
+    pub fn make_room(&mut self, adding: &[Adding<'_>]) -> Result<(), EKind> {
+        let Some(limit) = self.limit else {
+            return Ok(());
+        };
+        let (needs_jobs, needs_bytes) = self.needs(adding);
+        let (jobs, bytes) = self.counted();
+        let fits = |n: u64, b: u64| {
+            limit
+                .max_jobs
+                .is_none_or(|m| needs_jobs == 0 || n.saturating_add(needs_jobs) <= m)
+                && limit
+                    .max_bytes
+                    .is_none_or(|m| needs_bytes == 0 || b.saturating_add(needs_bytes) <= m)
+        };
+        if fits(jobs, bytes) {
+            return Ok(());
+        }
+        let full = EKind::QueueFull {
+            jobs,
+            bytes,
+            max_jobs: limit.max_jobs,
+            max_bytes: limit.max_bytes,
+            needs_jobs,
+            needs_bytes,
+        };
+        if limit.when_full != MFull::DropOldest {
+            return Err(full);
+        }
+        let keys: BTreeSet<&str> = adding.iter().filter_map(|a| a.1).collect();
+        let (mut n, mut b) = (jobs, bytes);
+        let mut victims = Vec::new();
+        for id in self.drop_order() {
+            let job = &self.jobs[&id];
+            if job.dedup.as_deref().is_some_and(|k| keys.contains(k)) {
+                continue;
+            }
+            n -= 1;
+            b -= job.payload.len() as u64;
+            victims.push(id);
+            if fits(n, b) {
+                for &id in &victims {
+                    self.delete(id);
+                }
+                self.dropped += victims.len() as u64;
+                return Ok(());
+            }
+        }
+        Err(full)
+    }
+
     pub fn set_token(&mut self, id: u64, token: u64) {
         let job = self
             .jobs
@@ -927,6 +1170,9 @@ impl Model {
         }
         let mut out = Vec::new();
         let mut follow_ups = 0;
+        // The acked jobs are deleted after every closure ran: until then they count for the
+        // size limit the follow-ups meet.
+        let mut acked = Vec::new();
         for (i, &(id, token)) in leases.iter().enumerate() {
             if let Err(e) = self.leased(id, token) {
                 out.push(Err(e));
@@ -953,12 +1199,19 @@ impl Model {
                         payload: follow_payload(&key),
                         ..EnqSpec::default()
                     };
-                    let made = self.enqueue(now_ms, &[spec]);
-                    debug_assert!(matches!(made, MRes::Enq(_)), "{made:?}");
-                    follow_ups += 1;
+                    // A follow-up that does not fit the size limit is refused, nothing
+                    // written: the closure goes on without it.
+                    match self.enqueue(now_ms, &[spec]) {
+                        MRes::Enq(_) => follow_ups += 1,
+                        MRes::Err(EKind::QueueFull { .. }) => {}
+                        other => panic!("model: a follow-up enqueue answered {other:?}"),
+                    }
                 }
                 out.push(Ok(Applied::Now));
             }
+            acked.push(id);
+        }
+        for id in acked {
             self.delete(id);
         }
         if follow {
@@ -1310,9 +1563,13 @@ impl Model {
                     },
                 }
             };
+            // A due time whose instance does not fit the queue's size limit is skipped.
+            let len = s.payload.len() as u64;
+            let full = fire && self.make_room(&[(len, None, true)]).is_err();
+            let fire = fire && !full;
             let id = self.next_placeholder();
             if fire {
-                let job = instance_of(s, now_ms);
+                let job = instance_of(&self.schedules[&name], now_ms);
                 self.jobs.insert(id, job);
                 self.make_ready(id);
             }
@@ -1323,6 +1580,7 @@ impl Model {
                 s.fired += 1;
             } else {
                 s.skipped += 1;
+                s.skipped_full += u64::from(full);
             }
             s.next_due_ms = interval_due_after(s.every_ms, s.start_ms, now_ms);
         }
@@ -1332,7 +1590,10 @@ impl Model {
     /// commit: every due schedule decided, `Missed` deciding for due times missed while the
     /// file was closed.
     pub fn open_schedules(&mut self, now_ms: u64) {
+        // Jobs an instance drops to make room end now.
+        let called_at = std::mem::replace(&mut self.now_ms, now_ms);
         self.fire_due(now_ms, true);
+        self.now_ms = called_at;
     }
 
     /// `create_schedule`, `update_schedule` or `upsert_schedule` of an interval schedule at
@@ -1401,6 +1662,7 @@ impl Model {
             updated_ms: now_ms,
             tags,
             ended: old.as_ref().map_or(0, |o| o.ended),
+            skipped_full: old.as_ref().map_or(0, |o| o.skipped_full),
             multi_live: old.as_ref().is_some_and(|o| o.multi_live) || def.overlap_enqueue,
             last_ended_ms: old.as_ref().and_then(|o| o.last_ended_ms),
             paused_ms,
@@ -1447,6 +1709,11 @@ impl Model {
         let Some(s) = self.schedules.get(name) else {
             return MRes::Err(EKind::ScheduleNotFound);
         };
+        let len = s.payload.len() as u64;
+        if let Err(full) = self.make_room(&[(len, None, true)]) {
+            return MRes::Err(full);
+        }
+        let s = &self.schedules[name];
         // The instance before it may still be live: two live at once.
         let live_before = s
             .last_job
