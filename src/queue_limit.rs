@@ -15,6 +15,13 @@
 /// waiting job ([`Queue::update_payload`](crate::Queue::update_payload)), so a queue can be over its limit after
 /// a limit was lowered or a dead job was requeued; enqueues then wait for (or make) room as
 /// [`WhenFull`] says.
+///
+/// Two ways the check is stricter than it need be (each refuses, never lets a queue grow
+/// past its limit): a job an `ack_with` closure enqueues into its own full queue is refused
+/// though the acked job leaves in the same commit (the closure may go on without it; passing
+/// the refusal on makes the attempt fail); and a duplicate under
+/// [`OnDuplicate::Replace`](crate::OnDuplicate::Replace) or `Debounce` counts its whole
+/// payload toward `max_bytes`, replaced or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueLimit {
     /// The most jobs the queue holds (at least 1), or `None` for no count limit.
