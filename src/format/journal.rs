@@ -443,7 +443,7 @@ mod tests {
                 code_of(s.held()),
             ]);
         }
-        assert_eq!(all.len(), 10 + 2 * 18);
+        assert_eq!(all.len(), 12 + 2 * 18);
         assert!(all.iter().all(|(_, c)| known_code(*c)));
         assert_eq!(type_code::<u64, u64>(), None, "a caller's type has no code");
     }
