@@ -1567,6 +1567,10 @@ impl Model {
             let len = s.payload.len() as u64;
             let full = fire && self.make_room(&[(len, None, true)]).is_err();
             let fire = fire && !full;
+            // A schedule keeps at most one dead instance: firing deletes a dead last one.
+            if fire {
+                self.drop_dead_instance(&name);
+            }
             let id = self.next_placeholder();
             if fire {
                 let job = instance_of(&self.schedules[&name], now_ms);
@@ -1719,6 +1723,8 @@ impl Model {
             .last_job
             .and_then(|(id, _)| self.jobs.get(&id))
             .is_some_and(|j| j.state != MState::Dead);
+        self.drop_dead_instance(name);
+        let s = &self.schedules[name];
         let job = instance_of(s, now_ms);
         let id = self.next_placeholder();
         self.jobs.insert(id, job);
@@ -1729,6 +1735,19 @@ impl Model {
         s.fired += 1;
         s.multi_live |= live_before;
         MRes::Unit
+    }
+
+    /// A new instance of schedule `name` replaces its last one: if that one is dead, it is
+    /// deleted (a schedule keeps at most one dead instance).
+    fn drop_dead_instance(&mut self, name: &str) {
+        if let Some((prev, _)) = self.schedules[name].last_job
+            && self
+                .jobs
+                .get(&prev)
+                .is_some_and(|j| j.state == MState::Dead)
+        {
+            self.delete(prev);
+        }
     }
 
     /// `remove_schedule`: whether it existed. Its instances stay, as plain jobs.
