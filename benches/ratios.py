@@ -6,8 +6,9 @@ iteration) and the throughput each group declared, and prints, per group, jobs/s
 side (sqlite, redb_floor, leaseq, leaseq_live_reads) and the ratios leaseq/sqlite,
 leaseq/redb_floor (higher is better for leaseq), leaseq_live_reads/leaseq (the cost of live
 reads), leaseq/leaseq_no_metrics (the cost of the per-minute metrics),
-leaseq/leaseq_no_journal (what the write-ahead journal gains) and leaseq/leaseq_limited (the
-cost of a queue size limit, never full), plus enqueue_1 against the fsync_limit group. Then
+leaseq/leaseq_no_journal (what the write-ahead journal gains), leaseq/leaseq_limited (the
+cost of a queue size limit, never full) and leaseq/leaseq_no_reserve (the cost of the disk
+reserve's look before each commit), plus enqueue_1 against the fsync_limit group. Then
 the same for the bytes written per job, from the bytes pass's
 target/criterion/<group>/<function>/bytes.json (lower is better; the ratios are of bytes, so
 above 1x the first side writes more), and the bytes per call of the one-thread groups. A side
@@ -22,13 +23,14 @@ target = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("CARGO_TARGET_DIR"
 root = os.path.join(target, "criterion")
 
 SIDES = ["sqlite", "redb_floor", "leaseq", "leaseq_live_reads", "leaseq_no_metrics",
-         "leaseq_no_journal", "leaseq_limited"]
+         "leaseq_no_journal", "leaseq_limited", "leaseq_no_reserve"]
 # leaseq against each baseline; live reads (Builder::live_reads) against leaseq's default;
 # the default (with the write-ahead journal) against the journal off; a queue without a size
-# limit against one with a limit it never reaches (Queue::set_limit).
+# limit against one with a limit it never reaches (Queue::set_limit); the default (with the
+# disk reserve) against disk_reserve(0).
 RATIOS = [("leaseq", "sqlite"), ("leaseq", "redb_floor"), ("leaseq_live_reads", "leaseq"),
           ("leaseq", "leaseq_no_metrics"), ("leaseq", "leaseq_no_journal"),
-          ("leaseq", "leaseq_limited")]
+          ("leaseq", "leaseq_limited"), ("leaseq", "leaseq_no_reserve")]
 GROUPS = ["enqueue_1", "cycle_1", "cycle_1_ack_next", "cycle_1_extend_ack", "cycle_batch_100",
           "cycle_concurrent_4x4", "cycle_concurrent_16x16"]
 

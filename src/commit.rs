@@ -47,10 +47,11 @@ use redb::{
     AccessGuard, Database, Key, ReadableTable, Table, TableDefinition, Value, WriteTransaction,
 };
 
+use crate::disk_reserve::{DiskReserve, Turned};
 use crate::error::{Error, Result, catch_engine_panic};
 use crate::events::{Event, EventHub};
 use crate::format::journal::{FrameBody, type_code};
-use crate::format::schema::{META, META_NEXT_ID, META_NEXT_TOKEN};
+use crate::format::schema::{META, META_NEXT_ID, META_NEXT_TOKEN, META_STORAGE_FULL_MS};
 use crate::journal::Journal;
 use crate::limits::{COUNTER_BLOCK, GATHER_MAX, GROUP_MEMBERS_MAX, NON_DURABLE_COMMITS_MAX};
 use crate::metrics::Tally;
@@ -199,6 +200,8 @@ pub(crate) struct GroupLog<'g> {
     listening: bool,
     /// Whether the group's changes are counted (the committer has a [`SealWriter`]).
     counting: bool,
+    /// The file's disk reserve, if it has one: calls that only grow the file ask it.
+    reserve: Option<&'g DiskReserve>,
 }
 
 impl GroupLog<'_> {
@@ -289,6 +292,12 @@ pub(crate) struct GroupTx<'g> {
 }
 
 impl<'g> GroupTx<'g> {
+    /// `StorageFull` while the file is within its disk reserve: a call that only grows the
+    /// file (an enqueue) returns it as its refusal, before its first write.
+    pub(crate) fn refuse_growth(&self) -> Option<crate::error::Error> {
+        self.log.reserve.and_then(|r| r.refuse_growth(self.tx))
+    }
+
     /// Leaseq table `def` in the group's transaction: read it through `Deref`, write it
     /// through the [`GroupTable`]'s own methods.
     pub(crate) fn table<K: Key + 'static, V: Value + 'static>(
@@ -546,6 +555,7 @@ fn write_unlogged<T>(g: &OpenGroup, f: impl FnOnce(GroupTx<'_>) -> Result<T>) ->
             checkpoint: &g.checkpoint,
             listening: false,
             counting: false,
+            reserve: None,
         },
     })
 }
@@ -716,6 +726,9 @@ pub(crate) struct Committer {
     /// The file's journal, if it is on: groups write frames into it, and checkpoints. Only
     /// the sealing leader locks it.
     journal: Option<Mutex<Journal>>,
+    /// The file's disk reserve (a file with a path): looked at before each commit that
+    /// writes.
+    reserve: Option<Arc<DiskReserve>>,
 }
 
 /// What a group's commit writes besides its operations' writes: a file's metrics, from the
@@ -743,7 +756,15 @@ impl Committer {
             hub: EventHub::default(),
             seal_writer: None,
             journal: None,
+            reserve: None,
         }
+    }
+
+    /// This committer with the file's disk reserve: it looks at the disk before each commit
+    /// that writes, refuses growth while the file is full, and publishes the state's turns.
+    pub(crate) fn with_reserve(mut self, reserve: Arc<DiskReserve>) -> Committer {
+        self.reserve = Some(reserve);
+        self
     }
 
     /// This committer writing its groups through `journal` (see `crate::journal`).
@@ -862,6 +883,7 @@ impl Committer {
                     // recorded whatever group it joins.
                     listening: self.hub.listening(),
                     counting: self.seal_writer.is_some(),
+                    reserve: self.reserve.as_deref(),
                 },
             };
             op(&mut ctx)
@@ -1058,9 +1080,10 @@ impl Committer {
         st.stats.gather_micros += u64::try_from((started - g.opened_at).as_micros()).unwrap_or(0);
         let writer = self.seal_writer.as_deref();
         let journal = self.journal.as_ref();
+        let reserve = self.reserve.as_deref();
         let outcome = parking_lot::MutexGuard::unlocked(st, || {
             let outcome = catch_unwind(AssertUnwindSafe(|| {
-                commit_group(g, tally.into_inner(), writer, journal)
+                commit_group(g, tally.into_inner(), writer, journal, reserve)
             }))
             .unwrap_or_else(|_| Err("storage engine panicked during commit".to_string()));
             if let Some(writer) = writer
@@ -1115,6 +1138,17 @@ impl Committer {
         // Published before anyone is answered: a call that returned finds its events there.
         if committed && dirty {
             self.hub.publish(events.into_inner());
+        }
+        if let Some(reserve) = reserve {
+            if !committed {
+                reserve.record_lost();
+            }
+            for turn in reserve.take_turns() {
+                self.hub.publish_file(match turn {
+                    Turned::Full(since_ms) => Event::StorageFull { since_ms },
+                    Turned::Ok => Event::StorageAvailable,
+                });
+            }
         }
         let _ = result_cell.set(result);
         waiters.iter().for_each(std::thread::Thread::unpark);
@@ -1182,6 +1216,7 @@ fn commit_group(
     tally: Tally,
     writer: Option<&dyn SealWriter>,
     journal: Option<&Mutex<Journal>>,
+    reserve: Option<&DiskReserve>,
 ) -> std::result::Result<Sealed, String> {
     let _span = tracing::debug_span!(
         "leaseq.commit",
@@ -1191,7 +1226,7 @@ fn commit_group(
     )
     .entered();
     let members = g.members;
-    let r = commit_group_inner(g, tally, writer, journal);
+    let r = commit_group_inner(g, tally, writer, journal, reserve);
     if let Err(e) = &r {
         tracing::error!(members, error = %e, "leaseq: group commit failed");
     }
@@ -1203,6 +1238,7 @@ fn commit_group_inner(
     tally: Tally,
     writer: Option<&dyn SealWriter>,
     journal: Option<&Mutex<Journal>>,
+    reserve: Option<&DiskReserve>,
 ) -> std::result::Result<Sealed, String> {
     if !g.dirty {
         debug_assert_eq!(
@@ -1217,10 +1253,22 @@ fn commit_group_inner(
             .map_err(|e| e.to_string());
     }
     let err = |e: &dyn std::fmt::Display| e.to_string();
+    // The disk looked at before the write: a file turning full gives its reserve file back
+    // first, and while it is full or near it each group is a checkpoint, so the pages its
+    // acks free are reused by the next group rather than held until the next checkpoint.
+    if let Some(reserve) = reserve {
+        reserve.look(&g.tx);
+        if reserve.checkpoint_each_group() && g.checkpoint.get() == Checkpoint::No {
+            g.checkpoint.set(Checkpoint::Yes);
+        }
+    }
     // The committer's own writes, through the write path too (into the frame).
     write_unlogged(&g, |tx| {
         if g.counters.reserved_moved(&g.counters_at_start) {
             g.counters.write(tx)?;
+        }
+        if let Some(since_ms) = reserve.and_then(DiskReserve::to_record) {
+            tx.table(META)?.insert(META_STORAGE_FULL_MS, since_ms)?;
         }
         match writer {
             Some(writer) => writer.write(tally, tx),

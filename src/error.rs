@@ -176,6 +176,29 @@ pub enum Error {
         /// How many payload bytes they hold.
         needs_bytes: u64,
     },
+    /// The file is *storage full*: its disk, or its file limit
+    /// ([`Builder::file_bytes_max`](crate::Builder::file_bytes_max)), is within the disk
+    /// reserve ([`Builder::disk_reserve`](crate::Builder::disk_reserve)). A call that only
+    /// grows the file (an enqueue of any kind, an import, a schedule's instance) is refused,
+    /// nothing written; dequeue, ack, `ack_with`, nack, cancel, remove, prune and compaction
+    /// go on and free room. The state ends by itself once the room left is twice the reserve
+    /// (as etcd's NOSPACE alarm, which leaves only reads and deletes). Sizes in bytes, as
+    /// last seen.
+    #[error(
+        "storage full: {available_bytes} bytes free on the disk, the file and its journal take {file_bytes} ({reusable_bytes} reusable), the reserve is {reserve_bytes} bytes, the file limit {file_bytes_max:?}; enqueues are refused until the drain or a clean-up frees room"
+    )]
+    StorageFull {
+        /// Bytes free to this process on the file's file system.
+        available_bytes: u64,
+        /// Bytes the queue file and its journal take on disk.
+        file_bytes: u64,
+        /// Of those, bytes the file can reuse (pages the drain freed).
+        reusable_bytes: u64,
+        /// The disk reserve.
+        reserve_bytes: u64,
+        /// The file limit, if one is set.
+        file_bytes_max: Option<u64>,
+    },
     /// A named queue that does not exist, asked for by a call that does not create it
     /// ([`Queue::existing`](crate::Queue::existing)).
     #[error("no queue named {name:?} in this file")]
@@ -350,6 +373,7 @@ impl Error {
                 | Error::KeyTooLong { .. }
                 | Error::InvalidOption { .. }
                 | Error::QueueFull { .. }
+                | Error::StorageFull { .. }
         )
     }
 

@@ -86,6 +86,17 @@ pub enum Event {
     /// The queue drained: a commit ended the last job under a lease while none was ready or
     /// due (jobs scheduled for later may remain), as BullMQ's `drained`.
     Drained,
+    /// The file turned *storage full* at `since_ms` (Unix ms): its disk, or its file limit,
+    /// is within the disk reserve ([`Builder::disk_reserve`](crate::Builder::disk_reserve)),
+    /// and enqueues are refused with [`Error::StorageFull`](crate::Error::StorageFull) while
+    /// the drain goes on. A file-wide event: every queue's subscriptions get it.
+    StorageFull {
+        /// When the state began (Unix ms), as [`Stats::storage_full_ms`](crate::Stats::storage_full_ms).
+        since_ms: u64,
+    },
+    /// The file has room again (the drain, or a clean-up, freed twice the reserve):
+    /// enqueues are taken. File-wide, as [`Event::StorageFull`].
+    StorageAvailable,
 }
 
 /// The metric an event counts in ([`MinuteCounts`](crate::MinuteCounts)' kinds: 0 enqueued,
@@ -156,6 +167,14 @@ impl EventHub {
         });
         self.live.fetch_add(1, Ordering::SeqCst);
         Some(Events { rx, shared })
+    }
+
+    /// Hands a file-wide event to every subscription, whatever its queue.
+    pub(crate) fn publish_file(&self, event: Event) {
+        let mut queues: Vec<u32> = self.subs.lock().iter().map(|s| s.queue_number).collect();
+        queues.sort_unstable();
+        queues.dedup();
+        self.publish(queues.into_iter().map(|q| (q, event.clone())).collect());
     }
 
     /// Hands a committed group's events to the subscribers of their queues: a full

@@ -50,6 +50,13 @@ pub(crate) const SWEEP_MAX: usize = 256;
 /// ([`Builder::dead_jobs_max`](crate::Builder::dead_jobs_max)), the oldest deleted first, so
 /// a device that fails the same work for weeks does not fill its disk with dead letters.
 pub const DEAD_JOBS_MAX_DEFAULT: u64 = 10_000;
+/// The disk reserve by default ([`Builder::disk_reserve`](crate::Builder::disk_reserve)),
+/// in bytes: 8 MiB, or a sixteenth of the file system if that is less. It covers a
+/// checkpoint's new pages (the journal holds at most 4 MiB of frames) and the drain's own
+/// growth before the pages it frees are reused.
+pub const DISK_RESERVE_DEFAULT: u64 = 8 << 20;
+/// The largest disk reserve accepted, in bytes (1 GiB).
+pub const DISK_RESERVE_MAX: u64 = 1 << 30;
 /// An enqueue into a full queue that drops the oldest jobs
 /// ([`WhenFull::DropOldest`](crate::WhenFull::DropOldest)) looks at most this many of them
 /// (and drops at most as many); if they do not make room it is refused.

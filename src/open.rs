@@ -96,6 +96,8 @@ pub struct Builder {
     applied_retention: Option<Duration>,
     dead_retention: Option<Duration>,
     dead_jobs_max: Option<u64>,
+    disk_reserve: Option<u64>,
+    file_bytes_max: Option<u64>,
     encoding: crate::format::payload::Encoding,
 }
 
@@ -118,6 +120,8 @@ impl fmt::Debug for Builder {
             .field("applied_retention", &self.applied_retention)
             .field("dead_retention", &self.dead_retention)
             .field("dead_jobs_max", &self.dead_jobs_max)
+            .field("disk_reserve", &self.disk_reserve)
+            .field("file_bytes_max", &self.file_bytes_max)
             .field("encoding", &self.encoding)
             .finish()
     }
@@ -143,6 +147,8 @@ impl Default for Builder {
             applied_retention: Some(APPLIED_RETENTION_DEFAULT),
             dead_retention: None,
             dead_jobs_max: Some(crate::limits::DEAD_JOBS_MAX_DEFAULT),
+            disk_reserve: None,
+            file_bytes_max: None,
             encoding: crate::format::payload::Encoding::Bincode,
         }
     }
@@ -329,6 +335,58 @@ impl Builder {
         self
     }
 
+    /// The disk reserve, in bytes: room kept on the file's disk for the drain, so a disk
+    /// that fills never stops it. Default
+    /// [`DISK_RESERVE_DEFAULT`](crate::DISK_RESERVE_DEFAULT) (8 MiB), or a sixteenth of the
+    /// file system if that is less; 0 turns it off.
+    ///
+    /// Before each commit that writes, the handle looks at the bytes free on the disk and at
+    /// what the file and its journal take. Once the room left (the free bytes, or the
+    /// [file limit](Builder::file_bytes_max) less the bytes taken, each plus the bytes the
+    /// file can reuse inside itself) is under the reserve, the file is *storage full*: calls
+    /// that only grow it (every enqueue, an import, a schedule's instance, which is then
+    /// skipped) are refused with [`Error::StorageFull`], nothing written, while dequeue, ack,
+    /// `ack_with`, nack, cancel, remove, prune and [`Queue::compact`] go on, each group a
+    /// checkpoint so the pages one ack frees serve the next. It ends by itself once the room
+    /// left is twice the reserve beyond the reserve file (the drain freed pages, or someone
+    /// freed disk space): no restart. [`Event::StorageFull`](crate::Event::StorageFull) and
+    /// [`Event::StorageAvailable`](crate::Event::StorageAvailable) mark the turns, and
+    /// [`Stats::storage_full_ms`] says since when (as etcd's NOSPACE alarm, which leaves
+    /// reads and deletes).
+    ///
+    /// The reserve's bytes are held, allocated, in `<file>-reserve` beside the file (as
+    /// CockroachDB's emergency ballast): when another process fills the disk, the file turns
+    /// full and deletes it, so the drain has that much room; it is made again when the state
+    /// ends. With 0, no reserve file is kept (one an earlier open left is deleted): with a
+    /// file limit the file turns full only at the limit, and without one nothing is looked
+    /// at and the disk fills to its last byte (then every write fails with `Io`, as the
+    /// durability chapter says). The reserve must cover a checkpoint's new pages (up to the
+    /// journal's 4 MiB of frames and the tree pages they touch), measured in the operations
+    /// chapter. Only a file with a path has one (not a [`Builder::open_backend`] one).
+    ///
+    /// # Errors
+    /// At open: `InvalidOption` (field `disk_reserve`) above
+    /// [`DISK_RESERVE_MAX`](crate::DISK_RESERVE_MAX) (1 GiB).
+    pub fn disk_reserve(mut self, bytes: u64) -> Self {
+        self.disk_reserve = Some(bytes);
+        self
+    }
+
+    /// The file limit, in bytes: what the queue file and its journal may take on disk (their
+    /// allocated bytes, as `du` counts them); default `None`, no limit but the disk's. The
+    /// file turns *storage full* once it is within the [disk reserve](Builder::disk_reserve)
+    /// of the limit, counting the pages it can reuse as room; see there for what is refused
+    /// and what goes on. So the drain itself may take the file up to the limit, not past it
+    /// (with a reserve that covers a checkpoint).
+    ///
+    /// # Errors
+    /// At open: `InvalidOption` (field `file_bytes_max`) for a limit under 4 times the
+    /// reserve or under 1 MiB.
+    pub fn file_bytes_max(mut self, max: Option<u64>) -> Self {
+        self.file_bytes_max = max;
+        self
+    }
+
     /// Whether every open verifies the file with redb's integrity check; default **on**.
     ///
     /// With it on, the open verifies the checksum of every page of the committed trees and
@@ -416,6 +474,25 @@ impl Builder {
                 "dead_jobs_max",
                 "0 dead jobs: at least 1 (a job that dies must be seen), or None for all",
             ));
+        }
+        if self.disk_reserve.unwrap_or(0) > crate::limits::DISK_RESERVE_MAX {
+            return Err(Error::invalid_option(
+                "disk_reserve",
+                format!("at most {} bytes (1 GiB)", crate::limits::DISK_RESERVE_MAX),
+            ));
+        }
+        if let Some(max) = self.file_bytes_max {
+            let reserve = self
+                .disk_reserve
+                .unwrap_or(crate::limits::DISK_RESERVE_DEFAULT);
+            if max < reserve.saturating_mul(4) || max < 1 << 20 {
+                return Err(Error::invalid_option(
+                    "file_bytes_max",
+                    format!(
+                        "{max} bytes: at least 4 times the disk reserve ({reserve} bytes) and at least 1 MiB"
+                    ),
+                ));
+            }
         }
         Ok(QueueConfig {
             dead_retention_ms,
@@ -927,6 +1004,52 @@ impl Builder {
         Ok((found, journal))
     }
 
+    /// The disk reserve of the file at `path` (its journal beside it if `journaled`), with
+    /// the state the file records; `None` (nothing looked at, a reserve file left by an
+    /// earlier open deleted) for a reserve of 0 without a file limit.
+    fn disk_reserve_of(
+        &self,
+        db: &redb::Database,
+        path: &Path,
+        journaled: bool,
+    ) -> Result<Option<crate::disk_reserve::DiskReserve>> {
+        let reserve = match self.disk_reserve {
+            Some(bytes) => bytes,
+            None => {
+                let dir = match path.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                };
+                let total = fs4::total_space(dir).unwrap_or(u64::MAX);
+                crate::limits::DISK_RESERVE_DEFAULT.min(total / 16)
+            }
+        };
+        let recorded = {
+            let rtx = db.begin_read()?;
+            match rtx.open_table(crate::format::schema::META) {
+                Ok(meta) => meta
+                    .get(crate::format::schema::META_STORAGE_FULL_MS)?
+                    .map(|v| v.value()),
+                Err(redb::TableError::TableDoesNotExist(_)) => None,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        if reserve == 0 && self.file_bytes_max.is_none() {
+            let _ = fs::remove_file(crate::disk_reserve::path_beside(path));
+            return Ok(None);
+        }
+        let journal = journaled.then(|| crate::journal::path_beside(path));
+        crate::disk_reserve::DiskReserve::open(
+            path,
+            journal.as_deref(),
+            reserve,
+            self.file_bytes_max,
+            self.clock.clone(),
+            recorded.filter(|&ms| ms != 0),
+        )
+        .map(Some)
+    }
+
     fn finish(
         &self,
         db: GuardedDb,
@@ -938,9 +1061,15 @@ impl Builder {
     ) -> Result<Queue> {
         // The journal first: its frames are part of the file before anything reads it.
         let (journal_found, journal) = self.start_journal(db.get(), journal_at)?;
+        let journaled = journal.is_some();
         let mut committer = Committer::new(self.durability, self.quick_repair);
         if let Some(journal) = journal {
             committer = committer.with_journal(journal);
+        }
+        if let Some(path) = &path
+            && let Some(reserve) = self.disk_reserve_of(db.get(), path, journaled)?
+        {
+            committer = committer.with_reserve(Arc::new(reserve));
         }
         let metrics = self
             .metrics

@@ -6,7 +6,9 @@
 //! false>` with `Builder::journal(false)`, every commit a durable redb commit (the default
 //! before the write-ahead journal); `LeaseqQueue<false, true, true, true>` with a size limit
 //! (`Queue::set_limit`) the benchmark never fills, the cost of checking it at every enqueue
-//! and of counting payload bytes at every move of a job.
+//! and of counting payload bytes at every move of a job; `LeaseqQueue<false, true, true,
+//! false, false>` with `Builder::disk_reserve(0)`, no disk reserve (the default's look at the
+//! disk before every commit, and its reserve file, left out).
 
 use std::path::Path;
 use std::time::Duration;
@@ -28,6 +30,7 @@ pub struct LeaseqQueue<
     const METRICS: bool = true,
     const JOURNAL: bool = true,
     const LIMITED: bool = false,
+    const RESERVE: bool = true,
 > {
     queue: Queue,
 }
@@ -40,26 +43,36 @@ fn expect_applied(applied: leaseq::Applied) {
     );
 }
 
-impl<const LIVE_READS: bool, const METRICS: bool, const JOURNAL: bool, const LIMITED: bool>
-    QueueUnderTest for LeaseqQueue<LIVE_READS, METRICS, JOURNAL, LIMITED>
+impl<
+    const LIVE_READS: bool,
+    const METRICS: bool,
+    const JOURNAL: bool,
+    const LIMITED: bool,
+    const RESERVE: bool,
+> QueueUnderTest for LeaseqQueue<LIVE_READS, METRICS, JOURNAL, LIMITED, RESERVE>
 {
-    const NAME: &'static str = match (LIVE_READS, METRICS, JOURNAL, LIMITED) {
-        (false, true, true, false) => "leaseq",
-        (false, true, true, true) => "leaseq_limited",
-        (false, true, false, _) => "leaseq_no_journal",
-        (true, true, _, _) => "leaseq_live_reads",
-        (false, false, _, _) => "leaseq_no_metrics",
-        (true, false, _, _) => "leaseq_live_reads_no_metrics",
+    const NAME: &'static str = match (LIVE_READS, METRICS, JOURNAL, LIMITED, RESERVE) {
+        (false, true, true, false, true) => "leaseq",
+        (false, true, true, false, false) => "leaseq_no_reserve",
+        (false, true, true, true, _) => "leaseq_limited",
+        (false, true, false, _, _) => "leaseq_no_journal",
+        (true, true, _, _, _) => "leaseq_live_reads",
+        (false, false, _, _, _) => "leaseq_no_metrics",
+        (true, false, _, _, _) => "leaseq_live_reads_no_metrics",
     };
     type Job = Lease;
 
     fn open(dir: &Path) -> Self {
-        let queue = Queue::builder()
+        let builder = Queue::builder()
             .live_reads(LIVE_READS)
             .metrics(METRICS)
-            .journal(JOURNAL)
-            .open(dir.join("bench.leaseq"))
-            .expect("open leaseq");
+            .journal(JOURNAL);
+        let builder = if RESERVE {
+            builder
+        } else {
+            builder.disk_reserve(0)
+        };
+        let queue = builder.open(dir.join("bench.leaseq")).expect("open leaseq");
         if LIMITED {
             let limit = QueueLimit::jobs(NEVER_FULL)
                 .and_bytes(NEVER_FULL)

@@ -134,6 +134,9 @@ fn queue_groups(c: &mut Criterion) -> Vec<Ran> {
         run_group::<leaseq_side::LeaseqQueue<false, false>>(&mut group, kind, &mut ran);
         run_group::<leaseq_side::LeaseqQueue<false, true, false>>(&mut group, kind, &mut ran);
         run_group::<leaseq_side::LeaseqQueue<false, true, true, true>>(&mut group, kind, &mut ran);
+        run_group::<leaseq_side::LeaseqQueue<false, true, true, false, false>>(
+            &mut group, kind, &mut ran,
+        );
         group.finish();
     }
     ran
@@ -367,7 +370,7 @@ fn fsync_limit(c: &mut Criterion) {
 
 /// `LEASEQ_BENCH_PROFILE=<side>:<iterations>` runs that many iterations of the
 /// `cycle_batch_100` body on one side (`leaseq`, `leaseq_live_reads`, `leaseq_no_metrics`,
-/// `leaseq_no_journal`, `leaseq_limited`, `redb_floor` or `sqlite`) and exits, without
+/// `leaseq_no_journal`, `leaseq_limited`, `leaseq_no_reserve`, `redb_floor` or `sqlite`) and exits, without
 /// criterion: for profilers that count instructions (`valgrind --tool=callgrind`), where two
 /// iteration counts apart give the cost of one iteration without the set-up.
 /// `<side>:<iterations>:<producers>x<consumers>` runs that many iterations of a concurrent
@@ -428,6 +431,9 @@ fn profile(spec: &str) {
         "leaseq_no_metrics" => run::<leaseq_side::LeaseqQueue<false, false>>(iterations),
         "leaseq_no_journal" => run::<leaseq_side::LeaseqQueue<false, true, false>>(iterations),
         "leaseq_limited" => run::<leaseq_side::LeaseqQueue<false, true, true, true>>(iterations),
+        "leaseq_no_reserve" => {
+            run::<leaseq_side::LeaseqQueue<false, true, true, false, false>>(iterations)
+        }
         "redb_floor" => run::<redb_floor::FloorQueue>(iterations),
         "sqlite" => run::<SqliteQueue>(iterations),
         other => panic!("unknown side {other}"),

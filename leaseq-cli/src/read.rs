@@ -93,6 +93,13 @@ pub fn stats(a: &StatsArgs) -> CliResult {
         .collect();
     let right: Vec<bool> = (0..header.len()).map(|i| i > 0).collect();
     table(&mut out, &header, &right, &cells)?;
+    // A file-wide state: said once, under the table.
+    if let Some(since) = rows.iter().find_map(|s| s["storage_full_ms"].as_u64()) {
+        out.line(format!(
+            "storage full since {}: enqueues are refused until the drain or a clean-up frees room (the disk reserve)",
+            utc(since)
+        ))?;
+    }
     out.flush()
 }
 

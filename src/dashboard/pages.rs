@@ -291,6 +291,7 @@ pub(super) fn overview(app: &App, asked: &Asked) -> Result<Page> {
         body.push_str("</tr></table>");
         body.push_str(&waiting(&v, &stats, now)?);
         body.push_str(&limit_line(&stats));
+        body.push_str(&storage_line(&stats, now));
         body.push_str(&rates(&minutes, now));
         body.push_str(&run_times(&minutes, now));
         body.push_str(&chart(&minutes, now));
@@ -421,6 +422,20 @@ fn waiting(v: &Reader, stats: &Stats, now: u64) -> Result<String> {
     }
     out.push_str("</p>");
     Ok(out)
+}
+
+/// The file's storage-full state ([`Stats::storage_full_ms`]): since when enqueues are
+/// refused for want of disk room. Empty while the file has room.
+fn storage_line(stats: &Stats, now: u64) -> String {
+    match stats.storage_full_ms {
+        Some(since) => format!(
+            "<p class=\"storage-full\" data-storage-full=\"{since}\"><strong>Storage full</strong> \
+             since {}: the disk (or the file limit) is within the disk reserve; enqueues are \
+             refused while the drain goes on, until the drain or a clean-up frees room.</p>",
+            when(since, now)
+        ),
+        None => String::new(),
+    }
 }
 
 /// A queue's size limit ([`Queue::set_limit`](crate::Queue::set_limit)): what it holds of

@@ -296,6 +296,10 @@ pub(crate) const META_JOURNAL_SEQ: &str = "journal_seq";
 /// 1 while a session journals into the file's journal, 0 once it closed cleanly (its last
 /// checkpoint holds everything): with 1, a missing journal is reported.
 pub(crate) const META_JOURNAL_OPEN: &str = "journal_open";
+/// Since when (Unix ms) the file is storage full (its disk reserve reached), 0 or missing
+/// while it has room; written by the commit after the state turns. An optional key, as
+/// `file_id`: a file without it has room, so adding it needs no format version.
+pub(crate) const META_STORAGE_FULL_MS: &str = "storage_full_ms";
 
 /// Ready-queue rank of a priority: lower priority values are served first, as in Oban, River
 /// and BullMQ. The map is order-preserving from `i32` onto `u32`.

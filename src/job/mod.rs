@@ -542,6 +542,13 @@ pub struct Stats {
     /// Waiting jobs dropped to make room since the queue began
     /// ([`WhenFull::DropOldest`](crate::WhenFull::DropOldest)).
     pub dropped: u64,
+    /// Since when (Unix ms) the file is *storage full*: its disk, or its file limit, is
+    /// within the disk reserve ([`Builder::disk_reserve`](crate::Builder::disk_reserve)),
+    /// so enqueues are refused with [`Error::StorageFull`](crate::Error::StorageFull) while
+    /// the drain goes on. `None` while it has room. The writer records it with its next
+    /// commit, so a reader in another process sees it too; a file-wide state, the same in
+    /// every queue's stats.
+    pub storage_full_ms: Option<u64>,
 }
 
 impl Stats {

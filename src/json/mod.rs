@@ -344,6 +344,7 @@ pub fn stats(q: &crate::Reader) -> crate::Result<serde_json::Value> {
         "limit": s.limit.map(|l| queue_limit(&l)),
         "payload_bytes": s.payload_bytes,
         "dropped": s.dropped,
+        "storage_full_ms": s.storage_full_ms,
     }))
 }
 

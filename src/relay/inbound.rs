@@ -507,14 +507,11 @@ impl Worker {
         match all {
             Ok(done) => Ok(done.into_iter().map(Ok).collect()),
             // A full queue (its size limit) may still have room for some of them.
-            Err(e) if refuses_input(&e) || matches!(e, crate::Error::QueueFull { .. }) => {
+            Err(e) if refuses_input(&e) || is_full(&e) => {
                 let mut each = Vec::with_capacity(fetched.len());
                 for f in fetched {
                     match self.queue.enqueue(f.msg.payload.as_ref(), options(f)) {
-                        Err(e)
-                            if !refuses_input(&e)
-                                && !matches!(e, crate::Error::QueueFull { .. }) =>
-                        {
+                        Err(e) if !refuses_input(&e) && !is_full(&e) => {
                             return Err(e);
                         }
                         r => each.push(r),
@@ -554,11 +551,13 @@ impl Worker {
                         e.to_string(),
                     );
                     last = Some(match e {
-                        crate::Error::QueueFull { .. } => RelayError::QueueFull {
-                            key,
-                            stream_seq,
-                            reason,
-                        },
+                        crate::Error::QueueFull { .. } | crate::Error::StorageFull { .. } => {
+                            RelayError::QueueFull {
+                                key,
+                                stream_seq,
+                                reason,
+                            }
+                        }
                         _ => RelayError::TooLargeForQueue {
                             key,
                             stream_seq,
@@ -598,5 +597,14 @@ fn refuses_input(e: &crate::Error) -> bool {
     matches!(
         e,
         crate::Error::PayloadTooLarge { .. } | crate::Error::KeyTooLong { .. }
+    )
+}
+
+/// Whether `e` refuses a job for want of room: the queue's size limit (`QueueFull`) or the
+/// file's disk reserve (`StorageFull`). The message stays in the stream and comes again.
+fn is_full(e: &crate::Error) -> bool {
+    matches!(
+        e,
+        crate::Error::QueueFull { .. } | crate::Error::StorageFull { .. }
     )
 }

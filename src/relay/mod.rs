@@ -322,7 +322,8 @@ pub enum RelayError {
     },
     /// An inbound message the local queue had no room for: its size limit
     /// ([`Queue::set_limit`](crate::Queue::set_limit)) refused it
-    /// ([`Error::QueueFull`](crate::Error::QueueFull)). It stays in the stream, unacked (a
+    /// ([`Error::QueueFull`](crate::Error::QueueFull)), or the file is within its disk
+    /// reserve ([`Error::StorageFull`](crate::Error::StorageFull)). It stays in the stream, unacked (a
     /// `nak` with a delay of a minute), and comes again once there may be room.
     #[error("message {key:?} (stream sequence {stream_seq}) found the local queue full: {reason}")]
     QueueFull {

@@ -22,7 +22,7 @@ use super::validate::NewJob;
 /// A dedup key held by a live job, or by an earlier record of the same batch, makes that
 /// record a `Duplicate`; key holders and windows are judged at each record's `created_ms`
 /// (now). Refused `QueueFull`, having written nothing, when the jobs do not fit the queue's
-/// size limit.
+/// size limit, and `StorageFull` while the file is within its disk reserve.
 pub(crate) fn enqueue(
     ctx: &mut Ctx<'_>,
     schema: &'static QueueSchema,
@@ -32,10 +32,10 @@ pub(crate) fn enqueue(
     full_is_refused(enqueue_into(&mut tables, ctx, jobs, None))
 }
 
-/// An enqueue's `QueueFull` (returned before its first write) as a refusal.
+/// An enqueue's `QueueFull` or `StorageFull` (returned before its first write) as a refusal.
 fn full_is_refused(done: Result<Vec<Enqueued>>) -> Verdict<Vec<Enqueued>> {
     match done {
-        Err(e @ Error::QueueFull { .. }) => refuse(e),
+        Err(e @ (Error::QueueFull { .. } | Error::StorageFull { .. })) => refuse(e),
         other => other.map(Ok),
     }
 }
@@ -61,7 +61,8 @@ pub(crate) fn enqueue_imported(
 }
 
 /// [`enqueue`] (`judged_at_ms: None`) or [`enqueue_imported`] on tables the running
-/// operation holds open. `QueueFull`, before anything is written, if the jobs do not fit the
+/// operation holds open. `StorageFull` (the file within its disk reserve) or `QueueFull`,
+/// before anything is written, if the jobs do not fit the
 /// queue's size limit (after dropping the oldest waiting jobs if it says so).
 pub(super) fn enqueue_into(
     tables: &mut Tables<'_>,
@@ -73,6 +74,10 @@ pub(super) fn enqueue_into(
         return Ok(Vec::new());
     };
     let judged_ms = judged_at_ms.unwrap_or(first.record.created_ms);
+    // A file within its disk reserve takes no new job (the drain goes on).
+    if let Some(full) = ctx.group().refuse_growth() {
+        return Err(full);
+    }
     super::queue_limit::make_room(tables, ctx.group(), jobs, judged_ms)??;
     let mut out = Vec::with_capacity(jobs.len());
     for job in jobs {

@@ -84,6 +84,11 @@ pub(crate) fn stats(rtx: &ReadTransaction, schema: &'static QueueSchema) -> Resu
         limit: limit.map(|(l, _)| l),
         payload_bytes: limit.map(|(_, bytes)| bytes),
         dropped: super::queue_limit::dropped_of(rtx, schema.queue_number)?,
+        storage_full_ms: rtx
+            .open_table(crate::format::schema::META)?
+            .get(crate::format::schema::META_STORAGE_FULL_MS)?
+            .map(|v| v.value())
+            .filter(|&ms| ms != 0),
     })
 }
 

@@ -362,7 +362,7 @@ pub(crate) fn trigger(
     };
     let mut tables = Tables::open(ctx, schema)?;
     let id = match enqueue_instance(&mut tables, ctx, &record.template, now_ms) {
-        Err(e @ Error::QueueFull { .. }) => return refuse(e),
+        Err(e @ (Error::QueueFull { .. } | Error::StorageFull { .. })) => return refuse(e),
         other => other?,
     };
     if let Some((previous, _)) = record.last_job {
@@ -582,6 +582,10 @@ pub(super) fn fire_due(
             match enqueue_instance(tables, ctx, &record.template, now_ms) {
                 Err(Error::QueueFull { .. }) => {
                     tracing::warn!(queue_number, schedule = %name, "leaseq: the queue is full: a due time of the schedule skipped");
+                    None
+                }
+                Err(Error::StorageFull { .. }) => {
+                    tracing::warn!(queue_number, schedule = %name, "leaseq: storage full: a due time of the schedule skipped");
                     None
                 }
                 other => Some(other?),

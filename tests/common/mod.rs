@@ -528,3 +528,15 @@ pub fn enqueue_n(q: &Queue, n: usize, opts: EnqueueOptions) -> Vec<JobId> {
         })
         .collect()
 }
+
+/// Bytes `path` takes on disk (allocated blocks, as `du` counts them; the length where the
+/// platform has no block count); 0 if it is missing.
+pub fn allocated_bytes(path: &std::path::Path) -> u64 {
+    match std::fs::metadata(path) {
+        #[cfg(unix)]
+        Ok(m) => std::os::unix::fs::MetadataExt::blocks(&m) * 512,
+        #[cfg(not(unix))]
+        Ok(m) => m.len(),
+        Err(_) => 0,
+    }
+}

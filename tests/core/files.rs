@@ -126,7 +126,11 @@ fn create_leaves_no_temporary_file_and_reopen_keeps_jobs() {
     names.sort();
     assert_eq!(
         names,
-        vec!["q.leaseq".to_string(), "q.leaseq-journal".to_string()]
+        vec![
+            "q.leaseq".to_string(),
+            "q.leaseq-journal".to_string(),
+            "q.leaseq-reserve".to_string()
+        ]
     );
     let q = f.open();
     assert!(!q.recovery().created);
@@ -300,8 +304,8 @@ fn concurrent_first_opens_create_one_file() {
         }
         assert_eq!(opened, 1, "round {round}: {results:?}");
         drop(results);
-        // Exactly one file and its journal, no temporary left behind.
-        assert_eq!(fs::read_dir(f.dir.path()).unwrap().count(), 2);
+        // Exactly one file, its journal and its disk reserve, no temporary left behind.
+        assert_eq!(fs::read_dir(f.dir.path()).unwrap().count(), 3);
     }
 }
 
@@ -409,7 +413,12 @@ fn a_volume_without_hard_links_gets_its_queue_by_rename() {
     names.sort();
     assert_eq!(
         names,
-        [".q.leaseq.create-lock", "q.leaseq", "q.leaseq-journal"]
+        [
+            ".q.leaseq.create-lock",
+            "q.leaseq",
+            "q.leaseq-journal",
+            "q.leaseq-reserve"
+        ]
     );
     let q = Queue::open(&path).unwrap();
     assert!(!q.recovery().created);

@@ -527,7 +527,12 @@ fn kib(i: u32) -> Vec<u8> {
     format!("{i:08}").repeat(128).into_bytes()
 }
 
-// C41: a disk that fills up. On a 4 MiB tmpfs, enqueues of 1 KiB run until the file system is
+/// The queue at `path` opened without a disk reserve: the disk fills up to its last byte.
+fn open_without_reserve(path: &Path) -> leaseq::Result<Queue> {
+    Queue::builder().disk_reserve(0).open(path)
+}
+
+// C41: a disk that fills up, without a disk reserve (`disk_reserve(0)`). On a 4 MiB tmpfs, enqueues of 1 KiB run until the file system is
 // full: the failing one is a typed error naming ENOSPC, the handle then refuses every call,
 // and nothing is lost: a reopen on the still full disk reads every job enqueued `Ok`, and a
 // drain with `ack_with` either makes progress or fails with the same typed error (redb writes
@@ -542,7 +547,7 @@ fn a_full_disk_is_a_typed_error_that_loses_nothing() {
     let path = fs.mnt.join("q.leaseq");
     let ballast = fs.mnt.join("ballast");
     std::fs::write(&ballast, vec![7u8; 256 * 1024]).unwrap();
-    let q = Queue::open(&path).unwrap();
+    let q = open_without_reserve(&path).unwrap();
     let mut enqueued = Vec::new();
     let full = loop {
         let i = enqueued.len() as u32;
@@ -573,7 +578,7 @@ fn a_full_disk_is_a_typed_error_that_loses_nothing() {
 
     // Still full: the reopen and a drain either work or fail with the full disk's error.
     let mut acked = 0u32;
-    match Queue::open(&path) {
+    match open_without_reserve(&path) {
         Ok(q) => {
             // Reads need no space.
             assert_eq!(q.check().unwrap(), vec![]);
@@ -611,7 +616,7 @@ fn a_full_disk_is_a_typed_error_that_loses_nothing() {
 
     // Space freed: every job is there, new ones go in, everything drains once.
     std::fs::remove_file(&ballast).unwrap();
-    let q = Queue::open(&path).unwrap();
+    let q = open_without_reserve(&path).unwrap();
     assert_eq!(q.check().unwrap(), vec![]);
     let extra = q
         .enqueue(&kib(99_999)[..], EnqueueOptions::default())
@@ -661,9 +666,254 @@ fn a_full_disk_is_a_typed_error_that_loses_nothing() {
     }
     drop(q);
     std::fs::remove_file(&ballast).unwrap();
-    let q = Queue::open(&path).unwrap();
+    let q = open_without_reserve(&path).unwrap();
     assert_eq!(q.check().unwrap(), vec![]);
     assert_eq!(q.stats().unwrap().total, 200);
+}
+
+// Issue 41: the disk reserve. An app fills a 32 MiB tmpfs with its own enqueues (the
+// default reserve: a sixteenth of it, 2 MiB): the enqueue that meets the reserve is refused
+// `StorageFull`, nothing written, never an I/O error; the file says so in its stats and an
+// event, and its reserve file is gone. The drain (`ack_with`) then takes every job, each
+// effect applied once, with no error and no restart; and the file takes enqueues again by
+// itself, its reserve file back, the turn announced.
+#[test]
+fn a_disk_the_app_fills_itself_refuses_enqueues_and_drains_every_job() {
+    let Some(fs) = tmpfs_or_skip("disk reserve (app fills)", "32m") else {
+        return;
+    };
+    let path = fs.mnt.join("q.leaseq");
+    let reserve_file = fs.mnt.join("q.leaseq-reserve");
+    let q = Queue::open(&path).unwrap();
+    let events = q.events().unwrap();
+    let mut turned_full = false;
+    let mut turned_ok = false;
+    let reserve_len = std::fs::metadata(&reserve_file).unwrap().len();
+    assert_eq!(reserve_len, 2 << 20, "the default reserve on a 32 MiB disk");
+    let mut enqueued = Vec::new();
+    let refused = loop {
+        let i = enqueued.len() as u32;
+        assert!(i < 40_000, "32 MiB never filled up");
+        while let Some(e) = events.try_recv() {
+            turned_full |= matches!(e, leaseq::Event::StorageFull { .. });
+        }
+        match q.enqueue(&kib(i)[..], EnqueueOptions::default()) {
+            Ok(e) => enqueued.push(e.id().0),
+            Err(e) => break e,
+        }
+    };
+    let Error::StorageFull {
+        available_bytes,
+        reserve_bytes,
+        ..
+    } = refused
+    else {
+        panic!("the full disk's refusal: {refused:?}")
+    };
+    assert_eq!(reserve_bytes, 2 << 20);
+    assert!(enqueued.len() > 5_000, "only {} jobs fit", enqueued.len());
+    let free = free_bytes(&fs.mnt);
+    eprintln!(
+        "disk reserve: {} jobs of 1 KiB, then refused with {available_bytes} bytes free (df: {free})",
+        enqueued.len()
+    );
+    assert!(!reserve_file.exists(), "the reserve file was given back");
+    assert!(free >= 2 << 20, "the reserve's room is free: {free}");
+    let stats = q.stats().unwrap();
+    assert!(stats.storage_full_ms.is_some(), "{stats:?}");
+    assert_eq!(
+        stats.total,
+        enqueued.len() as u64,
+        "the refused job is not stored"
+    );
+    while let Some(e) = events.try_recv() {
+        turned_full |= matches!(e, leaseq::Event::StorageFull { .. });
+    }
+    assert!(turned_full, "no StorageFull event");
+    // Another refusal, of a batch and inside a transaction: nothing written either.
+    assert!(matches!(
+        q.enqueue_batch(vec![(&b"a"[..], EnqueueOptions::default())]),
+        Err(Error::StorageFull { .. })
+    ));
+    assert_eq!(q.stats().unwrap().total, enqueued.len() as u64);
+
+    // The drain: every job, its effect once, no error.
+    let mut left: std::collections::BTreeSet<u64> = enqueued.iter().copied().collect();
+    while let Some(l) = q.dequeue().unwrap() {
+        let id = l.id().0;
+        l.ack_with(|tx| crate::common::bump(tx, id)).unwrap();
+        assert!(left.remove(&id), "job {id} delivered twice");
+        while let Some(e) = events.try_recv() {
+            turned_ok |= e == leaseq::Event::StorageAvailable;
+        }
+    }
+    assert!(left.is_empty(), "{} jobs not drained", left.len());
+    let effects = crate::common::effects(&q);
+    assert_eq!(effects.len(), enqueued.len());
+    assert!(effects.values().all(|&n| n == 1));
+
+    // Room again, by itself: the freed pages count, the reserve file comes back.
+    let started = std::time::Instant::now();
+    let again = loop {
+        match q.enqueue(&b"after"[..], EnqueueOptions::default()) {
+            Ok(e) => break e.id(),
+            Err(Error::StorageFull { .. }) if started.elapsed().as_secs() < 10 => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("the drained file still refuses: {e:?}"),
+        }
+    };
+    assert!(reserve_file.exists(), "the reserve file is back");
+    assert_eq!(q.stats().unwrap().storage_full_ms, None);
+    turned_ok |=
+        std::iter::from_fn(|| events.try_recv()).any(|e| e == leaseq::Event::StorageAvailable);
+    assert!(turned_ok, "no StorageAvailable event");
+    assert_eq!(q.job(again).unwrap().unwrap().id, again);
+    assert_eq!(q.check().unwrap(), vec![]);
+}
+
+// Issue 41: another process fills the disk (`dd` until ENOSPC) while the app has 3,000 jobs
+// waiting. The app's next commit sees the disk full and gives its reserve file back, so the
+// drain takes every job, each effect once, without an error or a restart, while enqueues are
+// refused `StorageFull`. Once the other file is deleted the app takes enqueues again by
+// itself, its reserve file made again.
+#[test]
+fn a_disk_another_process_fills_leaves_the_drain_its_reserve() {
+    let Some(fs) = tmpfs_or_skip("disk reserve (another process fills)", "32m") else {
+        return;
+    };
+    let path = fs.mnt.join("q.leaseq");
+    let reserve_file = fs.mnt.join("q.leaseq-reserve");
+    let q = Queue::builder().disk_reserve(4 << 20).open(&path).unwrap();
+    let mut left = std::collections::BTreeSet::new();
+    for i in 0..3_000 {
+        left.insert(
+            q.enqueue(&kib(i)[..], EnqueueOptions::default())
+                .unwrap()
+                .id()
+                .0,
+        );
+    }
+    assert_eq!(std::fs::metadata(&reserve_file).unwrap().len(), 4 << 20);
+    let filler = fs.mnt.join("filler");
+    let dd = std::process::Command::new("dd")
+        .args(["if=/dev/zero", "bs=64k"])
+        .arg(format!("of={}", filler.display()))
+        .output()
+        .unwrap();
+    assert!(!dd.status.success(), "dd filled the disk and failed");
+    assert!(
+        String::from_utf8_lossy(&dd.stderr).contains("No space left"),
+        "{}",
+        String::from_utf8_lossy(&dd.stderr)
+    );
+    assert!(free_bytes(&fs.mnt) < 64 << 10, "the disk is full");
+    let mut drained = 0u64;
+    while let Some(l) = q.dequeue().unwrap() {
+        let id = l.id().0;
+        l.ack_with(|tx| crate::common::bump(tx, id)).unwrap();
+        assert!(left.remove(&id), "job {id} delivered twice");
+        drained += 1;
+        if drained == 1 {
+            assert!(!reserve_file.exists(), "the reserve file given back");
+            assert!(matches!(
+                q.enqueue(&b"x"[..], EnqueueOptions::default()),
+                Err(Error::StorageFull { .. })
+            ));
+        }
+    }
+    assert!(left.is_empty(), "{} jobs not drained", left.len());
+    let effects = crate::common::effects(&q);
+    assert_eq!(effects.len(), 3_000);
+    assert!(effects.values().all(|&n| n == 1));
+    assert!(q.stats().unwrap().storage_full_ms.is_some());
+    eprintln!(
+        "disk reserve: {drained} jobs drained on a disk another process filled; {} bytes free after",
+        free_bytes(&fs.mnt)
+    );
+
+    std::fs::remove_file(&filler).unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        match q.enqueue(&b"after"[..], EnqueueOptions::default()) {
+            Ok(_) => break,
+            Err(Error::StorageFull { .. }) if started.elapsed().as_secs() < 10 => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("the freed disk still refuses: {e:?}"),
+        }
+    }
+    assert_eq!(std::fs::metadata(&reserve_file).unwrap().len(), 4 << 20);
+    assert_eq!(q.stats().unwrap().storage_full_ms, None);
+    assert_eq!(q.check().unwrap(), vec![]);
+}
+
+// Issue 41: the file limit. With 16 MiB for the file and its journal (4 MiB of which the
+// journal takes) and a 2 MiB reserve, enqueues are refused `StorageFull` before the file
+// and journal take 16 MiB on disk; the drain then takes every job without going past it, and
+// the file takes enqueues again.
+#[test]
+fn the_file_limit_refuses_enqueues_before_it_and_the_drain_stays_under_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.leaseq");
+    let max = 16u64 << 20;
+    let q = Queue::builder()
+        .disk_reserve(2 << 20)
+        .file_bytes_max(Some(max))
+        .open(&path)
+        .unwrap();
+    let taken = || {
+        crate::common::allocated_bytes(&path)
+            + crate::common::allocated_bytes(&dir.path().join("q.leaseq-journal"))
+    };
+    let mut enqueued = Vec::new();
+    let refused = loop {
+        let i = enqueued.len() as u32;
+        assert!(i < 40_000, "the limit never met");
+        assert!(taken() <= max, "{} bytes taken at job {i}", taken());
+        match q.enqueue(&kib(i)[..], EnqueueOptions::default()) {
+            Ok(e) => enqueued.push(e.id().0),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(refused, Error::StorageFull { file_bytes_max: Some(m), .. } if m == max),
+        "{refused:?}"
+    );
+    assert!(enqueued.len() > 1_000, "only {} jobs fit", enqueued.len());
+    let mut n = 0;
+    while let Some(l) = q.dequeue().unwrap() {
+        let id = l.id().0;
+        l.ack_with(|tx| crate::common::bump(tx, id)).unwrap();
+        n += 1;
+        assert!(taken() <= max, "{} bytes taken after {n} acks", taken());
+    }
+    assert_eq!(n, enqueued.len());
+    let started = std::time::Instant::now();
+    while let Err(e) = q.enqueue(&b"after"[..], EnqueueOptions::default()) {
+        assert!(matches!(e, Error::StorageFull { .. }), "{e:?}");
+        assert!(
+            started.elapsed().as_secs() < 10,
+            "the drained file still refuses"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(q.check().unwrap(), vec![]);
+    // A limit under 4 times the reserve is refused at open.
+    let small = Queue::builder()
+        .disk_reserve(1 << 20)
+        .file_bytes_max(Some(3 << 20))
+        .open(dir.path().join("other.leaseq"));
+    assert!(
+        matches!(
+            small,
+            Err(Error::InvalidOption {
+                field: "file_bytes_max",
+                ..
+            })
+        ),
+        "{small:?}"
+    );
 }
 
 // C41: C08's SIGKILLed workloads on a small tmpfs that fills up: before every round a ballast
@@ -692,6 +942,7 @@ fn sigkilled_workloads_on_a_small_tmpfs_keep_every_reported_promise() {
             t.io_errors > 0 && t.full_disk_opens > 0,
             "the file system never filled up: {t:?}"
         );
+        assert!(t.storage_full > 0, "no enqueue met the disk reserve: {t:?}");
     }
 }
 

@@ -77,6 +77,9 @@ struct Plan {
     max_attempts: u32,
     /// The child opens with `Builder::live_reads`; the parent then reads beside it.
     live_reads: bool,
+    /// The child's `Builder::disk_reserve` (`None`: the default). On a small disk its
+    /// enqueues meet it (refused `StorageFull`, reported `FULL`) or, with 0, the full disk.
+    disk_reserve: Option<u64>,
 }
 
 fn plan(seed: u64, round: u64) -> Plan {
@@ -86,6 +89,7 @@ fn plan(seed: u64, round: u64) -> Plan {
         lease_ms: [10, 40, 150, 30_000][rng.usize(0..4)],
         max_attempts: rng.u32(2..=5),
         live_reads: rng.bool(),
+        disk_reserve: [None, Some(0), Some(64 << 10), Some(256 << 10)][rng.usize(0..4)],
     }
 }
 
@@ -133,12 +137,16 @@ fn child_entry_process_kill() {
         }
     }
     let open = || {
-        Queue::builder()
+        let b = Queue::builder()
             .retry(leaseq::RetryPolicy::immediate())
             .lease(ms(p.lease_ms))
             .max_attempts(p.max_attempts)
-            .live_reads(p.live_reads)
-            .open(&path)
+            .live_reads(p.live_reads);
+        match p.disk_reserve {
+            Some(bytes) => b.disk_reserve(bytes),
+            None => b,
+        }
+        .open(&path)
     };
     let mut q = match open() {
         Ok(q) => q,
@@ -375,6 +383,8 @@ impl Worker {
         let (payload, opts) = self.job_spec();
         match self.q.enqueue(payload.as_bytes(), opts) {
             Ok(e) => Self::report_enqueued(e, &payload),
+            // The disk reserve met: refused, nothing stored (no job reported).
+            Err(Error::StorageFull { .. }) => say("FULL"),
             Err(e) => self.failed("enqueue", e),
         }
     }
@@ -389,6 +399,7 @@ impl Worker {
                     Self::report_enqueued(e, payload);
                 }
             }
+            Err(Error::StorageFull { .. }) => say("FULL"),
             Err(e) => self.failed("enqueue_batch", e),
         }
     }
@@ -625,6 +636,8 @@ impl Worker {
                 Self::report_enqueued(e, &payload);
                 say(format!("WRITE {key}"));
             }
+            // Refused inside the closure: the effect was not committed either.
+            Err(Error::StorageFull { .. }) => say("FULL"),
             Err(e) => self.failed("write", e),
         }
     }
@@ -703,6 +716,8 @@ pub(crate) struct Tally {
     pub(crate) outbox_writes: u64,
     /// Calls that failed with an I/O error under injected faults (io_faults.rs).
     pub(crate) io_errors: u64,
+    /// Enqueues refused `StorageFull` (the disk reserve met).
+    pub(crate) storage_full: u64,
     /// Rounds whose faults were armed in a running child, and those whose child stopped on
     /// an I/O error.
     pub(crate) fault_rounds: u64,
@@ -740,6 +755,7 @@ impl Tally {
             (&mut self.snoozes, o.snoozes),
             (&mut self.outbox_writes, o.outbox_writes),
             (&mut self.io_errors, o.io_errors),
+            (&mut self.storage_full, o.storage_full),
             (&mut self.fault_rounds, o.fault_rounds),
             (&mut self.fault_stops, o.fault_stops),
             (&mut self.full_disk_opens, o.full_disk_opens),
@@ -823,6 +839,7 @@ impl Model {
             "OPEN" | "RQ" | "EXT" | "DROP" | "SNZ" | "PRUNE" | "COMPACT" | "REOPEN" | "HELLO"
             | "DONE" => {}
             "IOERR" => self.tally.io_errors += 1,
+            "FULL" => self.tally.storage_full += 1,
             "WRITE" => {
                 self.tally.outbox_writes += 1;
                 self.outbox_keys.insert(w[1].to_string());

@@ -1,0 +1,373 @@
+//! The disk reserve: room kept for the drain, so a queue whose disk (or whose file limit)
+//! fills never needs a person (the operations chapter, "A full disk").
+//!
+//! An open file with a path watches two numbers before every commit that writes: the bytes
+//! free to it on its file system, and the bytes its file and journal take on disk. While
+//! the room left (free bytes, or the file limit less the bytes taken, each plus what the file
+//! can reuse inside itself) is under the reserve, the file is *storage full*: calls that only
+//! grow it are refused with `StorageFull` (nothing written); dequeue, ack, `ack_with`,
+//! nack, cancel, remove, prune and compaction go on, and each group is a checkpoint, so the
+//! pages an ack frees are reused by the next. As etcd's NOSPACE alarm: reads and deletes only.
+//!
+//! Beside the file, `<file>-reserve` holds the reserve's bytes, allocated (a ballast, as
+//! CockroachDB's emergency ballast): another process filling the disk leaves leaseq that
+//! much. It is deleted when the file turns full and made again when the file leaves that
+//! state, which takes twice the reserve of room beyond the ballast's own (hysteresis: the
+//! state does not flap at its edge).
+//!
+//! What the file can reuse is its allocated bytes less the pages redb holds: pages a drain
+//! freed. Counting redb's pages walks its trees, so it is done only near the edge, at most
+//! every [`REUSABLE_REFRESH`].
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use fs4::FileExt;
+use parking_lot::Mutex;
+use redb::WriteTransaction;
+
+use crate::clock::Clock;
+use crate::error::Error;
+
+/// How often, at most, the pages redb holds are counted (a walk of its trees) while the
+/// file is near or in the storage-full state.
+pub(crate) const REUSABLE_REFRESH: Duration = Duration::from_secs(1);
+
+/// How often, at most, a refused call looks again at the disk while the file is full (so a
+/// file that only refuses leaves the state once space is freed).
+const FULL_RECHECK: Duration = Duration::from_millis(100);
+
+/// The reserve file's path beside the queue file `path`: `<name>-reserve`.
+pub(crate) fn path_beside(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-reserve");
+    PathBuf::from(name)
+}
+
+/// What the last look at the disk saw, for the refusal's error and the state's events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// Bytes free to this process on the file's file system.
+    pub available: u64,
+    /// Bytes the file and its journal take on disk.
+    pub file_bytes: u64,
+    /// Of those, bytes the file can reuse (pages freed inside it).
+    pub reusable: u64,
+}
+
+/// A change of the storage-full state, to publish as an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turned {
+    /// The file turned full at this time (Unix ms).
+    Full(u64),
+    /// The file has room again.
+    Ok,
+}
+
+struct State {
+    /// Since when (Unix ms) the file is full; `None` while it has room.
+    full_since_ms: Option<u64>,
+    /// Whether the reserve file is in place.
+    held: bool,
+    seen: Seen,
+    /// When the reusable bytes were counted last.
+    counted_at: Option<Instant>,
+    looked_at: Option<Instant>,
+    /// The state as the file records it (`leaseq_meta`), written by the next commit.
+    recorded: Option<Option<u64>>,
+    /// Turns not published yet.
+    turns: Vec<Turned>,
+}
+
+/// Most turns kept unpublished (the newest win).
+const TURNS_KEPT: usize = 4;
+
+fn push_turn(turns: &mut Vec<Turned>, turn: Turned) {
+    if turns.len() >= TURNS_KEPT {
+        turns.remove(0);
+    }
+    turns.push(turn);
+}
+
+/// The disk reserve of one open file (shared by its handles through the committer).
+pub(crate) struct DiskReserve {
+    dir: PathBuf,
+    file: File,
+    journal: Option<File>,
+    reserve_path: PathBuf,
+    reserve: u64,
+    file_max: Option<u64>,
+    clock: Arc<dyn Clock>,
+    full: AtomicBool,
+    /// Within twice the reserve of the edge (full or not): each group is a checkpoint.
+    near: AtomicBool,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for DiskReserve {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskReserve")
+            .field("dir", &self.dir)
+            .field("reserve", &self.reserve)
+            .field("file_max", &self.file_max)
+            .field("full", &self.full.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl DiskReserve {
+    /// The reserve of the queue file at `path` (journal at `journal` if on): `reserve`
+    /// bytes (0: no reserve file, and the file is full only at its limit or when the disk
+    /// has no byte left), `file_max` the file limit. Makes the reserve file if it is
+    /// missing and the disk has room for it; `recorded` is the state the file records.
+    pub(crate) fn open(
+        path: &Path,
+        journal: Option<&Path>,
+        reserve: u64,
+        file_max: Option<u64>,
+        clock: Arc<dyn Clock>,
+        recorded: Option<u64>,
+    ) -> crate::error::Result<DiskReserve> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let file = File::open(path)?;
+        let journal = match journal {
+            Some(j) => Some(File::open(j)?),
+            None => None,
+        };
+        let reserve_path = path_beside(path);
+        let r = DiskReserve {
+            dir,
+            file,
+            journal,
+            reserve_path,
+            reserve,
+            file_max,
+            clock,
+            full: AtomicBool::new(false),
+            near: AtomicBool::new(false),
+            state: Mutex::new(State {
+                full_since_ms: None,
+                held: false,
+                seen: Seen::default(),
+                counted_at: None,
+                looked_at: None,
+                recorded: Some(recorded),
+                turns: Vec::new(),
+            }),
+        };
+        let mut st = r.state.lock();
+        if reserve == 0 {
+            // No reserve asked for: a reserve file an earlier open left is given back.
+            let _ = std::fs::remove_file(&r.reserve_path);
+        } else {
+            st.held = r.hold_reserve_file();
+        }
+        drop(st);
+        Ok(r)
+    }
+
+    /// Makes (or finds) the reserve file at its full size; whether it is in place. A disk
+    /// without room for it leaves none (the first look turns the file full).
+    fn hold_reserve_file(&self) -> bool {
+        let made = (|| -> std::io::Result<()> {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&self.reserve_path)?;
+            if f.allocated_size()? < self.reserve {
+                f.allocate(self.reserve)?;
+                f.sync_all()?;
+            }
+            Ok(())
+        })();
+        match made {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, path = %self.reserve_path.display(), "leaseq: no room for the disk reserve file");
+                let _ = std::fs::remove_file(&self.reserve_path);
+                false
+            }
+        }
+    }
+
+    /// Whether the file is storage full (calls that grow it are refused).
+    pub(crate) fn is_full(&self) -> bool {
+        self.full.load(Ordering::Acquire)
+    }
+
+    /// Whether each group must be a checkpoint: the file is full, or within twice the
+    /// reserve of it. A checkpoint makes the pages the group's commit frees reusable at once,
+    /// and its growth seen by the next look (between checkpoints, new pages wait in the page
+    /// cache and a file system counts them only when written back).
+    pub(crate) fn checkpoint_each_group(&self) -> bool {
+        self.is_full() || self.near.load(Ordering::Acquire)
+    }
+
+    /// `StorageFull` for a call that only grows the file, while it is full; `None` if it may
+    /// go on. A refused call looks at the disk again now and then (`tx` counts the pages
+    /// redb holds), so the state ends once space is freed even if nothing else writes.
+    pub(crate) fn refuse_growth(&self, tx: &WriteTransaction) -> Option<Error> {
+        if !self.is_full() {
+            return None;
+        }
+        let look = {
+            let st = self.state.lock();
+            st.looked_at.is_none_or(|t| t.elapsed() >= FULL_RECHECK)
+        };
+        if look {
+            self.look(tx);
+        }
+        if !self.is_full() {
+            return None;
+        }
+        let st = self.state.lock();
+        Some(Error::StorageFull {
+            available_bytes: st.seen.available,
+            file_bytes: st.seen.file_bytes,
+            reusable_bytes: st.seen.reusable,
+            reserve_bytes: self.reserve,
+            file_bytes_max: self.file_max,
+        })
+    }
+
+    /// Looks at the disk (before a commit that writes, or from a refused call) and turns the
+    /// state if it must: full when the room left is under the reserve (the reserve file
+    /// deleted), room again when it is at least twice the reserve beyond the reserve file
+    /// (made again). A turn is kept for [`DiskReserve::take_turns`]. An error reading the
+    /// disk's numbers changes nothing (logged).
+    pub(crate) fn look(&self, tx: &WriteTransaction) {
+        let mut st = self.state.lock();
+        st.looked_at = Some(Instant::now());
+        let available = match fs4::available_space(&self.dir) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "leaseq: free disk space unknown");
+                return;
+            }
+        };
+        let file_bytes = self.file.allocated_size().unwrap_or(0)
+            + self
+                .journal
+                .as_ref()
+                .map_or(0, |j| j.allocated_size().unwrap_or(0));
+        st.seen.available = available;
+        st.seen.file_bytes = file_bytes;
+        let full_now = st.full_since_ms.is_some();
+        // To leave the state takes twice the reserve of room (and on the disk the reserve
+        // file's own bytes too, while it is not in place); to enter it, less than the reserve.
+        let (disk_margin, limit_margin) = if full_now {
+            let twice = self.reserve.saturating_mul(2);
+            let ballast = if st.held { 0 } else { self.reserve };
+            (twice.saturating_add(ballast), twice)
+        } else {
+            (self.reserve, self.reserve)
+        };
+        let short = |reusable: u64, disk_margin: u64, limit_margin: u64| -> bool {
+            let disk_room = available.saturating_add(reusable);
+            let limit_room = self.file_max.map_or(u64::MAX, |max| {
+                max.saturating_sub(file_bytes).saturating_add(reusable)
+            });
+            disk_room < disk_margin.max(1) || limit_room < limit_margin.max(1)
+        };
+        let tight = |reusable: u64| short(reusable, disk_margin, limit_margin);
+        // Near the edge: within twice the reserve.
+        let twice = self.reserve.saturating_mul(2);
+        let near = |reusable: u64| short(reusable, twice, twice);
+        // Cheap first: without counting the file's free pages.
+        if !full_now && !near(0) {
+            self.near.store(false, Ordering::Release);
+            return;
+        }
+        if st
+            .counted_at
+            .is_none_or(|t| t.elapsed() >= REUSABLE_REFRESH)
+        {
+            st.counted_at = Some(Instant::now());
+            st.seen.reusable = reusable_bytes(tx, self.file.allocated_size().unwrap_or(0));
+        }
+        let tight_now = tight(st.seen.reusable);
+        self.near.store(near(st.seen.reusable), Ordering::Release);
+        match (full_now, tight_now) {
+            (false, true) => {
+                let now_ms = self.clock.now_ms();
+                st.full_since_ms = Some(now_ms);
+                self.full.store(true, Ordering::Release);
+                if st.held {
+                    let _ = std::fs::remove_file(&self.reserve_path);
+                    st.held = false;
+                }
+                tracing::warn!(
+                    available = st.seen.available,
+                    file_bytes = st.seen.file_bytes,
+                    reusable = st.seen.reusable,
+                    reserve = self.reserve,
+                    "leaseq: storage full: enqueues refused until space is freed"
+                );
+                push_turn(&mut st.turns, Turned::Full(now_ms));
+            }
+            (true, false) => {
+                if self.reserve > 0 && !st.held {
+                    st.held = self.hold_reserve_file();
+                    if !st.held {
+                        return;
+                    }
+                }
+                st.full_since_ms = None;
+                self.full.store(false, Ordering::Release);
+                tracing::info!(
+                    available = st.seen.available,
+                    reusable = st.seen.reusable,
+                    "leaseq: storage has room again: enqueues taken"
+                );
+                push_turn(&mut st.turns, Turned::Ok);
+            }
+            _ => {}
+        }
+    }
+
+    /// The turns since the last call, oldest first (at most [`TURNS_KEPT`]), to publish.
+    pub(crate) fn take_turns(&self) -> Vec<Turned> {
+        std::mem::take(&mut self.state.lock().turns)
+    }
+
+    /// The state to record in the file if it differs from what the file records (the
+    /// value of `leaseq_meta`'s `storage_full_ms`: 0 while there is room), marking it
+    /// recorded; `None` when the file records the state already.
+    pub(crate) fn to_record(&self) -> Option<u64> {
+        let mut st = self.state.lock();
+        let now = st.full_since_ms;
+        if st.recorded == Some(now) {
+            return None;
+        }
+        st.recorded = Some(now);
+        Some(now.unwrap_or(0))
+    }
+
+    /// Forgets what the file records (a commit carrying it failed): the next writes it.
+    pub(crate) fn record_lost(&self) {
+        self.state.lock().recorded = None;
+    }
+}
+
+/// Bytes of the file (taking `allocated` bytes on disk) that redb does not hold: pages a
+/// drain freed, which it reuses before it grows the file. 0 if redb's count fails.
+fn reusable_bytes(tx: &WriteTransaction, allocated: u64) -> u64 {
+    match tx.stats() {
+        Ok(s) => {
+            let held = s.allocated_pages().saturating_mul(s.page_size() as u64);
+            allocated.saturating_sub(held)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "leaseq: redb's page count failed");
+            0
+        }
+    }
+}
