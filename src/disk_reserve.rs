@@ -122,7 +122,9 @@ impl DiskReserve {
     /// The reserve of the queue file at `path` (journal at `journal` if on): `reserve`
     /// bytes (0: no reserve file, and the file is full only at its limit or when the disk
     /// has no byte left), `file_max` the file limit. Makes the reserve file if it is
-    /// missing and the disk has room for it; `recorded` is the state the file records.
+    /// missing and the disk has room for it; `recorded` is the state the file records: a
+    /// file recorded full opens full (since then, its reserve file not made), so leaving the
+    /// state takes twice the reserve of room across a reopen too.
     pub(crate) fn open(
         path: &Path,
         journal: Option<&Path>,
@@ -149,10 +151,10 @@ impl DiskReserve {
             reserve,
             file_max,
             clock,
-            full: AtomicBool::new(false),
+            full: AtomicBool::new(recorded.is_some()),
             near: AtomicBool::new(false),
             state: Mutex::new(State {
-                full_since_ms: None,
+                full_since_ms: recorded,
                 held: false,
                 seen: Seen::default(),
                 counted_at: None,
@@ -165,7 +167,7 @@ impl DiskReserve {
         if reserve == 0 {
             // No reserve asked for: a reserve file an earlier open left is given back.
             let _ = std::fs::remove_file(&r.reserve_path);
-        } else {
+        } else if recorded.is_none() {
             st.held = r.hold_reserve_file();
         }
         drop(st);
@@ -253,11 +255,17 @@ impl DiskReserve {
                 return;
             }
         };
-        let file_bytes = self.file.allocated_size().unwrap_or(0)
-            + self
-                .journal
-                .as_ref()
-                .map_or(0, |j| j.allocated_size().unwrap_or(0));
+        let journal_bytes = self
+            .journal
+            .as_ref()
+            .map_or(0, |j| j.allocated_size().unwrap_or(0));
+        let file_bytes = self.file.allocated_size().unwrap_or(0) + journal_bytes;
+        // A file system that allocates at write-back (ext4's and XFS's delayed allocation)
+        // counts the pages written since the last checkpoint only once they are written
+        // back: until then the file's length (redb grows it in doublings, sparse) bounds
+        // what it will take. Free space counts such reservations already.
+        let file_len = self.file.metadata().map_or(0, |m| m.len());
+        let bound_bytes = file_bytes.max(file_len.saturating_add(journal_bytes));
         st.seen.available = available;
         st.seen.file_bytes = file_bytes;
         let full_now = st.full_since_ms.is_some();
@@ -270,17 +278,18 @@ impl DiskReserve {
         } else {
             (self.reserve, self.reserve)
         };
-        let short = |reusable: u64, disk_margin: u64, limit_margin: u64| -> bool {
+        let short = |reusable: u64, disk_margin: u64, limit_margin: u64, taken: u64| -> bool {
             let disk_room = available.saturating_add(reusable);
             let limit_room = self.file_max.map_or(u64::MAX, |max| {
-                max.saturating_sub(file_bytes).saturating_add(reusable)
+                max.saturating_sub(taken).saturating_add(reusable)
             });
             disk_room < disk_margin.max(1) || limit_room < limit_margin.max(1)
         };
-        let tight = |reusable: u64| short(reusable, disk_margin, limit_margin);
-        // Near the edge: within twice the reserve.
+        let tight = |reusable: u64| short(reusable, disk_margin, limit_margin, file_bytes);
+        // Near the edge: within twice the reserve, the file counted at its bound (so from
+        // there on each group is a checkpoint and the bytes it takes are counted at once).
         let twice = self.reserve.saturating_mul(2);
-        let near = |reusable: u64| short(reusable, twice, twice);
+        let near = |reusable: u64| short(reusable, twice, twice, bound_bytes);
         // Cheap first: without counting the file's free pages.
         if !full_now && !near(0) {
             self.near.store(false, Ordering::Release);

@@ -1006,7 +1006,8 @@ impl Builder {
 
     /// The disk reserve of the file at `path` (its journal beside it if `journaled`), with
     /// the state the file records; `None` (nothing looked at, a reserve file left by an
-    /// earlier open deleted) for a reserve of 0 without a file limit.
+    /// earlier open deleted) for a reserve of 0 without a file limit, unless the file
+    /// records itself full.
     fn disk_reserve_of(
         &self,
         db: &redb::Database,
@@ -1034,7 +1035,8 @@ impl Builder {
                 Err(e) => return Err(e.into()),
             }
         };
-        if reserve == 0 && self.file_bytes_max.is_none() {
+        // A file recorded full gets a look even so: its first commit records that it is not.
+        if reserve == 0 && self.file_bytes_max.is_none() && recorded.is_none_or(|ms| ms == 0) {
             let _ = fs::remove_file(crate::disk_reserve::path_beside(path));
             return Ok(None);
         }

@@ -19,6 +19,7 @@ mod compact;
 mod controls;
 mod controls_adversarial;
 mod dedup;
+mod disk_reserve;
 mod effect;
 mod events;
 mod files;
