@@ -292,10 +292,13 @@ pub(crate) struct GroupTx<'g> {
 }
 
 impl<'g> GroupTx<'g> {
-    /// `StorageFull` while the file is within its disk reserve: a call that only grows the
-    /// file (an enqueue) returns it as its refusal, before its first write.
-    pub(crate) fn refuse_growth(&self) -> Option<crate::error::Error> {
-        self.log.reserve.and_then(|r| r.refuse_growth(self.tx))
+    /// `StorageFull` while the file is within its disk reserve, or when `payload_bytes`
+    /// would take the room above it: a call that only grows the file (an enqueue) returns it
+    /// as its refusal, before its first write.
+    pub(crate) fn refuse_growth(&self, payload_bytes: u64) -> Option<crate::error::Error> {
+        self.log
+            .reserve
+            .and_then(|r| r.refuse_growth(payload_bytes))
     }
 
     /// Leaseq table `def` in the group's transaction: read it through `Deref`, write it
@@ -765,6 +768,11 @@ impl Committer {
     pub(crate) fn with_reserve(mut self, reserve: Arc<DiskReserve>) -> Committer {
         self.reserve = Some(reserve);
         self
+    }
+
+    /// The file's disk reserve, if it has one.
+    pub(crate) fn reserve(&self) -> Option<&DiskReserve> {
+        self.reserve.as_deref()
     }
 
     /// This committer writing its groups through `journal` (see `crate::journal`).
@@ -1240,6 +1248,18 @@ fn commit_group_inner(
     journal: Option<&Mutex<Journal>>,
     reserve: Option<&DiskReserve>,
 ) -> std::result::Result<Sealed, String> {
+    // The disk looked at before the write: a file turning full gives its reserve file back
+    // first, and while it is full or near it each group is a checkpoint, so the pages its
+    // acks free are reused by the next group rather than held until the next checkpoint. A
+    // group that wrote nothing looks when a refused call asked (the state may have ended).
+    if let Some(reserve) = reserve
+        && (g.dirty || reserve.look_wanted())
+    {
+        reserve.look(&g.tx);
+        if reserve.checkpoint_each_group() && g.checkpoint.get() == Checkpoint::No {
+            g.checkpoint.set(Checkpoint::Yes);
+        }
+    }
     if !g.dirty {
         debug_assert_eq!(
             g.counters, g.counters_at_start,
@@ -1253,15 +1273,6 @@ fn commit_group_inner(
             .map_err(|e| e.to_string());
     }
     let err = |e: &dyn std::fmt::Display| e.to_string();
-    // The disk looked at before the write: a file turning full gives its reserve file back
-    // first, and while it is full or near it each group is a checkpoint, so the pages its
-    // acks free are reused by the next group rather than held until the next checkpoint.
-    if let Some(reserve) = reserve {
-        reserve.look(&g.tx);
-        if reserve.checkpoint_each_group() && g.checkpoint.get() == Checkpoint::No {
-            g.checkpoint.set(Checkpoint::Yes);
-        }
-    }
     // The committer's own writes, through the write path too (into the frame).
     write_unlogged(&g, |tx| {
         if g.counters.reserved_moved(&g.counters_at_start) {

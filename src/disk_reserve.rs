@@ -11,9 +11,9 @@
 //!
 //! Beside the file, `<file>-reserve` holds the reserve's bytes, allocated (a ballast, as
 //! CockroachDB's emergency ballast): another process filling the disk leaves leaseq that
-//! much. It is deleted when the file turns full and made again when the file leaves that
-//! state, which takes twice the reserve of room beyond the ballast's own (hysteresis: the
-//! state does not flap at its edge).
+//! much. It is deleted when the disk turns the file full, and made again once the disk has
+//! three times the reserve free. Leaving the state takes twice the reserve of room
+//! (hysteresis: the state does not flap at its edge).
 //!
 //! What the file can reuse is its allocated bytes less the pages redb holds: pages a drain
 //! freed. Counting redb's pages walks its trees, so it is done only near the edge, at most
@@ -80,6 +80,36 @@ struct State {
     recorded: Option<Option<u64>>,
     /// Turns not published yet.
     turns: Vec<Turned>,
+    /// The room the last look saw: the least of the disk's and the file limit's (bytes).
+    room: u64,
+    /// A refused call asked for a look at the next seal.
+    look_wanted: bool,
+    /// How long the last count of the reusable bytes took (the next waits ten times that).
+    count_took: Duration,
+    /// When free space could not be read and that was logged.
+    warned_at: Option<Instant>,
+    /// When making the reserve file last failed for want of room.
+    reserve_failed_at: Option<Instant>,
+    /// The reserve file cannot be made on this file system: not tried again this session.
+    reserve_broken: bool,
+}
+
+/// How often, at most, a failure to read free space is logged.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// How often, at most, making the reserve file is tried again while it is missing.
+const RESERVE_RETRY: Duration = Duration::from_secs(10);
+
+/// The least room kept under a file limit (bytes), whatever the reserve: with
+/// `disk_reserve(0)` a file limit still turns the file full before it.
+pub(crate) const LIMIT_MARGIN_MIN: u64 = 256 << 10;
+
+/// Whether `e` says the disk or the user's quota is full.
+fn is_disk_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
 }
 
 /// Most turns kept unpublished (the newest win).
@@ -161,6 +191,12 @@ impl DiskReserve {
                 looked_at: None,
                 recorded: Some(recorded),
                 turns: Vec::new(),
+                room: u64::MAX,
+                look_wanted: true,
+                count_took: Duration::ZERO,
+                warned_at: None,
+                reserve_failed_at: None,
+                reserve_broken: false,
             }),
         };
         let mut st = r.state.lock();
@@ -168,15 +204,24 @@ impl DiskReserve {
             // No reserve asked for: a reserve file an earlier open left is given back.
             let _ = std::fs::remove_file(&r.reserve_path);
         } else if recorded.is_none() {
-            st.held = r.hold_reserve_file();
+            match r.hold_reserve_file() {
+                Ok(()) => st.held = true,
+                Err(e) if is_disk_full(&e) => {
+                    st.reserve_failed_at = Some(Instant::now());
+                    tracing::warn!(path = %r.reserve_path.display(), "leaseq: no room for the disk reserve file");
+                }
+                Err(e) => {
+                    st.reserve_broken = true;
+                    tracing::warn!(error = %e, path = %r.reserve_path.display(), "leaseq: the disk reserve file cannot be made: the reserve is kept without it this session");
+                }
+            }
         }
         drop(st);
         Ok(r)
     }
 
-    /// Makes (or finds) the reserve file at its full size; whether it is in place. A disk
-    /// without room for it leaves none (the first look turns the file full).
-    fn hold_reserve_file(&self) -> bool {
+    /// Makes (or finds) the reserve file at its full size. A failure leaves none.
+    fn hold_reserve_file(&self) -> std::io::Result<()> {
         let made = (|| -> std::io::Result<()> {
             let f = std::fs::OpenOptions::new()
                 .read(true)
@@ -190,14 +235,10 @@ impl DiskReserve {
             }
             Ok(())
         })();
-        match made {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::warn!(error = %e, path = %self.reserve_path.display(), "leaseq: no room for the disk reserve file");
-                let _ = std::fs::remove_file(&self.reserve_path);
-                false
-            }
+        if made.is_err() {
+            let _ = std::fs::remove_file(&self.reserve_path);
         }
+        made
     }
 
     /// Whether the file is storage full (calls that grow it are refused).
@@ -213,24 +254,24 @@ impl DiskReserve {
         self.is_full() || self.near.load(Ordering::Acquire)
     }
 
-    /// `StorageFull` for a call that only grows the file, while it is full; `None` if it may
-    /// go on. A refused call looks at the disk again now and then (`tx` counts the pages
-    /// redb holds), so the state ends once space is freed even if nothing else writes.
-    pub(crate) fn refuse_growth(&self, tx: &WriteTransaction) -> Option<Error> {
-        if !self.is_full() {
+    /// `StorageFull` for a call that only grows the file by about `payload_bytes`: while the
+    /// file is full, or for a large call (twice its payload, for the pages around it, a
+    /// quarter of the reserve or more) that would not leave the reserve free in the room the
+    /// last look saw (one batch cannot take the reserve; small calls are the state's to
+    /// refuse). `None` if it may go on. A refusal asks for a look at the next seal, at most
+    /// every [`FULL_RECHECK`], so the state ends once space is freed even if nothing else
+    /// writes.
+    pub(crate) fn refuse_growth(&self, payload_bytes: u64) -> Option<Error> {
+        let mut st = self.state.lock();
+        let needs = payload_bytes.saturating_mul(2);
+        let margin = self.limit_margin(false);
+        let large = needs >= margin / 4;
+        if !self.is_full() && (!large || st.room.saturating_sub(needs) >= margin) {
             return None;
         }
-        let look = {
-            let st = self.state.lock();
-            st.looked_at.is_none_or(|t| t.elapsed() >= FULL_RECHECK)
-        };
-        if look {
-            self.look(tx);
+        if st.looked_at.is_none_or(|t| t.elapsed() >= FULL_RECHECK) {
+            st.look_wanted = true;
         }
-        if !self.is_full() {
-            return None;
-        }
-        let st = self.state.lock();
         Some(Error::StorageFull {
             available_bytes: st.seen.available,
             file_bytes: st.seen.file_bytes,
@@ -240,19 +281,43 @@ impl DiskReserve {
         })
     }
 
-    /// Looks at the disk (before a commit that writes, or from a refused call) and turns the
-    /// state if it must: full when the room left is under the reserve (the reserve file
-    /// deleted), room again when it is at least twice the reserve beyond the reserve file
-    /// (made again). A turn is kept for [`DiskReserve::take_turns`]. An error reading the
-    /// disk's numbers changes nothing (logged).
+    /// Whether a refused call asked for a look (a seal of a group that wrote nothing then
+    /// looks too).
+    pub(crate) fn look_wanted(&self) -> bool {
+        self.state.lock().look_wanted
+    }
+
+    /// Counts the file's reusable bytes again at the next look (after a compaction).
+    pub(crate) fn recount(&self) {
+        self.state.lock().counted_at = None;
+    }
+
+    /// The room under the file limit below which the file is full (`leaving`: twice it to
+    /// leave): the reserve, at least [`LIMIT_MARGIN_MIN`].
+    fn limit_margin(&self, leaving: bool) -> u64 {
+        let m = self.reserve.max(LIMIT_MARGIN_MIN);
+        if leaving { m.saturating_mul(2) } else { m }
+    }
+
+    /// Looks at the disk (at the seal of a group that wrote, or that a refused call asked
+    /// for) and turns the state if it must: full when the room left on the disk is under the
+    /// reserve (the reserve file deleted, giving its bytes to the drain) or the room under the
+    /// file limit is under [`DiskReserve::limit_margin`]; room again when both are twice that.
+    /// The reserve file is made again once the disk has three times the reserve free. A turn
+    /// is kept for [`DiskReserve::take_turns`]. Free space that cannot be read leaves the
+    /// disk side unchecked (logged at most once a minute); the file limit still holds.
     pub(crate) fn look(&self, tx: &WriteTransaction) {
         let mut st = self.state.lock();
+        st.look_wanted = false;
         st.looked_at = Some(Instant::now());
         let available = match fs4::available_space(&self.dir) {
             Ok(a) => a,
             Err(e) => {
-                tracing::warn!(error = %e, "leaseq: free disk space unknown");
-                return;
+                if st.warned_at.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+                    st.warned_at = Some(Instant::now());
+                    tracing::warn!(error = %e, "leaseq: free disk space unknown: only the file limit is checked");
+                }
+                u64::MAX
             }
         };
         let journal_bytes = self
@@ -269,47 +334,50 @@ impl DiskReserve {
         st.seen.available = available;
         st.seen.file_bytes = file_bytes;
         let full_now = st.full_since_ms.is_some();
-        // To leave the state takes twice the reserve of room (and on the disk the reserve
-        // file's own bytes too, while it is not in place); to enter it, less than the reserve.
+        let disk_room = |reusable: u64| available.saturating_add(reusable);
+        let limit_room = |reusable: u64, taken: u64| {
+            self.file_max.map_or(u64::MAX, |max| {
+                max.saturating_add(reusable).saturating_sub(taken)
+            })
+        };
         let (disk_margin, limit_margin) = if full_now {
-            let twice = self.reserve.saturating_mul(2);
-            let ballast = if st.held { 0 } else { self.reserve };
-            (twice.saturating_add(ballast), twice)
+            (self.reserve.saturating_mul(2), self.limit_margin(true))
         } else {
-            (self.reserve, self.reserve)
+            (self.reserve, self.limit_margin(false))
         };
-        let short = |reusable: u64, disk_margin: u64, limit_margin: u64, taken: u64| -> bool {
-            let disk_room = available.saturating_add(reusable);
-            let limit_room = self.file_max.map_or(u64::MAX, |max| {
-                max.saturating_sub(taken).saturating_add(reusable)
-            });
-            disk_room < disk_margin.max(1) || limit_room < limit_margin.max(1)
-        };
-        let tight = |reusable: u64| short(reusable, disk_margin, limit_margin, file_bytes);
-        // Near the edge: within twice the reserve, the file counted at its bound (so from
+        // Near the edge: within twice the margins, the file counted at its bound (so from
         // there on each group is a checkpoint and the bytes it takes are counted at once).
-        let twice = self.reserve.saturating_mul(2);
-        let near = |reusable: u64| short(reusable, twice, twice, bound_bytes);
+        let near = |reusable: u64| {
+            disk_room(reusable) < self.reserve.saturating_mul(2).max(1)
+                || limit_room(reusable, bound_bytes) < self.limit_margin(true)
+        };
         // Cheap first: without counting the file's free pages.
         if !full_now && !near(0) {
             self.near.store(false, Ordering::Release);
+            st.room = disk_room(0).min(limit_room(0, bound_bytes));
+            self.keep_reserve_file(&mut st, available);
             return;
         }
-        if st
-            .counted_at
-            .is_none_or(|t| t.elapsed() >= REUSABLE_REFRESH)
-        {
-            st.counted_at = Some(Instant::now());
+        let every = REUSABLE_REFRESH.max(st.count_took * 10);
+        if st.counted_at.is_none_or(|t| t.elapsed() >= every) {
+            let started = Instant::now();
             st.seen.reusable = reusable_bytes(tx, self.file.allocated_size().unwrap_or(0));
+            st.count_took = started.elapsed();
+            st.counted_at = Some(Instant::now());
         }
-        let tight_now = tight(st.seen.reusable);
-        self.near.store(near(st.seen.reusable), Ordering::Release);
-        match (full_now, tight_now) {
+        let reusable = st.seen.reusable;
+        let disk_short = disk_room(reusable) < disk_margin.max(1);
+        let limit_short = limit_room(reusable, file_bytes) < limit_margin;
+        st.room = disk_room(reusable).min(limit_room(reusable, bound_bytes));
+        self.near.store(near(reusable), Ordering::Release);
+        match (full_now, disk_short || limit_short) {
             (false, true) => {
                 let now_ms = self.clock.now_ms();
                 st.full_since_ms = Some(now_ms);
                 self.full.store(true, Ordering::Release);
-                if st.held {
+                // The reserve file's bytes go to the drain when the disk is short (not for
+                // the file limit: they are not the file's).
+                if disk_short && st.held {
                     let _ = std::fs::remove_file(&self.reserve_path);
                     st.held = false;
                 }
@@ -318,17 +386,12 @@ impl DiskReserve {
                     file_bytes = st.seen.file_bytes,
                     reusable = st.seen.reusable,
                     reserve = self.reserve,
+                    file_bytes_max = ?self.file_max,
                     "leaseq: storage full: enqueues refused until space is freed"
                 );
                 push_turn(&mut st.turns, Turned::Full(now_ms));
             }
             (true, false) => {
-                if self.reserve > 0 && !st.held {
-                    st.held = self.hold_reserve_file();
-                    if !st.held {
-                        return;
-                    }
-                }
                 st.full_since_ms = None;
                 self.full.store(false, Ordering::Release);
                 tracing::info!(
@@ -337,8 +400,38 @@ impl DiskReserve {
                     "leaseq: storage has room again: enqueues taken"
                 );
                 push_turn(&mut st.turns, Turned::Ok);
+                self.keep_reserve_file(&mut st, available);
             }
-            _ => {}
+            (false, false) => self.keep_reserve_file(&mut st, available),
+            (true, true) => {}
+        }
+    }
+
+    /// While the file has room and its reserve file is not in place (deleted on turning
+    /// full, or not made at open): makes it once the disk has three times the reserve free
+    /// (so the disk keeps twice the reserve after it), again at most every [`RESERVE_RETRY`]
+    /// after a try failed. A file that filled its disk itself keeps that room inside it for
+    /// its next jobs: its reserve file comes back once something (a compaction) frees disk
+    /// space. A file system that cannot hold it (it refuses preallocation, the name is
+    /// taken) leaves the file without one for this session, said once.
+    fn keep_reserve_file(&self, st: &mut State, available: u64) {
+        if self.reserve == 0 || st.held || st.reserve_broken || self.is_full() {
+            return;
+        }
+        if available < self.reserve.saturating_mul(3)
+            || st
+                .reserve_failed_at
+                .is_some_and(|t| t.elapsed() < RESERVE_RETRY)
+        {
+            return;
+        }
+        match self.hold_reserve_file() {
+            Ok(()) => st.held = true,
+            Err(e) if is_disk_full(&e) => st.reserve_failed_at = Some(Instant::now()),
+            Err(e) => {
+                st.reserve_broken = true;
+                tracing::warn!(error = %e, path = %self.reserve_path.display(), "leaseq: the disk reserve file cannot be made: the reserve is kept without it this session");
+            }
         }
     }
 

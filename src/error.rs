@@ -181,7 +181,8 @@ pub enum Error {
     /// reserve ([`Builder::disk_reserve`](crate::Builder::disk_reserve)). A call that only
     /// grows the file (an enqueue of any kind, an import, a schedule's instance) is refused,
     /// nothing written; dequeue, ack, `ack_with`, nack, cancel, remove, prune and compaction
-    /// go on and free room. The state ends by itself once the room left is twice the reserve
+    /// go on and free room. Also a single batch whose payload would take the room above the
+    /// reserve. The state ends by itself once the room left is twice the reserve
     /// (as etcd's NOSPACE alarm, which leaves only reads and deletes). Sizes in bytes, as
     /// last seen.
     #[error(

@@ -573,7 +573,10 @@ impl Lease {
     /// # Errors
     /// `Effect` with the closure's error (or panic message), after the job was given back
     /// (the closure passing on an input refusal of an enqueue inside it, `PayloadTooLarge`,
-    /// `KeyTooLong` or `InvalidOption`: that error itself, the job given back the same way);
+    /// `KeyTooLong`, `InvalidOption` or `QueueFull`: that error itself, the job given back the
+    /// same way; `StorageFull`, a follow-up the full file refused: that error, the job
+    /// snoozed for [`STORAGE_FULL_SNOOZE`](crate::STORAGE_FULL_SNOOZE) without spending an
+    /// attempt, so a pipeline waits out the drain rather than dying);
     /// `LeaseLost` if the token is stale (the closure did not run); `Corrupted`, `Reentrant`,
     /// `CommitFailed` or `Storage` as [`Lease::ack`].
     pub fn ack_with<F>(&self, mut effect: F) -> Result<Applied>

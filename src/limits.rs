@@ -55,6 +55,10 @@ pub const DEAD_JOBS_MAX_DEFAULT: u64 = 10_000;
 /// checkpoint's new pages (the journal holds at most 4 MiB of frames) and the drain's own
 /// growth before the pages it frees are reused.
 pub const DISK_RESERVE_DEFAULT: u64 = 8 << 20;
+/// How long a job waits when its `ack_with` closure passed on
+/// [`Error::StorageFull`](crate::Error::StorageFull) from an enqueue inside it (a follow-up
+/// job the full file refused): snoozed, no attempt spent, as the drain frees room (10 s).
+pub const STORAGE_FULL_SNOOZE: Duration = Duration::from_secs(10);
 /// The largest disk reserve accepted, in bytes (1 GiB).
 pub const DISK_RESERVE_MAX: u64 = 1 << 30;
 /// An enqueue into a full queue that drops the oldest jobs

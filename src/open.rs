@@ -347,18 +347,25 @@ impl Builder {
     /// that only grow it (every enqueue, an import, a schedule's instance, which is then
     /// skipped) are refused with [`Error::StorageFull`], nothing written, while dequeue, ack,
     /// `ack_with`, nack, cancel, remove, prune and [`Queue::compact`] go on, each group a
-    /// checkpoint so the pages one ack frees serve the next. It ends by itself once the room
-    /// left is twice the reserve beyond the reserve file (the drain freed pages, or someone
-    /// freed disk space): no restart. [`Event::StorageFull`](crate::Event::StorageFull) and
+    /// checkpoint so the pages one ack frees serve the next (an `ack_with` whose closure
+    /// passes on a follow-up's `StorageFull` snoozes its job, no attempt spent). One large
+    /// batch (twice its payload a quarter of the reserve or more) that would take the room
+    /// above the reserve is refused the same, the file staying open to smaller calls. The
+    /// state ends by itself once the room left is twice the reserve (the drain freed pages,
+    /// or someone freed disk space), seen at the next commit or refused enqueue: no restart. [`Event::StorageFull`](crate::Event::StorageFull) and
     /// [`Event::StorageAvailable`](crate::Event::StorageAvailable) mark the turns, and
     /// [`Stats::storage_full_ms`] says since when (as etcd's NOSPACE alarm, which leaves
     /// reads and deletes).
     ///
     /// The reserve's bytes are held, allocated, in `<file>-reserve` beside the file (as
     /// CockroachDB's emergency ballast): when another process fills the disk, the file turns
-    /// full and deletes it, so the drain has that much room; it is made again when the state
-    /// ends. With 0, no reserve file is kept (one an earlier open left is deleted): with a
-    /// file limit the file turns full only at the limit, and without one nothing is looked
+    /// full and deletes it, so the drain has that much room; it is made again once the disk
+    /// has three times the reserve free (a file that filled the disk itself keeps that room
+    /// inside, for its next jobs, until [`Queue::compact`] gives it back); a file system that
+    /// refuses it (no preallocation, the name taken) leaves the reserve without it, logged.
+    /// On a file system with snapshots (APFS Time Machine, btrfs, ZFS), deleting it may free
+    /// nothing. With 0, no reserve file is kept (one an earlier open left is deleted): with a
+    /// file limit the file turns full 256 KiB before it, and without one nothing is looked
     /// at and the disk fills to its last byte (then every write fails with `Io`, as the
     /// durability chapter says). The reserve must cover a checkpoint's new pages (up to the
     /// journal's 4 MiB of frames and the tree pages they touch), measured in the operations
@@ -381,7 +388,8 @@ impl Builder {
     ///
     /// # Errors
     /// At open: `InvalidOption` (field `file_bytes_max`) for a limit under 4 times the
-    /// reserve or under 1 MiB.
+    /// reserve (256 KiB at least, the room kept under a limit with `disk_reserve(0)`) plus the
+    /// journal's 4 MiB when it is on.
     pub fn file_bytes_max(mut self, max: Option<u64>) -> Self {
         self.file_bytes_max = max;
         self
@@ -484,12 +492,19 @@ impl Builder {
         if let Some(max) = self.file_bytes_max {
             let reserve = self
                 .disk_reserve
-                .unwrap_or(crate::limits::DISK_RESERVE_DEFAULT);
-            if max < reserve.saturating_mul(4) || max < 1 << 20 {
+                .unwrap_or(crate::limits::DISK_RESERVE_DEFAULT)
+                .max(crate::disk_reserve::LIMIT_MARGIN_MIN);
+            let journal = if self.journaling() {
+                crate::format::journal::FRAMES_START + crate::limits::JOURNAL_BYTES
+            } else {
+                0
+            };
+            let least = reserve.saturating_mul(4).saturating_add(journal);
+            if max < least {
                 return Err(Error::invalid_option(
                     "file_bytes_max",
                     format!(
-                        "{max} bytes: at least 4 times the disk reserve ({reserve} bytes) and at least 1 MiB"
+                        "{max} bytes: at least {least}, 4 times the disk reserve ({reserve} bytes, 256 KiB at least) and the journal ({journal} bytes)"
                     ),
                 ));
             }

@@ -70,8 +70,12 @@ impl<'a> Tx<'a> {
     /// parent's marker when it is delivered, and its effect is `AlreadyApplied` (skipped).
     ///
     /// # Errors
-    /// `PayloadTooLarge`, `KeyTooLong` or `InvalidOption` for a refused job: nothing was
-    /// written and the transaction goes on (handle it, or return it to fail the call).
+    /// `PayloadTooLarge`, `KeyTooLong` or `InvalidOption` for a refused job, `QueueFull` when
+    /// the queue's size limit has no room (never waiting), `StorageFull` while the file is
+    /// within its disk reserve ([`Builder::disk_reserve`](crate::Builder::disk_reserve)):
+    /// nothing was written and the transaction goes on (handle it, or return it to fail the
+    /// call; from an `ack_with` closure, `StorageFull` passed on snoozes the job for
+    /// [`STORAGE_FULL_SNOOZE`](crate::STORAGE_FULL_SNOOZE), no attempt spent).
     /// `Storage` or `Corrupted` if the storage engine failed mid-write: the enclosing call
     /// then fails whatever the closure returns (with `Effect`), so a half-written job never
     /// commits.

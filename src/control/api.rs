@@ -503,8 +503,10 @@ pub(crate) fn status_of(e: &Error) -> u16 {
         Error::InvalidOption { .. } | Error::PayloadTooLarge { .. } | Error::KeyTooLong { .. } => {
             400
         }
-        // The app closed its queue (shutting down): try again once it runs.
-        Error::Closed => 503,
+        // The app closed its queue (shutting down), or the queue is full: try again later.
+        Error::Closed | Error::QueueFull { .. } => 503,
+        // The file is within its disk reserve (WebDAV's Insufficient Storage).
+        Error::StorageFull { .. } => 507,
         Error::Remote { status, .. } => *status,
         Error::Io(io) if io.kind() == std::io::ErrorKind::NotFound => 404,
         _ => 500,
@@ -549,6 +551,32 @@ pub(crate) fn error_json(e: &Error) -> Value {
         ),
         Error::KeyTooLong { field, .. } => ("key_too_long", json!({ "field": field })),
         Error::Busy { detail } => ("busy", json!({ "detail": detail })),
+        Error::QueueFull {
+            queue,
+            jobs,
+            bytes,
+            max_jobs,
+            max_bytes,
+            ..
+        } => (
+            "queue_full",
+            json!({ "queue": queue, "jobs": jobs, "bytes": bytes, "max_jobs": max_jobs, "max_bytes": max_bytes }),
+        ),
+        Error::StorageFull {
+            available_bytes,
+            file_bytes,
+            reserve_bytes,
+            file_bytes_max,
+            ..
+        } => (
+            "storage_full",
+            json!({
+                "available_bytes": available_bytes,
+                "file_bytes": file_bytes,
+                "reserve_bytes": reserve_bytes,
+                "file_bytes_max": file_bytes_max,
+            }),
+        ),
         Error::Closed => ("closed", json!({})),
         Error::Corrupted { .. } => ("corrupted", json!({})),
         Error::CommitFailed { .. } => ("commit_failed", json!({})),

@@ -80,7 +80,10 @@
 //! `payload_too_large` and `key_too_long`; `401` `unauthorized`; `405`
 //! (`method_not_allowed`) for an action asked with GET, a read with POST, or another method;
 //! `408` (`timeout`) and `413` (`too_large`) for a body too slow or over its bound; `503`
-//! `closed` (or `stopping`); `500` for a storage error (`failed`, `corrupted`,
+//! `closed` (or `stopping`), and `queue_full` (`queue`, `jobs`, `bytes`, `max_jobs`,
+//! `max_bytes`: the queue's size limit refused the enqueue); `507` `storage_full`
+//! (`available_bytes`, `file_bytes`, `reserve_bytes`, `file_bytes_max`: the file is within its
+//! disk reserve, enqueues refused while the drain goes on); `500` for a storage error (`failed`, `corrupted`,
 //! `commit_failed`: a failed commit's outcome is unknown). A refused request wrote nothing.
 //! A query parameter the route does not take (above), or one given twice, is refused, `400`
 //! `invalid_option` with `field` `query`, naming it (and the ones the route takes): never

@@ -262,6 +262,10 @@ impl Queue {
                 // but record no journal position: the frames since the last checkpoint
                 // replay harmlessly at the next open, a frame setting values the file
                 // already holds. No checkpoint here: its commit would grow the file again.
+                // The file's free pages went with the compaction: counted again.
+                if let Some(reserve) = inner.committer.reserve() {
+                    reserve.recount();
+                }
                 Ok(compacted)
             }
             Err(e @ Error::Busy { .. }) => Err(e),

@@ -15,6 +15,8 @@ impl Queue {
     /// # Errors
     /// `PayloadTooLarge`, `KeyTooLong` or `InvalidOption` before anything is written;
     /// `QueueFull` (nothing written) when the queue's size limit has no room for it;
+    /// `StorageFull` (nothing written, never waited for) while the file is within its disk
+    /// reserve ([`Builder::disk_reserve`](crate::Builder::disk_reserve));
     /// `Closed` after [`Queue::close`]; `CommitFailed`, `Storage` or `Reentrant` otherwise.
     pub fn enqueue(&self, payload: &[u8], opts: EnqueueOptions) -> Result<Enqueued> {
         let mut out = self.enqueue_batch([(payload, opts)])?;
@@ -69,8 +71,10 @@ impl Queue {
     /// `InvalidOption` for an empty or oversized batch; `PayloadTooLarge`, `KeyTooLong` or
     /// `InvalidOption` for the first job refused (nothing is written); `QueueFull` (nothing
     /// written) when the queue's size limit has no room for the batch (after the limit's
-    /// wait); `Closed` after [`Queue::close`]; `CommitFailed`, `Storage` or `Reentrant`
-    /// otherwise.
+    /// wait); `StorageFull` (nothing written, never waited for) while the file is within its
+    /// disk reserve, or for a batch whose payload would take the room above the reserve
+    /// ([`Builder::disk_reserve`](crate::Builder::disk_reserve)); `Closed` after
+    /// [`Queue::close`]; `CommitFailed`, `Storage` or `Reentrant` otherwise.
     pub fn enqueue_batch<'p>(
         &self,
         jobs: impl IntoIterator<Item = (&'p [u8], EnqueueOptions)>,
@@ -125,7 +129,8 @@ impl Queue {
     /// # Errors
     /// `InvalidOption` for an empty or oversized batch, or for the first job refused (an
     /// option out of range, attempts not below `max_attempts` for a job still to run, or above
-    /// it for a dead one); `PayloadTooLarge`, `KeyTooLong`: nothing is written. `Closed`;
+    /// it for a dead one); `PayloadTooLarge`, `KeyTooLong`: nothing is written. `QueueFull`
+    /// and `StorageFull` as [`Queue::enqueue_batch`] (never waiting). `Closed`;
     /// `CommitFailed`, `Storage` or `Reentrant`.
     ///
     /// Moving every job of one file into another, with its state and history (what
@@ -239,9 +244,9 @@ impl Queue {
     /// ```
     ///
     /// # Errors
-    /// `PayloadTooLarge`, `KeyTooLong` or `InvalidOption` when `f` passed on an enqueue's
-    /// refusal (as outside `write`: the message names the setting; a closure may also catch
-    /// it and go on, the refused job written nothing); `Effect` with any other error or
+    /// `PayloadTooLarge`, `KeyTooLong`, `InvalidOption`, `QueueFull` or `StorageFull` when
+    /// `f` passed on an enqueue's refusal (as outside `write`: the message names the setting;
+    /// a closure may also catch it and go on, the refused job written nothing); `Effect` with any other error or
     /// panic message of `f` (nothing of it commits; the other calls
     /// sharing the transaction run again without it); `Closed` after [`Queue::close`];
     /// `Storage` (or `Io`) also when an enqueue inside `f`, or `f`'s own table writes, failed

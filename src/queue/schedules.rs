@@ -177,7 +177,8 @@ impl Queue {
     /// commit.
     ///
     /// # Errors
-    /// As [`Queue::pause_schedule`].
+    /// As [`Queue::pause_schedule`]; `QueueFull` or `StorageFull` (nothing written) when the
+    /// queue's size limit or the file's disk reserve refuses the instance.
     pub fn trigger_schedule(&self, name: &str) -> Result<JobId> {
         self.ensure_open()?;
         let now_ms = self.now_ms();

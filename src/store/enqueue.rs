@@ -74,8 +74,13 @@ pub(super) fn enqueue_into(
         return Ok(Vec::new());
     };
     let judged_ms = judged_at_ms.unwrap_or(first.record.created_ms);
-    // A file within its disk reserve takes no new job (the drain goes on).
-    if let Some(full) = ctx.group().refuse_growth() {
+    // A file within its disk reserve takes no new job (the drain goes on), nor a batch
+    // larger than the room above it.
+    let payload_bytes = jobs
+        .iter()
+        .map(|j| j.record.payload.len() as u64)
+        .fold(0u64, u64::saturating_add);
+    if let Some(full) = ctx.group().refuse_growth(payload_bytes) {
         return Err(full);
     }
     super::queue_limit::make_room(tables, ctx.group(), jobs, judged_ms)??;

@@ -49,6 +49,18 @@ impl ClosureFailure {
             ),
             how: GiveBack::Retry(None),
         };
+        // An enqueue inside the closure refused for want of disk room, passed on: the job
+        // waits for the drain without spending an attempt.
+        if let Some(crate::error::Error::StorageFull { .. }) =
+            e.downcast_ref::<crate::error::Error>()
+        {
+            return ClosureFailure {
+                reason: e.to_string(),
+                how: GiveBack::Snooze(crate::clock::duration_ms(
+                    crate::limits::STORAGE_FULL_SNOOZE,
+                )),
+            };
+        }
         match e.downcast_ref::<crate::job::Outcome>() {
             Some(crate::job::Outcome::Snooze(d)) if crate::clock::duration_ms(*d) <= max_ms => {
                 ClosureFailure {

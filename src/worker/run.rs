@@ -322,12 +322,18 @@ fn run_effect(
             }
             None
         }
+        // A follow-up the full file refused: snoozed by `ack_with` (no attempt spent).
+        Err(Error::StorageFull { .. }) => {
+            PoolCounters::add(&c.snoozed);
+            None
+        }
         // The closure passed on an enqueue's refusal: given back by `ack_with` as any
         // closure error is.
         Err(
             e @ (Error::PayloadTooLarge { .. }
             | Error::KeyTooLong { .. }
-            | Error::InvalidOption { .. }),
+            | Error::InvalidOption { .. }
+            | Error::QueueFull { .. }),
         ) => {
             PoolCounters::add(&c.retried);
             tracing::warn!(job = lease.id().0, error = %e, "leaseq pool: the effect handler's enqueue was refused");

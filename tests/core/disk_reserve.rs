@@ -247,10 +247,13 @@ fn options_out_of_range_are_refused_at_open_and_write_nothing() {
         ),
         "{too_big:?}"
     );
+    // 4 times the reserve (256 KiB at least) and the journal's 4 MiB and header.
+    let journal: u64 = (4 << 20) + 4096;
     for (reserve, max) in [
-        (None, 16u64 << 20),
-        (Some(1 << 20), 3 << 20),
-        (Some(0), 512 << 10),
+        (None, 32u64 << 20),
+        (Some(1 << 20), (4 << 20) + journal - 1),
+        (Some(0), (1 << 20) + journal - 1),
+        (Some(1 << 20), 4 << 20),
     ] {
         let b = Queue::builder().file_bytes_max(Some(max));
         let b = match reserve {
@@ -274,10 +277,108 @@ fn options_out_of_range_are_refused_at_open_and_write_nothing() {
         0,
         "nothing written"
     );
-    // At the bounds: taken.
+    // At the bounds: taken; without the journal, less.
     Queue::builder()
         .disk_reserve(1 << 20)
-        .file_bytes_max(Some(4 << 20))
+        .file_bytes_max(Some((4 << 20) + journal))
         .open(&path)
         .unwrap();
+    Queue::builder()
+        .disk_reserve(0)
+        .journal(false)
+        .file_bytes_max(Some(1 << 20))
+        .open(dir.path().join("other.leaseq"))
+        .unwrap();
+}
+
+// The reserve file cannot be made (a directory holds its name): the file still turns full
+// at its limit, drains, and takes enqueues again: the state never waits for the reserve file.
+#[test]
+fn a_reserve_file_that_cannot_be_made_never_keeps_the_file_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.leaseq");
+    std::fs::create_dir(dir.path().join("q.leaseq-reserve")).unwrap();
+    let q = open_limited(&path);
+    let (ids, refused) = fill(&q, None);
+    assert!(matches!(refused, Error::StorageFull { .. }), "{refused:?}");
+    for _ in &ids {
+        q.dequeue().unwrap().unwrap().ack().unwrap();
+    }
+    enqueue_once_room(&q);
+    assert!(
+        dir.path().join("q.leaseq-reserve").is_dir(),
+        "left as it was"
+    );
+}
+
+// One large batch cannot take the reserve: with room for it but not for it and the reserve,
+// it is refused whole while the file is not full, and smaller enqueues go on.
+#[test]
+fn a_batch_larger_than_the_room_above_the_reserve_is_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.leaseq");
+    let q = Queue::builder()
+        .disk_reserve(RESERVE)
+        .file_bytes_max(Some(8 << 20))
+        .open(&path)
+        .unwrap();
+    q.enqueue(b"first", EnqueueOptions::default()).unwrap();
+    // About 1.9 MiB of payload: twice it is more than the room the file limit leaves.
+    let big: Vec<Vec<u8>> = (0..1900).map(kib).collect();
+    let r = q.enqueue_batch(big.iter().map(|p| (&p[..], EnqueueOptions::default())));
+    assert!(
+        matches!(r, Err(Error::StorageFull { .. })),
+        "{:?}",
+        r.map(|v| v.len())
+    );
+    let stats = q.stats().unwrap();
+    assert_eq!((stats.total, stats.storage_full_ms), (1, None));
+    q.enqueue(&kib(1)[..], EnqueueOptions::default()).unwrap();
+}
+
+// A pipeline step whose follow-up the full file refuses: `ack_with` answers `StorageFull`
+// and snoozes the job without spending an attempt, so a long full spell never turns the
+// pipeline's jobs into dead letters; once room is back the step goes through.
+#[test]
+fn an_ack_with_whose_follow_up_is_refused_snoozes_without_an_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.leaseq");
+    let clock = leaseq::ManualClock::new(1_000_000);
+    let q = Queue::builder()
+        .disk_reserve(RESERVE)
+        .file_bytes_max(Some(LIMIT))
+        .clock(clock.clone())
+        .open(&path)
+        .unwrap();
+    let step = q
+        .enqueue(b"step", EnqueueOptions::default().max_attempts(1))
+        .unwrap()
+        .id();
+    let (ids, _) = fill(&q, None);
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.id(), step);
+    let r = l.ack_with(|tx| {
+        tx.enqueue(b"next", EnqueueOptions::default())?;
+        Ok(())
+    });
+    assert!(matches!(r, Err(Error::StorageFull { .. })), "{r:?}");
+    let job = q.job(step).unwrap().unwrap();
+    assert_eq!(job.state, leaseq::JobState::Scheduled, "snoozed, not dead");
+    assert_eq!(job.attempts, 0, "no attempt spent");
+    // The drain frees room; the step goes through on its next delivery.
+    for _ in &ids {
+        q.dequeue().unwrap().unwrap().ack().unwrap();
+    }
+    let after = enqueue_once_room(&q);
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.id(), after, "the step waits out its snooze");
+    l.ack().unwrap();
+    clock.advance(leaseq::STORAGE_FULL_SNOOZE);
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.id(), step);
+    l.ack_with(|tx| {
+        tx.enqueue(b"next", EnqueueOptions::default())?;
+        Ok(())
+    })
+    .unwrap();
 }

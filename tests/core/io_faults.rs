@@ -325,6 +325,8 @@ fn injected_io_errors_keep_every_reported_promise() {
     if runs >= RUNS_DEFAULT {
         // The faults must land where the model is put to the test.
         assert!(t.fault_stops > 0, "no child stopped on a fault: {t:?}");
+        // And on files at their limit (ENOSPC among the faults there).
+        assert!(t.storage_full > 0, "no round met its file limit: {t:?}");
         assert!(
             t.inflight_ack_committed + t.inflight_ack_not_committed > 0,
             "no ack was left in doubt: {t:?}"
@@ -763,13 +765,29 @@ fn a_disk_the_app_fills_itself_refuses_enqueues_and_drains_every_job() {
             Err(e) => panic!("the drained file still refuses: {e:?}"),
         }
     };
-    assert!(reserve_file.exists(), "the reserve file is back");
     assert_eq!(q.stats().unwrap().storage_full_ms, None);
+    // The room is inside the file (its freed pages), not on the disk: the reserve file comes
+    // back once a compaction gives the disk its space.
+    assert!(
+        !reserve_file.exists(),
+        "made again with {} bytes free",
+        free_bytes(&fs.mnt)
+    );
     turned_ok |=
         std::iter::from_fn(|| events.try_recv()).any(|e| e == leaseq::Event::StorageAvailable);
     assert!(turned_ok, "no StorageAvailable event");
     assert_eq!(q.job(again).unwrap().unwrap().id, again);
     assert_eq!(q.check().unwrap(), vec![]);
+    drop(events);
+    let mut q = q;
+    q.compact().unwrap();
+    q.enqueue(&b"after compaction"[..], EnqueueOptions::default())
+        .unwrap();
+    assert_eq!(
+        std::fs::metadata(&reserve_file).unwrap().len(),
+        2 << 20,
+        "the reserve file is back after the compaction"
+    );
 }
 
 // Issue 41: another process fills the disk (`dd` until ENOSPC) while the app has 3,000 jobs
@@ -827,6 +845,11 @@ fn a_disk_another_process_fills_leaves_the_drain_its_reserve() {
     assert_eq!(effects.len(), 3_000);
     assert!(effects.values().all(|&n| n == 1));
     assert!(q.stats().unwrap().storage_full_ms.is_some());
+    assert!(
+        free_bytes(&fs.mnt) >= 3 << 20,
+        "the drain used more than a quarter of the reserve: {} bytes free",
+        free_bytes(&fs.mnt)
+    );
     eprintln!(
         "disk reserve: {drained} jobs drained on a disk another process filled; {} bytes free after",
         free_bytes(&fs.mnt)

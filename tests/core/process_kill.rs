@@ -80,6 +80,10 @@ struct Plan {
     /// The child's `Builder::disk_reserve` (`None`: the default). On a small disk its
     /// enqueues meet it (refused `StorageFull`, reported `FULL`) or, with 0, the full disk.
     disk_reserve: Option<u64>,
+    /// The child's `Builder::file_bytes_max` (with a 256 KiB reserve): an eighth of the
+    /// rounds run at a file limit about 1.5 MiB above the journal, so enqueues meet it
+    /// (`FULL`) and injected faults (ENOSPC among them) strike a file at its limit.
+    file_bytes_max: Option<u64>,
 }
 
 fn plan(seed: u64, round: u64) -> Plan {
@@ -90,6 +94,7 @@ fn plan(seed: u64, round: u64) -> Plan {
         max_attempts: rng.u32(2..=5),
         live_reads: rng.bool(),
         disk_reserve: [None, Some(0), Some(64 << 10), Some(256 << 10)][rng.usize(0..4)],
+        file_bytes_max: (rng.u32(0..8) == 0).then_some((4 << 20) + 4096 + (3 << 19)),
     }
 }
 
@@ -142,9 +147,10 @@ fn child_entry_process_kill() {
             .lease(ms(p.lease_ms))
             .max_attempts(p.max_attempts)
             .live_reads(p.live_reads);
-        match p.disk_reserve {
-            Some(bytes) => b.disk_reserve(bytes),
-            None => b,
+        match (p.file_bytes_max, p.disk_reserve) {
+            (Some(max), _) => b.disk_reserve(256 << 10).file_bytes_max(Some(max)),
+            (None, Some(bytes)) => b.disk_reserve(bytes),
+            (None, None) => b,
         }
         .open(&path)
     };
@@ -168,6 +174,9 @@ fn child_entry_process_kill() {
             };
             say("REOPEN");
         }
+    }
+    if p.file_bytes_max.is_some() {
+        pad_to_the_limit(&q);
     }
     say("OPEN");
     let workers: Vec<_> = (0..p.threads)
@@ -244,6 +253,41 @@ fn io_failure(what: &str, e: Error) -> ! {
         std::process::exit(0);
     }
     fatal(format!("{what}: {e:?}"))
+}
+
+/// A round at a file limit: 1 KiB jobs in the queue `pad` (outside the model) until the file
+/// is storage full, then 600 of them acked, so the round's workload runs at the limit (its
+/// enqueues meet it again, reported `FULL`) and injected faults strike a file there.
+fn pad_to_the_limit(q: &Queue) {
+    let pad = q.named("pad").unwrap_or_else(|e| io_failure("pad", e));
+    let kib = [b'p'; 1024];
+    let mut n = 0usize;
+    // In batches of 32 while they fit (a large batch is refused before the limit), then one
+    // at a time until the file turns full.
+    for size in [32, 1] {
+        while n < 20_000 {
+            match pad.enqueue_batch((0..size).map(|_| (&kib[..], EnqueueOptions::default()))) {
+                Ok(_) => n += size,
+                Err(Error::StorageFull { .. }) => {
+                    say("FULL");
+                    break;
+                }
+                Err(e) => io_failure("pad enqueue", e),
+            }
+        }
+    }
+    let taken = pad
+        .dequeue_batch(600)
+        .unwrap_or_else(|e| io_failure("pad dequeue", e));
+    match pad.ack_batch(&taken) {
+        Ok(outcomes) => {
+            if let Some(Err(e)) = outcomes.into_iter().find(Result::is_err) {
+                io_failure("pad ack", e)
+            }
+        }
+        Err(e) => io_failure("pad ack", e),
+    }
+    say(format!("PAD {n}"));
 }
 
 /// Reports an unexpected outcome and stops this thread (the parent fails the run).
@@ -837,7 +881,7 @@ impl Model {
         };
         match w[0] {
             "OPEN" | "RQ" | "EXT" | "DROP" | "SNZ" | "PRUNE" | "COMPACT" | "REOPEN" | "HELLO"
-            | "DONE" => {}
+            | "DONE" | "PAD" => {}
             "IOERR" => self.tally.io_errors += 1,
             "FULL" => self.tally.storage_full += 1,
             "WRITE" => {
