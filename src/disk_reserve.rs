@@ -88,11 +88,20 @@ struct State {
     count_took: Duration,
     /// When free space could not be read and that was logged.
     warned_at: Option<Instant>,
+    /// When free space was read last.
+    available_at: Option<Instant>,
     /// When making the reserve file last failed for want of room.
     reserve_failed_at: Option<Instant>,
     /// The reserve file cannot be made on this file system: not tried again this session.
     reserve_broken: bool,
 }
+
+/// The fastest another writer is assumed to fill the disk (4 GB/s, in bytes per ns): free
+/// space is read again before the headroom the last reading saw could be gone at that pace.
+const FILLER_BYTES_PER_NS: u64 = 4;
+
+/// The longest a reading of free space is used (100 ms), however much headroom it saw.
+const AVAILABLE_EVERY: Duration = Duration::from_millis(100);
 
 /// How often, at most, a failure to read free space is logged.
 const WARN_EVERY: Duration = Duration::from_secs(60);
@@ -126,7 +135,8 @@ fn push_turn(turns: &mut Vec<Turned>, turn: Turned) {
 pub(crate) struct DiskReserve {
     dir: PathBuf,
     file: File,
-    journal: Option<File>,
+    /// The bytes the journal takes on disk (0 without one).
+    journal_bytes: u64,
     reserve_path: PathBuf,
     reserve: u64,
     file_max: Option<u64>,
@@ -168,15 +178,18 @@ impl DiskReserve {
             _ => PathBuf::from("."),
         };
         let file = File::open(path)?;
-        let journal = match journal {
-            Some(j) => Some(File::open(j)?),
-            None => None,
+        // The journal is made its full size before a session writes it, and never changes
+        // while open: counted once (a stat of it before every commit cost 40 µs, the
+        // frame's fdatasync waiting on it).
+        let journal_bytes = match journal {
+            Some(j) => File::open(j)?.allocated_size()?,
+            None => 0,
         };
         let reserve_path = path_beside(path);
         let r = DiskReserve {
             dir,
             file,
-            journal,
+            journal_bytes,
             reserve_path,
             reserve,
             file_max,
@@ -195,6 +208,7 @@ impl DiskReserve {
                 look_wanted: true,
                 count_took: Duration::ZERO,
                 warned_at: None,
+                available_at: None,
                 reserve_failed_at: None,
                 reserve_broken: false,
             }),
@@ -310,20 +324,32 @@ impl DiskReserve {
         let mut st = self.state.lock();
         st.look_wanted = false;
         st.looked_at = Some(Instant::now());
-        let available = match fs4::available_space(&self.dir) {
-            Ok(a) => a,
-            Err(e) => {
-                if st.warned_at.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
-                    st.warned_at = Some(Instant::now());
-                    tracing::warn!(error = %e, "leaseq: free disk space unknown: only the file limit is checked");
+        // Free space is read again once another writer could have used the headroom above
+        // the reserve the last reading saw, at FILLER_BYTES_PER_NS (at most every
+        // AVAILABLE_EVERY; every commit near the edge): a `statfs` costs some microseconds
+        // before each commit, several per cent of a single enqueue.
+        let headroom = st
+            .seen
+            .available
+            .saturating_sub(self.reserve.saturating_mul(2));
+        let fresh_for = AVAILABLE_EVERY.min(Duration::from_nanos(headroom / FILLER_BYTES_PER_NS));
+        let stale = st.available_at.is_none_or(|t| t.elapsed() >= fresh_for);
+        let available = if !stale {
+            st.seen.available
+        } else {
+            st.available_at = Some(Instant::now());
+            match fs4::available_space(&self.dir) {
+                Ok(a) => a,
+                Err(e) => {
+                    if st.warned_at.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+                        st.warned_at = Some(Instant::now());
+                        tracing::warn!(error = %e, "leaseq: free disk space unknown: only the file limit is checked");
+                    }
+                    u64::MAX
                 }
-                u64::MAX
             }
         };
-        let journal_bytes = self
-            .journal
-            .as_ref()
-            .map_or(0, |j| j.allocated_size().unwrap_or(0));
+        let journal_bytes = self.journal_bytes;
         let file_bytes = self.file.allocated_size().unwrap_or(0) + journal_bytes;
         // A file system that allocates at write-back (ext4's and XFS's delayed allocation)
         // counts the pages written since the last checkpoint only once they are written

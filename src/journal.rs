@@ -160,7 +160,8 @@ impl Scan {
 /// not whole, not of the session, or not the next number.
 ///
 /// # Errors
-/// `NotLeaseq` when the file holds something other than a leaseq journal (not zeros);
+/// `NotLeaseq` when the file holds something other than a leaseq journal (not zeros, nor
+/// a header of ours cut short while the file records no session);
 /// `UnsupportedVersion` for a journal of a newer version the file may need; `Io`.
 pub(crate) fn scan(
     file: Option<&dyn StorageBackend>,
@@ -187,8 +188,12 @@ pub(crate) fn scan(
             });
         }
         HeaderFound::OtherVersion(_) => return Ok(Scan::nothing(JournalFound::Nothing)),
-        HeaderFound::NotJournal if head[..head_len].iter().all(|&b| b == 0) => {
-            // Made but never written (a crash while it was being made): no frame in it.
+        HeaderFound::NotJournal
+            if head[..head_len].iter().all(|&b| b == 0)
+                || (!state.open && bytes::is_torn_header(&head[..head_len])) =>
+        {
+            // Made but never written, or its header cut short (a crash or a failed write
+            // while it was being made, before the file recorded its session): no frame.
             return Ok(Scan::nothing(if state.open {
                 JournalFound::Missing
             } else {
@@ -490,5 +495,42 @@ mod tests {
         assert_eq!((j.tail, j.last_seq, j.frames), (tail, seq, 1));
         j.checkpointed();
         assert!(j.append(&big).unwrap(), "fits again after a checkpoint");
+    }
+
+    #[test]
+    fn a_header_cut_short_while_being_made_is_no_journal_and_another_file_is_refused() {
+        let state = MetaState::default();
+        let path = Path::new("q-journal");
+        let full = bytes::encode_header();
+        for cut in 1..HEADER_BYTES {
+            let file = InMemoryBackend::new();
+            file.set_len(FRAMES_START + JOURNAL_BYTES).unwrap();
+            file.write(0, &full[..cut]).unwrap();
+            let found = scan(Some(&file), state, path).map(|s| s.found);
+            assert!(
+                matches!(found, Ok(JournalFound::Nothing)),
+                "cut at {cut}: {:?}",
+                found.map_err(|e| e.to_string())
+            );
+            // Once the file records a session, a torn header is not taken for granted.
+            let open = MetaState {
+                id: 9,
+                seq: 0,
+                open: true,
+            };
+            assert!(
+                scan(Some(&file), open, path).is_err(),
+                "cut at {cut}, session open"
+            );
+        }
+        let other = InMemoryBackend::new();
+        other.set_len(4096).unwrap();
+        other
+            .write(0, b"not a journal at all, a user's file")
+            .unwrap();
+        assert!(matches!(
+            scan(Some(&other), state, path),
+            Err(Error::NotLeaseq { .. })
+        ));
     }
 }

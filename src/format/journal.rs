@@ -52,6 +52,17 @@ pub(crate) fn encode_header() -> [u8; HEADER_BYTES] {
     out
 }
 
+/// Whether `bytes` (a header's length, else `false`) are a header write of this version cut
+/// short over zeros: each byte zero or the header's own (a write that failed after a part
+/// of it reached the file). Such a journal was being made and holds no frame.
+pub(crate) fn is_torn_header(bytes: &[u8]) -> bool {
+    let Some(h) = bytes.get(..HEADER_BYTES) else {
+        return false;
+    };
+    let full = encode_header();
+    h.iter().zip(full).all(|(&b, e)| b == 0 || b == e) && h.iter().any(|&b| b != 0)
+}
+
 /// What a journal's first bytes say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HeaderFound {

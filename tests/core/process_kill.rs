@@ -280,6 +280,7 @@ fn pad_to_the_limit(q: &Queue) {
         .dequeue_batch(600)
         .unwrap_or_else(|e| io_failure("pad dequeue", e));
     match pad.ack_batch(&taken) {
+        _ if taken.is_empty() => {}
         Ok(outcomes) => {
             if let Some(Err(e)) = outcomes.into_iter().find(Result::is_err) {
                 io_failure("pad ack", e)
