@@ -113,6 +113,29 @@ const RESERVE_RETRY: Duration = Duration::from_secs(10);
 /// `disk_reserve(0)` a file limit still turns the file full before it.
 pub(crate) const LIMIT_MARGIN_MIN: u64 = 256 << 10;
 
+/// Writes `len` bytes of a pattern into `f` from its start (64 KiB of xorshift output,
+/// repeated): bytes a compressing file system must keep.
+fn write_pattern(f: &File, len: u64) -> std::io::Result<()> {
+    use std::io::{Seek, Write};
+    let mut block = vec![0u8; 64 << 10];
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for chunk in block.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    let mut w = f;
+    w.seek(std::io::SeekFrom::Start(0))?;
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        w.write_all(&block[..n])?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
 /// Whether `e` says the disk or the user's quota is full.
 fn is_disk_full(e: &std::io::Error) -> bool {
     matches!(
@@ -244,7 +267,13 @@ impl DiskReserve {
                 .truncate(false)
                 .open(&self.reserve_path)?;
             if f.allocated_size()? < self.reserve {
-                f.allocate(self.reserve)?;
+                match f.allocate(self.reserve) {
+                    Ok(()) => {}
+                    Err(e) if is_disk_full(&e) => return Err(e),
+                    // A file system (or Windows layer, as wine's) without preallocation: the
+                    // bytes written, a pattern that does not compress away.
+                    Err(_) => write_pattern(&f, self.reserve)?,
+                }
                 f.sync_all()?;
             }
             Ok(())

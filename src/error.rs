@@ -365,6 +365,28 @@ impl Error {
 }
 
 impl Error {
+    /// A copy of this error when it is `StorageFull` (its fields are numbers), for each of
+    /// several calls one refusal answers; `None` for any other error.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
+    pub(crate) fn storage_full_copy(&self) -> Option<Error> {
+        match *self {
+            Error::StorageFull {
+                available_bytes,
+                file_bytes,
+                reusable_bytes,
+                reserve_bytes,
+                file_bytes_max,
+            } => Some(Error::StorageFull {
+                available_bytes,
+                file_bytes,
+                reusable_bytes,
+                reserve_bytes,
+                file_bytes_max,
+            }),
+            _ => None,
+        }
+    }
+
     /// Whether this refuses an input before anything is written (a payload, a key or an
     /// option out of range): the same error inside a caller's transaction as outside it.
     pub(crate) fn is_input_refusal(&self) -> bool {

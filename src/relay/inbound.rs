@@ -506,26 +506,13 @@ impl Worker {
             .enqueue_batch(fetched.iter().map(|f| (f.msg.payload.as_ref(), options(f))));
         match all {
             Ok(done) => Ok(done.into_iter().map(Ok).collect()),
-            // A full queue (its size limit) may still have room for some of them.
             // A full file refuses each of them the same: no one-by-one tries.
-            Err(crate::Error::StorageFull {
-                available_bytes,
-                file_bytes,
-                reusable_bytes,
-                reserve_bytes,
-                file_bytes_max,
-            }) => Ok(fetched
+            Err(e @ crate::Error::StorageFull { .. }) => Ok(fetched
                 .iter()
-                .map(|_| {
-                    Err(crate::Error::StorageFull {
-                        available_bytes,
-                        file_bytes,
-                        reusable_bytes,
-                        reserve_bytes,
-                        file_bytes_max,
-                    })
-                })
+                .filter_map(|_| e.storage_full_copy())
+                .map(Err)
                 .collect()),
+            // A full queue (its size limit) may still have room for some of them.
             Err(e) if refuses_input(&e) || is_full(&e) => {
                 let mut each = Vec::with_capacity(fetched.len());
                 for f in fetched {
