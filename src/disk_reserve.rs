@@ -82,6 +82,10 @@ struct State {
     turns: Vec<Turned>,
     /// The room the last look saw: the least of the disk's and the file limit's (bytes).
     room: u64,
+    /// The reusable bytes the last count saw.
+    counted: u64,
+    /// Twice the payload bytes of the enqueues admitted since that count.
+    admitted: u64,
     /// A refused call asked for a look at the next seal.
     look_wanted: bool,
     /// How long the last count of the reusable bytes took (the next waits ten times that).
@@ -185,7 +189,8 @@ impl DiskReserve {
     /// The reserve of the queue file at `path` (journal at `journal` if on): `reserve`
     /// bytes (0: no reserve file, and the file is full only at its limit or when the disk
     /// has no byte left), `file_max` the file limit. Makes the reserve file if it is
-    /// missing and the disk has room for it; `recorded` is the state the file records: a
+    /// missing and the disk has three times the reserve free; `recorded` is the state the
+    /// file records: a
     /// file recorded full opens full (since then, its reserve file not made), so leaving the
     /// state takes twice the reserve of room across a reopen too.
     pub(crate) fn open(
@@ -228,6 +233,8 @@ impl DiskReserve {
                 recorded: Some(recorded),
                 turns: Vec::new(),
                 room: u64::MAX,
+                counted: 0,
+                admitted: 0,
                 look_wanted: true,
                 count_took: Duration::ZERO,
                 warned_at: None,
@@ -240,7 +247,16 @@ impl DiskReserve {
         if reserve == 0 {
             // No reserve asked for: a reserve file an earlier open left is given back.
             let _ = std::fs::remove_file(&r.reserve_path);
-        } else if recorded.is_none() {
+        } else if std::fs::File::open(&r.reserve_path)
+            .and_then(|f| f.allocated_size())
+            .is_ok_and(|bytes| bytes >= reserve)
+        {
+            // Kept from an earlier open.
+            st.held = true;
+        } else if recorded.is_none()
+            && fs4::available_space(&r.dir).unwrap_or(u64::MAX) >= reserve.saturating_mul(3)
+        {
+            // Made only on a disk with three times the reserve free, as after the state.
             match r.hold_reserve_file() {
                 Ok(()) => st.held = true,
                 Err(e) if is_disk_full(&e) => {
@@ -310,6 +326,8 @@ impl DiskReserve {
         let margin = self.limit_margin(false);
         let large = needs >= margin / 4;
         if !self.is_full() && (!large || st.room.saturating_sub(needs) >= margin) {
+            st.admitted = st.admitted.saturating_add(needs);
+            st.room = st.room.saturating_sub(needs);
             return None;
         }
         if st.looked_at.is_none_or(|t| t.elapsed() >= FULL_RECHECK) {
@@ -321,6 +339,7 @@ impl DiskReserve {
             reusable_bytes: st.seen.reusable,
             reserve_bytes: self.reserve,
             file_bytes_max: self.file_max,
+            needs_bytes: if self.is_full() { 0 } else { needs },
         })
     }
 
@@ -416,26 +435,46 @@ impl DiskReserve {
         let every = REUSABLE_REFRESH.max(st.count_took * 10);
         if st.counted_at.is_none_or(|t| t.elapsed() >= every) {
             let started = Instant::now();
-            st.seen.reusable = reusable_bytes(tx, self.file.allocated_size().unwrap_or(0));
+            st.counted = reusable_bytes(tx, self.file.allocated_size().unwrap_or(0));
+            st.admitted = 0;
             st.count_took = started.elapsed();
             st.counted_at = Some(Instant::now());
         }
-        let reusable = st.seen.reusable;
-        let disk_short = disk_room(reusable) < disk_margin.max(1);
+        // What the count saw, less what the enqueues admitted since may have taken of it
+        // (twice their payload): a stale count never lends room that is gone.
+        let reusable = st.counted.saturating_sub(st.admitted);
+        st.seen.reusable = reusable;
+        // Free disk bytes alone, whatever the file could reuse: under a quarter of the
+        // reserve the file is full (its growth is not all reuse), and it leaves the state
+        // only with half the reserve free.
+        let floor = if full_now {
+            self.reserve / 2
+        } else {
+            self.reserve / 4
+        };
+        let disk_short = disk_room(reusable) < disk_margin.max(1) || available < floor;
         let limit_short = limit_room(reusable, file_bytes) < limit_margin;
         st.room = disk_room(reusable).min(limit_room(reusable, bound_bytes));
         self.near.store(near(reusable), Ordering::Release);
+        // The reserve file's bytes go to the drain once the disk itself is nearly out (under
+        // a quarter of the reserve free): another process filled it, or the drain needs
+        // them. Not before: a file that filled the disk itself keeps its reserve file, so
+        // another process cannot take the drain's room later.
+        if st.held && available < self.reserve / 4 {
+            let _ = std::fs::remove_file(&self.reserve_path);
+            st.held = false;
+            tracing::warn!(
+                available,
+                reserve = self.reserve,
+                "leaseq: the disk is nearly out: the reserve file's bytes given to the drain"
+            );
+        }
         match (full_now, disk_short || limit_short) {
             (false, true) => {
                 let now_ms = self.clock.now_ms();
                 st.full_since_ms = Some(now_ms);
                 self.full.store(true, Ordering::Release);
-                // The reserve file's bytes go to the drain when the disk is short (not for
-                // the file limit: they are not the file's).
-                if disk_short && st.held {
-                    let _ = std::fs::remove_file(&self.reserve_path);
-                    st.held = false;
-                }
+
                 tracing::warn!(
                     available = st.seen.available,
                     file_bytes = st.seen.file_bytes,

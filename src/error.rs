@@ -186,7 +186,8 @@ pub enum Error {
     /// (as etcd's NOSPACE alarm, which leaves only reads and deletes). Sizes in bytes, as
     /// last seen.
     #[error(
-        "storage full: {available_bytes} bytes free on the disk, the file and its journal take {file_bytes} ({reusable_bytes} reusable), the reserve is {reserve_bytes} bytes, the file limit {file_bytes_max:?}; enqueues are refused until the drain or a clean-up frees room"
+        "{}",
+        storage_full_text(*available_bytes, *file_bytes, *reusable_bytes, *reserve_bytes, *file_bytes_max, *needs_bytes)
     )]
     StorageFull {
         /// Bytes free to this process on the file's file system.
@@ -199,6 +200,9 @@ pub enum Error {
         reserve_bytes: u64,
         /// The file limit, if one is set.
         file_bytes_max: Option<u64>,
+        /// 0 while the file is storage full; else the refused call alone was too large: the
+        /// bytes it needed (twice its payload), more than the room above the reserve.
+        needs_bytes: u64,
     },
     /// A named queue that does not exist, asked for by a call that does not create it
     /// ([`Queue::existing`](crate::Queue::existing)).
@@ -376,12 +380,14 @@ impl Error {
                 reusable_bytes,
                 reserve_bytes,
                 file_bytes_max,
+                needs_bytes,
             } => Some(Error::StorageFull {
                 available_bytes,
                 file_bytes,
                 reusable_bytes,
                 reserve_bytes,
                 file_bytes_max,
+                needs_bytes,
             }),
             _ => None,
         }
@@ -520,4 +526,38 @@ pub(crate) fn catch_engine_panic<T>(f: impl FnOnce() -> Result<T>) -> Result<T> 
             panic_message(&*p)
         )))
     })
+}
+
+/// `StorageFull`'s text: what is short (the disk, the file limit, or the call itself), then
+/// the numbers.
+fn storage_full_text(
+    available: u64,
+    file: u64,
+    reusable: u64,
+    reserve: u64,
+    file_max: Option<u64>,
+    needs: u64,
+) -> String {
+    let at_limit = file_max.is_some_and(|max| file >= max.saturating_sub(reserve.max(256 << 10)));
+    let what = if needs > 0 {
+        format!(
+            "this call needs about {needs} bytes, more than the room left above the disk reserve: enqueue it in smaller parts"
+        )
+    } else if at_limit {
+        format!(
+            "storage full: the file and its journal take {file} bytes of the file limit of {} ({reusable} reusable)",
+            file_max.unwrap_or(0)
+        )
+    } else {
+        format!(
+            "storage full: {available} bytes free on the disk, the disk reserve is {reserve} bytes ({reusable} bytes reusable in the file)"
+        )
+    };
+    if needs > 0 {
+        format!(
+            "{what} ({available} bytes free on the disk, {file} taken by the file and its journal)"
+        )
+    } else {
+        format!("{what}; enqueues are refused until the drain or a clean-up frees room")
+    }
 }

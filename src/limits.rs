@@ -51,7 +51,7 @@ pub(crate) const SWEEP_MAX: usize = 256;
 /// a device that fails the same work for weeks does not fill its disk with dead letters.
 pub const DEAD_JOBS_MAX_DEFAULT: u64 = 10_000;
 /// The disk reserve by default ([`Builder::disk_reserve`](crate::Builder::disk_reserve)),
-/// in bytes: 8 MiB, or a sixteenth of the file system if that is less. It covers a
+/// in bytes: 8 MiB, or an eighth of the file system if that is less. It covers a
 /// checkpoint's new pages (the journal holds at most 4 MiB of frames) and the drain's own
 /// growth before the pages it frees are reused.
 pub const DISK_RESERVE_DEFAULT: u64 = 8 << 20;

@@ -337,39 +337,48 @@ impl Builder {
 
     /// The disk reserve, in bytes: room kept on the file's disk for the drain, so a disk
     /// that fills never stops it. Default
-    /// [`DISK_RESERVE_DEFAULT`](crate::DISK_RESERVE_DEFAULT) (8 MiB), or a sixteenth of the
+    /// [`DISK_RESERVE_DEFAULT`](crate::DISK_RESERVE_DEFAULT) (8 MiB), or an eighth of the
     /// file system if that is less; 0 turns it off.
     ///
     /// Before each commit that writes, the handle looks at the bytes free on the disk and at
-    /// what the file and its journal take. Once the room left (the free bytes, or the
-    /// [file limit](Builder::file_bytes_max) less the bytes taken, each plus the bytes the
-    /// file can reuse inside itself) is under the reserve, the file is *storage full*: calls
-    /// that only grow it (every enqueue, an import, a schedule's instance, which is then
-    /// skipped) are refused with [`Error::StorageFull`], nothing written, while dequeue, ack,
-    /// `ack_with`, nack, cancel, remove, prune and [`Queue::compact`] go on, each group a
-    /// checkpoint so the pages one ack frees serve the next (an `ack_with` whose closure
-    /// passes on a follow-up's `StorageFull` snoozes its job, no attempt spent). One large
-    /// batch (twice its payload a quarter of the reserve or more) that would take the room
-    /// above the reserve is refused the same, the file staying open to smaller calls. The
-    /// state ends by itself once the room left is twice the reserve (the drain freed pages,
-    /// or someone freed disk space), seen at the next commit or refused enqueue: no restart. [`Event::StorageFull`](crate::Event::StorageFull) and
+    /// what the file and its journal take. The file is *storage full* once the room left
+    /// (the free bytes, or the [file limit](Builder::file_bytes_max) less the bytes taken,
+    /// each plus the bytes the file can reuse inside itself, less what enqueues took since
+    /// they were counted) is under the reserve, or the disk alone has under a quarter of it
+    /// free. Then calls that only grow it (every enqueue, an import, a schedule's instance,
+    /// which is then skipped) are refused with [`Error::StorageFull`], nothing written, while
+    /// dequeue, ack, `ack_with`, nack, cancel, remove, prune and [`Queue::compact`] go on,
+    /// each group a checkpoint so the pages one ack frees serve the next (an `ack_with` whose
+    /// closure passes on a follow-up's `StorageFull` snoozes its job, no attempt spent). One
+    /// large batch (twice its payload a quarter of the reserve or more) that would take the
+    /// room above the reserve is refused the same (`needs_bytes` set), the file staying open
+    /// to smaller calls. The state ends by itself once the room left is twice the reserve
+    /// and the disk has half of it free (the drain freed pages, or someone freed disk space),
+    /// seen at the next commit or refused enqueue: no restart.
+    /// [`Event::StorageFull`](crate::Event::StorageFull) and
     /// [`Event::StorageAvailable`](crate::Event::StorageAvailable) mark the turns, and
-    /// [`Stats::storage_full_ms`] says since when (as etcd's NOSPACE alarm, which leaves
-    /// reads and deletes).
+    /// [`Stats::storage_full_ms`](crate::Stats::storage_full_ms) says since when, as of the
+    /// writer's last commit (and of its open), as etcd's NOSPACE alarm leaves reads and
+    /// deletes.
     ///
     /// The reserve's bytes are held, allocated, in `<file>-reserve` beside the file (as
-    /// CockroachDB's emergency ballast): when another process fills the disk, the file turns
-    /// full and deletes it, so the drain has that much room; it is made again once the disk
-    /// has three times the reserve free (a file that filled the disk itself keeps that room
-    /// inside, for its next jobs, until [`Queue::compact`] gives it back); a file system that
-    /// refuses it (no preallocation, the name taken) leaves the reserve without it, logged.
-    /// On a file system with snapshots (APFS Time Machine, btrfs, ZFS), deleting it may free
-    /// nothing. With 0, no reserve file is kept (one an earlier open left is deleted): with a
-    /// file limit the file turns full 256 KiB before it, and without one nothing is looked
-    /// at and the disk fills to its last byte (then every write fails with `Io`, as the
-    /// durability chapter says). The reserve must cover a checkpoint's new pages (up to the
-    /// journal's 4 MiB of frames and the tree pages they touch), measured in the operations
-    /// chapter. Only a file with a path has one (not a [`Builder::open_backend`] one).
+    /// CockroachDB's emergency ballast). It is deleted once the disk has under a quarter of
+    /// the reserve free (another process filled it, or the drain needs more), so the drain
+    /// has that much room; a file that fills the disk itself keeps it. It is made (at open
+    /// too) only on a disk with three times the reserve free. A file system that refuses
+    /// preallocation gets it written; one that refuses it otherwise (the name taken) leaves
+    /// the reserve without it, logged. On a file system with snapshots (APFS Time Machine,
+    /// btrfs, ZFS), deleting it may free nothing.
+    ///
+    /// Size it for the producer: the state turns before a commit, so the reserve must cover
+    /// what is written between two looks (near the edge, one group) and what the drain
+    /// writes before the pages it frees are reused; measured in the operations chapter (a
+    /// producer faster than the drain on a 24 MiB disk with the default 3 MiB). With 0, no
+    /// reserve file is kept (one an earlier open left is deleted): with a file limit the file
+    /// turns full 256 KiB before it, and without one nothing is looked at and the disk fills
+    /// to its last byte (then every write fails with `Io` or `CommitFailed`, as the
+    /// durability chapter says). Only a file with a path has one (not a
+    /// [`Builder::open_backend`] one).
     ///
     /// # Errors
     /// At open: `InvalidOption` (field `disk_reserve`) above
@@ -504,7 +513,7 @@ impl Builder {
                 return Err(Error::invalid_option(
                     "file_bytes_max",
                     format!(
-                        "{max} bytes: at least {least}, 4 times the disk reserve ({reserve} bytes, 256 KiB at least) and the journal ({journal} bytes)"
+                        "{max} bytes: at least {least}, 4 times the room kept under a limit ({reserve} bytes: the disk reserve, or 256 KiB if that is more) and the journal ({journal} bytes)"
                     ),
                 ));
             }
@@ -1037,7 +1046,7 @@ impl Builder {
                     _ => Path::new("."),
                 };
                 let total = fs4::total_space(dir).unwrap_or(u64::MAX);
-                crate::limits::DISK_RESERVE_DEFAULT.min(total / 16)
+                crate::limits::DISK_RESERVE_DEFAULT.min(total / 8)
             }
         };
         let recorded = {
@@ -1123,6 +1132,14 @@ impl Builder {
                 let schedules = store::fire_at_open(ctx, now_ms)?;
                 Ok(Ok((recovered, schedules)))
             })?;
+        // The storage-full state as this open saw it (a file recorded full whose disk was
+        // freed while it was closed, or the other way), recorded now: a reader, and the app's
+        // own `stats()`, see it before any commit of its own.
+        if let Some(since_ms) = inner.committer.reserve().and_then(|r| r.to_record()) {
+            inner.committer.run(inner.db.get(), &mut |ctx| {
+                store::record_storage_full(ctx, since_ms).map(Ok)
+            })?;
+        }
         let paused = crate::error::catch_engine_panic(|| {
             store::paused_queues(&inner.db.get().begin_read()?)
         })?;

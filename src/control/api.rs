@@ -567,6 +567,7 @@ pub(crate) fn error_json(e: &Error) -> Value {
             file_bytes,
             reserve_bytes,
             file_bytes_max,
+            needs_bytes,
             ..
         } => (
             "storage_full",
@@ -575,6 +576,7 @@ pub(crate) fn error_json(e: &Error) -> Value {
                 "file_bytes": file_bytes,
                 "reserve_bytes": reserve_bytes,
                 "file_bytes_max": file_bytes_max,
+                "needs_bytes": needs_bytes,
             }),
         ),
         Error::Closed => ("closed", json!({})),

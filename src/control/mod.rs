@@ -82,8 +82,9 @@
 //! `408` (`timeout`) and `413` (`too_large`) for a body too slow or over its bound; `503`
 //! `closed` (or `stopping`), and `queue_full` (`queue`, `jobs`, `bytes`, `max_jobs`,
 //! `max_bytes`: the queue's size limit refused the enqueue); `507` `storage_full`
-//! (`available_bytes`, `file_bytes`, `reserve_bytes`, `file_bytes_max`: the file is within its
-//! disk reserve, enqueues refused while the drain goes on); `500` for a storage error (`failed`, `corrupted`,
+//! (`available_bytes`, `file_bytes`, `reserve_bytes`, `file_bytes_max`, `needs_bytes`: the
+//! file is within its disk reserve, enqueues refused while the drain goes on, or the call
+//! alone needed `needs_bytes`, more than the room above it); `500` for a storage error (`failed`, `corrupted`,
 //! `commit_failed`: a failed commit's outcome is unknown). A refused request wrote nothing.
 //! A query parameter the route does not take (above), or one given twice, is refused, `400`
 //! `invalid_option` with `field` `query`, naming it (and the ones the route takes): never

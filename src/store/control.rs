@@ -132,3 +132,12 @@ pub(crate) fn paused_queues(rtx: &ReadTransaction) -> Result<Vec<(u32, u64)>> {
     }
     Ok(out)
 }
+
+/// Records the file's storage-full state in `leaseq_meta` (`storage_full_ms`: since when, or
+/// 0 with room), for readers and the next open: what the disk reserve saw at this open,
+/// written at once rather than with the first commit that writes.
+pub(crate) fn record_storage_full(ctx: &mut Ctx<'_>, since_ms: u64) -> Result<()> {
+    ctx.table(crate::format::schema::META)?
+        .insert(crate::format::schema::META_STORAGE_FULL_MS, since_ms)?;
+    Ok(())
+}

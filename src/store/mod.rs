@@ -25,7 +25,7 @@
 //! | `retention.rs` | bounded pruning of applied markers, dead jobs, dedup windows, the completed history |
 //! | `admin.rs` | cancel, retry, requeue, remove, purge or requeue by state |
 //! | `registry.rs` | named-queue numbers |
-//! | `control.rs` | queue controls stored in the file: pause, resume, the history setting |
+//! | `control.rs` | queue controls stored in the file: pause, resume, the history setting; the file's storage-full state |
 //! | `rate_limit.rs` | a queue's rate limit, read and charged by the dequeue |
 //! | `queue_limit.rs` | a queue's size limit: checked by every enqueue, room made by dropping the oldest, its payload bytes counted |
 //! | `metrics.rs` | the per-minute metrics each group commit adds to, read per queue |
@@ -60,7 +60,9 @@ pub(crate) use admin::{
     BulkAction, Change, bulk_by_state, cancel, release_key, remove, requeue_dead, retry, update,
 };
 pub(crate) use check::check_file;
-pub(crate) use control::{history_of, pause, paused_queues, resume, set_history, validate_history};
+pub(crate) use control::{
+    history_of, pause, paused_queues, record_storage_full, resume, set_history, validate_history,
+};
 pub(crate) use dequeue::dequeue;
 pub(crate) use enqueue::{enqueue, enqueue_imported, write};
 pub(crate) use fenced::{

@@ -188,6 +188,26 @@ fn the_state_is_in_the_file_for_readers_and_the_next_open() {
     let reader = leaseq::Reader::open(&path).unwrap();
     assert_eq!(reader.stats().unwrap().storage_full_ms, None);
     drop(reader);
+    // Full again and closed; opened with room (a larger limit): the open records it at
+    // once, before any commit of the app's own.
+    let q = open_limited(&path);
+    fill(&q, None);
+    assert!(q.stats().unwrap().storage_full_ms.is_some());
+    drop(q);
+    let q = Queue::builder()
+        .disk_reserve(RESERVE)
+        .file_bytes_max(Some(64 << 20))
+        .open(&path)
+        .unwrap();
+    assert_eq!(
+        q.stats().unwrap().storage_full_ms,
+        None,
+        "recorded by the open"
+    );
+    while let Some(l) = q.dequeue().unwrap() {
+        l.ack().unwrap();
+    }
+    drop(q);
     // Full again, then opened without a reserve or a limit: the first commit records that
     // the file is not full any more.
     let q = open_limited(&path);
@@ -204,7 +224,7 @@ fn the_reserve_file_is_kept_made_again_and_given_back_with_zero() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.leaseq");
     let reserve = dir.path().join("q.leaseq-reserve");
-    let total = 1u64 << 40; // the default: 8 MiB, or a sixteenth of a smaller disk
+    let total = 1u64 << 40; // the default: 8 MiB, or an eighth of a smaller disk
     let q = Queue::open(&path).unwrap();
     let len = std::fs::metadata(&reserve).unwrap().len();
     assert!(
