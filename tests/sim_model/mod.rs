@@ -2643,6 +2643,40 @@ fn schedule_of(def: &SchedDef) -> Schedule {
     s
 }
 
+/// A schedule's last job as the queue shows it: (id, due time).
+type LastJob = Option<(u64, u64)>;
+
+/// The id the queue gave placeholder `p` of `m1`, a schedule's last instance in the model:
+/// `None` if `p` is no schedule's last instance; `Some(Ok(id))` when the schedule `shown`
+/// names a new job (above `before`'s ids, not in `m1`) due when the model says; else
+/// `Some(Err((name, due, shown last job)))`.
+fn instance_id(
+    before: &Model,
+    m1: &Model,
+    shown: &[SchedView],
+    p: u64,
+) -> Option<Result<u64, (String, u64, LastJob)>> {
+    let (name, due) = m1.schedules.iter().find_map(|(n, s)| match s.last_job {
+        Some((id, at)) if id == p => Some((n.clone(), at)),
+        _ => None,
+    })?;
+    let last = shown
+        .iter()
+        .find(|v| v.name == name)
+        .and_then(|v| v.last_job);
+    Some(match last {
+        Some((id, at))
+            if at == due
+                && id > before.max_id
+                && id < PENDING_BASE
+                && !m1.jobs.contains_key(&id) =>
+        {
+            Ok(id)
+        }
+        other => Err((name, due, other)),
+    })
+}
+
 /// Names the instances a call's sweep enqueued (placeholders `m1` has and `before` had not)
 /// with the ids the queue's schedules `shown` after the call give as their `last_job`, in the
 /// model and in its prediction; then every schedule must be as the model has it (fired or
@@ -2659,23 +2693,9 @@ fn name_instances(
         .filter(|p| !before.jobs.contains_key(p))
         .collect();
     for p in made {
-        let Some((name, due)) = m1.schedules.iter().find_map(|(n, s)| match s.last_job {
-            Some((id, at)) if id == p => Some((n.clone(), at)),
-            _ => None,
-        }) else {
-            continue;
-        };
-        let last = shown
-            .iter()
-            .find(|v| v.name == name)
-            .and_then(|v| v.last_job);
-        match last {
-            Some((id, at))
-                if at == due
-                    && id > before.max_id
-                    && id < PENDING_BASE
-                    && !m1.jobs.contains_key(&id) =>
-            {
+        match instance_id(before, m1, shown, p) {
+            None => {}
+            Some(Ok(id)) => {
                 m1.name_job(p, id);
                 match pred {
                     MRes::Deq(v) => {
@@ -2687,7 +2707,7 @@ fn name_instances(
                     _ => {}
                 }
             }
-            other => {
+            Some(Err((name, due, other))) => {
                 return Err(format!(
                     "SCHEDULE DID NOT FIRE: {name:?} was due at {:+}, the model expects a new \
                      instance; the queue's last_job is {:?} ({} schedules shown: {shown:?})",
@@ -2706,26 +2726,10 @@ fn name_instances(
         .copied()
         .collect();
     for p in dropped {
-        let Some((name, due)) = m1.schedules.iter().find_map(|(n, s)| match s.last_job {
-            Some((id, at)) if id == p => Some((n.clone(), at)),
-            _ => None,
-        }) else {
-            continue;
-        };
-        let last = shown
-            .iter()
-            .find(|v| v.name == name)
-            .and_then(|v| v.last_job);
-        match last {
-            Some((id, at))
-                if at == due
-                    && id > before.max_id
-                    && id < PENDING_BASE
-                    && !m1.jobs.contains_key(&id) =>
-            {
-                m1.name_dropped(p, id);
-            }
-            other => {
+        match instance_id(before, m1, shown, p) {
+            None => {}
+            Some(Ok(id)) => m1.name_dropped(p, id),
+            Some(Err((name, due, other))) => {
                 return Err(format!(
                     "SCHEDULE DID NOT FIRE: {name:?} was due at {:+}, the model expects an \
                      instance (dropped since by another); the queue's last_job is {:?}",
