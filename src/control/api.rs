@@ -695,3 +695,45 @@ impl Handler for ControlApp {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The statuses and kinds of the two "no room" refusals (the control module's doc
+    //! promises them): a full queue is 503 `queue_full`, a storage-full file 507
+    //! `storage_full`, each with the fields a caller acts on.
+
+    use super::*;
+
+    #[test]
+    fn full_refusals_answer_their_status_kind_and_fields() {
+        let queue_full = Error::QueueFull {
+            queue: "telemetry".into(),
+            jobs: 10,
+            bytes: 100,
+            max_jobs: Some(10),
+            max_bytes: None,
+            needs_jobs: 1,
+            needs_bytes: 10,
+        };
+        assert_eq!(status_of(&queue_full), 503);
+        let j = error_json(&queue_full);
+        assert_eq!(j["error"]["kind"], "queue_full", "{j}");
+        assert_eq!(j["error"]["max_jobs"], 10, "{j}");
+        let storage_full = Error::StorageFull {
+            available_bytes: 1,
+            file_bytes: 2,
+            reusable_bytes: 0,
+            reserve_bytes: 3,
+            file_bytes_max: Some(4),
+            needs_bytes: 0,
+        };
+        assert_eq!(status_of(&storage_full), 507);
+        let j = error_json(&storage_full);
+        assert_eq!(j["error"]["kind"], "storage_full", "{j}");
+        assert_eq!(
+            (&j["error"]["reserve_bytes"], &j["error"]["file_bytes_max"]),
+            (&3.into(), &4.into()),
+            "{j}"
+        );
+    }
+}

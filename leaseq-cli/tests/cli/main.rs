@@ -1508,3 +1508,40 @@ fn dashboard_serves_a_file_beside_a_running_app() {
     );
     drop(held);
 }
+
+// A file its writer left storage full (its file limit met): `stats` says since when under
+// its table, and its JSON carries `storage_full_ms`; a file with room says nothing.
+#[test]
+fn stats_says_when_the_file_is_storage_full() {
+    let (_dir, path) = tmp();
+    {
+        let q = Queue::builder()
+            .disk_reserve(256 << 10)
+            .file_bytes_max(Some(6 << 20))
+            .open(&path)
+            .unwrap();
+        let payload = vec![b'r'; 1024];
+        let mut n = 0;
+        loop {
+            assert!(n < 50_000, "the file limit was never met");
+            match q.enqueue(&payload, EnqueueOptions::default()) {
+                Ok(_) => n += 1,
+                Err(leaseq::Error::StorageFull { .. }) => break,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+    }
+    let p = s(&path);
+    let v = json_lines(ok(run(&["stats", p, "--json"])));
+    let since = v[0]["storage_full_ms"]
+        .as_u64()
+        .expect("storage_full_ms set");
+    assert!(since > 0);
+    let text = stdout(ok(run(&["stats", p])));
+    assert!(text.contains("storage full since "), "{text}");
+    let (_other, clear) = tmp();
+    small_file(&clear);
+    let v = json_lines(ok(run(&["stats", s(&clear), "--json"])));
+    assert!(v[0]["storage_full_ms"].is_null(), "{:?}", v[0]);
+    assert!(!stdout(ok(run(&["stats", s(&clear)]))).contains("storage full"));
+}
