@@ -163,6 +163,9 @@ struct GroupRecord {
     /// What the group's operations count in the queues' metrics (only with a
     /// [`SealWriter`]).
     tally: RefCell<Tally>,
+    /// The running operation wrote and then refused on purpose
+    /// ([`GroupLog::refuse_after_write`]); reset before each operation.
+    refusal_wrote: Cell<bool>,
 }
 
 /// Whether a group's commit is a checkpoint: a durable redb commit (recording the journal's
@@ -241,6 +244,14 @@ impl GroupLog<'_> {
     /// Whether this operation has written so far.
     pub(crate) fn written(self) -> bool {
         self.written.get()
+    }
+
+    /// Lets this operation refuse after writing: its writes commit with the group, and its
+    /// caller gets the refusal. The one use: a call that ends a cancelled delivery is refused
+    /// `Cancelled`, yet it tells the job's group that the delivery ended
+    /// (`store::fenced`). Every other refusal writes nothing.
+    pub(crate) fn refuse_after_write(self) {
+        self.record.refusal_wrote.set(true);
     }
 
     /// Marks queue `queue_number` as having new work once this group commits.
@@ -595,6 +606,12 @@ impl<'g> Ctx<'g> {
         self.log.wake(queue_number);
     }
 
+    /// The next id this file hands out: every id below it was handed out (and may name a
+    /// job, or one that ended); none at or above it was.
+    pub(crate) fn next_id(&self) -> u64 {
+        self.counters.next_id
+    }
+
     pub(crate) fn alloc_id(&mut self) -> u64 {
         let c = &mut *self.counters;
         IdBlocks::take(&mut c.next_id, &mut c.id_end)
@@ -878,6 +895,7 @@ impl Committer {
         // Caller closures run under their own catch_unwind (ack_with), so a panic here is the
         // storage engine's: `Corrupted`, and the group aborts as for any other failure.
         let written = Cell::new(false);
+        g.record.refusal_wrote.set(false);
         let applied = catch_engine_panic(|| {
             let mut ctx = Ctx {
                 tx: &g.tx,
@@ -907,7 +925,9 @@ impl Committer {
             // The pair of "validate before writing": a refusal wrote nothing. One that did
             // would commit half an operation its caller was told was refused, so the group
             // aborts instead (and debug builds stop here).
-            Ok(Err(Refusal(e))) if !written.get() => self.count_member(g, leader, Err(e)),
+            Ok(Err(Refusal(e))) if !written.get() || g.record.refusal_wrote.get() => {
+                self.count_member(g, leader, Err(e))
+            }
             Ok(Err(Refusal(e))) => {
                 self.abort_open(st);
                 debug_assert!(false, "an operation wrote, then refused: {e}");
@@ -1080,6 +1100,7 @@ impl Committer {
             wake,
             events,
             tally,
+            refusal_wrote: _,
         } = std::mem::take(&mut g.record);
         let counters = g.counters;
         let (members, dirty, seq, durable) = (g.members, g.dirty, g.seq, g.durable);

@@ -280,11 +280,13 @@ pub enum Error {
     /// A queue operation was called from inside a closure that runs in the queue's write
     /// transaction (an `ack_with` effect or a [`Queue::write`](crate::Queue::write) closure,
     /// directly or through another queue's closure); it would wait for its own commit forever,
-    /// so it is refused. Enqueue through the closure's [`Tx`](crate::Tx) instead. A
+    /// so it is refused. Enqueue, cancel, retry or remove through the closure's
+    /// [`Tx`](crate::Tx) instead ([`Tx::enqueue`](crate::Tx::enqueue),
+    /// [`Tx::cancel`](crate::Tx::cancel), ...). A
     /// `Queue::write` whose closure passed this error on returns it as it is; an `ack_with`
     /// returns it inside [`Error::Effect`] (the attempt ended).
     #[error(
-        "queue operation called from inside a closure running in its write transaction (ack_with or write)"
+        "queue operation called from inside a closure running in its write transaction (ack_with or write): make it through the closure's Tx (enqueue, cancel, retry, remove)"
     )]
     Reentrant,
     /// [`Queue::close`](crate::Queue::close) was called on this file: no new job is enqueued
@@ -423,7 +425,8 @@ impl Error {
     }
 
     /// [`Error::surfaced`], and also, under the closure of `Queue::write`, a queue call made
-    /// inside it (`Reentrant`, the caller's mistake, not its closure failing) and a failing
+    /// inside it (`Reentrant`, the caller's mistake, not its closure failing), a refusal of
+    /// one of the `Tx`'s control calls (`JobNotFound`, `InvalidState`, `KeyHeld`) and a failing
     /// disk: an enqueue inside it that failed on storage, or its own table writes failing with redb's
     /// `StorageError::Io` or `PreviousIo` (bare or in a `TableError`), passed on by the
     /// closure. The caller sees `Storage`, not its own closure failing; any other error of
@@ -453,7 +456,15 @@ impl Error {
             e => e,
         };
         e.surfaced_if(|e| {
-            e.is_input_refusal() || e.is_storage_failure() || matches!(e, Error::Reentrant)
+            e.is_input_refusal()
+                || e.is_storage_failure()
+                || matches!(
+                    e,
+                    Error::Reentrant
+                        | Error::JobNotFound { .. }
+                        | Error::InvalidState { .. }
+                        | Error::KeyHeld { .. }
+                )
         })
     }
 

@@ -157,8 +157,9 @@ pub use file::Recovery;
 pub use format::payload::Encoding;
 pub use format::schema::FORMAT_VERSION;
 pub use job::{
-    Applied, AttemptError, EnqueueOptions, Enqueued, History, ImportJob, JobCursor, JobId, JobInfo,
-    JobPage, JobState, OnDuplicate, Outcome, Progress, Pruned, Quarantined, Stats, Violation,
+    Applied, AttemptError, CancelOutcome, EnqueueOptions, Enqueued, History, ImportJob, JobCursor,
+    JobId, JobInfo, JobPage, JobState, OnDuplicate, Outcome, Progress, Pruned, Quarantined, Stats,
+    Violation,
 };
 pub use journal::JournalFound;
 pub use lease::{Heartbeat, Lease};

@@ -8,6 +8,7 @@ use std::ops::Deref;
 
 use crate::error::Result;
 use crate::format::schema::QueueSchema;
+use crate::job::{CancelOutcome, JobId};
 use crate::job::{EnqueueOptions, Enqueued};
 use crate::store::{self, NewJob, QueueConfig};
 
@@ -121,6 +122,70 @@ impl<'a> Tx<'a> {
     }
 }
 
+/// Control calls inside the transaction, as River's `JobCancelTx`, `JobRetryTx` and
+/// `JobDeleteTx`: the call's change commits with the caller's writes and jobs, or not at
+/// all. They act on this queue's jobs (the queue the closure's call came from); an `ack_with`
+/// refuses them on the jobs of its own batch (`InvalidState`: its lease ends them when it
+/// commits). A refused call writes nothing and the transaction goes on; a storage error
+/// fails the whole transaction (`Effect`, as an enqueue's).
+impl Tx<'_> {
+    /// Cancels job `id` in this transaction, as [`Queue::cancel`](crate::Queue::cancel):
+    /// the same outcome, the same fencing of a leased job, with effect only if the
+    /// transaction commits. `reason` is kept up to
+    /// [`REASON_BYTES_MAX`](crate::REASON_BYTES_MAX) bytes, cut at a character boundary.
+    ///
+    /// # Errors
+    /// `JobNotFound` for an id this file never handed out, or one another queue of the file
+    /// holds; `Corrupted` for a damaged row;
+    /// `InvalidState` for a job this `ack_with` acks; `Effect` after an earlier call of this
+    /// transaction failed on storage; `Storage`.
+    pub fn cancel(&self, id: JobId, reason: &str) -> Result<CancelOutcome> {
+        let reason = store::truncate_reason(reason);
+        let call = TxCall::Cancel {
+            id: id.0,
+            reason: &reason,
+            now_ms: self.now_ms,
+        };
+        match self.control(call)? {
+            TxAnswer::Cancel(outcome) => Ok(outcome),
+            TxAnswer::Done => unreachable!("a cancel answers its outcome"),
+        }
+    }
+
+    /// Runs a dead, completed or cancelled job again in this transaction, as
+    /// [`Queue::retry`](crate::Queue::retry).
+    ///
+    /// # Errors
+    /// As [`Queue::retry`](crate::Queue::retry) (`JobNotFound`, `InvalidState`, `KeyHeld`,
+    /// `Corrupted`); `Effect` after an earlier call of this transaction failed on storage;
+    /// `Storage`.
+    pub fn retry(&self, id: JobId) -> Result<()> {
+        self.control(TxCall::Retry {
+            id: id.0,
+            now_ms: self.now_ms,
+        })
+        .map(drop)
+    }
+
+    /// Deletes a job that is not leased in this transaction, as
+    /// [`Queue::remove`](crate::Queue::remove) (River's `JobDeleteTx`).
+    ///
+    /// # Errors
+    /// As [`Queue::remove`](crate::Queue::remove) (`JobNotFound`, `InvalidState` for a leased
+    /// job); `Effect` after an earlier call of this transaction failed on storage; `Storage`.
+    pub fn remove(&self, id: JobId) -> Result<()> {
+        self.control(TxCall::Remove {
+            id: id.0,
+            now_ms: self.now_ms,
+        })
+        .map(drop)
+    }
+
+    fn control(&self, call: TxCall<'_>) -> Result<TxAnswer> {
+        self.sink.borrow_mut().control(self.config.schema, call)
+    }
+}
+
 impl Deref for Tx<'_> {
     type Target = redb::WriteTransaction;
 
@@ -129,10 +194,40 @@ impl Deref for Tx<'_> {
     }
 }
 
-/// Where a caller's closure inside a group transaction enqueues ([`Tx::enqueue`]): on
-/// the tables the running operation holds open (`ack_with`) or opens for it
-/// (`store::write`).
+/// Where a caller's closure inside a group transaction enqueues ([`Tx::enqueue`]) and makes
+/// its control calls ([`Tx::cancel`], ...): on the tables the running operation holds open
+/// (`ack_with`) or opens for it (`store::write`).
 pub(crate) trait Sink {
     /// Adds validated jobs in order to queue `schema`, as the engine's enqueue.
     fn put(&mut self, schema: &'static QueueSchema, jobs: &[NewJob]) -> Result<Vec<Enqueued>>;
+
+    /// Runs control call `call` on queue `schema`: a refusal (`Err` of an input error) wrote
+    /// nothing; any other error breaks the transaction.
+    fn control(&mut self, schema: &'static QueueSchema, call: TxCall<'_>) -> Result<TxAnswer>;
+}
+
+/// A control call made inside a caller's transaction ([`Tx::cancel`], `retry`,
+/// `remove`), run on the operation's tables.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TxCall<'r> {
+    Cancel {
+        id: u64,
+        reason: &'r str,
+        now_ms: u64,
+    },
+    Retry {
+        id: u64,
+        now_ms: u64,
+    },
+    Remove {
+        id: u64,
+        now_ms: u64,
+    },
+}
+
+/// What a [`TxCall`] answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TxAnswer {
+    Cancel(crate::job::CancelOutcome),
+    Done,
 }

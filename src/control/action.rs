@@ -9,7 +9,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::token::invalid;
-use crate::{EnqueueOptions, Enqueued, Error, JobId, JobState, OnDuplicate, Queue, Result};
+use crate::{
+    CancelOutcome, EnqueueOptions, Enqueued, Error, JobId, JobState, OnDuplicate, Queue, Result,
+};
 
 /// How a queue selector names the default (unnamed) queue: `queue=(default)` in the API,
 /// `--queue '(default)'` in the tool. No named queue can be called this (names are ASCII
@@ -240,8 +242,17 @@ impl Action {
         let file = file.default_queue();
         match self {
             Action::Cancel { id, queue, reason } => on_job(&file, queue, *id, |q| {
-                let was = q.cancel(*id, reason)?;
-                Ok(json!({ "was": was.as_str() }))
+                // The API's answer as before: a job that already ended is `InvalidState`
+                // (409), as the tool and the dashboard show it.
+                match q.cancel(*id, reason)? {
+                    CancelOutcome::Cancelled { was } => Ok(json!({ "was": was.as_str() })),
+                    CancelOutcome::AlreadyEnded { state } => Err(Error::InvalidState {
+                        job_id: *id,
+                        actual: state,
+                        expected: "Scheduled, Ready, Leased or Dead",
+                    }),
+                    _ => Err(Error::JobNotFound { job_id: *id }),
+                }
             }),
             Action::Retry { id, queue } => on_job(&file, queue, *id, |q| {
                 q.retry(*id)?;

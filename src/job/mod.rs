@@ -85,6 +85,10 @@ impl EnqueueOptions {
     ///   has ended: it waits (counted in [`Stats::ready`], listed ready) while an earlier one
     ///   is ready, leased, or scheduled (a retry waiting for its backoff blocks its group, as
     ///   an SQS FIFO message being retried does).
+    /// - A job cancelled while leased ([`Queue::cancel`](crate::Queue::cancel)) blocks its
+    ///   group until that delivery has ended, since its worker may still be running: until
+    ///   the worker's ack, `ack_with`, nack, snooze or fail (each answered `Cancelled`), its
+    ///   lease's deadline, or the next open. Its successor never runs beside it.
     /// - A dead job does not block its group: it is out of the way, as a message moved to an
     ///   SQS dead-letter queue; a job requeued from the dead letters ([`Queue::requeue_dead`](crate::Queue::requeue_dead),
     ///   [`Queue::retry`](crate::Queue::retry)) goes to the end of its group, as SQS's redrive.
@@ -273,6 +277,52 @@ pub enum Applied {
     Now,
     /// The idempotency key was already applied: the closure did not run; the job was acked.
     AlreadyApplied,
+}
+
+/// What a cancel did ([`Queue::cancel`](crate::Queue::cancel), [`Tx::cancel`](crate::Tx::cancel),
+/// and the async face's): the job was cancelled now, or it had
+/// ended before the call (nothing written). An id the file never handed out, or one another
+/// queue of the file holds, is not an outcome but `Error::JobNotFound`.
+///
+/// As Oban's `cancel_job`, a job that already ended is not an error; unlike it, the answer
+/// says so. River's `JobCancel` answers the job as it now is, as [`Queue::job`](crate::Queue::job)
+/// does here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelOutcome {
+    /// The job was live, in state `was` (scheduled, ready, leased or dead), and is cancelled
+    /// now.
+    Cancelled {
+        /// The state it was in.
+        was: JobState,
+    },
+    /// The job had already ended, in `state` (`Completed` or `Cancelled`), and its row is kept
+    /// (a queue's history, or a cancelled lease's fence): it stays as it was.
+    AlreadyEnded {
+        /// The state it ended in.
+        state: JobState,
+    },
+    /// The job is gone: no row holds its id, which this file handed out. It ended and its row
+    /// went (acked in a queue that keeps no history, pruned from the history, removed, purged
+    /// or dropped), or it was moved to the quarantine. Ids are reserved in blocks of 1,024, so
+    /// an id after the last job a file made before a restart also answers `Gone`.
+    Gone,
+}
+
+impl CancelOutcome {
+    /// Whether this call cancelled the job (it was live).
+    pub fn cancelled(&self) -> bool {
+        matches!(self, CancelOutcome::Cancelled { .. })
+    }
+
+    /// The state the job was in before this call: `None` for a job that is gone.
+    pub fn was(&self) -> Option<JobState> {
+        match *self {
+            CancelOutcome::Cancelled { was } => Some(was),
+            CancelOutcome::AlreadyEnded { state } => Some(state),
+            CancelOutcome::Gone => None,
+        }
+    }
 }
 
 /// A snapshot of one job, for inspection ([`Queue::job`](crate::Queue::job)) and export.

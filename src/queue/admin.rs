@@ -17,20 +17,26 @@ type BatchStep<'s> = dyn FnMut(&mut Ctx<'_>, u64) -> Result<(u64, bool)> + 's;
 impl Queue {
     /// Cancels a job in any live state, with `reason` (kept up to
     /// [`REASON_BYTES_MAX`](crate::REASON_BYTES_MAX) bytes, cut at a character boundary), as
-    /// River's `JobCancel`, Oban's `cancel_job` and BullMQ's cancellation. Returns the state
-    /// the job was in. One commit.
+    /// River's `JobCancel`, Oban's `cancel_job` and BullMQ's cancellation. Returns what it
+    /// did ([`CancelOutcome`](crate::CancelOutcome)): cancelled now (and the state the job was
+    /// in), or ended before this call (nothing written). One commit. Inside a transaction
+    /// of your own (with your writes), [`Tx::cancel`](crate::Tx::cancel).
     ///
     /// - A scheduled, ready or dead job ends now: it is never delivered again.
     /// - A leased job ends now too, and its current delivery is fenced: that lease's
     ///   [`ack`](crate::Lease::ack), `ack_with`, `nack`, `snooze`, `fail` and
     ///   [`extend`](crate::Lease::extend) are refused with
-    ///   [`Error::Cancelled`] and write nothing (the worker's effect is not applied; an
-    ///   `ack_with` closure does not run). The worker can find out while it runs:
+    ///   [`Error::Cancelled`] and change nothing of the job (the worker's effect is not
+    ///   applied; an `ack_with` closure does not run). The worker can find out while it runs:
     ///   [`Lease::is_cancelled`](crate::Lease::is_cancelled) is a cheap read, and its
     ///   heartbeat's next extend fails with `Cancelled` (a
     ///   [`WorkerPool`](crate::worker::WorkerPool) then stops that handler's heartbeats).
     ///   leaseq cannot stop the worker's code: as in River, the work in flight runs to its
-    ///   end, and only its outcome is refused.
+    ///   end, and only its outcome is refused. So a job of an ordered group
+    ///   ([`EnqueueOptions::group`](crate::EnqueueOptions::group)) cancelled while leased still
+    ///   holds its group until that delivery ends (the worker's ack, `ack_with`, nack, snooze
+    ///   or fail, each answered `Cancelled`; its lease's deadline; or the next open): the
+    ///   group's next job never runs beside it.
     ///
     /// The job lets go of its dedup key and idempotency key at once (a new enqueue with the
     /// key makes a new job; a running [`dedup_window`](crate::EnqueueOptions::dedup_window)
@@ -40,17 +46,19 @@ impl Queue {
     /// that lease's calls learn why); otherwise it is deleted. [`Queue::retry`] runs a
     /// cancelled job again while its row is kept: to undo cancels, keep a history.
     ///
-    /// Where it differs from the calls named: a completed or cancelled job is refused
-    /// (`InvalidState`, nothing written), where Oban's `cancel_job` answers `:ok` and leaves
-    /// it as it is; a job whose row is gone is `JobNotFound`, whether it ended long ago or
-    /// never existed. An app that wants Oban's answer treats `InvalidState` with
-    /// `actual: Completed | Cancelled` as done.
+    /// A job that already ended is not an error, as in Oban's `cancel_job` (which answers
+    /// `:ok`): [`CancelOutcome::AlreadyEnded`](crate::CancelOutcome::AlreadyEnded) names its
+    /// state while its row is kept (a history, a fence), and
+    /// [`CancelOutcome::Gone`](crate::CancelOutcome::Gone) says its row went (ended and not
+    /// kept). Only an id this file never handed out is `JobNotFound`, so "ended earlier" and
+    /// "never existed" are told apart.
     ///
     /// # Errors
-    /// `JobNotFound` (never enqueued, or gone); `InvalidState` if it is already completed or
-    /// cancelled; `Corrupted` if its row is damaged; `Reentrant`; `CommitFailed` or `Storage`.
-    /// Nothing is written on an error.
-    pub fn cancel(&self, id: JobId, reason: &str) -> Result<JobState> {
+    /// `JobNotFound` for an id this file never handed out, or one another queue of the file
+    /// holds; `Corrupted` if its row is damaged; `Reentrant` (inside [`Queue::write`] or an `ack_with` closure: use
+    /// [`Tx::cancel`](crate::Tx::cancel)); `CommitFailed` or `Storage`. Nothing is written on
+    /// an error.
+    pub fn cancel(&self, id: JobId, reason: &str) -> Result<crate::job::CancelOutcome> {
         let now_ms = self.now_ms();
         let reason = store::truncate_reason(reason);
         self.run(&mut |ctx| store::cancel(ctx, self.config.schema, id.0, &reason, now_ms))

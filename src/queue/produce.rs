@@ -246,7 +246,9 @@ impl Queue {
     /// # Errors
     /// `PayloadTooLarge`, `KeyTooLong`, `InvalidOption`, `QueueFull` or `StorageFull` when
     /// `f` passed on an enqueue's refusal (as outside `write`: the message names the setting;
-    /// a closure may also catch it and go on, the refused job written nothing); `Effect` with any other error or
+    /// a closure may also catch it and go on, the refused job written nothing); `JobNotFound`,
+    /// `InvalidState` or `KeyHeld` when `f` passed on the refusal of a [`Tx::cancel`],
+    /// [`Tx::retry`] or [`Tx::remove`] (caught, it wrote nothing); `Effect` with any other error or
     /// panic message of `f` (nothing of it commits; the other calls
     /// sharing the transaction run again without it); `Closed` after [`Queue::close`];
     /// `Storage` (or `Io`) also when an enqueue inside `f`, or `f`'s own table writes, failed

@@ -8,7 +8,7 @@ use crate::commit::{Ctx, Verdict, refuse};
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, StoredState};
 use crate::format::schema::QueueSchema;
-use crate::job::{JobId, JobState};
+use crate::job::{CancelOutcome, JobId, JobState};
 
 use super::read::IndexKey;
 use super::tables::{Row, Tables};
@@ -36,30 +36,47 @@ pub(crate) fn requeue_dead(
     requeue_record(&mut tables, ctx, id, record, now_ms).map(Ok)
 }
 
-/// Cancels job `id` with `reason` (already cut to `REASON_BYTES_MAX`): a scheduled, ready or
-/// dead job ends now; a leased one too, its lease fenced: the row stays as cancelled at least
-/// until the lease's deadline, so that lease's calls are answered `Cancelled`. The row is kept
-/// in the history (deleted when the queue keeps none and nothing is fenced). Returns the state
-/// the job was in. Refused: `JobNotFound`, `InvalidState` for a job already ended,
-/// `Corrupted` for a damaged row.
+/// Cancels job `id` with `reason` (already cut to `REASON_BYTES_MAX`) in queue `schema`, as
+/// [`cancel_in`].
 pub(crate) fn cancel(
     ctx: &mut Ctx<'_>,
     schema: &'static QueueSchema,
     id: u64,
     reason: &str,
     now_ms: u64,
-) -> Verdict<JobState> {
+) -> Verdict<CancelOutcome> {
+    let next_id = ctx.next_id();
     let mut tables = Tables::open(ctx, schema)?;
-    let record = match good_row(&tables, id)? {
-        Ok(record) => record,
-        Err(refusal) => return Ok(Err(refusal)),
+    cancel_in(&mut tables, next_id, id, reason, now_ms)
+}
+
+/// Cancels job `id` with `reason`: a scheduled, ready or dead job ends now; a leased one too,
+/// its lease fenced: the row stays as cancelled at least until the lease's deadline, so that
+/// lease's calls are answered `Cancelled` (and a group waits for that delivery,
+/// `leaseq_group_fences`). The row is kept in the history (deleted when the queue keeps none
+/// and nothing is fenced). A job that already ended (`AlreadyEnded`) or whose row is gone
+/// while its id is below `next_id`, the file's next id, and no other queue holds it (`Gone`),
+/// is answered with nothing written. Refused: `JobNotFound` for an id never handed out or
+/// held by another queue, `Corrupted` for a damaged row.
+pub(crate) fn cancel_in(
+    tables: &mut Tables<'_>,
+    next_id: u64,
+    id: u64,
+    reason: &str,
+    now_ms: u64,
+) -> Verdict<CancelOutcome> {
+    let record = match tables.row(id)? {
+        Row::Good(record) => record,
+        Row::Damaged(why) => return refuse(damaged(id, &why)),
+        Row::Missing if id > 0 && id < next_id && !tables.in_another_queue(id)? => {
+            return Ok(Ok(CancelOutcome::Gone));
+        }
+        Row::Missing => return refuse(Error::JobNotFound { job_id: JobId(id) }),
     };
     if record.state.is_ended() {
-        return refuse(Error::InvalidState {
-            job_id: JobId(id),
-            actual: record.state.job_state(),
-            expected: "Scheduled, Ready, Leased or Dead",
-        });
+        return Ok(Ok(CancelOutcome::AlreadyEnded {
+            state: record.state.job_state(),
+        }));
     }
     let was = record.state.job_state();
     let fenced_until_ms = match record.state {
@@ -67,19 +84,19 @@ pub(crate) fn cancel(
         _ => now_ms,
     };
     let keep = !tables.history()?.is_off();
-    tracing::info!(queue = schema.queue_number, job_id = id, %reason, "leaseq: job cancelled");
+    tracing::info!(queue = tables.schema.queue_number, job_id = id, %reason, "leaseq: job cancelled");
     let end = StoredState::Cancelled {
         reason: reason.to_string(),
         fenced_until_ms,
     };
     tables.end_job(id, record, end, now_ms, keep)?;
-    super::retention::prune_history(&mut tables, now_ms, crate::limits::PRUNE_PER_ACK_MAX)?;
+    super::retention::prune_history(tables, now_ms, crate::limits::PRUNE_PER_ACK_MAX)?;
     let q = tables.schema.queue_number;
     tables.log().event(q, Event::Cancelled { id: JobId(id) });
     if was == JobState::Leased {
         tables.note_drained(now_ms)?;
     }
-    Ok(Ok(was))
+    Ok(Ok(CancelOutcome::Cancelled { was }))
 }
 
 /// Job `id`'s good record, or the refusal (`JobNotFound`, `Corrupted`).
@@ -104,13 +121,23 @@ pub(crate) fn retry(
     now_ms: u64,
 ) -> Verdict<()> {
     let mut tables = Tables::open(ctx, schema)?;
-    let mut record = match good_row(&tables, id)? {
+    retry_in(&mut tables, ctx, id, now_ms)
+}
+
+/// [`retry`] on the tables of an operation that holds them open.
+pub(crate) fn retry_in(
+    tables: &mut Tables<'_>,
+    ctx: &mut Ctx<'_>,
+    id: u64,
+    now_ms: u64,
+) -> Verdict<()> {
+    let mut record = match good_row(tables, id)? {
         Ok(record) => record,
         Err(refusal) => return Ok(Err(refusal)),
     };
     match record.state {
         StoredState::Dead => {
-            return requeue_record(&mut tables, ctx, id, record, now_ms).map(Ok);
+            return requeue_record(tables, ctx, id, record, now_ms).map(Ok);
         }
         StoredState::Completed { .. } | StoredState::Cancelled { .. } => {}
         _ => {
@@ -145,7 +172,7 @@ pub(crate) fn retry(
     if let (Some(k), Some(end_ms)) = (record.dedup_key.clone(), window_ended) {
         tables.end_window(&k, end_ms)?;
     }
-    ctx.wake(schema.queue_number);
+    ctx.wake(tables.schema.queue_number);
     tables.unindex(id, &record)?;
     if let Some(k) = record.dedup_key.clone()
         && tables.dedup()?.get(k.as_slice())?.is_none()
@@ -312,6 +339,11 @@ pub(crate) fn remove(
     now_ms: u64,
 ) -> Verdict<()> {
     let mut tables = Tables::open(ctx, schema)?;
+    remove_in(&mut tables, id, now_ms)
+}
+
+/// [`remove`] on the tables of an operation that holds them open.
+pub(crate) fn remove_in(tables: &mut Tables<'_>, id: u64, now_ms: u64) -> Verdict<()> {
     match tables.row(id)? {
         Row::Good(record) => {
             if let StoredState::Leased { deadline_ms, .. } = record.state
@@ -341,13 +373,8 @@ pub(crate) fn remove(
             Ok(Ok(()))
         }
         Row::Missing => {
-            // Looked up before anything is written: a refusal writes nothing (opening
-            // `leaseq_quarantine` in a write transaction would create it).
-            let quarantine_exists = ctx.group().list_tables()?.any(|t| {
-                redb::TableHandle::name(&t) == redb::TableHandle::name(&schema.quarantine())
-            });
-            let quarantined =
-                quarantine_exists && ctx.table(schema.quarantine())?.get(id)?.is_some();
+            // Looked up before anything is written: a refusal writes nothing.
+            let quarantined = tables.is_quarantined(id)?;
             // A dead-letter entry naming no job is found by its id alone (the other indexes
             // are keyed by time or place: a pass that meets such an entry drops it).
             let stray_dead = tables.dead()?.get(id)?.is_some();
@@ -355,7 +382,7 @@ pub(crate) fn remove(
                 return refuse(Error::JobNotFound { job_id: JobId(id) });
             }
             if quarantined {
-                ctx.table(schema.quarantine())?.remove(id)?;
+                tables.remove_quarantined(id)?;
                 tables.drop_keys_of(id)?;
                 tables.payloads_mut()?.remove(id)?;
             }

@@ -231,6 +231,9 @@ struct Snapshot {
     held: ReadOnlyTable<(&'static [u8], u64), ()>,
     /// Absent until the first job of the queue is quarantined.
     quarantine: Option<ReadOnlyTable<u64, QuarantineValue>>,
+    /// The file's `leaseq_group_fences` (absent in a file of format 13 or older).
+    fences: Option<ReadOnlyTable<(u32, u64, u64), ()>>,
+    queue_number: u32,
 }
 
 impl Snapshot {
@@ -254,6 +257,12 @@ impl Snapshot {
             groups: rtx.open_table(schema.groups())?,
             held: rtx.open_table(schema.held())?,
             quarantine: quarantine_table(rtx, schema)?,
+            fences: match rtx.open_table(crate::format::schema::GROUP_FENCES) {
+                Ok(t) => Some(t),
+                Err(redb::TableError::TableDoesNotExist(_)) => None,
+                Err(e) => return Err(e.into()),
+            },
+            queue_number: schema.queue_number,
         })
     }
 
@@ -306,25 +315,69 @@ pub(crate) fn check(rtx: &ReadTransaction, schema: &'static QueueSchema) -> Resu
     Ok(found.out)
 }
 
-/// Every group member is a live (scheduled, ready, leased) job of that group, and every held
-/// entry a ready one of that group.
+/// Every group member is a live (scheduled, ready, leased) job of that group or a cancelled
+/// delivery it waits for (with its `leaseq_group_fences` entry), every such entry names a
+/// cancelled member of its group at that deadline, and every held entry is a ready job of that
+/// group.
 fn check_group_entries(snap: &Snapshot, found: &mut Found) -> Result<()> {
+    let fence_of = |r: &JobRecord, id: u64| -> Result<bool> {
+        Ok(match (&snap.fences, &r.state) {
+            (
+                Some(f),
+                StoredState::Cancelled {
+                    fenced_until_ms, ..
+                },
+            ) => f.get((snap.queue_number, *fenced_until_ms, id))?.is_some(),
+            _ => false,
+        })
+    };
     for e in snap.groups.iter()? {
         let (k, v) = e?;
         let ((g, order), id) = (k.value(), v.value());
-        let ok = snap.record(id)?.is_some_and(|r| {
-            r.group.as_deref() == Some(g)
-                && r.group_order == order
-                && matches!(
-                    r.state,
-                    StoredState::Ready | StoredState::Scheduled | StoredState::Leased { .. }
-                )
-        });
+        let ok = match snap.record(id)? {
+            Some(r) => {
+                r.group.as_deref() == Some(g)
+                    && r.group_order == order
+                    && (matches!(
+                        r.state,
+                        StoredState::Ready | StoredState::Scheduled | StoredState::Leased { .. }
+                    ) || fence_of(&r, id)?)
+            }
+            None => false,
+        };
         if !ok {
             found.add(
                 Some(id),
                 "a group member that is not a live job of that group".into(),
             );
+        }
+    }
+    if let Some(fences) = &snap.fences {
+        let q = snap.queue_number;
+        for e in fences.range((q, 0, 0)..=(q, u64::MAX, u64::MAX))? {
+            let (k, _) = e?;
+            let (_, until_ms, id) = k.value();
+            let ok = match snap.record(id)? {
+                Some(r) => match (&r.state, r.group.as_deref()) {
+                    (
+                        StoredState::Cancelled {
+                            fenced_until_ms, ..
+                        },
+                        Some(g),
+                    ) => {
+                        *fenced_until_ms == until_ms
+                            && snap.groups.get((g, r.group_order))?.map(|v| v.value()) == Some(id)
+                    }
+                    _ => false,
+                },
+                None => false,
+            };
+            if !ok {
+                found.add(
+                    Some(id),
+                    "a group wait that is not a cancelled member of its group".into(),
+                );
+            }
         }
     }
     for e in snap.held.iter()? {
@@ -448,7 +501,17 @@ fn check_rows(snap: &Snapshot, counters: &StoredCounters, found: &mut Found) -> 
         let live = !record.state.is_ended();
         if let Some(g) = record.group.as_deref() {
             let member = snap.groups.get((g, record.group_order))?.map(|v| v.value()) == Some(id);
-            let should = live && record.state != StoredState::Dead;
+            // A cancelled delivery its group still waits for stays a member.
+            let waited_for = match (&snap.fences, &record.state) {
+                (
+                    Some(f),
+                    StoredState::Cancelled {
+                        fenced_until_ms, ..
+                    },
+                ) => f.get((snap.queue_number, *fenced_until_ms, id))?.is_some(),
+                _ => false,
+            };
+            let should = (live && record.state != StoredState::Dead) || waited_for;
             if member != should {
                 found.add(
                     Some(id),

@@ -15,8 +15,8 @@ use super::tables::{Row, Tables};
 use super::transition::{LeaseEnd, end_lease_entry, lease_record};
 use super::{Delivery, QueueConfig};
 
-/// Fires due schedules, promotes due scheduled jobs and reclaims expired leases, at most
-/// `SWEEP_MAX` of each. An
+/// Fires due schedules, promotes due scheduled jobs, reclaims expired leases and ends the
+/// group waits for cancelled deliveries whose lease ran out, at most `SWEEP_MAX` of each. An
 /// entry whose row is damaged or disagrees is settled (quarantined, dropped) and the sweep
 /// goes on.
 fn sweep(
@@ -73,6 +73,8 @@ fn sweep(
             now_ms,
         )?;
     }
+    // Cancelled deliveries whose lease ran out: their groups go on, as after an expired lease.
+    tables.end_fences_due(now_ms, SWEEP_MAX)?;
     // Due schedules last: each sees its last instance as it now is (an expired lease just
     // given back is pending, not running), and an instance enqueued now is ready for this
     // very dequeue.

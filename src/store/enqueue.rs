@@ -10,9 +10,7 @@ use crate::format::record::{JobRecord, StoredState};
 use crate::format::schema::QueueSchema;
 use crate::job::{Enqueued, JobId, OnDuplicate};
 use crate::limits::PRUNE_PER_ACK_MAX;
-use crate::tx::Sink;
 
-use super::QueueConfig;
 use super::retention::prune_windows;
 use super::tables::{Row, Tables};
 use super::transition::set_due;
@@ -169,101 +167,6 @@ fn replace_waiting(
     }
     tables.put(id, &holder)?;
     Ok(true)
-}
-
-/// The [`Sink`] of one closure run. A storage error part-way through an enqueue leaves its
-/// writes half done: `broken` then makes the operation fail whatever the closure returns.
-pub(crate) struct TablesSink<'s, 't, 'c> {
-    pub(super) tables: &'s mut Tables<'t>,
-    pub(super) ctx: &'s mut Ctx<'c>,
-    /// The jobs the running operation acks (deletes) when it commits: a dedup key one of them
-    /// holds only while live is free for a job enqueued here.
-    pub(super) acked: &'s [u64],
-    pub(super) broken: Option<String>,
-}
-
-impl Sink for TablesSink<'_, '_, '_> {
-    fn put(&mut self, schema: &'static QueueSchema, records: &[NewJob]) -> Result<Vec<Enqueued>> {
-        if let Some(why) = &self.broken {
-            return Err(Error::Effect(
-                format!("an earlier enqueue in this transaction failed: {why}").into(),
-            ));
-        }
-        let r = if schema.queue_number == self.tables.schema.queue_number {
-            self.release_acked_keys(records)
-                .and_then(|()| enqueue_into(self.tables, self.ctx, records, None))
-        } else {
-            // Another queue of the file: its tables, opened for this enqueue only.
-            self.tables
-                .open_other(schema)
-                .and_then(|mut other| enqueue_into(&mut other, self.ctx, records, None))
-        };
-        // A refusal wrote nothing (validation comes first): the transaction is whole, and
-        // the closure may go on without that job.
-        if let Err(e) = &r
-            && !e.is_input_refusal()
-        {
-            self.broken = Some(e.to_string());
-        }
-        r
-    }
-}
-
-impl TablesSink<'_, '_, '_> {
-    /// Releases the dedup keys of `records` held (while live, not by a window) by a job this
-    /// operation acks: that job is gone when the transaction commits, so a follow-up with its
-    /// key takes the key instead of being answered `Duplicate` of a job that will not exist.
-    fn release_acked_keys(&mut self, jobs: &[NewJob]) -> Result<()> {
-        if self.acked.is_empty() {
-            return Ok(());
-        }
-        for NewJob { record, .. } in jobs {
-            if let Some(k) = &record.dedup_key
-                && let Some((owner, false)) = self.tables.key_holder(k, record.created_ms)?
-                && self.acked.contains(&owner)
-            {
-                self.tables.dedup_mut()?.remove(k.as_slice())?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The closure's result, unless an enqueue inside it broke the transaction: then the
-    /// error the closure passed on if it is leaseq's (that enqueue's, surfaced by the
-    /// caller), else `Effect` saying so.
-    pub(super) fn into_result<T>(self, ran: Result<T, BoxError>) -> Result<T> {
-        match (self.broken, ran) {
-            (Some(_), Err(e)) if e.downcast_ref::<Error>().is_some() => Err(Error::Effect(e)),
-            (Some(why), _) => Err(Error::Effect(
-                format!("an enqueue inside the transaction failed: {why}").into(),
-            )),
-            (None, ran) => ran.map_err(Error::Effect),
-        }
-    }
-}
-
-/// Runs a caller's closure in the group transaction ([`crate::Queue::write`]): its own writes
-/// and the jobs it enqueues commit with the group. The closure's error (or panic) fails the
-/// call with `Effect`, and the group aborts so nothing of it commits.
-pub(crate) fn write<T>(
-    ctx: &mut Ctx<'_>,
-    config: &QueueConfig,
-    now_ms: u64,
-    f: &mut dyn FnMut(&crate::tx::Tx<'_>) -> Result<T, BoxError>,
-) -> Result<T> {
-    let schema = config.schema;
-    // The caller's writes are unknown to leaseq: the group commits (the transaction handed
-    // to the caller marks it).
-    let tx = ctx.group().caller_transaction();
-    let mut tables = Tables::open(ctx, schema)?;
-    let mut sink = TablesSink {
-        tables: &mut tables,
-        ctx,
-        acked: &[],
-        broken: None,
-    };
-    let ran = run_closure(|| f(&crate::tx::Tx::new(tx, *config, now_ms, &mut sink)));
-    sink.into_result(ran)
 }
 
 /// Runs a caller's closure; a panic in it becomes its error.

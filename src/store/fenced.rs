@@ -11,8 +11,9 @@ use crate::job::{Applied, JobState};
 use crate::limits::PRUNE_PER_ACK_MAX;
 
 use super::QueueConfig;
-use super::enqueue::{TablesSink, run_closure};
+use super::enqueue::run_closure;
 use super::retention::prune_applied;
+use super::sink::TablesSink;
 use super::tables::Tables;
 use super::transition::retry_at_ms;
 use super::validate::validate_lease_ms;
@@ -116,7 +117,10 @@ pub(crate) fn ack(
                 kept.push(result.clone());
                 out.push(Ok(()));
             }
-            Err(Refusal(e)) => out.push(Err(e)),
+            Err(refusal) => {
+                ended_cancelled(&mut tables, id, &refusal)?;
+                out.push(Err(refusal.0));
+            }
         }
     }
     if !keys.is_empty() {
@@ -202,8 +206,9 @@ pub(crate) fn ack_with(
         };
         let record = match found {
             Ok(record) => record,
-            Err(Refusal(e)) => {
-                out.push(Err(e));
+            Err(refusal) => {
+                ended_cancelled(&mut tables, id, &refusal)?;
+                out.push(Err(refusal.0));
                 continue;
             }
         };
@@ -248,6 +253,7 @@ pub(crate) fn ack_with(
                         tables: &mut tables,
                         ctx,
                         acked: &acked,
+                        leases,
                         broken: None,
                     };
                     let ran =
@@ -276,6 +282,7 @@ pub(crate) fn ack_with(
             tables: &mut tables,
             ctx,
             acked: &acked,
+            leases,
             broken: None,
         };
         let ran = run_closure(|| {
@@ -322,6 +329,31 @@ macro_rules! lease_or_refuse {
     };
 }
 
+/// [`lease_or_refuse`] for a call that ends its delivery (ack, nack, snooze, fail): answered
+/// `Cancelled`, it still tells the job's group that the cancelled delivery ended.
+macro_rules! ending_lease_or_refuse {
+    ($tables:expr, $id:expr, $token:expr) => {
+        match $tables.lease_of($id, $token)? {
+            Ok(record) => record,
+            Err(refusal) => {
+                ended_cancelled(&mut $tables, $id, &refusal)?;
+                return Ok(Err(refusal));
+            }
+        }
+    };
+}
+
+/// After a refusal of an ending call on job `id`: when it is `Cancelled`, the worker has
+/// reported back, and a group waiting for that cancelled delivery goes on (the one write a
+/// refused call makes, and only to a group's wait).
+fn ended_cancelled(tables: &mut Tables<'_>, id: u64, refusal: &Refusal) -> Result<()> {
+    if matches!(refusal.0, Error::Cancelled { .. }) {
+        tables.delivery_ended(id)?;
+        tables.log().refuse_after_write();
+    }
+    Ok(())
+}
+
 /// Ends the attempt of lease `(id, token)` with `reason`: due after `backoff_ms`, or after the
 /// retry policy's delay when `None`; dead when out of attempts.
 pub(crate) fn nack(
@@ -334,7 +366,7 @@ pub(crate) fn nack(
 ) -> Verdict<JobState> {
     let schema = config.schema;
     let mut tables = Tables::open(ctx, schema)?;
-    let record = lease_or_refuse!(tables, id, token);
+    let record = ending_lease_or_refuse!(tables, id, token);
     let at = match backoff_ms {
         Some(b) => match now_ms.checked_add(b) {
             Some(at) => at,
@@ -361,7 +393,7 @@ pub(crate) fn snooze(
     reason: Option<&str>,
 ) -> Verdict<()> {
     let mut tables = Tables::open(ctx, schema)?;
-    let record = lease_or_refuse!(tables, id, token);
+    let record = ending_lease_or_refuse!(tables, id, token);
     if now_ms.checked_add(delay_ms).is_none() {
         return refuse(Error::invalid_option("delay", "due time overflows"));
     }
@@ -381,7 +413,7 @@ pub(crate) fn release_unseen(
     now_ms: u64,
 ) -> Verdict<()> {
     let mut tables = Tables::open(ctx, schema)?;
-    let record = lease_or_refuse!(tables, id, token);
+    let record = ending_lease_or_refuse!(tables, id, token);
     tables.release_unseen(ctx, id, record, undo, now_ms).map(Ok)
 }
 
@@ -393,7 +425,7 @@ pub(crate) fn fail(
     reason: &str,
 ) -> Verdict<()> {
     let mut tables = Tables::open(ctx, schema)?;
-    let record = lease_or_refuse!(tables, id, token);
+    let record = ending_lease_or_refuse!(tables, id, token);
     tables.note_run(&record, now_ms);
     tables.fail_leased(id, record, reason, now_ms).map(Ok)
 }

@@ -64,7 +64,8 @@ pub(crate) fn random_u64() -> u64 {
 /// 10 → 11: the version only (the journal's meta keys are optional); a format-10 build then
 /// refuses the file instead of opening it without replaying its journal. 11 → 12: the empty
 /// run-time table; a format-11 build then refuses the file instead of leaving run times
-/// uncounted.
+/// uncounted. 12 → 13: the empty size-limit and dropped-count tables. 13 → 14: the empty
+/// table of cancelled deliveries groups wait for.
 ///
 /// An upgrade is a checkpoint (a durable commit, never a journal frame): an older build
 /// reading the file finds it upgraded or not, never a journal it cannot replay.
@@ -79,7 +80,7 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
         .ok_or_else(|| Error::corrupted("leaseq_meta has no format version"))?;
     match version {
         FORMAT_VERSION => return Ok(None),
-        1..=11 => {}
+        1..=13 => {}
         _ => {
             return Err(Error::UnsupportedVersion {
                 found: version,
@@ -124,6 +125,9 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     // 12 to 13: the queues' size limits, none, and their dropped counts, none.
     tx.create(crate::format::schema::QUEUE_LIMITS)?;
     tx.create(crate::format::schema::DROPPED)?;
+    // 13 to 14: the cancelled deliveries groups wait for, none (a job cancelled while leased
+    // by an older build has already let its group go on).
+    tx.create(crate::format::schema::GROUP_FENCES)?;
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;
     tx.checkpoint();
     Ok(Some(version))

@@ -19,7 +19,8 @@
 //! | `tables.rs` | `Tables`: one queue's tables in a write transaction; index, key and payload mechanics; quarantine |
 //! | `transition.rs` | the state changes shared by operations: end an attempt, snooze, fail, lease a record |
 //! | `validate.rs` | input checks and record building, before any write |
-//! | `enqueue.rs` | enqueue (new, imported), `Queue::write` and the closure's `Sink` |
+//! | `enqueue.rs` | enqueue (new, imported) |
+//! | `sink.rs` | what a caller's closure reaches through its `Tx`: the `Sink` over the operation's tables (enqueues, the control calls `TxCall`), and `Queue::write` |
 //! | `dequeue.rs` | the bounded sweep (due jobs, expired leases), then the dequeue |
 //! | `fenced.rs` | calls checked against a fencing token: ack, `ack_with`, nack, snooze, fail, extend |
 //! | `retention.rs` | bounded pruning of applied markers, dead jobs, dedup windows, the completed history |
@@ -52,6 +53,7 @@ mod recover;
 mod registry;
 mod retention;
 mod schedule;
+mod sink;
 mod tables;
 mod transition;
 mod validate;
@@ -64,7 +66,7 @@ pub(crate) use control::{
     history_of, pause, paused_queues, record_storage_full, resume, set_history, validate_history,
 };
 pub(crate) use dequeue::dequeue;
-pub(crate) use enqueue::{enqueue, enqueue_imported, write};
+pub(crate) use enqueue::{enqueue, enqueue_imported};
 pub(crate) use fenced::{
     AckClosure, ClosureFailure, ack, ack_with, extend, fail, nack, release_unseen, set_progress,
     snooze,
@@ -85,6 +87,7 @@ pub(crate) use schedule::{
     pause as pause_schedule, remove as remove_schedule, resume as resume_schedule,
     set as set_schedule, trigger as trigger_schedule,
 };
+pub(crate) use sink::write;
 pub(crate) use validate::{
     NewJob, import_record, new_records, truncate_reason, validate_key, validate_lease_ms,
     validate_max_attempts,

@@ -44,12 +44,28 @@ pub(crate) fn peek_due(
     let next_run = first_key(schema.scheduled())?;
     let next_deadline = first_key(schema.leases())?;
     let next_schedule = super::schedule::next_due(rtx, schema.queue_number)?;
-    let next = [next_run, next_deadline, next_schedule]
+    let next_fence = first_fence(rtx, schema.queue_number)?;
+    let next = [next_run, next_deadline, next_schedule, next_fence]
         .into_iter()
         .flatten()
         .min();
     let work = next.is_some_and(|at_ms| at_ms <= now_ms);
     Ok((work, next))
+}
+
+/// The earliest deadline of a cancelled delivery an ordered group of queue `queue_number`
+/// waits for (`leaseq_group_fences`), if any.
+fn first_fence(rtx: &ReadTransaction, queue_number: u32) -> Result<Option<u64>> {
+    let fences = match rtx.open_table(crate::format::schema::GROUP_FENCES) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let first = fences
+        .range((queue_number, 0, 0)..=(queue_number, u64::MAX, u64::MAX))?
+        .next()
+        .transpose()?;
+    Ok(first.map(|(k, _)| k.value().1))
 }
 
 pub(crate) fn stats(rtx: &ReadTransaction, schema: &'static QueueSchema) -> Result<Stats> {

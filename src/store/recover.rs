@@ -19,8 +19,9 @@ pub(crate) struct LeaseRecovery {
     pub quarantined: u64,
 }
 
-/// Returns every lease in the file to ready (or dead when out of attempts): run at open, when
-/// the file lock proves the process that held them is gone. A leased row that is damaged is
+/// Returns every lease in the file to ready (or dead when out of attempts), and ends every
+/// group's wait for a cancelled delivery: run at open, when the file lock proves the process
+/// that held them is gone. A leased row that is damaged is
 /// quarantined and the rest are recovered.
 pub(crate) fn recover_leases(ctx: &mut Ctx<'_>, now_ms: u64) -> Result<LeaseRecovery> {
     let named: Vec<u32> = {
@@ -68,6 +69,9 @@ fn recover_queue_leases(
             Ended::Stray => {}
         }
     }
+    // The workers of cancelled deliveries are gone too: their groups go on. Each pass removes
+    // every entry it reads, so the loop ends.
+    while tables.end_fences_due(u64::MAX, crate::limits::SWEEP_MAX)? == crate::limits::SWEEP_MAX {}
     Ok(out)
 }
 

@@ -7,7 +7,9 @@ use redb::{ReadableTable, ReadableTableMetadata, Table};
 use crate::commit::{Ctx, GroupLog, GroupTable, GroupTx, Verdict, refuse};
 use crate::error::{Error, Result};
 use crate::format::record::{JobRecord, PayloadRef, StoredState};
-use crate::format::schema::{QuarantineValue, QueueSchema, marker_key, priority_rank};
+use crate::format::schema::{
+    GROUP_FENCES, QuarantineValue, QueueSchema, marker_key, priority_rank,
+};
 use crate::job::JobId;
 use crate::limits::PAYLOAD_INLINE_MAX;
 
@@ -382,6 +384,58 @@ impl<'t> Tables<'t> {
         })
     }
 
+    /// Whether another queue of the file holds a row of job `id` (ids are the file's): a call
+    /// on this queue that finds no row tells "in another queue" from "gone" by it. Reads the
+    /// registry and one row per queue (at most `QUEUES_MAX`).
+    pub(super) fn in_another_queue(&self, id: u64) -> Result<bool> {
+        let mut numbers = vec![0];
+        {
+            let queues = self.gtx.table(crate::format::schema::QUEUES)?;
+            for e in queues.iter()?.take(crate::limits::QUEUES_MAX as usize) {
+                let n = e?.1.value();
+                if (1..=crate::limits::QUEUES_MAX).contains(&n) {
+                    numbers.push(n);
+                }
+            }
+        }
+        for n in numbers {
+            if n == self.schema.queue_number {
+                continue;
+            }
+            let schema = match n {
+                0 => &crate::format::schema::DEFAULT_SCHEMA,
+                n => QueueSchema::named(n),
+            };
+            if self.gtx.table(schema.jobs())?.get(id)?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether job `id` has a row in `leaseq_quarantine`, looked up without creating the
+    /// table (a refusal writes nothing; opening it in a write transaction would create it).
+    pub(super) fn is_quarantined(&mut self, id: u64) -> Result<bool> {
+        if self.quarantine.is_none() {
+            let name = redb::TableHandle::name(&self.schema.quarantine()).to_string();
+            if !self
+                .gtx
+                .list_tables()?
+                .any(|t| redb::TableHandle::name(&t) == name)
+            {
+                return Ok(false);
+            }
+        }
+        let table = lazy(&mut self.quarantine, self.gtx, self.schema.quarantine())?;
+        Ok(table.get(id)?.is_some())
+    }
+
+    /// Deletes job `id`'s row in `leaseq_quarantine`.
+    pub(super) fn remove_quarantined(&mut self, id: u64) -> Result<()> {
+        lazy(&mut self.quarantine, self.gtx, self.schema.quarantine())?.remove(id)?;
+        Ok(())
+    }
+
     /// Moves the damaged row of job `id` whole into `leaseq_quarantine` (its bytes as found,
     /// with `reason`), so the pass that met it goes on with the rest. The caller has removed
     /// the index entry that led to it. A dedup key the job held stays held by it until
@@ -528,12 +582,94 @@ impl<'t> Tables<'t> {
                 }
                 self.index_state(id, record)
             }
+            StoredState::Cancelled {
+                fenced_until_ms, ..
+            } if fenced_until_ms > record.run_at_ms
+                && self.groups()?.get((g, order))?.map(|v| v.value()) == Some(id) =>
+            {
+                // Cancelled while leased: its worker may still be running, so the group waits
+                // for that delivery to end (`leaseq_group_fences`) before its next member.
+                self.gtx
+                    .table(GROUP_FENCES)?
+                    .insert((self.schema.queue_number, fenced_until_ms, id), ())?;
+                self.index_state(id, record)
+            }
             _ => {
                 let absent = self.index_state(id, record)?;
                 self.leave_group(g, id, order)?;
                 Ok(absent)
             }
         }
+    }
+
+    /// Whether cancelled `record` (job `id`) is a delivery its group still waits for: its
+    /// entry in `leaseq_group_fences` is there.
+    fn fence_holds(&self, id: u64, record: &JobRecord) -> Result<bool> {
+        let StoredState::Cancelled {
+            fenced_until_ms, ..
+        } = record.state
+        else {
+            return Ok(false);
+        };
+        let fences = self.gtx.table(GROUP_FENCES)?;
+        Ok(fences
+            .get((self.schema.queue_number, fenced_until_ms, id))?
+            .is_some())
+    }
+
+    /// Ends the wait of cancelled `record`'s group (job `id`) for its delivery, if it waits:
+    /// its fence entry goes, and the job leaves its group (the next member may be delivered).
+    fn end_fence(&mut self, id: u64, record: &JobRecord) -> Result<()> {
+        let (
+            Some(g),
+            StoredState::Cancelled {
+                fenced_until_ms, ..
+            },
+        ) = (record.group.as_deref(), &record.state)
+        else {
+            return Ok(());
+        };
+        self.gtx
+            .table(GROUP_FENCES)?
+            .remove((self.schema.queue_number, *fenced_until_ms, id))?;
+        self.leave_group(g, id, record.group_order)
+    }
+
+    /// The worker of cancelled job `id` reported back (an ending call answered `Cancelled`):
+    /// its delivery has ended, so its group goes on. Nothing for any other row.
+    pub(super) fn delivery_ended(&mut self, id: u64) -> Result<()> {
+        if let Row::Good(record) = self.row(id)?
+            && self.fence_holds(id, &record)?
+        {
+            self.end_fence(id, &record)?;
+        }
+        Ok(())
+    }
+
+    /// Ends the group waits of this queue whose fenced lease's deadline is at or before
+    /// `until_ms`, at most `max` of them; how many it ended. An entry whose row does not match
+    /// is dropped.
+    pub(super) fn end_fences_due(&mut self, until_ms: u64, max: usize) -> Result<usize> {
+        let q = self.schema.queue_number;
+        let due: Vec<(u64, u64)> = {
+            let fences = self.gtx.table(GROUP_FENCES)?;
+            fences
+                .range((q, 0, 0)..=(q, until_ms, u64::MAX))?
+                .take(max)
+                .map(|e| e.map(|(k, _)| (k.value().1, k.value().2)))
+                .collect::<std::result::Result<_, _>>()?
+        };
+        for &(at_ms, id) in &due {
+            match self.row(id)? {
+                Row::Good(record) if self.fence_holds(id, &record)? => {
+                    self.end_fence(id, &record)?
+                }
+                _ => {
+                    self.gtx.table(GROUP_FENCES)?.remove((q, at_ms, id))?;
+                }
+            }
+        }
+        Ok(due.len())
     }
 
     /// The first member of group `g`: (its order, its job id).
@@ -569,16 +705,17 @@ impl<'t> Tables<'t> {
         Ok(false)
     }
 
-    /// Whether job `id` has a good row, live, in group `g` at `order`.
+    /// Whether job `id` has a good row in group `g` at `order`, live or a cancelled delivery
+    /// its group still waits for.
     fn is_live_member(&self, g: &[u8], order: u64, id: u64) -> Result<bool> {
         Ok(match self.row(id)? {
             Row::Good(r) => {
                 r.group.as_deref() == Some(g)
                     && r.group_order == order
-                    && matches!(
+                    && (matches!(
                         r.state,
                         StoredState::Ready | StoredState::Scheduled | StoredState::Leased { .. }
-                    )
+                    ) || self.fence_holds(id, &r)?)
             }
             _ => false,
         })
@@ -667,10 +804,14 @@ impl<'t> Tables<'t> {
                 .completed_mut()?
                 .remove((record.history_ms(), id))?
                 .is_some(),
-            StoredState::Cancelled { .. } => self
-                .cancelled_mut()?
-                .remove((record.history_ms(), id))?
-                .is_some(),
+            StoredState::Cancelled { .. } => {
+                // A cancelled delivery its group waited for: the wait ends with the row's
+                // move (a retry, a delete).
+                self.end_fence(id, record)?;
+                self.cancelled_mut()?
+                    .remove((record.history_ms(), id))?
+                    .is_some()
+            }
         };
         if !present {
             tracing::warn!(

@@ -64,8 +64,8 @@ fn enqueue_dequeue_and_every_ending_call() {
         assert_eq!(crate::common::effects(q.blocking()).len(), 1);
         let id = q.enqueue(b"x", plain()).await.unwrap().id();
         assert_eq!(
-            q.run(move |b| b.cancel(id, "gone")).await.unwrap(),
-            JobState::Ready
+            q.run(move |b| b.cancel(id, "gone")).await.unwrap().was(),
+            Some(JobState::Ready)
         );
         let written = q
             .write(|tx| {

@@ -6,7 +6,7 @@
 
 use crate::common::{Fixture, assert_consistent, ms, plain, secs};
 use leaseq::worker::WorkerPool;
-use leaseq::{Clock, EnqueueOptions, Enqueued, Error, History, JobState};
+use leaseq::{CancelOutcome, Clock, EnqueueOptions, Enqueued, Error, History, JobState};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -38,16 +38,23 @@ fn cancel_ends_a_waiting_or_dead_job_at_once_and_frees_its_key() {
         .id();
     q.dequeue().unwrap().unwrap().nack("broken").unwrap();
     assert_eq!(q.job(dead).unwrap().unwrap().state, JobState::Dead);
-    assert_eq!(q.cancel(ready, "not wanted").unwrap(), JobState::Ready);
-    assert_eq!(q.cancel(later, "not wanted").unwrap(), JobState::Scheduled);
-    assert_eq!(q.cancel(dead, "given up").unwrap(), JobState::Dead);
-    // No history: the rows are gone, nothing is left to deliver.
+    assert_eq!(
+        q.cancel(ready, "not wanted").unwrap().was(),
+        Some(JobState::Ready)
+    );
+    assert_eq!(
+        q.cancel(later, "not wanted").unwrap().was(),
+        Some(JobState::Scheduled)
+    );
+    assert_eq!(
+        q.cancel(dead, "given up").unwrap().was(),
+        Some(JobState::Dead)
+    );
+    // No history: the rows are gone, nothing is left to deliver. A second cancel says the
+    // job is gone, not that it never existed.
     for id in [ready, later, dead] {
         assert_eq!(q.job(id).unwrap(), None);
-        assert!(matches!(
-            q.cancel(id, "again"),
-            Err(Error::JobNotFound { .. })
-        ));
+        assert_eq!(q.cancel(id, "again").unwrap(), CancelOutcome::Gone);
     }
     f.clock.advance(secs(120));
     assert!(q.dequeue().unwrap().is_none());
@@ -80,7 +87,10 @@ fn cancel_fences_the_delivery_of_a_leased_job() {
     let lease = q.dequeue().unwrap().unwrap();
     let beat = lease.heartbeat();
     assert!(!lease.is_cancelled().unwrap());
-    assert_eq!(q.cancel(id, "note deleted").unwrap(), JobState::Leased);
+    assert_eq!(
+        q.cancel(id, "note deleted").unwrap().was(),
+        Some(JobState::Leased)
+    );
     assert!(lease.is_cancelled().unwrap());
     assert!(beat.is_cancelled().unwrap());
     let job = q.job(id).unwrap().unwrap();
@@ -115,14 +125,13 @@ fn cancel_fences_the_delivery_of_a_leased_job() {
     let s = q.stats().unwrap();
     assert_eq!((s.total, s.leased, s.cancelled), (1, 0, 1), "{s:?}");
     assert_consistent(&q);
-    // A second cancel is refused: it already ended.
-    assert!(matches!(
-        q.cancel(id, "again"),
-        Err(Error::InvalidState {
-            actual: JobState::Cancelled,
-            ..
-        })
-    ));
+    // A second cancel changes nothing: it already ended.
+    assert_eq!(
+        q.cancel(id, "again").unwrap(),
+        CancelOutcome::AlreadyEnded {
+            state: JobState::Cancelled
+        }
+    );
     // Past the fenced lease's deadline, with no history, the next operation deletes it.
     f.clock.advance(crate::common::LEASE + ms(1));
     let _ = q.dequeue().unwrap();
@@ -1000,5 +1009,152 @@ fn a_fenced_cancel_keeps_its_marker_until_prune_deletes_the_row() {
     let p = q.prune().unwrap();
     assert_eq!((p.history, p.applied), (1, 1), "{p:?}");
     assert!(!q.is_applied("k0").unwrap());
+    assert_consistent(&q);
+}
+
+// ---------------------------------------------------------------------------------------
+// Controls inside the caller's own commit (issue 42: `Tx::cancel`, `retry`, `remove`) and
+// the cancel's outcome.
+// ---------------------------------------------------------------------------------------
+
+/// Found by a new user: deleting a report (the app's own table) and cancelling its sync job
+/// could not be one commit. `Tx::cancel` makes it one: both or neither.
+#[test]
+fn tx_cancel_commits_with_the_apps_own_writes_or_not_at_all() {
+    use crate::common::{EFFECTS, effects};
+    let f = Fixture::new();
+    let q = f.open();
+    let job = q.enqueue(b"sync report 7", plain()).unwrap().id();
+    // The closure fails after the cancel: nothing of it commits.
+    let r = q.write(|tx| {
+        tx.open_table(EFFECTS)?.insert(7, 1)?;
+        assert_eq!(
+            tx.cancel(job, "report deleted")?,
+            CancelOutcome::Cancelled {
+                was: JobState::Ready
+            }
+        );
+        Err::<(), _>("the app changed its mind".into())
+    });
+    assert!(matches!(r, Err(Error::Effect(_))), "{r:?}");
+    assert_eq!(q.job(job).unwrap().unwrap().state, JobState::Ready);
+    assert!(effects(&q).is_empty());
+    // Both commit.
+    let out = q
+        .write(|tx| {
+            tx.open_table(EFFECTS)?.insert(7, 1)?;
+            Ok(tx.cancel(job, "report deleted")?)
+        })
+        .unwrap();
+    assert_eq!(out.was(), Some(JobState::Ready));
+    assert_eq!(q.job(job).unwrap(), None, "no history: the row goes");
+    assert_eq!(effects(&q).get(&7), Some(&1));
+    assert!(q.dequeue().unwrap().is_none());
+    // A refused call writes nothing and the transaction goes on.
+    let never = leaseq::JobId(1 << 40);
+    q.write(|tx| {
+        assert!(matches!(
+            tx.cancel(never, "x"),
+            Err(Error::JobNotFound { .. })
+        ));
+        assert_eq!(tx.cancel(job, "again")?, CancelOutcome::Gone);
+        tx.open_table(EFFECTS)?.insert(8, 1)?;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(effects(&q).get(&8), Some(&1));
+    // The same passed on from the closure is the write's own answer.
+    let r = q.write(|tx| Ok(tx.cancel(never, "x")?));
+    assert!(matches!(r, Err(Error::JobNotFound { .. })), "{r:?}");
+    assert_consistent(&q);
+}
+
+/// In an `ack_with`, the transaction cancels, retries and removes other jobs with the ack;
+/// the jobs of its own batch are refused (their lease ends them), the transaction unharmed.
+#[test]
+fn ack_with_cancels_retries_and_removes_other_jobs_in_its_commit() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.set_history(History::off().keep_jobs(10)).unwrap();
+    let parent = q.enqueue(b"parent", plain()).unwrap().id();
+    let sibling = q.enqueue(b"sibling", plain()).unwrap().id();
+    let extra = q.enqueue(b"extra", plain()).unwrap().id();
+    let done = q.enqueue(b"done", plain()).unwrap().id();
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.id(), parent);
+    // `done` is acked first so that it can be retried.
+    let _ = q.dequeue().unwrap().unwrap(); // sibling, leased
+    let le = q.dequeue().unwrap().unwrap();
+    assert_eq!(le.id(), extra);
+    let ld = q.dequeue().unwrap().unwrap();
+    ld.ack().unwrap();
+    le.nack("later").unwrap();
+    let applied = l
+        .ack_with(|tx| {
+            assert!(matches!(
+                tx.cancel(parent, "self"),
+                Err(Error::InvalidState { .. })
+            ));
+            assert_eq!(
+                tx.cancel(sibling, "not needed")?.was(),
+                Some(JobState::Leased)
+            );
+            tx.retry(done)?;
+            tx.remove(extra)?;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(applied, leaseq::Applied::Now);
+    assert_eq!(q.job(parent).unwrap().unwrap().state, JobState::Completed);
+    assert_eq!(q.job(sibling).unwrap().unwrap().state, JobState::Cancelled);
+    assert_eq!(q.job(extra).unwrap(), None);
+    let again = q.dequeue().unwrap().expect("the retried job");
+    assert_eq!(again.id(), done);
+    again.ack().unwrap();
+    assert_consistent(&q);
+    // A queue call (not the Tx's) inside the closure is `Reentrant`, and says what to use.
+    let r = q.write(|_| Ok(q.cancel(sibling, "x")?));
+    match r {
+        Err(e @ Error::Reentrant) => assert!(e.to_string().contains("Tx"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The outcomes tell "cancelled now", "ended earlier" (row kept, or gone) and "never existed".
+#[test]
+fn cancel_tells_ended_earlier_from_never_existed() {
+    let f = Fixture::new();
+    let q = f.open();
+    let acked = q.enqueue(b"a", plain()).unwrap().id();
+    q.dequeue().unwrap().unwrap().ack().unwrap();
+    assert_eq!(q.cancel(acked, "late").unwrap(), CancelOutcome::Gone);
+    q.set_history(History::off().keep_jobs(10)).unwrap();
+    let kept = q.enqueue(b"k", plain()).unwrap().id();
+    q.dequeue().unwrap().unwrap().ack().unwrap();
+    assert_eq!(
+        q.cancel(kept, "late").unwrap(),
+        CancelOutcome::AlreadyEnded {
+            state: JobState::Completed
+        }
+    );
+    assert_eq!(q.job(kept).unwrap().unwrap().state, JobState::Completed);
+    // Never handed out: not found, also right after an id was given and its enqueue
+    // aborted.
+    let next = leaseq::JobId(kept.0 + 1);
+    assert!(matches!(
+        q.cancel(next, "x"),
+        Err(Error::JobNotFound { .. })
+    ));
+    // A job of another queue is not found in this one, however live.
+    let side = q.named("side").unwrap();
+    let other = side.enqueue(b"s", plain()).unwrap().id();
+    assert!(matches!(
+        q.cancel(other, "x"),
+        Err(Error::JobNotFound { .. })
+    ));
+    assert_eq!(
+        side.cancel(other, "x").unwrap().was(),
+        Some(JobState::Ready)
+    );
     assert_consistent(&q);
 }

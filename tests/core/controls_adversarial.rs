@@ -13,7 +13,8 @@ use crate::common::{
 };
 use leaseq::Clock;
 use leaseq::{
-    Applied, EnqueueOptions, Enqueued, Error, History, ImportJob, JobId, JobState, Queue,
+    Applied, CancelOutcome, EnqueueOptions, Enqueued, Error, History, ImportJob, JobId, JobState,
+    Queue,
 };
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -74,8 +75,9 @@ fn cancel_racing_an_ack_from_another_thread_exactly_one_wins() {
             barrier.wait();
             let c = q.cancel(id, "race");
             let a = acker.join().unwrap();
-            match (c, a) {
-                (Ok(was), Err(Error::Cancelled { job_id, reason })) => {
+            match (c.map(|o| (o.cancelled(), o)), a) {
+                (Ok((true, outcome)), Err(Error::Cancelled { job_id, reason })) => {
+                    let was = outcome.was().unwrap();
                     cancels += 1;
                     assert_eq!(
                         (was, job_id, reason.as_str()),
@@ -86,24 +88,20 @@ fn cancel_racing_an_ack_from_another_thread_exactly_one_wins() {
                     assert_eq!(j.cancel_reason.as_deref(), Some("race"));
                     assert_eq!(j.result, None, "the refused ack stored nothing");
                 }
-                (Err(e), Ok(())) => {
+                (Ok((false, e)), Ok(())) => {
                     acks += 1;
                     if keep {
-                        assert!(
-                            matches!(
-                                e,
-                                Error::InvalidState {
-                                    actual: JobState::Completed,
-                                    ..
-                                }
-                            ),
-                            "{e:?}"
+                        assert_eq!(
+                            e,
+                            CancelOutcome::AlreadyEnded {
+                                state: JobState::Completed
+                            }
                         );
                         let j = q.job(id).unwrap().unwrap();
                         assert_eq!(j.state, JobState::Completed);
                         assert_eq!(j.result.as_deref(), Some(&b"done"[..]));
                     } else {
-                        assert!(matches!(e, Error::JobNotFound { .. }), "{e:?}");
+                        assert_eq!(e, CancelOutcome::Gone);
                         assert_eq!(q.job(id).unwrap(), None);
                     }
                 }
@@ -140,7 +138,7 @@ fn cancel_racing_a_heartbeat_and_a_nack_never_redelivers() {
             hb.extend(secs(60))
         });
         barrier.wait();
-        assert_eq!(q.cancel(id, "stop").unwrap(), JobState::Leased);
+        assert_eq!(q.cancel(id, "stop").unwrap().was(), Some(JobState::Leased));
         match beat.join().unwrap() {
             Ok(deadline) => {
                 // Extended before the cancel: the fence runs to the extended deadline.
@@ -176,7 +174,7 @@ fn a_cancelled_lease_does_not_come_back_when_it_expires() {
     let other = q.enqueue(b"other", plain()).unwrap().id();
     let lease = q.dequeue().unwrap().unwrap();
     assert_eq!(lease.id(), id);
-    assert_eq!(q.cancel(id, "stop").unwrap(), JobState::Leased);
+    assert_eq!(q.cancel(id, "stop").unwrap().was(), Some(JobState::Leased));
     let s = q.stats().unwrap();
     assert_eq!(
         (s.total, s.leased, s.ready, s.cancelled),
@@ -354,13 +352,13 @@ fn cancel_is_refused_for_an_ended_job_and_from_another_queue() {
     ));
     assert_eq!(state(&side, id), Some(JobState::Leased));
     side.cancel(id, "first").unwrap();
-    assert!(matches!(
-        side.cancel(id, "second"),
-        Err(Error::InvalidState {
-            actual: JobState::Cancelled,
-            ..
-        })
-    ));
+    assert_eq!(
+        side.cancel(id, "second").unwrap(),
+        CancelOutcome::AlreadyEnded {
+            state: JobState::Cancelled
+        },
+        "an ended job is answered, nothing written"
+    );
     assert_eq!(
         side.job(id).unwrap().unwrap().cancel_reason.as_deref(),
         Some("first"),

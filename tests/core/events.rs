@@ -83,7 +83,10 @@ fn every_change_has_its_event_in_commit_order() {
     again.ack().unwrap();
     // Cancel, requeue, pause and resume.
     let doomed = q.enqueue(b"doomed", plain()).unwrap().id();
-    assert_eq!(q.cancel(doomed, "gone").unwrap(), JobState::Ready);
+    assert_eq!(
+        q.cancel(doomed, "gone").unwrap().was(),
+        Some(JobState::Ready)
+    );
     q.requeue_dead(ids[1]).unwrap();
     q.pause().unwrap();
     q.pause().unwrap(); // already paused: nothing

@@ -338,3 +338,167 @@ fn held_behind_names_the_head_a_ready_member_waits_for() {
     assert_eq!(r.held_behind(a3).unwrap(), Some(a2));
     assert_consistent(&q);
 }
+
+/// Found by a new user (2026-12-04): cancelling the running head of a group let the next job
+/// out at once, so a slow worker's cancelled job was applied after its successor. The group
+/// now waits for the cancelled delivery to end: its worker's ending call (answered
+/// `Cancelled`), its lease's deadline, or the next open.
+#[test]
+fn a_cancelled_running_job_holds_its_group_until_its_delivery_ends() {
+    let f = Fixture::new();
+    // Each way the cancelled delivery can end, in its own group, with a history kept in
+    // half the runs (the cancelled row stays either way while it fences its lease).
+    for keep in [false, true] {
+        let q = f.open();
+        if keep {
+            q.set_history(leaseq::History::off().keep_jobs(100))
+                .unwrap();
+        }
+        let ways = ["ack", "nack", "snooze", "fail", "ack_with", "deadline"];
+        let mut heads = Vec::new();
+        for way in ways {
+            add(&q, &format!("{way}-1"), in_group(way));
+            add(&q, &format!("{way}-2"), in_group(way));
+        }
+        for _ in ways {
+            let l = q.dequeue().unwrap().unwrap();
+            q.cancel(l.id(), "the user deleted it").unwrap();
+            heads.push(l);
+        }
+        assert_consistent(&q);
+        assert!(
+            q.dequeue().unwrap().is_none(),
+            "every group waits for its cancelled delivery"
+        );
+        // A new job of a waiting group waits too.
+        add(&q, "ack-3", in_group("ack"));
+        assert!(q.dequeue().unwrap().is_none());
+        assert_eq!(
+            q.stats().unwrap().ready,
+            7,
+            "held jobs still count as ready"
+        );
+        assert_consistent(&q);
+        let mut deadline = None;
+        for l in heads {
+            let way = String::from_utf8(l.payload().to_vec()).unwrap();
+            let way = way.trim_end_matches("-1").to_string();
+            let r = match way.as_str() {
+                "ack" => l.ack(),
+                "nack" => l.nack("x").map(drop),
+                "snooze" => l.snooze(secs(1)),
+                "fail" => l.fail("x"),
+                "ack_with" => l.ack_with(|_| Ok(())).map(drop),
+                _ => {
+                    deadline = Some(l);
+                    continue;
+                }
+            };
+            assert!(matches!(r, Err(Error::Cancelled { .. })), "{way}: {r:?}");
+            let next = q.dequeue().unwrap().expect("the group goes on");
+            assert_eq!(next.payload(), format!("{way}-2").as_bytes());
+            next.ack().unwrap();
+            if way == "ack" {
+                // The job that came while the group waited is next.
+                let last = q.dequeue().unwrap().expect("ack-3");
+                assert_eq!(last.payload(), b"ack-3");
+                last.ack().unwrap();
+            }
+            assert_consistent(&q);
+        }
+        // An extend or a progress report is not the end of the delivery.
+        let l = deadline.unwrap();
+        assert!(matches!(l.extend(secs(60)), Err(Error::Cancelled { .. })));
+        assert!(q.dequeue().unwrap().is_none(), "still running");
+        f.clock
+            .advance(crate::common::LEASE - Duration::from_millis(1));
+        assert!(q.dequeue().unwrap().is_none(), "one ms before the deadline");
+        f.clock.advance(Duration::from_millis(1));
+        let next = q.dequeue().unwrap().expect("the lease ran out");
+        assert_eq!(next.payload(), b"deadline-2");
+        next.ack().unwrap();
+        assert!(q.dequeue().unwrap().is_none());
+        assert!(matches!(
+            l.ack(),
+            Err(Error::Cancelled { .. }) | Err(Error::LeaseLost { .. })
+        ));
+        assert_consistent(&q);
+        q.close();
+    }
+}
+
+/// A blocked consumer wakes when a cancelled delivery's lease runs out, as at an expired one.
+#[test]
+fn a_waiting_consumer_wakes_when_the_cancelled_delivery_runs_out() {
+    let f = Fixture::new();
+    let q = Queue::builder()
+        .lease(Duration::from_millis(300))
+        .open(&f.path)
+        .unwrap();
+    add(&q, "a1", in_group("g"));
+    add(&q, "a2", in_group("g"));
+    let head = q.dequeue().unwrap().unwrap();
+    q.cancel(head.id(), "stop").unwrap();
+    let t = std::time::Instant::now();
+    let got = q
+        .dequeue_timeout(Duration::from_secs(20))
+        .unwrap()
+        .expect("a2 once a1's lease ran out");
+    assert_eq!(got.payload(), b"a2");
+    assert!(
+        t.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        t.elapsed()
+    );
+    got.ack().unwrap();
+    assert_consistent(&q);
+}
+
+/// The worker of a cancelled delivery dies with its process: the next open lets its group go
+/// on. A retry of the cancelled job puts it at the end of its group and lets the next go.
+#[test]
+fn reopen_and_retry_end_a_cancelled_delivery_wait() {
+    let f = Fixture::new();
+    {
+        let q = f.open();
+        add(&q, "a1", in_group("g"));
+        add(&q, "a2", in_group("g"));
+        let l = q.dequeue().unwrap().unwrap();
+        q.cancel(l.id(), "stop").unwrap();
+        assert!(q.dequeue().unwrap().is_none());
+        drop(l);
+        q.close();
+    }
+    let q = f.open();
+    assert_consistent(&q);
+    let next = q
+        .dequeue()
+        .unwrap()
+        .expect("the process that ran a1 is gone");
+    assert_eq!(next.payload(), b"a2");
+    next.ack().unwrap();
+
+    q.set_history(leaseq::History::off().keep_jobs(100))
+        .unwrap();
+    let b1 = add(&q, "b1", in_group("h"));
+    add(&q, "b2", in_group("h"));
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.id(), b1);
+    q.cancel(b1, "stop").unwrap();
+    assert!(q.dequeue().unwrap().is_none());
+    q.retry(b1).unwrap();
+    assert_consistent(&q);
+    let order: Vec<Vec<u8>> = (0..2)
+        .map(|_| {
+            let l = q.dequeue().unwrap().expect("next");
+            l.ack().unwrap();
+            l.payload().to_vec()
+        })
+        .collect();
+    assert_eq!(order, vec![b"b2".to_vec(), b"b1".to_vec()]);
+    assert!(matches!(
+        l.ack(),
+        Err(Error::LeaseLost { .. }) | Err(Error::Cancelled { .. })
+    ));
+    assert_consistent(&q);
+}

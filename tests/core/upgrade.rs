@@ -1082,7 +1082,10 @@ fn format9_file_upgrades_to_10_and_rewrites_records_as_jobs_change() {
     assert_eq!(delivered, vec![5, 6, 8, 9, 10]);
     for id in [2, 4, 7] {
         // The state it was cancelled in; without a history its row goes.
-        assert_eq!(q.cancel(JobId(id), "done").unwrap(), JobState::Scheduled);
+        assert_eq!(
+            q.cancel(JobId(id), "done").unwrap().was(),
+            Some(JobState::Scheduled)
+        );
         assert_eq!(q.job(JobId(id)).unwrap(), None);
     }
     q.retry(JobId(3)).unwrap();
@@ -1346,4 +1349,81 @@ fn a_power_loss_anywhere_in_the_11_to_12_upgrade_leaves_a_file_that_opens_the_sa
         211,
         assert_fixture11,
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// The upgrades from formats 12 and 13 (no fixture: a current file taken back by hand)
+// ---------------------------------------------------------------------------------------
+
+const QUEUE_LIMITS: TableDefinition<u32, (u64, u64, u64, u64)> =
+    TableDefinition::new("leaseq_queue_limits");
+const DROPPED: TableDefinition<u32, u64> = TableDefinition::new("leaseq_dropped");
+const GROUP_FENCES: TableDefinition<(u32, u64, u64), ()> =
+    TableDefinition::new("leaseq_group_fences");
+
+/// A format-12 file (before size limits) and a format-13 one (before group waits for
+/// cancelled deliveries) open upgraded, with their jobs, and a format-12 file is no longer
+/// refused as unsupported (it was, between formats 13 and 14: the upgrade's version range
+/// stopped at 11).
+#[test]
+fn files_of_formats_12_and_13_are_upgraded() {
+    for from in [12u64, 13] {
+        let f = Fixture::new();
+        {
+            let q = f.open();
+            q.enqueue(b"kept", EnqueueOptions::default().group("g"))
+                .unwrap();
+            q.close();
+        }
+        {
+            let db = redb::Database::open(&f.path).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.open_table(META)
+                .unwrap()
+                .insert("format_version", from)
+                .unwrap();
+            tx.delete_table(GROUP_FENCES).unwrap();
+            if from == 12 {
+                tx.delete_table(QUEUE_LIMITS).unwrap();
+                tx.delete_table(DROPPED).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        let q = f.open();
+        assert_eq!(q.recovery().upgraded_from, Some(from));
+        assert_consistent(&q);
+        let l = q.dequeue().unwrap().expect("the job is kept");
+        assert_eq!(l.payload(), b"kept");
+        // The new table works: a cancelled delivery holds its group.
+        q.enqueue(b"next", EnqueueOptions::default().group("g"))
+            .unwrap();
+        q.cancel(l.id(), "stop").unwrap();
+        assert!(q.dequeue().unwrap().is_none());
+        assert_consistent(&q);
+        drop(l);
+        q.close();
+        drop(q);
+        // The last handle lets go just after its commit (a helper thread may still hold it).
+        let t = std::time::Instant::now();
+        let db = loop {
+            match redb::Database::open(&f.path) {
+                Err(redb::DatabaseError::DatabaseAlreadyOpen)
+                    if t.elapsed() < Duration::from_secs(20) =>
+                {
+                    std::thread::sleep(Duration::from_millis(2))
+                }
+                other => break other.unwrap(),
+            }
+        };
+        let rtx = redb::ReadableDatabase::begin_read(&db).unwrap();
+        let v = rtx
+            .open_table(META)
+            .unwrap()
+            .get("format_version")
+            .unwrap()
+            .unwrap()
+            .value();
+        assert_eq!(v, leaseq::FORMAT_VERSION);
+        assert!(rtx.open_table(QUEUE_LIMITS).is_ok());
+    }
 }

@@ -436,6 +436,8 @@ enum Got {
     AppliedF(Vec<Result<Applied, Option<EKind>>>, Vec<u64>),
     Next(Option<Applied>, Option<Delivered>),
     State(JobState),
+    /// A cancel's `CancelOutcome::Gone`.
+    Gone,
     Deadline(u64),
     Flag(bool),
     /// A schedule as a create, update or upsert stored it.
@@ -469,6 +471,7 @@ impl std::fmt::Debug for Got {
             Got::AppliedF(v, ids) => write!(f, "{v:?}, follow-ups {ids:?}"),
             Got::Next(a, n) => write!(f, "{a:?}, next {:?}", n.as_ref().map(fmt_delivery)),
             Got::State(s) => write!(f, "{s:?}"),
+            Got::Gone => write!(f, "Gone"),
             Got::Flag(b) => write!(f, "{b}"),
             Got::Deadline(d) => write!(f, "deadline {}", *d as i64 - T0_MS as i64),
             Got::Sched(v) => write!(f, "{v:?}"),
@@ -596,6 +599,7 @@ fn check_answer(pred: &MRes, got: &Got, max_id: u64, max_token: u64) -> Result<L
             }
         }
         (MRes::State(a), Got::State(b)) if a == b => {}
+        (MRes::Gone, Got::Gone) => {}
         (MRes::Flag(a), Got::Flag(b)) if a == b => {}
         (MRes::Deadline(a), Got::Deadline(b)) if a == b => {}
         (MRes::Sched(a), Got::Sched(b)) if a == b => {}
@@ -888,10 +892,11 @@ impl Runner {
                 2 => self.op_reschedule(),
                 _ => self.op_update(),
             },
-            77..78 => match self.src.below(6) {
+            77..78 => match self.src.below(8) {
                 0 => self.op_pause(),
                 1 => self.op_cancel(),
-                2 => self.op_set_history(),
+                2 => self.op_write_cancel(),
+                3 => self.op_set_history(),
                 _ => self.op_remove(),
             },
             78..86 => {
@@ -979,6 +984,58 @@ impl Runner {
             if fails { " (fails)" } else { "" }
         );
         self.settle(&what, &apply, got, crashed_before)?;
+        Ok(())
+    }
+
+    /// `Queue::write` whose closure writes an effect row and cancels a job with `Tx::cancel`
+    /// (an app deleting a report and its sync job in one commit): both or neither. A job as
+    /// [`Self::op_cancel`] picks; a refused cancel (an id never handed out) is passed on, so
+    /// nothing commits.
+    fn op_write_cancel(&mut self) -> Result<(), String> {
+        let ids: Vec<u64> = self.model().jobs.keys().copied().collect();
+        let gone: Vec<u64> = {
+            let m = self.model();
+            m.gone.difference(&m.kept_rows).copied().collect()
+        };
+        let id = if !ids.is_empty() && self.src.chance(4, 5) {
+            ids[self.src.below(ids.len() as u64) as usize]
+        } else if !gone.is_empty() && self.src.chance(1, 2) {
+            gone[self.src.below(gone.len() as u64) as usize]
+        } else {
+            (1 << 40) + self.src.below(3)
+        };
+        let n = self.side_writes;
+        self.side_writes += 1;
+        let key = format!("x{n}");
+        let apply = |m: &mut Model| match m.cancel(id) {
+            r @ (MRes::State(_) | MRes::Gone) => {
+                m.effects.insert(key.clone(), 1);
+                r
+            }
+            other => other,
+        };
+        let crashed_before = self.disk.is_crashed();
+        let got = self
+            .q()
+            .write(|tx| {
+                let mut t = tx.open_table(EFFECTS)?;
+                t.insert(key.as_str(), 1)?;
+                drop(t);
+                Ok(tx.cancel(JobId(id), "deleted with its report")?)
+            })
+            .and_then(|o| match o {
+                leaseq::CancelOutcome::Cancelled { was } => Ok(Got::State(was)),
+                leaseq::CancelOutcome::Gone => Ok(Got::Gone),
+                other => Err(Error::Corrupted {
+                    detail: format!("cancel answered {other:?}"),
+                }),
+            });
+        self.settle(
+            &format!("write effect {key} + Tx::cancel job {id}"),
+            &apply,
+            got,
+            crashed_before,
+        )?;
         Ok(())
     }
 
@@ -1966,18 +2023,32 @@ impl Runner {
         Ok(())
     }
 
-    /// `cancel` of a live job (any state), or of an id never handed out. Not of a cancelled
-    /// one: whether its row is still kept (fencing) depends on pruning the model leaves out.
+    /// `cancel` of a live job (any state), of one gone for good (acked or removed: `Gone`),
+    /// or of an id never handed out (`JobNotFound`; ids are reserved in blocks, so one far
+    /// above). Not of a cancelled one: whether its row is still kept (fencing) depends on
+    /// pruning the model leaves out.
     fn op_cancel(&mut self) -> Result<(), String> {
         let ids: Vec<u64> = self.model().jobs.keys().copied().collect();
+        let gone: Vec<u64> = {
+            let m = self.model();
+            m.gone.difference(&m.kept_rows).copied().collect()
+        };
         let id = if !ids.is_empty() && self.src.chance(4, 5) {
             ids[self.src.below(ids.len() as u64) as usize]
+        } else if !gone.is_empty() && self.src.chance(1, 2) {
+            gone[self.src.below(gone.len() as u64) as usize]
         } else {
-            self.model().max_id + 1 + self.src.below(3)
+            (1 << 40) + self.src.below(3)
         };
         let apply = |m: &mut Model| m.cancel(id);
         let crashed_before = self.disk.is_crashed();
-        let got = self.q().cancel(JobId(id), "stop").map(Got::State);
+        let got = self.q().cancel(JobId(id), "stop").and_then(|o| match o {
+            leaseq::CancelOutcome::Cancelled { was } => Ok(Got::State(was)),
+            leaseq::CancelOutcome::Gone => Ok(Got::Gone),
+            other => Err(Error::Corrupted {
+                detail: format!("cancel answered {other:?}"),
+            }),
+        });
         self.settle(&format!("cancel job {id}"), &apply, got, crashed_before)?;
         Ok(())
     }

@@ -199,6 +199,8 @@ pub enum MRes {
     /// `ack_and_next` (no `Applied`) or `ack_with_and_next`.
     Next(Option<Applied>, Option<DeqPred>),
     State(JobState),
+    /// `cancel` of a job that ended and whose row went: nothing written.
+    Gone,
     /// `pause` or `resume`: whether the queue's state changed.
     Flag(bool),
     /// `create_schedule`, `update_schedule` or `upsert_schedule`: the schedule as stored.
@@ -223,7 +225,7 @@ impl MRes {
             MRes::Applied(v) | MRes::AppliedF(v, _) => {
                 v.iter().any(|r| matches!(r, Ok(_) | Err(EKind::Effect)))
             }
-            MRes::Err(_) => false,
+            MRes::Err(_) | MRes::Gone => false,
             _ => true,
         }
     }
@@ -474,6 +476,10 @@ pub struct Model {
     pub dropped_pending: BTreeSet<u64>,
     /// The clock at the call being applied (set by the harness before each).
     pub now_ms: u64,
+    /// Cancelled deliveries their groups wait for: job id -> (group, its place, the fenced
+    /// lease's deadline). Until the worker's ending call (answered `Cancelled`), the deadline
+    /// (a dequeue's sweep) or the next open, the job holds its place at the head of its group.
+    pub fences: BTreeMap<u64, (String, u64, u64)>,
 }
 
 pub fn truncate_reason(reason: &str) -> String {
@@ -511,6 +517,7 @@ impl Model {
             dropped: 0,
             dropped_pending: BTreeSet::new(),
             now_ms: 0,
+            fences: BTreeMap::new(),
         }
     }
 
@@ -532,7 +539,16 @@ impl Model {
                 && j.group.as_ref() == Some(g)
                 && j.state != MState::Dead
                 && j.group_order < job.group_order
-        })
+        }) && !self
+            .fences
+            .values()
+            .any(|(fg, order, _)| fg == g && *order < job.group_order)
+    }
+
+    /// An ending call on job `id` refused: if it was a cancelled delivery its group waited
+    /// for, the worker has reported back and the group goes on.
+    fn ended_refused(&mut self, id: u64) {
+        self.fences.remove(&id);
     }
 
     /// Makes a job ready: it goes behind every job already ready.
@@ -828,6 +844,7 @@ impl Model {
             MState::Leased { deadline_ms, .. } => deadline_ms <= now_ms,
             MState::Dead => false,
         }) || self.schedules.values().any(|s| s.next_due_ms <= now_ms)
+            || self.fences.values().any(|f| f.2 <= now_ms)
     }
 
     /// Promotes due scheduled jobs, reclaims expired leases, then fires due schedules (the
@@ -865,6 +882,8 @@ impl Model {
                 self.note_end(id, deadline_ms.min(now_ms));
             }
         }
+        // Cancelled deliveries whose lease ran out: their groups go on.
+        self.fences.retain(|_, f| f.2 > now_ms);
         // Due schedules last: each sees its last instance as it now is (an expired lease just
         // given back is pending), and an instance enqueued now is ready for this very dequeue.
         self.fire_due(now_ms, false);
@@ -1132,6 +1151,8 @@ impl Model {
         for (&(id, _), r) in leases.iter().zip(&out) {
             if r.is_ok() {
                 self.delete(id);
+            } else {
+                self.ended_refused(id);
             }
         }
         MRes::Acked(out)
@@ -1175,6 +1196,7 @@ impl Model {
         let mut acked = Vec::new();
         for (i, &(id, token)) in leases.iter().enumerate() {
             if let Err(e) = self.leased(id, token) {
+                self.ended_refused(id);
                 out.push(Err(e));
                 continue;
             }
@@ -1279,6 +1301,7 @@ impl Model {
             return MRes::Err(EKind::InvalidOption);
         }
         if let Err(e) = self.leased(id, token) {
+            self.ended_refused(id);
             return MRes::Err(e);
         }
         let at = now_ms + backoff_ms;
@@ -1295,6 +1318,7 @@ impl Model {
             return MRes::Err(EKind::InvalidOption);
         }
         if let Err(e) = self.leased(id, token) {
+            self.ended_refused(id);
             return MRes::Err(e);
         }
         let job = self.jobs.get_mut(&id).expect("leased job");
@@ -1311,6 +1335,7 @@ impl Model {
 
     pub fn fail(&mut self, id: u64, token: u64, reason: &str) -> MRes {
         if let Err(e) = self.leased(id, token) {
+            self.ended_refused(id);
             return MRes::Err(e);
         }
         let job = self.jobs.get_mut(&id).expect("leased job");
@@ -1426,13 +1451,24 @@ impl Model {
     }
 
     /// `Queue::cancel`: a live job ends now, its dedup key released, its lease (if any)
-    /// fenced; returns the state it was in. A cancelled lease's calls are answered as lost
+    /// fenced; returns the state it was in. A job gone for good is `Gone`. A cancelled lease's calls are answered as lost
     /// (`Cancelled` is mapped to `LeaseLost`).
     pub fn cancel(&mut self, id: u64) -> MRes {
         let Some(job) = self.jobs.get(&id) else {
+            // A job acked or removed for good is gone; an id never handed out is not found.
+            if self.gone.contains(&id) && !self.kept_rows.contains(&id) {
+                return MRes::Gone;
+            }
             return MRes::Err(EKind::JobNotFound);
         };
         let was = job.state.public();
+        if let (MState::Leased { deadline_ms, .. }, Some(g)) = (&job.state, &job.group)
+            && *deadline_ms > self.now_ms
+        {
+            // Its worker may still run: the group waits for that delivery to end.
+            let fence = (g.clone(), job.group_order, *deadline_ms);
+            self.fences.insert(id, fence);
+        }
         self.delete(id);
         self.kept_rows.insert(id);
         MRes::State(was)
@@ -1470,6 +1506,8 @@ impl Model {
             })
             .collect();
         leased.sort_unstable();
+        // The workers of cancelled deliveries are gone with their process.
+        self.fences.clear();
         let (mut returned, mut dead) = (0, 0);
         for (_, id) in leased {
             let place = self.jobs[&id].seq;
