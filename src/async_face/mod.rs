@@ -34,8 +34,9 @@
 //! ([`AsyncQueue::blocking`], [`AsyncLease::blocking`]), for a call this face does not
 //! repeat ([`Queue::database`], [`Queue::reader`], whose calls block), made where a thread
 //! may block. [`AsyncQueue`] has every other call of [`Queue`], under the same name, with
-//! the same arguments (borrowed ones copied) and the same answer: a handle it gives is an
-//! `AsyncQueue`, a lease an [`AsyncLease`].
+//! the same arguments (borrowed ones copied; leases as [`AsyncLease`]s) and the same answer
+//! (a handle as an `AsyncQueue`, a lease as an `AsyncLease`; [`AsyncQueue::compact`] gives
+//! its handle back beside its answer).
 //!
 //! **Transactions stay synchronous.** The closures of [`AsyncQueue::write`] and
 //! [`AsyncLease::ack_with`] run on a helper inside the write transaction; they cannot await
@@ -112,6 +113,8 @@ impl Queue {
 /// commits or reads the file is a future run on a helper, which completes even if the
 /// future is dropped (a dequeue's lease goes back); reads of memory answer at once.
 /// [`AsyncQueue::run`] runs blocking calls of the handle on a helper, several in one trip.
+/// Each call's errors are its blocking form's; one more for every future, reads too: from
+/// inside a `write` or `ack_with` closure (a `block_on` there), `Reentrant` at once.
 ///
 /// It is a handle like any other: it keeps the file open until dropped, and
 /// [`Queue::shutdown`] waits for it.

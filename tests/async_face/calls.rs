@@ -720,6 +720,75 @@ fn calls_waiting_for_a_commit_leave_the_runtime_thread_free() {
     assert_consistent(q.blocking());
 }
 
+/// A call's future dropped while its commit waits: the call still completes on its helper,
+/// as documented (only a dequeue's lease is given back).
+#[test]
+fn a_dropped_call_still_completes_on_its_helper() {
+    use crate::support::{counting_waker, hold_commits, poll_once};
+    let f = Fixture::new();
+    let q = f.open().to_async();
+    let id = q.blocking().enqueue(b"x", plain()).unwrap().id();
+    let (_c, waker) = counting_waker();
+    let held = hold_commits(q.blocking());
+    let mut pause = Box::pin(q.pause());
+    let mut cancel = Box::pin(q.cancel(id, "dropped"));
+    assert!(poll_once(pause.as_mut(), &waker).is_none());
+    assert!(poll_once(cancel.as_mut(), &waker).is_none());
+    drop((pause, cancel));
+    assert!(!q.is_paused(), "not before its commit");
+    drop(held);
+    assert!(crate::common::eventually(|| q.is_paused()));
+    assert!(crate::common::eventually(|| q
+        .blocking()
+        .job(id)
+        .unwrap()
+        .is_none()));
+    assert_consistent(q.blocking());
+}
+
+/// From inside a `write` closure (a `block_on` there) the new calls are refused at once,
+/// reads and `read` too: a helper would wait for the transaction this thread holds. The
+/// handle a refused `compact` took comes back.
+#[test]
+fn calls_from_inside_a_transaction_are_reentrant() {
+    let f = Fixture::new();
+    let q = f.open();
+    let id = q.enqueue(b"x", plain()).unwrap().id();
+    let aq = q.to_async();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = {
+        let (q, aq) = (q.clone(), aq.clone());
+        std::thread::spawn(move || {
+            let inner = q.write(move |_| {
+                let rt = runtime();
+                let (back, compacted) = rt.block_on(aq.clone().compact());
+                Ok(rt.block_on(async {
+                    [
+                        aq.cancel(id, "inside").await.map(drop),
+                        aq.pause().await.map(drop),
+                        aq.stats().await.map(drop),
+                        aq.read(|_| Ok(())).await,
+                        compacted.map(drop),
+                        back.job(id).await.map(drop),
+                    ]
+                }))
+            });
+            tx.send(inner).unwrap();
+        })
+    };
+    let got = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("answered, not deadlocked")
+        .unwrap();
+    worker.join().unwrap();
+    assert!(
+        got.iter().all(|r| matches!(r, Err(Error::Reentrant))),
+        "{got:?}"
+    );
+    let s = q.stats().unwrap();
+    assert_eq!((s.ready, s.paused), (1, false), "nothing of them ran");
+}
+
 /// The names of the `pub fn`s of the `impl <ty>` blocks in the files under `dir`.
 fn pub_fns_of(dir: &str, ty: &str) -> BTreeSet<String> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
