@@ -25,11 +25,11 @@ impl AsyncQueue {
     /// helper thread ([`ASYNC_THREADS_MAX`](crate::ASYNC_THREADS_MAX) are shared by the
     /// process). `f` cannot await (the transaction never spans an await). The tables named
     /// `leaseq_*` are leaseq's: read them through this face's calls (`stats`, `jobs`, ...),
-    /// which know their format. As sqlx's `pool.acquire()` then a query, or
-    /// `tokio-rusqlite`'s `conn.call(|c| ...)`: the blocking read moved off the runtime.
+    /// which know their format. The shape is tokio-rusqlite's `Connection::call(|conn| ..)`:
+    /// a closure over the blocking handle, run on a thread of the library's.
     ///
     /// ```
-    /// use leaseq::redb::{ReadableDatabase, ReadableTable, TableDefinition};
+    /// use leaseq::redb::{ReadableTable, TableDefinition};
     /// use leaseq::{EnqueueOptions, Queue};
     ///
     /// const NOTES: TableDefinition<&str, &str> = TableDefinition::new("notes");
