@@ -5,8 +5,13 @@
 //! enqueue, a dequeue's lease, an ack) runs on one of leaseq's helper threads (started on
 //! demand, at most [`ASYNC_THREADS_MAX`](crate::ASYNC_THREADS_MAX), exiting after 10 s idle;
 //! concurrent calls share commits, as threads do), and its future resolves when the commit
-//! is durable. Only reads run on the caller's thread (a dequeue's look at the queue, a
-//! short read transaction).
+//! is durable. So does every read of the file (`stats`, `jobs`, `schedules`, ... and
+//! [`AsyncQueue::read`] for the app's own tables): a read transaction commits nothing, but
+//! it reads pages from disk, and some reads are long (`check` reads the whole file). The one
+//! read on the caller's thread is a dequeue's look at the queue (a short read transaction
+//! over the first entries of its indexes), before it asks a helper for the commit; what a
+//! handle holds in memory (`is_paused`, `name`, `recovery`, a subscription to `events`) is
+//! answered at once.
 //!
 //! **A waiting consumer holds no thread.** An async dequeue that finds nothing registers its
 //! task with the queue's own wake-up: the commit that makes work available wakes it, as
@@ -19,15 +24,19 @@
 //! thread, a few ms: until it lands the job still shows as leased), ready in the place it had, its
 //! attempt not charged; so does the next lease of a dropped [`AsyncLease::ack_and_next`]
 //! (its ack stands). Other calls cannot be taken back once started: a dropped
-//! `enqueue` or `ack` future still completes on its helper (the job is enqueued or acked, or
-//! not, as if the answer had been read), as a database driver's dropped query may still
-//! commit.
+//! `enqueue`, `ack`, `cancel`, `pause`, ... future still completes on its helper (the job is
+//! enqueued or acked, or not, as if the answer had been read), as a database driver's
+//! dropped query may still commit.
 //!
 //! **No blocking call a dot away.** [`AsyncQueue`] and [`AsyncLease`] do not deref to the
 //! blocking [`Queue`] and [`Lease`]: their calls are futures, or reads of memory (a lease's
 //! `payload`, `decode`, `attempt`, ...). The blocking handle is one explicit step away
 //! ([`AsyncQueue::blocking`], [`AsyncLease::blocking`]), for a call this face does not
-//! repeat, made where a thread may block.
+//! repeat ([`Queue::database`], [`Queue::reader`], whose calls block), made where a thread
+//! may block. [`AsyncQueue`] has every other call of [`Queue`], under the same name, with
+//! the same arguments (borrowed ones copied; leases as [`AsyncLease`]s) and the same answer
+//! (a handle as an `AsyncQueue`, a lease as an `AsyncLease`; [`AsyncQueue::compact`] gives
+//! its handle back beside its answer).
 //!
 //! **Transactions stay synchronous.** The closures of [`AsyncQueue::write`] and
 //! [`AsyncLease::ack_with`] run on a helper inside the write transaction; they cannot await
@@ -56,6 +65,9 @@
 //! # }
 //! ```
 
+mod admin;
+mod handles;
+mod observe;
 mod offload;
 mod wait;
 
@@ -95,9 +107,14 @@ impl Queue {
 /// A [`Queue`] handle whose calls are futures: commits run on leaseq's helper threads,
 /// waiting consumers are woken by the queue's own signal, and a dropped dequeue never
 /// strands a job ([the module page](crate::async_face) says how). Cheap to clone; `Send +
-/// Sync`. Made by [`Queue::to_async`]; [`AsyncQueue::blocking`] is the same queue's
-/// blocking handle, for reads (`stats`, `job`, `jobs`: short read transactions) and the
-/// calls this face does not repeat (or use [`AsyncQueue::run`]).
+/// Sync`. Made by [`Queue::to_async`] or [`AsyncQueue::open`]. Every call of [`Queue`] is
+/// here under its name (but `database` and `reader`, whose calls block: use
+/// [`AsyncQueue::read`], or [`AsyncQueue::blocking`] where a thread may block): each that
+/// commits or reads the file is a future run on a helper, which completes even if the
+/// future is dropped (a dequeue's lease goes back); reads of memory answer at once.
+/// [`AsyncQueue::run`] runs blocking calls of the handle on a helper, several in one trip.
+/// Each call's errors are its blocking form's; one more for every future, reads too: from
+/// inside a `write` or `ack_with` closure (a `block_on` there), `Reentrant` at once.
 ///
 /// It is a handle like any other: it keeps the file open until dropped, and
 /// [`Queue::shutdown`] waits for it.
@@ -201,33 +218,75 @@ impl AsyncQueue {
         T: Send + 'static,
         F: FnMut(&Tx<'_>) -> std::result::Result<T, BoxError> + Send + 'static,
     {
-        let q = self.queue.clone();
-        call(move || q.write(&mut f)).await
+        self.on_helper(move |q| q.write(&mut f)).await
     }
 
-    /// Runs `f` with the blocking handle on a helper thread: the async form of any call this
-    /// face does not repeat (`cancel`, `pause`, `prune`, `requeue_dead`, ...).
+    /// The async form of [`Queue::import_batch`] (`jobs` copied): up to
+    /// [`BATCH_MAX`](crate::BATCH_MAX) jobs with their state and history, in one commit on a
+    /// helper, all or nothing; one result per job, in order. Never waits for room, as there.
+    ///
+    /// # Errors
+    /// As [`Queue::import_batch`].
+    pub async fn import_batch(&self, jobs: &[crate::job::ImportJob]) -> Result<Vec<Enqueued>> {
+        let jobs = jobs.to_vec();
+        self.on_helper(move |q| q.import_batch(&jobs)).await
+    }
+
+    /// [`Queue::validate_enqueue`]: what an enqueue would refuse of `payload` and `opts`,
+    /// checked on the caller's thread (no I/O), writing nothing.
+    ///
+    /// # Errors
+    /// As [`Queue::validate_enqueue`].
+    pub fn validate_enqueue(&self, payload: &[u8], opts: &EnqueueOptions) -> Result<()> {
+        self.queue.validate_enqueue(payload, opts)
+    }
+
+    /// Runs `f` with the blocking handle on a helper thread and returns its value: the
+    /// escape hatch, for several blocking calls in one trip to a helper (each is still its
+    /// own commit), or code written against [`Queue`] (every call of `Queue` but `database`
+    /// and `reader` has its own async form here). Dropped, `f` still runs to its end on its
+    /// helper.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let dir = tempfile::tempdir()?;
     /// # let queue = leaseq::Queue::open(dir.path().join("q.leaseq"))?.to_async();
-    /// let job = queue.enqueue(b"x", Default::default()).await?.id();
-    /// queue.run(move |q| q.cancel(job, "the user deleted the note")).await?;
+    /// use leaseq::JobState;
+    ///
+    /// queue.enqueue(b"x", Default::default()).await?;
+    /// // The user signed out: stop delivering, then drop what waits.
+    /// let dropped = queue
+    ///     .run(|q| {
+    ///         q.pause()?;
+    ///         q.purge(JobState::Ready)
+    ///     })
+    ///     .await?;
+    /// assert_eq!(dropped, 1);
     /// # Ok(())
     /// # }
     /// ```
     ///
     /// # Errors
-    /// `f`'s.
+    /// `f`'s; `Reentrant` from inside a `write` or `ack_with` closure.
     pub async fn run<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Queue) -> Result<T> + Send + 'static,
     {
+        self.on_helper(f).await
+    }
+
+    /// Runs `f` with a clone of the blocking handle on a helper thread: how every call of
+    /// this face that commits or reads the file runs. The call completes there even if the
+    /// returned future is dropped.
+    fn on_helper<T, F>(&self, f: F) -> offload::Call<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Queue) -> Result<T> + Send + 'static,
+    {
         let q = self.queue.clone();
-        call(move || f(&q)).await
+        call(move || f(&q))
     }
 
     /// [`Queue::dequeue`]: the next job if one is available now, else `None` without
@@ -344,6 +403,69 @@ impl AsyncQueue {
         ))
     }
 
+    /// The async form of [`Queue::ack_batch`]: acks every lease in one commit on a helper;
+    /// one outcome per lease, in order. Dropped, the acks still commit.
+    ///
+    /// # Errors
+    /// As [`Queue::ack_batch`].
+    #[must_use = "a lease of the batch may be LeaseLost: its outcome is in the Vec"]
+    pub async fn ack_batch(&self, leases: &[AsyncLease]) -> Result<Vec<Result<()>>> {
+        let leases = leases.to_vec();
+        self.on_helper(move |q| q.ack_batch_of(&AsyncLease::borrow_all(&leases)))
+            .await
+    }
+
+    /// The async form of [`Queue::ack_with_batch`]: `effect(tx, lease)` runs on a helper
+    /// inside the write transaction for each lease that needs it (it may run more than once,
+    /// as there; it cannot await), and the effects and acks commit together; one outcome
+    /// per lease, in order. Dropped, it still commits.
+    ///
+    /// # Errors
+    /// As [`Queue::ack_with_batch`].
+    #[must_use = "a lease of the batch may be LeaseLost or Effect: its outcome is in the Vec"]
+    pub async fn ack_with_batch<F>(
+        &self,
+        leases: &[AsyncLease],
+        mut effect: F,
+    ) -> Result<Vec<Result<Applied>>>
+    where
+        F: FnMut(&Tx<'_>, &AsyncLease) -> std::result::Result<(), BoxError> + Send + 'static,
+    {
+        let leases = leases.to_vec();
+        self.on_helper(move |q| {
+            q.ack_with_each(&AsyncLease::borrow_all(&leases), &mut |tx, i| {
+                effect(tx, &leases[i])
+            })
+        })
+        .await
+    }
+
+    /// The async form of [`Queue::ack_with_all`]: `effect(tx, leases)` runs once on a helper
+    /// inside the write transaction, with the leases that need it (it may run more than
+    /// once, as there; it cannot await); one outcome per lease, in order. Dropped, it still
+    /// commits.
+    ///
+    /// # Errors
+    /// As [`Queue::ack_with_all`].
+    #[must_use = "a lease of the batch may be LeaseLost or Effect: its outcome is in the Vec"]
+    pub async fn ack_with_all<F>(
+        &self,
+        leases: &[AsyncLease],
+        mut effect: F,
+    ) -> Result<Vec<Result<Applied>>>
+    where
+        F: FnMut(&Tx<'_>, &[&AsyncLease]) -> std::result::Result<(), BoxError> + Send + 'static,
+    {
+        let leases = leases.to_vec();
+        self.on_helper(move |q| {
+            q.ack_with_all_at(&AsyncLease::borrow_all(&leases), &mut |tx, at| {
+                let chosen: Vec<&AsyncLease> = at.iter().map(|&i| &leases[i]).collect();
+                effect(tx, &chosen)
+            })
+        })
+        .await
+    }
+
     /// [`Queue::flush`] on a helper.
     ///
     /// # Errors
@@ -455,6 +577,11 @@ impl AsyncLease {
         AsyncLease {
             lease: Arc::new(lease),
         }
+    }
+
+    /// The blocking leases of `leases`, for a batch call of the blocking handle.
+    fn borrow_all(leases: &[AsyncLease]) -> Vec<&Lease> {
+        leases.iter().map(|l| &*l.lease).collect()
     }
 
     /// The blocking lease of the same delivery, for a call this type does not repeat.

@@ -9,11 +9,17 @@ use redb::ReadableDatabase;
 use super::Queue;
 use crate::commit::refuse;
 use crate::error::catch_engine_panic;
-use crate::error::{Error, Result};
+use crate::error::{BoxError, Error, Result};
 use crate::job::{Applied, JobId, JobState};
 use crate::lease::{AckThen, Lease};
 use crate::stop::StopSignal;
 use crate::store;
+
+/// A batch ack's effect per lease: the transaction and the lease's position in the batch.
+type AckEach<'a> = dyn FnMut(&crate::tx::Tx<'_>, usize) -> std::result::Result<(), BoxError> + 'a;
+
+/// A batch ack's effect for all its leases: the transaction and the positions it covers.
+type AckAll<'a> = dyn FnMut(&crate::tx::Tx<'_>, &[usize]) -> std::result::Result<(), BoxError> + 'a;
 
 impl Queue {
     /// Takes the next job if one is available now, or returns `None` at once.
@@ -161,8 +167,13 @@ impl Queue {
     /// a lease of another queue; `Reentrant`; `CommitFailed` or `Storage`.
     #[must_use = "a lease of the batch may be LeaseLost: its outcome is in the Vec"]
     pub fn ack_batch(&self, leases: &[Lease]) -> Result<Vec<Result<()>>> {
+        self.ack_batch_of(&leases.iter().collect::<Vec<_>>())
+    }
+
+    /// [`Queue::ack_batch`] over borrowed leases (the async face's are shared).
+    pub(crate) fn ack_batch_of(&self, leases: &[&Lease]) -> Result<Vec<Result<()>>> {
         let keys = self.batch_keys(leases)?;
-        let results: Vec<Option<Vec<u8>>> = leases.iter().map(Lease::result).collect();
+        let results: Vec<Option<Vec<u8>>> = leases.iter().map(|l| l.result()).collect();
         let now_ms = self.now_ms();
         let out = self
             .run(&mut |ctx| store::ack(ctx, self.config.schema, &keys, &results, now_ms).map(Ok))?;
@@ -191,18 +202,38 @@ impl Queue {
         F: FnMut(&crate::tx::Tx<'_>, &Lease) -> std::result::Result<(), crate::error::BoxError>,
     {
         let mut each = |tx: &crate::tx::Tx<'_>, i: usize| effect(tx, &leases[i]);
-        self.ack_with_leases(leases, &mut store::AckClosure::Each(&mut each))
+        self.ack_with_each(&leases.iter().collect::<Vec<_>>(), &mut each)
+    }
+
+    /// [`Queue::ack_with_batch`] over borrowed leases, `each(tx, i)` the effect of the `i`th
+    /// (the async face's leases are shared, and its closure is given its own lease type).
+    pub(crate) fn ack_with_each(
+        &self,
+        leases: &[&Lease],
+        each: &mut AckEach<'_>,
+    ) -> Result<Vec<Result<Applied>>> {
+        self.ack_with_leases(leases, &mut store::AckClosure::Each(each))
+    }
+
+    /// [`Queue::ack_with_all`] over borrowed leases, `all(tx, at)` the effect of the leases at
+    /// the indices `at`.
+    pub(crate) fn ack_with_all_at(
+        &self,
+        leases: &[&Lease],
+        all: &mut AckAll<'_>,
+    ) -> Result<Vec<Result<Applied>>> {
+        self.ack_with_leases(leases, &mut store::AckClosure::All(all))
     }
 
     /// `ack_with` over a batch of leases (checked first), each ending its lease as its outcome
     /// says.
-    pub(super) fn ack_with_leases(
+    fn ack_with_leases(
         &self,
-        leases: &[Lease],
+        leases: &[&Lease],
         closure: &mut store::AckClosure<'_, '_>,
     ) -> Result<Vec<Result<Applied>>> {
         let keys = self.batch_keys(leases)?;
-        let results: Vec<Option<Vec<u8>>> = leases.iter().map(Lease::result).collect();
+        let results: Vec<Option<Vec<u8>>> = leases.iter().map(|l| l.result()).collect();
         let (applied, _) = self.ack_with_keys(&keys, &results, closure, AckThen::Stop)?;
         leases
             .iter()
@@ -263,7 +294,7 @@ impl Queue {
             let chosen: Vec<&Lease> = at.iter().map(|&i| &leases[i]).collect();
             effect(tx, &chosen)
         };
-        self.ack_with_leases(leases, &mut store::AckClosure::All(&mut all))
+        self.ack_with_all_at(&leases.iter().collect::<Vec<_>>(), &mut all)
     }
 
     /// Runs `store::ack_with` over `keys` (then, with [`AckThen::LeaseNext`], a dequeue of one)
@@ -350,7 +381,7 @@ impl Queue {
         ))
     }
 
-    pub(super) fn batch_keys(&self, leases: &[Lease]) -> Result<Vec<(u64, u64)>> {
+    fn batch_keys(&self, leases: &[&Lease]) -> Result<Vec<(u64, u64)>> {
         if leases.is_empty() {
             return Err(Error::invalid_option("leases", "the batch is empty"));
         }
@@ -360,7 +391,7 @@ impl Queue {
         if leases.iter().any(|l| l.owner() != self.lease_owner()) {
             return Err(Error::invalid_option("leases", "a lease of another queue"));
         }
-        Ok(leases.iter().map(Lease::fenced_key).collect())
+        Ok(leases.iter().map(|l| l.fenced_key()).collect())
     }
 
     /// Takes the next job, waiting up to `timeout` for one. Wakes when a commit makes work

@@ -6,6 +6,7 @@
 mod common;
 
 mod adversarial;
+mod calls;
 mod face;
 mod pool;
 mod support;
