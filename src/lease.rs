@@ -182,7 +182,9 @@ impl Lease {
     /// The lease of `delivery`, a job `queue` just leased.
     pub(crate) fn from_delivery(queue: &Queue, delivery: store::Delivery) -> Lease {
         Lease {
-            queue: Mutex::new(Some(queue.clone())),
+            queue: Mutex::new(Some(queue.clone_kind(crate::handles::HandleKind::Lease {
+                job: JobId(delivery.id),
+            }))),
             cancelled: Mutex::new(None),
             result: Mutex::new(None),
             owner: queue.lease_owner(),

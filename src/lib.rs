@@ -105,6 +105,7 @@ mod error;
 mod events;
 mod file;
 mod format;
+mod handles;
 mod job;
 mod journal;
 mod lease;
@@ -156,6 +157,7 @@ pub use events::{Event, Events};
 pub use file::Recovery;
 pub use format::payload::Encoding;
 pub use format::schema::FORMAT_VERSION;
+pub use handles::{HandleKind, LiveHandle};
 pub use job::{
     Applied, AttemptError, EnqueueOptions, Enqueued, History, ImportJob, JobCursor, JobId, JobInfo,
     JobPage, JobState, OnDuplicate, Outcome, Progress, Pruned, Quarantined, Stats, Violation,
@@ -165,10 +167,11 @@ pub use lease::{Heartbeat, Lease};
 pub use limits::{
     ASYNC_THREADS_MAX, BATCH_MAX, CRON_TEXT_BYTES_MAX, DEAD_JOBS_MAX_DEFAULT, DELAY_MAX,
     DISK_RESERVE_DEFAULT, DISK_RESERVE_MAX, DUE_RECHECK_MAX, ERRORS_KEPT, EVENTS_CAPACITY_DEFAULT,
-    EVENTS_CAPACITY_MAX, HISTORY_JOBS_MAX, KEY_BYTES_MAX, LEASE_MAX, MAX_ATTEMPTS_CAP,
-    METRICS_MINUTES_KEPT, PAYLOAD_BYTES_MAX_CAP, PROGRESS_BYTES_MAX, PROGRESS_COMMIT_INTERVAL,
-    QUEUE_NAME_BYTES_MAX, QUEUES_MAX, REASON_BYTES_MAX, RESULT_BYTES_MAX, SCHEDULE_NAME_BYTES_MAX,
-    SCHEDULE_PAYLOAD_BYTES_MAX, SCHEDULES_MAX, STORAGE_FULL_SNOOZE, SUBSCRIBERS_MAX,
+    EVENTS_CAPACITY_MAX, HANDLES_LISTED_MAX, HISTORY_JOBS_MAX, KEY_BYTES_MAX, LEASE_MAX,
+    MAX_ATTEMPTS_CAP, METRICS_MINUTES_KEPT, PAYLOAD_BYTES_MAX_CAP, PROGRESS_BYTES_MAX,
+    PROGRESS_COMMIT_INTERVAL, QUEUE_NAME_BYTES_MAX, QUEUES_MAX, REASON_BYTES_MAX, RESULT_BYTES_MAX,
+    SCHEDULE_NAME_BYTES_MAX, SCHEDULE_PAYLOAD_BYTES_MAX, SCHEDULES_MAX, STORAGE_FULL_SNOOZE,
+    SUBSCRIBERS_MAX,
 };
 pub use metrics::MinuteCounts;
 pub use open::Builder;

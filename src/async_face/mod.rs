@@ -78,6 +78,7 @@ use wait::SignalWait;
 impl Queue {
     /// This queue's async face: the same queue (a clone of this handle), with calls that
     /// never block the caller's thread on a commit. See [`AsyncQueue`].
+    #[track_caller]
     pub fn to_async(&self) -> AsyncQueue {
         AsyncQueue {
             queue: self.clone(),
@@ -374,11 +375,7 @@ impl AsyncQueue {
         }
         call(move || Ok(q.finish_shutdown(started)))
             .await
-            .unwrap_or(FileShutdown {
-                released: false,
-                handles_left: 1,
-                elapsed: started.elapsed(),
-            })
+            .unwrap_or_else(|_| FileShutdown::not_released(started))
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::common::{self, Fixture, enqueue_n, plain};
 use leaseq::redb::{ReadableTable, TableDefinition};
-use leaseq::{Error, JobState, Queue, StopSignal, WorkerPool};
+use leaseq::{Error, HandleKind, JobState, LiveHandle, Queue, StopSignal, WorkerPool};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -311,4 +311,74 @@ fn a_process_that_shut_down_leaves_no_repair() {
             "round {round}: {r:?}"
         );
     }
+}
+
+/// Issue 42: a handle forgotten at the app's exit is named by the line of the app's code
+/// that made it (a clone, a named queue, a reader, and a lease named by the line of the
+/// handle that dequeued it), in the shutdown's report and in the `AlreadyOpen` of the next
+/// open in this process; once they are dropped, the file opens.
+#[test]
+fn a_forgotten_handle_is_named_by_the_line_that_made_it() {
+    let f = Fixture::new();
+    let q = Queue::open(&f.path).unwrap();
+    let (kept, kept_line) = (q.clone(), line!());
+    let (emails, emails_line) = (q.named("emails").unwrap(), line!());
+    let (reader, reader_line) = (q.reader(), line!());
+    emails.enqueue(b"to send", plain()).unwrap();
+    let lease = emails.dequeue().unwrap().unwrap();
+    let job = lease.id();
+    let report = q.shutdown(Duration::from_millis(20));
+    assert!(!report.released);
+    assert_eq!(report.handles_left, 4, "{report:?}");
+    let named = |handles: &[LiveHandle]| {
+        let mut named: Vec<(HandleKind, Option<String>, &str, u32)> = handles
+            .iter()
+            .map(|h| (h.kind, h.queue.clone(), h.made_at.file(), h.made_at.line()))
+            .collect();
+        named.sort_by_key(|n| n.3);
+        named
+    };
+    let emails_name = Some("emails".to_string());
+    let mut expected = vec![
+        (HandleKind::Queue, None, file!(), kept_line),
+        (HandleKind::Queue, emails_name.clone(), file!(), emails_line),
+        (HandleKind::Lease { job }, emails_name, file!(), emails_line),
+        (HandleKind::Reader, None, file!(), reader_line),
+    ];
+    expected.sort_by_key(|n| n.3);
+    assert_eq!(named(&report.handles), expected, "{report:?}");
+    let line = report.handles[0].to_string();
+    assert!(line.contains(&format!("{}:", file!())), "{line}");
+    match Queue::open(&f.path) {
+        Err(e @ Error::AlreadyOpen { .. }) => {
+            let text = e.to_string();
+            let Error::AlreadyOpen { live_handles, .. } = e else {
+                unreachable!()
+            };
+            assert_eq!(named(&live_handles), expected);
+            let at = format!("{}:{kept_line}:", file!());
+            assert!(text.contains(&at), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    lease.ack().unwrap();
+    drop((kept, emails, reader, lease));
+    let again = Queue::open(&f.path).unwrap();
+    assert!(again.named("emails").unwrap().is_empty().unwrap());
+    let report = again.shutdown(Duration::from_secs(1));
+    assert!(report.released && report.handles.is_empty(), "{report:?}");
+}
+
+/// The handles a shutdown names are bounded: of 40 forgotten clones it lists
+/// `HANDLES_LISTED_MAX` and counts all.
+#[test]
+fn a_shutdown_names_at_most_handles_listed_max() {
+    let f = Fixture::new();
+    let q = f.open();
+    let kept: Vec<Queue> = (0..40).map(|_| q.clone()).collect();
+    let report = q.shutdown(Duration::ZERO);
+    assert_eq!(report.handles_left, 40);
+    assert_eq!(report.handles.len(), leaseq::HANDLES_LISTED_MAX);
+    drop(kept);
+    assert!(!f.open().recovery().repaired);
 }
