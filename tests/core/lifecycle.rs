@@ -382,3 +382,67 @@ fn a_shutdown_names_at_most_handles_listed_max() {
     drop(kept);
     assert!(!f.open().recovery().repaired);
 }
+
+/// Issue 42: the documented quit order, two steps. The app lets go of the handles it holds
+/// that never dequeue (a status thread), and calls `shutdown` on its last handle while two
+/// worker pools (plain and effect handlers) still run jobs: no pool shutdown is needed.
+/// The pools' workers end their jobs and exit, the file is released, and the next open
+/// succeeds at once with no repair and no lease to return.
+#[test]
+fn the_documented_quit_order_releases_the_file_with_pools_running() {
+    let f = Fixture::new();
+    let q = f.open();
+    enqueue_n(&q, 40, plain());
+    let writer = q.clone();
+    let pool = WorkerPool::builder(&q)
+        .threads(3)
+        .start(move |lease| {
+            std::thread::sleep(Duration::from_millis(2));
+            store_done(&writer, lease.id().0)?;
+            Ok(())
+        })
+        .unwrap();
+    let side = q.named("side").unwrap();
+    enqueue_n(&side, 20, plain());
+    let effects = WorkerPool::builder(&side)
+        .threads(2)
+        .start_effects(|tx, lease| {
+            tx.open_table(DONE)?.insert(lease.id().0, 1)?;
+            Ok(())
+        })
+        .unwrap();
+    drop(side);
+    // The app's own thread holding a handle, reading stats until told to stop.
+    let stop = StopSignal::new();
+    let status = {
+        let (q, stop) = (q.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.is_stopped() {
+                let _ = q.stats();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(5));
+    // 1. Let go of the handles that never dequeue.
+    stop.stop();
+    status.join().unwrap();
+    // 2. Shut the file down from the last handle.
+    let report = q.shutdown(Duration::from_secs(10));
+    assert!(report.released, "{report:?}");
+    assert!(report.handles.is_empty());
+    assert_eq!((pool.stats().in_flight, effects.stats().in_flight), (0, 0));
+    let again = f.open();
+    let r = again.recovery();
+    assert!(!r.repaired && r.leases_returned == 0, "{r:?}");
+    let (main, side) = (
+        again.stats().unwrap(),
+        again.named("side").unwrap().stats().unwrap(),
+    );
+    assert_eq!(main.leased + side.leased, 0);
+    // Every job is done once and gone, or still waiting.
+    let done = done(&again);
+    assert!(done.values().all(|&n| n == 1), "{done:?}");
+    assert_eq!(done.len() as u64 + main.ready + side.ready, 60);
+    drop((pool, effects));
+}
