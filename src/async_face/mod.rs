@@ -521,6 +521,11 @@ impl AsyncLease {
         self.lease.lease_ms()
     }
 
+    /// [`Lease::started_ms`]: when this delivery began, in Unix ms of the queue's clock.
+    pub fn started_ms(&self) -> u64 {
+        self.lease.started_ms()
+    }
+
     /// [`Lease::set_result`]: kept in memory for the ack that ends this delivery (nothing is
     /// written now, so it does not wait).
     ///
