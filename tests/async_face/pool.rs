@@ -434,6 +434,15 @@ fn an_async_pool_started_outside_a_runtime_is_no_runtime() {
         Ok(_) => panic!("started without a runtime"),
     }
     assert_eq!(q.stats().unwrap().ready, 2, "a job was taken");
+    let staged = WorkerPool::builder(&q)
+        .threads(1)
+        .start_async_staged(|_l: AsyncLease| async { Ok(effect(|_tx| Ok(()))) });
+    match staged {
+        Err(leaseq::Error::NoRuntime { call }) => {
+            assert_eq!(call, "PoolBuilder::start_async_staged")
+        }
+        other => panic!("{other:?}"),
+    }
     let rt = runtime();
     let _in = rt.enter();
     let pool = WorkerPool::builder(&q)
