@@ -2,7 +2,9 @@
 //!
 //! An embedded, single-process, synchronous, persistent job queue stored in one
 //! [redb](https://docs.rs/redb) file. Link it into a desktop or edge app: no server, no
-//! network, no async runtime required (an async face for tokio apps is the `tokio` feature).
+//! network, no async runtime required (the library is synchronous; its async face, feature
+//! `async`, works on any runtime, and feature `tokio` adds worker pools of async handlers on
+//! yours).
 //! Jobs survive crashes and power loss; consumers take them under
 //! leases with fencing tokens; [`Lease::ack_with`] commits your own writes, an applied marker
 //! and the ack in one transaction, so a job's effect on your tables happens exactly once even
