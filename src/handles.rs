@@ -61,11 +61,15 @@ pub struct LiveHandle {
     pub kind: HandleKind,
     /// The name of its queue; `None` for the default queue.
     pub queue: Option<String>,
-    /// The caller that made it: the line of the app's code that opened, cloned, named or
-    /// dequeued (`#[track_caller]`; a clone made by a `#[derive(Clone)]` of the app's own
-    /// struct names the derive). A handle leaseq made for its own use (a read call's reader,
-    /// a lease, a pool's worker, the control channel's or a relay's handle) names the app's
-    /// handle it was made from.
+    /// The caller that made it (file, line and column, through `#[track_caller]`): the line
+    /// of the app's code that opened the file, cloned a handle, named a queue, called a
+    /// `with_*`, `to_async` or [`Queue::reader`](crate::Queue::reader). A clone made by a
+    /// `#[derive(Clone)]` of the app's own struct names the derive; a clone of an
+    /// `AsyncQueue` names the `to_async` line. A handle leaseq made for its own use names
+    /// the line that made the app's handle it came from: a lease, the handle it was
+    /// dequeued through; a pool's worker, the [`WorkerPool::builder`](crate::WorkerPool::builder)
+    /// line; a read call's reader, the control channel's or a relay's handle, the handle
+    /// passed to it.
     pub made_at: &'static Location<'static>,
 }
 
@@ -79,8 +83,8 @@ impl fmt::Display for LiveHandle {
     }
 }
 
-/// `handles` on one line, for an error message: `"; in this process: a, b (and 3 more)"`,
-/// or nothing for none.
+/// `handles` on one line, for an error message: `"; in this process: a, b"`, or nothing
+/// for none.
 pub(crate) fn describe_here(handles: &[LiveHandle]) -> String {
     if handles.is_empty() {
         return String::new();

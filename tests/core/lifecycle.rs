@@ -446,3 +446,52 @@ fn the_documented_quit_order_releases_the_file_with_pools_running() {
     assert_eq!(done.len() as u64 + main.ready + side.ready, 60);
     drop((pool, effects));
 }
+
+/// Issue 42: a pool's handler still running at the end of the grace keeps its worker's
+/// handle and its lease (and the lease's heartbeat): the shutdown names each by the line of
+/// `WorkerPool::builder`.
+#[test]
+fn a_handler_that_overran_the_grace_is_named_by_its_pools_line() {
+    let f = Fixture::new();
+    let q = Queue::open(&f.path).unwrap();
+    let job = q.enqueue(b"slow", plain()).unwrap().id();
+    let (started, go) = (StopSignal::new(), StopSignal::new());
+    let (pool, pool_line) = (WorkerPool::builder(&q), line!());
+    let pool = {
+        let (started, go) = (started.clone(), go.clone());
+        pool.threads(1)
+            .start(move |_lease| {
+                started.stop();
+                while !go.is_stopped() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(())
+            })
+            .unwrap()
+    };
+    while !started.is_stopped() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let report = q.shutdown(Duration::from_millis(20));
+    assert!(!report.released);
+    assert_eq!(report.handles.len(), report.handles_left, "{report:?}");
+    assert!(
+        report
+            .handles
+            .iter()
+            .all(|h| (h.made_at.file(), h.made_at.line()) == (file!(), pool_line)),
+        "{report:?}"
+    );
+    let kinds: Vec<HandleKind> = report.handles.iter().map(|h| h.kind).collect();
+    let workers = kinds.iter().filter(|k| **k == HandleKind::Queue).count();
+    let leases = kinds
+        .iter()
+        .filter(|k| **k == HandleKind::Lease { job })
+        .count();
+    assert_eq!((workers, workers + leases), (1, kinds.len()), "{kinds:?}");
+    assert!(leases >= 1, "{kinds:?}");
+    go.stop();
+    drop(pool);
+    let again = f.open();
+    assert!(again.is_empty().unwrap());
+}
