@@ -502,7 +502,15 @@ fn the_documented_quit_order_releases_the_file_with_an_async_pool_running() {
                 }
             }
         });
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Quit with work under way.
+        let waited = std::time::Instant::now();
+        while ran.load(Ordering::SeqCst) < 3 {
+            assert!(
+                waited.elapsed() < Duration::from_secs(30),
+                "the pool ran nothing"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         // 1. Stop the tasks that hold handles and never dequeue.
         status.abort();
         let _ = status.await;

@@ -423,7 +423,15 @@ fn the_documented_quit_order_releases_the_file_with_pools_running() {
             }
         })
     };
-    std::thread::sleep(Duration::from_millis(5));
+    // Quit with work under way.
+    let waited = std::time::Instant::now();
+    while done(&q).len() < 3 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "the pool ran nothing"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     // 1. Let go of the handles that never dequeue.
     stop.stop();
     status.join().unwrap();
