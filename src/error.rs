@@ -58,10 +58,20 @@ pub enum Error {
     /// The file is already open, by this process or another (a writer, or a
     /// [`Reader`](crate::Reader) when this open is without
     /// [`Builder::live_reads`](crate::Builder::live_reads)). The open ran no recovery.
-    #[error("{path}: already open by this or another process")]
+    /// When handles of this process hold it, the message names them (as
+    /// [`FileShutdown::handles`](crate::FileShutdown::handles) does): a handle kept by
+    /// mistake is found by its line.
+    #[error(
+        "{path}: already open by this or another process{}",
+        crate::handles::describe_here(.live_handles)
+    )]
     AlreadyOpen {
         /// The path that was opened.
         path: PathBuf,
+        /// The handles of this process that hold the file, where each was made (at most
+        /// [`HANDLES_LISTED_MAX`](crate::HANDLES_LISTED_MAX)); empty when none does
+        /// (another process has it open, or a [`Reader`](crate::Reader) of this one).
+        live_handles: Vec<crate::handles::LiveHandle>,
     },
     /// [`Reader::open`](crate::Reader::open) found the file open in a process that holds it
     /// exclusively: one that opened it without
@@ -350,6 +360,14 @@ impl Error {
     pub(crate) fn corrupted(detail: impl Into<String>) -> Error {
         Error::Corrupted {
             detail: detail.into(),
+        }
+    }
+
+    /// `AlreadyOpen` for `path`, naming this process's handles of it.
+    pub(crate) fn already_open(path: &std::path::Path) -> Error {
+        Error::AlreadyOpen {
+            path: path.to_path_buf(),
+            live_handles: crate::handles::live_here(path),
         }
     }
 

@@ -197,4 +197,6 @@ pub(crate) struct OpenFile {
     /// Held by `pause` and `resume` from their commit to their update of `paused`, so the
     /// set follows the order of the commits (a pause and a resume racing in one group).
     pub(crate) pausing: parking_lot::Mutex<()>,
+    /// Every live handle of the file: its kind, queue and maker, for a shutdown to name.
+    pub(crate) handles: Arc<crate::handles::Handles>,
 }

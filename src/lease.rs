@@ -70,6 +70,8 @@ pub struct Lease {
     /// from several threads leave `deadline_ms` equal to the stored deadline.
     extending: Mutex<()>,
     lease_ms: u64,
+    /// When this delivery began: the leased record's `run_at_ms`.
+    started_ms: u64,
     idempotency_key: Option<Vec<u8>>,
     /// How [`Lease::decode`] reads the payload: the job's recorded encoding, else its
     /// handle's.
@@ -182,7 +184,9 @@ impl Lease {
     /// The lease of `delivery`, a job `queue` just leased.
     pub(crate) fn from_delivery(queue: &Queue, delivery: store::Delivery) -> Lease {
         Lease {
-            queue: Mutex::new(Some(queue.clone())),
+            queue: Mutex::new(Some(queue.clone_kind(crate::handles::HandleKind::Lease {
+                job: JobId(delivery.id),
+            }))),
             cancelled: Mutex::new(None),
             result: Mutex::new(None),
             owner: queue.lease_owner(),
@@ -194,6 +198,9 @@ impl Lease {
             deadline_ms: AtomicU64::new(delivery.deadline_ms),
             extending: Mutex::new(()),
             lease_ms: delivery.lease_ms,
+            // The delivery's deadline is its start plus its lease (`lease_record`), as the
+            // record's `run_at_ms` is its start.
+            started_ms: delivery.deadline_ms.saturating_sub(delivery.lease_ms),
             idempotency_key: delivery.idempotency_key,
             encoding: delivery.encoding.unwrap_or(queue.config().encoding),
             payload: delivery.payload,
@@ -286,6 +293,14 @@ impl Lease {
     /// queue's). A heartbeat that extends by it at a fraction of it keeps the job leased.
     pub fn lease_ms(&self) -> u64 {
         self.lease_ms
+    }
+
+    /// When this delivery began, in Unix milliseconds of the queue's clock: the commit of the
+    /// dequeue that leased the job (the job's [`JobInfo::leased_ms`](crate::JobInfo::leased_ms),
+    /// and its record's `run_at_ms` while leased). An [`extend`](Lease::extend) does not
+    /// move it; `deadline_ms() - started_ms()` is how long the delivery may run so far.
+    pub fn started_ms(&self) -> u64 {
+        self.started_ms
     }
 
     /// A cheap handle that extends this lease from any thread (`Clone + Send + Sync`), for a

@@ -2,7 +2,9 @@
 //!
 //! An embedded, single-process, synchronous, persistent job queue stored in one
 //! [redb](https://docs.rs/redb) file. Link it into a desktop or edge app: no server, no
-//! network, no async runtime required (an async face for tokio apps is the `tokio` feature).
+//! network, no async runtime required (the library is synchronous; its async face, feature
+//! `async`, works on any runtime, and feature `tokio` adds worker pools of async handlers on
+//! yours).
 //! Jobs survive crashes and power loss; consumers take them under
 //! leases with fencing tokens; [`Lease::ack_with`] commits your own writes, an applied marker
 //! and the ack in one transaction, so a job's effect on your tables happens exactly once even
@@ -105,6 +107,7 @@ mod error;
 mod events;
 mod file;
 mod format;
+mod handles;
 mod job;
 mod journal;
 mod lease;
@@ -156,6 +159,7 @@ pub use events::{Event, Events};
 pub use file::Recovery;
 pub use format::payload::Encoding;
 pub use format::schema::FORMAT_VERSION;
+pub use handles::{HandleKind, LiveHandle};
 pub use job::{
     Applied, AttemptError, CancelOutcome, EnqueueOptions, Enqueued, History, ImportJob, JobCursor,
     JobId, JobInfo, JobPage, JobState, OnDuplicate, Outcome, Progress, Pruned, Quarantined, Stats,
@@ -166,10 +170,11 @@ pub use lease::{Heartbeat, Lease};
 pub use limits::{
     ASYNC_THREADS_MAX, BATCH_MAX, CRON_TEXT_BYTES_MAX, DEAD_JOBS_MAX_DEFAULT, DELAY_MAX,
     DISK_RESERVE_DEFAULT, DISK_RESERVE_MAX, DUE_RECHECK_MAX, ERRORS_KEPT, EVENTS_CAPACITY_DEFAULT,
-    EVENTS_CAPACITY_MAX, HISTORY_JOBS_MAX, KEY_BYTES_MAX, LEASE_MAX, MAX_ATTEMPTS_CAP,
-    METRICS_MINUTES_KEPT, PAYLOAD_BYTES_MAX_CAP, PROGRESS_BYTES_MAX, PROGRESS_COMMIT_INTERVAL,
-    QUEUE_NAME_BYTES_MAX, QUEUES_MAX, REASON_BYTES_MAX, RESULT_BYTES_MAX, SCHEDULE_NAME_BYTES_MAX,
-    SCHEDULE_PAYLOAD_BYTES_MAX, SCHEDULES_MAX, STORAGE_FULL_SNOOZE, SUBSCRIBERS_MAX,
+    EVENTS_CAPACITY_MAX, HANDLES_LISTED_MAX, HISTORY_JOBS_MAX, KEY_BYTES_MAX, LEASE_MAX,
+    MAX_ATTEMPTS_CAP, METRICS_MINUTES_KEPT, PAYLOAD_BYTES_MAX_CAP, PROGRESS_BYTES_MAX,
+    PROGRESS_COMMIT_INTERVAL, QUEUE_NAME_BYTES_MAX, QUEUES_MAX, REASON_BYTES_MAX, RESULT_BYTES_MAX,
+    SCHEDULE_NAME_BYTES_MAX, SCHEDULE_PAYLOAD_BYTES_MAX, SCHEDULES_MAX, STORAGE_FULL_SNOOZE,
+    SUBSCRIBERS_MAX,
 };
 pub use metrics::MinuteCounts;
 pub use open::Builder;

@@ -40,6 +40,14 @@ pub const EVENTS_CAPACITY_MAX: usize = 1 << 20;
 pub const QUEUES_MAX: u32 = 1024;
 /// Longest queue name, in bytes (ASCII letters, digits, `_`, `-` and `.`).
 pub const QUEUE_NAME_BYTES_MAX: usize = 64;
+/// The live handles of a file named by one [`FileShutdown`](crate::FileShutdown) or one
+/// [`Error::AlreadyOpen`](crate::Error::AlreadyOpen): 16 (the others are counted).
+pub const HANDLES_LISTED_MAX: usize = 16;
+/// The live handles of one file whose kind, queue and maker are kept; the others are counted
+/// but not named.
+pub(crate) const HANDLES_TRACKED_MAX: usize = 1024;
+/// The files open from a path in one process that an `AlreadyOpen` can name handles of.
+pub(crate) const OPEN_FILES_TRACKED_MAX: usize = 64;
 
 // The engine (store).
 
@@ -196,6 +204,9 @@ const _: () = {
     // A schedule row (payload, name, cron text, template) stays far below a record's cap.
     assert!(SCHEDULE_PAYLOAD_BYTES_MAX + 2 * CRON_TEXT_BYTES_MAX + 1024 <= RECORD_BYTES_MAX);
     assert!(SCHEDULES_MAX >= 1);
+    // A shutdown names at most the handles it knows of; a slot number fits a u32.
+    assert!(HANDLES_LISTED_MAX >= 1 && HANDLES_LISTED_MAX <= HANDLES_TRACKED_MAX);
+    assert!(HANDLES_TRACKED_MAX <= u32::MAX as usize && OPEN_FILES_TRACKED_MAX >= 1);
     // A queue name fits within a redb table name with its prefix and suffix.
     assert!(QUEUE_NAME_BYTES_MAX <= 64);
 };

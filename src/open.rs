@@ -17,6 +17,7 @@ use crate::file::{GuardedDb, OpenFile, Recovery};
 use crate::format::schema::{
     DEFAULT_SCHEMA, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN,
 };
+use crate::handles::{HandleKind, HandleMark};
 use crate::limits::{APPLIED_RETENTION_DEFAULT, DEQUEUE_BATCH_BYTES_DEFAULT};
 use crate::platform;
 use crate::queue::Queue;
@@ -604,11 +605,14 @@ impl Builder {
     ///   platform refuses (on Windows `NUL`, `aux.leaseq`, `?` or `:` in a name) is an `Io`
     ///   error of the OS's kind;
     /// - `Io` or `Storage` for other I/O failures.
+    #[track_caller]
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Queue> {
         let path = path.as_ref();
         let _span = tracing::info_span!("leaseq.open", path = %path.display()).entered();
         let started = std::time::Instant::now();
         let r = catch_engine_panic(|| self.open_path(path)).map_err(|e| naming(e, path));
+        let at = std::panic::Location::caller();
+        let r = r.map(|q| q.made_at(at));
         logged(&r, started);
         r
     }
@@ -644,9 +648,7 @@ impl Builder {
                     retries += 1;
                 }
                 Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
-                    return Err(Error::AlreadyOpen {
-                        path: path.to_path_buf(),
-                    });
+                    return Err(Error::already_open(path));
                 }
                 other => return other,
             }
@@ -684,9 +686,7 @@ impl Builder {
                     catch_engine_panic(|| store::read_leased_rows(&rtx))?;
                 }
                 Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => {
-                    return Err(Error::AlreadyOpen {
-                        path: path.to_path_buf(),
-                    });
+                    return Err(Error::already_open(path));
                 }
                 Err(Error::Storage(redb::Error::RepairAborted)) => {
                     self.look_on_scratch(path, false, self.concurrency_mode())?;
@@ -837,9 +837,7 @@ impl Builder {
             b.set_repair_callback(move |session| cb(session.progress()));
         }
         match catch_engine_panic(|| b.create_with_backend(scratch).map_err(Error::from)) {
-            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => Err(Error::AlreadyOpen {
-                path: path.to_path_buf(),
-            }),
+            Err(Error::Storage(redb::Error::DatabaseAlreadyOpen)) => Err(Error::already_open(path)),
             other => Ok((GuardedDb::new(other?), retire)),
         }
     }
@@ -881,10 +879,13 @@ impl Builder {
     ///
     /// # Errors
     /// As [`Builder::open`], without the path-based checks.
+    #[track_caller]
     pub fn open_backend(&self, backend: impl StorageBackend) -> Result<Queue> {
         let _span = tracing::info_span!("leaseq.open", backend = true).entered();
         let started = std::time::Instant::now();
         let r = catch_engine_panic(|| self.open_on_backend(backend, JournalAt::None));
+        let at = std::panic::Location::caller();
+        let r = r.map(|q| q.made_at(at));
         logged(&r, started);
         r
     }
@@ -898,6 +899,7 @@ impl Builder {
     /// As [`Builder::open_backend`]; `NotLeaseq` if `journal` holds something other than a
     /// leaseq journal; `UnsupportedVersion` for a newer journal holding frames the queue
     /// needs; `Io` from the journal backend.
+    #[track_caller]
     pub fn open_backends(
         &self,
         backend: impl StorageBackend,
@@ -908,6 +910,8 @@ impl Builder {
         let r = catch_engine_panic(|| {
             self.open_on_backend(backend, JournalAt::Backend(Box::new(journal)))
         });
+        let at = std::panic::Location::caller();
+        let r = r.map(|q| q.made_at(at));
         logged(&r, started);
         r
     }
@@ -962,10 +966,13 @@ impl Builder {
     /// `leaseq_*` exists with other types; `Corrupted` if the integrity check finds damage it
     /// cannot repair; `Storage` (`TransactionInProgress`) if the check is on and the caller
     /// still holds a transaction on `db`; `Storage` or `Corrupted` from redb otherwise.
+    #[track_caller]
     pub fn attach(&self, db: Database) -> Result<Queue> {
         let _span = tracing::info_span!("leaseq.open", attach = true).entered();
         let started = std::time::Instant::now();
         let r = catch_engine_panic(|| self.attach_db(db));
+        let at = std::panic::Location::caller();
+        let r = r.map(|q| q.made_at(at));
         logged(&r, started);
         r
     }
@@ -1107,6 +1114,7 @@ impl Builder {
             committer_id: committer.id(),
             ..config
         };
+        let handles = crate::handles::Handles::new(path.as_deref());
         let mut inner = OpenFile {
             db,
             committer,
@@ -1119,6 +1127,7 @@ impl Builder {
             draining: std::sync::atomic::AtomicBool::new(false),
             paused: parking_lot::RwLock::default(),
             pausing: parking_lot::Mutex::new(()),
+            handles,
         };
         let now_ms = inner.clock.now_ms();
         let upgraded_from = inner
@@ -1163,10 +1172,17 @@ impl Builder {
             schedules_skipped,
             journal: journal_found,
         };
+        let mark = HandleMark::new(
+            &inner.handles,
+            HandleKind::Queue,
+            None,
+            std::panic::Location::caller(),
+        );
         Ok(Queue {
             config: inner.config,
             inner: Arc::new(inner),
             name: None,
+            mark,
         })
     }
 }

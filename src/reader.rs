@@ -81,6 +81,9 @@ impl std::fmt::Debug for Reader {
 struct ReadFile {
     source: Source,
     path: PathBuf,
+    /// The writer's handle this reader is, among the file's live handles (a
+    /// [`Source::Writer`] only).
+    _held: Option<crate::handles::HandleMark>,
 }
 
 /// Where a reader reads.
@@ -137,23 +140,30 @@ impl Drop for GuardedRo {
 impl Reader {
     pub(crate) fn new(source: Source, path: PathBuf) -> Reader {
         Reader {
-            inner: Arc::new(ReadFile { source, path }),
+            inner: Arc::new(ReadFile {
+                source,
+                path,
+                _held: None,
+            }),
             schema: &DEFAULT_SCHEMA,
             name: None,
         }
     }
 
-    /// A reader of queue `schema` (named `name`) over the writer's own open `file`.
+    /// A reader of queue `schema` (named `name`) over the writer's own open `file`, one of
+    /// its live handles as `mark` says.
     pub(crate) fn of_writer(
         file: Arc<OpenFile>,
         schema: &'static QueueSchema,
         name: Option<Arc<str>>,
+        mark: crate::handles::HandleMark,
     ) -> Reader {
         let path = file.path.clone().unwrap_or_default();
         Reader {
             inner: Arc::new(ReadFile {
                 source: Source::Writer(file),
                 path,
+                _held: Some(mark),
             }),
             schema,
             name,

@@ -90,6 +90,7 @@ use wait::SignalWait;
 impl Queue {
     /// This queue's async face: the same queue (a clone of this handle), with calls that
     /// never block the caller's thread on a commit. See [`AsyncQueue`].
+    #[track_caller]
     pub fn to_async(&self) -> AsyncQueue {
         AsyncQueue {
             queue: self.clone(),
@@ -496,11 +497,7 @@ impl AsyncQueue {
         }
         call(move || Ok(q.finish_shutdown(started)))
             .await
-            .unwrap_or(FileShutdown {
-                released: false,
-                handles_left: 1,
-                elapsed: started.elapsed(),
-            })
+            .unwrap_or_else(|_| FileShutdown::not_released(started))
     }
 }
 
@@ -649,6 +646,11 @@ impl AsyncLease {
     /// [`Lease::lease_ms`].
     pub fn lease_ms(&self) -> u64 {
         self.lease.lease_ms()
+    }
+
+    /// [`Lease::started_ms`]: when this delivery began, in Unix ms of the queue's clock.
+    pub fn started_ms(&self) -> u64 {
+        self.lease.started_ms()
     }
 
     /// [`Lease::set_result`]: kept in memory for the ack that ends this delivery (nothing is

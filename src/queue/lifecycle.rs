@@ -86,8 +86,33 @@ impl Queue {
     ///
     /// Handles still alive at the end of the grace keep the file open until they are
     /// dropped (then it closes, as always); their leases are returned at the next open (the
-    /// attempt counted, as after a crash). A shutdown never loses a job: a job in flight is
-    /// either ended by its worker or still leased in the file.
+    /// attempt counted, as after a crash). [`FileShutdown::handles`] names them, each by the
+    /// line of the app's code that made it, and an open of the file in this process meanwhile
+    /// is [`Error::AlreadyOpen`] naming them too. A shutdown never loses a job: a job in
+    /// flight is either ended by its worker or still leased in the file.
+    ///
+    /// # The order at the app's exit
+    ///
+    /// Two steps:
+    ///
+    /// 1. **Let go of the handles that do not dequeue**: stop the app's own threads and tasks
+    ///    that hold a queue, a reader or a lease without dequeuing (a status view, a writer),
+    ///    and drop the handles kept in structs. What dequeues needs no step: consumer loops
+    ///    end on `Err(Closed)`, and the pools, [`WorkerPool`](crate::worker::WorkerPool)s and
+    ///    `AsyncPool`s alike, stop by themselves: each worker ends the job in hand (its
+    ///    ack and writes commit), then exits and lets go of its handle.
+    /// 2. **`shutdown(grace)` on the last handle**; in async code
+    ///    `queue.into_async().shutdown(grace).await` (`AsyncQueue::shutdown`).
+    ///
+    /// Nothing shorter is correct: the file is released only once every other handle is
+    /// gone, and a handle that never dequeues never hears of the shutdown, so only the app
+    /// can let it go (before this call, which blocks until the grace ends). Nothing more is
+    /// needed: this call stops the pools' workers, and their handlers get its grace to
+    /// finish. A handler still running at the end of the grace keeps its worker's handle
+    /// (named here by its pool's [`WorkerPool::builder`](crate::worker::WorkerPool::builder)
+    /// line) and the file open; its job comes back at the next open, the attempt counted.
+    /// (A pool's own `shutdown` is for stopping one pool while the app goes on; it also
+    /// aborts an async handler that overruns its grace.)
     ///
     /// Takes `grace` at most, plus the final flush. From a [`WorkerPool`](crate::worker::WorkerPool)
     /// handler or an `ack_with` closure it would wait for its own caller: don't. It blocks
@@ -103,9 +128,15 @@ impl Queue {
     /// let queue = Queue::open(&path)?;
     /// let pool = WorkerPool::builder(&queue).threads(2).start(|_lease| Ok(()))?;
     /// queue.enqueue(b"work", Default::default())?;
-    /// // The app is quitting:
+    /// let status = queue.clone(); // a handle that never dequeues
+    /// // The app is quitting: 1. let go of the handles that do not dequeue,
+    /// drop(status);
+    /// // 2. shut the file down from the last handle; the pool stops by itself.
     /// let report = queue.shutdown(Duration::from_secs(10));
     /// assert!(report.released, "{report:?}");
+    /// for forgotten in &report.handles {
+    ///     eprintln!("still open: {forgotten}"); // "queue handle ..., made at src/main.rs:7:14"
+    /// }
     /// assert!(pool.stats().in_flight == 0);
     /// let again = Queue::open(&path)?; // at once, in the same process
     /// assert!(!again.recovery().repaired);
@@ -147,6 +178,15 @@ impl Queue {
             tracing::warn!(error = %e, "leaseq: the flush at shutdown failed");
         }
         let handles_left = self.other_handles();
+        // Named before this handle goes: a handle dropped meanwhile may still be listed (it
+        // went a moment too late), one made meanwhile is not.
+        let handles = if handles_left > 0 {
+            self.inner
+                .handles
+                .live(Some(&self.mark), crate::limits::HANDLES_LISTED_MAX)
+        } else {
+            Vec::new()
+        };
         let Queue { inner, .. } = self;
         // `into_inner`, not `try_unwrap`: of handles let go of at once (two shutdowns from
         // clones), exactly one gets the file, so one report says it was released.
@@ -165,12 +205,14 @@ impl Queue {
         } else {
             tracing::info!(
                 handles_left,
+                handles = %crate::handles::describe_here(&handles),
                 "leaseq: file shut down; handles still alive keep it open"
             );
         }
         FileShutdown {
             released,
             handles_left: if released { 0 } else { handles_left.max(1) },
+            handles: if released { Vec::new() } else { handles },
             elapsed: started.elapsed(),
         }
     }
@@ -294,7 +336,7 @@ impl Queue {
 }
 
 /// What [`Queue::shutdown`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FileShutdown {
     /// Whether the file was released: every handle was gone within the grace, the last
@@ -305,6 +347,26 @@ pub struct FileShutdown {
     /// still alive at the end of the grace; 0 when released. The file closes when the last
     /// is dropped.
     pub handles_left: usize,
+    /// Which they are, when not released: each handle's kind, queue and the line of the
+    /// app's code that made it (an open, a `clone`, [`Queue::named`], a dequeue's handle
+    /// for a lease, [`WorkerPool::builder`](crate::worker::WorkerPool::builder) for a pool's
+    /// workers), at most [`HANDLES_LISTED_MAX`](crate::HANDLES_LISTED_MAX) of them:
+    /// `handles_left - handles.len()` more were not listed. Empty when released. Each
+    /// prints as one line (`queue handle on queue "emails", made at src/main.rs:12:17`).
+    pub handles: Vec<crate::handles::LiveHandle>,
     /// How long the shutdown took.
     pub elapsed: Duration,
+}
+
+impl FileShutdown {
+    /// The report of a shutdown whose last step could not run (no helper thread for the
+    /// async face's final flush): the file not released, by this handle at least.
+    pub(crate) fn not_released(started: Instant) -> FileShutdown {
+        FileShutdown {
+            released: false,
+            handles_left: 1,
+            handles: Vec::new(),
+            elapsed: started.elapsed(),
+        }
+    }
 }

@@ -9,6 +9,7 @@ pub(crate) mod produce;
 mod schedules;
 
 use std::fmt;
+use std::panic::Location;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use crate::commit::{Ctx, Verdict};
 use crate::error::catch_engine_panic;
 use crate::error::{Error, Result};
 use crate::file::OpenFile;
+use crate::handles::{HandleKind, HandleMark};
 use crate::open::Builder;
 use crate::retry::RetryPolicy;
 use crate::store::{self, QueueConfig};
@@ -28,14 +30,32 @@ use crate::store::{self, QueueConfig};
 /// Every mutating call returns after the commit that covers it is durable (with the default
 /// [`Durability::Immediate`](crate::Durability::Immediate)); concurrent calls from many threads share commits (group
 /// commit). The file closes when the last handle, including every outstanding [`Lease`](crate::Lease), is
-/// dropped.
-#[derive(Clone)]
+/// dropped; [`Queue::shutdown`] names the handles still alive, each by the line that made it
+/// (an open, a `clone`, [`Queue::named`], ...).
 pub struct Queue {
     pub(crate) inner: Arc<OpenFile>,
     /// This handle's queue: its tables and default options.
     pub(crate) config: QueueConfig,
     /// Its name; `None` for the default queue.
     pub(crate) name: Option<Arc<str>>,
+    /// Its slot among the file's live handles (what it is, where it was made).
+    pub(crate) mark: HandleMark,
+}
+
+impl Clone for Queue {
+    /// Another handle of the same queue, named by the caller's line in a
+    /// [`FileShutdown`](crate::FileShutdown) while it lives.
+    #[track_caller]
+    fn clone(&self) -> Queue {
+        Queue {
+            inner: Arc::clone(&self.inner),
+            config: self.config,
+            name: self.name.clone(),
+            mark: self
+                .mark
+                .derive(None, self.name.clone(), Location::caller()),
+        }
+    }
 }
 
 impl fmt::Debug for Queue {
@@ -57,6 +77,7 @@ impl Queue {
     ///
     /// # Errors
     /// As [`Builder::open`](crate::Builder::open).
+    #[track_caller]
     pub fn open(path: impl AsRef<Path>) -> Result<Queue> {
         Builder::default().open(path)
     }
@@ -72,6 +93,30 @@ impl Queue {
 
     pub(crate) fn config(&self) -> QueueConfig {
         self.config
+    }
+
+    /// Another handle of this queue of `kind`, named as made where this one was (a lease,
+    /// a pool's worker: made by leaseq for the app's handle).
+    pub(crate) fn clone_kind(&self, kind: HandleKind) -> Queue {
+        Queue {
+            inner: Arc::clone(&self.inner),
+            config: self.config,
+            name: self.name.clone(),
+            mark: self
+                .mark
+                .derive(Some(kind), self.name.clone(), self.mark_site()),
+        }
+    }
+
+    /// Where this handle was made.
+    pub(crate) fn mark_site(&self) -> &'static Location<'static> {
+        self.mark.site()
+    }
+
+    /// This handle, named as made at `at` (a public open's caller).
+    pub(crate) fn made_at(mut self, at: &'static Location<'static>) -> Queue {
+        self.mark.made_at(at);
+        self
     }
 
     /// Runs `op` in the group commit: its value once committed, or its refusal or failure.
@@ -98,6 +143,7 @@ impl Queue {
     /// range or given twice, a registered queue's table missing); `CommitFailed`, `Storage`,
     /// `Reentrant`; `Closed` after [`Queue::close`] (even for a queue that exists: reach it
     /// with [`Queue::existing`] then).
+    #[track_caller]
     pub fn named(&self, name: &str) -> Result<Queue> {
         crate::format::schema::QueueSchema::validate_queue_name(name)?;
         self.ensure_open()?;
@@ -115,6 +161,7 @@ impl Queue {
     /// # Errors
     /// `QueueNotFound` if the file has no queue of that name; `InvalidOption` for a bad name;
     /// `Corrupted` for a damaged registry; `Storage`.
+    #[track_caller]
     pub fn existing(&self, name: &str) -> Result<Queue> {
         crate::format::schema::QueueSchema::validate_queue_name(name)?;
         match catch_engine_panic(|| store::find_queue(&self.inner.db.get().begin_read()?, name))? {
@@ -128,6 +175,7 @@ impl Queue {
     /// The file's default queue (the one with no name), from any handle of the file: the
     /// inverse of [`Queue::named`]. It keeps this handle's settings (lease, attempts,
     /// encoding, retry policy); nothing is written.
+    #[track_caller]
     pub fn default_queue(&self) -> Queue {
         Queue {
             inner: self.inner.clone(),
@@ -136,6 +184,7 @@ impl Queue {
                 ..self.config
             },
             name: None,
+            mark: self.mark.derive(None, None, Location::caller()),
         }
     }
 
@@ -152,14 +201,19 @@ impl Queue {
         self.name.as_deref()
     }
 
+    #[track_caller]
     pub(super) fn handle_of(&self, name: &str, queue_number: u32) -> Queue {
+        let name: Arc<str> = name.into();
         Queue {
+            mark: self
+                .mark
+                .derive(None, Some(Arc::clone(&name)), Location::caller()),
             inner: self.inner.clone(),
             config: QueueConfig {
                 schema: crate::format::schema::QueueSchema::named(queue_number),
                 ..self.inner.config
             },
-            name: Some(name.into()),
+            name: Some(name),
         }
     }
 
@@ -168,6 +222,7 @@ impl Queue {
     ///
     /// # Errors
     /// `InvalidOption` for a lease of 0 or above [`LEASE_MAX`](crate::LEASE_MAX).
+    #[track_caller]
     pub fn with_lease(&self, lease: Duration) -> Result<Queue> {
         let mut q = self.clone();
         q.config.lease_ms = store::validate_lease_ms("lease", lease)?;
@@ -179,6 +234,7 @@ impl Queue {
     ///
     /// # Errors
     /// `InvalidOption` for 0 or above [`MAX_ATTEMPTS_CAP`](crate::MAX_ATTEMPTS_CAP).
+    #[track_caller]
     pub fn with_max_attempts(&self, max_attempts: u32) -> Result<Queue> {
         store::validate_max_attempts(max_attempts)?;
         let mut q = self.clone();
@@ -190,6 +246,7 @@ impl Queue {
     /// [`enqueue_value`](Queue::enqueue_value) (and for decoding jobs that recorded none: raw
     /// payloads and jobs of files before format 5). Other handles are unchanged; nothing is
     /// stored until a job is enqueued.
+    #[track_caller]
     pub fn with_encoding(&self, encoding: crate::format::payload::Encoding) -> Queue {
         let mut q = self.clone();
         q.config.encoding = encoding;
@@ -201,6 +258,7 @@ impl Queue {
     ///
     /// # Errors
     /// `InvalidOption` for a policy out of range.
+    #[track_caller]
     pub fn with_retry(&self, retry: RetryPolicy) -> Result<Queue> {
         retry.validate("retry")?;
         let mut q = self.clone();

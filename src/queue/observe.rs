@@ -13,8 +13,19 @@ impl Queue {
     /// the latest commit ([`Reader::is_live`] is true). The queue's own read calls
     /// ([`Queue::stats`], [`Queue::jobs`], ...) are the reader's. Like any handle, a reader
     /// keeps the file open while it lives: [`Queue::shutdown`] waits for it.
+    #[track_caller]
     pub fn reader(&self) -> Reader {
-        Reader::of_writer(self.inner.clone(), self.config.schema, self.name.clone())
+        let mark = self.mark.derive(
+            Some(crate::handles::HandleKind::Reader),
+            self.name.clone(),
+            std::panic::Location::caller(),
+        );
+        Reader::of_writer(
+            self.inner.clone(),
+            self.config.schema,
+            self.name.clone(),
+            mark,
+        )
     }
 
     /// A snapshot of one job, or `None` if no job has this id (never enqueued, or acked).

@@ -989,7 +989,9 @@ impl fmt::Debug for WorkerPool {
 impl WorkerPool {
     /// A builder for a pool over `queue` (any handle: the default queue, a named one, one
     /// with its own defaults from [`Queue::with_lease`] and the like). The pool keeps a clone
-    /// of the handle.
+    /// of the handle, and each worker one (named by this call's line in a
+    /// [`FileShutdown`](crate::FileShutdown) while they live).
+    #[track_caller]
     pub fn builder(queue: &Queue) -> PoolBuilder {
         PoolBuilder {
             queue: queue.clone(),

@@ -130,7 +130,10 @@ impl PoolBuilder {
         F: Fn(AsyncLease) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<(), BoxError>> + Send + 'static,
     {
-        self.spawn_async(AsyncHandler::Plain(Box::new(move |l| Box::pin(handler(l)))))
+        self.spawn_async(
+            "PoolBuilder::start_async",
+            AsyncHandler::Plain(Box::new(move |l| Box::pin(handler(l)))),
+        )
     }
 
     /// [`PoolBuilder::start_async`] with a staged handler, as [`PoolBuilder::start_staged`]:
@@ -140,25 +143,26 @@ impl PoolBuilder {
     /// applied is acked without running the handler.
     ///
     /// # Errors
-    /// As [`PoolBuilder::start_async`].
+    /// As [`PoolBuilder::start_async`] (`NoRuntime` names this call).
     pub fn start_async_staged<F, Fut>(self, handler: F) -> Result<AsyncPool>
     where
         F: Fn(AsyncLease) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<Effect, BoxError>> + Send + 'static,
     {
-        self.spawn_async(AsyncHandler::Staged(Box::new(move |l| {
-            Box::pin(handler(l))
-        })))
+        self.spawn_async(
+            "PoolBuilder::start_async_staged",
+            AsyncHandler::Staged(Box::new(move |l| Box::pin(handler(l)))),
+        )
     }
 
-    fn spawn_async(self, handler: AsyncHandler) -> Result<AsyncPool> {
+    /// Starts the pool of `call` (its name for `NoRuntime`) with `handler`.
+    fn spawn_async(self, call: &'static str, handler: AsyncHandler) -> Result<AsyncPool> {
         let tasks = self.validate()?;
         if self.queue.is_closed() {
             return Err(Error::Closed);
         }
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime {
-            call: "PoolBuilder::start_async",
-        })?;
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime { call })?;
         let shared = Arc::new(TaskState {
             name: self.thread_name.clone(),
             queue_name: self.queue.name().map(str::to_string),

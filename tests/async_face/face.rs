@@ -81,6 +81,25 @@ fn enqueue_dequeue_and_every_ending_call() {
 
 /// Many tasks wait on one current-thread runtime: each is woken by the enqueue that gives
 /// it work (no timeout reached: an hour), and every job is taken once.
+/// Issue 42: `AsyncLease::started_ms` is the blocking lease's: when the delivery began, on
+/// the queue's clock, the job's `leased_ms`.
+#[test]
+fn an_async_lease_says_when_its_delivery_began() {
+    let f = Fixture::new();
+    let q = f.open().to_async();
+    runtime().block_on(async {
+        let id = q.enqueue(b"x", plain()).await.unwrap().id();
+        f.clock.advance(Duration::from_secs(2));
+        let lease = q.dequeue().await.unwrap().expect("a job");
+        assert_eq!(lease.started_ms(), f.clock_now());
+        assert_eq!(lease.started_ms(), lease.blocking().started_ms());
+        let info = q.blocking().job(id).unwrap().unwrap();
+        assert_eq!(info.leased_ms, Some(lease.started_ms()));
+        lease.ack().await.unwrap();
+    });
+    assert_consistent(q.blocking());
+}
+
 #[test]
 fn waiting_consumers_are_woken_by_enqueues() {
     let f = Fixture::new();

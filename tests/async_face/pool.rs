@@ -434,6 +434,15 @@ fn an_async_pool_started_outside_a_runtime_is_no_runtime() {
         Ok(_) => panic!("started without a runtime"),
     }
     assert_eq!(q.stats().unwrap().ready, 2, "a job was taken");
+    let staged = WorkerPool::builder(&q)
+        .threads(1)
+        .start_async_staged(|_l: AsyncLease| async { Ok(effect(|_tx| Ok(()))) });
+    match staged {
+        Err(leaseq::Error::NoRuntime { call }) => {
+            assert_eq!(call, "PoolBuilder::start_async_staged")
+        }
+        other => panic!("{other:?}"),
+    }
     let rt = runtime();
     let _in = rt.enter();
     let pool = WorkerPool::builder(&q)
@@ -445,4 +454,82 @@ fn an_async_pool_started_outside_a_runtime_is_no_runtime() {
         pool.shutdown(Duration::from_secs(5)).await;
     });
     assert_consistent(&q);
+}
+
+/// Issue 42: the documented quit order in async code, two steps, on a current-thread
+/// runtime: the app's task holding a handle is stopped, then
+/// `queue.into_async().shutdown(grace)` on the last handle while an async pool and a thread
+/// pool still run jobs (neither is shut down by itself). The pools' workers end their jobs
+/// and exit, the file is released, and the next open succeeds at once with no repair and
+/// no lease to return.
+#[test]
+fn the_documented_quit_order_releases_the_file_with_an_async_pool_running() {
+    let f = Fixture::new();
+    let q = real_clock(&f, Duration::from_secs(30));
+    let side = q.named("side").unwrap();
+    enqueue_n(&q, 30, plain());
+    enqueue_n(&side, 10, plain());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ran = Arc::new(AtomicU64::new(0));
+    let (report, pools) = rt.block_on(async {
+        let counted = Arc::clone(&ran);
+        let tasks = WorkerPool::builder(&q)
+            .threads(4)
+            .start_async(move |_lease: AsyncLease| {
+                let counted = Arc::clone(&counted);
+                async move {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .unwrap();
+        let threads = WorkerPool::builder(&side)
+            .threads(2)
+            .start(|_lease| Ok(()))
+            .unwrap();
+        drop(side);
+        // The app's own task holding a handle: a status view.
+        let status = tokio::spawn({
+            let q = q.to_async();
+            async move {
+                loop {
+                    let _ = q.blocking().stats();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        });
+        // Quit with work under way.
+        let waited = std::time::Instant::now();
+        while ran.load(Ordering::SeqCst) < 3 {
+            assert!(
+                waited.elapsed() < Duration::from_secs(30),
+                "the pool ran nothing"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // 1. Stop the tasks that hold handles and never dequeue.
+        status.abort();
+        let _ = status.await;
+        // 2. Shut the file down from the last handle.
+        let report = q.into_async().shutdown(Duration::from_secs(10)).await;
+        (report, (tasks, threads))
+    });
+    assert!(report.released, "{report:?}");
+    assert_eq!(
+        (pools.0.stats().in_flight, pools.1.stats().in_flight),
+        (0, 0)
+    );
+    drop(pools);
+    let again = Queue::open(&f.path).unwrap();
+    let r = again.recovery();
+    assert!(!r.repaired && r.leases_returned == 0, "{r:?}");
+    let main = again.stats().unwrap();
+    let side = again.named("side").unwrap().stats().unwrap();
+    assert_eq!(main.leased + side.leased, 0);
+    assert_eq!(ran.load(Ordering::SeqCst) + main.ready, 30);
+    assert_consistent(&again);
 }

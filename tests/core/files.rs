@@ -154,7 +154,7 @@ fn second_open_in_process_is_refused_and_runs_no_recovery() {
     let id = q.enqueue(b"A", EnqueueOptions::default()).unwrap().id();
     let l = q.dequeue().unwrap().unwrap();
     match f.builder().open(&f.path) {
-        Err(Error::AlreadyOpen { path }) => assert_eq!(path, f.path),
+        Err(Error::AlreadyOpen { path, .. }) => assert_eq!(path, f.path),
         other => panic!("expected AlreadyOpen, got {other:?}"),
     }
     let info = q.job(id).unwrap().unwrap();

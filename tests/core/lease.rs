@@ -214,6 +214,31 @@ fn extend_sets_deadline_from_now_never_compounding() {
     assert_consistent(&q);
 }
 
+/// Issue 42: `Lease::started_ms` is when the delivery began: the dequeue's time on the
+/// queue's clock, the job's `leased_ms`, not the time it became ready; an extend does not
+/// move it; a redelivery has its own.
+#[test]
+fn started_ms_is_when_the_delivery_began() {
+    let f = Fixture::new();
+    let q = f.open();
+    let id = enq(&q, b"A");
+    f.clock.advance(Duration::from_secs(3));
+    let began = f.clock_now();
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!(l.started_ms(), began);
+    assert_eq!(l.deadline_ms() - l.started_ms(), l.lease_ms());
+    assert_eq!(q.job(id).unwrap().unwrap().leased_ms, Some(began));
+    f.clock.advance(Duration::from_secs(1));
+    l.extend(Duration::from_secs(60)).unwrap();
+    assert_eq!(l.started_ms(), began, "an extend does not move the start");
+    f.clock.advance(Duration::from_secs(61));
+    let again = q.dequeue().unwrap().unwrap();
+    assert_eq!((again.id(), again.started_ms()), (id, f.clock_now()));
+    assert_eq!(l.started_ms(), began, "the old lease keeps its start");
+    again.ack().unwrap();
+    assert_consistent(&q);
+}
+
 // C04: a per-job lease overrides the queue default.
 #[test]
 fn per_job_lease_overrides_the_default() {

@@ -3,7 +3,7 @@
 
 use crate::common::{self, Fixture, enqueue_n, plain};
 use leaseq::redb::{ReadableTable, TableDefinition};
-use leaseq::{Error, JobState, Queue, StopSignal, WorkerPool};
+use leaseq::{Error, HandleKind, JobState, LiveHandle, Queue, StopSignal, WorkerPool};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -311,4 +311,195 @@ fn a_process_that_shut_down_leaves_no_repair() {
             "round {round}: {r:?}"
         );
     }
+}
+
+/// Issue 42: a handle forgotten at the app's exit is named by the line of the app's code
+/// that made it (a clone, a named queue, a reader, and a lease named by the line of the
+/// handle that dequeued it), in the shutdown's report and in the `AlreadyOpen` of the next
+/// open in this process; once they are dropped, the file opens.
+#[test]
+fn a_forgotten_handle_is_named_by_the_line_that_made_it() {
+    let f = Fixture::new();
+    let q = Queue::open(&f.path).unwrap();
+    let (kept, kept_line) = (q.clone(), line!());
+    let (emails, emails_line) = (q.named("emails").unwrap(), line!());
+    let (reader, reader_line) = (q.reader(), line!());
+    emails.enqueue(b"to send", plain()).unwrap();
+    let lease = emails.dequeue().unwrap().unwrap();
+    let job = lease.id();
+    let report = q.shutdown(Duration::from_millis(20));
+    assert!(!report.released);
+    assert_eq!(report.handles_left, 4, "{report:?}");
+    let named = |handles: &[LiveHandle]| {
+        let mut named: Vec<(HandleKind, Option<String>, &str, u32)> = handles
+            .iter()
+            .map(|h| (h.kind, h.queue.clone(), h.made_at.file(), h.made_at.line()))
+            .collect();
+        named.sort_by_key(|n| n.3);
+        named
+    };
+    let emails_name = Some("emails".to_string());
+    let mut expected = vec![
+        (HandleKind::Queue, None, file!(), kept_line),
+        (HandleKind::Queue, emails_name.clone(), file!(), emails_line),
+        (HandleKind::Lease { job }, emails_name, file!(), emails_line),
+        (HandleKind::Reader, None, file!(), reader_line),
+    ];
+    expected.sort_by_key(|n| n.3);
+    assert_eq!(named(&report.handles), expected, "{report:?}");
+    let line = report.handles[0].to_string();
+    assert!(line.contains(&format!("{}:", file!())), "{line}");
+    match Queue::open(&f.path) {
+        Err(e @ Error::AlreadyOpen { .. }) => {
+            let text = e.to_string();
+            let Error::AlreadyOpen { live_handles, .. } = e else {
+                unreachable!()
+            };
+            assert_eq!(named(&live_handles), expected);
+            let at = format!("{}:{kept_line}:", file!());
+            assert!(text.contains(&at), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    lease.ack().unwrap();
+    drop((kept, emails, reader, lease));
+    let again = Queue::open(&f.path).unwrap();
+    assert!(again.named("emails").unwrap().is_empty().unwrap());
+    let report = again.shutdown(Duration::from_secs(1));
+    assert!(report.released && report.handles.is_empty(), "{report:?}");
+}
+
+/// The handles a shutdown names are bounded: of 40 forgotten clones it lists
+/// `HANDLES_LISTED_MAX` and counts all.
+#[test]
+fn a_shutdown_names_at_most_handles_listed_max() {
+    let f = Fixture::new();
+    let q = f.open();
+    let kept: Vec<Queue> = (0..40).map(|_| q.clone()).collect();
+    let report = q.shutdown(Duration::ZERO);
+    assert_eq!(report.handles_left, 40);
+    assert_eq!(report.handles.len(), leaseq::HANDLES_LISTED_MAX);
+    drop(kept);
+    assert!(!f.open().recovery().repaired);
+}
+
+/// Issue 42: the documented quit order, two steps. The app lets go of the handles it holds
+/// that never dequeue (a status thread), and calls `shutdown` on its last handle while two
+/// worker pools (plain and effect handlers) still run jobs: no pool shutdown is needed.
+/// The pools' workers end their jobs and exit, the file is released, and the next open
+/// succeeds at once with no repair and no lease to return.
+#[test]
+fn the_documented_quit_order_releases_the_file_with_pools_running() {
+    let f = Fixture::new();
+    let q = f.open();
+    enqueue_n(&q, 40, plain());
+    let writer = q.clone();
+    let pool = WorkerPool::builder(&q)
+        .threads(3)
+        .start(move |lease| {
+            std::thread::sleep(Duration::from_millis(2));
+            store_done(&writer, lease.id().0)?;
+            Ok(())
+        })
+        .unwrap();
+    let side = q.named("side").unwrap();
+    enqueue_n(&side, 20, plain());
+    let effects = WorkerPool::builder(&side)
+        .threads(2)
+        .start_effects(|tx, lease| {
+            tx.open_table(DONE)?.insert(lease.id().0, 1)?;
+            Ok(())
+        })
+        .unwrap();
+    drop(side);
+    // The app's own thread holding a handle, reading stats until told to stop.
+    let stop = StopSignal::new();
+    let status = {
+        let (q, stop) = (q.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.is_stopped() {
+                let _ = q.stats();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    // Quit with work under way.
+    let waited = std::time::Instant::now();
+    while done(&q).len() < 3 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "the pool ran nothing"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // 1. Let go of the handles that never dequeue.
+    stop.stop();
+    status.join().unwrap();
+    // 2. Shut the file down from the last handle.
+    let report = q.shutdown(Duration::from_secs(10));
+    assert!(report.released, "{report:?}");
+    assert!(report.handles.is_empty());
+    assert_eq!((pool.stats().in_flight, effects.stats().in_flight), (0, 0));
+    let again = f.open();
+    let r = again.recovery();
+    assert!(!r.repaired && r.leases_returned == 0, "{r:?}");
+    let (main, side) = (
+        again.stats().unwrap(),
+        again.named("side").unwrap().stats().unwrap(),
+    );
+    assert_eq!(main.leased + side.leased, 0);
+    // Every job is done once and gone, or still waiting.
+    let done = done(&again);
+    assert!(done.values().all(|&n| n == 1), "{done:?}");
+    assert_eq!(done.len() as u64 + main.ready + side.ready, 60);
+    drop((pool, effects));
+}
+
+/// Issue 42: a pool's handler still running at the end of the grace keeps its worker's
+/// handle and its lease (and the lease's heartbeat): the shutdown names each by the line of
+/// `WorkerPool::builder`.
+#[test]
+fn a_handler_that_overran_the_grace_is_named_by_its_pools_line() {
+    let f = Fixture::new();
+    let q = Queue::open(&f.path).unwrap();
+    let job = q.enqueue(b"slow", plain()).unwrap().id();
+    let (started, go) = (StopSignal::new(), StopSignal::new());
+    let (pool, pool_line) = (WorkerPool::builder(&q), line!());
+    let pool = {
+        let (started, go) = (started.clone(), go.clone());
+        pool.threads(1)
+            .start(move |_lease| {
+                started.stop();
+                while !go.is_stopped() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(())
+            })
+            .unwrap()
+    };
+    while !started.is_stopped() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let report = q.shutdown(Duration::from_millis(20));
+    assert!(!report.released);
+    assert_eq!(report.handles.len(), report.handles_left, "{report:?}");
+    assert!(
+        report
+            .handles
+            .iter()
+            .all(|h| (h.made_at.file(), h.made_at.line()) == (file!(), pool_line)),
+        "{report:?}"
+    );
+    let kinds: Vec<HandleKind> = report.handles.iter().map(|h| h.kind).collect();
+    let workers = kinds.iter().filter(|k| **k == HandleKind::Queue).count();
+    let leases = kinds
+        .iter()
+        .filter(|k| **k == HandleKind::Lease { job })
+        .count();
+    assert_eq!((workers, workers + leases), (1, kinds.len()), "{kinds:?}");
+    assert!(leases >= 1, "{kinds:?}");
+    go.stop();
+    drop(pool);
+    let again = f.open();
+    assert!(again.is_empty().unwrap());
 }
