@@ -56,23 +56,33 @@ impl Queue {
         self.run(&mut |ctx| store::cancel(ctx, self.config.schema, id.0, &reason, now_ms))
     }
 
-    /// Runs a dead, completed or cancelled job again, as River's `JobRetry` and BullMQ's
-    /// `job.retry()`: back to ready now, at the back of its priority, with its attempts reset
-    /// (a new series of `max_attempts`); its error history stays. A completed or cancelled job
-    /// takes its keys back: it carries its idempotency key again (if an `ack_with` applied
-    /// it, the next delivery's `ack_with` answers `AlreadyApplied`: the effect is not applied
-    /// twice), and holds its dedup key again. For a dead job this is [`Queue::requeue_dead`].
-    /// One commit.
+    /// Runs a job again, as River's `JobRetry`: a dead, completed or cancelled job goes back
+    /// to ready now, at the back of its priority, with its attempts reset (a new series of
+    /// `max_attempts`); its error history stays. A completed or cancelled job takes its keys
+    /// back: it carries its idempotency key again (if an `ack_with` applied it, the next
+    /// delivery's `ack_with` answers `AlreadyApplied`: the effect is not applied twice), and
+    /// holds its dedup key again. For a dead job this is [`Queue::requeue_dead`]. A scheduled
+    /// job (waiting for its delay, or for the backoff after a failed attempt) is ready now, at
+    /// the back of its priority, its attempts, keys and options kept: this is
+    /// [`Queue::promote`]. One commit.
     ///
-    /// Where it differs from the calls named: River's `JobRetry` also makes a scheduled job
-    /// (and a retryable one waiting for its backoff) run now; here that is
-    /// [`Queue::promote`], and `retry` refuses it (`InvalidState`), as BullMQ's `retry`
-    /// refuses a job that has not failed or completed.
+    /// Where it differs from River's `JobRetry` (`Client.JobRetry` in riverqueue/river's
+    /// `client.go` and its `JobRetry` SQL query: every job but a running one becomes
+    /// `available`, due now, one already available keeping its place):
+    /// - River keeps the attempt count of an ended job and raises its `max_attempts` by one
+    ///   when it has none left; here a dead, completed or cancelled job starts a whole new
+    ///   series, as BullMQ's `job.retry()` does (its `reprocessJob` script clears
+    ///   `attemptsMade`).
+    /// - River answers a running job, and a job already available, with the row unchanged;
+    ///   here they are `InvalidState`, so a caller learns that nothing was retried (a leased
+    ///   job ends through its lease; a ready one is already due).
+    /// - BullMQ's `job.retry()` takes only a failed or completed job (`reprocessJob` answers
+    ///   "not in state" for any other); a scheduled job is taken here, as River takes it.
     ///
     /// # Errors
-    /// `JobNotFound`; `InvalidState` for a scheduled, ready or leased job; `KeyHeld` if another
-    /// job took its dedup key meanwhile; `Corrupted` if its row is damaged; `Reentrant`;
-    /// `CommitFailed` or `Storage`. Nothing is written on an error.
+    /// `JobNotFound`; `InvalidState` for a ready or leased job; `KeyHeld` if another job took
+    /// the dedup key of a completed or cancelled one meanwhile; `Corrupted` if its row is
+    /// damaged; `Reentrant`; `CommitFailed` or `Storage`. Nothing is written on an error.
     pub fn retry(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
         self.run(&mut |ctx| store::retry(ctx, self.config.schema, id.0, now_ms))

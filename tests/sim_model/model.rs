@@ -1366,9 +1366,13 @@ impl Model {
     }
 
     /// `Queue::retry` (history off): a dead job back to ready, attempts reset, as
-    /// `requeue_dead`; a live job that is not dead is `InvalidState`.
+    /// `requeue_dead`; a scheduled one ready now, as `promote`; a ready or leased job is
+    /// `InvalidState`.
     pub fn retry(&mut self, id: u64, now_ms: u64) -> MRes {
-        self.requeue_dead(id, now_ms)
+        match self.jobs.get(&id).map(|j| &j.state) {
+            Some(MState::Scheduled) => self.promote(id, now_ms),
+            _ => self.requeue_dead(id, now_ms),
+        }
     }
 
     /// `Queue::promote`: a scheduled job ready now, at the back of its priority.
