@@ -105,9 +105,12 @@ impl Queue {
     /// its place in line; a scheduled one made ready goes to the back of its priority. One
     /// commit.
     ///
-    /// Where it differs from the call named: BullMQ's `changeDelay` accepts only a delayed
-    /// job (it throws for any other); here a ready job is accepted too
-    /// and is delayed by it, the way to put a waiting job off without a remove and an enqueue.
+    /// Where it differs from the call named: BullMQ's `changeDelay` takes only a delayed job
+    /// (its `changeDelay` script answers "job not in delayed set" for any other, and the call
+    /// throws); here a ready job is taken too and waits again, the way to put off a job that
+    /// waits in line without a remove and a new enqueue (which would lose its id, keys and
+    /// attempts). A job that has not started is either ready or scheduled, so the call
+    /// refuses only what BullMQ cannot delay either: a running, failed or finished job.
     ///
     /// # Errors
     /// `InvalidOption` for a delay above `DELAY_MAX` or a due time that overflows;
@@ -123,11 +126,18 @@ impl Queue {
 
     /// Changes the priority of a ready, scheduled or dead job (lower is served first), as
     /// BullMQ's `job.changePriority()`. A ready job keeps its place among the jobs of its new
-    /// priority by when it became ready. One commit.
+    /// priority by when it became ready; a scheduled or dead one is served at its new
+    /// priority once ready. One commit.
     ///
-    /// Where it differs from the call named: BullMQ moves the job behind every waiting job of
-    /// its new priority (as if added now; `lifo` puts it first); here it keeps the place its
-    /// ready time gives it, so a job that waited long is not sent to the back by a change.
+    /// Where it differs from the call named: BullMQ's `changePriority` script takes a waiting
+    /// job out and adds it again with a new number from the queue's priority counter, so it
+    /// goes behind every waiting job of its new priority, as if added now (with `lifo`, before
+    /// them); here it keeps the place its ready time gives it, so a job that waited long is
+    /// not sent to the back of the line by a change (a job raised to a higher priority is
+    /// served before the jobs of that priority that became ready after it). BullMQ also
+    /// records a new priority on a job in any other state (active, failed, completed); here a
+    /// leased or ended job is refused, nothing written, as its priority no longer orders
+    /// anything.
     ///
     /// # Errors
     /// `JobNotFound`; `InvalidState` for a leased or ended job; `Corrupted`; `Reentrant`;
