@@ -1237,12 +1237,16 @@ impl Runner {
                 } else {
                     if !crashed_before {
                         // The crash hit this call: it may or may not have committed.
-                        // A dequeue that delivered nothing may still have fired schedules.
+                        // A dequeue that delivered nothing may still have fired schedules,
+                        // or moved due jobs to ready (a paused queue's).
                         let committed: Vec<World> = worlds
                             .iter()
                             .zip(&preds)
                             .filter(|(w, (m1, pred))| {
-                                pred.changes() || m1.schedules != w.m.schedules || drops(w, m1)
+                                pred.changes()
+                                    || m1.schedules != w.m.schedules
+                                    || m1.jobs != w.m.jobs
+                                    || drops(w, m1)
                             })
                             .map(|(w, (m1, _))| {
                                 let mut hist = w.hist.clone();

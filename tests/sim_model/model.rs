@@ -833,17 +833,7 @@ impl Model {
     /// Promotes due scheduled jobs, reclaims expired leases, then fires due schedules (the
     /// sweep of every dequeue).
     fn sweep(&mut self, now_ms: u64) {
-        let mut due: Vec<(u64, u64)> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| j.state == MState::Scheduled && j.run_at_ms <= now_ms)
-            .map(|(&id, j)| (j.run_at_ms, id))
-            .collect();
-        due.sort_unstable();
-        assert!(due.len() <= 256, "model: workload exceeds the sweep bound");
-        for (_, id) in due {
-            self.make_ready(id);
-        }
+        self.promote_due(now_ms);
         let mut expired: Vec<(u64, u64)> = self
             .jobs
             .iter()
@@ -870,6 +860,22 @@ impl Model {
         self.fire_due(now_ms, false);
     }
 
+    /// Moves the due scheduled jobs to ready, in due order (a sweep's first step, and all a
+    /// paused queue's dequeue does).
+    fn promote_due(&mut self, now_ms: u64) {
+        let mut due: Vec<(u64, u64)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == MState::Scheduled && j.run_at_ms <= now_ms)
+            .map(|(&id, j)| (j.run_at_ms, id))
+            .collect();
+        due.sort_unstable();
+        assert!(due.len() <= 256, "model: workload exceeds the sweep bound");
+        for (_, id) in due {
+            self.make_ready(id);
+        }
+    }
+
     /// The job a dequeue takes next: lowest priority value, then first to become ready, of
     /// the ready jobs first in their group.
     fn first_ready(&self) -> Option<u64> {
@@ -891,8 +897,13 @@ impl Model {
 
     fn dequeue_inner(&mut self, now_ms: u64, max: usize) -> Vec<DeqPred> {
         let mut out = Vec::new();
-        // A paused queue delivers nothing and writes nothing (no sweep either).
-        if self.paused || !self.has_work(now_ms) {
+        // A paused queue delivers nothing; it only moves its due scheduled jobs to ready (no
+        // other part of the sweep).
+        if self.paused {
+            self.promote_due(now_ms);
+            return out;
+        }
+        if !self.has_work(now_ms) {
             return out;
         }
         // A rate-limited queue takes what its window has left; with nothing left, it does
