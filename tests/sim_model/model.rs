@@ -1556,7 +1556,8 @@ impl Model {
         assert!(due.len() <= 256, "model: workload exceeds the sweep bound");
         for (at, name) in due {
             let s = &self.schedules[&name];
-            let fire = if at_open && s.missed_skip {
+            // A due time at the open's very millisecond is due now, not missed.
+            let fire = if at_open && s.missed_skip && at < now_ms {
                 false
             } else {
                 match s
