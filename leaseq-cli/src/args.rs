@@ -73,7 +73,7 @@ pub enum Command {
     /// Cancel a job in any live state, with a reason; a leased job's delivery is fenced.
     #[command(after_help = EXIT_CODES)]
     Cancel(CancelArgs),
-    /// Run a dead, completed or cancelled job again, attempts reset.
+    /// Run a dead, completed or cancelled job again, attempts reset; a scheduled one now.
     #[command(after_help = EXIT_CODES)]
     Retry(JobArgs),
     /// Run a scheduled job now.

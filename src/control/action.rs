@@ -43,7 +43,8 @@ pub enum Action {
         /// Recorded with the job (at most [`REASON_BYTES_MAX`](crate::REASON_BYTES_MAX)).
         reason: String,
     },
-    /// [`Queue::retry`]: a dead, completed or cancelled job runs again. Answers
+    /// [`Queue::retry`]: a dead, completed or cancelled job runs again, a scheduled one
+    /// runs now. Answers
     /// `{"id":N,"queue":Q}`.
     Retry {
         /// The job.

@@ -255,6 +255,8 @@ impl std::fmt::Debug for Client {
 /// text maps back to the variant.
 const EXPECTED: &[&str] = &[
     "Dead",
+    "Scheduled, Dead, Completed or Cancelled",
+    // `Queue::retry`'s before it took scheduled jobs: an app built before.
     "Dead, Completed or Cancelled",
     "Scheduled, Ready or Dead",
     "Scheduled, Ready, Leased or Dead",

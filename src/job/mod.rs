@@ -561,9 +561,13 @@ impl JobCursor {
 pub struct Stats {
     /// All live jobs (`scheduled + ready + leased + dead`).
     pub total: u64,
-    /// Waiting for a delay or backoff.
+    /// Waiting for a delay or backoff. A job whose due time came is counted here until a
+    /// consumer of the queue looks (a dequeue, or a waiting consumer woken at the due time,
+    /// in a paused queue too: see [`Queue::pause`](crate::Queue::pause)) and moves it to
+    /// `ready`.
     pub scheduled: u64,
-    /// Available now.
+    /// Available now: waiting in line, delivered in priority order (in a paused queue, once
+    /// it is resumed).
     pub ready: u64,
     /// Under a lease.
     pub leased: u64,

@@ -64,23 +64,33 @@ impl Queue {
         self.run(&mut |ctx| store::cancel(ctx, self.config.schema, id.0, &reason, now_ms))
     }
 
-    /// Runs a dead, completed or cancelled job again, as River's `JobRetry` and BullMQ's
-    /// `job.retry()`: back to ready now, at the back of its priority, with its attempts reset
-    /// (a new series of `max_attempts`); its error history stays. A completed or cancelled job
-    /// takes its keys back: it carries its idempotency key again (if an `ack_with` applied
-    /// it, the next delivery's `ack_with` answers `AlreadyApplied`: the effect is not applied
-    /// twice), and holds its dedup key again. For a dead job this is [`Queue::requeue_dead`].
-    /// One commit.
+    /// Runs a job again, as River's `JobRetry`: a dead, completed or cancelled job goes back
+    /// to ready now, at the back of its priority, with its attempts reset (a new series of
+    /// `max_attempts`); its error history stays. A completed or cancelled job takes its keys
+    /// back: it carries its idempotency key again (if an `ack_with` applied it, the next
+    /// delivery's `ack_with` answers `AlreadyApplied`: the effect is not applied twice), and
+    /// holds its dedup key again. For a dead job this is [`Queue::requeue_dead`]. A scheduled
+    /// job (waiting for its delay, or for the backoff after a failed attempt) is ready now, at
+    /// the back of its priority, its attempts, keys and options kept: this is
+    /// [`Queue::promote`]. One commit.
     ///
-    /// Where it differs from the calls named: River's `JobRetry` also makes a scheduled job
-    /// (and a retryable one waiting for its backoff) run now; here that is
-    /// [`Queue::promote`], and `retry` refuses it (`InvalidState`), as BullMQ's `retry`
-    /// refuses a job that has not failed or completed.
+    /// Where it differs from River's `JobRetry` (`Client.JobRetry` in riverqueue/river's
+    /// `client.go` and its `JobRetry` SQL query: every job but a running one becomes
+    /// `available`, due now, one already available keeping its place):
+    /// - River keeps the attempt count of an ended job and raises its `max_attempts` by one
+    ///   when it has none left; here a dead, completed or cancelled job starts a whole new
+    ///   series, as BullMQ's `job.retry()` does (its `reprocessJob` script clears
+    ///   `attemptsMade`).
+    /// - River answers a running job, and a job already available, with the row unchanged;
+    ///   here they are `InvalidState`, so a caller learns that nothing was retried (a leased
+    ///   job ends through its lease; a ready one is already due).
+    /// - BullMQ's `job.retry()` takes only a failed or completed job (`reprocessJob` answers
+    ///   "not in state" for any other); a scheduled job is taken here, as River takes it.
     ///
     /// # Errors
-    /// `JobNotFound`; `InvalidState` for a scheduled, ready or leased job; `KeyHeld` if another
-    /// job took its dedup key meanwhile; `Corrupted` if its row is damaged; `Reentrant`;
-    /// `CommitFailed` or `Storage`. Nothing is written on an error.
+    /// `JobNotFound`; `InvalidState` for a ready or leased job; `KeyHeld` if another job took
+    /// the dedup key of a completed or cancelled one meanwhile; `Corrupted` if its row is
+    /// damaged; `Reentrant`; `CommitFailed` or `Storage`. Nothing is written on an error.
     pub fn retry(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
         self.run(&mut |ctx| store::retry(ctx, self.config.schema, id.0, now_ms))
@@ -103,9 +113,12 @@ impl Queue {
     /// its place in line; a scheduled one made ready goes to the back of its priority. One
     /// commit.
     ///
-    /// Where it differs from the call named: BullMQ's `changeDelay` accepts only a delayed
-    /// job (it throws for any other); here a ready job is accepted too
-    /// and is delayed by it, the way to put a waiting job off without a remove and an enqueue.
+    /// Where it differs from the call named: BullMQ's `changeDelay` takes only a delayed job
+    /// (its `changeDelay` script answers "job not in delayed set" for any other, and the call
+    /// throws); here a ready job is taken too and waits again, the way to put off a job that
+    /// waits in line without a remove and a new enqueue (which would lose its id, keys and
+    /// attempts). A job that has not started is either ready or scheduled, so the call
+    /// refuses only what BullMQ cannot delay either: a running, failed or finished job.
     ///
     /// # Errors
     /// `InvalidOption` for a delay above `DELAY_MAX` or a due time that overflows;
@@ -121,11 +134,18 @@ impl Queue {
 
     /// Changes the priority of a ready, scheduled or dead job (lower is served first), as
     /// BullMQ's `job.changePriority()`. A ready job keeps its place among the jobs of its new
-    /// priority by when it became ready. One commit.
+    /// priority by when it became ready; a scheduled or dead one is served at its new
+    /// priority once ready. One commit.
     ///
-    /// Where it differs from the call named: BullMQ moves the job behind every waiting job of
-    /// its new priority (as if added now; `lifo` puts it first); here it keeps the place its
-    /// ready time gives it, so a job that waited long is not sent to the back by a change.
+    /// Where it differs from the call named: BullMQ's `changePriority` script takes a waiting
+    /// job out and adds it again with a new number from the queue's priority counter, so it
+    /// goes behind every waiting job of its new priority, as if added now (with `lifo`, before
+    /// them); here it keeps the place its ready time gives it, so a job that waited long is
+    /// not sent to the back of the line by a change (a job raised to a higher priority is
+    /// served before the jobs of that priority that became ready after it). BullMQ also
+    /// records a new priority on a job in any other state (active, failed, completed); here a
+    /// leased or ended job is refused, nothing written, as its priority no longer orders
+    /// anything.
     ///
     /// # Errors
     /// `JobNotFound`; `InvalidState` for a leased or ended job; `Corrupted`; `Reentrant`;

@@ -60,7 +60,9 @@ impl Queue {
 
     /// A look before a dequeue's commit, with a read: whether a job may be available now,
     /// and the earliest due time of the queue's waiting jobs and leases (`None` with nothing
-    /// to wait for, or while the queue is paused: only a resume wakes it then).
+    /// to wait for). While the queue is paused: whether a scheduled job is due (for
+    /// [`Queue::take_now`] to move to ready, delivering nothing), and the earliest due time
+    /// of its scheduled jobs (`None` without any: only a resume wakes it then).
     ///
     /// # Errors
     /// `Closed` once the file is closed to deliveries; `Reentrant`; `Storage`.
@@ -70,25 +72,28 @@ impl Queue {
         // pass for an answer (and `dequeue_timeout` must not wait for a commit this very
         // thread is holding up).
         self.inner.committer.ensure_not_reentrant()?;
-        if self.is_paused() {
-            return Ok((false, None));
-        }
+        let paused = self.is_paused();
         let now_ms = self.now_ms();
         catch_engine_panic(|| {
             let rtx = self.inner.db.get().begin_read()?;
+            if paused {
+                return store::peek_due_paused(&rtx, self.config.schema, now_ms);
+            }
             store::peek_due(&rtx, self.config.schema, now_ms, self.config.dead_jobs_max)
         })
     }
 
     /// A dequeue's commit, after [`Queue::peek_work`] saw work: up to `max` leases, and,
-    /// when it took none (another consumer took the job, or a bounded sweep has more to
-    /// do), now as the time to look again.
+    /// when it took none (another consumer took the job, a bounded sweep has more to do, or
+    /// the queue is paused), now as the time to look again. In a paused queue it only moves
+    /// the due scheduled jobs to ready ([`Queue::pause`]).
     pub(crate) fn take_now(&self, max: usize) -> Result<(Vec<Lease>, Option<u64>)> {
         let (now_ms, config) = (self.now_ms(), self.config);
         let leased = self.run(&mut |ctx| {
             // Again in the group: a pause that returned while this call waited to join wins,
             // and so does a close or a shutdown (an async dequeue may wait for a helper).
             if self.is_paused() {
+                store::promote_due_paused(ctx, config.schema, now_ms)?;
                 return Ok(Ok(Vec::new()));
             }
             if self.is_closed() {

@@ -24,6 +24,18 @@ impl Queue {
     /// returned. Returns whether the queue was running (pausing a paused queue changes
     /// nothing). One commit, even after [`Queue::close`].
     ///
+    /// Delays still run out: a scheduled job (a delay, a retry's backoff) that comes due
+    /// while paused is moved to ready, not delivered, by the queue's next dequeue (which
+    /// still returns nothing; one commit when something is due) or by a consumer waiting on
+    /// the queue, which wakes at the next due time for it (as BullMQ's `moveToActive`
+    /// script moves due delayed jobs to a paused queue's list before it takes nothing). So
+    /// [`Queue::stats`], [`Queue::job`], a [`Reader`](crate::Reader), the tool and the
+    /// dashboard count due work as ready, and the resume delivers it in its order. As in a
+    /// running queue, a due job reads as scheduled until some consumer looks (its
+    /// `run_at_ms` says when it is due). Nothing else of a dequeue's sweep runs while
+    /// paused: due schedules fire and expired leases come back at the first dequeue after
+    /// the resume.
+    ///
     /// # Errors
     /// `Reentrant` from inside an `ack_with` closure; `CommitFailed` or `Storage`.
     pub fn pause(&self) -> Result<bool> {

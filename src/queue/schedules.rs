@@ -81,9 +81,11 @@ impl Queue {
 
     /// Changes schedule `name` of this queue to `schedule`: its payload, options and policies
     /// at once, and its timing. The same timing keeps the next due time (an interval keeps
-    /// its start unless `schedule` gives one); a new one counts from now. The last instance
-    /// and the counters are kept; an instance already enqueued keeps the old payload. One
-    /// commit.
+    /// its start unless `schedule` gives one), even one reached but not fired yet (due at the
+    /// very millisecond of the update): it fires at the next look. A new timing counts from
+    /// now, as a new schedule's (a cron expression's first match strictly after now). The
+    /// last instance and the counters are kept; an instance already enqueued keeps the old
+    /// payload. One commit.
     ///
     /// # Errors
     /// `ScheduleNotFound` if this queue has no schedule of that name; otherwise as
@@ -152,7 +154,8 @@ impl Queue {
 
     /// Resumes paused schedule `name` of this queue: it is due again at its first due time
     /// from now on, as a new schedule of its timing would be (an interval at its next
-    /// multiple from its start, a cron expression at its next match). The due times that
+    /// multiple from its start, a cron expression at its first match strictly after now:
+    /// resumed at the very millisecond of a match, at the one after). The due times that
     /// passed while it was paused are neither made up nor counted as skipped, whatever its
     /// [`Missed`](crate::Missed) policy. Returns whether it was paused. One commit when it
     /// was.

@@ -63,7 +63,9 @@ pub enum Overlap {
 }
 
 /// What a schedule does with due times that passed while the file was closed (the app was
-/// not running, or crashed): decided when the file opens, before the first dequeue.
+/// not running, or crashed): decided when the file opens, before the first dequeue. A due
+/// time at the very millisecond of the open has not passed: it is due now and fires as it
+/// would at a dequeue, under either.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Missed {
     /// One instance for all of them, enqueued by the open, then the next due time after now

@@ -112,8 +112,9 @@ fn good_row(tables: &Tables<'_>, id: u64) -> Verdict<JobRecord> {
 /// attempts reset (a new attempt series), at the back of its priority; its error history
 /// stays. An ended job holds its dedup key again (while live: a window that ended does not
 /// run again) unless another job took it meanwhile (`KeyHeld`, nothing written); it carried
-/// its idempotency key all along. Refused:
-/// `JobNotFound`, `InvalidState` for a live job that is not dead, `Corrupted`.
+/// its idempotency key all along. A scheduled job (a delay, a backoff) is ready now as by
+/// `Change::Promote`, its attempts kept, as River's `JobRetry` makes it available. Refused:
+/// `JobNotFound`, `InvalidState` for a ready or leased job, `Corrupted`.
 pub(crate) fn retry(
     ctx: &mut Ctx<'_>,
     schema: &'static QueueSchema,
@@ -139,12 +140,18 @@ pub(crate) fn retry_in(
         StoredState::Dead => {
             return requeue_record(tables, ctx, id, record, now_ms).map(Ok);
         }
+        StoredState::Scheduled => {
+            // Waiting for its delay or backoff: it runs now, its attempts and keys kept.
+            tables.unindex(id, &record)?;
+            set_due(ctx, tables.schema.queue_number, &mut record, now_ms, now_ms);
+            return tables.put(id, &record).map(Ok);
+        }
         StoredState::Completed { .. } | StoredState::Cancelled { .. } => {}
         _ => {
             return refuse(Error::InvalidState {
                 job_id: JobId(id),
                 actual: record.state.job_state(),
-                expected: "Dead, Completed or Cancelled",
+                expected: "Scheduled, Dead, Completed or Cancelled",
             });
         }
     }

@@ -1,6 +1,7 @@
 //! Sweep and dequeue: firing due schedules, promoting due scheduled jobs and reclaiming
 //! expired leases inline and bounded (River's periodic job enqueuer, scheduler and rescuer),
-//! then leasing ready jobs in priority order.
+//! then leasing ready jobs in priority order. A paused queue's look promotes due scheduled
+//! jobs only, as BullMQ's `moveToActive` still moves due delayed jobs to a paused queue's list.
 
 use redb::ReadableTable;
 
@@ -34,29 +35,7 @@ fn sweep(
         prune_dead_over(tables, now_ms, kept, SWEEP_MAX)?;
     }
     prune_history(tables, now_ms, PRUNE_PER_ACK_MAX)?;
-    let due: Vec<(u64, u64)> = tables
-        .scheduled()?
-        .range(..=(now_ms, u64::MAX))?
-        .take(SWEEP_MAX)
-        .map(|e| e.map(|(k, _)| k.value()))
-        .collect::<Result<_, _>>()?;
-    for (run_at_ms, id) in due {
-        ctx.wake(tables.schema.queue_number);
-        match tables.row(id)? {
-            Row::Good(mut record)
-                if record.state == StoredState::Scheduled && record.run_at_ms == run_at_ms =>
-            {
-                tables.unindex(id, &record)?;
-                record.seq = ctx.alloc_seq();
-                record.state = StoredState::Ready;
-                tables.put(id, &record)?;
-            }
-            row => {
-                tables.scheduled_mut()?.remove((run_at_ms, id))?;
-                tables.repair_stray_entry(id, row, now_ms)?;
-            }
-        }
-    }
+    promote_due(tables, ctx, now_ms)?;
     let expired: Vec<(u64, u64)> = tables
         .leases()?
         .range(..=(now_ms, u64::MAX))?
@@ -80,6 +59,48 @@ fn sweep(
     // very dequeue.
     super::schedule::fire_due(tables, ctx, now_ms, false)?;
     Ok(())
+}
+
+/// Moves the scheduled jobs due at `now_ms` to ready, at most `SWEEP_MAX`, each at the back
+/// of its priority (in due order); an entry whose row is damaged or disagrees is settled.
+fn promote_due(tables: &mut Tables<'_>, ctx: &mut Ctx<'_>, now_ms: u64) -> Result<()> {
+    let due: Vec<(u64, u64)> = tables
+        .scheduled()?
+        .range(..=(now_ms, u64::MAX))?
+        .take(SWEEP_MAX)
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_, _>>()?;
+    for (run_at_ms, id) in due {
+        ctx.wake(tables.schema.queue_number);
+        match tables.row(id)? {
+            Row::Good(mut record)
+                if record.state == StoredState::Scheduled && record.run_at_ms == run_at_ms =>
+            {
+                tables.unindex(id, &record)?;
+                record.seq = ctx.alloc_seq();
+                record.state = StoredState::Ready;
+                tables.put(id, &record)?;
+            }
+            row => {
+                tables.scheduled_mut()?.remove((run_at_ms, id))?;
+                tables.repair_stray_entry(id, row, now_ms)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A paused queue's look: its scheduled jobs due at `now_ms` move to ready (at most
+/// `SWEEP_MAX`, as a dequeue's sweep moves them), so counts and states show due work as
+/// ready; nothing is delivered, no lease is reclaimed and no schedule fires (those wait for
+/// the first dequeue after the resume). Writes nothing when nothing is due.
+pub(crate) fn promote_due_paused(
+    ctx: &mut Ctx<'_>,
+    schema: &'static crate::format::schema::QueueSchema,
+    now_ms: u64,
+) -> Result<()> {
+    let mut tables = Tables::open(ctx, schema)?;
+    promote_due(&mut tables, ctx, now_ms)
 }
 
 /// Sweeps, then leases up to `max` ready jobs in queue order.

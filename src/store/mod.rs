@@ -21,7 +21,7 @@
 //! | `validate.rs` | input checks and record building, before any write |
 //! | `enqueue.rs` | enqueue (new, imported) |
 //! | `sink.rs` | what a caller's closure reaches through its `Tx`: the `Sink` over the operation's tables (enqueues, the control calls `TxCall`), and `Queue::write` |
-//! | `dequeue.rs` | the bounded sweep (due jobs, expired leases), then the dequeue |
+//! | `dequeue.rs` | the bounded sweep (due jobs, expired leases, group waits for cancelled deliveries), then the dequeue; a paused queue's look (due jobs only) |
 //! | `fenced.rs` | calls checked against a fencing token: ack, `ack_with`, nack, snooze, fail, extend |
 //! | `retention.rs` | bounded pruning of applied markers, dead jobs, dedup windows, the completed history |
 //! | `admin.rs` | cancel, retry, requeue, remove, purge or requeue by state |
@@ -65,7 +65,7 @@ pub(crate) use check::check_file;
 pub(crate) use control::{
     history_of, pause, paused_queues, record_storage_full, resume, set_history, validate_history,
 };
-pub(crate) use dequeue::dequeue;
+pub(crate) use dequeue::{dequeue, promote_due_paused};
 pub(crate) use enqueue::{enqueue, enqueue_imported};
 pub(crate) use fenced::{
     AckClosure, ClosureFailure, ack, ack_with, extend, fail, nack, release_unseen, set_progress,
@@ -76,8 +76,8 @@ pub(crate) use migrate::{file_id, make_file_id, random_u64, upgrade};
 pub(crate) use queue_limit::{limit_of, set_limit, validate_limit};
 pub(crate) use rate_limit::{limited_until, rate_limit_of, set_rate_limit, validate_rate_limit};
 pub(crate) use read::{
-    held_behind, is_applied, job, latest_dead, list, payload, peek_due, quarantined,
-    quarantined_record, stats,
+    held_behind, is_applied, job, latest_dead, list, payload, peek_due, peek_due_paused,
+    quarantined, quarantined_record, stats,
 };
 pub(crate) use recover::{read_leased_rows, recover_leases};
 pub(crate) use registry::{create_queue, find_queue, named_queues};

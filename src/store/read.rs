@@ -68,6 +68,20 @@ fn first_fence(rtx: &ReadTransaction, queue_number: u32) -> Result<Option<u64>> 
     Ok(first.map(|(k, _)| k.value().1))
 }
 
+/// What a dequeue of a paused queue would find, read without a write transaction: whether
+/// a scheduled job is due now (for [`promote_due_paused`](super::promote_due_paused) to move
+/// to ready), and the earliest due time of its scheduled jobs, past or future. Ready jobs,
+/// leases and schedules wait for the resume.
+pub(crate) fn peek_due_paused(
+    rtx: &ReadTransaction,
+    schema: &'static QueueSchema,
+    now_ms: u64,
+) -> Result<(bool, Option<u64>)> {
+    let scheduled = rtx.open_table(schema.scheduled())?;
+    let first = scheduled.first()?.map(|(k, _)| k.value().0);
+    Ok((first.is_some_and(|at_ms| at_ms <= now_ms), first))
+}
+
 pub(crate) fn stats(rtx: &ReadTransaction, schema: &'static QueueSchema) -> Result<Stats> {
     let completed = rtx.open_table(schema.completed())?.len()?;
     let cancelled = rtx.open_table(schema.cancelled())?.len()?;

@@ -486,7 +486,8 @@ pub(crate) fn remove(ctx: &mut Ctx<'_>, queue_number: u32, name: &str) -> Result
 
 /// Fires the due schedules of `tables`' queue at `now_ms`, at most `SWEEP_MAX` of them:
 /// for each, one instance or a skip, and its next due time, in this transaction.
-/// `at_open`: the file was closed since the schedule's due time, so [`Missed`] decides.
+/// `at_open`: the file was closed since the schedule's due times before `now_ms`, so
+/// [`Missed`] decides for those (one at `now_ms` is due now, as at a dequeue).
 pub(super) fn fire_due(
     tables: &mut Tables<'_>,
     ctx: &mut Ctx<'_>,
@@ -557,7 +558,9 @@ pub(super) fn fire_due(
             }
             continue;
         }
-        let fire = if at_open && record.missed == MISSED_SKIP {
+        // A due time at the open's very millisecond did not pass while the file was closed:
+        // it is due now, as it would be at a dequeue, whatever `Missed` says.
+        let fire = if at_open && record.missed == MISSED_SKIP && at < now_ms {
             false
         } else {
             let last = record.last_job.map(|(id, _)| id);

@@ -419,6 +419,63 @@ fn retry_runs_an_ended_job_again_with_its_keys() {
     assert_consistent(&q);
 }
 
+/// Issue 42 item 8: as River's `JobRetry` (every job but a running one becomes available
+/// now), a scheduled job, waiting for its backoff or for its delay, runs now: ready at the
+/// back of its priority, its attempts, error and keys kept (as `promote`); a ready or leased
+/// job is still refused, nothing written.
+#[test]
+fn retry_runs_a_scheduled_job_now_as_river_does() {
+    let f = Fixture::new();
+    let q = f
+        .builder()
+        .retry(leaseq::RetryPolicy::fixed(secs(60)))
+        .open(&f.path)
+        .unwrap();
+    let failed = q.enqueue(b"failed", dedup("kf")).unwrap().id();
+    q.dequeue().unwrap().unwrap().nack("offline").unwrap();
+    let delayed = q
+        .enqueue(b"delayed", EnqueueOptions::default().delay(secs(3600)))
+        .unwrap()
+        .id();
+    let ahead = q.enqueue(b"ahead", plain()).unwrap().id();
+    for id in [failed, delayed] {
+        assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Scheduled);
+    }
+    q.retry(failed).unwrap();
+    let job = q.job(failed).unwrap().unwrap();
+    assert_eq!(
+        (job.state, job.attempts),
+        (JobState::Ready, 1),
+        "attempts kept"
+    );
+    assert_eq!(job.run_at_ms, f.clock_now());
+    assert_eq!(job.last_error.as_deref(), Some("offline"));
+    assert_eq!(
+        q.enqueue(b"dup", dedup("kf")).unwrap(),
+        Enqueued::Duplicate(failed),
+        "it still holds its key"
+    );
+    q.retry(delayed).unwrap();
+    // At the back of its priority: behind the job that was ready before.
+    let order: Vec<_> = (0..3).map(|_| q.dequeue().unwrap().unwrap()).collect();
+    let ids: Vec<_> = order.iter().map(|l| l.id()).collect();
+    assert_eq!(ids, vec![ahead, failed, delayed]);
+    // Leased now: refused, nothing written.
+    let before = q.job(delayed).unwrap();
+    assert!(matches!(
+        q.retry(delayed),
+        Err(Error::InvalidState {
+            actual: JobState::Leased,
+            ..
+        })
+    ));
+    assert_eq!(q.job(delayed).unwrap(), before);
+    for l in order {
+        l.ack().unwrap();
+    }
+    assert_consistent(&q);
+}
+
 // ---------------------------------------------------------------------------------------
 // Dedup held until the job starts.
 // ---------------------------------------------------------------------------------------

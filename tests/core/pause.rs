@@ -315,3 +315,76 @@ fn racing_pauses_and_resumes_leave_memory_and_file_agreeing() {
     let q = f.open();
     assert_eq!(q.is_paused(), q.stats().unwrap().paused);
 }
+
+/// Issue 42 item 9: a delayed job that comes due while the queue is paused reads as ready
+/// (stats, its state, a reader's counts) once a consumer looks, though nothing is delivered:
+/// a paused queue's dequeue moves due scheduled jobs to ready and takes none. A job not due
+/// yet (1 ms before) stays scheduled; the resume delivers the due one first.
+#[test]
+fn a_delayed_job_that_comes_due_while_paused_reads_as_ready() {
+    let f = Fixture::new();
+    let q = f.open();
+    let delayed = |s: u64| plain().delay(secs(s));
+    let a = q.enqueue(b"a", delayed(10)).unwrap().id();
+    let b = q.enqueue(b"b", delayed(20)).unwrap().id();
+    q.pause().unwrap();
+    let state = |id| q.job(id).unwrap().unwrap().state;
+    f.clock.advance(secs(10) - ms(1));
+    assert!(q.dequeue().unwrap().is_none());
+    assert_eq!(
+        state(a),
+        leaseq::JobState::Scheduled,
+        "1 ms before its due time"
+    );
+    f.clock.advance(ms(1));
+    assert!(q.dequeue().unwrap().is_none(), "a paused queue delivered");
+    assert!(q.dequeue_batch(10).unwrap().is_empty());
+    assert_eq!(state(a), leaseq::JobState::Ready, "due, read as not due");
+    assert_eq!(state(b), leaseq::JobState::Scheduled);
+    let s = q.stats().unwrap();
+    assert_eq!((s.scheduled, s.ready, s.leased, s.paused), (1, 1, 0, true));
+    assert_eq!(q.reader().stats().unwrap(), s);
+    let info = q.job(a).unwrap().unwrap();
+    assert_eq!(
+        (info.attempts, info.run_at_ms),
+        (0, crate::common::T0_MS + 10_000)
+    );
+    assert_consistent(&q);
+    // Past b's due time too: the resume delivers in due order, nothing charged meanwhile.
+    f.clock.advance(secs(10));
+    assert!(q.dequeue().unwrap().is_none());
+    assert_eq!(q.stats().unwrap().ready, 2);
+    crate::common::assert_nothing_charged(&q);
+    q.resume().unwrap();
+    assert_eq!(q.dequeue().unwrap().unwrap().id(), a);
+    assert_eq!(q.dequeue().unwrap().unwrap().id(), b);
+    assert_consistent(&q);
+}
+
+/// A consumer blocked on a paused queue wakes at the next due time, moves the due job to
+/// ready and goes on waiting (it takes nothing until the resume).
+#[test]
+fn a_blocked_consumer_of_a_paused_queue_moves_due_jobs_without_taking_them() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.pause().unwrap();
+    let a = q.enqueue(b"a", plain().delay(secs(60))).unwrap().id();
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        let consumer = s.spawn(|| q.dequeue_timeout(Duration::from_secs(120)).unwrap());
+        std::thread::sleep(ms(50));
+        f.clock.advance(secs(61));
+        assert!(
+            crate::common::eventually(|| q.stats().unwrap().ready == 1),
+            "the due job still reads as scheduled: {:?}",
+            q.stats().unwrap()
+        );
+        assert!(!consumer.is_finished(), "a paused queue delivered");
+        assert_eq!(q.stats().unwrap().leased, 0);
+        q.resume().unwrap();
+        let got = consumer.join().unwrap().expect("woken by the resume");
+        assert_eq!(got.id(), a);
+    });
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert_consistent(&q);
+}

@@ -909,3 +909,91 @@ fn pause_resume_and_trigger_a_schedule() {
     assert_eq!(q.stats().unwrap().ready, 0);
     assert_consistent(&q);
 }
+
+// Issue 42 item 9: a cron schedule's first due time is the first match strictly after the
+// call that sets it (as BullMQ's repeatable jobs): set 1 ms after a match, the next match; a
+// schedule resumed on a match, the next one too. An interval keeps what it documents: one
+// interval after it is created, or its start when that is not past (due at once when the
+// start is now).
+#[cfg(feature = "cron")]
+#[test]
+fn a_cron_schedule_set_or_resumed_around_a_match_is_first_due_strictly_after() {
+    let f = Fixture::new();
+    let q = f.open();
+    let minute = 1_700_000_040_000; // 2023-11-14 22:14:00 UTC
+    let every_minute = || Schedule::cron("* * * * *", "UTC").payload(b"m".to_vec());
+    f.clock.set_ms(minute + 1);
+    let after = q.create_schedule("after", &every_minute()).unwrap();
+    assert_eq!(after.next_due_ms, Some(minute + MIN));
+    // Paused, then resumed at the very millisecond of a match: the next match.
+    q.pause_schedule("after").unwrap();
+    f.clock.set_ms(minute + MIN);
+    assert!(q.resume_schedule("after").unwrap());
+    assert_eq!(info(&q, "after").next_due_ms, Some(minute + 2 * MIN));
+    assert!(q.dequeue().unwrap().is_none(), "fired at once on resume");
+    // An interval starting now is due now; without a start, one interval from now.
+    let now = f.clock_now();
+    let start_now = every(secs(60), b"i").starting_at_ms(now);
+    assert_eq!(
+        q.create_schedule("start-now", &start_now)
+            .unwrap()
+            .next_due_ms,
+        Some(now)
+    );
+    assert_eq!(
+        q.create_schedule("plain", &every(secs(60), b"p"))
+            .unwrap()
+            .next_due_ms,
+        Some(now + MIN)
+    );
+    assert_eq!(drain_acked(&q), vec![b"i".to_vec()]);
+    assert_consistent(&q);
+}
+
+// A due time computed earlier and reached at the very millisecond of an update or a reopen
+// is not lost: an upsert of the same timing keeps it and the next look fires it; the open
+// fires it whatever `Missed` says (it did not pass while the file was closed). One
+// millisecond later, `Missed::Skip` skips it at the open, as documented.
+#[cfg(feature = "cron")]
+#[test]
+fn a_due_time_reached_at_an_update_or_a_reopen_still_fires() {
+    let f = Fixture::new();
+    let minute = 1_700_000_040_000; // 2023-11-14 22:14:00 UTC, after T0
+    let cron = |p: &[u8]| Schedule::cron("* * * * *", "UTC").payload(p.to_vec());
+    {
+        let q = f.open();
+        q.create_schedule("c", &cron(b"c1")).unwrap();
+        q.create_schedule("i", &every(secs(60), b"i1").starting_at_ms(minute))
+            .unwrap();
+        f.clock.set_ms(minute);
+        // The app restarts on the due millisecond and declares its schedules again.
+        let c = q.upsert_schedule("c", &cron(b"c2")).unwrap();
+        let i = q.upsert_schedule("i", &every(secs(60), b"i2")).unwrap();
+        assert_eq!((c.next_due_ms, i.next_due_ms), (Some(minute), Some(minute)));
+        let mut got = drain_acked(&q);
+        got.sort();
+        assert_eq!(got, vec![b"c2".to_vec(), b"i2".to_vec()]);
+        q.remove_schedule("i").unwrap();
+        q.create_schedule("skip", &cron(b"s").missed(Missed::Skip))
+            .unwrap();
+        assert_consistent(&q);
+    }
+    // Closed; opened again on the very millisecond of the next match: both fire.
+    f.clock.set_ms(minute + MIN);
+    {
+        let q = f.open();
+        let r = q.recovery();
+        assert_eq!((r.schedules_fired, r.schedules_skipped), (2, 0), "{r:?}");
+        let mut got = drain_acked(&q);
+        got.sort();
+        assert_eq!(got, vec![b"c2".to_vec(), b"s".to_vec()]);
+        assert_eq!(info(&q, "skip").next_due_ms, Some(minute + 2 * MIN));
+    }
+    // Opened 1 ms after the next match: it passed while closed, so Skip skips it.
+    f.clock.set_ms(minute + 2 * MIN + 1);
+    let q = f.open();
+    let r = q.recovery();
+    assert_eq!((r.schedules_fired, r.schedules_skipped), (1, 1), "{r:?}");
+    assert_eq!(drain_acked(&q), vec![b"c2".to_vec()]);
+    assert_consistent(&q);
+}

@@ -850,17 +850,7 @@ impl Model {
     /// Promotes due scheduled jobs, reclaims expired leases, then fires due schedules (the
     /// sweep of every dequeue).
     fn sweep(&mut self, now_ms: u64) {
-        let mut due: Vec<(u64, u64)> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| j.state == MState::Scheduled && j.run_at_ms <= now_ms)
-            .map(|(&id, j)| (j.run_at_ms, id))
-            .collect();
-        due.sort_unstable();
-        assert!(due.len() <= 256, "model: workload exceeds the sweep bound");
-        for (_, id) in due {
-            self.make_ready(id);
-        }
+        self.promote_due(now_ms);
         let mut expired: Vec<(u64, u64)> = self
             .jobs
             .iter()
@@ -889,6 +879,22 @@ impl Model {
         self.fire_due(now_ms, false);
     }
 
+    /// Moves the due scheduled jobs to ready, in due order (a sweep's first step, and all a
+    /// paused queue's dequeue does).
+    fn promote_due(&mut self, now_ms: u64) {
+        let mut due: Vec<(u64, u64)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == MState::Scheduled && j.run_at_ms <= now_ms)
+            .map(|(&id, j)| (j.run_at_ms, id))
+            .collect();
+        due.sort_unstable();
+        assert!(due.len() <= 256, "model: workload exceeds the sweep bound");
+        for (_, id) in due {
+            self.make_ready(id);
+        }
+    }
+
     /// The job a dequeue takes next: lowest priority value, then first to become ready, of
     /// the ready jobs first in their group.
     fn first_ready(&self) -> Option<u64> {
@@ -910,8 +916,13 @@ impl Model {
 
     fn dequeue_inner(&mut self, now_ms: u64, max: usize) -> Vec<DeqPred> {
         let mut out = Vec::new();
-        // A paused queue delivers nothing and writes nothing (no sweep either).
-        if self.paused || !self.has_work(now_ms) {
+        // A paused queue delivers nothing; it only moves its due scheduled jobs to ready (no
+        // other part of the sweep).
+        if self.paused {
+            self.promote_due(now_ms);
+            return out;
+        }
+        if !self.has_work(now_ms) {
             return out;
         }
         // A rate-limited queue takes what its window has left; with nothing left, it does
@@ -1391,9 +1402,13 @@ impl Model {
     }
 
     /// `Queue::retry` (history off): a dead job back to ready, attempts reset, as
-    /// `requeue_dead`; a live job that is not dead is `InvalidState`.
+    /// `requeue_dead`; a scheduled one ready now, as `promote`; a ready or leased job is
+    /// `InvalidState`.
     pub fn retry(&mut self, id: u64, now_ms: u64) -> MRes {
-        self.requeue_dead(id, now_ms)
+        match self.jobs.get(&id).map(|j| &j.state) {
+            Some(MState::Scheduled) => self.promote(id, now_ms),
+            _ => self.requeue_dead(id, now_ms),
+        }
     }
 
     /// `Queue::promote`: a scheduled job ready now, at the back of its priority.
@@ -1579,7 +1594,8 @@ impl Model {
         assert!(due.len() <= 256, "model: workload exceeds the sweep bound");
         for (at, name) in due {
             let s = &self.schedules[&name];
-            let fire = if at_open && s.missed_skip {
+            // A due time at the open's very millisecond is due now, not missed.
+            let fire = if at_open && s.missed_skip && at < now_ms {
                 false
             } else {
                 match s
