@@ -361,6 +361,7 @@ pub struct FileShutdown {
 impl FileShutdown {
     /// The report of a shutdown whose last step could not run (no helper thread for the
     /// async face's final flush): the file not released, by this handle at least.
+    #[cfg(feature = "async")]
     pub(crate) fn not_released(started: Instant) -> FileShutdown {
         FileShutdown {
             released: false,

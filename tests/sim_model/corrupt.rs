@@ -283,6 +283,19 @@ fn exercise(q: &Queue, clock: &ManualClock) -> Result<(), String> {
             _ => no_panic("remove", || q.remove(id))?,
         };
     }
+    // The same controls inside the app's own commit (`Tx`), with a row of the app's.
+    for id in (1..30).step_by(4) {
+        let id = JobId(id);
+        let _ = no_panic("write Tx::cancel, retry, remove", || {
+            q.write(|tx| {
+                tx.open_table(super::EFFECTS)?.insert("tx", 1)?;
+                let _ = tx.cancel(id, "fuzz");
+                let _ = tx.retry(JobId(id.0 + 1));
+                let _ = tx.remove(JobId(id.0 + 2));
+                Ok(())
+            })
+        })?;
+    }
     let _ = no_panic("history", || q.history())?;
     let _ = no_panic("set_history", || {
         q.set_history(leaseq::History::off().keep_jobs(2))

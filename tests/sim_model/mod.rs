@@ -1006,7 +1006,7 @@ impl Runner {
         };
         let n = self.side_writes;
         self.side_writes += 1;
-        let key = format!("x{n}");
+        let key = format!("wc{n}");
         let apply = |m: &mut Model| match m.cancel(id) {
             r @ (MRes::State(_) | MRes::Gone) => {
                 m.effects.insert(key.clone(), 1);
