@@ -359,6 +359,18 @@ impl Lease {
 
     /// After a call that may end the attempt: if `outcome` says it ended (or was lost), lets
     /// go of the queue. A refusal or a storage error keeps it: the attempt may be open.
+    /// After a call that does not end the delivery (extend, progress): the handle goes only
+    /// when the lease is lost. A cancelled delivery keeps it, so the worker's ending call
+    /// still reaches the file and lets a group waiting for it go on (its answer is
+    /// `Cancelled` all the same).
+    fn release_if_lost<T>(&self, outcome: &Result<T>) {
+        match outcome {
+            Err(Error::Cancelled { reason, .. }) => *self.cancelled.lock() = Some(reason.clone()),
+            Err(Error::LeaseLost { .. }) => *self.queue.lock() = None,
+            _ => {}
+        }
+    }
+
     pub(crate) fn release_if_ended<T>(&self, outcome: &Result<T>) {
         let ended = matches!(
             outcome,
@@ -449,7 +461,7 @@ impl Lease {
         let (key, now_ms, schema) = ((self.id, self.token), q.now_ms(), q.config().schema);
         let r = q.run(&mut |ctx| store::set_progress(ctx, schema, key, now_ms, &value));
         match &r {
-            Err(Error::LeaseLost { .. } | Error::Cancelled { .. }) => self.release_if_ended(&r),
+            Err(Error::LeaseLost { .. } | Error::Cancelled { .. }) => self.release_if_lost(&r),
             Err(_) => self.progress.restore(value),
             Ok(()) => {}
         }
@@ -817,7 +829,7 @@ impl Lease {
             r,
             Err(crate::error::Error::LeaseLost { .. } | crate::error::Error::Cancelled { .. })
         ) {
-            self.release_if_ended(&r);
+            self.release_if_lost(&r);
         }
         self.deadline_ms.store(r?, Ordering::SeqCst);
         Ok(())

@@ -1354,6 +1354,8 @@ fn init_tables(db: &Database) -> Result<()> {
                 .map_err(foreign)?;
             tx.open_table(crate::format::schema::DROPPED)
                 .map_err(foreign)?;
+            tx.open_table(crate::format::schema::GROUP_FENCES)
+                .map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {
@@ -1405,6 +1407,7 @@ fn validate_attach(rtx: &redb::ReadTransaction) -> Result<()> {
     refuse_other_types(rtx, crate::format::schema::RUN_TIMES)?;
     refuse_other_types(rtx, crate::format::schema::QUEUE_LIMITS)?;
     refuse_other_types(rtx, crate::format::schema::DROPPED)?;
+    refuse_other_types(rtx, crate::format::schema::GROUP_FENCES)?;
     if let Ok(meta) = rtx.open_table(META)
         && let Some(found) = meta.get(META_FORMAT_VERSION)?.map(|v| v.value())
         && found > FORMAT_VERSION

@@ -23,8 +23,8 @@ use crate::store::{self, NewJob, QueueConfig};
 /// jobs (an id names one committed job, never two). Consumers blocked in
 /// [`Queue::dequeue_timeout`](crate::Queue::dequeue_timeout) wake when it commits.
 ///
-/// leaseq's own tables (`leaseq_*`) are leaseq's: inside `ack_with` they are held open, so
-/// opening one is refused by redb; do not write them yourself.
+/// leaseq's own tables (`leaseq_*`) are leaseq's: inside `ack_with` the queue's are held open,
+/// so opening one is refused by redb; do not open or write any of them yourself.
 pub struct Tx<'a> {
     tx: &'a redb::WriteTransaction,
     /// The queue the transaction's call came from (`enqueue` adds to it).

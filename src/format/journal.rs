@@ -402,6 +402,7 @@ table_types! {
     17 => ((&'static [u8], u64), u64),
     18 => (u64, (u64, &'static str, &'static [u8])),
     19 => ((u32, u64, u8), u64),
+    20 => ((u32, u64, u64), u64),
 }
 
 #[cfg(test)]

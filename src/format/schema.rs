@@ -61,12 +61,12 @@ pub(crate) const QUEUE_LIMITS: TableDefinition<u32, (u64, u64, u64, u64)> =
 /// the queue began (never 0; a queue that dropped none has no row). Since format 13.
 pub(crate) const DROPPED: TableDefinition<u32, u64> = TableDefinition::new("leaseq_dropped");
 /// The cancelled deliveries an ordered group still waits for: (queue number, the fenced
-/// lease's deadline in Unix ms, job id), one entry per job of a group cancelled while leased
-/// whose delivery has not ended. The job stays its group's member (in `leaseq_groups`) while
-/// its entry lasts: until its worker's ack, nack, snooze or fail is answered `Cancelled`, the
-/// deadline passes (a dequeue's sweep), the row goes, or the next open (the worker's process
-/// is gone). Since format 14.
-pub(crate) const GROUP_FENCES: TableDefinition<(u32, u64, u64), ()> =
+/// lease's deadline in Unix ms, job id) → that lease's token, one entry per job of a group
+/// cancelled while leased whose delivery has not ended. The job stays its group's member (in `leaseq_groups`) while
+/// its entry lasts: until the ack, nack, snooze or fail of that token is answered
+/// `Cancelled`, the deadline passes (a dequeue's sweep), or the next open (the worker's
+/// process is gone). Since format 14.
+pub(crate) const GROUP_FENCES: TableDefinition<(u32, u64, u64), u64> =
     TableDefinition::new("leaseq_group_fences");
 /// How many run-time buckets `leaseq_run_times` holds (0 to this, exclusive).
 pub(crate) const RUN_BUCKETS: u8 = super::run_time::BUCKETS;

@@ -50,8 +50,10 @@ impl Queue {
     /// `:ok`): [`CancelOutcome::AlreadyEnded`](crate::CancelOutcome::AlreadyEnded) names its
     /// state while its row is kept (a history, a fence), and
     /// [`CancelOutcome::Gone`](crate::CancelOutcome::Gone) says its row went (ended and not
-    /// kept). Only an id this file never handed out is `JobNotFound`, so "ended earlier" and
-    /// "never existed" are told apart.
+    /// kept). An id this file never handed out is `JobNotFound`, so "ended earlier" and
+    /// "never existed" are told apart (ids are reserved in blocks: an unused id of a block
+    /// reserved before a restart reads as `Gone`, as does an id whose job ended in another
+    /// queue; a live job of another queue is `JobNotFound`).
     ///
     /// # Errors
     /// `JobNotFound` for an id this file never handed out, or one another queue of the file

@@ -99,6 +99,17 @@ pub(crate) fn cancel_in(
     Ok(Ok(CancelOutcome::Cancelled { was }))
 }
 
+/// The refusal of a retry, remove or purge of cancelled job `id` whose group still waits for
+/// its delivery (its worker may still run): after that worker's ending call or its lease's
+/// deadline.
+fn still_running(id: u64) -> Error {
+    Error::InvalidState {
+        job_id: JobId(id),
+        actual: JobState::Cancelled,
+        expected: "a job whose cancelled delivery has ended (its group waits for it: after its worker's ack or nack, or its lease's deadline)",
+    }
+}
+
 /// Job `id`'s good record, or the refusal (`JobNotFound`, `Corrupted`).
 fn good_row(tables: &Tables<'_>, id: u64) -> Verdict<JobRecord> {
     match tables.row(id)? {
@@ -145,6 +156,9 @@ pub(crate) fn retry_in(
             tables.unindex(id, &record)?;
             set_due(ctx, tables.schema.queue_number, &mut record, now_ms, now_ms);
             return tables.put(id, &record).map(Ok);
+        }
+        StoredState::Cancelled { .. } if tables.still_fencing(id, &record)? => {
+            return refuse(still_running(id));
         }
         StoredState::Completed { .. } | StoredState::Cancelled { .. } => {}
         _ => {
@@ -362,6 +376,9 @@ pub(crate) fn remove_in(tables: &mut Tables<'_>, id: u64, now_ms: u64) -> Verdic
                     expected: "Scheduled, Ready or Dead",
                 });
             }
+            if tables.still_fencing(id, &record)? {
+                return refuse(still_running(id));
+            }
             tables.delete_removed(id, &record, now_ms).map(Ok)
         }
         Row::Damaged(_) => {
@@ -454,10 +471,17 @@ pub(crate) fn bulk_by_state(
             .collect::<Result<_, _>>()?,
         JobState::Leased => return Ok((0, false)),
     };
-    let more = ids.len() > max;
+    let mut more = ids.len() > max;
     let mut done = 0;
     for &(id, key) in ids.iter().take(max) {
         match tables.row(id)? {
+            // A cancelled job whose group still waits for its delivery is left for later
+            // (its worker may still run); a pass that only meets such rows stops.
+            Row::Good(record)
+                if state == JobState::Cancelled && tables.still_fencing(id, &record)? =>
+            {
+                more &= done > 0;
+            }
             Row::Good(record) if record.state.job_state() == state => {
                 match action {
                     BulkAction::Purge => tables.delete_removed(id, &record, now_ms)?,

@@ -232,7 +232,7 @@ struct Snapshot {
     /// Absent until the first job of the queue is quarantined.
     quarantine: Option<ReadOnlyTable<u64, QuarantineValue>>,
     /// The file's `leaseq_group_fences` (absent in a file of format 13 or older).
-    fences: Option<ReadOnlyTable<(u32, u64, u64), ()>>,
+    fences: Option<ReadOnlyTable<(u32, u64, u64), u64>>,
     queue_number: u32,
 }
 

@@ -118,7 +118,7 @@ pub(crate) fn ack(
                 out.push(Ok(()));
             }
             Err(refusal) => {
-                ended_cancelled(&mut tables, id, &refusal)?;
+                ended_cancelled(&mut tables, (id, token), &refusal)?;
                 out.push(Err(refusal.0));
             }
         }
@@ -207,7 +207,7 @@ pub(crate) fn ack_with(
         let record = match found {
             Ok(record) => record,
             Err(refusal) => {
-                ended_cancelled(&mut tables, id, &refusal)?;
+                ended_cancelled(&mut tables, (id, token), &refusal)?;
                 out.push(Err(refusal.0));
                 continue;
             }
@@ -336,7 +336,7 @@ macro_rules! ending_lease_or_refuse {
         match $tables.lease_of($id, $token)? {
             Ok(record) => record,
             Err(refusal) => {
-                ended_cancelled(&mut $tables, $id, &refusal)?;
+                ended_cancelled(&mut $tables, ($id, $token), &refusal)?;
                 return Ok(Err(refusal));
             }
         }
@@ -346,9 +346,13 @@ macro_rules! ending_lease_or_refuse {
 /// After a refusal of an ending call on job `id`: when it is `Cancelled`, the worker has
 /// reported back, and a group waiting for that cancelled delivery goes on (the one write a
 /// refused call makes, and only to a group's wait).
-fn ended_cancelled(tables: &mut Tables<'_>, id: u64, refusal: &Refusal) -> Result<()> {
+fn ended_cancelled(
+    tables: &mut Tables<'_>,
+    (id, token): (u64, u64),
+    refusal: &Refusal,
+) -> Result<()> {
     if matches!(refusal.0, Error::Cancelled { .. }) {
-        tables.delivery_ended(id)?;
+        tables.delivery_ended(id, token)?;
         tables.log().refuse_after_write();
     }
     Ok(())

@@ -588,10 +588,8 @@ impl<'t> Tables<'t> {
                 && self.groups()?.get((g, order))?.map(|v| v.value()) == Some(id) =>
             {
                 // Cancelled while leased: its worker may still be running, so the group waits
-                // for that delivery to end (`leaseq_group_fences`) before its next member.
-                self.gtx
-                    .table(GROUP_FENCES)?
-                    .insert((self.schema.queue_number, fenced_until_ms, id), ())?;
+                // for that delivery to end before its next member (the wait's entry, with the
+                // lease's token, is `end_job`'s to write).
                 self.index_state(id, record)
             }
             _ => {
@@ -635,15 +633,31 @@ impl<'t> Tables<'t> {
         self.leave_group(g, id, record.group_order)
     }
 
-    /// The worker of cancelled job `id` reported back (an ending call answered `Cancelled`):
-    /// its delivery has ended, so its group goes on. Nothing for any other row.
-    pub(super) fn delivery_ended(&mut self, id: u64) -> Result<()> {
+    /// The worker of lease `(id, token)` of a cancelled job reported back (an ending call
+    /// answered `Cancelled`): if that is the delivery its group waits for, it has ended, and
+    /// the group goes on. Nothing for an older delivery's token or any other row.
+    pub(super) fn delivery_ended(&mut self, id: u64, token: u64) -> Result<()> {
         if let Row::Good(record) = self.row(id)?
-            && self.fence_holds(id, &record)?
+            && let StoredState::Cancelled {
+                fenced_until_ms, ..
+            } = record.state
         {
-            self.end_fence(id, &record)?;
+            let fenced = self
+                .gtx
+                .table(GROUP_FENCES)?
+                .get((self.schema.queue_number, fenced_until_ms, id))?
+                .map(|v| v.value());
+            if fenced == Some(token) {
+                self.end_fence(id, &record)?;
+            }
         }
         Ok(())
+    }
+
+    /// Whether cancelled job `id`'s group still waits for its delivery: a retry, a remove or
+    /// a purge leaves the row alone until then (`InvalidState`).
+    pub(super) fn still_fencing(&self, id: u64, record: &JobRecord) -> Result<bool> {
+        self.fence_holds(id, record)
     }
 
     /// Ends the group waits of this queue whose fenced lease's deadline is at or before
@@ -865,10 +879,35 @@ impl<'t> Tables<'t> {
         }
         self.unindex(id, &record)?;
         self.release_dedup_key(id, &record, ended_ms)?;
+        let fenced_token = match record.state {
+            StoredState::Leased { token, .. } => Some(token),
+            _ => None,
+        };
         record.state = end;
         record.run_at_ms = ended_ms;
         record.status = None;
-        self.put(id, &record)
+        self.put(id, &record)?;
+        // A leased member of a group cancelled: `index` kept it in its group; its wait is
+        // recorded with the lease's token, so only that delivery's ending call ends it.
+        if let (
+            Some(token),
+            Some(g),
+            StoredState::Cancelled {
+                fenced_until_ms, ..
+            },
+        ) = (fenced_token, record.group.as_deref(), &record.state)
+            && *fenced_until_ms > ended_ms
+            && self
+                .groups()?
+                .get((g, record.group_order))?
+                .map(|v| v.value())
+                == Some(id)
+        {
+            self.gtx
+                .table(GROUP_FENCES)?
+                .insert((self.schema.queue_number, *fenced_until_ms, id), token)?;
+        }
+        Ok(())
     }
 
     /// [`Tables::delete`] of a job removed on purpose (`remove`, `purge`): its dedup key is

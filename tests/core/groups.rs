@@ -455,7 +455,8 @@ fn a_waiting_consumer_wakes_when_the_cancelled_delivery_runs_out() {
 }
 
 /// The worker of a cancelled delivery dies with its process: the next open lets its group go
-/// on. A retry of the cancelled job puts it at the end of its group and lets the next go.
+/// on. A retry or remove of the cancelled job is refused while its worker may run; once it
+/// reported back, a retry puts it at the end of its group.
 #[test]
 fn reopen_and_retry_end_a_cancelled_delivery_wait() {
     let f = Fixture::new();
@@ -486,6 +487,24 @@ fn reopen_and_retry_end_a_cancelled_delivery_wait() {
     assert_eq!(l.id(), b1);
     q.cancel(b1, "stop").unwrap();
     assert!(q.dequeue().unwrap().is_none());
+    for r in [q.retry(b1), q.remove(b1)] {
+        assert!(
+            matches!(
+                r,
+                Err(Error::InvalidState {
+                    actual: JobState::Cancelled,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+    }
+    // A purge takes the cancelled rows that fence nothing (a1's, kept to its deadline) and
+    // leaves this one.
+    assert_eq!(q.purge(JobState::Cancelled).unwrap(), 1);
+    assert_eq!(q.job(b1).unwrap().unwrap().state, JobState::Cancelled);
+    assert!(q.dequeue().unwrap().is_none());
+    assert!(matches!(l.ack(), Err(Error::Cancelled { .. })));
     q.retry(b1).unwrap();
     assert_consistent(&q);
     let order: Vec<Vec<u8>> = (0..2)
@@ -496,9 +515,44 @@ fn reopen_and_retry_end_a_cancelled_delivery_wait() {
         })
         .collect();
     assert_eq!(order, vec![b"b2".to_vec(), b"b1".to_vec()]);
+    assert_consistent(&q);
+}
+
+/// Found by review: the group waits for the delivery that was cancelled, not for any
+/// delivery of the job. An older delivery's worker (its lease expired, the job delivered
+/// again) reporting back changes nothing; an extend answered `Cancelled` keeps the lease able
+/// to report its end.
+#[test]
+fn only_the_cancelled_delivery_ends_its_groups_wait() {
+    let f = Fixture::new();
+    let q = f.open();
+    add(&q, "a1", in_group("g"));
+    add(&q, "a2", in_group("g"));
+    let old = q.dequeue().unwrap().unwrap();
+    f.clock.advance(crate::common::LEASE);
+    let current = q.dequeue().unwrap().expect("a1 again, its lease ran out");
+    assert_eq!(current.id(), old.id());
+    q.cancel(current.id(), "stop").unwrap();
     assert!(matches!(
-        l.ack(),
-        Err(Error::LeaseLost { .. }) | Err(Error::Cancelled { .. })
+        old.ack(),
+        Err(Error::Cancelled { .. }) | Err(Error::LeaseLost { .. })
     ));
+    assert!(
+        q.dequeue().unwrap().is_none(),
+        "the current worker still runs"
+    );
+    assert!(matches!(
+        current.extend(secs(10)),
+        Err(Error::Cancelled { .. })
+    ));
+    assert!(matches!(
+        current.set_progress(b"half"),
+        Err(Error::Cancelled { .. })
+    ));
+    assert!(q.dequeue().unwrap().is_none());
+    assert!(matches!(current.ack(), Err(Error::Cancelled { .. })));
+    let next = q.dequeue().unwrap().expect("the cancelled delivery ended");
+    assert_eq!(next.payload(), b"a2");
+    next.ack().unwrap();
     assert_consistent(&q);
 }

@@ -1358,7 +1358,7 @@ fn a_power_loss_anywhere_in_the_11_to_12_upgrade_leaves_a_file_that_opens_the_sa
 const QUEUE_LIMITS: TableDefinition<u32, (u64, u64, u64, u64)> =
     TableDefinition::new("leaseq_queue_limits");
 const DROPPED: TableDefinition<u32, u64> = TableDefinition::new("leaseq_dropped");
-const GROUP_FENCES: TableDefinition<(u32, u64, u64), ()> =
+const GROUP_FENCES: TableDefinition<(u32, u64, u64), u64> =
     TableDefinition::new("leaseq_group_fences");
 
 /// A format-12 file (before size limits) and a format-13 one (before group waits for

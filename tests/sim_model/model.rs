@@ -477,9 +477,10 @@ pub struct Model {
     /// The clock at the call being applied (set by the harness before each).
     pub now_ms: u64,
     /// Cancelled deliveries their groups wait for: job id -> (group, its place, the fenced
-    /// lease's deadline). Until the worker's ending call (answered `Cancelled`), the deadline
-    /// (a dequeue's sweep) or the next open, the job holds its place at the head of its group.
-    pub fences: BTreeMap<u64, (String, u64, u64)>,
+    /// lease's deadline, its token). Until that token's ending call (answered `Cancelled`),
+    /// the deadline (a dequeue's sweep) or the next open, the job holds its place at the head
+    /// of its group.
+    pub fences: BTreeMap<u64, (String, u64, u64, u64)>,
 }
 
 pub fn truncate_reason(reason: &str) -> String {
@@ -542,13 +543,16 @@ impl Model {
         }) && !self
             .fences
             .values()
-            .any(|(fg, order, _)| fg == g && *order < job.group_order)
+            .any(|(fg, order, _, _)| fg == g && *order < job.group_order)
     }
 
-    /// An ending call on job `id` refused: if it was a cancelled delivery its group waited
-    /// for, the worker has reported back and the group goes on.
-    fn ended_refused(&mut self, id: u64) {
-        self.fences.remove(&id);
+    /// An ending call of lease `(id, token)` refused: if it was the cancelled delivery its
+    /// group waited for, the worker has reported back and the group goes on (an older
+    /// delivery's token changes nothing).
+    fn ended_refused(&mut self, id: u64, token: u64) {
+        if self.fences.get(&id).is_some_and(|f| f.3 == token) {
+            self.fences.remove(&id);
+        }
     }
 
     /// Makes a job ready: it goes behind every job already ready.
@@ -1159,11 +1163,11 @@ impl Model {
             .iter()
             .map(|&(id, token)| self.leased(id, token))
             .collect::<Vec<_>>();
-        for (&(id, _), r) in leases.iter().zip(&out) {
+        for (&(id, token), r) in leases.iter().zip(&out) {
             if r.is_ok() {
                 self.delete(id);
             } else {
-                self.ended_refused(id);
+                self.ended_refused(id, token);
             }
         }
         MRes::Acked(out)
@@ -1207,7 +1211,7 @@ impl Model {
         let mut acked = Vec::new();
         for (i, &(id, token)) in leases.iter().enumerate() {
             if let Err(e) = self.leased(id, token) {
-                self.ended_refused(id);
+                self.ended_refused(id, token);
                 out.push(Err(e));
                 continue;
             }
@@ -1312,7 +1316,7 @@ impl Model {
             return MRes::Err(EKind::InvalidOption);
         }
         if let Err(e) = self.leased(id, token) {
-            self.ended_refused(id);
+            self.ended_refused(id, token);
             return MRes::Err(e);
         }
         let at = now_ms + backoff_ms;
@@ -1329,7 +1333,7 @@ impl Model {
             return MRes::Err(EKind::InvalidOption);
         }
         if let Err(e) = self.leased(id, token) {
-            self.ended_refused(id);
+            self.ended_refused(id, token);
             return MRes::Err(e);
         }
         let job = self.jobs.get_mut(&id).expect("leased job");
@@ -1346,7 +1350,7 @@ impl Model {
 
     pub fn fail(&mut self, id: u64, token: u64, reason: &str) -> MRes {
         if let Err(e) = self.leased(id, token) {
-            self.ended_refused(id);
+            self.ended_refused(id, token);
             return MRes::Err(e);
         }
         let job = self.jobs.get_mut(&id).expect("leased job");
@@ -1477,11 +1481,11 @@ impl Model {
             return MRes::Err(EKind::JobNotFound);
         };
         let was = job.state.public();
-        if let (MState::Leased { deadline_ms, .. }, Some(g)) = (&job.state, &job.group)
+        if let (MState::Leased { deadline_ms, token }, Some(g)) = (&job.state, &job.group)
             && *deadline_ms > self.now_ms
         {
             // Its worker may still run: the group waits for that delivery to end.
-            let fence = (g.clone(), job.group_order, *deadline_ms);
+            let fence = (g.clone(), job.group_order, *deadline_ms, *token);
             self.fences.insert(id, fence);
         }
         self.delete(id);
