@@ -280,7 +280,7 @@ pub enum Applied {
 }
 
 /// What a cancel did ([`Queue::cancel`](crate::Queue::cancel), [`Tx::cancel`](crate::Tx::cancel),
-/// [`AsyncQueue::cancel`](crate::AsyncQueue::cancel)): the job was cancelled now, or it had
+/// `AsyncQueue::cancel`): the job was cancelled now, or it had
 /// ended before the call (nothing written). An id the file never handed out, or one another
 /// queue of the file holds, is not an outcome but `Error::JobNotFound`.
 ///

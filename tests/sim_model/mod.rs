@@ -987,23 +987,30 @@ impl Runner {
         Ok(())
     }
 
-    /// `Queue::write` whose closure writes an effect row and cancels a job with `Tx::cancel`
-    /// (an app deleting a report and its sync job in one commit): both or neither. A job as
-    /// [`Self::op_cancel`] picks; a refused cancel (an id never handed out) is passed on, so
-    /// nothing commits.
-    fn op_write_cancel(&mut self) -> Result<(), String> {
+    /// The job a cancel aims at: a live one (4 in 5), one gone for good (acked or removed:
+    /// `Gone`), or an id never handed out (`JobNotFound`; ids are reserved in blocks, so one
+    /// far above).
+    fn cancel_target(&mut self) -> u64 {
         let ids: Vec<u64> = self.model().jobs.keys().copied().collect();
         let gone: Vec<u64> = {
             let m = self.model();
             m.gone.difference(&m.kept_rows).copied().collect()
         };
-        let id = if !ids.is_empty() && self.src.chance(4, 5) {
+        if !ids.is_empty() && self.src.chance(4, 5) {
             ids[self.src.below(ids.len() as u64) as usize]
         } else if !gone.is_empty() && self.src.chance(1, 2) {
             gone[self.src.below(gone.len() as u64) as usize]
         } else {
             (1 << 40) + self.src.below(3)
-        };
+        }
+    }
+
+    /// `Queue::write` whose closure writes an effect row and cancels a job with `Tx::cancel`
+    /// (an app deleting a report and its sync job in one commit): both or neither. A job as
+    /// [`Self::op_cancel`] picks; a refused cancel (an id never handed out) is passed on, so
+    /// nothing commits.
+    fn op_write_cancel(&mut self) -> Result<(), String> {
+        let id = self.cancel_target();
         let n = self.side_writes;
         self.side_writes += 1;
         let key = format!("wc{n}");
@@ -2032,18 +2039,7 @@ impl Runner {
     /// above). Not of a cancelled one: whether its row is still kept (fencing) depends on
     /// pruning the model leaves out.
     fn op_cancel(&mut self) -> Result<(), String> {
-        let ids: Vec<u64> = self.model().jobs.keys().copied().collect();
-        let gone: Vec<u64> = {
-            let m = self.model();
-            m.gone.difference(&m.kept_rows).copied().collect()
-        };
-        let id = if !ids.is_empty() && self.src.chance(4, 5) {
-            ids[self.src.below(ids.len() as u64) as usize]
-        } else if !gone.is_empty() && self.src.chance(1, 2) {
-            gone[self.src.below(gone.len() as u64) as usize]
-        } else {
-            (1 << 40) + self.src.below(3)
-        };
+        let id = self.cancel_target();
         let apply = |m: &mut Model| m.cancel(id);
         let crashed_before = self.disk.is_crashed();
         let got = self.q().cancel(JobId(id), "stop").and_then(|o| match o {
