@@ -173,15 +173,15 @@ pub use limits::{
     EVENTS_CAPACITY_MAX, HANDLES_LISTED_MAX, HISTORY_JOBS_MAX, KEY_BYTES_MAX, LEASE_MAX,
     MAX_ATTEMPTS_CAP, METRICS_MINUTES_KEPT, PAYLOAD_BYTES_MAX_CAP, PROGRESS_BYTES_MAX,
     PROGRESS_COMMIT_INTERVAL, QUEUE_NAME_BYTES_MAX, QUEUES_MAX, REASON_BYTES_MAX, RESULT_BYTES_MAX,
-    SCHEDULE_NAME_BYTES_MAX, SCHEDULE_PAYLOAD_BYTES_MAX, SCHEDULES_MAX, STORAGE_FULL_SNOOZE,
-    SUBSCRIBERS_MAX,
+    SCHEDULE_NAME_BYTES_MAX, SCHEDULE_PAYLOAD_BYTES_MAX, SCHEDULES_MAX, SLIDING_LIMIT_MAX,
+    STORAGE_FULL_SNOOZE, SUBSCRIBERS_MAX,
 };
 pub use metrics::MinuteCounts;
 pub use open::Builder;
 pub use queue::Queue;
 pub use queue::lifecycle::FileShutdown;
 pub use queue_limit::{QueueLimit, WhenFull};
-pub use rate_limit::RateLimit;
+pub use rate_limit::{RateLimit, RateWindow};
 pub use reader::Reader;
 pub use retry::RetryPolicy;
 pub use schedule::{Missed, Overlap, Schedule, ScheduleInfo, Timing};

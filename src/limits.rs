@@ -94,6 +94,10 @@ pub const RESULT_BYTES_MAX: usize = 4096;
 /// The most completed jobs a queue's history may be set to keep
 /// ([`History::keep_jobs`](crate::History::keep_jobs)).
 pub const HISTORY_JOBS_MAX: u64 = 10_000_000;
+/// The most deliveries a sliding-window rate limit may allow per window
+/// ([`RateLimit::sliding`](crate::RateLimit::sliding)): the file logs each millisecond's
+/// deliveries of the window, so this bounds that log's rows per queue.
+pub const SLIDING_LIMIT_MAX: u32 = 10_000;
 /// The most schedules one file holds, over all its queues
 /// ([`Queue::create_schedule`](crate::Queue::create_schedule)).
 pub const SCHEDULES_MAX: usize = 1024;

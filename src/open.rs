@@ -1356,6 +1356,10 @@ fn init_tables(db: &Database) -> Result<()> {
                 .map_err(foreign)?;
             tx.open_table(crate::format::schema::GROUP_FENCES)
                 .map_err(foreign)?;
+            tx.open_table(crate::format::schema::SLIDING_LIMITS)
+                .map_err(foreign)?;
+            tx.open_table(crate::format::schema::RATE_LOG)
+                .map_err(foreign)?;
         }
         for key in [META_FORMAT_VERSION, META_NEXT_ID, META_NEXT_TOKEN] {
             if meta.get(key)?.is_none() {
@@ -1408,6 +1412,8 @@ fn validate_attach(rtx: &redb::ReadTransaction) -> Result<()> {
     refuse_other_types(rtx, crate::format::schema::QUEUE_LIMITS)?;
     refuse_other_types(rtx, crate::format::schema::DROPPED)?;
     refuse_other_types(rtx, crate::format::schema::GROUP_FENCES)?;
+    refuse_other_types(rtx, crate::format::schema::SLIDING_LIMITS)?;
+    refuse_other_types(rtx, crate::format::schema::RATE_LOG)?;
     if let Ok(meta) = rtx.open_table(META)
         && let Some(found) = meta.get(META_FORMAT_VERSION)?.map(|v| v.value())
         && found > FORMAT_VERSION

@@ -389,9 +389,10 @@ impl Reader {
 
     /// When this queue's rate limit ([`Queue::set_rate_limit`](crate::Queue::set_rate_limit))
     /// lets a delivery through again, if its window is used up at `now_ms` (Unix ms, by
-    /// the clock that set it: pass the app's clock's time): the end of that window, in Unix
-    /// ms. `None` without a limit or while the window has room: ready jobs are held back by
-    /// the limit only until then (BullMQ's `getRateLimitTtl`).
+    /// the clock that set it: pass the app's clock's time), in Unix ms: a fixed window's end,
+    /// or when enough deliveries have left a sliding window for one more. `None` without a
+    /// limit or while the window has room: ready jobs are held back by the limit only until
+    /// then (BullMQ's `getRateLimitTtl`).
     ///
     /// # Errors
     /// `Storage`.

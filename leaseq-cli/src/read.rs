@@ -81,9 +81,11 @@ pub fn stats(a: &StatsArgs) -> CliResult {
             row.push(limit_cell(&s["limit"]));
             row.push(n(&s["dropped"]));
             row.push(match s["rate_limit"].as_object() {
+                // A sliding window (any span) is marked with a `~`.
                 Some(l) => format!(
-                    "{}/{}",
+                    "{}/{}{}",
                     l["max"].as_u64().unwrap_or(0),
+                    if l["window"] == "sliding" { "~" } else { "" },
                     format_ms(l["per_ms"].as_u64().unwrap_or(0))
                 ),
                 None => "-".to_string(),

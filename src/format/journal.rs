@@ -433,6 +433,8 @@ mod tests {
             code_of(schema::QUEUE_LIMITS),
             code_of(schema::DROPPED),
             code_of(schema::GROUP_FENCES),
+            code_of(schema::SLIDING_LIMITS),
+            code_of(schema::RATE_LOG),
         ];
         for s in [&DEFAULT_SCHEMA, QueueSchema::named(3)] {
             all.extend([
@@ -456,7 +458,7 @@ mod tests {
                 code_of(s.held()),
             ]);
         }
-        assert_eq!(all.len(), 13 + 2 * 18);
+        assert_eq!(all.len(), 15 + 2 * 18);
         assert!(all.iter().all(|(_, c)| known_code(*c)));
         assert_eq!(type_code::<u64, u64>(), None, "a caller's type has no code");
     }

@@ -11,6 +11,7 @@
 pub(crate) mod journal;
 pub(crate) mod payload;
 pub(crate) mod queue_limit;
+pub(crate) mod rate_log;
 pub(crate) mod record;
 pub(crate) mod run_time;
 pub(crate) mod schedule;

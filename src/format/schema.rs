@@ -5,7 +5,7 @@
 use redb::TableDefinition;
 
 /// The format version this build writes, and the newest it reads.
-pub const FORMAT_VERSION: u64 = 14;
+pub const FORMAT_VERSION: u64 = 15;
 
 pub(crate) type ReadyKey = (u32, u64, u64);
 
@@ -68,6 +68,16 @@ pub(crate) const DROPPED: TableDefinition<u32, u64> = TableDefinition::new("leas
 /// process is gone). Since format 14.
 pub(crate) const GROUP_FENCES: TableDefinition<(u32, u64, u64), u64> =
     TableDefinition::new("leaseq_group_fences");
+/// Each queue's sliding-window rate limit: queue number → a
+/// [`SlidingRow`](crate::format::rate_log::SlidingRow) (most deliveries in any window, the
+/// window in ms, the deliveries its log holds, the newest one's time). A queue has a row here
+/// or in `leaseq_rate_limits`, never both. Since format 15.
+pub(crate) const SLIDING_LIMITS: TableDefinition<u32, (u64, u64, u64, u64)> =
+    TableDefinition::new("leaseq_sliding_limits");
+/// The deliveries each sliding-window limit counts: (queue number, Unix ms) → deliveries
+/// logged at that ms (never 0), rules in `format/rate_log.rs`. Since format 15.
+pub(crate) const RATE_LOG: TableDefinition<(u32, u64), u64> =
+    TableDefinition::new("leaseq_rate_log");
 /// How many run-time buckets `leaseq_run_times` holds (0 to this, exclusive).
 pub(crate) const RUN_BUCKETS: u8 = super::run_time::BUCKETS;
 /// How many kinds of metric `leaseq_metrics` holds (the kinds are 0 to this, exclusive).

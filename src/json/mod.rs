@@ -317,7 +317,7 @@ impl JobView {
 /// One queue's counts as JSON: the line of `leaseq stats --json`, and an entry of the control
 /// channel's `GET /api/v1/stats`: `queue` (`null` for the default queue), the counts of
 /// [`Stats`](crate::Stats) by their names, `schedules` (how many), and `rate_limit`
-/// (`{"max":..,"per_ms":..}`, or `null`).
+/// (`{"max":..,"per_ms":..,"window":"fixed"|"sliding"}`, or `null`).
 ///
 /// # Errors
 /// Those of [`Reader::stats`](crate::Reader::stats), [`Reader::schedules`](crate::Reader::schedules)
@@ -340,7 +340,11 @@ pub fn stats(q: &crate::Reader) -> crate::Result<serde_json::Value> {
         "completed": s.completed,
         "cancelled": s.cancelled,
         "schedules": schedules,
-        "rate_limit": limit.map(|l| serde_json::json!({ "max": l.max, "per_ms": l.per_ms })),
+        "rate_limit": limit.map(|l| serde_json::json!({
+            "max": l.max,
+            "per_ms": l.per_ms,
+            "window": l.window.as_str(),
+        })),
         "limit": s.limit.map(|l| queue_limit(&l)),
         "payload_bytes": s.payload_bytes,
         "dropped": s.dropped,

@@ -185,26 +185,35 @@ impl Queue {
     }
 
     /// Sets this queue's rate limit (`None` removes it): at most `limit.max` deliveries per
-    /// window of `limit.per_ms`, over all of its consumers, as BullMQ's limiter. Returns
-    /// whether the setting changed. Stored in the file with the queue: every handle and
-    /// every later open keeps it, and the `leaseq` tool's `stats` shows it. One commit.
+    /// `limit.per_ms`, over all of its consumers, in a fixed window as BullMQ's limiter
+    /// ([`RateLimit::new`]) or in any span ([`RateLimit::sliding`]). Returns whether the
+    /// setting changed. Stored in the file with the queue: every handle and every later open
+    /// keeps it, and the `leaseq` tool's `stats` shows it. One commit.
     ///
+    /// - **Fixed or sliding.** A fixed window starts at the first delivery after the last
+    ///   one ended, so up to `2 × max` deliveries can fall within one span of `per_ms`
+    ///   across two windows. A server that enforces "N per second" over every second refuses
+    ///   those: give it a sliding limit, which never lets more than `max` fall in any span of
+    ///   `per_ms` (each delivery counts for `per_ms` from its dequeue).
     /// - **What counts.** Each job a dequeue hands out (a batch dequeue takes at most what
     ///   the window has left; an `ack_and_next` takes its next job only if the window
     ///   allows). Retries and redeliveries count as deliveries, and so does a lease given
     ///   back unseen (an async dequeue's dropped future, a pool's job taken as it stopped);
     ///   acks, enqueues and the leases already held do not.
-    /// - **Waiting consumers sleep until the next window.** A
+    /// - **Waiting consumers sleep until a delivery may go**: the fixed window's end, or the
+    ///   moment the oldest counted delivery leaves a sliding one. A
     ///   [`dequeue_timeout`](Queue::dequeue_timeout), a
-    ///   [`WorkerPool`](crate::worker::WorkerPool)'s workers and the async face wait for the
-    ///   window's end (or new work, or a stop) with no polling; [`Queue::dequeue`] returns
-    ///   `None` at once.
+    ///   [`WorkerPool`](crate::worker::WorkerPool)'s workers and the async face wait for it
+    ///   (or new work, or a stop) with no polling; [`Queue::dequeue`] returns `None` at once.
     /// - **The window is stored**, in the dequeue's own commit: a restart neither forgets the
-    ///   deliveries made in it nor grants a fresh burst. Setting a different limit starts a
-    ///   fresh window; setting the same one again keeps it.
-    /// - While the window is used up, nothing else a dequeue does happens either: due
-    ///   schedules fire, delayed jobs become ready and expired leases come back at the
-    ///   window's end.
+    ///   deliveries made in it nor grants a fresh burst. Setting the same limit again keeps
+    ///   its window. A different fixed limit starts a fresh window; a sliding limit changed
+    ///   to another sliding one keeps the deliveries it counted (the newest `max` of them),
+    ///   so lowering it never grants a burst; a sliding limit that replaces a fixed one
+    ///   starts empty.
+    /// - While no delivery may go, nothing else a dequeue does happens either: due
+    ///   schedules fire, delayed jobs become ready and expired leases come back once one
+    ///   may.
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
@@ -212,19 +221,20 @@ impl Queue {
     /// use leaseq::RateLimit;
     /// use std::time::Duration;
     ///
-    /// // An API that allows 10 calls a second.
-    /// queue.set_rate_limit(Some(RateLimit::new(10, Duration::from_secs(1))))?;
+    /// // A server that refuses more than 10 calls in any second.
+    /// queue.set_rate_limit(Some(RateLimit::sliding(10, Duration::from_secs(1))))?;
     /// for i in 0..12u8 {
     ///     queue.enqueue(&[i], Default::default())?;
     /// }
     /// assert_eq!(queue.dequeue_batch(100)?.len(), 10);
-    /// assert!(queue.dequeue()?.is_none(), "the window is used up");
+    /// assert!(queue.dequeue()?.is_none(), "10 in the last second");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
     /// # Errors
-    /// `InvalidOption` (field `rate_limit`) for a `max` of 0 (pause the queue instead) or a
-    /// window of 0 ms or above `DELAY_MAX`, with nothing written; `Reentrant`,
+    /// `InvalidOption` (field `rate_limit`) for a `max` of 0 (pause the queue instead), a
+    /// window of 0 ms or above `DELAY_MAX`, or a sliding `max` above
+    /// [`SLIDING_LIMIT_MAX`](crate::SLIDING_LIMIT_MAX), with nothing written; `Reentrant`,
     /// `CommitFailed` or `Storage`.
     pub fn set_rate_limit(&self, limit: Option<RateLimit>) -> Result<bool> {
         if let Some(l) = &limit {

@@ -144,7 +144,8 @@ fn check_history_limits(
 }
 
 /// The file-wide tables of format 8: `leaseq_schedules` and `leaseq_schedule_due` present
-/// and consistent (`store::schedule::check_schedules`), `leaseq_rate_limits`' rows valid.
+/// and consistent (`store::schedule::check_schedules`), the rate limits' rows valid (and the
+/// sliding ones' tables of format 15 present).
 fn check_schedule_tables(
     rtx: &redb::ReadTransaction,
     named: &[(String, u32)],
@@ -173,6 +174,23 @@ fn check_schedule_tables(
         ] {
             if !present {
                 details.push(format!("{name} is missing (format 8)"));
+            }
+        }
+    }
+    if format_version(rtx)?.is_some_and(|v| v >= 15) {
+        for (name, present) in [
+            (
+                "leaseq_sliding_limits",
+                rtx.open_table(crate::format::schema::SLIDING_LIMITS)
+                    .is_ok(),
+            ),
+            (
+                "leaseq_rate_log",
+                rtx.open_table(crate::format::schema::RATE_LOG).is_ok(),
+            ),
+        ] {
+            if !present {
+                details.push(format!("{name} is missing (format 15)"));
             }
         }
     }

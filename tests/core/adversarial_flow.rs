@@ -739,6 +739,7 @@ fn rate_threads_racing_on_the_wall_clock_never_exceed_the_window() {
         q.set_rate_limit(Some(RateLimit {
             max: 2,
             per_ms: 600_000 + round,
+            window: leaseq::RateWindow::Fixed,
         }))
         .unwrap();
         enqueue_n(&q, 30, plain());

@@ -1360,14 +1360,17 @@ const QUEUE_LIMITS: TableDefinition<u32, (u64, u64, u64, u64)> =
 const DROPPED: TableDefinition<u32, u64> = TableDefinition::new("leaseq_dropped");
 const GROUP_FENCES: TableDefinition<(u32, u64, u64), u64> =
     TableDefinition::new("leaseq_group_fences");
+const SLIDING_LIMITS: TableDefinition<u32, (u64, u64, u64, u64)> =
+    TableDefinition::new("leaseq_sliding_limits");
+const RATE_LOG: TableDefinition<(u32, u64), u64> = TableDefinition::new("leaseq_rate_log");
 
 /// A format-12 file (before size limits) and a format-13 one (before group waits for
 /// cancelled deliveries) open upgraded, with their jobs, and a format-12 file is no longer
 /// refused as unsupported (it was, between formats 13 and 14: the upgrade's version range
 /// stopped at 11).
 #[test]
-fn files_of_formats_12_and_13_are_upgraded() {
-    for from in [12u64, 13] {
+fn files_of_formats_12_to_14_are_upgraded() {
+    for from in [12u64, 13, 14] {
         let f = Fixture::new();
         {
             let q = f.open();
@@ -1382,7 +1385,11 @@ fn files_of_formats_12_and_13_are_upgraded() {
                 .unwrap()
                 .insert("format_version", from)
                 .unwrap();
-            tx.delete_table(GROUP_FENCES).unwrap();
+            tx.delete_table(SLIDING_LIMITS).unwrap();
+            tx.delete_table(RATE_LOG).unwrap();
+            if from <= 13 {
+                tx.delete_table(GROUP_FENCES).unwrap();
+            }
             if from == 12 {
                 tx.delete_table(QUEUE_LIMITS).unwrap();
                 tx.delete_table(DROPPED).unwrap();
@@ -1401,6 +1408,21 @@ fn files_of_formats_12_and_13_are_upgraded() {
         assert!(q.dequeue().unwrap().is_none());
         assert_consistent(&q);
         drop(l);
+        // And the sliding-window tables of format 15.
+        q.set_rate_limit(Some(leaseq::RateLimit::sliding(1, Duration::from_secs(60))))
+            .unwrap();
+        for _ in 0..2 {
+            q.enqueue(b"limited", EnqueueOptions::default()).unwrap();
+        }
+        f.clock.advance(Duration::from_secs(1));
+        assert!(q.dequeue().unwrap().is_some());
+        assert!(q.dequeue().unwrap().is_none(), "one in the sliding window");
+        assert_eq!(
+            q.stats().unwrap().ready,
+            2,
+            "the other and the grouped one wait"
+        );
+        assert_consistent(&q);
         q.close();
         drop(q);
         // The last handle lets go just after its commit (a helper thread may still hold it).
@@ -1425,5 +1447,6 @@ fn files_of_formats_12_and_13_are_upgraded() {
             .value();
         assert_eq!(v, leaseq::FORMAT_VERSION);
         assert!(rtx.open_table(QUEUE_LIMITS).is_ok());
+        assert!(rtx.open_table(RATE_LOG).is_ok());
     }
 }

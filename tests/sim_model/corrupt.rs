@@ -81,8 +81,8 @@ fn journal_span(schedules: bool, killed: bool) -> usize {
 /// build the image and is due again when it opens, "nightly" is a cron schedule in Berlin
 /// time (`Missed::Skip`), "gone" was removed, and the named queue "side" holds "side-tick",
 /// due when the image opens (the open fires the schedules of every queue). A third of the
-/// jobs are in one of two ordered groups, and both queues have a rate limit whose window
-/// the building dequeues used.
+/// jobs are in one of two ordered groups, and both queues have a rate limit the building
+/// dequeues used: a fixed window on the default queue, a sliding one (with its log) on "side".
 pub fn scheduled_images() -> &'static (Vec<u8>, Vec<u8>) {
     static IMAGES: OnceLock<(Vec<u8>, Vec<u8>)> = OnceLock::new();
     IMAGES.get_or_init(|| {
@@ -127,8 +127,11 @@ fn build_images(schedules: bool, journal: bool) -> (Pair, Pair) {
         q.set_rate_limit(Some(leaseq::RateLimit::new(40, Duration::from_secs(60))))
             .unwrap();
         let side = q.named("side").unwrap();
-        side.set_rate_limit(Some(leaseq::RateLimit::new(1, Duration::from_secs(3600))))
-            .unwrap();
+        side.set_rate_limit(Some(leaseq::RateLimit::sliding(
+            1,
+            Duration::from_secs(3600),
+        )))
+        .unwrap();
         side.create_schedule(
             "side-tick",
             &Schedule::every(Duration::from_secs(2))
@@ -320,7 +323,13 @@ fn exercise_flow(q: &Queue) -> Result<(), String> {
         q.enqueue(b"grouped", EnqueueOptions::default().group("g0"))
     })?;
     let _ = no_panic("set_rate_limit", || {
-        q.set_rate_limit(Some(leaseq::RateLimit::new(3, Duration::from_secs(1))))
+        q.set_rate_limit(Some(leaseq::RateLimit::sliding(3, Duration::from_secs(1))))
+    })?;
+    let _ = no_panic("dequeue under a sliding limit", || {
+        q.dequeue_batch(5).map(drop)
+    })?;
+    let _ = no_panic("rate_limited_until", || {
+        q.reader().rate_limited_until(T0_MS + 100)
     })?;
     if let Ok(side) = no_panic("named", || q.named("side"))? {
         let _ = no_panic("side rate_limit", || side.rate_limit())?;

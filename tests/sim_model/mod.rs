@@ -791,12 +791,13 @@ impl Runner {
         let q = self.q();
         let crashed_before = self.disk.is_crashed();
         let checked = check_queue(&q);
+        let now = self.now();
         let results: Vec<Result<Model, Vec<String>>> = self
             .worlds
             .iter()
             .map(|w| {
                 let mut m = w.m.clone();
-                compare(&q, &checked, &mut m).map(|()| m)
+                compare(&q, &checked, &mut m, now).map(|()| m)
             })
             .collect();
         if !crashed_before && self.disk.is_crashed() {
@@ -1827,23 +1828,38 @@ impl Runner {
     }
 
     /// `pause` or `resume` of the queue (resume more often: a paused queue delivers nothing).
-    /// `set_rate_limit`: a small limit (so that dequeues meet it), none, the same again, or
-    /// an invalid one on purpose.
+    /// `set_rate_limit`: a small limit, fixed or sliding (so that dequeues meet it), none,
+    /// the same again, or an invalid one on purpose.
     fn op_rate_limit(&mut self) -> Result<(), String> {
-        let limit = match self.src.below(8) {
+        let limit = match self.src.below(9) {
             0 | 1 => None,
-            2 => self.model().rate_limit.map(|(max, per, ..)| (max, per)),
-            3 if self.src.chance(1, 4) => Some((0, 100)),
-            3 => Some((2, self.src.pick(&[0, model::DELAY_MAX_MS + 1]))),
-            _ => Some((1 + self.src.below(3), self.src.pick(&[50, 500, 2_000]))),
+            2 => self.model().rate_limit.as_ref().map(model::MRate::setting),
+            3 if self.src.chance(1, 4) => Some((0, 100, self.src.chance(1, 2))),
+            3 if self.src.chance(1, 3) => Some((10_001, 1_000, true)),
+            3 => Some((2, self.src.pick(&[0, model::DELAY_MAX_MS + 1]), false)),
+            4..6 => Some((
+                1 + self.src.below(3),
+                self.src.pick(&[50, 500, 2_000]),
+                true,
+            )),
+            _ => Some((
+                1 + self.src.below(3),
+                self.src.pick(&[50, 500, 2_000]),
+                false,
+            )),
         };
         let apply = move |m: &mut Model| m.set_rate_limit(limit);
         let crashed_before = self.disk.is_crashed();
         let q = self.q();
         let got = q
-            .set_rate_limit(limit.map(|(max, per)| RateLimit {
+            .set_rate_limit(limit.map(|(max, per, sliding)| RateLimit {
                 max: max as u32,
                 per_ms: per,
+                window: if sliding {
+                    leaseq::RateWindow::Sliding
+                } else {
+                    leaseq::RateWindow::Fixed
+                },
             }))
             .map(Got::Flag);
         self.settle(
@@ -2519,7 +2535,7 @@ impl Runner {
                     ));
                 }
                 if d.is_empty()
-                    && let Err(more) = compare(q, &checked, &mut m)
+                    && let Err(more) = compare(q, &checked, &mut m, now)
                 {
                     d.extend(more);
                 }
@@ -3070,6 +3086,7 @@ pub fn compare(
     q: &Queue,
     checked: &Result<Vec<leaseq::Violation>, String>,
     m: &mut Model,
+    now_ms: u64,
 ) -> Result<(), Vec<String>> {
     let mut d: Vec<String> = Vec::new();
     let fail = |what: String| vec![what];
@@ -3249,11 +3266,29 @@ pub fn compare(
     let limit = q
         .rate_limit()
         .map_err(|e| fail(format!("rate_limit() failed: {e}")))?
-        .map(|l| (u64::from(l.max), l.per_ms));
-    let want_limit = m.rate_limit.map(|(max, per, ..)| (max, per));
+        .map(|l| {
+            (
+                u64::from(l.max),
+                l.per_ms,
+                l.window == leaseq::RateWindow::Sliding,
+            )
+        });
+    let want_limit = m.rate_limit.as_ref().map(model::MRate::setting);
     if limit != want_limit {
         d.push(format!(
             "RATE LIMIT: rate_limit() is {limit:?}, expected {want_limit:?}"
+        ));
+    }
+    let until = q
+        .reader()
+        .rate_limited_until(now_ms)
+        .map_err(|e| fail(format!("rate_limited_until() failed: {e}")))?;
+    let want_until = m.rate_limit.as_ref().and_then(|r| r.limited_until(now_ms));
+    if until != want_until {
+        d.push(format!(
+            "RATE LIMIT: rate_limited_until({now_ms}) is {until:?}, expected {want_until:?} \
+             ({:?})",
+            m.rate_limit
         ));
     }
     d.extend(compare_size_limit(q, &stats, m)?);

@@ -396,6 +396,94 @@ pub fn rate_window(row: (u64, u64, u64, u64), now_ms: u64) -> (u64, u64, u64, u6
     }
 }
 
+/// A queue's rate limit as the model keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MRate {
+    /// leaseq's fixed window as it stores it: (max, per_ms, window start, deliveries in it).
+    Fixed((u64, u64, u64, u64)),
+    /// A sliding window: at most `max` deliveries in any span of `per` ms. `log` holds the
+    /// time each delivery was counted at, oldest first: the dequeue's time, never before the
+    /// one logged before it (the clock may step back).
+    Sliding { max: u64, per: u64, log: Vec<u64> },
+}
+
+impl MRate {
+    /// (max, per_ms, sliding).
+    pub fn setting(&self) -> (u64, u64, bool) {
+        match self {
+            MRate::Fixed((max, per, ..)) => (*max, *per, false),
+            MRate::Sliding { max, per, .. } => (*max, *per, true),
+        }
+    }
+
+    /// The sliding log as it stands at `now_ms`: empty once the clock went back a whole
+    /// window before its newest delivery.
+    fn sliding_log(log: &[u64], per: u64, now_ms: u64) -> &[u64] {
+        match log.last() {
+            Some(&last) if now_ms.saturating_add(per) <= last => &[],
+            _ => log,
+        }
+    }
+
+    /// How many deliveries may go at `now_ms`.
+    pub fn allowed(&self, now_ms: u64) -> u64 {
+        match self {
+            MRate::Fixed(row) => {
+                let (max, _, _, count) = rate_window(*row, now_ms);
+                max.saturating_sub(count)
+            }
+            MRate::Sliding { max, per, log } => {
+                let counted = Self::sliding_log(log, *per, now_ms)
+                    .iter()
+                    .filter(|&&t| t.saturating_add(*per) > now_ms)
+                    .count() as u64;
+                max.saturating_sub(counted)
+            }
+        }
+    }
+
+    /// Counts `n` deliveries made at `now_ms`.
+    pub fn charge(&mut self, now_ms: u64, n: u64) {
+        match self {
+            MRate::Fixed(row) => {
+                let (max, per, start, count) = rate_window(*row, now_ms);
+                *row = (max, per, start, count + n);
+            }
+            MRate::Sliding { per, log, .. } => {
+                if Self::sliding_log(log, *per, now_ms).is_empty() {
+                    log.clear();
+                }
+                log.retain(|&t| t.saturating_add(*per) > now_ms);
+                let at = now_ms.max(log.last().copied().unwrap_or(0));
+                log.extend(std::iter::repeat_n(at, n as usize));
+            }
+        }
+    }
+
+    /// `Reader::rate_limited_until(now_ms)`: when a delivery may go again, if none may now.
+    pub fn limited_until(&self, now_ms: u64) -> Option<u64> {
+        if self.allowed(now_ms) > 0 {
+            return None;
+        }
+        match self {
+            MRate::Fixed(row) => {
+                let (_, per, start, _) = rate_window(*row, now_ms);
+                Some(start + per)
+            }
+            MRate::Sliding { max, per, log } => {
+                let counted: Vec<u64> = Self::sliding_log(log, *per, now_ms)
+                    .iter()
+                    .copied()
+                    .filter(|&t| t.saturating_add(*per) > now_ms)
+                    .collect();
+                // The oldest `counted - max + 1` must leave for one more to go.
+                let k = counted.len() - *max as usize;
+                Some(counted[k] + per)
+            }
+        }
+    }
+}
+
 /// The longest wait of `WhenFull::Block` leaseq takes (one hour).
 pub const BLOCK_WAIT_MAX_MS: u64 = 3_600_000;
 
@@ -463,9 +551,8 @@ pub struct Model {
     pub schedules: BTreeMap<String, MSched>,
     /// The next place at the end of a group.
     pub next_group_order: u64,
-    /// The queue's rate limit and its window as leaseq stores them: (max, per_ms, window
-    /// start, deliveries in the window).
-    pub rate_limit: Option<(u64, u64, u64, u64)>,
+    /// The queue's rate limit with the deliveries it counts.
+    pub rate_limit: Option<MRate>,
     /// The queue's size limit (`Queue::set_limit`).
     pub limit: Option<MLimit>,
     /// Jobs dropped to make room (`Stats::dropped`): never reset.
@@ -931,9 +1018,8 @@ impl Model {
         }
         // A rate-limited queue takes what its window has left; with nothing left, it does
         // nothing else either.
-        let window = self.rate_limit.map(|row| rate_window(row, now_ms));
-        let max = match window {
-            Some((limit, _, _, count)) => max.min(limit.saturating_sub(count) as usize),
+        let max = match &self.rate_limit {
+            Some(rate) => max.min(rate.allowed(now_ms) as usize),
             None => max,
         };
         if max == 0 {
@@ -969,10 +1055,10 @@ impl Model {
                 payload: job.payload.clone(),
             });
         }
-        if let Some((limit, per, start, count)) = window
+        if let Some(rate) = &mut self.rate_limit
             && !out.is_empty()
         {
-            self.rate_limit = Some((limit, per, start, count + out.len() as u64));
+            rate.charge(now_ms, out.len() as u64);
         }
         out
     }
@@ -985,30 +1071,41 @@ impl Model {
             .iter()
             .filter(|&(&id, j)| j.state == MState::Ready && !self.group_head(id))
             .count();
-        let allowed = self.rate_limit.map(|row| {
-            let (max, _, _, count) = rate_window(row, now_ms);
-            max.saturating_sub(count)
-        });
+        let allowed = self.rate_limit.as_ref().map(|rate| rate.allowed(now_ms));
         (waiting, allowed)
     }
 
-    /// `Queue::set_rate_limit`: whether the setting changed. A different limit starts a
-    /// fresh window; the same one keeps its window. `(0, _)` or a window of 0 ms or above
-    /// `DELAY_MAX` is refused.
-    pub fn set_rate_limit(&mut self, limit: Option<(u64, u64)>) -> MRes {
+    /// `Queue::set_rate_limit` of `(max, per_ms, sliding)`: whether the setting changed.
+    /// The same limit keeps its window. A different fixed one starts a fresh window; a
+    /// sliding one changed to another sliding one keeps its newest `max` deliveries, and one
+    /// replacing a fixed limit or none starts empty. `(0, _)`, a window of 0 ms or above
+    /// `DELAY_MAX`, or a sliding `max` above 10,000 is refused.
+    pub fn set_rate_limit(&mut self, limit: Option<(u64, u64, bool)>) -> MRes {
         match limit {
-            Some((max, per)) if max == 0 || per == 0 || per > DELAY_MAX_MS => {
+            Some((max, per, sliding))
+                if max == 0 || per == 0 || per > DELAY_MAX_MS || (sliding && max > 10_000) =>
+            {
                 MRes::Err(EKind::InvalidOption)
             }
             None => MRes::Flag(self.rate_limit.take().is_some()),
-            Some((max, per)) => {
-                if self
-                    .rate_limit
-                    .is_some_and(|(m, p, ..)| (m, p) == (max, per))
-                {
+            Some(setting) => {
+                if self.rate_limit.as_ref().map(MRate::setting) == Some(setting) {
                     return MRes::Flag(false);
                 }
-                self.rate_limit = Some((max, per, 0, 0));
+                let (max, per, sliding) = setting;
+                self.rate_limit = Some(match (sliding, self.rate_limit.take()) {
+                    (false, _) => MRate::Fixed((max, per, 0, 0)),
+                    (true, Some(MRate::Sliding { mut log, .. })) => {
+                        let drop = log.len().saturating_sub(max as usize);
+                        log.drain(..drop);
+                        MRate::Sliding { max, per, log }
+                    }
+                    (true, _) => MRate::Sliding {
+                        max,
+                        per,
+                        log: Vec::new(),
+                    },
+                });
                 MRes::Flag(true)
             }
         }

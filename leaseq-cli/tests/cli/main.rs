@@ -1224,6 +1224,8 @@ fn stats_shows_each_queues_rate_limit() {
         q.set_rate_limit(Some(leaseq::RateLimit::new(10, Duration::from_secs(60))))
             .unwrap();
         let free = q.named("free").unwrap();
+        free.set_rate_limit(Some(leaseq::RateLimit::sliding(5, Duration::from_secs(1))))
+            .unwrap();
         free.set_limit(Some(
             leaseq::QueueLimit::jobs(2)
                 .and_bytes(1000)
@@ -1242,10 +1244,19 @@ fn stats_shows_each_queues_rate_limit() {
     let v = json_lines(ok(run(&["stats", p, "--json"])));
     assert_eq!(
         v[0]["rate_limit"],
-        serde_json::json!({"max": 10, "per_ms": 60000})
+        serde_json::json!({"max": 10, "per_ms": 60000, "window": "fixed"})
     );
     assert_eq!(v[1]["queue"], "free");
-    assert!(v[1]["rate_limit"].is_null(), "{:?}", v[1]);
+    assert_eq!(
+        v[1]["rate_limit"],
+        serde_json::json!({"max": 5, "per_ms": 1000, "window": "sliding"})
+    );
+    // The table marks a sliding window with `~`.
+    let table = stdout(ok(run(&["stats", p])));
+    assert!(
+        table.contains("10/1m") && table.contains("5/~1s"),
+        "{table}"
+    );
     assert_eq!(
         (&v[1]["limit"], &v[1]["payload_bytes"], &v[1]["dropped"]),
         (
@@ -1263,7 +1274,8 @@ fn stats_shows_each_queues_rate_limit() {
         .collect();
     assert_eq!(lines[0].last(), Some(&"RATE_LIMIT"));
     assert_eq!(lines[1].last(), Some(&"10/1m"));
-    assert_eq!(lines[2].last(), Some(&"-"));
+    // The table marks a sliding window with `~`.
+    assert_eq!(lines[2].last(), Some(&"5/~1s"));
     let n = lines[0].len();
     assert_eq!(&lines[0][n - 3..n - 1], &["LIMIT", "DROPPED"]);
     assert_eq!(&lines[1][n - 3..n - 1], &["5j,block:5s", "0"]);
