@@ -388,3 +388,33 @@ fn a_blocked_consumer_of_a_paused_queue_moves_due_jobs_without_taking_them() {
     assert!(started.elapsed() < Duration::from_secs(60));
     assert_consistent(&q);
 }
+
+/// What leaseq offers for persist-queue's `auto_resume=False` (the guide's "Left out on
+/// purpose"): the open returns the orphaned leases, and a pause stored before the crash keeps
+/// them, ready, from running until the app resumes the queue.
+#[test]
+fn a_pause_stored_before_a_crash_holds_the_returned_jobs_until_the_resume() {
+    let f = Fixture::new();
+    let held = {
+        let q = f.open();
+        let id = q.enqueue(b"unacked", plain()).unwrap().id();
+        q.enqueue(b"waiting", plain()).unwrap();
+        let l = q.dequeue().unwrap().unwrap();
+        assert_eq!(l.id(), id);
+        q.pause().unwrap();
+        // Never acked: the handle and its lease go as a crash would leave them.
+        drop(l);
+        id
+    };
+    let q = f.open();
+    assert_eq!(q.recovery().leases_returned, 1);
+    let s = q.stats().unwrap();
+    assert_eq!((s.ready, s.leased), (2, 0), "returned, and waiting");
+    assert!(q.is_paused());
+    assert!(q.dequeue().unwrap().is_none(), "held by the pause");
+    q.resume().unwrap();
+    let l = q.dequeue().unwrap().unwrap();
+    assert_eq!((l.id(), l.attempt()), (held, 2));
+    l.ack().unwrap();
+    assert_consistent(&q);
+}
