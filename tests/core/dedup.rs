@@ -661,3 +661,29 @@ fn a_kept_holders_window_is_capped_at_delay_max() {
     assert_eq!(window_ms(&q, a), Some(max_ms), "capped at DELAY_MAX");
     assert_consistent(&q);
 }
+
+/// `check()` holds a kept holder's record to its window: a record planted back as it was
+/// before an extension (as a lost write would leave it) is reported, naming the job.
+#[test]
+fn check_finds_a_holder_record_that_disagrees_with_its_window() {
+    use redb::ReadableDatabase;
+    let f = Fixture::new();
+    let q = f.open();
+    let a = q.enqueue(b"A", windowed("k", 60)).unwrap().id();
+    let before = {
+        let rtx = q.database().begin_read().unwrap();
+        let t = rtx.open_table(crate::common::JOBS_TABLE).unwrap();
+        t.get(a.0).unwrap().expect("A's row").value().to_vec()
+    };
+    f.clock.advance(secs(10));
+    q.enqueue(b"B", extending("k", 60)).unwrap();
+    assert_consistent(&q);
+    crate::common::overwrite_record(&q, a, &before);
+    let found = q.check().unwrap();
+    assert!(
+        found
+            .iter()
+            .any(|v| v.job_id == Some(a) && v.detail.contains("dedup window ends at")),
+        "{found:#?}"
+    );
+}
