@@ -31,6 +31,7 @@ pub struct EnqueueOptions {
     pub(crate) retry: Option<crate::retry::RetryPolicy>,
     pub(crate) dedup_window: Option<Duration>,
     pub(crate) dedup_until_started: bool,
+    pub(crate) extend_dedup_window: bool,
     pub(crate) on_duplicate: OnDuplicate,
     /// How the payload was encoded: set by `EnqueueOptions::encoding`, or by `enqueue_value`
     /// (the handle's encoding when the options set none).
@@ -129,13 +130,48 @@ impl EnqueueOptions {
     /// early, and the window's end releases only the key, never touching the job (which runs,
     /// retries or dies as any other). A duplicate within the window names the job that took
     /// the key, even after that job was acked (it may be gone: `job(id)` is then `None`), and
-    /// does not extend the window. Removing the job on purpose
+    /// does not extend the window unless it says
+    /// [`extend_dedup_window`](EnqueueOptions::extend_dedup_window). Removing the job on purpose
     /// ([`Queue::remove`](crate::Queue::remove), [`Queue::purge`](crate::Queue::purge))
     /// releases the key and ends its window, as BullMQ's `Job.remove` frees its deduplication
     /// id: the work is no longer wanted, so a new enqueue must not be refused for it. Needs a
     /// dedup key.
     pub fn dedup_window(mut self, window: Duration) -> Self {
         self.dedup_window = Some(window);
+        self
+    }
+
+    /// When this enqueue meets its [`dedup_key`](EnqueueOptions::dedup_key) held by a
+    /// [`dedup_window`](EnqueueOptions::dedup_window), moves that window's end to now plus
+    /// this enqueue's window, if that is later (a shorter window never shortens it): the key
+    /// stays held until a whole window has passed with no duplicate, as BullMQ's
+    /// `deduplication: { ttl, extend: true }` resets the key's TTL (a debounce of the
+    /// enqueues themselves). The enqueue answers as a duplicate does without it
+    /// ([`Enqueued::Duplicate`] naming the job that took the key, which may be gone), and
+    /// [`JobInfo::dedup_window_ms`] of that job, while its row is kept, then shows the longer
+    /// window (ms from its `created_ms` to the new end), exported and imported so.
+    ///
+    /// - A key held by a job without a window (held while the job is live, or until it
+    ///   starts) is not given one: the duplicate is answered as usual and nothing changes.
+    /// - With [`on_duplicate`](EnqueueOptions::on_duplicate) `Replace` or `Debounce`, a
+    ///   waiting holder's payload (and, debounced, due time) is replaced *and* the window is
+    ///   extended ([`Enqueued::Replaced`]), as BullMQ's `extend` with `replace`; a holder
+    ///   that is leased, dead or gone is a duplicate, and the window is extended all the same.
+    /// - In a batch (or a [`Tx`](crate::Tx)), a job earlier in the same batch that took the key
+    ///   with a window is extended as any holder is.
+    /// - While the holder's row is kept, its window ends at most
+    ///   [`DELAY_MAX`](crate::DELAY_MAX) after its `created_ms` (the row keeps the window in
+    ///   ms, up to that cap); a window whose job is gone is extended without that cap.
+    /// - [`Queue::import_batch`](crate::Queue::import_batch) and schedules do not take it: an
+    ///   import never extends a window, and [`Schedule::options`](crate::Schedule::options) refuses
+    ///   it (`InvalidOption`).
+    ///
+    /// # Errors
+    /// Needs a [`dedup_window`](EnqueueOptions::dedup_window) (whose length it uses):
+    /// without one the enqueue is refused with `InvalidOption` (field
+    /// `"extend_dedup_window"`) and writes nothing.
+    pub fn extend_dedup_window(mut self) -> Self {
+        self.extend_dedup_window = true;
         self
     }
 
@@ -408,7 +444,9 @@ pub struct JobInfo {
     pub lease_ms: Option<u64>,
     /// Its own retry policy, if given at enqueue ([`EnqueueOptions::retry`]).
     pub retry: Option<crate::retry::RetryPolicy>,
-    /// Its dedup window in ms, if given ([`EnqueueOptions::dedup_window`]).
+    /// Its dedup window in ms, if given ([`EnqueueOptions::dedup_window`]): the key is held
+    /// until `created_ms` plus this. A duplicate with
+    /// [`EnqueueOptions::extend_dedup_window`] lengthens it to reach the window's new end.
     pub dedup_window_ms: Option<u64>,
     /// The encoding of a payload enqueued with
     /// [`Queue::enqueue_value`](crate::Queue::enqueue_value); `None` for raw bytes.

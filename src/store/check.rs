@@ -800,6 +800,9 @@ fn check_dead_time_index(snap: &Snapshot, found: &mut Found) -> Result<()> {
 }
 
 /// Dedup windows and their expiry index agree both ways, and every window's key has a holder.
+/// A holder whose row is kept, and still carries the key, records the window as it runs:
+/// its `created_ms` plus its `dedup_window_ms` is the window's end (an extension by a
+/// duplicate moves both).
 fn check_dedup_windows(snap: &Snapshot, found: &mut Found) -> Result<()> {
     check_time_index(
         &snap.dedup_windows,
@@ -808,9 +811,29 @@ fn check_dedup_windows(snap: &Snapshot, found: &mut Found) -> Result<()> {
         found,
     )?;
     for e in snap.dedup_windows.iter()? {
-        let k = e?.0;
-        if snap.dedup.get(k.value())?.is_none() {
+        let (k, end_ms) = e?;
+        let end_ms = end_ms.value();
+        let Some(holder) = snap.dedup.get(k.value())?.map(|v| v.value()) else {
             found.add(None, "a dedup window without a holder".into());
+            continue;
+        };
+        let Some(record) = snap.record(holder)? else {
+            continue;
+        };
+        if record.dedup_key.as_deref() != Some(k.value()) {
+            continue;
+        }
+        let recorded = record
+            .dedup_window_ms
+            .map(|w| record.created_ms.saturating_add(w));
+        if recorded != Some(end_ms) {
+            found.add(
+                Some(holder),
+                format!(
+                    "its dedup window ends at {end_ms} ms, its record says {recorded:?} \
+                     (created_ms plus dedup_window_ms)"
+                ),
+            );
         }
     }
     Ok(())

@@ -18,8 +18,8 @@ use super::validate::NewJob;
 
 /// Adds new validated records (from [`new_records`](super::validate::new_records)) in order.
 /// A dedup key held by a live job, or by an earlier record of the same batch, makes that
-/// record a `Duplicate`; key holders and windows are judged at each record's `created_ms`
-/// (now). Refused `QueueFull`, having written nothing, when the jobs do not fit the queue's
+/// record a `Duplicate` (a record that extends windows moves the end of a window holding
+/// it); key holders and windows are judged at each record's `created_ms` (now). Refused `QueueFull`, having written nothing, when the jobs do not fit the queue's
 /// size limit, and `StorageFull` while the file is within its disk reserve.
 pub(crate) fn enqueue(
     ctx: &mut Ctx<'_>,
@@ -53,6 +53,7 @@ pub(crate) fn enqueue_imported(
         .map(|record| NewJob {
             record: record.clone(),
             on_duplicate: OnDuplicate::Keep,
+            extend_window: false,
         })
         .collect();
     full_is_refused(enqueue_into(&mut tables, ctx, &jobs, Some(now_ms)))
@@ -89,6 +90,12 @@ pub(super) fn enqueue_into(
         if let Some(k) = &record.dedup_key
             && let Some((owner, by_window)) = tables.key_holder(k, now_ms)?
         {
+            if by_window
+                && job.extend_window
+                && let Some(w) = record.dedup_window_ms
+            {
+                tables.extend_window(k, owner, now_ms.saturating_add(w))?;
+            }
             if job.on_duplicate != OnDuplicate::Keep
                 && replace_waiting(tables, ctx, owner, job, now_ms)?
             {

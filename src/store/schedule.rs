@@ -116,6 +116,7 @@ pub(crate) fn build(
         ("idempotency_key", opts.idempotency_key.is_some()),
         ("dedup_window", opts.dedup_window.is_some()),
         ("dedup_until_started", opts.dedup_until_started),
+        ("extend_dedup_window", opts.extend_dedup_window),
         ("on_duplicate", opts.on_duplicate != OnDuplicate::Keep),
         ("group", opts.group.is_some()),
     ] {
@@ -713,6 +714,7 @@ fn enqueue_instance(
     let job = NewJob {
         record,
         on_duplicate: OnDuplicate::Keep,
+        extend_window: false,
     };
     match super::enqueue::enqueue_into(tables, ctx, std::slice::from_ref(&job), None)?.as_slice() {
         [crate::job::Enqueued::New(id)] => Ok(id.0),

@@ -341,6 +341,43 @@ impl<'t> Tables<'t> {
         }
     }
 
+    /// Moves the end of the window holding dedup key `k` (taken by job `owner`) to `end_ms`
+    /// if that is later ([`EnqueueOptions::extend_dedup_window`](crate::job::EnqueueOptions::extend_dedup_window)):
+    /// the window, its expiry entry, and the record of its holder while its row is kept (its
+    /// `dedup_window_ms`, counted from its `created_ms`, capped at `DELAY_MAX`, so that the
+    /// record and the window agree). A key without a window is left as it is.
+    pub(super) fn extend_window(&mut self, k: &[u8], owner: u64, end_ms: u64) -> Result<()> {
+        let Some(old_end_ms) = self.dedup_windows()?.get(k)?.map(|v| v.value()) else {
+            return Ok(());
+        };
+        let holder = match self.row(owner)? {
+            Row::Good(r) if r.dedup_key.as_deref() == Some(k) && r.dedup_window_ms.is_some() => {
+                Some(r)
+            }
+            _ => None,
+        };
+        let window_max_ms = crate::clock::duration_ms(crate::limits::DELAY_MAX);
+        let end_ms = match &holder {
+            Some(r) => end_ms.min(r.created_ms.saturating_add(window_max_ms)),
+            None => end_ms,
+        };
+        if end_ms <= old_end_ms {
+            return Ok(());
+        }
+        self.dedup_windows_mut()?.insert(k, end_ms)?;
+        self.dedup_expiry_mut()?.remove((old_end_ms, k))?;
+        self.dedup_expiry_mut()?.insert((end_ms, k), ())?;
+        if let Some(mut record) = holder
+            && let Some(w) = end_ms.checked_sub(record.created_ms)
+        {
+            record.dedup_window_ms = Some(w);
+            // Its state, and so its index entry, is unchanged.
+            record.check_invariants()?;
+            self.jobs_mut().insert(owner, record.encode()?.as_slice())?;
+        }
+        Ok(())
+    }
+
     /// Releases dedup key `k` whose window ends at `end_ms`: its window, its expiry entry and
     /// its holder entry. The job that held it is not touched.
     pub(super) fn end_window(&mut self, k: &[u8], end_ms: u64) -> Result<()> {

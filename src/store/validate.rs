@@ -81,6 +81,9 @@ pub(crate) fn validate_key(field: &'static str, key: Option<&Vec<u8>>) -> Result
 pub(crate) struct NewJob {
     pub record: JobRecord,
     pub on_duplicate: OnDuplicate,
+    /// A key held by a window has the window's end moved to now plus this record's window
+    /// ([`EnqueueOptions::extend_dedup_window`]).
+    pub extend_window: bool,
 }
 
 /// Validates a batch of enqueues (1 to `BATCH_MAX` jobs) and builds their records.
@@ -103,6 +106,7 @@ pub(crate) fn new_records<'p>(
         records.push(NewJob {
             record: new_record(config, now_ms, payload, &opts)?,
             on_duplicate: opts.on_duplicate,
+            extend_window: opts.extend_dedup_window,
         });
     }
     if records.is_empty() {
@@ -234,6 +238,12 @@ pub(crate) fn new_record(
         return Err(Error::invalid_option(
             "dedup_until_started",
             "needs a dedup key, and no dedup window",
+        ));
+    }
+    if opts.extend_dedup_window && dedup_window_ms.is_none() {
+        return Err(Error::invalid_option(
+            "extend_dedup_window",
+            "needs a dedup window (whose length it uses)",
         ));
     }
     Ok(JobRecord {
