@@ -818,7 +818,9 @@ impl Lease {
     ///
     /// # Errors
     /// `InvalidOption` for a zero or too long `by` (nothing written, the lease stays
-    /// current); otherwise as [`Lease::ack`].
+    /// current); otherwise as [`Lease::ack`]. Refused `Cancelled`, it still tells an ordered
+    /// group waiting for this cancelled delivery to wait until now + `by`
+    /// ([`Queue::cancel`]).
     pub fn extend(&self, by: Duration) -> Result<()> {
         // The option first, as for a lease still held: a bad one is refused the same way.
         store::validate_lease_ms("extend", by)?;
@@ -885,7 +887,9 @@ impl Heartbeat {
     /// # Errors
     /// `LeaseLost` once the delivery ended (acked, given back, snoozed, failed, delivered
     /// again, or returned by a reopen): nothing is written, no lease comes back; `Cancelled`
-    /// once the job was cancelled ([`Queue::cancel`]); `InvalidOption` for a zero or too long
+    /// once the job was cancelled ([`Queue::cancel`]: the job's state is not changed, but a
+    /// job of an ordered group still has its group wait for this delivery until now + `by`,
+    /// as the lease would have); `InvalidOption` for a zero or too long
     /// `by`; `Corrupted`, `Reentrant`, `CommitFailed` or `Storage` as [`Lease::ack`].
     pub fn extend(&self, by: Duration) -> Result<u64> {
         store::validate_lease_ms("extend", by)?;

@@ -13,11 +13,12 @@
 ///   within one span of `per_ms` across their boundary.
 /// - [`RateWindow::Sliding`] ([`RateLimit::sliding`]): at most `max` deliveries in *any* span
 ///   of `per_ms`, as a server counts "5 requests per second" over every second (the sliding
-///   log of rate limiters such as Redis cell or nginx's `limit_req` without burst's leeway).
+///   log algorithm of rate limiting).
 ///   The file logs each millisecond's deliveries (at most `max` rows, hence
-///   [`SLIDING_LIMIT_MAX`](crate::SLIDING_LIMIT_MAX)); a delivery is counted from the
-///   dequeue that made it, so a call made by a worker a moment later still falls in the
-///   server's window.
+///   [`SLIDING_LIMIT_MAX`](crate::SLIDING_LIMIT_MAX)). A delivery is counted from the
+///   dequeue that made it: a worker's delay before its call to the server passes on to the
+///   server, so leave a margin ([`Queue::set_rate_limit`](crate::Queue::set_rate_limit)
+///   says how it counts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimit {
     /// Deliveries per window (at least 1; a sliding window at most

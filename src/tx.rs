@@ -172,7 +172,7 @@ impl Tx<'_> {
     ///
     /// # Errors
     /// As [`Queue::remove`](crate::Queue::remove) (`JobNotFound`, `InvalidState` for a leased
-    /// job); `Effect` after an earlier call of this transaction failed on storage; `Storage`.
+    /// job or a cancelled one its group still waits for); `Effect` after an earlier call of this transaction failed on storage; `Storage`.
     pub fn remove(&self, id: JobId) -> Result<()> {
         self.control(TxCall::Remove {
             id: id.0,

@@ -29,14 +29,17 @@ impl Queue {
     ///   [`Error::Cancelled`] and change nothing of the job (the worker's effect is not
     ///   applied; an `ack_with` closure does not run). The worker can find out while it runs:
     ///   [`Lease::is_cancelled`](crate::Lease::is_cancelled) is a cheap read, and its
-    ///   heartbeat's next extend fails with `Cancelled` (a
-    ///   [`WorkerPool`](crate::worker::WorkerPool) then stops that handler's heartbeats).
+    ///   heartbeat's extends fail with `Cancelled`.
     ///   leaseq cannot stop the worker's code: as in River, the work in flight runs to its
     ///   end, and only its outcome is refused. So a job of an ordered group
     ///   ([`EnqueueOptions::group`](crate::EnqueueOptions::group)) cancelled while leased still
     ///   holds its group until that delivery ends (the worker's ack, `ack_with`, nack, snooze
     ///   or fail, each answered `Cancelled`; its lease's deadline; or the next open): the
-    ///   group's next job never runs beside it.
+    ///   group's next job never runs beside it. The worker's extends and heartbeats, though
+    ///   answered `Cancelled`, still move that deadline as they would have moved the lease's,
+    ///   and a [`WorkerPool`](crate::worker::WorkerPool) keeps a cancelled handler's
+    ///   heartbeats going until it returns: a handler that runs past the deadline its lease
+    ///   had at the cancel still holds its group.
     ///
     /// The job lets go of its dedup key and idempotency key at once (a new enqueue with the
     /// key makes a new job; a running [`dedup_window`](crate::EnqueueOptions::dedup_window)
@@ -89,9 +92,16 @@ impl Queue {
     /// - BullMQ's `job.retry()` takes only a failed or completed job (`reprocessJob` answers
     ///   "not in state" for any other); a scheduled job is taken here, as River takes it.
     ///
+    /// A job cancelled while leased, without a group, may be retried at once: it is delivered
+    /// again while the cancelled worker may still run (leaseq cannot stop it), whose late
+    /// calls are then refused with `LeaseLost`. In an ordered group the retry waits for that
+    /// delivery to end (`InvalidState` until then).
+    ///
     /// # Errors
-    /// `JobNotFound`; `InvalidState` for a ready or leased job; `KeyHeld` if another job took
-    /// the dedup key of a completed or cancelled one meanwhile; `Corrupted` if its row is
+    /// `JobNotFound`; `InvalidState` for a ready or leased job, or a job of an ordered group
+    /// cancelled while leased whose delivery has not ended (its group waits for it: see
+    /// [`Queue::cancel`]); `KeyHeld` if another job took the dedup key of a completed or
+    /// cancelled one meanwhile; `Corrupted` if its row is
     /// damaged; `Reentrant`; `CommitFailed` or `Storage`. Nothing is written on an error.
     pub fn retry(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
@@ -286,7 +296,9 @@ impl Queue {
     /// repair of a damaged file pays that.
     ///
     /// # Errors
-    /// `JobNotFound`; `InvalidState` if the job is leased; `CommitFailed` or `Storage`.
+    /// `JobNotFound`; `InvalidState` if the job is leased, or is a job of an ordered group
+    /// cancelled while leased whose delivery has not ended (see [`Queue::cancel`]);
+    /// `CommitFailed` or `Storage`.
     pub fn remove(&self, id: JobId) -> Result<()> {
         let now_ms = self.now_ms();
         self.run(&mut |ctx| store::remove(ctx, self.config.schema, id.0, now_ms))

@@ -193,8 +193,14 @@ impl Queue {
     /// - **Fixed or sliding.** A fixed window starts at the first delivery after the last
     ///   one ended, so up to `2 × max` deliveries can fall within one span of `per_ms`
     ///   across two windows. A server that enforces "N per second" over every second refuses
-    ///   those: give it a sliding limit, which never lets more than `max` fall in any span of
-    ///   `per_ms` (each delivery counts for `per_ms` from its dequeue).
+    ///   those: give it a sliding limit, which never lets more than `max` dequeues fall in
+    ///   any span of `per_ms`. Each counts from its dequeue's commit, at that dequeue's clock
+    ///   reading (never before a delivery already counted: with several threads, a reading a
+    ///   few ms older than a commit that landed first is counted at that commit's time, so a
+    ///   lease's `started_ms` can be those few ms earlier). What a worker does between its
+    ///   dequeue and its call to the server (a thread's wake-up, a retry's own delay) passes
+    ///   on to the server as it is: leave a margin, such as a window a little longer than
+    ///   the server's.
     /// - **What counts.** Each job a dequeue hands out (a batch dequeue takes at most what
     ///   the window has left; an `ack_and_next` takes its next job only if the window
     ///   allows). Retries and redeliveries count as deliveries, and so does a lease given
@@ -207,10 +213,14 @@ impl Queue {
     ///   (or new work, or a stop) with no polling; [`Queue::dequeue`] returns `None` at once.
     /// - **The window is stored**, in the dequeue's own commit: a restart neither forgets the
     ///   deliveries made in it nor grants a fresh burst. Setting the same limit again keeps
-    ///   its window. A different fixed limit starts a fresh window; a sliding limit changed
-    ///   to another sliding one keeps the deliveries it counted (the newest `max` of them),
-    ///   so lowering it never grants a burst; a sliding limit that replaces a fixed one
-    ///   starts empty.
+    ///   its window. A sliding limit changed to another sliding one keeps the deliveries it
+    ///   counted (the newest `max` of them), so changing it never grants a burst. Every other
+    ///   change starts afresh: a different fixed limit, a change of kind, or a limit set
+    ///   where there was none (the deliveries made meanwhile were not counted).
+    /// - **A clock that steps back** a whole window before the newest counted delivery (a
+    ///   device whose clock was reset) starts the window afresh too, as the fixed window
+    ///   does: what was counted says nothing about the new time. A smaller step back keeps
+    ///   what was counted, and the window lasts that much longer.
     /// - While no delivery may go, nothing else a dequeue does happens either: due
     ///   schedules fire, delayed jobs become ready and expired leases come back once one
     ///   may.

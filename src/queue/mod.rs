@@ -47,14 +47,7 @@ impl Clone for Queue {
     /// [`FileShutdown`](crate::FileShutdown) while it lives.
     #[track_caller]
     fn clone(&self) -> Queue {
-        Queue {
-            inner: Arc::clone(&self.inner),
-            config: self.config,
-            name: self.name.clone(),
-            mark: self
-                .mark
-                .derive(None, self.name.clone(), Location::caller()),
-        }
+        self.derive(None, Location::caller())
     }
 }
 
@@ -98,13 +91,17 @@ impl Queue {
     /// Another handle of this queue of `kind`, named as made where this one was (a lease,
     /// a pool's worker: made by leaseq for the app's handle).
     pub(crate) fn clone_kind(&self, kind: HandleKind) -> Queue {
+        self.derive(Some(kind), self.mark_site())
+    }
+
+    /// Another handle of this queue, its mark derived from this one's: of `kind` (`None`: a
+    /// plain handle), named as made at `at`.
+    fn derive(&self, kind: Option<HandleKind>, at: &'static Location<'static>) -> Queue {
         Queue {
             inner: Arc::clone(&self.inner),
             config: self.config,
             name: self.name.clone(),
-            mark: self
-                .mark
-                .derive(Some(kind), self.name.clone(), self.mark_site()),
+            mark: self.mark.derive(kind, self.name.clone(), at),
         }
     }
 

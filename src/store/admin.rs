@@ -106,7 +106,7 @@ fn still_running(id: u64) -> Error {
     Error::InvalidState {
         job_id: JobId(id),
         actual: JobState::Cancelled,
-        expected: "a job whose cancelled delivery has ended (its group waits for it: after its worker's ack or nack, or its lease's deadline)",
+        expected: "a job whose cancelled delivery has ended (its group waits for it: until its worker's ack, ack_with, nack, snooze or fail, its lease's deadline, or the next open)",
     }
 }
 

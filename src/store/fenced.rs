@@ -480,9 +480,21 @@ pub(crate) fn extend(
         Err(e) => return refuse(e),
     };
     let mut tables = Tables::open(ctx, schema)?;
-    let mut record = lease_or_refuse!(tables, id, token);
     let Some(deadline_ms) = now_ms.checked_add(lease_ms) else {
         return refuse(Error::invalid_option("extend", "deadline overflows"));
+    };
+    let mut record = match tables.lease_of(id, token)? {
+        Ok(record) => record,
+        Err(refusal) => {
+            // A cancelled delivery's worker still runs: its extend (a pool's heartbeat)
+            // keeps its group waiting for it, answered `Cancelled` all the same.
+            if matches!(refusal.0, Error::Cancelled { .. })
+                && tables.extend_fence(id, token, deadline_ms)?
+            {
+                tables.log().refuse_after_write();
+            }
+            return Ok(Err(refusal));
+        }
     };
     tables.unindex(id, &record)?;
     record.state = StoredState::Leased { token, deadline_ms };

@@ -691,6 +691,50 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
+    /// The worker of lease `(id, token)` of a cancelled job extended it: if that is the
+    /// delivery its group waits for, the wait lasts until `deadline_ms` (never shorter), as
+    /// the lease would have. Whether it moved: the fence entry, the row's `fenced_until_ms`
+    /// and its place in the cancelled index (keyed by `history_ms`) move together.
+    pub(super) fn extend_fence(&mut self, id: u64, token: u64, deadline_ms: u64) -> Result<bool> {
+        let Row::Good(mut record) = self.row(id)? else {
+            return Ok(false);
+        };
+        let StoredState::Cancelled {
+            fenced_until_ms,
+            reason,
+        } = &record.state
+        else {
+            return Ok(false);
+        };
+        let (old_until_ms, reason) = (*fenced_until_ms, reason.clone());
+        let q = self.schema.queue_number;
+        if deadline_ms <= old_until_ms
+            || self
+                .gtx
+                .table(GROUP_FENCES)?
+                .get((q, old_until_ms, id))?
+                .map(|v| v.value())
+                != Some(token)
+        {
+            return Ok(false);
+        }
+        let old_history_ms = record.history_ms();
+        record.state = StoredState::Cancelled {
+            reason,
+            fenced_until_ms: deadline_ms,
+        };
+        record.check_invariants()?;
+        self.cancelled_mut()?.remove((old_history_ms, id))?;
+        self.cancelled_mut()?
+            .insert((record.history_ms(), id), ())?;
+        let mut fences = self.gtx.table(GROUP_FENCES)?;
+        fences.remove((q, old_until_ms, id))?;
+        fences.insert((q, deadline_ms, id), token)?;
+        drop(fences);
+        self.jobs_mut().insert(id, record.encode()?.as_slice())?;
+        Ok(true)
+    }
+
     /// Whether cancelled job `id`'s group still waits for its delivery: a retry, a remove or
     /// a purge leaves the row alone until then (`InvalidState`).
     pub(super) fn still_fencing(&self, id: u64, record: &JobRecord) -> Result<bool> {

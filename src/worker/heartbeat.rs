@@ -214,10 +214,18 @@ impl Beats {
                     b.due = now.checked_add(every).unwrap_or(now);
                 }
             }
-            // The delivery ended, or was cancelled: its beats stop.
-            Err(Error::LeaseLost { .. } | Error::Cancelled { .. }) => {
+            // The delivery ended: its beats stop.
+            Err(Error::LeaseLost { .. }) => {
                 PoolCounters::add(&c.heartbeats_lost);
                 st.jobs.remove(&token);
+            }
+            // Cancelled while its handler runs: the beats go on until the handler returns,
+            // so an ordered group waits for it (each beat moves the group's wait; without a
+            // group it writes nothing).
+            Err(Error::Cancelled { .. }) => {
+                if let Some(b) = st.jobs.get_mut(&token) {
+                    b.due = now.checked_add(every).unwrap_or(now);
+                }
             }
             Err(e) => {
                 // The lease is as it was (a refused or failed extend writes nothing): try

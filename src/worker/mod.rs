@@ -245,7 +245,8 @@ pub struct PoolStats {
     pub lost: u64,
     /// Calls that ended a job refused with `Cancelled`: the job was cancelled
     /// ([`Queue::cancel`](crate::Queue::cancel)) while its handler ran, so its outcome does
-    /// not count (its heartbeat stopped at the cancel).
+    /// not count (its heartbeats went on until it returned, so an ordered group waited for
+    /// it).
     pub cancelled: u64,
     /// Jobs whose handler ran past [`PoolBuilder::job_timeout`]: their delivery was ended
     /// (given back through the retry policy, or dead, as [`PoolBuilder::on_timeout`] says).
@@ -256,8 +257,8 @@ pub struct PoolStats {
     /// A pool with jobs in flight whose last heartbeat is older than its
     /// [`PoolBuilder::heartbeat_every`] is stuck between beats: a commit or the disk is slow.
     pub last_heartbeat_ms: Option<u64>,
-    /// Heartbeat extends that found the attempt over (`LeaseLost`, or `Cancelled`); that job's heartbeat
-    /// stopped. A beat under way as the job's own final commit lands counts here too (it
+    /// Heartbeat extends that found the attempt over (`LeaseLost`); that job's heartbeat
+    /// stopped (a cancelled job's beats go on, answered `Cancelled`, and are not counted). A beat under way as the job's own final commit lands counts here too (it
     /// changes nothing); more than that means leases expired under running handlers.
     pub heartbeats_lost: u64,
     /// Other failed calls (a dequeue, a commit, a heartbeat: storage errors), each logged

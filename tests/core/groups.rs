@@ -3,7 +3,7 @@
 //! backoff blocks its group, a dead job does not; listings, stats, purge and recovery see
 //! held jobs; bad keys are typed errors. Method: a manual clock, the public API, `check()`.
 
-use crate::common::{Fixture, assert_consistent, secs};
+use crate::common::{Fixture, assert_consistent, ms, secs};
 use leaseq::{EnqueueOptions, Error, JobId, JobState, Lease, Queue};
 use std::time::Duration;
 
@@ -406,12 +406,12 @@ fn a_cancelled_running_job_holds_its_group_until_its_delivery_ends() {
             }
             assert_consistent(&q);
         }
-        // An extend or a progress report is not the end of the delivery.
+        // An extend or a progress report is not the end of the delivery (an extend moves
+        // the deadline the group waits for, as it would have moved the lease's).
         let l = deadline.unwrap();
         assert!(matches!(l.extend(secs(60)), Err(Error::Cancelled { .. })));
         assert!(q.dequeue().unwrap().is_none(), "still running");
-        f.clock
-            .advance(crate::common::LEASE - Duration::from_millis(1));
+        f.clock.advance(secs(60) - Duration::from_millis(1));
         assert!(q.dequeue().unwrap().is_none(), "one ms before the deadline");
         f.clock.advance(Duration::from_millis(1));
         let next = q.dequeue().unwrap().expect("the lease ran out");
@@ -554,5 +554,106 @@ fn only_the_cancelled_delivery_ends_its_groups_wait() {
     let next = q.dequeue().unwrap().expect("the cancelled delivery ended");
     assert_eq!(next.payload(), b"a2");
     next.ack().unwrap();
+    assert_consistent(&q);
+}
+
+/// A cancelled delivery's worker that extends its lease (answered `Cancelled`) keeps its
+/// group waiting past the deadline the lease had at the cancel, as the lease would have; an
+/// extend that would shorten the wait changes nothing.
+#[test]
+fn a_cancelled_workers_extends_keep_its_group_waiting() {
+    let f = Fixture::new();
+    let q = f.open();
+    add(&q, "a1", in_group("g"));
+    add(&q, "a2", in_group("g"));
+    let running = q.dequeue().unwrap().unwrap();
+    let lease_ms = running.deadline_ms() - f.clock_now();
+    q.cancel(running.id(), "stop").unwrap();
+    f.clock.advance(Duration::from_millis(lease_ms - 1));
+    assert!(matches!(
+        running.extend(Duration::from_millis(lease_ms)),
+        Err(Error::Cancelled { .. })
+    ));
+    // A heartbeat of the same lease moves it too, and never shortens it.
+    let beat = running.heartbeat();
+    assert!(matches!(beat.extend(ms(1)), Err(Error::Cancelled { .. })));
+    assert_consistent(&q);
+    f.clock.advance(Duration::from_millis(lease_ms - 1));
+    assert!(
+        q.dequeue().unwrap().is_none(),
+        "past the cancel's deadline, within the extended one"
+    );
+    assert_eq!(
+        q.job(running.id()).unwrap().unwrap().state,
+        JobState::Cancelled
+    );
+    f.clock.advance(ms(1));
+    let next = q.dequeue().unwrap().expect("the extended deadline passed");
+    assert_eq!(next.payload(), b"a2");
+    assert!(matches!(
+        running.ack(),
+        Err(Error::Cancelled { .. }) | Err(Error::LeaseLost { .. })
+    ));
+    next.ack().unwrap();
+    assert_consistent(&q);
+}
+
+/// The new user's case: a pool's handler of a group's head, cancelled, runs past the deadline
+/// its lease had at the cancel. Its heartbeats go on (answered `Cancelled`), so the group's
+/// next job does not start until it returns.
+#[test]
+fn a_pools_cancelled_handler_holds_its_group_until_it_returns() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, mpsc};
+    let f = Fixture::new();
+    let q = f.open();
+    let a = add(&q, "a", in_group("doc"));
+    add(&q, "b", in_group("doc"));
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Arc::new(parking_lot::Mutex::new(release_rx));
+    let b_started = Arc::new(AtomicBool::new(false));
+    let pool = {
+        let b_started = Arc::clone(&b_started);
+        let started_tx = parking_lot::Mutex::new(started_tx);
+        leaseq::WorkerPool::builder(&q)
+            .threads(2)
+            .heartbeat_every(ms(20))
+            .start(move |l| {
+                if l.payload() == b"a" {
+                    started_tx.lock().send(()).unwrap();
+                    release_rx.lock().recv().unwrap();
+                } else {
+                    b_started.store(true, Ordering::SeqCst);
+                }
+                Ok(())
+            })
+            .unwrap()
+    };
+    started_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    q.cancel(a, "user deleted the document").unwrap();
+    // Three times the lease in all, a third at a time, with time for several beats each.
+    for _ in 0..9 {
+        f.clock.advance(crate::common::LEASE / 3);
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(
+            !b_started.load(Ordering::SeqCst),
+            "b ran beside the cancelled a"
+        );
+    }
+    release_tx.send(()).unwrap();
+    assert!(crate::common::eventually(
+        || b_started.load(Ordering::SeqCst)
+    ));
+    let report = pool.shutdown(Duration::from_secs(10));
+    assert_eq!(
+        (
+            report.stats.cancelled,
+            report.stats.lost,
+            report.stats.acked
+        ),
+        (1, 0, 1),
+        "{report:?}"
+    );
     assert_consistent(&q);
 }

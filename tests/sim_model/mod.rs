@@ -992,6 +992,11 @@ impl Runner {
     /// `Gone`), or an id never handed out (`JobNotFound`; ids are reserved in blocks, so one
     /// far above).
     fn cancel_target(&mut self) -> u64 {
+        // Often a job a held lease runs: its worker goes on (extends, ends) while cancelled.
+        if !self.leases.is_empty() && self.src.chance(1, 3) {
+            let i = self.src.below(self.leases.len() as u64) as usize;
+            return self.leases[i].id().0;
+        }
         let ids: Vec<u64> = self.model().jobs.keys().copied().collect();
         let gone: Vec<u64> = {
             let m = self.model();
@@ -1281,7 +1286,16 @@ impl Runner {
                     let first_pred = preds[0].1.clone();
                     for (w, (m1, pred)) in worlds.into_iter().zip(preds) {
                         match pred {
-                            // A refusal changes nothing: the world stays as it was.
+                            // A refusal changes nothing: the world stays as it was. But for
+                            // the cancelled delivery's worker, answered `Cancelled`: its
+                            // ending call ends its group's wait, its extend moves it.
+                            MRes::Err(k) if ekind(&e) == Some(k) && m1.fences != w.m.fences => {
+                                let mut hist = w.hist;
+                                if self.none_mode {
+                                    hist.push(m1.clone());
+                                }
+                                self.worlds.push(World { m: m1, hist });
+                            }
                             MRes::Err(k) if ekind(&e) == Some(k) => self.worlds.push(w),
                             // An error that still ended the attempt: the world moved.
                             MRes::EndedErr(k) if ekind(&e) == Some(k) => {
@@ -1311,6 +1325,7 @@ impl Runner {
                                 pred.changes()
                                     || m1.schedules != w.m.schedules
                                     || m1.jobs != w.m.jobs
+                                    || m1.fences != w.m.fences
                                     || drops(w, m1)
                             })
                             .map(|(w, (m1, _))| {

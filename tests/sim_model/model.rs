@@ -1461,10 +1461,16 @@ impl Model {
         if by_ms == 0 || by_ms > LEASE_MAX_MS {
             return MRes::Err(EKind::InvalidOption);
         }
+        let deadline_ms = now_ms.saturating_add(by_ms);
         if let Err(e) = self.leased(id, token) {
+            // A cancelled delivery's extend (refused) still moves its group's wait later.
+            if let Some(f) = self.fences.get_mut(&id)
+                && f.3 == token
+            {
+                f.2 = f.2.max(deadline_ms);
+            }
             return MRes::Err(e);
         }
-        let deadline_ms = now_ms.saturating_add(by_ms);
         self.jobs.get_mut(&id).expect("leased job").state = MState::Leased { token, deadline_ms };
         MRes::Deadline(deadline_ms)
     }
