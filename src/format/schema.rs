@@ -5,7 +5,7 @@
 use redb::TableDefinition;
 
 /// The format version this build writes, and the newest it reads.
-pub const FORMAT_VERSION: u64 = 14;
+pub const FORMAT_VERSION: u64 = 15;
 
 pub(crate) type ReadyKey = (u32, u64, u64);
 

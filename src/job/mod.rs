@@ -36,6 +36,7 @@ pub struct EnqueueOptions {
     /// (the handle's encoding when the options set none).
     pub(crate) encoding: Option<crate::format::payload::Encoding>,
     pub(crate) group: Option<Vec<u8>>,
+    pub(crate) timeout: Option<Duration>,
 }
 
 impl EnqueueOptions {
@@ -217,6 +218,27 @@ impl EnqueueOptions {
     /// [`LEASE_MAX`](crate::LEASE_MAX).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
+        self
+    }
+
+    /// This job's execution timeout, instead of the worker pool's
+    /// [`PoolBuilder::job_timeout`](crate::worker::PoolBuilder::job_timeout), as River's
+    /// `Timeout()` per job (`JobArgs` whose worker overrides `Timeout`, beside the client's
+    /// `JobTimeout`). Whole milliseconds, from 1 ms to [`LEASE_MAX`](crate::LEASE_MAX),
+    /// checked at enqueue (`InvalidOption` with field `"timeout"`; nothing is written); stored
+    /// with the job ([`JobInfo::timeout_ms`], [`Lease::timeout_ms`](crate::Lease::timeout_ms)).
+    ///
+    /// A [`WorkerPool`](crate::worker::WorkerPool) or an `AsyncPool` (feature `tokio`)
+    /// running the job ends a delivery whose plain or
+    /// staged handler runs past it, as its own `job_timeout` would (what happens then is the
+    /// pool's [`on_timeout`](crate::worker::PoolBuilder::on_timeout)), whether the pool has a
+    /// `job_timeout` or not; an effect handler
+    /// ([`start_effects`](crate::worker::PoolBuilder::start_effects)) is not timed. A consumer
+    /// outside a pool reads it from the lease and times itself: the queue does not end a
+    /// delivery for it (the lease does that, [`lease`](EnqueueOptions::lease)). Schedules
+    /// refuse it ([`Schedule::options`](crate::schedule::Schedule::options)).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
         self
     }
 }
@@ -410,6 +432,9 @@ pub struct JobInfo {
     pub retry: Option<crate::retry::RetryPolicy>,
     /// Its dedup window in ms, if given ([`EnqueueOptions::dedup_window`]).
     pub dedup_window_ms: Option<u64>,
+    /// Its own execution timeout in ms, if given at enqueue ([`EnqueueOptions::timeout`]);
+    /// `None`: a pool's [`job_timeout`](crate::worker::PoolBuilder::job_timeout), if any.
+    pub timeout_ms: Option<u64>,
     /// The encoding of a payload enqueued with
     /// [`Queue::enqueue_value`](crate::Queue::enqueue_value); `None` for raw bytes.
     pub encoding: Option<crate::format::payload::Encoding>,

@@ -1361,13 +1361,14 @@ const DROPPED: TableDefinition<u32, u64> = TableDefinition::new("leaseq_dropped"
 const GROUP_FENCES: TableDefinition<(u32, u64, u64), u64> =
     TableDefinition::new("leaseq_group_fences");
 
-/// A format-12 file (before size limits) and a format-13 one (before group waits for
-/// cancelled deliveries) open upgraded, with their jobs, and a format-12 file is no longer
+/// A format-12 file (before size limits), a format-13 one (before group waits for
+/// cancelled deliveries) and a format-14 one (before record version 8, a job's own
+/// execution timeout) open upgraded, with their jobs, and a format-12 file is no longer
 /// refused as unsupported (it was, between formats 13 and 14: the upgrade's version range
 /// stopped at 11).
 #[test]
-fn files_of_formats_12_and_13_are_upgraded() {
-    for from in [12u64, 13] {
+fn files_of_formats_12_to_14_are_upgraded() {
+    for from in [12u64, 13, 14] {
         let f = Fixture::new();
         {
             let q = f.open();
@@ -1382,7 +1383,9 @@ fn files_of_formats_12_and_13_are_upgraded() {
                 .unwrap()
                 .insert("format_version", from)
                 .unwrap();
-            tx.delete_table(GROUP_FENCES).unwrap();
+            if from <= 13 {
+                tx.delete_table(GROUP_FENCES).unwrap();
+            }
             if from == 12 {
                 tx.delete_table(QUEUE_LIMITS).unwrap();
                 tx.delete_table(DROPPED).unwrap();
