@@ -229,14 +229,16 @@ impl EnqueueOptions {
     /// with the job ([`JobInfo::timeout_ms`], [`Lease::timeout_ms`](crate::Lease::timeout_ms)).
     ///
     /// A [`WorkerPool`](crate::worker::WorkerPool) or an `AsyncPool` (feature `tokio`)
-    /// running the job ends a delivery whose plain or
-    /// staged handler runs past it, as its own `job_timeout` would (what happens then is the
-    /// pool's [`on_timeout`](crate::worker::PoolBuilder::on_timeout)), whether the pool has a
-    /// `job_timeout` or not; an effect handler
-    /// ([`start_effects`](crate::worker::PoolBuilder::start_effects)) is not timed. A consumer
-    /// outside a pool reads it from the lease and times itself: the queue does not end a
-    /// delivery for it (the lease does that, [`lease`](EnqueueOptions::lease)). Schedules
-    /// refuse it ([`Schedule::options`](crate::schedule::Schedule::options)).
+    /// running the job ends a delivery whose plain or staged handler runs past it, as its own
+    /// `job_timeout` would (given back through the retry policy with the error `timed out
+    /// after N ms`, the attempt counted, or dead, as the pool's
+    /// [`on_timeout`](crate::worker::PoolBuilder::on_timeout) says), whether the pool has a
+    /// `job_timeout` or not. An effect handler
+    /// ([`start_effects`](crate::worker::PoolBuilder::start_effects)) runs inside its commit
+    /// and is not timed. A consumer outside a pool reads it from the lease and times itself:
+    /// the queue ends a delivery only at its lease's deadline
+    /// ([`lease`](EnqueueOptions::lease)). Schedules refuse it
+    /// ([`Schedule::options`](crate::schedule::Schedule::options)).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
