@@ -70,6 +70,8 @@ pub struct Lease {
     /// from several threads leave `deadline_ms` equal to the stored deadline.
     extending: Mutex<()>,
     lease_ms: u64,
+    /// The job's own execution timeout, if it has one.
+    timeout_ms: Option<u64>,
     /// When this delivery began: the leased record's `run_at_ms`.
     started_ms: u64,
     idempotency_key: Option<Vec<u8>>,
@@ -198,6 +200,7 @@ impl Lease {
             deadline_ms: AtomicU64::new(delivery.deadline_ms),
             extending: Mutex::new(()),
             lease_ms: delivery.lease_ms,
+            timeout_ms: delivery.timeout_ms,
             // The delivery's deadline is its start plus its lease (`lease_record`), as the
             // record's `run_at_ms` is its start.
             started_ms: delivery.deadline_ms.saturating_sub(delivery.lease_ms),
@@ -293,6 +296,15 @@ impl Lease {
     /// queue's). A heartbeat that extends by it at a fraction of it keeps the job leased.
     pub fn lease_ms(&self) -> u64 {
         self.lease_ms
+    }
+
+    /// The job's own execution timeout in milliseconds, as given at enqueue
+    /// ([`EnqueueOptions::timeout`](crate::job::EnqueueOptions::timeout), as River's
+    /// `Timeout()` per job); `None` if it has none. A worker pool uses it over its own
+    /// [`job_timeout`](crate::worker::PoolBuilder::job_timeout); a consumer outside a pool
+    /// may bound its own work by it (the queue ends a delivery only at its lease's deadline).
+    pub fn timeout_ms(&self) -> Option<u64> {
+        self.timeout_ms
     }
 
     /// When this delivery began, in Unix milliseconds of the queue's clock: the commit of the

@@ -360,6 +360,7 @@ pub fn show(a: &ShowArgs) -> CliResult {
             or_dash(number("dedup_window_ms").map(format_ms)),
         ),
         ("lease", or_dash(number("lease_ms").map(format_ms))),
+        ("timeout", or_dash(number("timeout_ms").map(format_ms))),
         ("retry", or_dash(retry)),
         ("snoozes", or_dash(number("snoozes").map(|s| s.to_string()))),
         ("encoding", or_dash(text("encoding"))),

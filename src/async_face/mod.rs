@@ -648,6 +648,11 @@ impl AsyncLease {
         self.lease.lease_ms()
     }
 
+    /// [`Lease::timeout_ms`]: the job's own execution timeout in ms, if it has one.
+    pub fn timeout_ms(&self) -> Option<u64> {
+        self.lease.timeout_ms()
+    }
+
     /// [`Lease::started_ms`]: when this delivery began, in Unix ms of the queue's clock.
     pub fn started_ms(&self) -> u64 {
         self.lease.started_ms()

@@ -27,8 +27,9 @@ use crate::retry::{RetryKind, RetryPolicy};
 mod layout;
 mod v6;
 
-/// First byte of every encoded record.
-const RECORD_VERSION: u8 = 7;
+/// First byte of every encoded record. Version 8 is version 7's layout with one more flagged
+/// field (`timeout_ms`); both are read by `layout`.
+const RECORD_VERSION: u8 = 8;
 
 type RecordConfig = Configuration<LittleEndian, Fixint, Limit<RECORD_BYTES_MAX>>;
 
@@ -150,6 +151,11 @@ pub(crate) struct JobRecord {
     /// or when a requeue or retry brought it back to the end of the group); 0 without a
     /// group. Since record version 6.
     pub group_order: u64,
+    /// This job's execution timeout in a worker pool (`EnqueueOptions::timeout`), 1 ms to
+    /// `LEASE_MAX`; `None` uses the pool's. Since record version 8. Not a serde field: the
+    /// bincode forms (versions 1 to 6) never held it.
+    #[serde(skip)]
+    pub timeout_ms: Option<u64>,
 }
 
 /// A running job's progress, as stored: when it was recorded (Unix ms) and its bytes (at
@@ -230,6 +236,7 @@ impl From<JobRecordV4> for JobRecord {
             progress: None,
             group: None,
             group_order: 0,
+            timeout_ms: None,
         }
     }
 }
@@ -280,6 +287,7 @@ impl From<JobRecordV3> for JobRecord {
             progress: None,
             group: None,
             group_order: 0,
+            timeout_ms: None,
         }
     }
 }
@@ -380,6 +388,7 @@ impl From<JobRecordV2> for JobRecord {
             progress: None,
             group: None,
             group_order: 0,
+            timeout_ms: None,
         }
     }
 }
@@ -426,6 +435,7 @@ impl From<JobRecordV1> for JobRecord {
             progress: None,
             group: None,
             group_order: 0,
+            timeout_ms: None,
         }
     }
 }
@@ -591,6 +601,10 @@ impl JobRecord {
         if self.group.is_none() && self.group_order != 0 {
             return fail("a group order without a group");
         }
+        let lease_max_ms = crate::clock::duration_ms(crate::limits::LEASE_MAX);
+        if self.timeout_ms.is_some_and(|t| t == 0 || t > lease_max_ms) {
+            return fail("execution timeout out of range");
+        }
         match &self.state {
             StoredState::Completed { result } => {
                 if result.as_ref().is_some_and(|r| r.len() > RESULT_BYTES_MAX) {
@@ -638,9 +652,9 @@ impl JobRecord {
         }
         let (checked, sum) = bytes.split_at(bytes.len() - 8);
         let sum = u64::from_le_bytes(sum.try_into().expect("8 bytes"));
-        // Version 7 sums with XXH3-64, older versions with FNV-1a 64: a damaged version byte
-        // picks the other function and fails the check as well.
-        let computed = if checked[0] == RECORD_VERSION {
+        // Versions 7 and 8 sum with XXH3-64, older versions with FNV-1a 64: a damaged version
+        // byte picks the other function, or a layout that refuses the flags, and fails as well.
+        let computed = if checked[0] >= 7 {
             xxh3_64(checked)
         } else {
             fnv1a64(checked)
@@ -655,7 +669,7 @@ impl JobRecord {
         let decode_error =
             |e: bincode::error::DecodeError| Error::corrupted(format!("job record decode: {e}"));
         let (record, used): (JobRecord, usize) = match version {
-            RECORD_VERSION => (layout::read(body)?, body.len()),
+            8 | 7 => (layout::read(body, version)?, body.len()),
             6 | 5 => (v6::read(body, version)?, body.len()),
             4 => {
                 let (v4, used): (JobRecordV4, usize) =
@@ -747,6 +761,7 @@ mod tests {
             progress: None,
             group: None,
             group_order: 0,
+            timeout_ms: None,
         }
     }
 
@@ -830,6 +845,68 @@ mod tests {
     fn record_round_trips() {
         let r = record();
         assert_eq!(JobRecord::decode(&r.encode().unwrap()).unwrap(), r);
+        let timed = JobRecord {
+            timeout_ms: Some(2_500),
+            ..record()
+        };
+        let bytes = timed.encode().unwrap();
+        assert_eq!(bytes[0], 8);
+        assert_eq!(JobRecord::decode(&bytes).unwrap().timeout_ms, Some(2_500));
+    }
+
+    /// `r` as a build of record version 7 stored it: the same layout, without the timeout.
+    fn encode_v7(r: &JobRecord) -> Vec<u8> {
+        assert_eq!(r.timeout_ms, None, "version 7 has no timeout");
+        let mut bytes = r.encode().unwrap();
+        bytes[0] = 7;
+        reseal(bytes)
+    }
+
+    #[test]
+    fn a_version_7_record_reads_without_a_timeout() {
+        let r = record();
+        let old = encode_v7(&r);
+        let got = JobRecord::decode(&old).unwrap();
+        assert_eq!(got.timeout_ms, None);
+        assert_eq!(got, r);
+        // Written again, it is version 8, of the same size (no timeout, no flag).
+        let new = got.encode().unwrap();
+        assert_eq!((new[0], new.len()), (8, old.len()));
+        // A version-7 row whose flags name a timeout is refused, not read.
+        let mut timed = JobRecord {
+            timeout_ms: Some(10),
+            ..record()
+        }
+        .encode()
+        .unwrap();
+        timed[0] = 7;
+        let err = JobRecord::decode(&reseal(timed)).unwrap_err();
+        assert!(err.to_string().contains("unknown flags"), "{err}");
+    }
+
+    #[test]
+    fn a_timeout_out_of_range_is_refused() {
+        let lease_max_ms = crate::clock::duration_ms(crate::limits::LEASE_MAX);
+        for bad in [0, lease_max_ms + 1, u64::MAX] {
+            let r = JobRecord {
+                timeout_ms: Some(bad),
+                ..record()
+            };
+            assert!(r.check_invariants().is_err(), "{bad}");
+            // Bytes on disk with it decode to an error, not a record.
+            let mut bytes = vec![RECORD_VERSION];
+            layout::write(&r, &mut bytes).unwrap();
+            bytes.extend_from_slice(&[0; 8]);
+            let err = JobRecord::decode(&reseal(bytes)).unwrap_err();
+            assert!(err.to_string().contains("execution timeout"), "{err}");
+        }
+        for good in [1, lease_max_ms] {
+            let r = JobRecord {
+                timeout_ms: Some(good),
+                ..record()
+            };
+            assert_eq!(JobRecord::decode(&r.encode().unwrap()).unwrap(), r);
+        }
     }
 
     #[test]
@@ -849,7 +926,7 @@ mod tests {
     /// Re-seals `bytes` (a record whose body was edited) with a valid checksum of its version.
     fn reseal(mut bytes: Vec<u8>) -> Vec<u8> {
         let n = bytes.len() - 8;
-        let sum = if bytes[0] == RECORD_VERSION {
+        let sum = if bytes[0] >= 7 {
             xxh3_64(&bytes[..n])
         } else {
             fnv1a64(&bytes[..n])
@@ -867,7 +944,7 @@ mod tests {
     }
 
     #[test]
-    fn a_version_6_record_reads_as_it_was_written_and_is_rewritten_in_version_7() {
+    fn a_version_6_record_reads_as_it_was_written_and_is_rewritten_in_version_8() {
         let r = record();
         let old = encode_v6(&r);
         assert_eq!(JobRecord::decode(&old).unwrap(), r);

@@ -37,6 +37,7 @@ pub struct EnqueueOptions {
     /// (the handle's encoding when the options set none).
     pub(crate) encoding: Option<crate::format::payload::Encoding>,
     pub(crate) group: Option<Vec<u8>>,
+    pub(crate) timeout: Option<Duration>,
 }
 
 impl EnqueueOptions {
@@ -255,6 +256,29 @@ impl EnqueueOptions {
         self.lease = Some(lease);
         self
     }
+
+    /// This job's execution timeout, instead of the worker pool's
+    /// [`PoolBuilder::job_timeout`](crate::worker::PoolBuilder::job_timeout), as River's
+    /// `Timeout()` per job (`JobArgs` whose worker overrides `Timeout`, beside the client's
+    /// `JobTimeout`). Whole milliseconds, from 1 ms to [`LEASE_MAX`](crate::LEASE_MAX),
+    /// checked at enqueue (`InvalidOption` with field `"timeout"`; nothing is written); stored
+    /// with the job ([`JobInfo::timeout_ms`], [`Lease::timeout_ms`](crate::Lease::timeout_ms)).
+    ///
+    /// A [`WorkerPool`](crate::worker::WorkerPool) or an `AsyncPool` (feature `tokio`)
+    /// running the job ends a delivery whose plain or staged handler runs past it, as its own
+    /// `job_timeout` would (given back through the retry policy with the error `timed out
+    /// after N ms`, the attempt counted, or dead, as the pool's
+    /// [`on_timeout`](crate::worker::PoolBuilder::on_timeout) says), whether the pool has a
+    /// `job_timeout` or not. An effect handler
+    /// ([`start_effects`](crate::worker::PoolBuilder::start_effects)) runs inside its commit
+    /// and is not timed. A consumer outside a pool reads it from the lease and times itself:
+    /// the queue ends a delivery only at its lease's deadline
+    /// ([`lease`](EnqueueOptions::lease)). Schedules refuse it
+    /// ([`Schedule::options`](crate::schedule::Schedule::options)).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
 }
 
 /// What an enqueue did.
@@ -448,6 +472,9 @@ pub struct JobInfo {
     /// until `created_ms` plus this. A duplicate with
     /// [`EnqueueOptions::extend_dedup_window`] lengthens it to reach the window's new end.
     pub dedup_window_ms: Option<u64>,
+    /// Its own execution timeout in ms, if given at enqueue ([`EnqueueOptions::timeout`]);
+    /// `None`: a pool's [`job_timeout`](crate::worker::PoolBuilder::job_timeout), if any.
+    pub timeout_ms: Option<u64>,
     /// The encoding of a payload enqueued with
     /// [`Queue::enqueue_value`](crate::Queue::enqueue_value); `None` for raw bytes.
     pub encoding: Option<crate::format::payload::Encoding>,

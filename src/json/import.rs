@@ -75,6 +75,9 @@ fn import_job(line: JobLine) -> Result<(ImportJob, usize), String> {
     if let Some(ms) = line.lease_ms {
         opts = opts.lease(Duration::from_millis(ms));
     }
+    if let Some(ms) = line.timeout_ms {
+        opts = opts.timeout(Duration::from_millis(ms));
+    }
     if let Some(r) = &line.retry {
         opts = opts.retry(retry_policy(r)?);
     }

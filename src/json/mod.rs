@@ -81,6 +81,9 @@ pub struct JobLine {
     /// The job's own lease.
     #[serde(default)]
     pub lease_ms: Option<u64>,
+    /// The job's own execution timeout (`EnqueueOptions::timeout`); absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
     /// The job's own retry policy.
     #[serde(default)]
     pub retry: Option<RetryJson>,
@@ -171,6 +174,7 @@ impl JobLine {
             dedup_key_hex,
             dedup_window_ms: extra.dedup_window_ms,
             lease_ms: extra.lease_ms,
+            timeout_ms: extra.timeout_ms,
             retry: extra.retry,
             snoozes: Some(extra.snoozes),
             encoding: extra.encoding,
@@ -189,6 +193,8 @@ struct Extra {
     dedup_window_ms: Option<u64>,
     /// The job's own lease.
     lease_ms: Option<u64>,
+    /// The job's own execution timeout.
+    timeout_ms: Option<u64>,
     /// The job's own retry policy.
     retry: Option<RetryJson>,
     /// Times snoozed.
@@ -202,6 +208,7 @@ fn extra(info: &JobInfo) -> Extra {
     Extra {
         dedup_window_ms: info.dedup_window_ms,
         lease_ms: info.lease_ms,
+        timeout_ms: info.timeout_ms,
         retry: info.retry.map(|r| retry_json(&r)),
         snoozes: info.snoozes,
         encoding: info.encoding.map(|e| encoding_name(e).to_string()),
@@ -587,5 +594,54 @@ mod tests {
         assert_eq!(unhex("ABff").unwrap(), vec![0xab, 0xff]);
         assert!(unhex("abc").is_err());
         assert!(unhex("zz").is_err());
+    }
+
+    /// A job's own execution timeout goes out in its export line and comes back at import,
+    /// as its lease does; a line of a job without one has no `timeout_ms` key.
+    #[test]
+    fn an_exported_timeout_is_imported_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |name: &str| crate::queue::Queue::open(dir.path().join(name)).unwrap();
+        let (from, to) = (open("from.leaseq"), open("to.leaseq"));
+        let opts = crate::job::EnqueueOptions::default()
+            .lease(std::time::Duration::from_millis(7_000))
+            .timeout(std::time::Duration::from_millis(2_500));
+        let timed = from.enqueue(b"timed", opts).unwrap().id();
+        let plain = from.enqueue(b"plain", Default::default()).unwrap().id();
+        let line_of = |id| {
+            let info = from.job(id).unwrap().unwrap();
+            let payload = from.payload(id).unwrap().unwrap();
+            serde_json::to_string(&JobLine::from_info(None, &info, Some(&payload))).unwrap()
+        };
+        let (timed_line, plain_line) = (line_of(timed), line_of(plain));
+        assert!(timed_line.contains("\"timeout_ms\":2500"), "{timed_line}");
+        assert!(!plain_line.contains("timeout_ms"), "{plain_line}");
+        let mut jobs = Vec::new();
+        for line in [&timed_line, &plain_line] {
+            let parsed: JobLine = serde_json::from_str(line).unwrap();
+            jobs.push(parsed.to_import().unwrap().0);
+        }
+        let ids: Vec<_> = to
+            .import_batch(&jobs)
+            .unwrap()
+            .iter()
+            .map(|e| e.id())
+            .collect();
+        let back = |id| to.job(id).unwrap().unwrap();
+        assert_eq!(
+            (back(ids[0]).timeout_ms, back(ids[0]).lease_ms),
+            (Some(2_500), Some(7_000))
+        );
+        assert_eq!(back(ids[1]).timeout_ms, None);
+        // The line of the imported job is the source's, but for its id.
+        let again = JobLine::from_info(None, &back(ids[0]), Some(b"timed"));
+        let first: JobLine = serde_json::from_str(&timed_line).unwrap();
+        assert_eq!(
+            JobLine {
+                id: first.id,
+                ..again
+            },
+            first
+        );
     }
 }

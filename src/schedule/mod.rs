@@ -166,7 +166,9 @@ impl Schedule {
     /// encoding. A delay, dedup key, idempotency key or [`group`](EnqueueOptions::group) is
     /// refused (`InvalidOption`): the schedule says when its jobs run and skips a due time
     /// while its last one is pending, and an instance's idempotency key is its own id (one
-    /// effect per due time).
+    /// effect per due time). So is an execution [`timeout`](EnqueueOptions::timeout): the
+    /// schedule does not keep one; a pool's
+    /// [`job_timeout`](crate::worker::PoolBuilder::job_timeout) times its instances.
     pub fn options(mut self, options: EnqueueOptions) -> Schedule {
         self.options = options;
         self

@@ -66,7 +66,10 @@ pub(crate) fn random_u64() -> u64 {
 /// run-time table; a format-11 build then refuses the file instead of leaving run times
 /// uncounted. 12 → 13: the empty size-limit and dropped-count tables. 13 → 14: the empty
 /// table of cancelled deliveries groups wait for. 14 → 15: the empty sliding-window limit and
-/// log tables.
+/// log tables (records of version 8, which may hold a job's own execution timeout, are
+/// written from now on; records of version 7 are read as they are); a format-14 build then
+/// refuses the file instead of missing a sliding limit or quarantining the records it
+/// cannot read.
 ///
 /// An upgrade is a checkpoint (a durable commit, never a journal frame): an older build
 /// reading the file finds it upgraded or not, never a journal it cannot replay.
@@ -129,7 +132,8 @@ pub(crate) fn upgrade(ctx: &mut Ctx<'_>) -> Result<Option<u64>> {
     // 13 to 14: the cancelled deliveries groups wait for, none (a job cancelled while leased
     // by an older build has already let its group go on).
     tx.create(crate::format::schema::GROUP_FENCES)?;
-    // 14 to 15: the sliding-window rate limits, none, and their logs, empty.
+    // 14 to 15: the sliding-window rate limits, none, and their logs, empty; nothing to
+    // rewrite (version-8 records are written from now on).
     tx.create(crate::format::schema::SLIDING_LIMITS)?;
     tx.create(crate::format::schema::RATE_LOG)?;
     meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)?;

@@ -128,6 +128,8 @@ pub(crate) struct Delivery {
     pub deadline_ms: u64,
     /// The lease duration this delivery got.
     pub lease_ms: u64,
+    /// The job's own execution timeout, if it has one (`EnqueueOptions::timeout`).
+    pub timeout_ms: Option<u64>,
     pub idempotency_key: Option<Vec<u8>>,
     /// The encoding the job recorded, if any.
     pub encoding: Option<crate::format::payload::Encoding>,

@@ -294,6 +294,7 @@ pub(super) fn info(id: u64, record: JobRecord) -> JobInfo {
         // A stored policy was validated when the record was read.
         retry: record.retry.and_then(|r| r.policy().ok()),
         dedup_window_ms: record.dedup_window_ms,
+        timeout_ms: record.timeout_ms,
         encoding: record
             .encoding
             .and_then(crate::format::payload::Encoding::from_tag),

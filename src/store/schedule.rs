@@ -128,6 +128,13 @@ pub(crate) fn build(
             ));
         }
     }
+    if opts.timeout.is_some() {
+        return Err(Error::invalid_option(
+            "timeout",
+            "a schedule's jobs take no execution timeout of their own: the schedule record \
+             does not keep one; set the pool's job_timeout",
+        ));
+    }
     let limit_bytes = config.payload_bytes_max.min(SCHEDULE_PAYLOAD_BYTES_MAX);
     if schedule.payload.len() > limit_bytes {
         return Err(Error::PayloadTooLarge {
@@ -709,6 +716,8 @@ fn enqueue_instance(
         progress: None,
         group: None,
         group_order: 0,
+        // A schedule refuses a timeout in its options (the schedule record has no field).
+        timeout_ms: None,
     };
     record.check_invariants()?;
     let job = NewJob {

@@ -129,6 +129,7 @@ pub(super) fn lease_record(
         snoozes: record.snoozes,
         deadline_ms,
         lease_ms,
+        timeout_ms: record.timeout_ms,
         // Moved from the record once it is written.
         idempotency_key: None,
         encoding: record

@@ -194,6 +194,11 @@ pub(crate) fn new_record(
         .lease
         .map(|d| validate_lease_ms("lease", d))
         .transpose()?;
+    // The same bounds as a lease, and as a pool's `job_timeout`.
+    let timeout_ms = opts
+        .timeout
+        .map(|d| validate_lease_ms("timeout", d))
+        .transpose()?;
     let delay_ms = match opts.delay {
         Some(d) if d > crate::limits::DELAY_MAX => {
             return Err(Error::invalid_option(
@@ -277,5 +282,6 @@ pub(crate) fn new_record(
         group: opts.group.clone(),
         // Taken when the job is added (`enqueue`).
         group_order: 0,
+        timeout_ms,
     })
 }

@@ -8,10 +8,10 @@
 //! worker registering or removing a beat. A beat whose extend returns `LeaseLost` is dropped
 //! (the attempt ended elsewhere: the core writes nothing for it).
 //!
-//! The same thread ends a job that runs past the pool's execution timeout
-//! ([`PoolBuilder::job_timeout`](super::PoolBuilder::job_timeout)): its beats stop and its
-//! delivery ends through the [`Heartbeat`] (given back or dead), which fences the handler's
-//! late ack.
+//! The same thread ends a job that runs past its execution timeout (the job's own, else the
+//! pool's [`PoolBuilder::job_timeout`](super::PoolBuilder::job_timeout)): its beats stop and
+//! its delivery ends through the [`Heartbeat`] (given back or dead), which fences the
+//! handler's late ack.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -50,7 +50,7 @@ struct Beat {
     /// Time between two extends.
     every: Duration,
     due: Instant,
-    /// The job's execution timeout, if the pool has one.
+    /// The job's execution timeout (its own, else the pool's), if it has one.
     timeout: Option<Timeout>,
 }
 

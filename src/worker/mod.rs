@@ -35,11 +35,13 @@
 //! finds the attempt over (`LeaseLost`, a beat landing just after the ack among them) drops
 //! that job's heartbeat; the core writes nothing for it.
 //!
-//! **Execution timeouts.** With [`PoolBuilder::job_timeout`] the heartbeat thread also ends
-//! the delivery of a handler that runs too long: given back through the retry policy (or dead,
-//! [`OnTimeout::Fail`]), its heartbeats stopped, its late ack fenced. A thread cannot be
-//! killed, so the handler runs on until it returns; [`is_timed_out`] and [`job_deadline`] let
-//! it stop early. An async pool drops the handler's future instead.
+//! **Execution timeouts.** With [`PoolBuilder::job_timeout`], or for a job with its own
+//! ([`EnqueueOptions::timeout`](crate::job::EnqueueOptions::timeout), which wins), the
+//! heartbeat thread also ends the delivery of a handler that runs too long: given back
+//! through the retry policy (or dead, [`OnTimeout::Fail`]), its heartbeats stopped, its late
+//! ack fenced. A thread cannot be killed, so the handler runs on until it returns;
+//! [`is_timed_out`] and [`job_deadline`] let it stop early. An async pool drops the handler's
+//! future instead.
 //!
 //! **Shutdown.** [`WorkerPool::shutdown`] stops taking jobs (idle workers wake at once), lets
 //! the running handlers finish within the grace, then gives back the leases of the handlers
@@ -158,7 +160,9 @@ pub const THREAD_NAME_DEFAULT: &str = "leaseq-worker";
 /// in the middle of a commit (their handler had returned) to come back.
 const COMMIT_WAIT: Duration = Duration::from_secs(1);
 
-/// What [`PoolBuilder::job_timeout`] does to a job whose handler ran too long.
+/// What [`PoolBuilder::job_timeout`] (or a job's own
+/// [`EnqueueOptions::timeout`](crate::job::EnqueueOptions::timeout)) does to a job whose
+/// handler ran too long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnTimeout {
     /// Give it back through the retry policy, the attempt counted (dead if it was the last),
@@ -169,6 +173,26 @@ pub enum OnTimeout {
     Fail,
 }
 
+/// A pool's execution timeouts: its own for every job ([`PoolBuilder::job_timeout`]), if
+/// any, and what a timeout does ([`PoolBuilder::on_timeout`]).
+#[derive(Debug, Clone, Copy)]
+struct Timeouts {
+    pool: Option<Duration>,
+    action: OnTimeout,
+}
+
+impl Timeouts {
+    /// The execution timeout of the job `lease` delivers, and what it does: the job's own
+    /// ([`Lease::timeout_ms`]), else the pool's; `None` if neither has one.
+    fn of(&self, lease: &Lease) -> Option<(Duration, OnTimeout)> {
+        lease
+            .timeout_ms()
+            .map(Duration::from_millis)
+            .or(self.pool)
+            .map(|after| (after, self.action))
+    }
+}
+
 thread_local! {
     /// The running job's timeout on a pool's worker thread: when it is up, and whether the
     /// pool already ended the delivery.
@@ -176,10 +200,12 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
-/// Inside a plain or staged handler of a [`WorkerPool`] with a
-/// [`job_timeout`](PoolBuilder::job_timeout): whether the job's time is up and the pool
-/// ended its delivery (its outcome will not count: stop and return). `false` on any other
-/// thread, and in a pool without a timeout. A relaxed atomic load: cheap enough for a loop.
+/// Inside a plain or staged handler of a [`WorkerPool`] running a job with an execution
+/// timeout (its own, [`EnqueueOptions::timeout`](crate::job::EnqueueOptions::timeout), else
+/// the pool's [`job_timeout`](PoolBuilder::job_timeout)): whether the job's time is up and
+/// the pool ended its delivery (its outcome will not count: stop and return). `false` on any
+/// other thread, and for a job without a timeout. A relaxed atomic load: cheap enough for a
+/// loop.
 pub fn is_timed_out() -> bool {
     CURRENT_TIMEOUT.with(|c| {
         c.borrow()
@@ -188,10 +214,11 @@ pub fn is_timed_out() -> bool {
     })
 }
 
-/// Inside a plain or staged handler of a [`WorkerPool`] with a
-/// [`job_timeout`](PoolBuilder::job_timeout): when the job's time is up (a monotonic
-/// instant), to bound the handler's own waits (a socket timeout, a child process). `None` on
-/// any other thread, and in a pool without a timeout.
+/// Inside a plain or staged handler of a [`WorkerPool`] running a job with an execution
+/// timeout (its own, [`EnqueueOptions::timeout`](crate::job::EnqueueOptions::timeout), else
+/// the pool's [`job_timeout`](PoolBuilder::job_timeout)): when the job's time is up (a
+/// monotonic instant), to bound the handler's own waits (a socket timeout, a child process).
+/// `None` on any other thread, and for a job without a timeout.
 pub fn job_deadline() -> Option<Instant> {
     CURRENT_TIMEOUT.with(|c| c.borrow().as_ref().map(|(at, _)| *at))
 }
@@ -248,8 +275,9 @@ pub struct PoolStats {
     /// not count (its heartbeats went on until it returned, so an ordered group waited for
     /// it).
     pub cancelled: u64,
-    /// Jobs whose handler ran past [`PoolBuilder::job_timeout`]: their delivery was ended
-    /// (given back through the retry policy, or dead, as [`PoolBuilder::on_timeout`] says).
+    /// Jobs whose handler ran past their execution timeout (their own, else
+    /// [`PoolBuilder::job_timeout`]): their delivery was ended (given back through the retry
+    /// policy, or dead, as [`PoolBuilder::on_timeout`] says).
     pub timed_out: u64,
     /// Successful heartbeat extends.
     pub heartbeats: u64,
@@ -548,7 +576,7 @@ struct PoolState {
     idle_timeout: Duration,
     heartbeat_every: Option<Duration>,
     heartbeat_extend: Option<Duration>,
-    job_timeout: Option<(Duration, OnTimeout)>,
+    job_timeout: Timeouts,
     slots: Vec<Mutex<WorkerSlot>>,
     /// Set by each worker as its last act, once it let go of its queue handle: a shutdown
     /// joins exactly these (the join returns at once) and reports the others as still
@@ -661,8 +689,13 @@ impl PoolBuilder {
     }
 
     /// An execution timeout for every job (whole ms, 1 ms to [`LEASE_MAX`]; default none), as
-    /// River's `JobTimeout`, Oban's `timeout/1` and BullMQ's `timeout`: a handler still running
-    /// this long after it started has its delivery ended by the pool's heartbeat thread:
+    /// River's `JobTimeout`, Oban's `timeout/1` and BullMQ's `timeout`. A job's own timeout
+    /// ([`EnqueueOptions::timeout`](crate::job::EnqueueOptions::timeout), River's `Timeout()`
+    /// per job) wins over it, longer or shorter, and is kept even by a pool without one; what
+    /// a timeout does is this pool's [`on_timeout`](PoolBuilder::on_timeout) either way.
+    ///
+    /// A handler still running this long after it started (after its delivery, to be exact)
+    /// has its delivery ended by the pool's heartbeat thread:
     /// given back through the retry policy with the error `timed out after N ms` (or dead,
     /// with [`PoolBuilder::on_timeout`]); its heartbeats stop, and its late ack, nack or
     /// `ack_with` is refused with `LeaseLost` and writes nothing (the fencing token moved
@@ -679,8 +712,9 @@ impl PoolBuilder {
         self
     }
 
-    /// What a [`job_timeout`](PoolBuilder::job_timeout) does to the job (default
-    /// [`OnTimeout::Retry`]).
+    /// What a [`job_timeout`](PoolBuilder::job_timeout), or a job's own timeout
+    /// ([`EnqueueOptions::timeout`](crate::job::EnqueueOptions::timeout)), does to the job
+    /// (default [`OnTimeout::Retry`]).
     pub fn on_timeout(mut self, action: OnTimeout) -> Self {
         self.on_timeout = action;
         self
@@ -894,6 +928,14 @@ impl PoolBuilder {
         Ok(threads)
     }
 
+    /// The pool's execution timeouts, for its workers.
+    fn timeouts(&self) -> Timeouts {
+        Timeouts {
+            pool: self.job_timeout,
+            action: self.on_timeout,
+        }
+    }
+
     fn spawn(self, handler: Handler) -> Result<WorkerPool> {
         let threads = self.validate()?;
         // A pool over a closed file would take nothing: say so instead of idling.
@@ -907,7 +949,7 @@ impl PoolBuilder {
             idle_timeout: self.idle_timeout,
             heartbeat_every: self.heartbeat_every,
             heartbeat_extend: self.heartbeat_extend,
-            job_timeout: self.job_timeout.map(|t| (t, self.on_timeout)),
+            job_timeout: self.timeouts(),
             slots: (0..threads).map(|_| Mutex::new(WorkerSlot::Idle)).collect(),
             exited: (0..threads).map(|_| Default::default()).collect(),
             beats: heartbeat::Beats::default(),

@@ -88,8 +88,9 @@ fn process(
     let token = lease.token();
     let (extend, every) =
         super::heartbeat::timing(&lease, shared.heartbeat_every, shared.heartbeat_extend);
-    // An effect handler runs inside its commit, which a timeout could not end: not timed.
-    let timeout = match (shared.job_timeout, handler) {
+    // The job's own timeout, else the pool's. An effect handler runs inside its commit,
+    // which a timeout could not end: not timed.
+    let timeout = match (shared.job_timeout.of(&lease), handler) {
         (Some((after, action)), Handler::Plain(_) | Handler::Staged(_)) => {
             let now = std::time::Instant::now();
             Some(super::heartbeat::Timeout {

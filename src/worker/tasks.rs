@@ -53,7 +53,7 @@ struct TaskState {
     idle_timeout: Duration,
     heartbeat_every: Option<Duration>,
     heartbeat_extend: Option<Duration>,
-    job_timeout: Option<(Duration, super::OnTimeout)>,
+    job_timeout: super::Timeouts,
 }
 
 impl TaskState {
@@ -173,7 +173,7 @@ impl PoolBuilder {
             idle_timeout: self.idle_timeout,
             heartbeat_every: self.heartbeat_every,
             heartbeat_extend: self.heartbeat_extend,
-            job_timeout: self.job_timeout.map(|t| (t, self.on_timeout)),
+            job_timeout: self.timeouts(),
         });
         let handler = Arc::new(handler);
         let workers = (0..tasks)
@@ -373,8 +373,10 @@ async fn run_job(
         shared.heartbeat_extend,
     );
     let mut beating = true;
+    // The job's own timeout, else the pool's.
     let deadline = shared
         .job_timeout
+        .of(lease.blocking())
         .map(|(after, action)| (tokio::time::Instant::now() + after, after, action));
     let joined = loop {
         let wait = match deadline {

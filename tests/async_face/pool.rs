@@ -414,6 +414,75 @@ fn an_async_handler_past_its_timeout_is_dropped_and_its_job_given_back() {
     assert_consistent(&q);
 }
 
+/// A job's own execution timeout (`EnqueueOptions::timeout`) in an async pool without a
+/// `job_timeout`: its handler is dropped past it and the job given back ("timed out after N
+/// ms", the attempt counted); a job without one in the same pool is not timed (acked after
+/// sleeping longer than the other's timeout).
+#[test]
+fn an_async_jobs_own_timeout_is_kept_by_a_pool_without_one() {
+    let f = Fixture::new();
+    let q = real_clock(&f, Duration::from_secs(30));
+    let timed = q
+        .enqueue(
+            b"timed",
+            leaseq::EnqueueOptions::default()
+                .max_attempts(2)
+                .timeout(Duration::from_millis(100)),
+        )
+        .unwrap()
+        .id();
+    let untimed = q
+        .enqueue(b"untimed", leaseq::EnqueueOptions::default())
+        .unwrap()
+        .id();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let report = runtime().block_on(async {
+        let seen = Arc::clone(&seen);
+        let pool = WorkerPool::builder(&q)
+            .threads(1)
+            .start_async(move |lease: AsyncLease| {
+                let seen = Arc::clone(&seen);
+                async move {
+                    seen.lock()
+                        .unwrap()
+                        .push((lease.payload().to_vec(), lease.timeout_ms()));
+                    if lease.timeout_ms().is_some() {
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
+                    Ok(())
+                }
+            })
+            .unwrap();
+        until(&q, |s| s.dead == 1 && s.total == 1).await;
+        pool.shutdown(Duration::from_secs(5)).await
+    });
+    assert_eq!(
+        (report.stats.timed_out, report.stats.acked),
+        (2, 1),
+        "{report:?}"
+    );
+    assert!(q.job(untimed).unwrap().is_none(), "acked");
+    let j = q.job(timed).unwrap().unwrap();
+    assert_eq!(
+        (j.state, j.attempts, j.timeout_ms),
+        (JobState::Dead, 2, Some(100))
+    );
+    assert_eq!(j.last_error.as_deref(), Some("timed out after 100 ms"));
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            (b"timed".to_vec(), Some(100)),
+            (b"timed".to_vec(), Some(100)),
+            (b"untimed".to_vec(), None)
+        ]
+    );
+    assert_consistent(&q);
+}
+
 /// Started outside a tokio runtime, an async pool is refused with `NoRuntime` naming the
 /// call (it was `Io`, read as a failing disk), nothing started and the queue untouched;
 /// the same builder's pool starts once a runtime is entered.

@@ -45,6 +45,9 @@ fn import_of(j: &JobInfo, payload: Vec<u8>) -> ImportJob {
     if let Some(l) = j.lease_ms {
         o = o.lease(Duration::from_millis(l));
     }
+    if let Some(t) = j.timeout_ms {
+        o = o.timeout(Duration::from_millis(t));
+    }
     if let Some(r) = j.retry {
         o = o.retry(r);
     }
@@ -90,6 +93,7 @@ fn kept(j: &JobInfo) -> impl PartialEq + std::fmt::Debug + use<> {
             j.payload_bytes,
             j.snoozes,
             j.lease_ms,
+            j.timeout_ms,
             j.retry,
             j.dedup_window_ms,
             j.encoding,
@@ -115,7 +119,8 @@ fn a_moved_queue_keeps_every_state_option_and_byte() {
         &[0xff, 0, 0xfe],
         plain()
             .delay(Duration::from_secs(90))
-            .lease(Duration::from_secs(9)),
+            .lease(Duration::from_secs(9))
+            .timeout(Duration::from_secs(4)),
     )
     .unwrap();
     q.enqueue(
@@ -155,6 +160,8 @@ fn a_moved_queue_keeps_every_state_option_and_byte() {
         source.extend(all(&q, s));
     }
     assert_eq!(source.len(), 6);
+    let timeouts: Vec<_> = source.iter().filter_map(|(j, _)| j.timeout_ms).collect();
+    assert_eq!(timeouts, vec![4_000], "the one job with its own timeout");
 
     let dst = Fixture::new();
     let to = dst.open();

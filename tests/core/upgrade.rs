@@ -1035,8 +1035,9 @@ fn assert_fixture9(q: &Queue) {
     assert_eq!(quiet.stats().unwrap().ready, 1);
 }
 
-/// Format 9 to 10: every job of every state survives with every field a version-6 record
-/// holds; only the records of the returned leases are rewritten at open (version 7), the rest
+/// Format 9 to 10 (and on to the current format): every job of every state survives with
+/// every field a version-6 record holds; only the records of the returned leases are
+/// rewritten at open (in the current record version, 8 since format 15), the rest
 /// stay version 6 until their jobs change; payloads stored apart under FNV-1a still verify
 /// after their records are rewritten; once every live job has ended (acked, cancelled), the
 /// only rows left are the history's, the two that ended before the upgrade still version 6,
@@ -1049,9 +1050,9 @@ fn format9_file_upgrades_to_10_and_rewrites_records_as_jobs_change() {
     assert_eq!(q.recovery().upgraded_from, Some(9));
     assert_fixture9(&q);
     drop(q);
-    let v6_except = |rows: Vec<(u64, u8)>, v7: &[u64]| {
+    let v6_except = |rows: Vec<(u64, u8)>, rewritten: &[u64]| {
         for (id, version) in rows {
-            let want = if v7.contains(&id) { 7 } else { 6 };
+            let want = if rewritten.contains(&id) { 8 } else { 6 };
             assert_eq!(version, want, "job {id}");
         }
     };
@@ -1121,8 +1122,9 @@ fn format9_file_upgrades_to_10_and_rewrites_records_as_jobs_change() {
         );
     }
     let rows = record_versions(&f.path, kept_jobs);
-    // 12 and 13 ended in version 6 and stay so until removed; 14 ended in version 7.
-    assert_eq!(rows, vec![(12, 6), (13, 6), (14, 7)]);
+    // 12 and 13 ended in version 6 and stay so until removed; 14 ended in the current
+    // version, 8.
+    assert_eq!(rows, vec![(12, 6), (13, 6), (14, 8)]);
     let q = f.open();
     assert_consistent(&q);
     let kept = q.existing("kept").unwrap();
@@ -1364,8 +1366,9 @@ const SLIDING_LIMITS: TableDefinition<u32, (u64, u64, u64, u64)> =
     TableDefinition::new("leaseq_sliding_limits");
 const RATE_LOG: TableDefinition<(u32, u64), u64> = TableDefinition::new("leaseq_rate_log");
 
-/// A format-12 file (before size limits) and a format-13 one (before group waits for
-/// cancelled deliveries) open upgraded, with their jobs, and a format-12 file is no longer
+/// A format-12 file (before size limits), a format-13 one (before group waits for
+/// cancelled deliveries) and a format-14 one (before record version 8, a job's own
+/// execution timeout) open upgraded, with their jobs, and a format-12 file is no longer
 /// refused as unsupported (it was, between formats 13 and 14: the upgrade's version range
 /// stopped at 11).
 #[test]

@@ -1154,3 +1154,187 @@ fn a_job_within_its_timeout_is_acked_and_bad_timeouts_are_refused() {
         }
     }
 }
+
+/// A job's own execution timeout (`EnqueueOptions::timeout`, River's `Timeout()` per job) in
+/// a pool without a `job_timeout`: the pool still times it, ends the delivery past it (given
+/// back, the attempt counted, "timed out after N ms"), the handler reads it from its lease and
+/// is told; out of attempts the job is dead.
+#[test]
+fn own_timeout_ends_a_job_in_a_pool_without_one() {
+    let q = queue(Duration::from_secs(30));
+    let id = q
+        .queue
+        .enqueue(
+            b"slow",
+            EnqueueOptions::default().max_attempts(2).timeout(ms(120)),
+        )
+        .unwrap()
+        .id();
+    assert_eq!(q.queue.job(id).unwrap().unwrap().timeout_ms, Some(120));
+    let saw = Arc::new(Mutex::new(Vec::new()));
+    let pool = {
+        let saw = Arc::clone(&saw);
+        WorkerPool::builder(&q.queue)
+            .threads(1)
+            .start(move |lease| {
+                let started = Instant::now();
+                let deadline = leaseq::worker::job_deadline().expect("the job's deadline");
+                assert!(deadline > started && deadline <= started + ms(120));
+                while !leaseq::worker::is_timed_out() {
+                    assert!(started.elapsed() < Duration::from_secs(60), "never told");
+                    std::thread::sleep(ms(5));
+                }
+                saw.lock()
+                    .unwrap()
+                    .push((lease.attempt(), lease.timeout_ms()));
+                Ok(())
+            })
+            .unwrap()
+    };
+    wait_for("two timed-out attempts", || saw.lock().unwrap().len() == 2);
+    wait_for("the job dead", || {
+        q.queue.job(id).unwrap().unwrap().state == JobState::Dead
+    });
+    let stats = pool.shutdown(Duration::from_secs(5)).stats;
+    assert_eq!((stats.timed_out, stats.acked), (2, 0), "{stats:?}");
+    assert_eq!(
+        *saw.lock().unwrap(),
+        vec![(1, Some(120)), (2, Some(120))],
+        "redelivered once, the timeout read from each lease"
+    );
+    let job = q.queue.job(id).unwrap().unwrap();
+    assert_eq!((job.attempts, job.timeout_ms), (2, Some(120)));
+    let errors: Vec<_> = job
+        .errors
+        .iter()
+        .map(|e| (e.attempt, e.message.as_str()))
+        .collect();
+    assert_eq!(
+        errors,
+        vec![(1, "timed out after 120 ms"), (2, "timed out after 120 ms")]
+    );
+    assert_consistent(&q.queue);
+}
+
+/// A job's own timeout wins over the pool's either way: a longer one is not ended at the
+/// pool's (acked), a shorter one ends it sooner (its own in the error); a job without one
+/// is timed by the pool's. `OnTimeout` is the pool's.
+#[test]
+fn own_timeout_wins_over_the_pools_and_a_job_without_uses_the_pools() {
+    let q = queue(Duration::from_secs(30));
+    let enqueue = |payload: &[u8], opts: EnqueueOptions| {
+        q.queue.enqueue(payload, opts.max_attempts(1)).unwrap().id()
+    };
+    let longer = enqueue(b"longer", EnqueueOptions::default().timeout(ms(60_000)));
+    let none = enqueue(b"none", EnqueueOptions::default());
+    let shorter = enqueue(b"shorter", EnqueueOptions::default().timeout(ms(20)));
+    let deadlines = Arc::new(Mutex::new(Vec::new()));
+    let pool = {
+        let deadlines = Arc::clone(&deadlines);
+        WorkerPool::builder(&q.queue)
+            .threads(1)
+            .job_timeout(ms(100))
+            .on_timeout(leaseq::worker::OnTimeout::Fail)
+            .start(move |lease| {
+                let started = Instant::now();
+                let left = leaseq::worker::job_deadline()
+                    .expect("a deadline")
+                    .saturating_duration_since(started);
+                deadlines
+                    .lock()
+                    .unwrap()
+                    .push((lease.payload().to_vec(), left));
+                // Past the pool's timeout (and the shorter one), far within the longer one.
+                std::thread::sleep(ms(400));
+                Ok(())
+            })
+            .unwrap()
+    };
+    wait_for("every job ended", || {
+        let st = |id| q.queue.job(id).unwrap().map(|j| j.state);
+        st(longer).is_none()
+            && st(none) == Some(JobState::Dead)
+            && st(shorter) == Some(JobState::Dead)
+    });
+    let stats = pool.shutdown(Duration::from_secs(5)).stats;
+    assert_eq!((stats.acked, stats.timed_out), (1, 2), "{stats:?}");
+    let error = |id| q.queue.job(id).unwrap().unwrap().last_error;
+    assert_eq!(error(none).as_deref(), Some("timed out after 100 ms"));
+    assert_eq!(error(shorter).as_deref(), Some("timed out after 20 ms"));
+    // Each handler saw its own deadline: the longer job's far past the pool's.
+    for (payload, left) in deadlines.lock().unwrap().iter() {
+        let bound = match payload.as_slice() {
+            b"longer" => ms(60_000),
+            b"none" => ms(100),
+            _ => ms(20),
+        };
+        assert!(*left <= bound, "{payload:?}: {left:?}");
+        if payload.as_slice() == b"longer" {
+            assert!(*left > ms(30_000), "the pool's deadline: {left:?}");
+        }
+    }
+    assert_eq!(deadlines.lock().unwrap().len(), 3);
+    assert_consistent(&q.queue);
+}
+
+/// A timeout outside 1 ms to `LEASE_MAX` (whole ms: 500 µs is 0) is refused at enqueue with
+/// `InvalidOption` naming "timeout", and nothing is written; the bounds themselves are
+/// kept, read back from the job and its lease. A schedule refuses one (it keeps none).
+#[test]
+fn own_timeout_out_of_range_is_refused_at_enqueue() {
+    let q = queue(Duration::from_secs(30));
+    for bad in [
+        Duration::ZERO,
+        Duration::from_micros(500),
+        leaseq::LEASE_MAX + ms(1),
+    ] {
+        match q
+            .queue
+            .enqueue(b"x", EnqueueOptions::default().timeout(bad))
+        {
+            Err(Error::InvalidOption { field, .. }) => assert_eq!(field, "timeout", "{bad:?}"),
+            other => panic!("{bad:?}: {other:?}"),
+        }
+        let batch = q.queue.enqueue_batch([
+            (&b"ok"[..], EnqueueOptions::default()),
+            (&b"x"[..], EnqueueOptions::default().timeout(bad)),
+        ]);
+        assert!(
+            matches!(
+                batch,
+                Err(Error::InvalidOption {
+                    field: "timeout",
+                    ..
+                })
+            ),
+            "{bad:?}: {batch:?}"
+        );
+    }
+    assert_eq!(q.queue.stats().unwrap().total, 0, "nothing written");
+    let max_ms = leaseq::LEASE_MAX.as_millis() as u64;
+    for (good, want) in [(ms(1), 1), (leaseq::LEASE_MAX, max_ms)] {
+        let id = q
+            .queue
+            .enqueue(b"ok", EnqueueOptions::default().timeout(good))
+            .unwrap()
+            .id();
+        assert_eq!(q.queue.job(id).unwrap().unwrap().timeout_ms, Some(want));
+        let lease = q.queue.dequeue().unwrap().expect("the job");
+        assert_eq!((lease.id(), lease.timeout_ms()), (id, Some(want)));
+        lease.ack().unwrap();
+    }
+    q.queue
+        .enqueue(b"plain", EnqueueOptions::default())
+        .unwrap();
+    let lease = q.queue.dequeue().unwrap().expect("the job");
+    assert_eq!(lease.timeout_ms(), None);
+    lease.ack().unwrap();
+    let schedule = leaseq::Schedule::every(Duration::from_secs(60))
+        .options(EnqueueOptions::default().timeout(ms(100)));
+    match q.queue.create_schedule("s", &schedule) {
+        Err(Error::InvalidOption { field, .. }) => assert_eq!(field, "timeout"),
+        other => panic!("{other:?}"),
+    }
+    assert!(q.queue.schedules().unwrap().is_empty());
+    assert_consistent(&q.queue);
+}

@@ -154,6 +154,10 @@ fn build_images(schedules: bool, journal: bool) -> (Pair, Pair) {
         if i % 7 == 3 {
             o = o.max_attempts(1);
         }
+        if i % 6 == 5 {
+            // The record's execution timeout field, for the edits to land in.
+            o = o.timeout(Duration::from_millis(250 * u64::from(i)));
+        }
         if schedules && i % 3 == 0 {
             o = o.group(format!("g{}", i % 2));
         }

@@ -1393,6 +1393,11 @@ impl Runner {
         if self.src.chance(1, 3) {
             spec.lease_ms = Some(self.src.pick(&[1, 20, 300, 2_000]));
         }
+        // An execution timeout on every fifth job, from its tag: no draw from the source, so
+        // a seed's workload is what it was; the record field is written and read back.
+        if tag.is_multiple_of(5) {
+            spec.timeout_ms = Some([1, 250, model::LEASE_MAX_MS][(tag / 5 % 3) as usize]);
+        }
         if self.src.chance(1, 40) {
             // Invalid on purpose: a typed error that writes nothing.
             match self.src.below(8) {
@@ -1438,6 +1443,9 @@ impl Runner {
                 if let Some(l) = spec.lease_ms {
                     o = o.lease(Duration::from_millis(l));
                 }
+                if let Some(t) = spec.timeout_ms {
+                    o = o.timeout(Duration::from_millis(t));
+                }
                 if let Some(g) = &spec.group {
                     o = o.group(g);
                 }
@@ -1450,7 +1458,7 @@ impl Runner {
             specs
                 .iter()
                 .map(|s| format!(
-                    "{}B idem={:?} dedup={:?}{} prio={} delay={:?} max={:?} lease={:?} group={:?}",
+                    "{}B idem={:?} dedup={:?}{} prio={} delay={:?} max={:?} lease={:?} timeout={:?} group={:?}",
                     s.payload.len(),
                     s.idem,
                     s.dedup
@@ -1465,6 +1473,7 @@ impl Runner {
                     s.delay_ms,
                     s.max_attempts,
                     s.lease_ms,
+                    s.timeout_ms,
                     s.group
                         .as_ref()
                         .map(|g| if g.len() > 8 { "<too long>" } else { g })
@@ -3042,6 +3051,11 @@ fn compare_job(id: u64, got: &JobInfo, want: &MJob) -> Vec<String> {
         "group",
         format!("{:?}", got.group),
         format!("{:?}", want.group.as_ref().map(|k| k.as_bytes().to_vec())),
+    );
+    diff(
+        "timeout_ms",
+        format!("{:?}", got.timeout_ms),
+        format!("{:?}", want.timeout_ms),
     );
     if matches!(want.state, MState::Ready | MState::Scheduled) {
         diff(

@@ -93,6 +93,8 @@ pub struct MJob {
     /// (scheduled, ready, leased) of the group has an earlier place.
     pub group: Option<String>,
     pub group_order: u64,
+    /// Its own execution timeout (`EnqueueOptions::timeout`), kept in its record.
+    pub timeout_ms: Option<u64>,
 }
 
 impl MJob {
@@ -122,6 +124,8 @@ pub struct EnqSpec {
     pub on_duplicate: u8,
     /// `group`: an ordered group (a replaced job keeps its own).
     pub group: Option<String>,
+    /// `timeout`: its own execution timeout (a replaced job keeps its own).
+    pub timeout_ms: Option<u64>,
 }
 
 /// The kinds of error the model predicts.
@@ -721,6 +725,7 @@ impl Model {
         let max_attempts = spec.max_attempts.unwrap_or(self.max_attempts);
         if max_attempts == 0
             || spec.lease_ms.is_some_and(|l| l == 0 || l > LEASE_MAX_MS)
+            || spec.timeout_ms.is_some_and(|t| t == 0 || t > LEASE_MAX_MS)
             || spec.delay_ms.is_some_and(|d| d > DELAY_MAX_MS)
         {
             return Err(EKind::InvalidOption);
@@ -793,6 +798,7 @@ impl Model {
                 priority: spec.priority,
                 max_attempts: spec.max_attempts.unwrap_or(self.max_attempts),
                 lease_ms: spec.lease_ms,
+                timeout_ms: spec.timeout_ms,
                 idem: spec.idem.clone(),
                 dedup: spec.dedup.clone(),
                 created_ms: now_ms,
@@ -1964,5 +1970,6 @@ fn instance_of(s: &MSched, now_ms: u64) -> MJob {
         sched: sched_tag(&s.payload).map(<[u8]>::to_vec),
         group: None,
         group_order: 0,
+        timeout_ms: None,
     }
 }

@@ -491,6 +491,8 @@ fn human_output_shows_the_default_queue_and_every_field() {
         "last_error",
         "idempotency_key",
         "dedup_key",
+        "lease",
+        "timeout",
         "payload",
     ] {
         assert!(
@@ -799,7 +801,8 @@ fn logs_only_behind_v() {
 fn surviving(info: &JobInfo, payload: Vec<u8>) -> String {
     format!(
         "{:?} attempts={} max={} pri={} run_at={} created={} err={:?} idem={:?} dedup={:?} \
-         window={:?} lease={:?} retry={:?} snoozes={} encoding={:?} payload={payload:?}",
+         window={:?} lease={:?} timeout={:?} retry={:?} snoozes={} encoding={:?} \
+         payload={payload:?}",
         info.state,
         info.attempts,
         info.max_attempts,
@@ -811,6 +814,7 @@ fn surviving(info: &JobInfo, payload: Vec<u8>) -> String {
         info.dedup_key,
         info.dedup_window_ms,
         info.lease_ms,
+        info.timeout_ms,
         info.retry,
         info.snoozes,
         info.encoding,
@@ -905,6 +909,9 @@ fn mixed_file(path: &Path) {
         if i % 29 == 0 {
             o = o.lease(Duration::from_secs(120));
         }
+        if i % 31 == 0 {
+            o = o.timeout(Duration::from_millis(500 + u64::from(i)));
+        }
         if i % 10 < 3 {
             batch_mail.push((payload, o));
         } else {
@@ -962,7 +969,13 @@ fn export_import_round_trip_of_10200_jobs() {
         .collect();
     assert_eq!(lines.len(), 10_200);
     assert!(lines.iter().any(|l| l.get("payload_hex").is_some()));
-    for field in ["retry", "lease_ms", "dedup_window_ms", "encoding"] {
+    for field in [
+        "retry",
+        "lease_ms",
+        "timeout_ms",
+        "dedup_window_ms",
+        "encoding",
+    ] {
         assert!(lines.iter().any(|l| !l[field].is_null()), "no {field}");
     }
     assert!(lines.iter().any(|l| l["snoozes"] != 0));

@@ -1,4 +1,6 @@
-//! The body of a record of the current version (7), written and read by hand.
+//! The body of a record of versions 7 and 8, written and read by hand (version 8 is written:
+//! version 7's bytes with one more flagged field, the execution timeout; a version-7 body
+//! with that flag is an error).
 //!
 //! The fields a lease or an extend rewrites sit at fixed offsets in a fixed-size head, so a
 //! change of state alone keeps the record's size: a job's leaf in `leaseq_jobs` is never split
@@ -41,9 +43,19 @@ const GROUP: u16 = 1 << 10;
 const DEDUP_UNTIL_STARTED: u16 = 1 << 11;
 const ERRORS: u16 = 1 << 12;
 const RESULT: u16 = 1 << 13;
-const KNOWN_FLAGS: u16 = (1 << 14) - 1;
+/// Since record version 8.
+const TIMEOUT_MS: u16 = 1 << 14;
 
-/// Appends the version-7 body of `record` to `out`. Fails only on a field longer than a
+/// The flags a body of record version `version` (7 or 8) may hold.
+fn known_flags(version: u8) -> u16 {
+    if version >= 8 {
+        (1 << 15) - 1
+    } else {
+        (1 << 14) - 1
+    }
+}
+
+/// Appends the version-8 body of `record` to `out`. Fails only on a field longer than a
 /// 16-bit length can say, which [`JobRecord::check_invariants`] already refuses.
 pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) -> Result<()> {
     let (tag, token, deadline_ms) = match record.state {
@@ -77,7 +89,8 @@ pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) -> Result<()> {
         | flag(record.group.is_some(), GROUP)
         | flag(record.dedup_until_started, DEDUP_UNTIL_STARTED)
         | flag(!record.errors.is_empty(), ERRORS)
-        | flag(result.is_some(), RESULT);
+        | flag(result.is_some(), RESULT)
+        | flag(record.timeout_ms.is_some(), TIMEOUT_MS);
     debug_assert!(
         record.group.is_some() || record.group_order == 0,
         "a group order without a group"
@@ -158,16 +171,20 @@ pub(super) fn write(record: &JobRecord, out: &mut Vec<u8>) -> Result<()> {
     if let StoredState::Cancelled { reason, .. } = &record.state {
         short(out, reason.as_bytes())?;
     }
+    if let Some(t) = record.timeout_ms {
+        u64_(out, t);
+    }
     out.extend_from_slice(&record.payload);
     Ok(())
 }
 
-/// Reads a body written by [`write()`]; the payload is whatever follows the last field.
-pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
+/// Reads a body of record version `version` (7 or 8) written by [`write()`] (or by a build
+/// that wrote version 7); the payload is whatever follows the last field.
+pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
     let mut r = Bytes { rest: body };
     let tag = r.u8()?;
     let flags = u16::from_le_bytes(r.array()?);
-    if flags & !KNOWN_FLAGS != 0 {
+    if flags & !known_flags(version) != 0 {
         return Err(bad(format!("unknown flags {flags:#06x}")));
     }
     let on = |bit: u16| flags & bit != 0;
@@ -241,6 +258,7 @@ pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
         },
         t => return Err(bad(format!("state {t}"))),
     };
+    let timeout_ms = r.opt(on(TIMEOUT_MS), Bytes::u64)?;
     Ok(JobRecord {
         state,
         priority,
@@ -264,6 +282,7 @@ pub(super) fn read(body: &[u8]) -> Result<JobRecord> {
         progress,
         group,
         group_order,
+        timeout_ms,
     })
 }
 
@@ -370,20 +389,26 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Any record a version-7 body can hold: v6's strategy, with either payload checksum
-    /// kind and no group order without a group.
+    /// Any record a version-8 body can hold: v6's strategy, with either payload checksum
+    /// kind, no group order without a group, and an execution timeout or none.
     fn any_record() -> impl Strategy<Value = JobRecord> {
-        (super::super::v6::tests::any_record(), any::<bool>()).prop_map(|(mut r, xxh)| {
-            if let Some(p) = &mut r.payload_apart
-                && xxh
-            {
-                p.sum = PayloadSum::Xxh3;
-            }
-            if r.group.is_none() {
-                r.group_order = 0;
-            }
-            r
-        })
+        (
+            super::super::v6::tests::any_record(),
+            any::<bool>(),
+            any::<Option<u64>>(),
+        )
+            .prop_map(|(mut r, xxh, timeout_ms)| {
+                r.timeout_ms = timeout_ms;
+                if let Some(p) = &mut r.payload_apart
+                    && xxh
+                {
+                    p.sum = PayloadSum::Xxh3;
+                }
+                if r.group.is_none() {
+                    r.group_order = 0;
+                }
+                r
+            })
     }
 
     fn body(record: &JobRecord) -> Vec<u8> {
@@ -398,7 +423,7 @@ mod tests {
         /// Every record reads back as itself.
         #[test]
         fn round_trips(record in any_record()) {
-            prop_assert_eq!(read(&body(&record)).unwrap(), record);
+            prop_assert_eq!(read(&body(&record), 8).unwrap(), record);
         }
 
         /// A body cut short is an error; a body with a byte changed is an error or a record
@@ -412,12 +437,12 @@ mod tests {
             let payload_starts = b.len() - record.payload.len();
             let short = &b[..cut.index(b.len())];
             if short.len() < payload_starts {
-                prop_assert!(read(short).is_err());
+                prop_assert!(read(short, 8).is_err());
             }
             let mut flipped = b.clone();
             let i = at.index(flipped.len());
             flipped[i] = to;
-            if let Ok(r) = read(&flipped) {
+            if let Ok(r) = read(&flipped, 8) {
                 prop_assert_eq!(body(&r), flipped);
             }
         }
@@ -457,7 +482,7 @@ mod tests {
         };
         let mut b = body(&r);
         b[HEAD_BYTES..HEAD_BYTES + 2].copy_from_slice(&u16::MAX.to_le_bytes());
-        let e = read(&b).unwrap_err();
+        let e = read(&b, 8).unwrap_err();
         assert!(e.to_string().contains("past the record's end"), "{e}");
     }
 
@@ -467,7 +492,7 @@ mod tests {
         let with = |at: usize, bytes: &[u8]| {
             let mut b = good.clone();
             b[at..at + bytes.len()].copy_from_slice(bytes);
-            read(&b).unwrap_err().to_string()
+            read(&b, 8).unwrap_err().to_string()
         };
         assert!(with(1, &(1u16 << 15).to_le_bytes()).contains("unknown flags"));
         // A token in a ready record; a deadline in a dead one.
@@ -475,7 +500,12 @@ mod tests {
         let mut dead = good.clone();
         dead[0] = 3;
         dead[HEAD_BYTES - 8] = 1;
-        assert!(read(&dead).unwrap_err().to_string().contains("lease slot"));
+        assert!(
+            read(&dead, 8)
+                .unwrap_err()
+                .to_string()
+                .contains("lease slot")
+        );
         assert!(with(0, &[6]).contains("state 6"));
         // A result flag outside the completed state.
         assert!(with(1, &RESULT.to_le_bytes()).contains("result"));
@@ -483,6 +513,33 @@ mod tests {
         let mut b = good[..HEAD_BYTES].to_vec();
         b[1..3].copy_from_slice(&ERRORS.to_le_bytes());
         b.push(0);
-        assert!(read(&b).unwrap_err().to_string().contains("0 errors"));
+        assert!(read(&b, 8).unwrap_err().to_string().contains("0 errors"));
+    }
+
+    /// A version-7 body is a version-8 body without the timeout: it reads as the same record
+    /// with none, and a version-7 body with the timeout's flag is an error.
+    #[test]
+    fn a_version_7_body_reads_without_a_timeout_and_refuses_its_flag() {
+        let cancelled = JobRecord {
+            state: StoredState::Cancelled {
+                reason: "stop".into(),
+                fenced_until_ms: 9,
+            },
+            ..plain()
+        };
+        for r in [plain(), cancelled] {
+            let b = body(&r);
+            assert_eq!(read(&b, 7).unwrap(), r);
+            assert_eq!(read(&b, 8).unwrap(), r);
+            let timed = JobRecord {
+                timeout_ms: Some(1_500),
+                ..r.clone()
+            };
+            let t = body(&timed);
+            assert_eq!(t.len(), b.len() + 8);
+            assert_eq!(read(&t, 8).unwrap(), timed);
+            let e = read(&t, 7).unwrap_err();
+            assert!(e.to_string().contains("unknown flags"), "{e}");
+        }
     }
 }

@@ -155,6 +155,7 @@ pub(super) fn read(body: &[u8], version: u8) -> Result<JobRecord> {
             None
         },
         group_order: if version >= 6 { r.u64()? } else { 0 },
+        timeout_ms: None,
     };
     if !r.rest.is_empty() {
         return Err(Error::corrupted("job record: trailing bytes"));
@@ -341,6 +342,7 @@ pub(super) mod tests {
                 progress: d.2.map(|(at_ms, value)| StoredProgress { at_ms, value }),
                 group: d.3,
                 group_order: d.4,
+                timeout_ms: None,
             })
     }
 
@@ -426,6 +428,7 @@ pub(super) mod tests {
             progress: None,
             group: None,
             group_order: 0,
+            timeout_ms: None,
         }
     }
 
