@@ -286,8 +286,9 @@ pub struct PoolStats {
     /// [`PoolBuilder::heartbeat_every`] is stuck between beats: a commit or the disk is slow.
     pub last_heartbeat_ms: Option<u64>,
     /// Heartbeat extends that found the attempt over (`LeaseLost`); that job's heartbeat
-    /// stopped (a cancelled job's beats go on, answered `Cancelled`, and are not counted). A beat under way as the job's own final commit lands counts here too (it
-    /// changes nothing); more than that means leases expired under running handlers.
+    /// stopped (a cancelled job's beats go on, answered `Cancelled`, and are not counted).
+    /// A beat under way as the job's own final commit lands counts here too (it changes
+    /// nothing); more than that means leases expired under running handlers.
     pub heartbeats_lost: u64,
     /// Other failed calls (a dequeue, a commit, a heartbeat: storage errors), each logged
     /// with `tracing`.

@@ -406,10 +406,13 @@ async fn run_job(
             }
             Err(_) if beating => match lease.extend(extend).await {
                 Ok(()) => c.heartbeat_landed(),
-                Err(Error::LeaseLost { .. } | Error::Cancelled { .. }) => {
+                Err(Error::LeaseLost { .. }) => {
                     PoolCounters::add(&c.heartbeats_lost);
                     beating = false;
                 }
+                // Cancelled while the handler runs: the beats go on until it returns, so an
+                // ordered group waits for it (each moves the group's wait).
+                Err(Error::Cancelled { .. }) => {}
                 Err(e) => {
                     PoolCounters::add(&c.errors);
                     tracing::warn!(job = lease.id().0, error = %e, "leaseq async pool: heartbeat failed");

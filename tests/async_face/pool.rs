@@ -602,3 +602,68 @@ fn the_documented_quit_order_releases_the_file_with_an_async_pool_running() {
     assert_eq!(ran.load(Ordering::SeqCst) + main.ready, 30);
     assert_consistent(&again);
 }
+
+/// An async pool's handler of a group's head, cancelled, runs past the deadline its lease
+/// had at the cancel: its heartbeats go on (answered `Cancelled`), so the group's next job
+/// does not start until it returns, as in the thread pool.
+#[test]
+fn an_async_pools_cancelled_handler_holds_its_group_until_it_returns() {
+    let f = Fixture::new();
+    let q = f.open();
+    let a = q
+        .enqueue(b"a", leaseq::EnqueueOptions::default().group("doc"))
+        .unwrap()
+        .id();
+    q.enqueue(b"b", leaseq::EnqueueOptions::default().group("doc"))
+        .unwrap();
+    let (release_tx, release_rx) = tokio::sync::watch::channel(false);
+    let b_started = Arc::new(AtomicU64::new(0));
+    let a_started = Arc::new(AtomicU64::new(0));
+    let rt = runtime();
+    let report = rt.block_on(async {
+        let pool = {
+            let (a_started, b_started) = (Arc::clone(&a_started), Arc::clone(&b_started));
+            WorkerPool::builder(&q)
+                .threads(2)
+                .heartbeat_every(Duration::from_millis(20))
+                .start_async(move |lease: AsyncLease| {
+                    let (a_started, b_started) = (Arc::clone(&a_started), Arc::clone(&b_started));
+                    let mut release = release_rx.clone();
+                    async move {
+                        if lease.payload() == b"a" {
+                            a_started.store(1, Ordering::SeqCst);
+                            let _ = release.wait_for(|go| *go).await;
+                        } else {
+                            b_started.store(1, Ordering::SeqCst);
+                        }
+                        Ok(())
+                    }
+                })
+                .unwrap()
+        };
+        while a_started.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        q.cancel(a, "user deleted the document").unwrap();
+        // Three times the lease in all, a third at a time, with time for several beats each.
+        for _ in 0..9 {
+            f.clock.advance(crate::common::LEASE / 3);
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            assert_eq!(
+                b_started.load(Ordering::SeqCst),
+                0,
+                "b ran beside the cancelled a"
+            );
+        }
+        release_tx.send(true).unwrap();
+        let t = std::time::Instant::now();
+        while b_started.load(Ordering::SeqCst) == 0 {
+            assert!(t.elapsed() < Duration::from_secs(30), "b never ran");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        pool.shutdown(Duration::from_secs(10)).await
+    });
+    let s = report.stats;
+    assert_eq!((s.cancelled, s.lost, s.acked), (1, 0, 1), "{s:?}");
+    assert_consistent(&q);
+}
