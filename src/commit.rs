@@ -247,9 +247,10 @@ impl GroupLog<'_> {
     }
 
     /// Lets this operation refuse after writing: its writes commit with the group, and its
-    /// caller gets the refusal. The one use: a call that ends a cancelled delivery is refused
-    /// `Cancelled`, yet it tells the job's group that the delivery ended
-    /// (`store::fenced`). Every other refusal writes nothing.
+    /// caller gets the refusal. The two uses, both on a cancelled delivery its group waits
+    /// for (`store::fenced`): a call that ends it is refused `Cancelled`, yet it tells the
+    /// group that the delivery ended; an extend of it is refused `Cancelled`, yet it moves
+    /// the group's wait. Every other refusal writes nothing.
     pub(crate) fn refuse_after_write(self) {
         self.record.refusal_wrote.set(true);
     }

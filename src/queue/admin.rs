@@ -39,7 +39,11 @@ impl Queue {
     ///   answered `Cancelled`, still move that deadline as they would have moved the lease's,
     ///   and a [`WorkerPool`](crate::worker::WorkerPool) keeps a cancelled handler's
     ///   heartbeats going until it returns: a handler that runs past the deadline its lease
-    ///   had at the cancel still holds its group.
+    ///   had at the cancel still holds its group. One exception: a thread pool's execution
+    ///   timeout ([`PoolBuilder::job_timeout`](crate::worker::PoolBuilder::job_timeout),
+    ///   [`EnqueueOptions::timeout`](crate::EnqueueOptions::timeout)) ends the delivery when
+    ///   it is up, as it ends any job's, though the thread runs on (an async pool drops the
+    ///   handler's future then).
     ///
     /// The job lets go of its dedup key and idempotency key at once (a new enqueue with the
     /// key makes a new job; a running [`dedup_window`](crate::EnqueueOptions::dedup_window)

@@ -102,7 +102,8 @@ pub(super) fn enqueue_into(
                 out.push(Enqueued::Replaced(JobId(owner)));
                 continue;
             }
-            // A lookup that found a window ended wrote (it released the key); this did not.
+            // A lookup that found a window ended wrote (it released the key), as did an
+            // extended window; the duplicate itself adds nothing.
             let dead = !by_window && tables.dead()?.get(owner)?.is_some();
             out.push(if dead {
                 Enqueued::DuplicateDead(JobId(owner))

@@ -177,8 +177,10 @@ fn current_window(row: (u64, u64, u64, u64), now_ms: u64) -> (u64, u64, u64, u64
     }
 }
 
-/// The deliveries a sliding limit's log counts at `now_ms`: what it holds less its expired
-/// rows (none when the log is stale: it is cleared at the next charge).
+/// The deliveries a sliding limit's log counts at `now_ms`: the sum of its rows still in the
+/// window (none when the log is stale: it is cleared at the next charge). Read from the rows
+/// (at most `max` of them), not from the row's `logged`, so a damaged count cannot hold the
+/// queue back for good: the next charge rewrites it from the rows.
 fn live<T: ReadableTable<(u32, u64), u64>>(
     log: &T,
     q: u32,
@@ -188,14 +190,12 @@ fn live<T: ReadableTable<(u32, u64), u64>>(
     if rate_log::stale(row, now_ms) {
         return Ok(0);
     }
-    let Some(through) = rate_log::expired_through(row.1, now_ms) else {
-        return Ok(row.2);
-    };
-    let mut expired = 0u64;
-    for e in log.range((q, 0)..=(q, through))?.take(LOG_ROWS_MAX) {
-        expired = expired.saturating_add(e?.1.value());
+    let from = rate_log::expired_through(row.1, now_ms).map_or(0, |t| t.saturating_add(1));
+    let mut counted = 0u64;
+    for e in log.range((q, from)..=(q, u64::MAX))?.take(LOG_ROWS_MAX) {
+        counted = counted.saturating_add(e?.1.value());
     }
-    Ok(row.2.saturating_sub(expired))
+    Ok(counted)
 }
 
 /// How many deliveries queue `queue_number` may make now (`None`: not limited), read in the
@@ -250,19 +250,21 @@ pub(super) fn charge(ctx: &Ctx<'_>, queue_number: u32, now_ms: u64, taken: u64) 
         let expired = log
             .range((q, 0)..=(q, through))?
             .take(LOG_ROWS_MAX)
-            .map(|e| e.map(|(k, v)| (k.value().1, v.value())))
-            .collect::<std::result::Result<Vec<(u64, u64)>, _>>()?;
-        for (at, n) in expired {
+            .map(|e| e.map(|(k, _)| k.value().1))
+            .collect::<std::result::Result<Vec<u64>, _>>()?;
+        for at in expired {
             debug_assert!(rate_log::expired(at, row.1, now_ms));
             log.remove((q, at))?;
-            row.2 = row.2.saturating_sub(n);
         }
     }
+    // What is left is counted from the rows themselves (as `live` counts it), so a damaged
+    // count is rewritten here.
+    let counted = live(&*ctx.table(RATE_LOG)?, q, row, now_ms)?;
     let at = rate_log::log_at(row, now_ms);
     let mut log = ctx.table(RATE_LOG)?;
     let before = log.get((q, at))?.map_or(0, |v| v.value());
     log.insert((q, at), before.saturating_add(taken))?;
-    row.2 = row.2.saturating_add(taken);
+    row.2 = counted.saturating_add(taken);
     row.3 = at;
     debug_assert!(row.2 <= row.0, "charged past the sliding limit");
     limits.insert(q, row)?;
@@ -432,14 +434,20 @@ pub(super) fn check_rate_limits(
             ));
         }
     }
-    for e in log.iter()?.take(LOG_ROWS_MAX) {
+    // Each queue the log names, once: the first row at or after the last queue's end.
+    let mut from = Some(0u32);
+    for _ in 0..=QUEUES_MAX {
+        let Some(start) = from else { break };
+        let Some(e) = log.range((start, 0)..)?.next() else {
+            break;
+        };
         let q = e?.0.value().0;
         if !sliding_queues.contains(&q) {
             out.push(format!(
                 "leaseq_rate_log holds deliveries of queue number {q}, which has no sliding limit"
             ));
-            break;
         }
+        from = q.checked_add(1);
     }
     Ok(())
 }

@@ -412,3 +412,40 @@ fn check_reports_a_sliding_log_that_disagrees_with_its_limit() {
         "{v:?}"
     );
 }
+
+/// A sliding limit's count damaged above what its log holds does not hold the queue back
+/// for good: the dequeue counts from the log's rows, and its charge rewrites the count.
+#[test]
+fn a_damaged_sliding_count_is_rewritten_from_the_log_not_obeyed() {
+    let f = Fixture::new();
+    let q = f.open();
+    q.set_rate_limit(Some(RateLimit::sliding(3, secs(60))))
+        .unwrap();
+    enqueue_n(&q, 5, plain());
+    assert_eq!(q.dequeue_batch(1).unwrap().len(), 1);
+    let w = q.database().begin_write().unwrap();
+    {
+        let def: leaseq::redb::TableDefinition<u32, (u64, u64, u64, u64)> =
+            leaseq::redb::TableDefinition::new("leaseq_sliding_limits");
+        let mut t = w.open_table(def).unwrap();
+        let (max, per, _, last) = leaseq::redb::ReadableTable::get(&t, 0u32)
+            .unwrap()
+            .unwrap()
+            .value();
+        t.insert(0u32, (max, per, 9, last)).unwrap();
+    }
+    w.commit().unwrap();
+    assert!(
+        q.check()
+            .unwrap()
+            .iter()
+            .any(|v| v.detail.contains("leaseq_rate_log")),
+        "check() reports the count"
+    );
+    assert_eq!(
+        q.dequeue_batch(5).unwrap().len(),
+        2,
+        "one counted, two left"
+    );
+    assert_consistent(&q);
+}
